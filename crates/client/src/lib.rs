@@ -1,0 +1,1 @@
+//! mooncake-client (placeholder)

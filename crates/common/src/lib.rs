@@ -1,0 +1,11 @@
+//! Shared foundation for every Mooncake crate: upstream-compatible error
+//! codes, the length-prefixed wire framing used between our own processes,
+//! the client<->master protocol messages, and small parsing helpers.
+
+pub mod error;
+pub mod framing;
+pub mod hostid;
+pub mod proto;
+pub mod size;
+
+pub use error::{ErrorCode, McResult};

@@ -1,0 +1,1 @@
+//! mooncake-transfer (placeholder)

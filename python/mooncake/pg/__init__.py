@@ -1,0 +1,1 @@
+"""Mooncake PG: placeholder."""
