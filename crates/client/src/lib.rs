@@ -1,1 +1,12 @@
-//! mooncake-client (placeholder)
+//! The store client: connects to the master, mounts this process's segment,
+//! serves it to peers, and implements put/get/batch/ranges/upsert/remove on
+//! top of the transfer engine.
+
+mod client;
+mod master_conn;
+mod staging;
+mod stats;
+
+pub use client::{Client, ClientConfig, StagedValue};
+pub use mooncake_common::proto::{SoftPin, WriteConfig};
+pub use mooncake_common::ErrorCode;

@@ -2,4 +2,13 @@
 //! per-segment allocators, objects and replicas, leases, pins, eviction, the
 //! RPC server, the embedded HTTP metadata server and the admin server.
 
+pub mod admin;
+pub mod allocator;
 pub mod config;
+mod eviction;
+pub mod metadata_kv;
+pub mod metrics;
+mod objects;
+mod placement;
+pub mod rpc;
+pub mod state;

@@ -1,0 +1,1 @@
+//! Blocking RPC connection pool to the master.

@@ -1,0 +1,3 @@
+//! Local-buffer (staging) space accounting.
+/// A staging reservation, released on drop.
+pub struct Reservation {}

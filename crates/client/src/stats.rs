@@ -1,0 +1,33 @@
+//! Cumulative per-client counters reported by `get_client_stats()`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters; tests assert on their deltas.
+#[derive(Debug, Default)]
+pub struct ClientStats {
+    pub bytes_read_local: AtomicU64,
+    pub bytes_read_same_host: AtomicU64,
+    pub bytes_read_tcp: AtomicU64,
+    pub bytes_written_local: AtomicU64,
+    pub bytes_written_same_host: AtomicU64,
+    pub bytes_written_tcp: AtomicU64,
+    pub master_rpcs: AtomicU64,
+    pub same_host_mappings: AtomicU64,
+}
+
+impl ClientStats {
+    /// Snapshot as (name, value) pairs.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            ("bytes_read_local", l(&self.bytes_read_local)),
+            ("bytes_read_same_host", l(&self.bytes_read_same_host)),
+            ("bytes_read_tcp", l(&self.bytes_read_tcp)),
+            ("bytes_written_local", l(&self.bytes_written_local)),
+            ("bytes_written_same_host", l(&self.bytes_written_same_host)),
+            ("bytes_written_tcp", l(&self.bytes_written_tcp)),
+            ("master_rpcs", l(&self.master_rpcs)),
+            ("same_host_mappings", l(&self.same_host_mappings)),
+        ]
+    }
+}

@@ -1,0 +1,156 @@
+//! Per-segment offset allocator: best-fit over free extents, 64-byte aligned,
+//! coalescing neighbours on free.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Allocation granularity and alignment in bytes.
+pub const ALIGN: u64 = 64;
+
+/// Best-fit allocator over `[0, capacity)`.
+#[derive(Debug)]
+pub struct OffsetAllocator {
+    capacity: u64,
+    used: u64,
+    /// free extents by offset -> length
+    by_offset: BTreeMap<u64, u64>,
+    /// free extents ordered by (length, offset) for best fit
+    by_size: BTreeSet<(u64, u64)>,
+}
+
+fn round_up(n: u64) -> Option<u64> {
+    n.checked_add(ALIGN - 1).map(|v| v / ALIGN * ALIGN)
+}
+
+impl OffsetAllocator {
+    /// A fresh allocator with all of `capacity` free (rounded down to the alignment).
+    pub fn new(capacity: u64) -> Self {
+        let cap = capacity / ALIGN * ALIGN;
+        let mut a = OffsetAllocator {
+            capacity: cap,
+            used: 0,
+            by_offset: BTreeMap::new(),
+            by_size: BTreeSet::new(),
+        };
+        if cap > 0 {
+            a.insert_free(0, cap);
+        }
+        a
+    }
+
+    fn insert_free(&mut self, off: u64, len: u64) {
+        self.by_offset.insert(off, len);
+        self.by_size.insert((len, off));
+    }
+
+    fn remove_free(&mut self, off: u64, len: u64) {
+        self.by_offset.remove(&off);
+        self.by_size.remove(&(len, off));
+    }
+
+    /// Total bytes managed.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Bytes currently allocated (after alignment rounding).
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+
+    /// Largest single allocation that would currently succeed.
+    pub fn largest_free(&self) -> u64 {
+        self.by_size
+            .iter()
+            .next_back()
+            .map(|(l, _)| *l)
+            .unwrap_or(0)
+    }
+
+    /// Allocate `size` bytes; returns the offset.
+    pub fn alloc(&mut self, size: u64) -> Option<u64> {
+        if size == 0 {
+            return None;
+        }
+        let need = round_up(size)?;
+        let &(len, off) = self.by_size.range((need, 0)..).next()?;
+        self.remove_free(off, len);
+        if len > need {
+            self.insert_free(off + need, len - need);
+        }
+        self.used += need;
+        Some(off)
+    }
+
+    /// Free an allocation made with `alloc(size)` at `off`.
+    pub fn free(&mut self, off: u64, size: u64) {
+        let Some(mut len) = round_up(size) else {
+            return;
+        };
+        let mut start = off;
+        self.used = self.used.saturating_sub(len);
+        if let Some((&poff, &plen)) = self.by_offset.range(..off).next_back() {
+            if poff + plen == off {
+                self.remove_free(poff, plen);
+                start = poff;
+                len += plen;
+            }
+        }
+        if let Some(&nlen) = self.by_offset.get(&(off + round_up(size).unwrap_or(0))) {
+            let noff = off + round_up(size).unwrap_or(0);
+            self.remove_free(noff, nlen);
+            len += nlen;
+        }
+        self.insert_free(start, len);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alloc_free_coalesce() {
+        let mut a = OffsetAllocator::new(1 << 20);
+        let x = a.alloc(100).unwrap();
+        let y = a.alloc(1000).unwrap();
+        let z = a.alloc(64).unwrap();
+        assert_eq!(x % ALIGN, 0);
+        assert_eq!(y % ALIGN, 0);
+        assert_eq!(a.used(), 128 + 1024 + 64);
+        a.free(y, 1000);
+        a.free(x, 100);
+        a.free(z, 64);
+        assert_eq!(a.used(), 0);
+        assert_eq!(a.alloc(1 << 20), Some(0));
+        assert_eq!(a.alloc(1), None);
+    }
+
+    #[test]
+    fn best_fit_and_full() {
+        let mut a = OffsetAllocator::new(64 * 10);
+        let offs: Vec<u64> = (0..10).map(|_| a.alloc(64).unwrap()).collect();
+        assert_eq!(a.alloc(1), None);
+        a.free(offs[2], 64);
+        a.free(offs[5], 64);
+        a.free(offs[6], 64);
+        // best fit picks the single hole for 64 bytes
+        assert_eq!(a.alloc(64), Some(offs[2]));
+        assert_eq!(a.alloc(128), Some(offs[5]));
+        for (i, o) in offs.iter().enumerate() {
+            if ![2, 5, 6].contains(&i) {
+                a.free(*o, 64);
+            }
+        }
+        a.free(offs[2], 64);
+        a.free(offs[5], 128);
+        assert_eq!(a.largest_free(), 640);
+    }
+
+    #[test]
+    fn zero_and_overflow() {
+        let mut a = OffsetAllocator::new(1024);
+        assert_eq!(a.alloc(0), None);
+        assert_eq!(a.alloc(u64::MAX), None);
+        assert_eq!(a.alloc(2048), None);
+    }
+}

@@ -1,0 +1,97 @@
+//! Replica placement: choose distinct segments with enough free space,
+//! preferred segments first, then by the configured strategy.
+
+use crate::config::AllocationStrategy;
+use crate::state::{Inner, Replica};
+use mooncake_common::proto::WriteConfig;
+use rand::seq::SliceRandom;
+
+/// Allocate up to `cfg.replica_num` replicas of `size` bytes on distinct segments.
+pub(crate) fn allocate(
+    inner: &mut Inner,
+    size: u64,
+    cfg: &WriteConfig,
+    strategy: AllocationStrategy,
+) -> Vec<Replica> {
+    let want = cfg.replica_num as usize;
+    let mut chosen: Vec<String> = Vec::new();
+    let fits = |inner: &Inner, name: &str| {
+        inner
+            .segments
+            .get(name)
+            .is_some_and(|s| s.alloc.largest_free() >= size)
+    };
+    for p in &cfg.preferred_segments {
+        if chosen.len() >= want {
+            break;
+        }
+        if !chosen.contains(p) && fits(inner, p) {
+            chosen.push(p.clone());
+        }
+    }
+    if chosen.len() < want {
+        let mut rest: Vec<String> = inner
+            .segments
+            .keys()
+            .filter(|n| !chosen.contains(n) && fits(inner, n))
+            .cloned()
+            .collect();
+        rest.shuffle(&mut rand::thread_rng());
+        match strategy {
+            AllocationStrategy::Random => {}
+            AllocationStrategy::FreeRatioFirst => {
+                rest.sort_by(|a, b| {
+                    let ra = free_ratio(inner, a);
+                    let rb = free_ratio(inner, b);
+                    rb.partial_cmp(&ra).unwrap_or(std::cmp::Ordering::Equal)
+                });
+            }
+            AllocationStrategy::LocalFirst => {
+                let host = &cfg.writer_host_id;
+                rest.sort_by_key(|n| {
+                    inner
+                        .segments
+                        .get(n)
+                        .map(|s| &s.desc.host_id != host)
+                        .unwrap_or(true)
+                });
+            }
+        }
+        if let Some(ws) = &cfg.writer_segment {
+            if let Some(pos) = rest.iter().position(|n| n == ws) {
+                let w = rest.remove(pos);
+                rest.insert(0, w);
+            }
+        }
+        for n in rest {
+            if chosen.len() >= want {
+                break;
+            }
+            chosen.push(n);
+        }
+    }
+    let mut out = Vec::with_capacity(chosen.len());
+    for name in chosen {
+        if let Some(seg) = inner.segments.get_mut(&name) {
+            if let Some(off) = seg.alloc.alloc(size) {
+                out.push(Replica {
+                    segment: name,
+                    segment_uuid: seg.desc.uuid.clone(),
+                    offset: off,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn free_ratio(inner: &Inner, name: &str) -> f64 {
+    inner
+        .segments
+        .get(name)
+        .map(|s| {
+            let cap = s.alloc.capacity().max(1) as f64;
+            (cap - s.alloc.used() as f64) / cap
+        })
+        .unwrap_or(0.0)
+}
