@@ -1,9 +1,22 @@
-//! `Client`: one store client instance (what `MooncakeDistributedStore.setup` creates).
+//! `Client`: one store client instance (what `MooncakeDistributedStore.setup`
+//! creates): master connection, mounted segment, data server, heartbeat.
 
+use crate::master_conn::MasterConn;
+use crate::metadata_pub::MetadataUrl;
+use crate::registered::Regions;
+use crate::staging::StagingArea;
 use crate::stats::ClientStats;
-use mooncake_common::proto::WriteConfig;
+use mooncake_common::proto::{MasterRequest, MasterResponse, SegmentDesc};
 use mooncake_common::ErrorCode;
+use mooncake_transfer::data_server::DataServer;
+use mooncake_transfer::same_host::{socket_name, MappingServer};
+use mooncake_transfer::segment::{register_local, unregister_local, Segment};
+use mooncake_transfer::TransferEngine;
+use parking_lot::Mutex;
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Arguments of `setup` after the Python layer has parsed them.
 #[derive(Debug, Clone)]
@@ -28,179 +41,354 @@ pub struct StagedValue {
 
 /// A set-up store client. Cheap to share (`Arc`); all methods take `&self` and are thread-safe.
 pub struct Client {
-    pub(crate) stats: ClientStats,
+    pub(crate) stats: Arc<ClientStats>,
+    pub(crate) master: Arc<MasterConn>,
+    pub(crate) engine: TransferEngine,
+    pub(crate) staging: Arc<StagingArea>,
+    pub(crate) regions: Regions,
+    pub(crate) client_id: String,
+    pub(crate) desc: SegmentDesc,
+    segment: Option<Arc<Segment>>,
+    data_server: Mutex<Option<DataServer>>,
+    mapping_server: Mutex<Option<MappingServer>>,
+    metadata: Option<MetadataUrl>,
+    closed: Arc<AtomicBool>,
+    health: Arc<AtomicI32>,
+    heartbeat: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+fn bind_data_port(host: &str, explicit: Option<u16>) -> Result<TcpListener, ErrorCode> {
+    if let Some(p) = explicit {
+        return TcpListener::bind((host, p)).map_err(|e| {
+            tracing::warn!(host, port = p, error = %e, "cannot bind data port");
+            ErrorCode::InvalidParams
+        });
+    }
+    let lo = env_u64("MC_STORE_CLIENT_MIN_PORT", 12300) as u16;
+    let hi = (env_u64("MC_STORE_CLIENT_MAX_PORT", 14300) as u16).max(lo);
+    let tries = env_u64("MC_STORE_CLIENT_SETUP_RETRIES", 20).max(1);
+    let span = (hi - lo) as u64 + 1;
+    let seed = std::process::id() as u64 ^ (uuid::Uuid::new_v4().as_u128() as u64);
+    for i in 0..tries {
+        let p = lo as u64 + (seed.wrapping_add(i.wrapping_mul(7919))) % span;
+        if let Ok(l) = TcpListener::bind((host, p as u16)) {
+            return Ok(l);
+        }
+    }
+    Err(ErrorCode::InternalError)
 }
 
 impl Client {
     /// Connect to the master, allocate and mount the segment, start the data
     /// server and heartbeat. Errors are the `setup` return codes of spec §2.3
     /// (-600 bad sizes/duplicate segment, -1 master unreachable/bad protocol/metadata).
-    pub fn setup(_cfg: ClientConfig) -> Result<Arc<Client>, ErrorCode> {
-        Err(ErrorCode::NotSupported)
+    pub fn setup(cfg: ClientConfig) -> Result<Arc<Client>, ErrorCode> {
+        let gs = cfg.global_segment_size;
+        if gs != 0 && gs < 1024 {
+            return Err(ErrorCode::InvalidParams);
+        }
+        let lb = cfg.local_buffer_size;
+        if lb != 0 && !(1024..=(1u64 << 40)).contains(&lb) {
+            return Err(ErrorCode::InvalidParams);
+        }
+        let force_tcp = std::env::var("MC_FORCE_TCP")
+            .map(|v| v == "1")
+            .unwrap_or(false);
+        if !cfg.protocol.eq_ignore_ascii_case("tcp") && !force_tcp {
+            tracing::warn!(protocol = %cfg.protocol, "only the tcp protocol is supported");
+            return Err(ErrorCode::InternalError);
+        }
+        let metadata = if cfg.metadata_server == "P2PHANDSHAKE" {
+            None
+        } else {
+            match MetadataUrl::parse(&cfg.metadata_server) {
+                Some(u) => Some(u),
+                None => {
+                    tracing::warn!(server = %cfg.metadata_server, "unsupported metadata server");
+                    return Err(ErrorCode::InternalError);
+                }
+            }
+        };
+        let (host, port) = match cfg.local_hostname.rsplit_once(':') {
+            Some((h, p)) if !h.is_empty() => match p.parse::<u16>() {
+                Ok(p) => (h.to_string(), Some(p)),
+                Err(_) => return Err(ErrorCode::InvalidParams),
+            },
+            _ => (cfg.local_hostname.clone(), None),
+        };
+        if host.is_empty() {
+            return Err(ErrorCode::InvalidParams);
+        }
+        let timeout = Duration::from_millis(env_u64("MC_MASTER_CONNECT_TIMEOUT_MS", 5000));
+        let master = Arc::new(MasterConn::new(
+            &cfg.master_server_addr,
+            Duration::from_millis(1000),
+        ));
+        let first = master.connect_with_retry(timeout).map_err(|e| {
+            tracing::warn!(master = %cfg.master_server_addr, error = %e, "master unreachable");
+            ErrorCode::InternalError
+        })?;
+        master.give(first);
+
+        let listener = bind_data_port(&host, port)?;
+        let bound = listener
+            .local_addr()
+            .map_err(|_| ErrorCode::InternalError)?
+            .port();
+        let name = format!("{host}:{bound}");
+        let segment = if gs > 0 {
+            let seg = Segment::create(gs).map_err(|e| {
+                tracing::warn!(error = %e, "cannot allocate segment");
+                ErrorCode::InternalError
+            })?;
+            Some(seg)
+        } else {
+            None
+        };
+        let engine = TransferEngine::new();
+        let desc = SegmentDesc {
+            name: name.clone(),
+            uuid: segment
+                .as_ref()
+                .map(|s| s.uuid().to_string())
+                .unwrap_or_default(),
+            size: gs,
+            base_addr: segment.as_ref().map(|s| s.base() as u64).unwrap_or(0),
+            host_id: engine.host_id().to_string(),
+            pid: std::process::id(),
+            endpoint: name.clone(),
+            socket_name: segment
+                .as_ref()
+                .map(|s| socket_name(s.uuid()))
+                .unwrap_or_default(),
+        };
+        let data_server =
+            DataServer::start(listener, segment.clone()).map_err(|_| ErrorCode::InternalError)?;
+        let mapping_server = match &segment {
+            Some(s) => MappingServer::start(Arc::clone(s))
+                .map_err(|e| tracing::info!(error = %e, "same-host mapping server unavailable"))
+                .ok(),
+            None => None,
+        };
+        let client_id = uuid::Uuid::new_v4().to_string();
+        match master.call(&MasterRequest::MountSegment {
+            client_id: client_id.clone(),
+            segment: desc.clone(),
+        })? {
+            MasterResponse::Ok => {}
+            MasterResponse::Err(ErrorCode::SegmentAlreadyExists) => {
+                tracing::warn!(segment = %name, "segment name already mounted by a live client");
+                return Err(ErrorCode::InvalidParams);
+            }
+            MasterResponse::Err(e) => return Err(e),
+            _ => return Err(ErrorCode::InternalError),
+        }
+        if let Some(s) = &segment {
+            register_local(s);
+        }
+        let client = Arc::new(Client {
+            stats: Arc::new(ClientStats::default()),
+            master,
+            engine,
+            staging: StagingArea::new(lb),
+            regions: Regions::default(),
+            client_id,
+            desc,
+            segment,
+            data_server: Mutex::new(Some(data_server)),
+            mapping_server: Mutex::new(mapping_server),
+            metadata,
+            closed: Arc::new(AtomicBool::new(false)),
+            health: Arc::new(AtomicI32::new(0)),
+            heartbeat: Mutex::new(None),
+        });
+        if !client.publish_metadata() {
+            client.close();
+            return Err(ErrorCode::InternalError);
+        }
+        client.start_heartbeat();
+        Ok(client)
+    }
+
+    fn metadata_key(&self) -> String {
+        format!("mooncake/ram/{}", self.desc.name)
+    }
+
+    fn publish_metadata(&self) -> bool {
+        let Some(url) = &self.metadata else {
+            return true;
+        };
+        let body = serde_json::json!({
+            "name": self.desc.name,
+            "protocol": "tcp",
+            "uuid": self.desc.uuid,
+            "size": self.desc.size,
+            "base_addr": self.desc.base_addr,
+            "host_id": self.desc.host_id,
+            "pid": self.desc.pid,
+            "endpoint": self.desc.endpoint,
+        })
+        .to_string();
+        let ok = url.put(&self.metadata_key(), body.as_bytes());
+        if !ok {
+            tracing::warn!(key = %self.metadata_key(), "cannot publish segment metadata");
+        }
+        ok
+    }
+
+    fn start_heartbeat(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let closed = Arc::clone(&self.closed);
+        let h = std::thread::Builder::new()
+            .name("mc-heartbeat".into())
+            .spawn(move || {
+                let mut conn = None;
+                let mut failures = 0u32;
+                while !closed.load(Ordering::Acquire) {
+                    // Sleep 1 s in small steps so close() is prompt.
+                    for _ in 0..10 {
+                        if closed.load(Ordering::Acquire) {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    let Some(me) = weak.upgrade() else { return };
+                    if conn.is_none() {
+                        conn = me.master.connect().ok();
+                    }
+                    let resp = conn.as_mut().map(|s| {
+                        MasterConn::call_on(
+                            s,
+                            &MasterRequest::Ping {
+                                client_id: me.client_id.clone(),
+                            },
+                        )
+                    });
+                    match resp {
+                        Some(Ok(MasterResponse::Pong { need_remount })) => {
+                            failures = 0;
+                            me.health.store(0, Ordering::Release);
+                            if need_remount {
+                                me.remount();
+                            }
+                        }
+                        _ => {
+                            failures += 1;
+                            conn = None;
+                            me.health.store(2, Ordering::Release);
+                            if failures == 3 {
+                                tracing::warn!("master heartbeat failed 3 times; reconnecting");
+                            }
+                        }
+                    }
+                }
+            })
+            .ok();
+        *self.heartbeat.lock() = h;
+    }
+
+    fn remount(&self) {
+        tracing::warn!(segment = %self.desc.name, "master asked for remount (restarted?); remounting");
+        let r = self.master.call(&MasterRequest::MountSegment {
+            client_id: self.client_id.clone(),
+            segment: self.desc.clone(),
+        });
+        if !matches!(r, Ok(MasterResponse::Ok)) {
+            tracing::warn!(result = ?r, "remount failed");
+            return;
+        }
+        self.publish_metadata();
     }
 
     /// Unmount, stop serving, unpublish metadata. Idempotent; returns 0.
     pub fn close(&self) -> i32 {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return 0;
+        }
+        let _ = self.master.call(&MasterRequest::Disconnect {
+            client_id: self.client_id.clone(),
+        });
+        if let Some(s) = &self.segment {
+            unregister_local(s.uuid());
+        }
+        if let Some(ds) = self.data_server.lock().take() {
+            ds.stop();
+        }
+        if let Some(ms) = self.mapping_server.lock().take() {
+            ms.stop();
+        }
+        if let Some(url) = &self.metadata {
+            url.delete(&self.metadata_key());
+        }
+        // The heartbeat thread notices `closed` within 100 ms; it is not
+        // joined because the last reference may be dropped on that thread.
+        drop(self.heartbeat.lock().take());
         0
+    }
+
+    /// Whether `close` was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// `host:port` segment name.
     pub fn hostname(&self) -> String {
-        String::new()
+        self.desc.name.clone()
     }
 
     /// 0 healthy, 2 the last heartbeat failed (1 is for closed, decided by the caller).
     pub fn health(&self) -> i32 {
-        0
+        if self.is_closed() {
+            return 1;
+        }
+        self.health.load(Ordering::Acquire)
     }
 
     /// Cumulative counters.
     pub fn stats(&self) -> Vec<(&'static str, u64)> {
-        self.stats.snapshot()
+        let mut v = self.stats.snapshot();
+        for e in v.iter_mut() {
+            if e.0 == "same_host_mappings" {
+                e.1 = self.engine.mappings_created.load(Ordering::Relaxed);
+            }
+        }
+        v
     }
 
-    /// Staged write of the concatenation of `parts` (put/put_parts/upsert/upsert_parts).
-    /// Needs local-buffer space for the total size (else -600). Empty total -> -600.
-    pub fn put_parts(
-        &self,
-        _key: &str,
-        _parts: &[&[u8]],
-        _cfg: &WriteConfig,
-        _upsert: bool,
-    ) -> i32 {
-        ErrorCode::NotSupported.code()
-    }
-
-    /// Staged batch write (put_batch/upsert_batch): 0 or the first failing code.
-    pub fn put_batch(
-        &self,
-        _keys: &[String],
-        _values: &[&[u8]],
-        _cfg: &WriteConfig,
-        _upsert: bool,
-    ) -> i32 {
-        ErrorCode::NotSupported.code()
-    }
-
-    /// Direct write from caller memory (put_from/upsert_from). `size == 0` -> 0, nothing stored.
-    ///
-    /// # Safety
-    /// `ptr..ptr+size` must be readable for the duration of the call.
-    pub unsafe fn put_from(
-        &self,
-        _key: &str,
-        _ptr: usize,
-        _size: usize,
-        _cfg: &WriteConfig,
-        _upsert: bool,
-    ) -> i32 {
-        ErrorCode::NotSupported.code()
-    }
-
-    /// Direct batch write; one code per item (a size of 0 -> -600 for that item).
-    ///
-    /// # Safety
-    /// Every `ptrs[i]..+sizes[i]` must be readable for the duration of the call.
-    pub unsafe fn batch_put_from(
-        &self,
-        keys: &[String],
-        _ptrs: &[usize],
-        _sizes: &[usize],
-        _cfg: &WriteConfig,
-        _upsert: bool,
-    ) -> Vec<i32> {
-        vec![ErrorCode::NotSupported.code(); keys.len()]
-    }
-
-    /// Staged read (get/get_buffer): needs local-buffer space for the value.
-    pub fn get(&self, _key: &str) -> Result<StagedValue, ErrorCode> {
-        Err(ErrorCode::NotSupported)
-    }
-
-    /// Staged batch read.
-    pub fn get_batch(&self, keys: &[String]) -> Vec<Result<StagedValue, ErrorCode>> {
-        keys.iter().map(|_| Err(ErrorCode::NotSupported)).collect()
-    }
-
-    /// Read into caller memory; returns the object size or a negative code
-    /// (-600 when `size` is smaller than the object, buffer untouched).
-    ///
-    /// # Safety
-    /// `ptr..ptr+size` must be writable for the duration of the call.
-    pub unsafe fn get_into(&self, _key: &str, _ptr: usize, _size: usize) -> i64 {
-        ErrorCode::NotSupported.code() as i64
-    }
-
-    /// Batch read into caller memory; per item as `get_into`.
-    ///
-    /// # Safety
-    /// Every `ptrs[i]..+sizes[i]` must be writable for the duration of the call.
-    pub unsafe fn batch_get_into(
-        &self,
-        keys: &[String],
-        _ptrs: &[usize],
-        _sizes: &[usize],
-    ) -> Vec<i64> {
-        vec![ErrorCode::NotSupported.code() as i64; keys.len()]
-    }
-
-    /// Buffer-major ranged reads (spec §2.5 `get_into_ranges`). Destinations
-    /// must lie in a registered region; results mirror `dst_offsets`.
-    ///
-    /// # Safety
-    /// Registered regions must stay valid (the caller registered them).
-    #[allow(clippy::type_complexity)]
-    pub unsafe fn get_into_ranges(
-        &self,
-        buffer_ptrs: &[usize],
-        keys: &[Vec<String>],
-        dst_offsets: &[Vec<Vec<u64>>],
-        _src_offsets: &[Vec<Vec<u64>>],
-        _sizes: &[Vec<Vec<u64>>],
-    ) -> Vec<Vec<Vec<i64>>> {
-        let _ = (buffer_ptrs, keys);
-        dst_offsets
-            .iter()
-            .map(|g| {
-                g.iter()
-                    .map(|f| vec![ErrorCode::NotSupported.code() as i64; f.len()])
-                    .collect()
-            })
-            .collect()
-    }
-
-    /// Object size (grants a lease) or a negative code.
-    pub fn get_size(&self, _key: &str) -> i64 {
-        ErrorCode::NotSupported.code() as i64
-    }
-
-    /// 1/0 per key, negative on error (grants a lease on 1).
-    pub fn is_exist(&self, keys: &[String]) -> Vec<i32> {
-        vec![ErrorCode::NotSupported.code(); keys.len()]
-    }
-
-    /// Remove per key (0, -704, -706, -703).
-    pub fn remove(&self, keys: &[String], _force: bool) -> Vec<i32> {
-        vec![ErrorCode::NotSupported.code(); keys.len()]
-    }
-
-    /// Count removed, or -600 for an invalid pattern.
-    pub fn remove_by_regex(&self, _pattern: &str, _force: bool) -> i64 {
-        ErrorCode::NotSupported.code() as i64
-    }
-
-    /// Count removed.
-    pub fn remove_all(&self, _force: bool) -> i64 {
-        ErrorCode::NotSupported.code() as i64
+    /// One master RPC, counted.
+    pub(crate) fn rpc(&self, req: &MasterRequest) -> Result<MasterResponse, ErrorCode> {
+        self.stats.master_rpcs.fetch_add(1, Ordering::Relaxed);
+        self.master.call(req)
     }
 
     /// Register `[ptr, ptr+size)`; -600 on overlap or size 0.
-    pub fn register_buffer(&self, _ptr: usize, _size: usize) -> i32 {
-        ErrorCode::NotSupported.code()
+    pub fn register_buffer(&self, ptr: usize, size: usize) -> i32 {
+        if self.regions.register(ptr, size) {
+            0
+        } else {
+            ErrorCode::InvalidParams.code()
+        }
     }
 
     /// Unregister the region starting at `ptr`; -600 if none starts there.
-    pub fn unregister_buffer(&self, _ptr: usize) -> i32 {
-        ErrorCode::NotSupported.code()
+    pub fn unregister_buffer(&self, ptr: usize) -> i32 {
+        if self.regions.unregister(ptr) {
+            0
+        } else {
+            ErrorCode::InvalidParams.code()
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.close();
     }
 }

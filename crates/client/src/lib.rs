@@ -4,8 +4,13 @@
 
 mod client;
 mod master_conn;
+mod metadata_pub;
+mod ranges;
+mod reads;
+mod registered;
 mod staging;
 mod stats;
+mod writes;
 
 pub use client::{Client, ClientConfig, StagedValue};
 pub use mooncake_common::proto::{SoftPin, WriteConfig};

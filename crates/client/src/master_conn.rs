@@ -1,1 +1,100 @@
-//! Blocking RPC connection pool to the master.
+//! Blocking RPC to the master over a small pool of connections. A broken
+//! connection is dropped and the call fails with RPC_FAIL; the next call
+//! reconnects (with a short timeout, so calls during an outage fail fast).
+
+use mooncake_common::framing::{self, client_handshake, Service, MAX_CONTROL_FRAME};
+use mooncake_common::proto::{MasterRequest, MasterResponse};
+use mooncake_common::ErrorCode;
+use parking_lot::Mutex;
+use std::io;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// RPC timeout for one request.
+const RPC_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connection pool to one master address.
+pub struct MasterConn {
+    addr: String,
+    connect_timeout: Duration,
+    idle: Mutex<Vec<TcpStream>>,
+}
+
+impl MasterConn {
+    /// A pool for `addr` (`host:port`); nothing is connected yet.
+    pub fn new(addr: &str, connect_timeout: Duration) -> Self {
+        MasterConn {
+            addr: addr.to_string(),
+            connect_timeout,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn resolve(&self) -> io::Result<SocketAddr> {
+        self.addr.to_socket_addrs()?.next().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "cannot resolve master address")
+        })
+    }
+
+    /// Open a new connection (handshake included).
+    pub fn connect(&self) -> io::Result<TcpStream> {
+        let addr = self.resolve()?;
+        let mut s = TcpStream::connect_timeout(&addr, self.connect_timeout)?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(RPC_TIMEOUT))?;
+        s.set_write_timeout(Some(RPC_TIMEOUT))?;
+        client_handshake(&mut s, Service::Master)?;
+        Ok(s)
+    }
+
+    /// Try to connect until `deadline`, retrying refused connections.
+    pub fn connect_with_retry(&self, total: Duration) -> io::Result<TcpStream> {
+        let start = std::time::Instant::now();
+        loop {
+            match self.connect() {
+                Ok(s) => return Ok(s),
+                Err(e) => {
+                    if start.elapsed() >= total {
+                        return Err(e);
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+
+    /// Put a connection into the pool.
+    pub fn give(&self, s: TcpStream) {
+        let mut g = self.idle.lock();
+        if g.len() < 16 {
+            g.push(s);
+        }
+    }
+
+    /// One request/response on a given stream.
+    pub fn call_on(s: &mut TcpStream, req: &MasterRequest) -> io::Result<MasterResponse> {
+        framing::write_frame(s, &framing::encode(req)?)?;
+        let body = framing::read_frame(s, MAX_CONTROL_FRAME)?;
+        framing::decode(&body)
+    }
+
+    /// Send a request; transport errors become RPC_FAIL.
+    pub fn call(&self, req: &MasterRequest) -> Result<MasterResponse, ErrorCode> {
+        let pooled = self.idle.lock().pop();
+        let mut s = match pooled {
+            Some(s) => s,
+            None => self.connect().map_err(|_| ErrorCode::RpcFail)?,
+        };
+        match Self::call_on(&mut s, req) {
+            Ok(resp) => {
+                self.give(s);
+                Ok(resp)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "master rpc failed");
+                self.idle.lock().clear();
+                Err(ErrorCode::RpcFail)
+            }
+        }
+    }
+}

@@ -1,1 +1,13 @@
-//! mooncake-transfer (placeholder)
+//! The transfer engine: shared-memory segments, the per-client data server
+//! that serves byte ranges of its segment over TCP, the same-host mapping
+//! handshake, and the read/write paths that pick memcpy, mapped memcpy or TCP.
+
+pub mod data_proto;
+pub mod data_server;
+pub mod engine;
+pub mod same_host;
+pub mod segment;
+pub mod tcp_pool;
+
+pub use engine::{Op, Path, SegmentRef, TransferEngine};
+pub use segment::Segment;

@@ -1,0 +1,219 @@
+//! Path selection and execution of transfers: in-process memcpy, same-host
+//! mapped memcpy, or TCP to the owner's data server (large transfers split
+//! across parallel connections).
+
+use crate::same_host::{MapLookup, MappingCache};
+use crate::segment::{local_segment, Segment};
+use crate::tcp_pool::TcpPool;
+use mooncake_common::ErrorCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One contiguous copy between a segment range and local memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Op {
+    /// Offset inside the segment.
+    pub seg_offset: u64,
+    /// Address in this process.
+    pub local_ptr: usize,
+    pub len: u64,
+}
+
+/// Which data path a transfer took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    Local,
+    SameHost,
+    Tcp,
+}
+
+/// Where a segment lives (from the master's replica descriptor).
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentRef<'a> {
+    pub uuid: &'a str,
+    pub endpoint: &'a str,
+    pub host_id: &'a str,
+    pub socket_name: &'a str,
+    pub size: u64,
+}
+
+/// Bytes above which a TCP transfer is split across connections.
+const TCP_SPLIT: u64 = 4 << 20;
+/// Bytes above which a memcpy uses two threads.
+const PAR_COPY: u64 = 8 << 20;
+
+/// Executes transfers for one client.
+pub struct TransferEngine {
+    host_id: String,
+    same_host: bool,
+    /// Mappings this engine created (for `same_host_mappings`).
+    pub mappings_created: AtomicU64,
+}
+
+impl Default for TransferEngine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn env_is(name: &str, val: &str) -> bool {
+    std::env::var(name)
+        .map(|v| v.eq_ignore_ascii_case(val))
+        .unwrap_or(false)
+}
+
+impl TransferEngine {
+    /// Reads `MC_STORE_SAME_HOST` (auto|off) and `MC_FORCE_TCP` (1 disables the mapped path).
+    pub fn new() -> Self {
+        let same_host = !(env_is("MC_STORE_SAME_HOST", "off") || env_is("MC_FORCE_TCP", "1"));
+        TransferEngine {
+            host_id: mooncake_common::hostid::host_id(),
+            same_host,
+            mappings_created: AtomicU64::new(0),
+        }
+    }
+
+    /// This host's id.
+    pub fn host_id(&self) -> &str {
+        &self.host_id
+    }
+
+    /// The path a transfer to this segment would try first (for replica choice).
+    pub fn preferred_path(&self, seg: &SegmentRef) -> Path {
+        if local_segment(seg.uuid).is_some() {
+            Path::Local
+        } else if self.same_host && seg.host_id == self.host_id {
+            Path::SameHost
+        } else {
+            Path::Tcp
+        }
+    }
+
+    fn memory_for(&self, seg: &SegmentRef) -> Result<Option<(Arc<Segment>, Path)>, ErrorCode> {
+        if let Some(s) = local_segment(seg.uuid) {
+            return Ok(Some((s, Path::Local)));
+        }
+        if self.same_host && seg.host_id == self.host_id {
+            match MappingCache::global().get(seg.uuid, seg.socket_name, seg.size, || {
+                self.mappings_created.fetch_add(1, Ordering::Relaxed);
+            }) {
+                MapLookup::Mapped(s) => return Ok(Some((s, Path::SameHost))),
+                MapLookup::OwnerDead => return Err(ErrorCode::TransferFail),
+                MapLookup::UseTcp => {}
+            }
+        }
+        Ok(None)
+    }
+
+    /// Copy segment ranges into local memory.
+    ///
+    /// # Safety
+    /// Every `op.local_ptr..+len` must be writable.
+    pub unsafe fn read(&self, seg: &SegmentRef, ops: &[Op]) -> Result<Path, ErrorCode> {
+        if let Some((mem, path)) = self.memory_for(seg)? {
+            for o in ops {
+                if !mem.check_range(o.seg_offset, o.len) {
+                    return Err(ErrorCode::InvalidParams);
+                }
+                copy(
+                    mem.base().add(o.seg_offset as usize),
+                    o.local_ptr as *mut u8,
+                    o.len,
+                );
+            }
+            return Ok(path);
+        }
+        tcp_parallel(ops, |part| {
+            TcpPool::global().read(seg.endpoint, seg.uuid, part)
+        })?;
+        Ok(Path::Tcp)
+    }
+
+    /// Copy local memory into segment ranges.
+    ///
+    /// # Safety
+    /// Every `op.local_ptr..+len` must be readable.
+    pub unsafe fn write(&self, seg: &SegmentRef, ops: &[Op]) -> Result<Path, ErrorCode> {
+        if let Some((mem, path)) = self.memory_for(seg)? {
+            for o in ops {
+                if !mem.check_range(o.seg_offset, o.len) {
+                    return Err(ErrorCode::InvalidParams);
+                }
+                copy(
+                    o.local_ptr as *const u8,
+                    mem.base().add(o.seg_offset as usize),
+                    o.len,
+                );
+            }
+            return Ok(path);
+        }
+        tcp_parallel(ops, |part| {
+            TcpPool::global().write(seg.endpoint, seg.uuid, part)
+        })?;
+        Ok(Path::Tcp)
+    }
+}
+
+/// memcpy, using two threads for large copies.
+unsafe fn copy(src: *const u8, dst: *mut u8, len: u64) {
+    let n = len as usize;
+    if len < PAR_COPY {
+        std::ptr::copy_nonoverlapping(src, dst, n);
+        return;
+    }
+    let half = (n / 2) & !63;
+    let (s2, d2) = (src as usize + half, dst as usize + half);
+    std::thread::scope(|sc| {
+        sc.spawn(move || {
+            // SAFETY: disjoint second half of the same valid ranges.
+            unsafe { std::ptr::copy_nonoverlapping(s2 as *const u8, d2 as *mut u8, n - half) }
+        });
+        std::ptr::copy_nonoverlapping(src, dst, half);
+    });
+}
+
+/// Split a large batch into up to 4 parts of similar byte size and run them in parallel.
+fn tcp_parallel(
+    ops: &[Op],
+    run: impl Fn(&[Op]) -> Result<(), ErrorCode> + Sync,
+) -> Result<(), ErrorCode> {
+    let total: u64 = ops.iter().map(|o| o.len).sum();
+    if total < TCP_SPLIT {
+        return run(ops);
+    }
+    let parts_n = 4u64;
+    let per = total.div_ceil(parts_n);
+    let mut parts: Vec<Vec<Op>> = vec![Vec::new()];
+    let mut acc = 0u64;
+    for o in ops {
+        let mut o = *o;
+        while o.len > 0 {
+            let room = per - acc;
+            let take = o.len.min(room);
+            if let Some(last) = parts.last_mut() {
+                last.push(Op {
+                    seg_offset: o.seg_offset,
+                    local_ptr: o.local_ptr,
+                    len: take,
+                });
+            }
+            acc += take;
+            o.seg_offset += take;
+            o.local_ptr += take as usize;
+            o.len -= take;
+            if acc >= per {
+                parts.push(Vec::new());
+                acc = 0;
+            }
+        }
+    }
+    parts.retain(|p| !p.is_empty());
+    let results: Vec<Result<(), ErrorCode>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = parts.iter().map(|p| sc.spawn(|| run(p))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(Err(ErrorCode::InternalError)))
+            .collect()
+    });
+    results.into_iter().collect()
+}

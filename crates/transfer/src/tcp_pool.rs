@@ -1,0 +1,173 @@
+//! Client side of the data protocol: pooled TCP connections per peer and
+//! scatter/gather read/write batches, one round trip per batch.
+
+use crate::data_proto::{RequestHeader, OP_READ, OP_WRITE};
+use crate::engine::Op;
+use mooncake_common::framing::{client_handshake, Service};
+use mooncake_common::ErrorCode;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Idle connections kept per peer.
+const MAX_IDLE: usize = 8;
+/// Socket IO timeout: a peer that stops answering fails the transfer.
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Pool of data connections keyed by `host:port`.
+#[derive(Default)]
+pub struct TcpPool {
+    idle: Mutex<HashMap<String, Vec<TcpStream>>>,
+}
+
+impl TcpPool {
+    /// The process-wide pool.
+    pub fn global() -> &'static TcpPool {
+        static P: OnceLock<TcpPool> = OnceLock::new();
+        P.get_or_init(TcpPool::default)
+    }
+
+    fn take(&self, endpoint: &str) -> io::Result<TcpStream> {
+        if let Some(s) = self.idle.lock().get_mut(endpoint).and_then(|v| v.pop()) {
+            return Ok(s);
+        }
+        let addr = endpoint
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "bad endpoint"))?;
+        let mut s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(IO_TIMEOUT))?;
+        s.set_write_timeout(Some(IO_TIMEOUT))?;
+        client_handshake(&mut s, Service::Data)?;
+        Ok(s)
+    }
+
+    fn give(&self, endpoint: &str, s: TcpStream) {
+        let mut g = self.idle.lock();
+        let v = g.entry(endpoint.to_string()).or_default();
+        if v.len() < MAX_IDLE {
+            v.push(s);
+        }
+    }
+
+    /// Forget idle connections to a peer (it went away).
+    pub fn forget(&self, endpoint: &str) {
+        self.idle.lock().remove(endpoint);
+    }
+
+    /// Read the ranges of `ops` from the peer's segment into local memory.
+    ///
+    /// # Safety
+    /// Every `op.local_ptr..+len` must be writable.
+    pub unsafe fn read(&self, endpoint: &str, uuid: &str, ops: &[Op]) -> Result<(), ErrorCode> {
+        let mut s = self.take(endpoint).map_err(|_| ErrorCode::TransferFail)?;
+        match read_on(&mut s, uuid, ops) {
+            Ok(Ok(())) => {
+                self.give(endpoint, s);
+                Ok(())
+            }
+            Ok(Err(code)) => {
+                self.give(endpoint, s);
+                Err(code)
+            }
+            Err(e) => {
+                tracing::warn!(peer = endpoint, error = %e, "data read failed");
+                self.forget(endpoint);
+                Err(ErrorCode::TransferFail)
+            }
+        }
+    }
+
+    /// Write local memory into the ranges of the peer's segment.
+    ///
+    /// # Safety
+    /// Every `op.local_ptr..+len` must be readable.
+    pub unsafe fn write(&self, endpoint: &str, uuid: &str, ops: &[Op]) -> Result<(), ErrorCode> {
+        let mut s = self.take(endpoint).map_err(|_| ErrorCode::TransferFail)?;
+        match write_on(&mut s, uuid, ops) {
+            Ok(Ok(())) => {
+                self.give(endpoint, s);
+                Ok(())
+            }
+            Ok(Err(code)) => Err(code),
+            Err(e) => {
+                tracing::warn!(peer = endpoint, error = %e, "data write failed");
+                self.forget(endpoint);
+                Err(ErrorCode::TransferFail)
+            }
+        }
+    }
+}
+
+fn header(op: u8, uuid: &str, ops: &[Op]) -> Vec<u8> {
+    RequestHeader {
+        op,
+        uuid: uuid.to_string(),
+        ranges: ops.iter().map(|o| (o.seg_offset, o.len)).collect(),
+    }
+    .encode()
+}
+
+fn read_status(s: &mut TcpStream) -> io::Result<i32> {
+    let mut st = [0u8; 4];
+    s.read_exact(&mut st)?;
+    Ok(i32::from_le_bytes(st))
+}
+
+unsafe fn read_on(s: &mut TcpStream, uuid: &str, ops: &[Op]) -> io::Result<Result<(), ErrorCode>> {
+    s.write_all(&header(OP_READ, uuid, ops))?;
+    let st = read_status(s)?;
+    if st != 0 {
+        return Ok(Err(ErrorCode::from_code(st)));
+    }
+    let total: u64 = ops.iter().map(|o| o.len).sum();
+    if ops.len() > 1 && total <= (1 << 20) {
+        // Many small ranges: one read, then scatter.
+        let mut buf = vec![0u8; total as usize];
+        s.read_exact(&mut buf)?;
+        let mut at = 0usize;
+        for o in ops {
+            let n = o.len as usize;
+            std::ptr::copy_nonoverlapping(buf.as_ptr().add(at), o.local_ptr as *mut u8, n);
+            at += n;
+        }
+    } else {
+        for o in ops {
+            let dst = std::slice::from_raw_parts_mut(o.local_ptr as *mut u8, o.len as usize);
+            s.read_exact(dst)?;
+        }
+    }
+    Ok(Ok(()))
+}
+
+unsafe fn write_on(s: &mut TcpStream, uuid: &str, ops: &[Op]) -> io::Result<Result<(), ErrorCode>> {
+    let mut buf = header(OP_WRITE, uuid, ops);
+    let total: u64 = ops.iter().map(|o| o.len).sum();
+    if total <= (256 << 10) {
+        for o in ops {
+            buf.extend_from_slice(std::slice::from_raw_parts(
+                o.local_ptr as *const u8,
+                o.len as usize,
+            ));
+        }
+        s.write_all(&buf)?;
+    } else {
+        s.write_all(&buf)?;
+        for o in ops {
+            s.write_all(std::slice::from_raw_parts(
+                o.local_ptr as *const u8,
+                o.len as usize,
+            ))?;
+        }
+    }
+    let st = read_status(s)?;
+    if st != 0 {
+        return Ok(Err(ErrorCode::from_code(st)));
+    }
+    Ok(Ok(()))
+}
