@@ -3,3 +3,4 @@
 //! RPC server, the embedded HTTP metadata server and the admin server.
 
 pub mod config;
+pub mod flags;
