@@ -4,3 +4,8 @@
 
 pub mod config;
 pub mod flags;
+pub mod http_meta;
+pub mod metadata_kv;
+
+#[cfg(test)]
+mod test_http;
