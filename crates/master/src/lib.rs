@@ -2,10 +2,12 @@
 //! per-segment allocators, objects and replicas, leases, pins, eviction, the
 //! RPC server, the embedded HTTP metadata server and the admin server.
 
+pub mod admin;
 pub mod config;
 pub mod flags;
 pub mod http_meta;
 pub mod metadata_kv;
+pub mod metrics;
 
 #[cfg(test)]
 mod test_http;
