@@ -8,6 +8,9 @@ pub mod flags;
 pub mod http_meta;
 pub mod metadata_kv;
 pub mod metrics;
+pub mod rpc;
+pub mod server;
+pub mod state;
 
 #[cfg(test)]
 mod test_http;
