@@ -86,6 +86,7 @@ fn init_logging(level: &str) {
     });
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter)
         .try_init();
 }
