@@ -1,18 +1,216 @@
-//! STUB — replaced by the master-io branch at merge.
+//! Master counters and their Prometheus text exposition (spec §6.2).
+//!
+//! The counters are prometheus-client [`Counter`]s that the core increments;
+//! [`MasterMetrics::encode`] renders them, together with a [`GaugeSnapshot`]
+//! taken from the master state, in the Prometheus text format 0.0.4. The
+//! text is rendered by hand (rather than through a registry) so that the
+//! exported names are exactly upstream's: most counters end in `_total`, but
+//! `master_evicted_key_count` / `master_evicted_size_bytes` do not.
+
+use std::fmt::Write as _;
+
 use prometheus_client::metrics::counter::Counter;
-#[derive(Default)]
+
+use crate::admin::GaugeSnapshot;
+
+/// Content type of [`MasterMetrics::encode`]'s output.
+pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
+
+/// Every counter the master exports. Increment with `inc()` / `inc_by(n)`.
+#[derive(Debug, Default)]
 pub struct MasterMetrics {
+    /// PutStart requests (`master_put_start_requests_total`).
     pub put_start_requests: Counter,
+    /// Failed PutStart requests (`master_put_start_failures_total`).
     pub put_start_failures: Counter,
+    /// PutStart requests that failed to allocate (`master_put_start_alloc_failures_total`).
     pub put_start_alloc_failures: Counter,
+    /// PutStart requests that got fewer replicas than asked
+    /// (`master_put_start_partial_allocations_total`).
     pub put_start_partial_allocations: Counter,
+    /// GetReplicaList requests (`master_get_replica_list_requests_total`).
     pub get_replica_list_requests: Counter,
+    /// Remove requests (`master_remove_requests_total`).
     pub remove_requests: Counter,
+    /// Ping requests (`master_ping_requests_total`).
     pub ping_requests: Counter,
+    /// MountSegment requests (`master_mount_segment_requests_total`).
     pub mount_segment_requests: Counter,
+    /// UnmountSegment requests (`master_unmount_segment_requests_total`).
     pub unmount_segment_requests: Counter,
+    /// Eviction rounds that freed something (`master_successful_evictions_total`).
     pub successful_evictions: Counter,
+    /// Eviction rounds started (`master_attempted_evictions_total`).
     pub attempted_evictions: Counter,
+    /// Objects evicted (`master_evicted_key_count`).
     pub evicted_key_count: Counter,
+    /// Bytes evicted (`master_evicted_size_bytes`).
     pub evicted_size_bytes: Counter,
+}
+
+impl MasterMetrics {
+    /// The counters as (exported name, help, counter).
+    fn counters(&self) -> [(&'static str, &'static str, &Counter); 13] {
+        [
+            (
+                "master_put_start_requests_total",
+                "Total PutStart requests",
+                &self.put_start_requests,
+            ),
+            (
+                "master_put_start_failures_total",
+                "Total failed PutStart requests",
+                &self.put_start_failures,
+            ),
+            (
+                "master_put_start_alloc_failures_total",
+                "Total PutStart requests that failed to allocate space",
+                &self.put_start_alloc_failures,
+            ),
+            (
+                "master_put_start_partial_allocations_total",
+                "Total PutStart requests that allocated fewer replicas than requested",
+                &self.put_start_partial_allocations,
+            ),
+            (
+                "master_get_replica_list_requests_total",
+                "Total GetReplicaList requests",
+                &self.get_replica_list_requests,
+            ),
+            (
+                "master_remove_requests_total",
+                "Total Remove requests",
+                &self.remove_requests,
+            ),
+            (
+                "master_ping_requests_total",
+                "Total Ping requests",
+                &self.ping_requests,
+            ),
+            (
+                "master_mount_segment_requests_total",
+                "Total MountSegment requests",
+                &self.mount_segment_requests,
+            ),
+            (
+                "master_unmount_segment_requests_total",
+                "Total UnmountSegment requests",
+                &self.unmount_segment_requests,
+            ),
+            (
+                "master_successful_evictions_total",
+                "Total eviction rounds that freed space",
+                &self.successful_evictions,
+            ),
+            (
+                "master_attempted_evictions_total",
+                "Total eviction rounds attempted",
+                &self.attempted_evictions,
+            ),
+            (
+                "master_evicted_key_count",
+                "Total objects evicted",
+                &self.evicted_key_count,
+            ),
+            (
+                "master_evicted_size_bytes",
+                "Total bytes evicted",
+                &self.evicted_size_bytes,
+            ),
+        ]
+    }
+
+    /// Render all counters plus the gauges in `g` as Prometheus text (0.0.4).
+    pub fn encode(&self, g: &GaugeSnapshot) -> String {
+        let mut out = String::with_capacity(4096);
+        let gauges = [
+            (
+                "master_allocated_bytes",
+                "Bytes allocated in mounted segments",
+                g.allocated_bytes,
+            ),
+            (
+                "master_total_capacity_bytes",
+                "Total bytes of mounted segments",
+                g.total_capacity_bytes,
+            ),
+            ("master_key_count", "Number of objects", g.key_count),
+            (
+                "master_soft_pin_key_count",
+                "Number of soft-pinned objects",
+                g.soft_pin_key_count,
+            ),
+            (
+                "master_active_clients",
+                "Number of live clients",
+                g.active_clients,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            let _ = write!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"
+            );
+        }
+        for (name, help, c) in self.counters() {
+            let _ = write!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
+                c.get()
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_snapshot_and_counters() {
+        let m = MasterMetrics::default();
+        let text = m.encode(&GaugeSnapshot::default());
+        assert!(text.contains("\nmaster_key_count 0\n"));
+        assert!(text.contains("# TYPE master_key_count gauge\n"));
+        assert!(text.contains("# HELP master_active_clients "));
+        assert!(text.contains("\nmaster_put_start_requests_total 0\n"));
+        assert!(text.contains("\nmaster_evicted_key_count 0\n"));
+        for (name, _, _) in m.counters() {
+            assert!(text.contains(&format!("# TYPE {name} counter\n")), "{name}");
+            assert!(text.contains(&format!("# HELP {name} ")), "{name}");
+        }
+    }
+
+    #[test]
+    fn increments_show_up() {
+        let m = MasterMetrics::default();
+        m.put_start_requests.inc();
+        m.evicted_size_bytes.inc_by(4096);
+        m.put_start_partial_allocations.inc();
+        let g = GaugeSnapshot {
+            allocated_bytes: 5,
+            total_capacity_bytes: 64,
+            key_count: 1,
+            soft_pin_key_count: 0,
+            active_clients: 2,
+        };
+        let text = m.encode(&g);
+        for line in [
+            "master_put_start_requests_total 1",
+            "master_put_start_failures_total 0",
+            "master_put_start_partial_allocations_total 1",
+            "master_evicted_size_bytes 4096",
+            "master_allocated_bytes 5",
+            "master_total_capacity_bytes 64",
+            "master_key_count 1",
+            "master_active_clients 2",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(text.ends_with('\n'));
+    }
 }
