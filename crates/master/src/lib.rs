@@ -3,11 +3,15 @@
 //! RPC server, the embedded HTTP metadata server and the admin server.
 
 pub mod admin;
+pub mod allocator;
 pub mod config;
+mod eviction;
 pub mod flags;
 pub mod http_meta;
 pub mod metadata_kv;
 pub mod metrics;
+mod objects;
+mod placement;
 pub mod rpc;
 pub mod server;
 pub mod state;

@@ -1,46 +1,446 @@
-//! STUB — replaced by the lead.
-//!
-//! Minimal stand-in for the master core so the command line, HTTP servers and
-//! process orchestration build and run on the `master-io` branch.
-
-use std::sync::Arc;
-
-use mooncake_common::ErrorCode;
+//! The master's in-memory metadata: clients, mounted segments (each with its
+//! own allocator) and objects. All mutation goes through [`MasterState`],
+//! which serialises access with one lock; RPC handlers and background tasks
+//! (eviction, client TTL, discard sweep) call into it.
 
 use crate::admin::{AdminView, GaugeSnapshot, ReplicaView};
+use crate::allocator::OffsetAllocator;
 use crate::config::MasterConfig;
 use crate::metadata_kv::MetadataKv;
 use crate::metrics::MasterMetrics;
+use mooncake_common::proto::{ReplicaLoc, SegmentDesc, SoftPin};
+use mooncake_common::ErrorCode;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-/// The master's object/segment/client state (stub: empty).
-pub struct MasterState;
+/// A registered client.
+#[derive(Debug)]
+pub(crate) struct ClientEntry {
+    pub last_ping: Instant,
+    pub segments: Vec<String>,
+}
+
+/// A mounted segment and its allocator.
+#[derive(Debug)]
+pub(crate) struct SegmentEntry {
+    pub desc: SegmentDesc,
+    pub client_id: String,
+    pub alloc: OffsetAllocator,
+}
+
+/// Lifecycle of an object's replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ObjStatus {
+    Processing,
+    Complete,
+}
+
+/// One replica: a range in a segment.
+#[derive(Debug, Clone)]
+pub(crate) struct Replica {
+    pub segment: String,
+    pub segment_uuid: String,
+    pub offset: u64,
+}
+
+/// Pin change to apply when a write commits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PendingPin {
+    Keep,
+    Set(u64),
+    Clear,
+}
+
+/// An object's metadata.
+#[derive(Debug)]
+pub(crate) struct Object {
+    pub size: u64,
+    pub replicas: Vec<Replica>,
+    pub status: ObjStatus,
+    pub lease_deadline: Instant,
+    pub soft_pin_deadline: Option<Instant>,
+    pub hard_pin: bool,
+    pub put_start: Instant,
+    pub pending_pin: PendingPin,
+}
+
+/// Space of discarded writes, released at `at`.
+#[derive(Debug)]
+pub(crate) struct DeferredFree {
+    pub at: Instant,
+    pub segment: String,
+    pub segment_uuid: String,
+    pub offset: u64,
+    pub size: u64,
+}
+
+/// Everything under the master lock.
+#[derive(Debug, Default)]
+pub(crate) struct Inner {
+    pub clients: HashMap<String, ClientEntry>,
+    pub segments: HashMap<String, SegmentEntry>,
+    pub objects: HashMap<String, Object>,
+    pub deferred: Vec<DeferredFree>,
+}
+
+/// The master's shared state.
+pub struct MasterState {
+    pub(crate) cfg: MasterConfig,
+    pub(crate) metrics: Arc<MasterMetrics>,
+    pub(crate) metadata: Option<Arc<MetadataKv>>,
+    pub(crate) inner: Mutex<Inner>,
+    pub(crate) need_eviction: AtomicBool,
+}
 
 impl MasterState {
-    /// Build the state from the effective configuration.
+    /// Create the state; call [`MasterState::start_background`] inside a tokio runtime.
     pub fn new(
         cfg: MasterConfig,
         metrics: Arc<MasterMetrics>,
         metadata: Option<Arc<MetadataKv>>,
     ) -> Arc<Self> {
-        let _ = (cfg, metrics, metadata);
-        Arc::new(MasterState)
+        Arc::new(MasterState {
+            cfg,
+            metrics,
+            metadata,
+            inner: Mutex::new(Inner::default()),
+            need_eviction: AtomicBool::new(false),
+        })
     }
 
-    /// Spawn background tasks (eviction, client TTL); call inside the runtime.
-    pub fn start_background(self: &Arc<Self>) {}
+    /// The effective configuration.
+    pub fn config(&self) -> &MasterConfig {
+        &self.cfg
+    }
+
+    /// Spawn the periodic tasks: eviction (10 ms), client TTL and discard sweep.
+    pub fn start_background(self: &Arc<Self>) {
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                me.eviction_pass();
+            }
+        });
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(200));
+            loop {
+                tick.tick().await;
+                me.expire_clients();
+                me.sweep_discarded();
+            }
+        });
+    }
+
+    /// Heartbeat. Returns true when the client is unknown and must remount.
+    pub fn ping(&self, client_id: &str) -> bool {
+        self.metrics.ping_requests.inc();
+        let mut g = self.inner.lock();
+        match g.clients.get_mut(client_id) {
+            Some(c) => {
+                c.last_ping = Instant::now();
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// Mount (or remount) a segment for a client.
+    pub fn mount_segment(&self, client_id: &str, desc: SegmentDesc) -> Result<(), ErrorCode> {
+        self.metrics.mount_segment_requests.inc();
+        let mut g = self.inner.lock();
+        if let Some(existing) = g.segments.get(&desc.name) {
+            if existing.client_id != client_id {
+                return Err(ErrorCode::SegmentAlreadyExists);
+            }
+            if existing.desc.uuid == desc.uuid {
+                return Ok(());
+            }
+            let name = desc.name.clone();
+            g.drop_segment(&name);
+        }
+        if desc.size > 0 {
+            g.segments.insert(
+                desc.name.clone(),
+                SegmentEntry {
+                    alloc: OffsetAllocator::new(desc.size),
+                    desc: desc.clone(),
+                    client_id: client_id.to_string(),
+                },
+            );
+        }
+        let client = g
+            .clients
+            .entry(client_id.to_string())
+            .or_insert_with(|| ClientEntry {
+                last_ping: Instant::now(),
+                segments: Vec::new(),
+            });
+        client.last_ping = Instant::now();
+        if desc.size > 0 && !client.segments.contains(&desc.name) {
+            client.segments.push(desc.name);
+        }
+        Ok(())
+    }
+
+    /// Unmount one segment of a client; its replicas are dropped.
+    pub fn unmount_segment(&self, client_id: &str, name: &str) -> Result<(), ErrorCode> {
+        self.metrics.unmount_segment_requests.inc();
+        let mut g = self.inner.lock();
+        match g.segments.get(name) {
+            Some(s) if s.client_id == client_id => {}
+            Some(_) => return Err(ErrorCode::IllegalClient),
+            None => return Err(ErrorCode::SegmentNotFound),
+        }
+        g.drop_segment(name);
+        if let Some(c) = g.clients.get_mut(client_id) {
+            c.segments.retain(|s| s != name);
+        }
+        Ok(())
+    }
+
+    /// A client leaves: drop all of its segments and forget it.
+    pub fn disconnect(&self, client_id: &str) {
+        let mut g = self.inner.lock();
+        if let Some(c) = g.clients.remove(client_id) {
+            for s in c.segments {
+                g.drop_segment(&s);
+            }
+        }
+    }
+
+    /// Expire clients that missed their TTL.
+    pub(crate) fn expire_clients(&self) {
+        let ttl = Duration::from_secs(self.cfg.client_ttl_sec.max(0) as u64);
+        let now = Instant::now();
+        let mut expired_segments = Vec::new();
+        {
+            let mut g = self.inner.lock();
+            let dead: Vec<String> = g
+                .clients
+                .iter()
+                .filter(|(_, c)| now.duration_since(c.last_ping) > ttl)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in dead {
+                if let Some(c) = g.clients.remove(&id) {
+                    tracing::warn!(client = %id, segments = ?c.segments, "client expired after missing heartbeats");
+                    for s in c.segments {
+                        g.drop_segment(&s);
+                        expired_segments.push(s);
+                    }
+                }
+            }
+        }
+        if self.cfg.enable_metadata_cleanup_on_timeout {
+            if let Some(kv) = &self.metadata {
+                for s in expired_segments {
+                    kv.cleanup_segment(&s);
+                }
+            }
+        }
+    }
+
+    /// Release deferred frees whose time has come and discard stale PROCESSING puts.
+    pub(crate) fn sweep_discarded(&self) {
+        let now = Instant::now();
+        let discard = Duration::from_secs(self.cfg.put_start_discard_timeout_sec);
+        let release = Duration::from_secs(self.cfg.put_start_release_timeout_sec);
+        let mut g = self.inner.lock();
+        let stale: Vec<String> = g
+            .objects
+            .iter()
+            .filter(|(_, o)| {
+                o.status == ObjStatus::Processing && now.duration_since(o.put_start) > discard
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in stale {
+            g.discard_processing(&k, release);
+        }
+        let due: Vec<DeferredFree> = {
+            let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut g.deferred)
+                .into_iter()
+                .partition(|d| d.at <= now);
+            g.deferred = keep;
+            due
+        };
+        for d in due {
+            if let Some(seg) = g.segments.get_mut(&d.segment) {
+                if seg.desc.uuid == d.segment_uuid {
+                    seg.alloc.free(d.offset, d.size);
+                }
+            }
+        }
+    }
+
+    /// Used and total bytes over all segments.
+    pub fn usage(&self) -> (u64, u64) {
+        self.inner.lock().usage()
+    }
+}
+
+impl Inner {
+    /// Used and total bytes over all segments.
+    pub fn usage(&self) -> (u64, u64) {
+        self.segments.values().fold((0, 0), |(u, t), s| {
+            (u + s.alloc.used(), t + s.alloc.capacity())
+        })
+    }
+
+    /// Remove a segment: drop its replicas, erase objects left without one.
+    pub fn drop_segment(&mut self, name: &str) {
+        self.segments.remove(name);
+        self.deferred.retain(|d| d.segment != name);
+        let mut empty = Vec::new();
+        for (k, o) in self.objects.iter_mut() {
+            let before = o.replicas.len();
+            o.replicas.retain(|r| r.segment != name);
+            if o.replicas.is_empty() && before > 0 {
+                empty.push(k.clone());
+            }
+        }
+        for k in empty {
+            self.objects.remove(&k);
+        }
+    }
+
+    /// Free an object's replicas now.
+    pub fn free_replicas(&mut self, replicas: &[Replica], size: u64) {
+        for r in replicas {
+            if let Some(seg) = self.segments.get_mut(&r.segment) {
+                if seg.desc.uuid == r.segment_uuid {
+                    seg.alloc.free(r.offset, size);
+                }
+            }
+        }
+    }
+
+    /// Discard a stale PROCESSING object; its space is released later.
+    pub fn discard_processing(&mut self, key: &str, release: Duration) {
+        if let Some(o) = self.objects.remove(key) {
+            let at = o.put_start + release;
+            for r in o.replicas {
+                self.deferred.push(DeferredFree {
+                    at,
+                    segment: r.segment,
+                    segment_uuid: r.segment_uuid,
+                    offset: r.offset,
+                    size: o.size,
+                });
+            }
+        }
+    }
+
+    /// Describe a replica for a client.
+    pub fn replica_loc(&self, r: &Replica, size: u64) -> Option<ReplicaLoc> {
+        let seg = self.segments.get(&r.segment)?;
+        Some(ReplicaLoc {
+            segment_name: seg.desc.name.clone(),
+            segment_uuid: seg.desc.uuid.clone(),
+            endpoint: seg.desc.endpoint.clone(),
+            host_id: seg.desc.host_id.clone(),
+            socket_name: seg.desc.socket_name.clone(),
+            segment_size: seg.desc.size,
+            base_addr: seg.desc.base_addr,
+            offset: r.offset,
+            size,
+        })
+    }
+}
+
+/// Map a soft-pin request to the change applied at commit.
+pub(crate) fn pending_pin(action: SoftPin, ttl: Option<u64>, default_ttl: u64) -> PendingPin {
+    match action {
+        SoftPin::Preserve => PendingPin::Keep,
+        SoftPin::Disable => PendingPin::Clear,
+        SoftPin::Enable => match ttl.unwrap_or(default_ttl) {
+            0 => PendingPin::Clear,
+            t => PendingPin::Set(t),
+        },
+    }
 }
 
 impl AdminView for MasterState {
-    fn query_key(&self, _key: &str) -> Result<Vec<ReplicaView>, ErrorCode> {
-        Err(ErrorCode::ObjectNotFound)
+    fn query_key(&self, key: &str) -> Result<Vec<ReplicaView>, ErrorCode> {
+        let infos = self.get_replica_list(&[key.to_string()]);
+        match infos.into_iter().next() {
+            Some(Ok(info)) => Ok(info
+                .replicas
+                .into_iter()
+                .map(|r| ReplicaView {
+                    size: r.size,
+                    buffer_address: r.base_addr + r.offset,
+                    transport_endpoint: r.endpoint,
+                })
+                .collect()),
+            Some(Err(e)) => Err(e),
+            None => Err(ErrorCode::InternalError),
+        }
     }
+
     fn all_keys(&self) -> Vec<String> {
-        Vec::new()
+        let mut v: Vec<String> = self.inner.lock().objects.keys().cloned().collect();
+        v.sort();
+        v
     }
+
     fn all_segments(&self) -> Vec<String> {
-        Vec::new()
+        let mut v: Vec<String> = self.inner.lock().segments.keys().cloned().collect();
+        v.sort();
+        v
     }
+
     fn gauges(&self) -> GaugeSnapshot {
-        GaugeSnapshot::default()
+        let g = self.inner.lock();
+        let (used, total) = g.usage();
+        let now = Instant::now();
+        GaugeSnapshot {
+            allocated_bytes: used,
+            total_capacity_bytes: total,
+            key_count: g.objects.len() as u64,
+            soft_pin_key_count: g
+                .objects
+                .values()
+                .filter(|o| o.soft_pin_deadline.is_some_and(|d| d > now))
+                .count() as u64,
+            active_clients: g.clients.len() as u64,
+        }
     }
+}
+
+/// Whether the pattern uses syntax that ECMAScript does not have (inline flags etc.).
+pub(crate) fn is_non_ecmascript(pattern: &str) -> bool {
+    let b = pattern.as_bytes();
+    let mut i = 0;
+    while i + 1 < b.len() {
+        if b[i] == b'\\' {
+            i += 2;
+            continue;
+        }
+        if b[i] == b'(' && b[i + 1] == b'?' {
+            match b.get(i + 2) {
+                Some(b':') => {}
+                _ => return true,
+            }
+        }
+        i += 1;
+    }
+    false
+}
+
+/// Convenience used by the eviction code: is the lease over?
+pub(crate) fn lease_expired(o: &Object, now: Instant) -> bool {
+    o.lease_deadline <= now
+}
+
+/// Record that eviction is needed (a put could not allocate).
+pub(crate) fn flag_eviction(state: &MasterState) {
+    state.need_eviction.store(true, Ordering::Relaxed);
 }
