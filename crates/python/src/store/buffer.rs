@@ -125,13 +125,20 @@ pub fn bytes_from<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyBy
 /// protocol as a 1-D, itemsize 1, format `"b"`, writable buffer.
 #[pyclass(module = "mooncake.store")]
 pub struct BufferHandle {
-    value: StagedValue,
+    /// The bytes; never resized, so exported pointers stay valid.
+    data: Vec<u8>,
+    /// Keeps the staging reservation of the read until the handle is dropped.
+    _staged: Option<StagedValue>,
 }
 
 impl BufferHandle {
-    /// Wrap a staged read.
-    pub fn new(value: StagedValue) -> Self {
-        BufferHandle { value }
+    /// Wrap a staged read (takes over its bytes and its reservation).
+    pub fn new(mut value: StagedValue) -> Self {
+        let data = std::mem::take(&mut value.data);
+        BufferHandle {
+            data,
+            _staged: Some(value),
+        }
     }
 }
 
@@ -139,18 +146,28 @@ static FORMAT_B: &[u8; 2] = b"b\0";
 
 #[pymethods]
 impl BufferHandle {
+    /// A handle over a private copy of `data` (internal; for tests and tools).
+    #[staticmethod]
+    fn _from_bytes(data: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let input = InputBuffer::acquire(data)?;
+        Ok(BufferHandle {
+            data: input.as_slice().to_vec(),
+            _staged: None,
+        })
+    }
+
     /// Address of the first byte.
     fn ptr(&self) -> usize {
-        self.value.data.as_ptr() as usize
+        self.data.as_ptr() as usize
     }
 
     /// Size in bytes.
     fn size(&self) -> usize {
-        self.value.data.len()
+        self.data.len()
     }
 
     fn __len__(&self) -> usize {
-        self.value.data.len()
+        self.data.len()
     }
 
     fn __repr__(&self) -> String {
@@ -171,7 +188,7 @@ impl BufferHandle {
         }
         let (buf, len) = {
             let mut this = slf.borrow_mut();
-            let data = &mut this.value.data;
+            let data = &mut this.data;
             (data.as_mut_ptr(), data.len())
         };
         // SAFETY: `view` is valid; `buf[..len]` is owned by `slf`, whose

@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use std::sync::Arc;
 
 /// Drop-in replacement for upstream's `mooncake.store.MooncakeDistributedStore`.
-#[pyclass(module = "mooncake.store", frozen)]
+#[pyclass(module = "mooncake.store", frozen, subclass)]
 pub struct MooncakeDistributedStore {
     client: RwLock<Option<Arc<Client>>>,
 }

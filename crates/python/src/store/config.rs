@@ -12,7 +12,7 @@ use pyo3::types::{PyDict, PyTuple, PyType};
 /// Soft-pin action of a write: `PRESERVE=0`, `ENABLE=1`, `DISABLE=2`.
 ///
 /// Like upstream's pybind11 enum it does not compare equal to plain ints.
-#[pyclass(module = "mooncake.store", eq, hash, frozen)]
+#[pyclass(module = "mooncake.store", eq, frozen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SoftPinAction {
     #[pyo3(name = "PRESERVE")]
@@ -71,6 +71,11 @@ impl SoftPinAction {
         *self as i64
     }
 
+    /// Hash of the integer value (as upstream's pybind11 enums).
+    fn __hash__(&self) -> u64 {
+        *self as u64
+    }
+
     fn __str__(&self) -> String {
         format!("SoftPinAction.{}", self.name())
     }
@@ -103,7 +108,7 @@ impl SoftPinAction {
 }
 
 /// Kind of data an object holds (recorded per object; no Tier 1 effect).
-#[pyclass(module = "mooncake.store", eq, hash, frozen)]
+#[pyclass(module = "mooncake.store", eq, frozen)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ObjectDataType {
     #[pyo3(name = "UNKNOWN")]
@@ -187,6 +192,11 @@ impl ObjectDataType {
         *self as i64
     }
 
+    /// Hash of the integer value (as upstream's pybind11 enums).
+    fn __hash__(&self) -> u64 {
+        *self as u64
+    }
+
     fn __str__(&self) -> String {
         format!("ObjectDataType.{}", self.name())
     }
@@ -232,7 +242,7 @@ pub type Rejection = (ErrorCode, &'static str);
 ///
 /// Upstream takes no constructor arguments; we also accept keyword
 /// arguments for any field. List fields return copies.
-#[pyclass(module = "mooncake.store")]
+#[pyclass(module = "mooncake.store", subclass)]
 #[derive(Clone, Debug)]
 pub struct ReplicateConfig {
     replica_num: u64,

@@ -119,9 +119,9 @@ pub fn fail_batch(py: Python<'_>, method: &str, failures: &[(&str, i64)], total:
 }
 
 /// Log a failure that applies to every item of a batch call (closed store,
-/// invalid arguments): `method: N keys: NAME (code): detail`.
+/// invalid arguments): `method: N items: NAME (code): detail`.
 pub fn fail_all(py: Python<'_>, method: &str, n: usize, code: i64, detail: &str) {
-    let mut msg = format!("{method}: {n} keys: {}", describe(code));
+    let mut msg = format!("{method}: {n} items: {}", describe(code));
     if !detail.is_empty() {
         let _ = write!(msg, ": {detail}");
     }
