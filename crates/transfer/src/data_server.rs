@@ -46,7 +46,14 @@ impl DataServer {
                     let _ = std::thread::Builder::new()
                         .name("mc-data-conn".into())
                         .spawn(move || {
-                            if let Err(e) = serve_conn(sock, seg) {
+                            let closer = sock.try_clone();
+                            let r = serve_conn(sock, seg);
+                            // The server keeps a clone for stop(); shut the
+                            // socket down so the peer sees the drop now.
+                            if let Ok(c) = closer {
+                                let _ = c.shutdown(Shutdown::Both);
+                            }
+                            if let Err(e) = r {
                                 if e.kind() != io::ErrorKind::UnexpectedEof {
                                     tracing::info!(error = %e, "data connection dropped");
                                 }

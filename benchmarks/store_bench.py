@@ -1,0 +1,541 @@
+#!/usr/bin/env python3
+"""Mooncake store benchmark: this project vs the upstream 0.3.13 wheel.
+
+    python benchmarks/store_bench.py                # both sides, full run (~5 min)
+    python benchmarks/store_bench.py --quick        # ~1 min
+    python benchmarks/store_bench.py --only upstream --json out.json
+
+The "ours" side runs with the current interpreter (its ``mooncake`` package and
+the ``mooncake_master`` next to it or on PATH). The "upstream" side re-invokes
+this script with ``/work/venv-upstream/bin/python`` (see upstream_env.sh) and
+``MOONCAKE_MASTER_BIN`` pointing at upstream's master. Each side starts its own
+master on free ports. One table is printed with both figures and ours/upstream.
+
+Scenarios:
+  inproc     one client owns the segment and reads/writes it
+  xproc      a writer child owns the segment and puts; this process, a pure
+             client (global_segment_size=0), reads (same-host path for ours)
+  xproc-tcp  as xproc with MC_FORCE_TCP=1 and MC_STORE_SAME_HOST=off in the reader
+  ranges     get_into_ranges of 64-byte rows (1/16/256/4096 ranges per call)
+
+Units: GB/s (1e9 B/s) for bandwidth rows, ops/s for 4 KiB rows, rows/s for ranges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+KiB = 1 << 10
+MiB = 1 << 20
+SIZES = [4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB]
+RANGE_COUNTS = [1, 16, 256, 4096]
+ROW = 64
+UPSTREAM_VENV = Path(os.environ.get("UPSTREAM_VENV", "/work/venv-upstream"))
+HERE = Path(__file__).resolve()
+
+
+# ------------------------------------------------------------------ utilities
+
+
+def free_port() -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if not 12300 <= port <= 14300:
+            return port
+
+
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def size_label(size: int) -> str:
+    return f"{size // MiB}MiB" if size >= MiB else f"{size // KiB}KiB"
+
+
+@contextlib.contextmanager
+def running_master(master_bin: str) -> Iterator[tuple[str, str]]:
+    rpc, http, metrics = free_port(), free_port(), free_port()
+    proc = subprocess.Popen(
+        [
+            master_bin,
+            f"--rpc_port={rpc}",
+            "--enable_http_metadata_server=true",
+            f"--http_metadata_server_port={http}",
+            f"--metrics_port={metrics}",
+            "--default_kv_lease_ttl=500",
+            "--eviction_high_watermark_ratio=0.98",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while not port_open(rpc):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"master {master_bin} did not start")
+            time.sleep(0.05)
+        yield f"127.0.0.1:{rpc}", f"http://127.0.0.1:{http}/metadata"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def env_overrides(env: dict[str, str]) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class Params:
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        self.total = (48 if quick else 192) * MiB  # bytes moved per measurement
+        self.max_ops = 600 if quick else 3000  # cap for small objects
+        self.range_calls = 0.4 if quick else 1.2  # seconds per ranges measurement
+        self.segment = self.total + 64 * MiB
+
+    def count(self, size: int) -> int:
+        return max(2, min(self.max_ops, self.total // size))
+
+
+def new_store(rpc: str, meta: str, segment: int, local_buffer: int) -> Any:
+    from mooncake.store import MooncakeDistributedStore
+
+    s = MooncakeDistributedStore()
+    rc = s.setup("127.0.0.1", meta, segment, local_buffer, "tcp", "", rpc)
+    if rc != 0:
+        raise RuntimeError(f"setup returned {rc}")
+    return s
+
+
+def batch_slices(n: int, size: int) -> list[tuple[int, int]]:
+    per = max(1, min(64, (32 * MiB) // size))
+    return [(i, min(n, i + per)) for i in range(0, n, per)]
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def check_all(rcs: list[int], want: int, what: str) -> None:
+    bad = [r for r in rcs if r != want]
+    if bad:
+        raise RuntimeError(f"{what}: {len(bad)} calls returned {bad[:3]} (want {want})")
+
+
+# ------------------------------------------------------------------ operations
+
+
+class Ops:
+    """Write/read workloads over one store, using one source and one dest buffer."""
+
+    def __init__(self, store: Any, p: Params) -> None:
+        import numpy as np
+
+        self.s = store
+        self.p = p
+        self.src = np.random.default_rng(7).integers(0, 256, p.total + 16 * MiB, np.uint8)
+        self.dst = np.zeros(p.total + 16 * MiB, np.uint8)
+        self.src_ptr = int(self.src.ctypes.data)
+        self.dst_ptr = int(self.dst.ctypes.data)
+        for ptr, arr in ((self.src_ptr, self.src), (self.dst_ptr, self.dst)):
+            rc = store.register_buffer(ptr, arr.nbytes)
+            if rc != 0:
+                raise RuntimeError(f"register_buffer returned {rc}")
+        self.values: dict[int, list[bytes]] = {}
+
+    def keys(self, prefix: str, size: int, n: int) -> list[str]:
+        return [f"{prefix}-{size}-{i}" for i in range(n)]
+
+    def write(self, method: str, keys: list[str], size: int) -> float:
+        s, n = self.s, len(keys)
+        if method == "put":
+            vals = [self.src[i * size : (i + 1) * size].tobytes() for i in range(n)]
+
+            def run() -> None:
+                check_all([s.put(k, v) for k, v in zip(keys, vals)], 0, "put")
+
+        elif method == "put_from":
+
+            def run() -> None:
+                rcs = [s.put_from(k, self.src_ptr + i * size, size) for i, k in enumerate(keys)]
+                check_all(rcs, 0, "put_from")
+
+        else:
+
+            def run() -> None:
+                for a, b in batch_slices(n, size):
+                    ptrs = [self.src_ptr + i * size for i in range(a, b)]
+                    rcs = s.batch_put_from(keys[a:b], ptrs, [size] * (b - a))
+                    check_all(rcs, 0, "batch_put_from")
+
+        return timed(run)
+
+    def read(self, method: str, keys: list[str], size: int) -> float:
+        s, n = self.s, len(keys)
+        if method == "get":
+
+            def run() -> None:
+                for k in keys:
+                    if len(s.get(k)) != size:
+                        raise RuntimeError(f"get {k} failed")
+
+        elif method == "get_into":
+
+            def run() -> None:
+                rcs = [s.get_into(k, self.dst_ptr + i * size, size) for i, k in enumerate(keys)]
+                check_all(rcs, size, "get_into")
+
+        else:
+
+            def run() -> None:
+                for a, b in batch_slices(n, size):
+                    ptrs = [self.dst_ptr + i * size for i in range(a, b)]
+                    rcs = s.batch_get_into(keys[a:b], ptrs, [size] * (b - a))
+                    check_all(rcs, size, "batch_get_into")
+
+        return timed(run)
+
+    def verify(self, keys: list[str], size: int) -> None:
+        n = len(keys)
+        if (self.dst[: n * size] != self.src[: n * size]).any():
+            raise RuntimeError("read bytes differ from written bytes")
+
+    def ranges(self, key: str, table_rows: int, count: int, seconds: float) -> float:
+        """rows/s for get_into_ranges with ``count`` random 64-byte rows per call."""
+        import numpy as np
+
+        rng = np.random.default_rng(count)
+        rows = rng.integers(0, table_rows, count)
+        src = [int(r) * ROW for r in rows]
+        dst = [i * ROW for i in range(count)]
+        sizes = [ROW] * count
+        calls, t0 = 0, time.perf_counter()
+        while True:
+            r = self.s.get_into_ranges([self.dst_ptr], [[key]], [[dst]], [[src]], [[sizes]])
+            if r[0][0][0] != ROW or r[0][0][-1] != ROW:
+                raise RuntimeError(f"get_into_ranges failed: {r[0][0][:3]}")
+            calls += 1
+            el = time.perf_counter() - t0
+            if el >= seconds and calls >= 3:
+                return calls * count / el
+
+
+def figure(size: int, n: int, secs: float) -> tuple[float, str]:
+    if size <= 4 * KiB:
+        return n / secs, "ops/s"
+    return n * size / secs / 1e9, "GB/s"
+
+
+# ------------------------------------------------------------------ writer child
+
+
+def writer_main(args: argparse.Namespace) -> int:
+    p = Params(args.quick)
+    store = new_store(args.rpc, args.meta, p.segment, 64 * MiB)
+    ops = Ops(store, p)
+    print(json.dumps({"ready": True, "host": store.get_hostname()}), flush=True)
+    for line in sys.stdin:
+        msg = json.loads(line)
+        if msg["op"] == "exit":
+            break
+        try:
+            if msg["op"] == "fill":
+                keys = ops.keys(msg["prefix"], msg["size"], msg["n"])
+                reply: dict[str, Any] = {"secs": ops.write("batch_put_from", keys, msg["size"])}
+            elif msg["op"] == "put_table":
+                n = msg["bytes"]
+                rc = store.put_from(msg["key"], ops.src_ptr, n)
+                reply = {"rc": rc}
+            elif msg["op"] == "clear":
+                reply = {"removed": store.remove_all(True)}
+            else:
+                reply = {"error": f"unknown op {msg['op']}"}
+        except Exception as e:  # noqa: BLE001 - reported to the parent
+            reply = {"error": repr(e)}
+        print(json.dumps(reply), flush=True)
+    store.close()
+    return 0
+
+
+class Writer:
+    def __init__(self, rpc: str, meta: str, quick: bool) -> None:
+        cmd = [sys.executable, str(HERE), "--writer", "--rpc", rpc, "--meta", meta]
+        if quick:
+            cmd.append("--quick")
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.hello = self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("writer child died")
+        msg = json.loads(line)
+        if "error" in msg:
+            raise RuntimeError(f"writer: {msg['error']}")
+        return msg
+
+    def call(self, **msg: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(msg) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.call(op="exit")
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+
+# ------------------------------------------------------------------ one side
+
+
+PAIRS = [("put", "get"), ("put_from", "get_into"), ("batch_put_from", "batch_get_into")]
+
+
+def side_main(args: argparse.Namespace) -> int:
+    p = Params(args.quick)
+    os.environ["MOONCAKE_MASTER_BIN"] = args.master_bin
+    rows: list[dict[str, Any]] = []
+
+    def add(scenario: str, op: str, size: str, value: float, unit: str) -> None:
+        rows.append({"scenario": scenario, "op": op, "size": size, "value": value, "unit": unit})
+        print(f"  {scenario:10s} {op:15s} {size:>6s} {value:14.3f} {unit}", file=sys.stderr)
+
+    with running_master(args.master_bin) as (rpc, meta):
+        # ---- in-process
+        store = new_store(rpc, meta, p.segment, 64 * MiB)
+        ops = Ops(store, p)
+        for size in SIZES:
+            n = p.count(size)
+            for wm, rm in PAIRS:
+                keys = ops.keys(wm, size, n)
+                ops.write(wm, keys[:2], size)  # warm-up
+                store.remove_all(True)
+                secs = ops.write(wm, keys, size)
+                add("inproc", wm, size_label(size), *figure(size, n, secs))
+                secs = ops.read(rm, keys, size)
+                add("inproc", rm, size_label(size), *figure(size, n, secs))
+                if rm != "get":
+                    ops.verify(keys, size)
+                store.remove_all(True)
+        # ranges, in-process
+        table_rows = 4096 * 16
+        rc = store.put_from("table", ops.src_ptr, table_rows * ROW)
+        if rc != 0:
+            raise RuntimeError(f"put table: {rc}")
+        for c in RANGE_COUNTS:
+            add(
+                "inproc",
+                "get_into_ranges",
+                f"{c}r",
+                ops.ranges("table", table_rows, c, p.range_calls),
+                "rows/s",
+            )
+        store.remove_all(True)
+        store.close()
+
+        # ---- cross-process
+        writer = Writer(rpc, meta, args.quick)
+        try:
+            for scenario, env in (
+                ("xproc", {}),
+                ("xproc-tcp", {"MC_FORCE_TCP": "1", "MC_STORE_SAME_HOST": "off"}),
+            ):
+                with env_overrides(env):
+                    reader = new_store(rpc, meta, 0, 64 * MiB)
+                    rops = Ops(reader, p)
+                    for size in SIZES:
+                        n = p.count(size)
+                        writer.call(op="fill", prefix="x", size=size, n=n)
+                        keys = rops.keys("x", size, n)
+                        rops.read("get_into", keys[:2], size)  # warm-up / mapping
+                        for rm in ("get", "get_into", "batch_get_into"):
+                            secs = rops.read(rm, keys, size)
+                            add(scenario, rm, size_label(size), *figure(size, n, secs))
+                        writer.call(op="clear")
+                    r = writer.call(op="put_table", key="table", bytes=table_rows * ROW)
+                    if r.get("rc") != 0:
+                        raise RuntimeError(f"writer put table: {r}")
+                    rops.ranges("table", table_rows, 16, 0.05)  # warm-up
+                    for c in RANGE_COUNTS:
+                        add(
+                            scenario,
+                            "get_into_ranges",
+                            f"{c}r",
+                            rops.ranges("table", table_rows, c, p.range_calls),
+                            "rows/s",
+                        )
+                    writer.call(op="clear")
+                    reader.close()
+        finally:
+            writer.close()
+    print(json.dumps({"rows": rows}), flush=True)
+    return 0
+
+
+# ------------------------------------------------------------------ orchestration
+
+
+def find_ours_master() -> str | None:
+    env = os.environ.get("MOONCAKE_MASTER_BIN_OURS")
+    if env:
+        return env
+    sib = Path(sys.executable).parent / "mooncake_master"
+    if sib.exists():
+        return str(sib)
+    return shutil.which("mooncake_master")
+
+
+def find_upstream_master(python: Path) -> str | None:
+    code = (
+        "import os, mooncake\n"
+        "for b in mooncake.__path__:\n"
+        "    p = os.path.join(b, 'mooncake_master')\n"
+        "    if os.path.exists(p): print(p); break\n"
+    )
+    try:
+        out = subprocess.run(
+            [str(python), "-c", code], capture_output=True, text=True, timeout=60, check=False
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out or None
+
+
+def run_side(name: str, python: str, master: str, quick: bool) -> list[dict[str, Any]] | str:
+    cmd = [python, str(HERE), "--side", name, "--master-bin", master]
+    if quick:
+        cmd.append("--quick")
+    env = dict(os.environ, MOONCAKE_MASTER_BIN=master)
+    print(f"== {name}: {python} (master {master})", file=sys.stderr, flush=True)
+    try:
+        r = subprocess.run(
+            cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=env, timeout=900, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith('{"rows"')]
+    if r.returncode != 0 or not lines:
+        return f"failed (exit {r.returncode})"
+    return json.loads(lines[-1])["rows"]
+
+
+def print_table(results: dict[str, list[dict[str, Any]] | str]) -> None:
+    table: dict[tuple[str, str, str], dict[str, Any]] = {}
+    order: list[tuple[str, str, str]] = []
+    for side, rows in results.items():
+        if isinstance(rows, str):
+            continue
+        for r in rows:
+            k = (r["scenario"], r["op"], r["size"])
+            if k not in table:
+                table[k] = {"unit": r["unit"]}
+                order.append(k)
+            table[k][side] = r["value"]
+    for side, rows in results.items():
+        if isinstance(rows, str):
+            print(f"# {side}: {rows}")
+    hdr = (
+        f"{'scenario':10s} {'op':16s} {'size':>6s} {'unit':>6s} {'ours':>12s} "
+        f"{'upstream':>12s} {'ours/up':>8s}"
+    )
+    print(hdr)
+    print("-" * len(hdr))
+    for k in order:
+        row = table[k]
+        ours, up = row.get("ours"), row.get("upstream")
+        ratio = f"{ours / up:8.2f}" if ours is not None and up else f"{'-':>8s}"
+
+        def fmt(v: float | None, row: dict[str, Any] = row) -> str:
+            if v is None:
+                return f"{'-':>12s}"
+            return f"{v:12.3f}" if row["unit"] == "GB/s" else f"{v:12.0f}"
+
+        print(f"{k[0]:10s} {k[1]:16s} {k[2]:>6s} {row['unit']:>6s} {fmt(ours)} {fmt(up)} {ratio}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="~1 minute run")
+    ap.add_argument("--only", choices=["ours", "upstream"])
+    ap.add_argument("--json", metavar="OUT", help="write all figures as JSON")
+    ap.add_argument("--upstream-python", default=str(UPSTREAM_VENV / "bin" / "python"))
+    # internal modes
+    ap.add_argument("--side", help=argparse.SUPPRESS)
+    ap.add_argument("--master-bin", help=argparse.SUPPRESS)
+    ap.add_argument("--writer", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--rpc", help=argparse.SUPPRESS)
+    ap.add_argument("--meta", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.writer:
+        return writer_main(args)
+    if args.side:
+        return side_main(args)
+
+    results: dict[str, list[dict[str, Any]] | str] = {}
+    t0 = time.monotonic()
+    if args.only in (None, "ours"):
+        m = find_ours_master()
+        results["ours"] = (
+            run_side("ours", sys.executable, m, args.quick) if m else "mooncake_master not found"
+        )
+    if args.only in (None, "upstream"):
+        up_py = Path(args.upstream_python)
+        m = find_upstream_master(up_py) if up_py.exists() else None
+        results["upstream"] = (
+            run_side("upstream", str(up_py), m, args.quick)
+            if m
+            else f"upstream venv not found at {up_py} (run benchmarks/upstream_env.sh)"
+        )
+    print_table(results)
+    print(f"# total {time.monotonic() - t0:.0f}s{' (quick)' if args.quick else ''}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"quick": args.quick, "results": results}, f, indent=1)
+    ok = any(not isinstance(v, str) for v in results.values())
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

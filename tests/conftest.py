@@ -1,0 +1,566 @@
+"""Shared fixtures for the Mooncake store acceptance suite.
+
+The suite runs against whatever ``mooncake.store`` the current interpreter
+imports and a REAL ``mooncake_master`` process. The master binary is taken from
+``$MOONCAKE_MASTER_BIN``, else the ``mooncake_master`` next to ``sys.executable``
+(the venv's console script), else ``mooncake_master`` on ``PATH``.
+
+Markers:
+  ours  -- behaviour that is ours (spec *(ours)* lines, §7 deviations); it is
+           expected to fail on upstream 0.3.13. ``-m "not ours"`` selects the
+           upstream-comparable subset.
+
+Every wait is bounded and every process started here is killed at teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.common import pattern  # noqa: F401  (re-exported for tests)
+
+REPO = Path(__file__).resolve().parent.parent
+HELPERS = Path(__file__).resolve().parent / "helpers"
+
+MiB = 1 << 20
+SEGMENT_SIZE = 64 * MiB
+LOCAL_BUFFER_SIZE = 16 * MiB
+DEFAULT_LEASE_TTL_MS = 500
+
+# Per-test wall-clock cap (seconds) applied when pytest-timeout is installed.
+DEFAULT_TEST_TIMEOUT = 120
+
+
+# ---------------------------------------------------------------- pytest hooks
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "ours: behaviour specific to this implementation (spec '(ours)' lines or §7 "
+        "deviations); expected to fail on upstream Mooncake 0.3.13",
+    )
+    config.addinivalue_line("markers", "slow: takes several seconds (faults, TTL expiry)")
+    if not config.pluginmanager.hasplugin("timeout"):
+        config.addinivalue_line("markers", "timeout(seconds): per-test time limit")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("timeout"):
+        return
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(DEFAULT_TEST_TIMEOUT, method="thread"))
+
+
+# ---------------------------------------------------------------- small utils
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1 (outside the client port range)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if not 12300 <= port <= 14300:
+            return port
+    raise RuntimeError("could not find a free port")
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.05) -> Any:
+    """Poll ``pred`` until truthy or ``timeout`` seconds pass; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        val = pred()
+        if val or time.monotonic() >= deadline:
+            return val
+        time.sleep(interval)
+
+
+def http_request(
+    url: str, method: str = "GET", body: bytes | None = None, timeout: float = 5.0
+) -> tuple[int, bytes, dict[str, str]]:
+    """(status, body, headers) for a request; HTTP errors are returned, not raised.
+
+    Connection refusals are retried until ``timeout`` (servers that start late).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        req = urllib.request.Request(url, data=body, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, resp.read(), dict(resp.headers.items())
+        except urllib.error.HTTPError as e:
+            return e.code, e.read(), dict(e.headers.items())
+        except (urllib.error.URLError, ConnectionError) as e:
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"{method} {url} failed: {e}") from e
+            time.sleep(0.1)
+
+
+def master_bin() -> str:
+    env = os.environ.get("MOONCAKE_MASTER_BIN")
+    if env:
+        return env
+    sibling = Path(sys.executable).parent / "mooncake_master"
+    if sibling.exists():
+        return str(sibling)
+    found = shutil.which("mooncake_master")
+    if found:
+        return found
+    pytest.skip("mooncake_master not found (set MOONCAKE_MASTER_BIN)")
+    raise AssertionError("unreachable")
+
+
+def _kill_tree(proc: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(sig)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+# ---------------------------------------------------------------- master
+
+
+class Master:
+    """A real ``mooncake_master`` process on free ports."""
+
+    def __init__(self, tmpdir: Path, **flags: Any) -> None:
+        self.rpc_port = free_port()
+        self.http_port = free_port()
+        self.metrics_port = free_port()
+        self.flags: dict[str, Any] = {
+            "default_kv_lease_ttl": DEFAULT_LEASE_TTL_MS,
+        }
+        self.flags.update(flags)
+        self.tmpdir = tmpdir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = tmpdir / f"master-{self.rpc_port}.log"
+        self.start()
+
+    @property
+    def rpc_addr(self) -> str:
+        return f"127.0.0.1:{self.rpc_port}"
+
+    @property
+    def metadata_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/metadata"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    def argv(self) -> list[str]:
+        args = [
+            master_bin(),
+            f"--rpc_port={self.rpc_port}",
+            "--enable_http_metadata_server=true",
+            f"--http_metadata_server_port={self.http_port}",
+            f"--metrics_port={self.metrics_port}",
+        ]
+        for k, v in self.flags.items():
+            if isinstance(v, bool):
+                v = "true" if v else "false"
+            args.append(f"--{k}={v}")
+        return args
+
+    def start(self, timeout: float = 10.0) -> None:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
+        try:
+            self.proc = subprocess.Popen(
+                self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        finally:
+            log.close()
+        ok = wait_until(
+            lambda: (
+                self.proc is not None and (self.proc.poll() is not None or port_open(self.rpc_port))
+            ),
+            timeout,
+        )
+        if not ok or self.proc.poll() is not None:
+            self.kill()
+            raise AssertionError(f"master did not come up:\n{self.log_text()[-4000:]}")
+
+    def wait_admin(self, timeout: float = 10.0) -> None:
+        assert wait_until(lambda: port_open(self.metrics_port), timeout), "admin port not up"
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            _kill_tree(self.proc, signal.SIGKILL)
+
+    def restart(self, timeout: float = 10.0) -> None:
+        """SIGKILL the master and start it again on the same ports."""
+        self.kill()
+        # The old listening sockets may linger for a moment; retry binding.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.start(timeout=max(1.0, deadline - time.monotonic()))
+                return
+            except AssertionError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    # admin helpers
+    def admin_get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes, dict[str, str]]:
+        return http_request(self.admin_url + path, timeout=timeout)
+
+    def metric(self, name: str) -> float | None:
+        status, body, _ = self.admin_get("/metrics")
+        assert status == 200
+        for line in body.decode().splitlines():
+            if line.startswith("#"):
+                continue
+            parts = line.split()
+            if len(parts) >= 2 and (parts[0] == name or parts[0].startswith(name + "{")):
+                return float(parts[1])
+        return None
+
+    def segments(self) -> list[str]:
+        status, body, _ = self.admin_get("/get_all_segments")
+        assert status == 200
+        return [s for s in body.decode().splitlines() if s]
+
+    def query_key(self, key: str) -> tuple[int, Any]:
+        from urllib.parse import quote
+
+        status, body, _ = self.admin_get("/query_key?key=" + quote(key, safe=""))
+        try:
+            return status, json.loads(body)
+        except ValueError:
+            return status, body
+
+
+@pytest.fixture
+def master_factory(tmp_path: Path) -> Iterator[Callable[..., Master]]:
+    """``master_factory(**flags)`` starts a fresh master; all are killed at teardown."""
+    started: list[Master] = []
+
+    def make(**flags: Any) -> Master:
+        m = Master(tmp_path, **flags)
+        started.append(m)
+        return m
+
+    yield make
+    for m in started:
+        m.kill()
+
+
+@pytest.fixture
+def master(master_factory: Callable[..., Master]) -> Master:
+    """A fresh master with the suite defaults (lease ttl 500 ms)."""
+    return master_factory()
+
+
+@pytest.fixture(scope="module")
+def shared_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Master]:
+    """One master per test module, for tests that only touch their own keys."""
+    m = Master(tmp_path_factory.mktemp("shared-master"))
+    yield m
+    m.kill()
+
+
+# ---------------------------------------------------------------- store
+
+
+def _store_cls() -> Any:
+    from mooncake.store import MooncakeDistributedStore
+
+    return MooncakeDistributedStore
+
+
+def new_store(
+    m: Master,
+    global_segment_size: int = SEGMENT_SIZE,
+    local_buffer_size: int = LOCAL_BUFFER_SIZE,
+    local_hostname: str = "127.0.0.1",
+) -> tuple[Any, int]:
+    s = _store_cls()()
+    rc = s.setup(
+        local_hostname,
+        m.metadata_url,
+        global_segment_size,
+        local_buffer_size,
+        "tcp",
+        "",
+        m.rpc_addr,
+    )
+    return s, rc
+
+
+class StoreFactory:
+    def __init__(self, default_master: Callable[[], Master]) -> None:
+        self._default_master = default_master
+        self.stores: list[Any] = []
+
+    def __call__(
+        self,
+        m: Master | None = None,
+        global_segment_size: int = SEGMENT_SIZE,
+        local_buffer_size: int = LOCAL_BUFFER_SIZE,
+        local_hostname: str = "127.0.0.1",
+        expect_rc: int | None = 0,
+    ) -> Any:
+        m = m or self._default_master()
+        s, rc = new_store(m, global_segment_size, local_buffer_size, local_hostname)
+        self.stores.append(s)
+        if expect_rc is not None:
+            assert rc == expect_rc, f"setup returned {rc}"
+        return s
+
+    def raw(self) -> Any:
+        s = _store_cls()()
+        self.stores.append(s)
+        return s
+
+    def close_all(self) -> None:
+        for s in reversed(self.stores):
+            with contextlib.suppress(Exception):
+                s.close()
+        self.stores.clear()
+
+
+@pytest.fixture
+def store_factory(
+    request: pytest.FixtureRequest, master_factory: Callable[..., Master]
+) -> Iterator[StoreFactory]:
+    """``store_factory(master=None, global_segment_size=64MiB, local_buffer_size=16MiB)``.
+
+    Without a master argument it uses the module's ``shared_master``. Stores are
+    closed before any master started by ``master_factory`` is killed.
+    """
+    f = StoreFactory(lambda: request.getfixturevalue("shared_master"))
+    yield f
+    f.close_all()
+
+
+@pytest.fixture
+def store(store_factory: StoreFactory) -> Any:
+    """A set-up store (64 MiB segment, 16 MiB local buffer) on the module master."""
+    return store_factory()
+
+
+_key_counter = 0
+
+
+@pytest.fixture
+def key(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """``key("k1")`` -> a key unique to this test (tests share module masters)."""
+    global _key_counter
+    _key_counter += 1
+    prefix = f"{request.node.name}-{os.getpid()}-{_key_counter}"
+
+    def k(name: str) -> str:
+        return f"{prefix}/{name}"
+
+    return k
+
+
+# ---------------------------------------------------------------- numpy buffers
+
+
+class Buffers:
+    """Allocates numpy buffers and keeps them alive for the test."""
+
+    def __init__(self) -> None:
+        self.arrays: list[Any] = []
+
+    def __call__(self, size: int, fill: int | None = None) -> Any:
+        import numpy as np
+
+        arr = np.zeros(size, dtype=np.uint8) if fill is None else np.full(size, fill, np.uint8)
+        self.arrays.append(arr)
+        return arr
+
+
+@pytest.fixture
+def buf() -> Buffers:
+    return Buffers()
+
+
+def ptr(arr: Any) -> int:
+    return int(arr.ctypes.data)
+
+
+# ---------------------------------------------------------------- child clients
+
+
+class ChildError(AssertionError):
+    pass
+
+
+class Child:
+    """A client process (tests/helpers/store_client.py) driven by JSON lines."""
+
+    def __init__(self, tmpdir: Path, env: dict[str, str] | None = None) -> None:
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        full_env["PYTHONUNBUFFERED"] = "1"
+        self.log_path = Path(tempfile.mkstemp(prefix="child-", suffix=".log", dir=tmpdir)[1])
+        log = open(self.log_path, "wb")  # noqa: SIM115
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(HELPERS / "store_client.py")],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=full_env,
+                cwd=str(REPO),
+            )
+        finally:
+            log.close()
+        self._buf = b""
+        hello = self._readline(30.0)
+        assert hello.get("ready"), hello
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _readline(self, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        try:
+            while b"\n" not in self._buf:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ChildError(f"child timed out after {timeout}s; log:\n{self.log_tail()}")
+                if not sel.select(min(left, 0.5)):
+                    if self.proc.poll() is not None:
+                        raise ChildError(
+                            f"child exited rc={self.proc.returncode}; log:\n{self.log_tail()}"
+                        )
+                    continue
+                chunk = os.read(self.proc.stdout.fileno(), 65536)
+                if not chunk:
+                    self.proc.wait(timeout=5)
+                    raise ChildError(
+                        f"child exited rc={self.proc.returncode}; log:\n{self.log_tail()}"
+                    )
+                self._buf += chunk
+        finally:
+            sel.close()
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def call(self, op: str, timeout: float = 60.0, **kw: Any) -> Any:
+        assert self.proc.stdin is not None
+        msg = dict(kw, op=op)
+        self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+        self.proc.stdin.flush()
+        reply = self._readline(timeout)
+        if not reply.get("ok"):
+            raise ChildError(f"{op} failed in child: {reply.get('error')}")
+        return reply.get("result")
+
+    def setup(self, m: Master, **kw: Any) -> int:
+        args = {
+            "local_hostname": "127.0.0.1",
+            "metadata_server": m.metadata_url,
+            "global_segment_size": SEGMENT_SIZE,
+            "local_buffer_size": LOCAL_BUFFER_SIZE,
+            "protocol": "tcp",
+            "rdma_devices": "",
+            "master_server_addr": m.rpc_addr,
+        }
+        args.update(kw)
+        return int(self.call("setup", args=args))
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        _kill_tree(self.proc, sig)
+
+    def stop(self) -> None:
+        """Ask the child to close and exit; SIGKILL if it does not within 15 s."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(Exception):
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(b'{"op": "exit"}\n')
+                self.proc.stdin.flush()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=15)
+        self.kill()
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                with contextlib.suppress(Exception):
+                    f.close()
+
+
+@pytest.fixture
+def child_factory(
+    tmp_path: Path, master_factory: Callable[..., Master]
+) -> Iterator[Callable[..., Child]]:
+    """``child_factory(env={...})`` starts a client child process; all are killed at teardown."""
+    children: list[Child] = []
+
+    def make(env: dict[str, str] | None = None) -> Child:
+        c = Child(tmp_path, env)
+        children.append(c)
+        return c
+
+    yield make
+    for c in children:
+        c.kill()
+        for f in (c.proc.stdin, c.proc.stdout):
+            if f is not None:
+                with contextlib.suppress(Exception):
+                    f.close()
+
+
+def run_script(
+    args: list[str], timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``sys.executable`` with ``args`` (bounded); the child is killed on timeout."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=str(REPO),
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )

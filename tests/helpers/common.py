@@ -1,0 +1,24 @@
+"""Helpers shared by the test suite and its child-process scripts (no pytest import)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+_BLOCK = 1 << 20
+
+
+def pattern_array(size: int, seed: int = 0) -> np.ndarray:
+    """Deterministic pseudo-random uint8 array, identical in every process."""
+    out = np.empty(size, np.uint8)
+    idx = np.arange(min(size, _BLOCK), dtype=np.uint32)
+    for off in range(0, size, _BLOCK):
+        n = min(_BLOCK, size - off)
+        salt = np.uint32((seed * 97 + (off // _BLOCK) * 131 + 13) & 0xFFFFFFFF)
+        mixed = idx[:n] * np.uint32(2654435761) + salt
+        out[off : off + n] = (mixed >> np.uint32(13)).astype(np.uint8)
+    return out
+
+
+def pattern(size: int, seed: int = 0) -> bytes:
+    """``pattern_array(size, seed)`` as bytes."""
+    return pattern_array(size, seed).tobytes()

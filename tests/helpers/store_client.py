@@ -1,0 +1,138 @@
+"""A store client driven over stdin/stdout by JSON lines (used by the test suite).
+
+Protocol: the process prints ``{"ready": true}`` once imported. Then each stdin
+line is a JSON object ``{"op": NAME, ...}``; each reply is one line
+``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``.
+``{"op": "exit"}`` closes the store and exits 0. EOF on stdin does the same.
+
+Values are generated deterministically from ``(size, seed)`` so that writer and
+reader processes never ship bulk bytes through the pipe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+import numpy as np
+from common import pattern, pattern_array
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+
+
+class Client:
+    def __init__(self) -> None:
+        self.store: Any = MooncakeDistributedStore()
+        self.bufs: dict[int, np.ndarray] = {}
+
+    def _buffer(self, size: int) -> np.ndarray:
+        arr = self.bufs.get(size)
+        if arr is None:
+            arr = np.zeros(size, dtype=np.uint8)
+            self.bufs[size] = arr
+        return arr
+
+    @staticmethod
+    def _config(msg: dict[str, Any]) -> Any:
+        cfg = ReplicateConfig()
+        if "replica_num" in msg:
+            cfg.replica_num = int(msg["replica_num"])
+        if msg.get("preferred_segment"):
+            cfg.preferred_segment = msg["preferred_segment"]
+        return cfg
+
+    # ---- ops
+    def op_setup(self, msg: dict[str, Any]) -> Any:
+        a = msg["args"]
+        return self.store.setup(
+            a["local_hostname"],
+            a["metadata_server"],
+            int(a["global_segment_size"]),
+            int(a["local_buffer_size"]),
+            a["protocol"],
+            a["rdma_devices"],
+            a["master_server_addr"],
+        )
+
+    def op_ping(self, msg: dict[str, Any]) -> Any:
+        return "pong"
+
+    def op_hostname(self, msg: dict[str, Any]) -> Any:
+        return self.store.get_hostname()
+
+    def op_health(self, msg: dict[str, Any]) -> Any:
+        return self.store.health_check()
+
+    def op_put_pattern(self, msg: dict[str, Any]) -> Any:
+        size, seed = int(msg["size"]), int(msg.get("seed", 0))
+        if size > 8 << 20 or msg.get("from_buffer"):
+            arr = self._buffer(size)
+            arr[:] = pattern_array(size, seed)
+            return self.store.put_from(msg["key"], int(arr.ctypes.data), size, self._config(msg))
+        return self.store.put(msg["key"], pattern(size, seed), self._config(msg))
+
+    def op_put(self, msg: dict[str, Any]) -> Any:
+        return self.store.put(msg["key"], bytes.fromhex(msg["hex"]), self._config(msg))
+
+    def op_get(self, msg: dict[str, Any]) -> Any:
+        return self.store.get(msg["key"]).hex()
+
+    def op_check_pattern(self, msg: dict[str, Any]) -> Any:
+        """get_into a zeroed buffer; report the return code and whether bytes match."""
+        size = int(msg["size"])
+        arr = self._buffer(size)
+        arr[:] = 0
+        n = self.store.get_into(msg["key"], int(arr.ctypes.data), size)
+        ok = bool(n == size and np.array_equal(arr, pattern_array(size, int(msg.get("seed", 0)))))
+        return {"n": n, "match": ok}
+
+    def op_is_exist(self, msg: dict[str, Any]) -> Any:
+        return self.store.is_exist(msg["key"])
+
+    def op_remove(self, msg: dict[str, Any]) -> Any:
+        return self.store.remove(msg["key"], bool(msg.get("force", False)))
+
+    def op_stats(self, msg: dict[str, Any]) -> Any:
+        fn = getattr(self.store, "get_client_stats", None)
+        return None if fn is None else dict(fn())
+
+    def op_close(self, msg: dict[str, Any]) -> Any:
+        return self.store.close()
+
+    def op_getenv(self, msg: dict[str, Any]) -> Any:
+        return os.environ.get(msg["name"])
+
+
+def main() -> int:
+    client = Client()
+    out = sys.stdout
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        msg = json.loads(line)
+        op = msg.get("op")
+        if op == "exit":
+            break
+        fn = getattr(client, f"op_{op}", None)
+        try:
+            if fn is None:
+                raise ValueError(f"unknown op {op!r}")
+            reply = {"ok": True, "result": fn(msg)}
+        except Exception as e:  # noqa: BLE001 - reported to the test, keep serving
+            reply = {"ok": False, "error": f"{e!r}\n{traceback.format_exc()}"}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+    try:
+        client.store.close()
+    finally:
+        out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Full store, eviction, hard and soft pins (spec §3.1, §3.4)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import Master, StoreFactory, wait_until
+from mooncake.store import ReplicateConfig, SoftPinAction
+
+MiB = 1 << 20
+SEG = 16 * MiB
+
+
+@pytest.fixture
+def src() -> np.ndarray:
+    arr = np.arange(MiB, dtype=np.uint32).astype(np.uint8)
+    return arr
+
+
+def _put(s: Any, key: str, arr: np.ndarray, cfg: Any = None) -> int:
+    if cfg is None:
+        return s.put_from(key, int(arr.ctypes.data), arr.nbytes)
+    return s.put_from(key, int(arr.ctypes.data), arr.nbytes, cfg)
+
+
+def _put_retry(s: Any, key: str, arr: np.ndarray, timeout: float = 2.0) -> int:
+    """put_from, retrying -200 while the eviction thread frees space (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rc = _put(s, key, arr)
+        if rc != -200 or time.monotonic() >= deadline:
+            return rc
+        time.sleep(0.01)
+
+
+def _fill_until_full(s: Any, arr: np.ndarray, prefix: str, limit: int = 40) -> list[str]:
+    keys: list[str] = []
+    for i in range(limit):
+        k = f"{prefix}{i}"
+        rc = _put(s, k, arr)
+        if rc == -200:
+            return keys
+        assert rc == 0, (k, rc)
+        keys.append(k)
+    raise AssertionError(f"store never filled after {limit} puts")
+
+
+def test_full_store_without_eviction(
+    store_factory: StoreFactory, master_factory: Callable[..., Master], src: np.ndarray
+) -> None:
+    m = master_factory(eviction_high_watermark_ratio=1.0, eviction_ratio=0.0)
+    s = store_factory(m, global_segment_size=SEG)
+    keys = _fill_until_full(s, src, "f")
+    assert len(keys) == SEG // MiB
+    time.sleep(0.2)
+    assert _put(s, "extra", src) == -200
+    assert s.batch_is_exist(keys) == [1] * len(keys)
+    assert s.remove(keys[0], True) == 0
+    assert _put(s, "extra", src) == 0
+
+
+def test_object_larger_than_store(store_factory: StoreFactory, master: Master) -> None:
+    s = store_factory(master, global_segment_size=SEG)
+    big = np.zeros(2 * SEG, np.uint8)
+    assert s.put_from("toobig", int(big.ctypes.data), big.nbytes) == -200
+    assert s.is_exist("toobig") == 0
+
+
+def test_eviction_frees_space(
+    store_factory: StoreFactory, master_factory: Callable[..., Master], src: np.ndarray
+) -> None:
+    m = master_factory(eviction_high_watermark_ratio=1.0)
+    s = store_factory(m, global_segment_size=SEG)
+    keys = _fill_until_full(s, src, "e")
+    assert len(keys) == SEG // MiB
+    # The -200 sets the need-eviction flag; the eviction thread runs every 10 ms.
+    assert wait_until(lambda: _put(s, "later", src) == 0, 0.5, interval=0.01)
+    exist = s.batch_is_exist(keys)
+    assert 0 < exist.count(0) < len(keys)
+    evicted = m.metric("master_evicted_key_count")
+    assert evicted is not None and evicted >= 1
+    # survivors still hold their bytes
+    survivor = keys[exist.index(1)]
+    out = np.zeros(MiB, np.uint8)
+    assert s.get_into(survivor, int(out.ctypes.data), MiB) == MiB
+    assert out.tobytes() == src.tobytes()
+
+
+def test_high_watermark_eviction(
+    store_factory: StoreFactory, master_factory: Callable[..., Master], src: np.ndarray
+) -> None:
+    m = master_factory(eviction_high_watermark_ratio=0.5, eviction_ratio=0.1)
+    s = store_factory(m, global_segment_size=SEG)
+    for i in range(12):  # 75 % of the segment
+        assert _put_retry(s, f"w{i}", src) == 0
+    assert wait_until(lambda: (m.metric("master_evicted_key_count") or 0) >= 1, 2.0)
+    used = m.metric("master_allocated_bytes")
+    assert used is not None and used < 12 * MiB
+
+
+def _churn(s: Any, src: np.ndarray, n: int) -> None:
+    for i in range(n):
+        rc = _put_retry(s, f"churn{i}", src)
+        assert rc == 0, (i, rc)
+
+
+def test_hard_pinned_never_evicted(
+    store_factory: StoreFactory, master: Master, src: np.ndarray
+) -> None:
+    s = store_factory(master, global_segment_size=SEG)
+    cfg = ReplicateConfig()
+    cfg.with_hard_pin = True
+    pinned = np.frombuffer(np.random.default_rng(1).bytes(MiB), np.uint8).copy()
+    assert _put(s, "hard", pinned, cfg) == 0
+    _churn(s, src, 3 * SEG // MiB)
+    assert (master.metric("master_evicted_key_count") or 0) >= 1
+    out = np.zeros(MiB, np.uint8)
+    assert s.get_into("hard", int(out.ctypes.data), MiB) == MiB
+    assert out.tobytes() == pinned.tobytes()
+
+
+def test_soft_pinned_survives_while_unpinned_exist(
+    store_factory: StoreFactory, master: Master, src: np.ndarray
+) -> None:
+    s = store_factory(master, global_segment_size=SEG)
+    cfg = ReplicateConfig()
+    cfg.soft_pin_action = SoftPinAction.ENABLE
+    pinned = np.frombuffer(np.random.default_rng(2).bytes(MiB), np.uint8).copy()
+    assert _put(s, "soft", pinned, cfg) == 0
+    assert master.metric("master_soft_pin_key_count") == 1
+    _churn(s, src, 2 * SEG // MiB)
+    assert (master.metric("master_evicted_key_count") or 0) >= 1
+    out = np.zeros(MiB, np.uint8)
+    assert s.get_into("soft", int(out.ctypes.data), MiB) == MiB
+    assert out.tobytes() == pinned.tobytes()
+
+
+def test_leased_object_not_evicted(
+    store_factory: StoreFactory, master_factory: Callable[..., Master], src: np.ndarray
+) -> None:
+    m = master_factory(eviction_high_watermark_ratio=1.0, default_kv_lease_ttl=60000)
+    s = store_factory(m, global_segment_size=SEG)
+    keys = _fill_until_full(s, src, "l")
+    # Lease every object except the last one: it is the only eviction candidate.
+    assert s.batch_is_exist(keys[:-1]) == [1] * (len(keys) - 1)
+    assert wait_until(lambda: _put(s, "after", src) == 0, 0.5, interval=0.01)
+    assert s.is_exist(keys[-1]) == 0
+    assert s.batch_is_exist(keys[:-1]) == [1] * (len(keys) - 1)

@@ -1,0 +1,110 @@
+"""mooncake_master command line (spec §4, §8 lines 1-3)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import (
+    Master,
+    free_port,
+    http_request,
+    master_bin,
+    port_open,
+    wait_until,
+)
+
+
+def run_master(args: list[str], timeout: float = 10.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [master_bin(), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def test_unknown_flag_exits_1() -> None:
+    r = run_master(["--bogus=1"])
+    assert r.returncode == 1
+    assert "unknown command line flag 'bogus'" in r.stderr
+
+
+def test_bad_int_value_exits_1() -> None:
+    r = run_master(["--rpc_port=abc"])
+    assert r.returncode == 1
+    assert "illegal value 'abc'" in r.stderr
+    assert "rpc_port" in r.stderr
+
+
+@pytest.mark.ours
+def test_enable_ha_not_implemented() -> None:
+    r = run_master(["--enable_ha=true", f"--rpc_port={free_port()}"])
+    assert r.returncode == 1
+    assert "not implement" in (r.stderr + r.stdout).lower()
+    assert "enable_ha" in r.stderr + r.stdout
+
+
+@pytest.mark.ours
+def test_version_flag() -> None:
+    r = run_master(["--version"])
+    assert r.returncode == 0
+    assert r.stdout.startswith("mooncake_master version ")
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as f:
+        return subprocess.Popen(
+            [master_bin(), *args], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+
+
+def test_single_dash_space_separated_flags(tmp_path: Path) -> None:
+    rpc, http = 53123, 38080
+    if port_open(rpc) or port_open(http):
+        pytest.skip("spec ports 53123/38080 are in use on this machine")
+    proc = _start(
+        [
+            "-rpc_port",
+            str(rpc),
+            "-enable_http_metadata_server",
+            "-http_metadata_server_port",
+            str(http),
+            f"-metrics_port={free_port()}",
+        ],
+        tmp_path / "m.log",
+    )
+    try:
+        assert wait_until(lambda: port_open(rpc), 10.0), (tmp_path / "m.log").read_text()
+        status, body, _ = http_request(f"http://127.0.0.1:{http}/metadata?key=x")
+        assert status == 404
+        assert body.decode().strip() == "metadata not found"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.ours
+def test_lease_ttl_duration_suffix(master_factory, store_factory) -> None:  # type: ignore[no-untyped-def]
+    m: Master = master_factory(default_kv_lease_ttl="2s")
+    # Effective configuration is logged once at startup.
+    text = wait_until(lambda: re.search(r"default_kv_lease_ttl\D{0,6}2000\b", m.log_text()), 5.0)
+    assert text, m.log_text()[-3000:]
+    # Behaviour: the lease outlives the 500 ms suite default.
+    s = store_factory(m)
+    assert s.put("lease2s", b"v") == 0
+    assert s.get("lease2s") == b"v"
+    time.sleep(1.0)
+    assert s.remove("lease2s") == -706
+
+
+def test_sigterm_graceful_exit(master: Master) -> None:
+    assert master.proc is not None
+    master.proc.terminate()
+    rc = master.proc.wait(timeout=10)
+    assert rc == 0

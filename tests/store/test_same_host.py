@@ -1,0 +1,135 @@
+"""Transfer paths and get_client_stats() (spec §5, ours)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import Child, Master, StoreFactory, pattern
+from mooncake.store import ReplicateConfig
+
+pytestmark = pytest.mark.ours
+
+MiB = 1 << 20
+SIZE = 32 * MiB
+COUNTERS = {
+    "bytes_read_local",
+    "bytes_read_same_host",
+    "bytes_read_tcp",
+    "bytes_written_local",
+    "bytes_written_same_host",
+    "bytes_written_tcp",
+    "master_rpcs",
+    "same_host_mappings",
+}
+
+
+def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before[k] for k in COUNTERS}
+
+
+def _pair(
+    m: Master, child_factory: Callable[..., Child], reader_env: dict[str, str]
+) -> tuple[Child, Child]:
+    owner = child_factory()
+    reader = child_factory(reader_env)
+    assert owner.setup(m) == 0
+    assert reader.setup(m, global_segment_size=0) == 0
+    return owner, reader
+
+
+def test_stats_shape(store: Any) -> None:
+    st = store.get_client_stats()
+    assert isinstance(st, dict)
+    assert COUNTERS <= set(st)
+    assert all(isinstance(v, int) and v >= 0 for v in st.values())
+
+
+def test_same_host_read_is_mapped(master: Master, child_factory: Callable[..., Child]) -> None:
+    owner, reader = _pair(master, child_factory, {"MC_STORE_SAME_HOST": "auto"})
+    assert owner.call("put_pattern", key="sh", size=SIZE, seed=3) == 0
+    before = reader.call("stats")
+    assert reader.call("check_pattern", key="sh", size=SIZE, seed=3) == {"n": SIZE, "match": True}
+    d = _delta(reader.call("stats"), before)
+    assert d["bytes_read_same_host"] == SIZE
+    assert d["bytes_read_tcp"] == 0
+    assert d["bytes_read_local"] == 0
+    assert d["master_rpcs"] >= 1
+    assert reader.call("stats")["same_host_mappings"] >= 1
+
+
+def test_same_host_off_uses_tcp(master: Master, child_factory: Callable[..., Child]) -> None:
+    owner, reader = _pair(master, child_factory, {"MC_STORE_SAME_HOST": "off"})
+    assert owner.call("put_pattern", key="tcp", size=SIZE, seed=4) == 0
+    before = reader.call("stats")
+    assert reader.call("check_pattern", key="tcp", size=SIZE, seed=4) == {"n": SIZE, "match": True}
+    d = _delta(reader.call("stats"), before)
+    assert d["bytes_read_tcp"] == SIZE
+    assert d["bytes_read_same_host"] == 0
+    assert reader.call("stats")["same_host_mappings"] == 0
+
+
+@pytest.mark.parametrize("mode,path", [("auto", "same_host"), ("off", "tcp")])
+def test_cross_process_write_path(
+    master: Master, child_factory: Callable[..., Child], mode: str, path: str
+) -> None:
+    owner, writer = _pair(master, child_factory, {"MC_STORE_SAME_HOST": mode})
+    before = writer.call("stats")
+    assert writer.call("put_pattern", key="w", size=4 * MiB, seed=5) == 0
+    d = _delta(writer.call("stats"), before)
+    assert d[f"bytes_written_{path}"] == 4 * MiB
+    other = "tcp" if path == "same_host" else "same_host"
+    assert d[f"bytes_written_{other}"] == 0
+    assert owner.call("check_pattern", key="w", size=4 * MiB, seed=5)["match"]
+
+
+def test_in_process_own_segment_is_local(store: Any) -> None:
+    data = pattern(3 * MiB, 6)
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = store.get_hostname()
+    before = store.get_client_stats()
+    assert store.put("local-own", data, cfg) == 0
+    mid = store.get_client_stats()
+    dw = _delta(mid, before)
+    assert dw["bytes_written_local"] == len(data)
+    assert dw["bytes_written_tcp"] == 0 and dw["bytes_written_same_host"] == 0
+    out = np.zeros(len(data), np.uint8)
+    assert store.get_into("local-own", int(out.ctypes.data), len(data)) == len(data)
+    assert out.tobytes() == data
+    dr = _delta(store.get_client_stats(), mid)
+    assert dr["bytes_read_local"] == len(data)
+    assert dr["bytes_read_tcp"] == 0 and dr["bytes_read_same_host"] == 0
+
+
+def test_in_process_other_instance_is_local(store_factory: StoreFactory, master: Master) -> None:
+    owner = store_factory(master)
+    reader = store_factory(master, global_segment_size=0)
+    data = pattern(2 * MiB, 7)
+    assert owner.put("inproc", data) == 0
+    before = reader.get_client_stats()
+    assert reader.get("inproc") == data
+    d = _delta(reader.get_client_stats(), before)
+    assert d["bytes_read_local"] == len(data)
+    assert d["bytes_read_tcp"] == 0 and d["bytes_read_same_host"] == 0
+
+
+def test_mapping_dropped_after_owner_closes(
+    master: Master, child_factory: Callable[..., Child]
+) -> None:
+    owner, reader = _pair(master, child_factory, {"MC_STORE_SAME_HOST": "auto"})
+    assert owner.call("put_pattern", key="gone", size=MiB, seed=8) == 0
+    assert reader.call("check_pattern", key="gone", size=MiB, seed=8)["match"]
+    assert owner.call("close") == 0
+    assert reader.call("check_pattern", key="gone", size=MiB, seed=8)["n"] < 0
+    owner2 = child_factory()
+    assert owner2.setup(master) == 0
+    assert owner2.call("put_pattern", key="new", size=MiB, seed=9) == 0
+    assert reader.call("check_pattern", key="new", size=MiB, seed=9)["match"]
+
+
+def test_force_tcp_cross_process(master: Master, child_factory: Callable[..., Child]) -> None:
+    owner, reader = _pair(master, child_factory, {"MC_FORCE_TCP": "1"})
+    assert owner.call("put_pattern", key="ft", size=2 * MiB, seed=10) == 0
+    assert reader.call("check_pattern", key="ft", size=2 * MiB, seed=10)["match"]
