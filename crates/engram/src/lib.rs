@@ -12,4 +12,4 @@ pub mod convert;
 pub mod store;
 
 pub use config::{store_key, validate_layout, Layout, TableDtype};
-pub use store::{EngramCore, LookupError, OutKind};
+pub use store::{EngramCore, LookupError, OutBuf, OutKind};

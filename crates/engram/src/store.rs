@@ -46,6 +46,16 @@ pub enum OutKind {
     Float32,
 }
 
+/// A caller-owned output buffer: `[B, L, H, D]` elements of `kind`, C order.
+#[derive(Debug, Clone, Copy)]
+pub struct OutBuf {
+    /// Start address.
+    pub ptr: usize,
+    /// Length in bytes.
+    pub len: usize,
+    pub kind: OutKind,
+}
+
 /// Cached table locations, valid for one client until `refresh_at`.
 struct Cache {
     client: Weak<Client>,
@@ -266,40 +276,40 @@ impl EngramCore {
         Ok(())
     }
 
-    /// Gather `out[b,l,h,:] = table_h[ids[b,l,h], :]` into `out` (`out_len`
-    /// bytes, C order, element type per `kind`). On failure `out` is
+    /// Gather `out[b,l,h,:] = table_h[ids[b,l,h], :]` into `out` (which
+    /// holds `[B, L, H, D]` elements of `out.kind`, C order). On failure `out` is
     /// zero-filled.
     ///
     /// # Safety
-    /// `out..out+out_len` must be writable for the duration of the call.
+    /// `out.ptr..+out.len` must be writable for the duration of the call.
     pub unsafe fn lookup_into(
         &self,
         client: Option<&Arc<Client>>,
         ids: &[i64],
         b: usize,
         l: usize,
-        out: usize,
-        out_len: usize,
-        kind: OutKind,
+        out: OutBuf,
     ) -> Result<(), LookupError> {
-        let r = self.lookup_inner(client, ids, b, l, out, out_len, kind);
-        if r.is_err() && out != 0 {
-            std::ptr::write_bytes(out as *mut u8, 0, out_len);
+        let r = self.lookup_inner(client, ids, b, l, out);
+        if r.is_err() && out.ptr != 0 {
+            std::ptr::write_bytes(out.ptr as *mut u8, 0, out.len);
         }
         r
     }
 
-    #[allow(clippy::too_many_arguments)]
     unsafe fn lookup_inner(
         &self,
         client: Option<&Arc<Client>>,
         ids: &[i64],
         b: usize,
         l: usize,
-        out: usize,
-        out_len: usize,
-        kind: OutKind,
+        buf: OutBuf,
     ) -> Result<(), LookupError> {
+        let OutBuf {
+            ptr: out,
+            len: out_len,
+            kind,
+        } = buf;
         self.check_ids(ids, b, l)?;
         let n = ids.len();
         let d = self.layout.dim;

@@ -10,7 +10,7 @@
 
 use mooncake_client::{Client, WriteConfig};
 use mooncake_engram::convert::f32_to_bf16;
-use mooncake_engram::{validate_layout, EngramCore, OutKind, TableDtype};
+use mooncake_engram::{validate_layout, EngramCore, OutBuf, OutKind, TableDtype};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -229,18 +229,16 @@ enum Resolved {
 
 /// Call `store._get_pyclient_capsule()` and read the client out of the capsule.
 fn resolve_store(store: &Bound<'_, PyAny>) -> PyResult<Resolved> {
-    let cap = store
-        .call_method0("_get_pyclient_capsule")
-        .map_err(|e| {
-            let msg = e
-                .value(store.py())
-                .str()
-                .map(|s| s.to_string())
-                .unwrap_or_default();
-            PyRuntimeError::new_err(format!(
-                "Failed to unwrap store wrapper for EngramStore: {msg}"
-            ))
-        })?;
+    let cap = store.call_method0("_get_pyclient_capsule").map_err(|e| {
+        let msg = e
+            .value(store.py())
+            .str()
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        PyRuntimeError::new_err(format!(
+            "Failed to unwrap store wrapper for EngramStore: {msg}"
+        ))
+    })?;
     if cap.is_none() {
         return Ok(Resolved::None);
     }
@@ -390,7 +388,11 @@ impl PyEngramStore {
         })
     }
 
-    fn parse_ids_nested(&self, np: &Bound<'_, PyModule>, row_ids: &Bound<'_, PyAny>) -> PyResult<Ids> {
+    fn parse_ids_nested(
+        &self,
+        np: &Bound<'_, PyModule>,
+        row_ids: &Bound<'_, PyAny>,
+    ) -> PyResult<Ids> {
         let failed = || PyRuntimeError::new_err(LOOKUP_FAILED);
         let empty = || PyRuntimeError::new_err("row_ids must not be empty");
         let outer: Vec<Bound<'_, PyAny>> = row_ids.try_iter()?.collect::<PyResult<_>>()?;
@@ -446,19 +448,17 @@ impl PyEngramStore {
     }
 
     /// Gather into a raw output with the GIL released.
-    fn gather(
-        &self,
-        py: Python<'_>,
-        ids: &Ids,
-        out: &RawBuffer,
-        kind: OutKind,
-    ) -> PyResult<()> {
+    fn gather(&self, py: Python<'_>, ids: &Ids, out: &RawBuffer, kind: OutKind) -> PyResult<()> {
         let client = self.client(py);
         let core = Arc::clone(&self.core);
-        let (ptr, len) = (out.ptr(), out.len());
+        let buf = OutBuf {
+            ptr: out.ptr(),
+            len: out.len(),
+            kind,
+        };
         let r = py.allow_threads(|| {
             // SAFETY: the buffer view stays alive (held by the caller) and is writable.
-            unsafe { core.lookup_into(client.as_ref(), &ids.data, ids.b, ids.l, ptr, len, kind) }
+            unsafe { core.lookup_into(client.as_ref(), &ids.data, ids.b, ids.l, buf) }
         });
         r.map_err(|_| PyRuntimeError::new_err(LOOKUP_FAILED))
     }
@@ -482,7 +482,8 @@ impl PyEngramStore {
             ));
         }
         let dt = self.dtype();
-        let dtype_err = || PyRuntimeError::new_err(format!("embedding_buffers must be {dt} arrays"));
+        let dtype_err =
+            || PyRuntimeError::new_err(format!("embedding_buffers must be {dt} arrays"));
         let adtype = arr.getattr("dtype")?;
         let kind: String = adtype.getattr("kind")?.extract()?;
         if !"biufc".contains(kind.as_str()) || kind.len() != 1 {
@@ -616,7 +617,11 @@ impl PyEngramStore {
     }
 
     /// Gather rows: `[B, L, H]` ids -> new `[B, L, H, D]` array.
-    fn lookup<'py>(&self, py: Python<'py>, row_ids: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn lookup<'py>(
+        &self,
+        py: Python<'py>,
+        row_ids: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let ids = self.parse_ids(row_ids)?;
         let np = numpy(py)?;
         let (dtype, kind) = match self.dtype() {
