@@ -52,7 +52,10 @@ impl EngramTestClient {
         })
     }
 
-    fn _get_pyclient_capsule<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyCapsule>>> {
+    fn _get_pyclient_capsule<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Option<Bound<'py, PyCapsule>>> {
         match self.client.lock().clone() {
             Some(c) => Ok(Some(PyCapsule::new(py, c, Some(CAPSULE_NAME.to_owned()))?)),
             None => Ok(None),
