@@ -93,7 +93,7 @@ def make_client(master_addr: str, segment: int = 64 << 20, **kw: Any) -> Any:
     try:
         from mooncake.store import MooncakeDistributedStore  # type: ignore[attr-defined]
     except ImportError:
-        MooncakeDistributedStore = None  # noqa: N806
+        MooncakeDistributedStore = None
     if MooncakeDistributedStore is not None:
         store = MooncakeDistributedStore()
         rc = store.setup(

@@ -66,7 +66,12 @@ def test_assignment_does_not_validate() -> None:
     [
         ([], 8, "float32", "EngramStoreConfig.table_vocab_sizes must not be empty"),
         ([3], 0, "float32", "EngramStoreConfig.embedding_dim must be positive"),
-        ([3, 0], 8, "float32", "EngramStoreConfig.table_vocab_sizes must contain only positive values"),
+        (
+            [3, 0],
+            8,
+            "float32",
+            "EngramStoreConfig.table_vocab_sizes must contain only positive values",
+        ),
         ([3, -1], -5, "float32", "EngramStoreConfig.embedding_dim must be positive"),
         (
             [3],
