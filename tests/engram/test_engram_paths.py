@@ -162,18 +162,26 @@ def test_gil_released_during_long_lookup(client_factory: Callable[..., Any]) -> 
     e.lookup(ids)
     if time.perf_counter() - t0 < 0.1:  # fast (release) build: more rows per lookup
         ids = rng.integers(0, rows, (256, 256, heads))
-    th = threading.Thread(target=ticker)
-    th.start()
-    time.sleep(0.02)
-    t0 = time.perf_counter()
-    out = e.lookup(ids)
-    t1 = time.perf_counter()
-    stop.set()
-    th.join()
-    assert out.shape == (256, 64, heads, dim)
-    assert t1 - t0 >= 0.05, f"lookup too fast to test ({t1 - t0:.3f} s)"
-    inside = [s for s in stamps if t0 <= s <= t1]
-    gaps = np.diff([t0, *inside, t1])
-    assert gaps.max() < 0.02, (
-        f"max gap {gaps.max() * 1e3:.1f} ms at {int(np.argmax(gaps))}/{len(gaps)}, lookup {(t1 - t0) * 1e3:.0f} ms"
-    )
+    # A GIL held for the lookup would show one gap as long as the lookup; on
+    # a loaded 2-core machine the scheduler alone can exceed 20 ms, so a
+    # few attempts are allowed.
+    worst: list[float] = []
+    for _ in range(3):
+        stop.clear()
+        stamps.clear()
+        th = threading.Thread(target=ticker)
+        th.start()
+        time.sleep(0.02)
+        t0 = time.perf_counter()
+        out = e.lookup(ids)
+        t1 = time.perf_counter()
+        stop.set()
+        th.join()
+        assert out.shape == (ids.shape[0], ids.shape[1], heads, dim)
+        assert t1 - t0 >= 0.05, f"lookup too fast to test ({t1 - t0:.3f} s)"
+        inside = [s for s in stamps if t0 <= s <= t1]
+        gap = float(np.diff([t0, *inside, t1]).max())
+        worst.append(gap)
+        if gap < 0.02:
+            break
+    assert min(worst) < 0.02, f"max gaps {[round(g * 1e3, 1) for g in worst]} ms"
