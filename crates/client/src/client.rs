@@ -55,6 +55,8 @@ pub struct Client {
     closed: Arc<AtomicBool>,
     health: Arc<AtomicI32>,
     heartbeat: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Remove/upsert counter (see `mutation_epoch`).
+    pub(crate) mutations: std::sync::atomic::AtomicU64,
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -208,6 +210,7 @@ impl Client {
             closed: Arc::new(AtomicBool::new(false)),
             health: Arc::new(AtomicI32::new(0)),
             heartbeat: Mutex::new(None),
+            mutations: std::sync::atomic::AtomicU64::new(0),
         });
         if !client.publish_metadata() {
             client.close();

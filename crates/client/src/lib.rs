@@ -3,6 +3,7 @@
 //! top of the transfer engine.
 
 mod client;
+mod locations;
 mod master_conn;
 mod metadata_pub;
 mod ranges;
@@ -13,5 +14,8 @@ mod stats;
 mod writes;
 
 pub use client::{Client, ClientConfig, StagedValue};
+pub use locations::{Locations, ObjectLocation};
+pub use mooncake_common::proto::ReplicaLoc;
 pub use mooncake_common::proto::{SoftPin, WriteConfig};
 pub use mooncake_common::ErrorCode;
+pub use mooncake_transfer::{Op, Path};

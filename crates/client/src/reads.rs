@@ -202,6 +202,7 @@ impl Client {
         if keys.is_empty() {
             return Vec::new();
         }
+        self.bump_mutations();
         match self.rpc(&MasterRequest::Remove {
             keys: keys.to_vec(),
             force,
@@ -222,6 +223,7 @@ impl Client {
 
     /// Count removed, or -600 for an invalid pattern.
     pub fn remove_by_regex(&self, pattern: &str, force: bool) -> i64 {
+        self.bump_mutations();
         self.count_rpc(MasterRequest::RemoveByRegex {
             pattern: pattern.to_string(),
             force,
@@ -230,6 +232,7 @@ impl Client {
 
     /// Count removed.
     pub fn remove_all(&self, force: bool) -> i64 {
+        self.bump_mutations();
         self.count_rpc(MasterRequest::RemoveAll { force })
     }
 }

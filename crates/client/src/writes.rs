@@ -67,6 +67,22 @@ impl Client {
         cfg: &WriteConfig,
         upsert: bool,
     ) -> Vec<i32> {
+        self.put_items_ex(keys, values, cfg, upsert, false)
+    }
+
+    /// `put_items`; with `report_existing`, a key that already existed
+    /// yields -705 instead of 0.
+    pub(crate) unsafe fn put_items_ex(
+        &self,
+        keys: &[String],
+        values: &[Pieces],
+        cfg: &WriteConfig,
+        upsert: bool,
+        report_existing: bool,
+    ) -> Vec<i32> {
+        if upsert {
+            self.bump_mutations();
+        }
         let sizes: Vec<u64> = values.iter().map(|v| v.iter().map(|p| p.1).sum()).collect();
         let mut cfg = cfg.clone();
         cfg.writer_host_id = self.engine.host_id().to_string();
@@ -85,7 +101,11 @@ impl Client {
         let mut failed = Vec::new();
         for (i, item) in items.into_iter().enumerate() {
             match item {
-                PutStartItem::AlreadyExists => {}
+                PutStartItem::AlreadyExists => {
+                    if report_existing {
+                        codes[i] = ErrorCode::ObjectAlreadyExists.code();
+                    }
+                }
                 PutStartItem::Err(e) => codes[i] = e.code(),
                 PutStartItem::Write(locs) => match self.write_replicas(&locs, &values[i]) {
                     Ok(()) => done.push(keys[i].clone()),
@@ -218,5 +238,35 @@ impl Client {
             codes[i] = res[j];
         }
         codes
+    }
+
+    /// Create-only direct batch write: like `batch_put_from` (no upsert) but
+    /// a key that already exists yields -705 and is left untouched.
+    ///
+    /// # Safety
+    /// Every `ptrs[i]..+sizes[i]` must be readable for the duration of the call.
+    pub unsafe fn batch_create_from(
+        &self,
+        keys: &[String],
+        ptrs: &[usize],
+        sizes: &[usize],
+        cfg: &WriteConfig,
+    ) -> Vec<i32> {
+        if keys.len() != ptrs.len()
+            || keys.len() != sizes.len()
+            || sizes.iter().zip(ptrs).any(|(s, p)| *s == 0 || *p == 0)
+            || keys.iter().any(|k| k.is_empty())
+        {
+            return vec![ErrorCode::InvalidParams.code(); keys.len()];
+        }
+        if keys.is_empty() {
+            return Vec::new();
+        }
+        let vs: Vec<Pieces> = ptrs
+            .iter()
+            .zip(sizes)
+            .map(|(&p, &s)| vec![(p, s as u64)])
+            .collect();
+        self.put_items_ex(keys, &vs, cfg, false, true)
     }
 }

@@ -1,0 +1,337 @@
+"""EngramStore lookup benchmark.
+
+One configuration per run::
+
+    python benchmarks/engram_bench.py --shape upstream --dtype float32 \
+        --mode own --input numpy --impl ours --batches 1,4,16,64,128,256
+
+``--impl``: ``ours`` (this project), ``numpy`` (``np.take`` per head into a
+preallocated output; the memory-speed floor), ``upstream`` (the upstream
+wheel; run with the interpreter of ``/work/venv-upstream`` and its master).
+``--mode``: ``own`` (tables in this process's segment), ``same-host`` (a
+second process owns the tables, read through the shared mapping), ``tcp``
+(a second process owns them, ``MC_FORCE_TCP=1`` in the reader).
+Shapes: ``upstream`` (H=8, N=50,000, D=16), ``h16`` (H=16, N=262,144,
+D=160), ``27b`` (H=16, N=1,130,000, D=160), ``27b-scaled`` (N=282,500).
+
+``--all`` runs the issue's matrix in subprocesses (starting masters as
+needed) and prints a Markdown report. Each measurement is 10 warm-up and
+50 timed lookups; reported: mean, p50, p99 (ms) and tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+UPSTREAM_PY = Path("/work/venv-upstream/bin/python")
+SHAPES: dict[str, tuple[int, int, int]] = {
+    "upstream": (8, 50_000, 16),
+    "h16": (16, 262_144, 160),
+    "27b": (16, 1_130_000, 160),
+    "27b-scaled": (16, 282_500, 160),
+}
+NP_DTYPE = {"float32": np.float32, "float16": np.float16, "bfloat16": np.float32}
+WARMUP, ITERS = 10, 50
+
+
+# ----------------------------------------------------------------- helpers
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_master(upstream: bool) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a master (ours, or the upstream wheel's) on free ports."""
+    if upstream:
+        exe = str(UPSTREAM_PY.parent / "mooncake_master")
+    else:
+        exe = os.environ.get("MOONCAKE_MASTER_BIN") or ""
+        if not exe:
+            from mooncake import _native
+
+            if hasattr(_native, "run_master"):
+                exe = shutil.which("mooncake_master") or ""
+        for p in (ROOT / "target/release/mooncake_master", ROOT / "target/debug/mooncake_master"):
+            if not exe and p.exists():
+                exe = str(p)
+    port = free_port()
+    proc = subprocess.Popen(
+        [exe, f"--rpc_port={port}", f"--metrics_port={free_port()}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(400):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.1):
+                return proc, f"127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("master did not start")
+
+
+def connect(impl: str, master: str, segment: int) -> Any:
+    """A set-up store client."""
+    if impl == "upstream":
+        from mooncake.store import MooncakeDistributedStore
+
+        s = MooncakeDistributedStore()
+        rc = s.setup("127.0.0.1", "P2PHANDSHAKE", segment, 256 << 20, "tcp", "", master)
+        assert rc == 0, rc
+        return s
+    try:
+        from mooncake.store import MooncakeDistributedStore  # type: ignore[attr-defined]
+    except ImportError:
+        from mooncake._native import _EngramTestClient  # TEMP until the store binding lands
+
+        return _EngramTestClient(master, segment, 64 << 20)
+    s = MooncakeDistributedStore()
+    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", segment, 64 << 20, "tcp", "", master)
+    assert rc == 0, rc
+    return s
+
+
+def engram_classes(impl: str) -> tuple[Any, Any]:
+    try:
+        from mooncake.store import EngramStore, EngramStoreConfig  # type: ignore[attr-defined]
+    except ImportError:
+        if impl == "upstream":
+            raise
+        from mooncake._native import EngramStore, EngramStoreConfig
+    return EngramStore, EngramStoreConfig
+
+
+def make_tables(shape: str, seed: int = 0) -> list[np.ndarray]:
+    h, n, d = SHAPES[shape]
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((n, d), dtype=np.float32) for _ in range(h)]
+
+
+def make_engram(impl: str, shape: str, dtype: str, store: Any, layer: int) -> Any:
+    es, ec = engram_classes(impl)
+    h, n, d = SHAPES[shape]
+    cfg = ec()
+    cfg.table_vocab_sizes = [n] * h
+    cfg.embedding_dim = d
+    if dtype != "float32":
+        cfg.table_dtype = dtype
+    return es(layer, cfg, store)
+
+
+def make_ids(shape: str, batch: int, length: int) -> np.ndarray:
+    h, n, _ = SHAPES[shape]
+    if shape == "upstream":
+        b = np.arange(batch)[:, None, None]
+        l_ = np.arange(length)[None, :, None]
+        hh = np.arange(h)[None, None, :]
+        return ((b * length + l_ + hh) % n).astype(np.int64)
+    rng = np.random.default_rng(1234)
+    return rng.integers(0, n, (batch, length, h), dtype=np.int64)
+
+
+def stats(times: list[float], tokens: int) -> dict[str, float]:
+    a = np.array(times)
+    return {
+        "mean_ms": float(a.mean() * 1e3),
+        "p50_ms": float(np.percentile(a, 50) * 1e3),
+        "p99_ms": float(np.percentile(a, 99) * 1e3),
+        "tokens_per_s": float(tokens / np.percentile(a, 50)),
+    }
+
+
+def timed(fn: Any) -> list[float]:
+    for _ in range(WARMUP):
+        fn()
+    out = []
+    for _ in range(ITERS):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+# ----------------------------------------------------------------- roles
+def run_owner(args: argparse.Namespace) -> None:
+    """Own the tables in this process until stdin closes."""
+    tables = make_tables(args.shape)
+    seg = sum(t.nbytes for t in tables) + (64 << 20)
+    store = connect("ours", args.master, seg)
+    e = make_engram("ours", args.shape, args.dtype, store, args.layer)
+    e.populate(tables)
+    print("READY", flush=True)
+    sys.stdin.read()
+    store.close()
+
+
+def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Measure one (impl, shape, dtype, mode, input) over all batch sizes."""
+    batches = [int(x) for x in args.batches.split(",")]
+    h, _n, d = SHAPES[args.shape]
+    results: list[dict[str, Any]] = []
+    base = {k: getattr(args, k) for k in ("impl", "shape", "dtype", "mode", "input")}
+    if args.impl == "numpy":
+        tables = [t.astype(NP_DTYPE[args.dtype]) for t in make_tables(args.shape)]
+        for b in batches:
+            ids = make_ids(args.shape, b, args.length)
+            out = np.empty((b, args.length, h, d), tables[0].dtype)
+
+            def take(ids: np.ndarray = ids, out: np.ndarray = out) -> None:
+                for hh in range(h):
+                    np.take(tables[hh], ids[..., hh], axis=0, out=out[..., hh, :])
+
+            results.append({**base, "batch": b, **stats(timed(take), b * args.length)})
+        return results
+
+    proc = owner = None
+    master = args.master
+    if not master:
+        proc, master = start_master(args.impl == "upstream")
+    try:
+        populate_s = None
+        if args.mode == "own":
+            tables = make_tables(args.shape)
+            seg = sum(t.nbytes for t in tables) + (64 << 20)
+            store = connect(args.impl, master, seg)
+            e = make_engram(args.impl, args.shape, args.dtype, store, args.layer)
+            t0 = time.perf_counter()
+            e.populate(tables)
+            populate_s = time.perf_counter() - t0
+            del tables
+        else:
+            owner = subprocess.Popen(
+                [sys.executable, __file__, "--role", "owner", "--master", master]
+                + ["--shape", args.shape, "--dtype", args.dtype, "--layer", str(args.layer)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert owner.stdout is not None
+            if owner.stdout.readline().strip() != "READY":
+                raise SystemExit("owner failed")
+            if args.mode == "tcp":
+                os.environ["MC_FORCE_TCP"] = "1"
+            store = connect(args.impl, master, 0)
+            e = make_engram(args.impl, args.shape, args.dtype, store, args.layer)
+        for b in batches:
+            ids = make_ids(args.shape, b, args.length)
+            arg: Any = ids.tolist() if args.input == "list" else ids
+            times = timed(lambda arg=arg: e.lookup(arg))
+            r = {**base, "batch": b, **stats(times, b * args.length)}
+            if populate_s is not None:
+                r["populate_s"] = populate_s
+            results.append(r)
+        store.close()
+    finally:
+        if owner is not None and owner.stdin is not None:
+            owner.stdin.close()
+            owner.wait(timeout=30)
+        if proc is not None:
+            proc.terminate()
+            proc.wait()
+    return results
+
+
+# ----------------------------------------------------------------- driver
+def run_sub(py: str, extra: list[str]) -> list[dict[str, Any]]:
+    cmd = [py, __file__, "--role", "one", "--json", *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    if r.returncode != 0:
+        print(f"FAILED {' '.join(extra)}: {r.stderr[-800:]}", file=sys.stderr)
+        return []
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def run_all(args: argparse.Namespace) -> None:
+    rows: list[dict[str, Any]] = []
+    a = "1,4,16,64,128,256"
+    b = "1,64,1024,4096"
+    plan: list[tuple[str, list[str]]] = []
+    for impl in ("numpy", "ours"):
+        modes = ["own"] if impl == "numpy" else ["own", "same-host", "tcp"]
+        for mode in modes:
+            inputs = ["numpy", "list"] if impl == "ours" else ["numpy"]
+            for inp in inputs:
+                plan.append(
+                    (impl, ["--shape", "upstream", "--mode", mode, "--input", inp, "--batches", a])
+                )
+            plan.append(
+                (impl, ["--shape", "h16", "--mode", mode, "--input", "numpy", "--batches", b])
+            )
+    if UPSTREAM_PY.exists() and not args.skip_upstream:
+        for inp in ("numpy", "list"):
+            plan.append(
+                (
+                    "upstream",
+                    ["--shape", "upstream", "--mode", "own", "--input", inp, "--batches", a],
+                )
+            )
+        plan.append(
+            ("upstream", ["--shape", "h16", "--mode", "own", "--input", "numpy", "--batches", b])
+        )
+    for impl, extra in plan:
+        py = str(UPSTREAM_PY) if impl == "upstream" else sys.executable
+        print(f"running {impl} {' '.join(extra)}", file=sys.stderr, flush=True)
+        rows += run_sub(py, ["--impl", impl, *extra])
+    print(report(rows))
+
+
+def report(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| impl | shape | mode | input | B (tokens) | mean ms | p50 ms | p99 ms | tokens/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['impl']} | {r['shape']} | {r['mode']} | {r['input']} | {r['batch']} "
+            f"| {r['mean_ms']:.4f} | {r['p50_ms']:.4f} | {r['p99_ms']:.4f} "
+            f"| {r['tokens_per_s']:,.0f} |"
+        )
+    pops = {(r["impl"], r["shape"]): r["populate_s"] for r in rows if "populate_s" in r}
+    for (impl, shape), s in pops.items():
+        h, n, d = SHAPES[shape]
+        lines.append(
+            f"\npopulate {impl} {shape}: {s * 1e3:.1f} ms ({h * n * d * 4 / s / 1e9:.2f} GB/s)"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="EngramStore lookup benchmark")
+    ap.add_argument("--role", choices=["one", "owner"], default="one")
+    ap.add_argument("--all", action="store_true", help="run the issue's matrix")
+    ap.add_argument("--skip-upstream", action="store_true")
+    ap.add_argument("--impl", choices=["ours", "numpy", "upstream"], default="ours")
+    ap.add_argument("--shape", choices=list(SHAPES), default="upstream")
+    ap.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
+    ap.add_argument("--mode", choices=["own", "same-host", "tcp"], default="own")
+    ap.add_argument("--input", choices=["numpy", "list"], default="numpy")
+    ap.add_argument("--batches", default="1,4,16,64,128,256")
+    ap.add_argument("--length", type=int, default=1, help="L (tokens per batch row)")
+    ap.add_argument("--layer", type=int, default=9000)
+    ap.add_argument("--master", default="")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if args.all:
+        run_all(args)
+    elif args.role == "owner":
+        run_owner(args)
+    else:
+        rows = run_one(args)
+        print(json.dumps(rows) if args.json else report(rows))
+
+
+if __name__ == "__main__":
+    main()

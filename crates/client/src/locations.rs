@@ -1,0 +1,88 @@
+//! Public location accessors for callers that cache replica locations
+//! (EngramStore): one batched replica query returning the preferred
+//! replica per key with its lease deadline, and raw reads against a
+//! cached replica.
+
+use crate::client::Client;
+use crate::writes::seg_ref;
+use mooncake_common::proto::ReplicaLoc;
+use mooncake_common::ErrorCode;
+use mooncake_transfer::{Op, Path};
+use std::time::{Duration, Instant};
+
+/// Where one object lives: its size and the replica the path rule prefers
+/// (own segment, then same-host mapped segment, then a TCP owner).
+#[derive(Debug, Clone)]
+pub struct ObjectLocation {
+    pub size: u64,
+    pub replica: ReplicaLoc,
+    /// The path a read of `replica` takes first.
+    pub path: Path,
+}
+
+/// Result of [`Client::lookup_locations`].
+#[derive(Debug, Clone)]
+pub struct Locations {
+    /// One entry per key, in order.
+    pub items: Vec<Result<ObjectLocation, ErrorCode>>,
+    /// When the granted leases run out.
+    pub deadline: Instant,
+    /// The lease length the master granted.
+    pub lease_ttl: Duration,
+}
+
+impl Client {
+    /// One batched replica query for `keys` (grants leases); picks the
+    /// preferred replica per key.
+    pub fn lookup_locations(&self, keys: &[String]) -> Locations {
+        let t0 = Instant::now();
+        let lk = self.lookup(keys);
+        let ttl = lk.deadline.saturating_duration_since(t0);
+        let items = lk
+            .infos
+            .into_iter()
+            .map(|i| {
+                let info = i?;
+                let rep = self
+                    .ordered(&info)
+                    .first()
+                    .map(|r| (*r).clone())
+                    .ok_or(ErrorCode::InvalidReplica)?;
+                let path = self.engine.preferred_path(&seg_ref(&rep));
+                Ok(ObjectLocation {
+                    size: info.size,
+                    replica: rep,
+                    path,
+                })
+            })
+            .collect();
+        Locations {
+            items,
+            deadline: lk.deadline,
+            lease_ttl: ttl,
+        }
+    }
+
+    /// Copy `ops` (segment offsets are absolute in the replica's segment)
+    /// from `replica` into local memory: one memcpy pass or one TCP request.
+    /// Counts the bytes in the read statistics.
+    ///
+    /// # Safety
+    /// Every `op.local_ptr..+len` must be writable for the duration of the call.
+    pub unsafe fn read_ops(&self, replica: &ReplicaLoc, ops: &[Op]) -> Result<Path, ErrorCode> {
+        let path = self.engine.read(&seg_ref(replica), ops)?;
+        self.count_read(path, ops.iter().map(|o| o.len).sum());
+        Ok(path)
+    }
+
+    /// Incremented by every remove/upsert issued through this client; a
+    /// location cache compares it to detect its own client's mutations.
+    pub fn mutation_epoch(&self) -> u64 {
+        self.mutations.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub(crate) fn bump_mutations(&self) {
+        self.mutations
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}

@@ -1,0 +1,119 @@
+"""MooncakeConfig: JSON file, environment variables, size parsing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mooncake.mooncake_config import (
+    DEFAULT_GLOBAL_SEGMENT_SIZE,
+    DEFAULT_LOCAL_BUFFER_SIZE,
+    MooncakeConfig,
+    parse_size,
+)
+
+ENV = (
+    "MOONCAKE_CONFIG_PATH",
+    "MOONCAKE_MASTER",
+    "MOONCAKE_LOCAL_HOSTNAME",
+    "MOONCAKE_TE_META_DATA_SERVER",
+    "MOONCAKE_GLOBAL_SEGMENT_SIZE",
+    "MOONCAKE_LOCAL_BUFFER_SIZE",
+    "MOONCAKE_PROTOCOL",
+    "MOONCAKE_DEVICE",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in ENV:
+        monkeypatch.delenv(k, raising=False)
+
+
+def test_load_from_file(tmp_path: Path) -> None:
+    p = tmp_path / "c.json"
+    p.write_text(
+        json.dumps(
+            {
+                "local_hostname": "h1",
+                "metadata_server": "http://m:8080/metadata",
+                "master_server_address": "m:50051",
+                "global_segment_size": "4GB",
+                "local_buffer_size": 1024,
+                "protocol": "tcp",
+                "device_name": "",
+            }
+        )
+    )
+    c = MooncakeConfig.load_from_file(p)
+    assert c.local_hostname == "h1"
+    assert c.global_segment_size == 4 << 30
+    assert c.local_buffer_size == 1024
+    assert c.setup_args()[-1] == "m:50051"
+    assert MooncakeConfig.from_file(str(p)) == c
+
+
+def test_file_defaults_and_missing(tmp_path: Path) -> None:
+    p = tmp_path / "c.json"
+    p.write_text(
+        json.dumps(
+            {
+                "local_hostname": "h",
+                "metadata_server": "P2PHANDSHAKE",
+                "master_server_address": "m:1",
+            }
+        )
+    )
+    c = MooncakeConfig.load_from_file(p)
+    assert c.global_segment_size == DEFAULT_GLOBAL_SEGMENT_SIZE
+    assert c.local_buffer_size == DEFAULT_LOCAL_BUFFER_SIZE
+    assert (c.protocol, c.device_name) == ("tcp", "")
+    p.write_text(json.dumps({"local_hostname": "h", "metadata_server": "x"}))
+    with pytest.raises(ValueError, match="master_server_address"):
+        MooncakeConfig.load_from_file(p)
+
+
+def test_load_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="MOONCAKE_MASTER"):
+        MooncakeConfig.load_from_env()
+    monkeypatch.setenv("MOONCAKE_MASTER", "10.0.0.1:50051")
+    monkeypatch.setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "512MB")
+    monkeypatch.setenv("MOONCAKE_PROTOCOL", "tcp")
+    c = MooncakeConfig.load_from_env()
+    assert c.master_server_address == "10.0.0.1:50051"
+    assert c.global_segment_size == 512 << 20
+    assert c.local_hostname == "localhost"
+    assert c.metadata_server == "P2PHANDSHAKE"
+    p = tmp_path / "c.json"
+    p.write_text(
+        json.dumps(
+            {
+                "local_hostname": "f",
+                "metadata_server": "P2PHANDSHAKE",
+                "master_server_address": "file:1",
+            }
+        )
+    )
+    monkeypatch.setenv("MOONCAKE_CONFIG_PATH", str(p))
+    assert MooncakeConfig.load_from_env().master_server_address == "file:1"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(1024, 1024), ("1024", 1024), ("1.5GB", 3 << 29), ("2 MiB", 2 << 20), ("3k", 3072)],
+)
+def test_parse_size(value: object, expected: int) -> None:
+    assert parse_size(value) == expected
+
+
+@pytest.mark.parametrize("value", [-1, "abc", "1XB", 1.5])
+def test_parse_size_invalid(value: object) -> None:
+    with pytest.raises(ValueError):
+        parse_size(value)
+
+
+@pytest.mark.parametrize("value", [True, None, [1]])
+def test_parse_size_wrong_type(value: object) -> None:
+    with pytest.raises(TypeError):
+        parse_size(value)
