@@ -13,6 +13,7 @@ fn run_master(py: Python<'_>, argv: Vec<String>) -> i32 {
 }
 mod engram;
 mod engram_test_client; // TEMP engram test client
+mod pg;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -21,5 +22,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     store::register(m)?;
     engram::register(m)?;
     m.add_class::<engram_test_client::EngramTestClient>()?; // TEMP engram test client
+    pg::register(m)?;
     Ok(())
 }

@@ -1,0 +1,192 @@
+//! Process-wide TCP endpoint: one listener and one acceptor thread shared by
+//! every group in the process. Incoming connections carry a preamble naming
+//! the group (by key) and the connecting slot; the acceptor hands them to the
+//! registered group or refuses them (NACK) so the connector retries.
+
+use crate::error::PgError;
+use crate::wire::{self, PREAMBLE_LEN, REPLY_LEN};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// A connection accepted for a registered group.
+pub struct Incoming {
+    /// Slot the connector claims.
+    pub slot: u32,
+    /// The connector's member id.
+    pub member_id: u64,
+    /// The connected socket (preamble already consumed, reply sent).
+    pub stream: TcpStream,
+}
+
+struct Registration {
+    member_id: u64,
+    tx: Sender<Incoming>,
+}
+
+/// The process-wide listener.
+pub struct Engine {
+    port: u16,
+    instance_id: u64,
+    registry: Mutex<HashMap<u64, Registration>>,
+}
+
+static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
+static START: Mutex<()> = Mutex::new(());
+
+/// Returns the process engine, starting it on first use.
+pub fn engine() -> Result<Arc<Engine>, PgError> {
+    if let Some(e) = ENGINE.get() {
+        return Ok(e.clone());
+    }
+    let _g = START.lock();
+    if let Some(e) = ENGINE.get() {
+        return Ok(e.clone());
+    }
+    let listener =
+        TcpListener::bind(("0.0.0.0", 0)).map_err(|e| PgError::io("bind PG listener", e))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| PgError::io("PG listener address", e))?
+        .port();
+    let eng = Arc::new(Engine {
+        port,
+        instance_id: random_u64(),
+        registry: Mutex::new(HashMap::new()),
+    });
+    let weak = Arc::downgrade(&eng);
+    std::thread::Builder::new()
+        .name("mcpg-accept".into())
+        .spawn(move || accept_loop(listener, weak))
+        .map_err(|e| PgError::io("spawn acceptor", e))?;
+    let _ = ENGINE.set(eng.clone());
+    Ok(eng)
+}
+
+impl Engine {
+    /// TCP port peers connect to.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Random id of this process's engine.
+    pub fn instance_id(&self) -> u64 {
+        self.instance_id
+    }
+
+    /// Registers a group; incoming connections for it arrive on the receiver.
+    pub fn register(&self, key: u64, member_id: u64) -> Result<Receiver<Incoming>, PgError> {
+        let mut reg = self.registry.lock();
+        if reg.contains_key(&key) {
+            return Err(PgError::InvalidArgument(
+                "a process group with this id is already live in this process".into(),
+            ));
+        }
+        let (tx, rx) = channel();
+        reg.insert(key, Registration { member_id, tx });
+        Ok(rx)
+    }
+
+    /// Removes a group registration.
+    pub fn unregister(&self, key: u64, member_id: u64) {
+        let mut reg = self.registry.lock();
+        if reg.get(&key).map(|r| r.member_id) == Some(member_id) {
+            reg.remove(&key);
+        }
+    }
+}
+
+fn accept_loop(listener: TcpListener, eng: std::sync::Weak<Engine>) {
+    for conn in listener.incoming() {
+        let Some(eng) = eng.upgrade() else { return };
+        let Ok(mut s) = conn else { continue };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut pre = [0u8; PREAMBLE_LEN];
+        if s.read_exact(&mut pre).is_err() {
+            continue;
+        }
+        let Some((key, slot, member)) = wire::parse_preamble(&pre) else {
+            continue;
+        };
+        let reg = eng.registry.lock();
+        let mut reply = [0u8; REPLY_LEN];
+        match reg.get(&key) {
+            Some(r) => {
+                reply[0] = 1;
+                reply[8..16].copy_from_slice(&r.member_id.to_le_bytes());
+                if s.write_all(&reply).is_ok() {
+                    let _ = s.set_read_timeout(None);
+                    let _ = s.set_nodelay(true);
+                    let _ = r.tx.send(Incoming {
+                        slot,
+                        member_id: member,
+                        stream: s,
+                    });
+                }
+            }
+            None => {
+                let _ = s.write_all(&reply);
+            }
+        }
+    }
+}
+
+/// Connects to `endpoint` for group `key`; `Ok(None)` means the peer refused
+/// (not registered yet) and the caller should retry.
+pub fn dial(
+    endpoint: &str,
+    key: u64,
+    slot: u32,
+    member_id: u64,
+    expect_member: u64,
+    timeout: Duration,
+) -> Result<Option<TcpStream>, std::io::Error> {
+    use std::net::ToSocketAddrs;
+    let addr = endpoint
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| std::io::Error::other(format!("cannot resolve {endpoint}")))?;
+    let mut s = TcpStream::connect_timeout(&addr, timeout.max(Duration::from_millis(10)))?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(&wire::preamble(key, slot, member_id))?;
+    let mut reply = [0u8; REPLY_LEN];
+    s.read_exact(&mut reply)?;
+    let mut m = [0u8; 8];
+    m.copy_from_slice(&reply[8..16]);
+    if reply[0] != 1 || u64::from_le_bytes(m) != expect_member {
+        return Ok(None);
+    }
+    s.set_read_timeout(None)?;
+    Ok(Some(s))
+}
+
+/// A random 64-bit value (seeded by the OS through `RandomState`).
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static CTR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(CTR.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// Stable 64-bit FNV-1a hash (identical in every process).
+pub fn stable_hash(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.as_bytes() {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}

@@ -1,0 +1,464 @@
+//! Collective algorithms, expressed as a list of phases over the active
+//! snapshot. A phase is a set of concurrent sends, receives and at most one
+//! in-order reduction; each phase carries at most one message per direction
+//! per peer, so pieces are matched by `(seq, phase)` alone.
+
+use crate::dtype::{DType, ReduceOp};
+
+/// One submitted collective, with raw buffer addresses (kept alive by the
+/// Python `Work`).
+#[derive(Clone, Debug)]
+pub enum OpKind {
+    /// `dst = reduce(src over active ranks)`.
+    AllReduce {
+        /// Input address.
+        src: usize,
+        /// Output address (may equal `src`).
+        dst: usize,
+        /// Bytes per rank.
+        nbytes: usize,
+        /// Element type.
+        dtype: DType,
+        /// Operator.
+        op: ReduceOp,
+    },
+    /// Root's buffer to everyone.
+    Broadcast {
+        /// Buffer address.
+        buf: usize,
+        /// Bytes.
+        nbytes: usize,
+        /// Root slot.
+        root: usize,
+    },
+    /// Everyone's `src` into `dsts[slot]`.
+    AllGather {
+        /// Input address.
+        src: usize,
+        /// Bytes per rank.
+        nbytes: usize,
+        /// Output address per slot (K entries).
+        dsts: Vec<usize>,
+    },
+    /// Slot j receives the reduction of every rank's `srcs[j]`.
+    ReduceScatter {
+        /// Input address per slot (K entries).
+        srcs: Vec<usize>,
+        /// Output address.
+        dst: usize,
+        /// Bytes per slot.
+        nbytes: usize,
+        /// Element type.
+        dtype: DType,
+        /// Operator.
+        op: ReduceOp,
+    },
+    /// `srcs[j]` goes to slot j, which stores it at `dsts[me]`.
+    AllToAll {
+        /// (address, bytes) to send per slot.
+        srcs: Vec<(usize, usize)>,
+        /// (address, bytes) to receive per slot.
+        dsts: Vec<(usize, usize)>,
+    },
+    /// Zero-byte exchange with every active peer.
+    Barrier,
+    /// Reduction delivered to `root` only.
+    Reduce {
+        /// Input address.
+        src: usize,
+        /// Output address (root only).
+        dst: usize,
+        /// Bytes.
+        nbytes: usize,
+        /// Element type.
+        dtype: DType,
+        /// Operator.
+        op: ReduceOp,
+        /// Root slot.
+        root: usize,
+    },
+    /// Everyone's `src` into the root's `dsts[slot]`.
+    Gather {
+        /// Input address.
+        src: usize,
+        /// Bytes per rank.
+        nbytes: usize,
+        /// Output per slot (root only; empty elsewhere).
+        dsts: Vec<usize>,
+        /// Root slot.
+        root: usize,
+    },
+    /// Root's `srcs[slot]` to each slot's `dst`.
+    Scatter {
+        /// Input per slot (root only; empty elsewhere).
+        srcs: Vec<usize>,
+        /// Output address.
+        dst: usize,
+        /// Bytes per rank.
+        nbytes: usize,
+        /// Root slot.
+        root: usize,
+    },
+}
+
+/// A message to or from one peer.
+#[derive(Debug)]
+pub struct Xfer {
+    /// Peer slot.
+    pub peer: usize,
+    /// Buffer address.
+    pub ptr: usize,
+    /// Message length.
+    pub len: usize,
+    /// Bytes done so far.
+    pub pos: usize,
+    /// Finished (or abandoned because the peer failed).
+    pub done: bool,
+}
+
+impl Xfer {
+    fn new(peer: usize, ptr: usize, len: usize) -> Self {
+        Xfer {
+            peer,
+            ptr,
+            len,
+            pos: 0,
+            done: false,
+        }
+    }
+}
+
+/// One contribution to an in-order reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Local data at this address.
+    Own(usize),
+    /// Pieces arriving from this peer slot.
+    Peer(usize),
+    /// A peer that failed before contributing.
+    Gone,
+}
+
+/// In-order reduction of several contributions into `dst`.
+#[derive(Debug)]
+pub struct Reduce {
+    /// Contributions in ascending slot order.
+    pub sources: Vec<Source>,
+    /// Output address.
+    pub dst: usize,
+    /// Bytes.
+    pub len: usize,
+    /// Bytes reduced so far.
+    pub pos: usize,
+    /// Element type.
+    pub dtype: DType,
+    /// Operator.
+    pub op: ReduceOp,
+    /// Finished.
+    pub done: bool,
+}
+
+/// One step of an algorithm.
+#[derive(Debug, Default)]
+pub struct Phase {
+    /// Local copies `(src, dst, len)` done when the phase starts.
+    pub copies: Vec<(usize, usize, usize)>,
+    /// Zero fills `(dst, len)` done when the phase starts.
+    pub zeros: Vec<(usize, usize)>,
+    /// Outgoing messages.
+    pub sends: Vec<Xfer>,
+    /// Incoming messages copied to buffers.
+    pub recvs: Vec<Xfer>,
+    /// Incoming messages reduced into a buffer.
+    pub reduce: Option<Reduce>,
+}
+
+/// Wire code of the op kind, part of the piece signature.
+pub fn kind_code(k: &OpKind) -> u32 {
+    match k {
+        OpKind::AllReduce { .. } => 1,
+        OpKind::Broadcast { .. } => 2,
+        OpKind::AllGather { .. } => 3,
+        OpKind::ReduceScatter { .. } => 4,
+        OpKind::AllToAll { .. } => 5,
+        OpKind::Barrier => 6,
+        OpKind::Reduce { .. } => 7,
+        OpKind::Gather { .. } => 8,
+        OpKind::Scatter { .. } => 9,
+    }
+}
+
+fn ordered_sources(active: &[usize], me: usize, own: usize) -> Vec<Source> {
+    active
+        .iter()
+        .map(|&q| if q == me { Source::Own(own) } else { Source::Peer(q) })
+        .collect()
+}
+
+fn check_slots(active: &[usize], k: usize, what: &str) -> Result<(), String> {
+    match active.iter().find(|&&q| q >= k) {
+        Some(q) => Err(format!("{what} too small for active rank {q} ({k} slots)")),
+        None => Ok(()),
+    }
+}
+
+fn check_root(active: &[usize], root: usize) -> Result<(), String> {
+    if active.contains(&root) {
+        Ok(())
+    } else {
+        Err(format!("root rank {root} is not an active member of the group"))
+    }
+}
+
+/// Byte range of element chunk `c` when `nelem` elements are split `n` ways.
+fn chunk(nelem: usize, n: usize, c: usize, esize: usize) -> (usize, usize) {
+    let base = nelem / n;
+    let rem = nelem % n;
+    let start = c * base + c.min(rem);
+    let len = base + usize::from(c < rem);
+    (start * esize, len * esize)
+}
+
+/// Builds the phases of `kind` for slot `me` over the sorted `active` set.
+pub fn plan(kind: &OpKind, me: usize, active: &[usize], small: usize) -> Result<Vec<Phase>, String> {
+    let peers: Vec<usize> = active.iter().copied().filter(|&q| q != me).collect();
+    let n = active.len();
+    let mut ph = Phase::default();
+    match kind {
+        OpKind::AllReduce {
+            src,
+            dst,
+            nbytes,
+            dtype,
+            op,
+        } => {
+            let esize = dtype.size();
+            let nelem = nbytes / esize;
+            if n <= 1 || *nbytes <= small || nelem < n {
+                ph.sends = peers.iter().map(|&q| Xfer::new(q, *src, *nbytes)).collect();
+                ph.reduce = Some(Reduce {
+                    sources: ordered_sources(active, me, *src),
+                    dst: *dst,
+                    len: *nbytes,
+                    pos: 0,
+                    dtype: *dtype,
+                    op: *op,
+                    done: false,
+                });
+                return Ok(vec![ph]);
+            }
+            let mine = active.iter().position(|&q| q == me).unwrap_or(0);
+            let (moff, mlen) = chunk(nelem, n, mine, esize);
+            for (c, &q) in active.iter().enumerate() {
+                if q != me {
+                    let (off, len) = chunk(nelem, n, c, esize);
+                    ph.sends.push(Xfer::new(q, src + off, len));
+                }
+            }
+            ph.reduce = Some(Reduce {
+                sources: ordered_sources(active, me, src + moff),
+                dst: dst + moff,
+                len: mlen,
+                pos: 0,
+                dtype: *dtype,
+                op: *op,
+                done: false,
+            });
+            let mut gather = Phase::default();
+            for (c, &q) in active.iter().enumerate() {
+                if q != me {
+                    let (off, len) = chunk(nelem, n, c, esize);
+                    gather.sends.push(Xfer::new(q, dst + moff, mlen));
+                    gather.recvs.push(Xfer::new(q, dst + off, len));
+                }
+            }
+            Ok(vec![ph, gather])
+        }
+        OpKind::Broadcast { buf, nbytes, root } => {
+            check_root(active, *root)?;
+            if *root == me {
+                ph.sends = peers.iter().map(|&q| Xfer::new(q, *buf, *nbytes)).collect();
+            } else {
+                ph.recvs.push(Xfer::new(*root, *buf, *nbytes));
+            }
+            Ok(vec![ph])
+        }
+        OpKind::AllGather { src, nbytes, dsts } => {
+            check_slots(active, dsts.len(), "output")?;
+            gather_into(&mut ph, me, active, *src, *nbytes, dsts);
+            ph.sends = peers.iter().map(|&q| Xfer::new(q, *src, *nbytes)).collect();
+            Ok(vec![ph])
+        }
+        OpKind::ReduceScatter {
+            srcs,
+            dst,
+            nbytes,
+            dtype,
+            op,
+        } => {
+            check_slots(active, srcs.len(), "input list")?;
+            ph.sends = peers
+                .iter()
+                .map(|&q| Xfer::new(q, srcs[q], *nbytes))
+                .collect();
+            ph.reduce = Some(Reduce {
+                sources: ordered_sources(active, me, srcs[me]),
+                dst: *dst,
+                len: *nbytes,
+                pos: 0,
+                dtype: *dtype,
+                op: *op,
+                done: false,
+            });
+            Ok(vec![ph])
+        }
+        OpKind::AllToAll { srcs, dsts } => {
+            check_slots(active, srcs.len().min(dsts.len()), "split list")?;
+            for (j, &(p, l)) in dsts.iter().enumerate() {
+                if !active.contains(&j) {
+                    ph.zeros.push((p, l));
+                }
+            }
+            let (sp, sl) = srcs[me];
+            let (dp, dl) = dsts[me];
+            if sl != dl {
+                return Err(format!(
+                    "all_to_all: rank {me} sends {sl} bytes to itself but expects {dl}"
+                ));
+            }
+            if sp != dp {
+                ph.copies.push((sp, dp, sl));
+            }
+            for &q in &peers {
+                ph.sends.push(Xfer::new(q, srcs[q].0, srcs[q].1));
+                ph.recvs.push(Xfer::new(q, dsts[q].0, dsts[q].1));
+            }
+            Ok(vec![ph])
+        }
+        OpKind::Barrier => {
+            for &q in &peers {
+                ph.sends.push(Xfer::new(q, 0, 0));
+                ph.recvs.push(Xfer::new(q, 0, 0));
+            }
+            Ok(vec![ph])
+        }
+        OpKind::Reduce {
+            src,
+            dst,
+            nbytes,
+            dtype,
+            op,
+            root,
+        } => {
+            check_root(active, *root)?;
+            if *root == me {
+                ph.reduce = Some(Reduce {
+                    sources: ordered_sources(active, me, *src),
+                    dst: *dst,
+                    len: *nbytes,
+                    pos: 0,
+                    dtype: *dtype,
+                    op: *op,
+                    done: false,
+                });
+            } else {
+                ph.sends.push(Xfer::new(*root, *src, *nbytes));
+            }
+            Ok(vec![ph])
+        }
+        OpKind::Gather {
+            src,
+            nbytes,
+            dsts,
+            root,
+        } => {
+            check_root(active, *root)?;
+            if *root == me {
+                check_slots(active, dsts.len(), "gather list")?;
+                gather_into(&mut ph, me, active, *src, *nbytes, dsts);
+            } else {
+                ph.sends.push(Xfer::new(*root, *src, *nbytes));
+            }
+            Ok(vec![ph])
+        }
+        OpKind::Scatter {
+            srcs,
+            dst,
+            nbytes,
+            root,
+        } => {
+            check_root(active, *root)?;
+            if *root == me {
+                check_slots(active, srcs.len(), "scatter list")?;
+                if srcs[me] != *dst {
+                    ph.copies.push((srcs[me], *dst, *nbytes));
+                }
+                ph.sends = peers
+                    .iter()
+                    .map(|&q| Xfer::new(q, srcs[q], *nbytes))
+                    .collect();
+            } else {
+                ph.recvs.push(Xfer::new(*root, *dst, *nbytes));
+            }
+            Ok(vec![ph])
+        }
+    }
+}
+
+/// Receive side of all_gather/gather: own copy, peer receives, zero fill.
+fn gather_into(ph: &mut Phase, me: usize, active: &[usize], src: usize, nbytes: usize, dsts: &[usize]) {
+    for (j, &d) in dsts.iter().enumerate() {
+        if j == me {
+            if d != src {
+                ph.copies.push((src, d, nbytes));
+            }
+        } else if active.contains(&j) {
+            ph.recvs.push(Xfer::new(j, d, nbytes));
+        } else {
+            ph.zeros.push((d, nbytes));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_everything() {
+        let mut total = 0;
+        let mut next = 0;
+        for c in 0..3 {
+            let (off, len) = chunk(10, 3, c, 4);
+            assert_eq!(off, next);
+            next += len;
+            total += len;
+        }
+        assert_eq!(total, 40);
+    }
+
+    #[test]
+    fn large_all_reduce_has_two_phases() {
+        let k = OpKind::AllReduce {
+            src: 0,
+            dst: 0,
+            nbytes: 1 << 20,
+            dtype: DType::F32,
+            op: ReduceOp::Sum,
+        };
+        let p = plan(&k, 1, &[0, 1, 2], 1024).expect("plan");
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[0].sends.len(), 2);
+        assert_eq!(p[1].recvs.len(), 2);
+    }
+
+    #[test]
+    fn inactive_root_is_an_error() {
+        let k = OpKind::Broadcast {
+            buf: 0,
+            nbytes: 4,
+            root: 3,
+        };
+        assert!(plan(&k, 0, &[0, 1], 1024).is_err());
+    }
+}

@@ -1,0 +1,357 @@
+//! Executes planned phases: pushes pieces, matches incoming pieces by
+//! `(seq, phase)`, reduces in rank order straight out of the channel, and
+//! sleeps on the group doorbell when nothing can move.
+
+use crate::completion::Completion;
+use crate::group::Shared;
+use crate::link::{Front, PeerLink};
+use crate::plan::{self, OpKind, Phase, Reduce, Source, Xfer};
+use crate::reduce;
+use crate::shm::PIECE;
+use crate::wire::{Hdr, KIND_ABORT, KIND_COLL};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A queued collective.
+pub struct Op {
+    /// Group sequence number.
+    pub seq: u64,
+    /// What to do.
+    pub kind: OpKind,
+    /// Piece signature: op kind, dtype and reduce-op codes.
+    pub sig: u32,
+    /// Where the result is reported.
+    pub done: Arc<Completion>,
+}
+
+/// Peer links indexed by slot.
+pub type Links = [Option<Arc<PeerLink>>];
+
+struct Ctx<'a> {
+    shared: &'a Shared,
+    links: &'a Links,
+    seq: u64,
+    phase: u32,
+    sig: u32,
+    active: &'a [usize],
+    failed: u64,
+}
+
+enum Cls {
+    Empty,
+    Stale,
+    Ahead,
+    Cur(Front),
+}
+
+fn classify(link: &PeerLink, seq: u64, phase: u32) -> Cls {
+    match link.peek() {
+        None => Cls::Empty,
+        Some(f) => match (f.hdr.seq, f.hdr.phase).cmp(&(seq, phase)) {
+            std::cmp::Ordering::Less => Cls::Stale,
+            std::cmp::Ordering::Greater => Cls::Ahead,
+            std::cmp::Ordering::Equal => Cls::Cur(f),
+        },
+    }
+}
+
+fn mismatch_msg(peer: usize) -> String {
+    format!(
+        "collective mismatch with rank {peer}: tensor sizes, dtypes or ops differ across ranks"
+    )
+}
+
+/// Runs one collective to completion and reports it.
+pub fn run_op(shared: &Shared, links: &Links, op: Op) {
+    let mask = shared.mask();
+    let me = shared.rank;
+    let mut active: Vec<usize> = (0..64).filter(|i| mask >> i & 1 == 1).collect();
+    if !active.contains(&me) {
+        active.push(me);
+        active.sort_unstable();
+    }
+    let mut ctx = Ctx {
+        shared,
+        links,
+        seq: op.seq,
+        phase: 0,
+        sig: op.sig,
+        active: &active,
+        failed: 0,
+    };
+    let result = plan::plan(&op.kind, me, &active, shared.cfg.small_bytes).and_then(|mut phases| {
+        for (i, ph) in phases.iter_mut().enumerate() {
+            ctx.phase = i as u32;
+            run_phase(&mut ctx, ph)?;
+        }
+        Ok(())
+    });
+    let failed = ctx.failed;
+    if let Err(ref e) = result {
+        let hdr = Hdr {
+            kind: KIND_ABORT,
+            seq: op.seq,
+            ..Default::default()
+        };
+        for &q in &active {
+            if let Some(l) = links.get(q).and_then(|l| l.as_ref()) {
+                if !l.is_dead() {
+                    let _ = l.write_frame(&hdr, &[]);
+                }
+            }
+        }
+        let _ = e;
+    }
+    shared.after_op(&active, failed);
+    op.done.complete(result.err(), failed);
+}
+
+fn run_phase(ctx: &mut Ctx<'_>, ph: &mut Phase) -> Result<(), String> {
+    for &(s, d, l) in &ph.copies {
+        // SAFETY: addresses come from live tensors held by the Python Work;
+        // `copy` tolerates overlap.
+        unsafe { std::ptr::copy(s as *const u8, d as *mut u8, l) };
+    }
+    for &(d, l) in &ph.zeros {
+        // SAFETY: as above.
+        unsafe { std::ptr::write_bytes(d as *mut u8, 0, l) };
+    }
+    let spin = ctx.shared.cfg.spin;
+    loop {
+        let seen = ctx.shared.bell().observe();
+        let mut progressed = false;
+        let mut pending = false;
+        for x in ph.sends.iter_mut().filter(|x| !x.done) {
+            progressed |= step_send(ctx, x);
+            pending |= !x.done;
+        }
+        for x in ph.recvs.iter_mut().filter(|x| !x.done) {
+            progressed |= step_recv(ctx, x)?;
+            pending |= !x.done;
+        }
+        if let Some(r) = ph.reduce.as_mut().filter(|r| !r.done) {
+            progressed |= step_reduce(ctx, r)?;
+            pending |= !r.done;
+        }
+        if !pending {
+            return Ok(());
+        }
+        if !progressed {
+            if ctx.shared.is_shutdown() {
+                return Err("process group has been shut down".into());
+            }
+            for &q in ctx.active {
+                if let Some(l) = ctx.links.get(q).and_then(|l| l.as_ref()) {
+                    if l.aborted(ctx.seq) {
+                        return Err(format!(
+                            "collective aborted by rank {q}: tensor sizes, dtypes or ops differ across ranks"
+                        ));
+                    }
+                }
+            }
+            ctx.shared
+                .bell()
+                .wait(seen, Duration::from_millis(100), spin);
+        }
+    }
+}
+
+fn link<'a>(ctx: &Ctx<'a>, slot: usize) -> Option<&'a PeerLink> {
+    ctx.links.get(slot).and_then(|l| l.as_deref())
+}
+
+fn step_send(ctx: &Ctx<'_>, x: &mut Xfer) -> bool {
+    let Some(l) = link(ctx, x.peer) else {
+        x.done = true;
+        return true;
+    };
+    let mut progressed = false;
+    loop {
+        if l.is_dead() {
+            x.done = true;
+            return true;
+        }
+        let plen = PIECE.min(x.len - x.pos);
+        let hdr = Hdr {
+            kind: KIND_COLL,
+            phase: ctx.phase,
+            seq: ctx.seq,
+            total: x.len as u64,
+            offset: x.pos as u64,
+            len: plen as u32,
+            aux: ctx.sig,
+        };
+        let data: &[u8] = if plen == 0 {
+            &[]
+        } else {
+            // SAFETY: within the source tensor held alive by the Work.
+            unsafe { std::slice::from_raw_parts((x.ptr + x.pos) as *const u8, plen) }
+        };
+        match l.send_piece(&hdr, data) {
+            Ok(true) => {
+                x.pos += plen;
+                progressed = true;
+                if x.pos >= x.len {
+                    x.done = true;
+                    return true;
+                }
+            }
+            Ok(false) => return progressed,
+            Err(_) => {
+                l.mark_dead();
+                x.done = true;
+                return true;
+            }
+        }
+    }
+}
+
+fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, String> {
+    let Some(l) = link(ctx, x.peer) else {
+        fail_recv(ctx, x);
+        return Ok(true);
+    };
+    let mut progressed = false;
+    loop {
+        match classify(l, ctx.seq, ctx.phase) {
+            Cls::Empty => {
+                if l.is_dead() && l.peek().is_none() {
+                    fail_recv(ctx, x);
+                    return Ok(true);
+                }
+                return Ok(progressed);
+            }
+            Cls::Stale => {
+                l.pop();
+                progressed = true;
+            }
+            Cls::Ahead => return Err(mismatch_msg(x.peer)),
+            Cls::Cur(f) => {
+                let h = f.hdr;
+                let end = h.offset as usize + h.len as usize;
+                if h.aux != ctx.sig || h.total != x.len as u64 || end > x.len {
+                    l.pop();
+                    return Err(mismatch_msg(x.peer));
+                }
+                if h.len > 0 {
+                    // SAFETY: bounds checked against the destination length.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            f.data,
+                            (x.ptr + h.offset as usize) as *mut u8,
+                            h.len as usize,
+                        )
+                    };
+                }
+                l.pop();
+                progressed = true;
+                x.pos += h.len as usize;
+                if end >= x.len {
+                    x.done = true;
+                    return Ok(true);
+                }
+            }
+        }
+    }
+}
+
+fn fail_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) {
+    ctx.failed |= 1u64 << x.peer;
+    if x.len > 0 {
+        // SAFETY: destination tensor held alive by the Work.
+        unsafe { std::ptr::write_bytes(x.ptr as *mut u8, 0, x.len) };
+    }
+    x.done = true;
+}
+
+fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, String> {
+    let mut progressed = false;
+    let mut fronts: Vec<Option<Front>> = Vec::with_capacity(r.sources.len());
+    loop {
+        let plen = PIECE.min(r.len - r.pos);
+        fronts.clear();
+        let mut ready = true;
+        for s in r.sources.iter_mut() {
+            let Source::Peer(q) = *s else {
+                fronts.push(None);
+                continue;
+            };
+            let Some(l) = link(ctx, q) else {
+                *s = Source::Gone;
+                ctx.failed |= 1u64 << q;
+                fronts.push(None);
+                continue;
+            };
+            let mut front = None;
+            loop {
+                match classify(l, ctx.seq, ctx.phase) {
+                    Cls::Empty => {
+                        if l.is_dead() && l.peek().is_none() {
+                            *s = Source::Gone;
+                            ctx.failed |= 1u64 << q;
+                        } else {
+                            ready = false;
+                        }
+                        break;
+                    }
+                    Cls::Stale => {
+                        l.pop();
+                        progressed = true;
+                    }
+                    Cls::Ahead => return Err(mismatch_msg(q)),
+                    Cls::Cur(f) => {
+                        let h = f.hdr;
+                        if h.aux != ctx.sig
+                            || h.total != r.len as u64
+                            || h.offset as usize != r.pos
+                            || h.len as usize != plen
+                        {
+                            l.pop();
+                            return Err(mismatch_msg(q));
+                        }
+                        front = Some(f);
+                        break;
+                    }
+                }
+            }
+            fronts.push(front);
+        }
+        if !ready {
+            return Ok(progressed);
+        }
+        let mut srcs: Vec<*const u8> = Vec::with_capacity(r.sources.len());
+        for (s, f) in r.sources.iter().zip(fronts.iter()) {
+            match (s, f) {
+                (Source::Own(p), _) => srcs.push((p + r.pos) as *const u8),
+                (Source::Peer(_), Some(f)) => srcs.push(f.data),
+                _ => {}
+            }
+        }
+        let esize = r.dtype.size();
+        // SAFETY: sources are live piece payloads or local tensor ranges of
+        // `plen` bytes; `dst` is the output tensor held by the Work.
+        unsafe {
+            reduce::reduce(
+                r.dtype,
+                r.op,
+                (r.dst + r.pos) as *mut u8,
+                &srcs,
+                plen / esize,
+                srcs.len(),
+            )
+        };
+        for (s, f) in r.sources.iter().zip(fronts.iter()) {
+            if let (Source::Peer(q), Some(_)) = (s, f) {
+                if let Some(l) = link(ctx, *q) {
+                    l.pop();
+                }
+            }
+        }
+        progressed = true;
+        r.pos += plen;
+        if r.pos >= r.len {
+            r.done = true;
+            return Ok(true);
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! Typed reduction kernels.
+//!
+//! Contributions are always combined in the order given (ascending rank
+//! order), so results are deterministic. f16/bf16 accumulate in f32 and round
+//! once when stored. Integers wrap; MIN/MAX on floats propagate NaN like
+//! `torch.minimum`/`torch.maximum`.
+
+use crate::dtype::{DType, ReduceOp};
+use half::{bf16, f16};
+
+/// Elements processed per block when combining more than two sources.
+const BLOCK: usize = 2048;
+
+/// Reduces `srcs` (each `nelem` elements of `dtype`) into `dst`, in order.
+/// `avg_div` is the divisor applied for `ReduceOp::Avg`.
+///
+/// # Safety
+/// Every pointer must be valid for `nelem` elements; `dst` may alias any
+/// source (the kernels read an element of every source before writing it).
+pub unsafe fn reduce(
+    dtype: DType,
+    op: ReduceOp,
+    dst: *mut u8,
+    srcs: &[*const u8],
+    nelem: usize,
+    avg_div: usize,
+) {
+    if srcs.is_empty() || nelem == 0 {
+        return;
+    }
+    match dtype {
+        DType::U8 => int_reduce::<u8>(op, dst, srcs, nelem),
+        DType::I8 => int_reduce::<i8>(op, dst, srcs, nelem),
+        DType::I16 => int_reduce::<i16>(op, dst, srcs, nelem),
+        DType::U16 => int_reduce::<u16>(op, dst, srcs, nelem),
+        DType::I32 => int_reduce::<i32>(op, dst, srcs, nelem),
+        DType::U32 => int_reduce::<u32>(op, dst, srcs, nelem),
+        DType::I64 => int_reduce::<i64>(op, dst, srcs, nelem),
+        DType::U64 => int_reduce::<u64>(op, dst, srcs, nelem),
+        DType::Bool => {
+            let op = match op {
+                ReduceOp::Sum | ReduceOp::Max | ReduceOp::BOr => ReduceOp::Max,
+                ReduceOp::BXor => ReduceOp::BXor,
+                _ => ReduceOp::Min,
+            };
+            int_reduce::<u8>(op, dst, srcs, nelem)
+        }
+        DType::F32 => float_reduce::<f32, f32>(op, dst, srcs, nelem, avg_div, |x| x, |x| x),
+        DType::F64 => float_reduce::<f64, f64>(op, dst, srcs, nelem, avg_div, |x| x, |x| x),
+        DType::F16 => float_reduce::<f16, f32>(
+            op,
+            dst,
+            srcs,
+            nelem,
+            avg_div,
+            |x: f16| x.to_f32(),
+            f16::from_f32,
+        ),
+        DType::BF16 => float_reduce::<bf16, f32>(
+            op,
+            dst,
+            srcs,
+            nelem,
+            avg_div,
+            |x: bf16| x.to_f32(),
+            bf16::from_f32,
+        ),
+        DType::Raw => {}
+    }
+}
+
+/// Integer element operations.
+trait IntElem: Copy + Ord + AvgDiv {
+    fn wadd(self, o: Self) -> Self;
+    fn wmul(self, o: Self) -> Self;
+    fn band(self, o: Self) -> Self;
+    fn bor(self, o: Self) -> Self;
+    fn bxor(self, o: Self) -> Self;
+}
+
+macro_rules! int_elem {
+    ($($t:ty),*) => {$(
+        impl IntElem for $t {
+            #[inline(always)] fn wadd(self, o: Self) -> Self { self.wrapping_add(o) }
+            #[inline(always)] fn wmul(self, o: Self) -> Self { self.wrapping_mul(o) }
+            #[inline(always)] fn band(self, o: Self) -> Self { self & o }
+            #[inline(always)] fn bor(self, o: Self) -> Self { self | o }
+            #[inline(always)] fn bxor(self, o: Self) -> Self { self ^ o }
+        }
+    )*};
+}
+int_elem!(u8, i8, i16, u16, i32, u32, i64, u64);
+
+unsafe fn int_reduce<T: IntElem>(op: ReduceOp, dst: *mut u8, srcs: &[*const u8], n: usize) {
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => combine::<T, T>(dst, srcs, n, id, id, T::wadd, None),
+        ReduceOp::Product => combine::<T, T>(dst, srcs, n, id, id, T::wmul, None),
+        ReduceOp::Min => combine::<T, T>(dst, srcs, n, id, id, std::cmp::min, None),
+        ReduceOp::Max => combine::<T, T>(dst, srcs, n, id, id, std::cmp::max, None),
+        ReduceOp::BAnd => combine::<T, T>(dst, srcs, n, id, id, T::band, None),
+        ReduceOp::BOr => combine::<T, T>(dst, srcs, n, id, id, T::bor, None),
+        ReduceOp::BXor => combine::<T, T>(dst, srcs, n, id, id, T::bxor, None),
+    }
+}
+
+#[inline(always)]
+fn id<T>(x: T) -> T {
+    x
+}
+
+/// Float accumulator operations.
+trait FloatAcc:
+    Copy + PartialOrd + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> + AvgDiv
+{
+    fn nan(self) -> bool;
+    fn div_count(self, n: usize) -> Self;
+}
+impl FloatAcc for f32 {
+    #[inline(always)]
+    fn nan(self) -> bool {
+        self.is_nan()
+    }
+    #[inline(always)]
+    fn div_count(self, n: usize) -> Self {
+        self / n as f32
+    }
+}
+impl FloatAcc for f64 {
+    #[inline(always)]
+    fn nan(self) -> bool {
+        self.is_nan()
+    }
+    #[inline(always)]
+    fn div_count(self, n: usize) -> Self {
+        self / n as f64
+    }
+}
+
+#[inline(always)]
+fn fmin<A: FloatAcc>(a: A, b: A) -> A {
+    if a.nan() || b < a {
+        if a.nan() {
+            a
+        } else {
+            b
+        }
+    } else {
+        a
+    }
+}
+
+#[inline(always)]
+fn fmax<A: FloatAcc>(a: A, b: A) -> A {
+    if a.nan() || b > a {
+        if a.nan() {
+            a
+        } else {
+            b
+        }
+    } else {
+        a
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn float_reduce<T: Copy, A: FloatAcc>(
+    op: ReduceOp,
+    dst: *mut u8,
+    srcs: &[*const u8],
+    n: usize,
+    avg_div: usize,
+    load: fn(T) -> A,
+    store: fn(A) -> T,
+) {
+    // NaN in `b` must also propagate: min/max with b NaN yields b.
+    fn nmin<A: FloatAcc>(a: A, b: A) -> A {
+        if b.nan() {
+            b
+        } else {
+            fmin(a, b)
+        }
+    }
+    fn nmax<A: FloatAcc>(a: A, b: A) -> A {
+        if b.nan() {
+            b
+        } else {
+            fmax(a, b)
+        }
+    }
+    fn add<A: FloatAcc>(a: A, b: A) -> A {
+        a + b
+    }
+    fn mul<A: FloatAcc>(a: A, b: A) -> A {
+        a * b
+    }
+    let div = avg_div.max(1);
+    match op {
+        ReduceOp::Sum => combine::<T, A>(dst, srcs, n, load, store, add, None),
+        ReduceOp::Avg => combine::<T, A>(dst, srcs, n, load, store, add, Some(div)),
+        ReduceOp::Product => combine::<T, A>(dst, srcs, n, load, store, mul, None),
+        ReduceOp::Min => combine::<T, A>(dst, srcs, n, load, store, nmin, None),
+        ReduceOp::Max => combine::<T, A>(dst, srcs, n, load, store, nmax, None),
+        // Rejected earlier by `check_reduction`.
+        ReduceOp::BAnd | ReduceOp::BOr | ReduceOp::BXor => {}
+    }
+}
+
+/// Shared kernel: `dst = fin(f(...f(f(s0, s1), s2)..., sk))`.
+#[inline(always)]
+unsafe fn combine<T: Copy, A: Copy + AvgDiv>(
+    dst: *mut u8,
+    srcs: &[*const u8],
+    n: usize,
+    load: impl Fn(T) -> A,
+    store: impl Fn(A) -> T,
+    f: impl Fn(A, A) -> A,
+    avg: Option<usize>,
+) {
+    let dst = dst as *mut T;
+    if srcs.len() == 1 {
+        let a = srcs[0] as *const T;
+        for i in 0..n {
+            let mut v = load(*a.add(i));
+            if let Some(d) = avg {
+                v = v.avg_div(d);
+            }
+            *dst.add(i) = store(v);
+        }
+        return;
+    }
+    if srcs.len() == 2 && avg.is_none() {
+        let a = srcs[0] as *const T;
+        let b = srcs[1] as *const T;
+        for i in 0..n {
+            *dst.add(i) = store(f(load(*a.add(i)), load(*b.add(i))));
+        }
+        return;
+    }
+    let mut acc: Vec<A> = Vec::with_capacity(BLOCK.min(n));
+    let mut start = 0;
+    while start < n {
+        let len = BLOCK.min(n - start);
+        acc.clear();
+        let s0 = (srcs[0] as *const T).add(start);
+        for i in 0..len {
+            acc.push(load(*s0.add(i)));
+        }
+        for s in &srcs[1..] {
+            let p = (*s as *const T).add(start);
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = f(*a, load(*p.add(i)));
+            }
+        }
+        let d = dst.add(start);
+        for (i, a) in acc.iter().enumerate() {
+            let v = match avg {
+                Some(div) => a.avg_div(div),
+                None => *a,
+            };
+            *d.add(i) = store(v);
+        }
+        start += len;
+    }
+}
+
+/// Division by the contributor count (identity for integers, which reject AVG).
+trait AvgDiv: Sized {
+    fn avg_div(self, n: usize) -> Self;
+}
+macro_rules! avg_ident {
+    ($($t:ty),*) => {$( impl AvgDiv for $t { #[inline(always)] fn avg_div(self, _n: usize) -> Self { self } } )*};
+}
+avg_ident!(u8, i8, i16, u16, i32, u32, i64, u64);
+impl AvgDiv for f32 {
+    fn avg_div(self, n: usize) -> Self {
+        self.div_count(n)
+    }
+}
+impl AvgDiv for f64 {
+    fn avg_div(self, n: usize) -> Self {
+        self.div_count(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sum_three_in_order() {
+        let a = [1.0f32, 2.0];
+        let b = [10.0f32, 20.0];
+        let c = [100.0f32, 200.0];
+        let mut d = [0.0f32; 2];
+        unsafe {
+            reduce(
+                DType::F32,
+                ReduceOp::Sum,
+                d.as_mut_ptr() as *mut u8,
+                &[a.as_ptr() as _, b.as_ptr() as _, c.as_ptr() as _],
+                2,
+                3,
+            )
+        };
+        assert_eq!(d, [111.0, 222.0]);
+    }
+
+    #[test]
+    fn avg_bf16_rounds_once() {
+        let a = [bf16::from_f32(1.0); 3];
+        let b = [bf16::from_f32(2.0); 3];
+        let mut d = [bf16::from_f32(0.0); 3];
+        unsafe {
+            reduce(
+                DType::BF16,
+                ReduceOp::Avg,
+                d.as_mut_ptr() as *mut u8,
+                &[a.as_ptr() as _, b.as_ptr() as _],
+                3,
+                2,
+            )
+        };
+        assert_eq!(d[0].to_f32(), 1.5);
+    }
+
+    #[test]
+    fn nan_propagates_in_min_max() {
+        let a = [1.0f32, f32::NAN];
+        let b = [f32::NAN, 2.0];
+        let mut d = [0.0f32; 2];
+        unsafe {
+            reduce(
+                DType::F32,
+                ReduceOp::Min,
+                d.as_mut_ptr() as *mut u8,
+                &[a.as_ptr() as _, b.as_ptr() as _],
+                2,
+                2,
+            )
+        };
+        assert!(d[0].is_nan() && d[1].is_nan());
+    }
+
+    #[test]
+    fn int_wraps_and_bool_is_or() {
+        let a = [250u8, 1];
+        let b = [10u8, 0];
+        let mut d = [0u8; 2];
+        unsafe {
+            reduce(
+                DType::U8,
+                ReduceOp::Sum,
+                d.as_mut_ptr(),
+                &[a.as_ptr(), b.as_ptr()],
+                2,
+                2,
+            );
+        }
+        assert_eq!(d, [4, 1]);
+        unsafe {
+            reduce(DType::Bool, ReduceOp::Sum, d.as_mut_ptr(), &[a.as_ptr(), b.as_ptr()], 2, 2);
+        }
+        assert_eq!(d[1], 1);
+    }
+}

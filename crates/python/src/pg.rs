@@ -1,0 +1,295 @@
+//! PyO3 bindings for the PG core (`mooncake._native.PgGroup`, `PgWork`).
+//!
+//! Tensors cross as `data_ptr()` integers plus byte counts and dtype/op
+//! codes; the Python package `mooncake.pg` keeps the tensors alive.
+
+use mooncake_pg::{Completion, DType, Group, GroupParams, OpKind, PeerInfo, PgError, ReduceOp};
+use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn to_py(e: PgError) -> PyErr {
+    match e {
+        PgError::InvalidArgument(m) => PyValueError::new_err(m),
+        PgError::Timeout(m) => PyTimeoutError::new_err(m),
+        other => PyRuntimeError::new_err(other.to_string()),
+    }
+}
+
+fn dtype(code: u32) -> PyResult<DType> {
+    DType::from_code(code).map_err(to_py)
+}
+
+fn redop(code: u32) -> PyResult<ReduceOp> {
+    ReduceOp::from_code(code).map_err(to_py)
+}
+
+/// Handle of one submitted op.
+#[pyclass(module = "mooncake._native", frozen)]
+pub struct PgWork {
+    done: Arc<Completion>,
+}
+
+#[pymethods]
+impl PgWork {
+    /// Blocks (GIL released) until done; raises on error or on `timeout`
+    /// seconds passing. Returns True.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let t = timeout.filter(|t| *t > 0.0).map(Duration::from_secs_f64);
+        let done = self.done.clone();
+        let finished = py.allow_threads(move || done.wait(t));
+        if !finished {
+            return Err(PyTimeoutError::new_err(format!(
+                "operation did not complete within {:.3}s (it keeps running)",
+                timeout.unwrap_or(0.0)
+            )));
+        }
+        match self.done.snapshot().error {
+            Some(e) => Err(PyRuntimeError::new_err(e)),
+            None => Ok(true),
+        }
+    }
+
+    /// Non-blocking completion check.
+    fn is_completed(&self) -> bool {
+        self.done.is_done()
+    }
+
+    /// Bitmap of slots whose contribution was lost (F_i).
+    fn failed_mask(&self) -> u64 {
+        self.done.snapshot().failed
+    }
+
+    /// Error message, if the op failed.
+    fn error(&self) -> Option<String> {
+        self.done.snapshot().error
+    }
+
+    /// Source slot of a completed receive (-1 if unknown).
+    fn source_rank(&self) -> i64 {
+        self.done.snapshot().source
+    }
+}
+
+fn work(r: Result<Arc<Completion>, PgError>) -> PyResult<PgWork> {
+    r.map(|done| PgWork { done }).map_err(to_py)
+}
+
+/// One member of a Mooncake process group.
+#[pyclass(module = "mooncake._native", frozen)]
+pub struct PgGroup {
+    g: Arc<Group>,
+}
+
+#[pymethods]
+impl PgGroup {
+    #[new]
+    #[pyo3(signature = (rank, size, capacity, is_extension, key, auto_deactivate=true))]
+    fn new(
+        rank: usize,
+        size: usize,
+        capacity: usize,
+        is_extension: bool,
+        key: String,
+        auto_deactivate: bool,
+    ) -> PyResult<Self> {
+        let g = Group::new(GroupParams {
+            rank,
+            size,
+            capacity,
+            is_extension,
+            key,
+            auto_deactivate,
+        })
+        .map_err(to_py)?;
+        Ok(PgGroup { g: Arc::new(g) })
+    }
+
+    /// TCP port of this process's engine.
+    fn port(&self) -> u16 {
+        self.g.port()
+    }
+
+    /// Random id of this member.
+    fn member_id(&self) -> u64 {
+        self.g.member_id()
+    }
+
+    /// Random id of this process's engine.
+    fn instance_id(&self) -> u64 {
+        self.g.instance_id()
+    }
+
+    /// Shared-memory segment name ("" when shm is off).
+    fn shm_name(&self) -> String {
+        self.g.shm_name()
+    }
+
+    /// Reserved capacity.
+    fn capacity(&self) -> usize {
+        self.g.capacity()
+    }
+
+    /// Active mask bitmap.
+    fn mask(&self) -> u64 {
+        self.g.mask()
+    }
+
+    /// Visible size V.
+    fn visible_size(&self) -> usize {
+        self.g.visible_size()
+    }
+
+    /// Number of peers reached over shared memory.
+    fn shm_peer_count(&self) -> usize {
+        self.g.shm_peer_count()
+    }
+
+    /// Registers the int32 mask tensor (address, elements).
+    fn set_mask_tensor(&self, ptr: usize, len: usize) {
+        self.g.set_mask_tensor(ptr, len)
+    }
+
+    /// Connects to peers: list of (slot, endpoint, member_id, same_host, shm_name).
+    fn connect(
+        &self,
+        py: Python<'_>,
+        peers: Vec<(usize, String, u64, bool, String)>,
+        timeout_s: f64,
+    ) -> PyResult<()> {
+        let infos = peers
+            .into_iter()
+            .map(|(slot, endpoint, member_id, same_host, shm_name)| PeerInfo {
+                slot,
+                endpoint,
+                member_id,
+                same_host,
+                shm_name,
+            })
+            .collect();
+        let g = self.g.clone();
+        let t = Duration::from_secs_f64(timeout_s.max(0.001));
+        py.allow_threads(move || g.connect(infos, t)).map_err(to_py)
+    }
+
+    fn all_reduce(&self, src: usize, dst: usize, nbytes: usize, dt: u32, op: u32) -> PyResult<PgWork> {
+        let kind = OpKind::AllReduce {
+            src,
+            dst,
+            nbytes,
+            dtype: dtype(dt)?,
+            op: redop(op)?,
+        };
+        work(self.g.submit(kind, dt, op))
+    }
+
+    fn broadcast(&self, buf: usize, nbytes: usize, root: usize, dt: u32) -> PyResult<PgWork> {
+        work(self.g.submit(OpKind::Broadcast { buf, nbytes, root }, dt, 0))
+    }
+
+    fn all_gather(&self, src: usize, nbytes: usize, dsts: Vec<usize>, dt: u32) -> PyResult<PgWork> {
+        work(self.g.submit(OpKind::AllGather { src, nbytes, dsts }, dt, 0))
+    }
+
+    fn reduce_scatter(
+        &self,
+        srcs: Vec<usize>,
+        dst: usize,
+        nbytes: usize,
+        dt: u32,
+        op: u32,
+    ) -> PyResult<PgWork> {
+        let kind = OpKind::ReduceScatter {
+            srcs,
+            dst,
+            nbytes,
+            dtype: dtype(dt)?,
+            op: redop(op)?,
+        };
+        work(self.g.submit(kind, dt, op))
+    }
+
+    fn all_to_all(&self, srcs: Vec<(usize, usize)>, dsts: Vec<(usize, usize)>, dt: u32) -> PyResult<PgWork> {
+        work(self.g.submit(OpKind::AllToAll { srcs, dsts }, dt, 0))
+    }
+
+    fn barrier(&self) -> PyResult<PgWork> {
+        work(self.g.submit(OpKind::Barrier, 0, 0))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reduce(
+        &self,
+        src: usize,
+        dst: usize,
+        nbytes: usize,
+        dt: u32,
+        op: u32,
+        root: usize,
+    ) -> PyResult<PgWork> {
+        let kind = OpKind::Reduce {
+            src,
+            dst,
+            nbytes,
+            dtype: dtype(dt)?,
+            op: redop(op)?,
+            root,
+        };
+        work(self.g.submit(kind, dt, op))
+    }
+
+    fn gather(&self, src: usize, nbytes: usize, dsts: Vec<usize>, root: usize, dt: u32) -> PyResult<PgWork> {
+        work(self.g.submit(
+            OpKind::Gather {
+                src,
+                nbytes,
+                dsts,
+                root,
+            },
+            dt,
+            0,
+        ))
+    }
+
+    fn scatter(&self, srcs: Vec<usize>, dst: usize, nbytes: usize, root: usize, dt: u32) -> PyResult<PgWork> {
+        work(self.g.submit(
+            OpKind::Scatter {
+                srcs,
+                dst,
+                nbytes,
+                root,
+            },
+            dt,
+            0,
+        ))
+    }
+
+    /// Sends from the calling thread with the GIL released.
+    fn send(&self, py: Python<'_>, dst: usize, ptr: usize, nbytes: usize) -> PyResult<PgWork> {
+        let g = self.g.clone();
+        // SAFETY: the caller (mooncake.pg) passes a live contiguous tensor's
+        // address and size and holds the tensor for the call's duration.
+        work(py.allow_threads(move || unsafe { g.send(dst, ptr, nbytes) }))
+    }
+
+    /// Posts a receive from `src` (None: any source).
+    #[pyo3(signature = (src, ptr, nbytes))]
+    fn recv(&self, src: Option<usize>, ptr: usize, nbytes: usize) -> PyResult<PgWork> {
+        work(self.g.recv(src, ptr, nbytes))
+    }
+
+    /// Closes the group (idempotent).
+    fn shutdown(&self, py: Python<'_>) {
+        let g = self.g.clone();
+        py.allow_threads(move || g.shutdown());
+    }
+}
+
+/// Adds the PG classes to the extension module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PgGroup>()?;
+    m.add_class::<PgWork>()?;
+    Ok(())
+}

@@ -1,0 +1,759 @@
+"""``MooncakeProcessGroup``: the torch ProcessGroup subclass over the Rust core.
+
+Torch's C++ trampoline dispatches to these methods by name (spec §1.2), so
+both current and legacy method names are defined. Validation happens here,
+synchronously, before anything is submitted.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from mooncake import _native
+from mooncake.pg import _codes
+from mooncake.pg._host import advertised_host, host_identity
+from mooncake.pg._options import MAX_CAPACITY, MooncakeBackendOptions
+from mooncake.pg._work import MooncakeWork
+from torch._C._distributed_c10d import Backend as _C10dBackend
+
+PREFIX = "mcpg/v1"
+PROTO = 1
+
+Finish = Callable[[], None]
+
+
+def _timeout_s(t: Any, default: float = 1800.0) -> float:
+    if t is None:
+        return default
+    if isinstance(t, datetime.timedelta):
+        return max(t.total_seconds(), 0.001)
+    return max(float(t), 0.001)
+
+
+class _Shim(_C10dBackend):
+    """Backend registered on the group so torch paths that need one (batch P2P,
+    ``device_id`` init) find it; every call is delegated to the owning group."""
+
+    def __init__(self, pg: MooncakeProcessGroup, rank: int, capacity: int) -> None:
+        super().__init__(rank, capacity)
+        self._pg = weakref.ref(pg)
+
+    def _owner(self) -> MooncakeProcessGroup:
+        pg = self._pg()
+        if pg is None:
+            raise RuntimeError("mooncake: process group has been destroyed")
+        return pg
+
+    def getBackendName(self) -> str:
+        return self._owner().getBackendName()
+
+    @property
+    def supports_coalescing(self) -> bool:
+        return False
+
+    @property
+    def supports_splitting(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for attributes the C++ base does not define.
+        return getattr(self._owner(), name)
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> MooncakeWork:
+        return self._owner().send(tensors, dst, tag)
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> MooncakeWork:
+        return self._owner().recv(tensors, src, tag)
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> MooncakeWork:
+        return self._owner().recv_anysource(tensors, tag)
+
+    def barrier(self, opts: Any = None) -> MooncakeWork:
+        return self._owner().barrier(opts=opts)
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
+        return self._owner().allreduce(tensors, opts)
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
+        return self._owner().broadcast(tensors, opts)
+
+    def allgather(self, outs: Any, ins: Any, opts: Any = None) -> MooncakeWork:
+        return self._owner().allgather(outs, ins, opts)
+
+    def reduce_scatter(self, outs: Any, ins: Any, opts: Any = None) -> MooncakeWork:
+        return self._owner().reduce_scatter(outs, ins, opts)
+
+    def alltoall(self, outs: Any, ins: Any, opts: Any = None) -> MooncakeWork:
+        return self._owner().alltoall(outs, ins, opts)
+
+
+class MooncakeProcessGroup(dist.ProcessGroup):
+    """A Mooncake process group (``mooncake-cpu`` or ``mooncake``)."""
+
+    def __init__(
+        self,
+        store: Any,
+        rank: int,
+        size: int,
+        timeout: Any,
+        group_id: str,
+        backend_name: str,
+        device_type: str,
+        options: MooncakeBackendOptions | None,
+    ) -> None:
+        super().__init__(rank, size)
+        if options is not None and not isinstance(options, MooncakeBackendOptions):
+            raise TypeError(
+                f"pg_options must be MooncakeBackendOptions, got {type(options).__name__}"
+            )
+        opts = options or MooncakeBackendOptions()
+        capacity = opts.max_world_size or size
+        if capacity < size:
+            raise ValueError(f"max_world_size ({capacity}) must be >= group size ({size})")
+        if capacity > MAX_CAPACITY:
+            raise ValueError(f"mooncake: at most {MAX_CAPACITY} ranks are supported")
+        self._name = backend_name
+        self._device_type = device_type
+        self._rank = rank
+        self._capacity = capacity
+        self._is_extension = opts.is_extension
+        self._timeout = _timeout_s(timeout)
+        self._inflight: dict[int, MooncakeWork] = {}
+        self._closed = False
+        self._mask_dev, self._mask_host = self._make_mask(opts.active_ranks, capacity)
+        self._last_mask = -1
+
+        self._store: Any = store
+        epoch = (int(store.add(f"{PREFIX}/epoch", 1)) - 1) // size
+        self._key_prefix = f"{PREFIX}/{epoch}"
+        key = f"{group_id}/{backend_name}/{epoch}"
+        self._native = _native.PgGroup(
+            rank, size, capacity, opts.is_extension, key, opts.auto_deactivate_on_failure
+        )
+        self._native.set_mask_tensor(self._mask_host.data_ptr(), capacity)
+        self._sync_mask()
+        try:
+            self._rendezvous(store, rank, size, opts, group_id)
+        except BaseException:
+            self._native.shutdown()
+            raise
+        finally:
+            self._store = None
+        try:
+            shim = _Shim(self, rank, capacity)
+            self._shim = shim
+            dev = torch.device(device_type)
+            self._register_backend(dev, dist.ProcessGroup.BackendType.CUSTOM, shim)
+            self._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+        except (AttributeError, RuntimeError, TypeError):  # older torch: optional
+            pass
+
+    # ----------------------------------------------------------------- setup
+    def _make_mask(
+        self, active: torch.Tensor | None, capacity: int
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        if active is None:
+            host = torch.zeros(capacity, dtype=torch.int32)
+            if self._device_type != "cpu":
+                return None, host
+            return None, host
+        if active.numel() != capacity:
+            raise ValueError(
+                f"active_ranks has {active.numel()} entries but the capacity is {capacity}"
+            )
+        if self._device_type == "cpu":
+            if active.device.type != "cpu":
+                raise ValueError("mooncake-cpu requires active_ranks on the CPU")
+            return None, active
+        if active.device.type == "cpu":
+            raise ValueError(f"mooncake requires active_ranks on {self._device_type}")
+        return active, torch.zeros(capacity, dtype=torch.int32)
+
+    def _sync_mask(self) -> None:
+        if self._mask_dev is None:
+            return
+        m = self._native.mask()
+        if m != self._last_mask:
+            self._last_mask = m
+            self._mask_dev.copy_(self._mask_host)
+
+    def _rendezvous(
+        self,
+        store: Any,
+        rank: int,
+        size: int,
+        opts: MooncakeBackendOptions,
+        group_id: str,
+    ) -> None:
+        host = advertised_host(opts.host_ip)
+        me_host = host_identity()
+        record = {
+            "proto": PROTO,
+            "member_id": self._native.member_id(),
+            "instance_id": self._native.instance_id(),
+            "endpoint": f"{host}:{self._native.port()}",
+            "host": me_host,
+            "pid": os.getpid(),
+            "capacity": self._capacity,
+            "is_extension": opts.is_extension,
+            "shm": self._native.shm_name(),
+        }
+        store.set(f"{self._key_prefix}/peer/{rank}", json.dumps(record))
+        if opts.is_extension or size == 1:
+            return
+        keys = {r: f"{self._key_prefix}/peer/{r}" for r in range(size) if r != rank}
+        try:
+            store.wait(list(keys.values()), datetime.timedelta(seconds=self._timeout))
+        except Exception as e:  # torch raises DistStoreError / RuntimeError
+            missing = [r for r, k in keys.items() if not store.check([k])]
+            raise RuntimeError(
+                f"{self._name}: timed out after {self._timeout:.1f}s waiting for rank(s) "
+                f"{missing} to join process group '{group_id}'"
+            ) from e
+        peers = []
+        for r, k in keys.items():
+            rec = json.loads(store.get(k))
+            peers.append(
+                (r, rec["endpoint"], int(rec["member_id"]), rec["host"] == me_host, rec["shm"])
+            )
+        try:
+            self._native.connect(peers, self._timeout)
+        except TimeoutError as e:
+            raise RuntimeError(f"{self._name}: {e} (process group '{group_id}')") from e
+
+    # -------------------------------------------------------------- identity
+    def getBackendName(self) -> str:
+        return self._name
+
+    def name(self) -> str:
+        return self._name
+
+    def getSize(self) -> int:
+        return int(self._native.visible_size())
+
+    def size(self) -> int:
+        return self.getSize()
+
+    def getRank(self) -> int:
+        return self._rank
+
+    def rank(self) -> int:
+        return self._rank
+
+    # ------------------------------------------------------------- plumbing
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self._name}: process group has been shut down")
+
+    def _check_tensor(self, t: Any, what: str) -> torch.Tensor:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{self._name}: {what} must be a torch.Tensor, got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise ValueError(f"{self._name}: {what} is sparse ({t.layout}); only dense tensors")
+        if t.device.type != self._device_type:
+            raise ValueError(
+                f"{self._name}: {what} is on {t.device}, expected a {self._device_type} tensor"
+            )
+        return t
+
+    def _single(self, tensors: Any, op: str) -> torch.Tensor:
+        if not isinstance(tensors, (list, tuple)) or len(tensors) != 1:
+            n = len(tensors) if isinstance(tensors, (list, tuple)) else "a non-list"
+            raise ValueError(f"{self._name}: {op} takes exactly one tensor, got {n}")
+        return self._check_tensor(tensors[0], f"{op} tensor")
+
+    def _host_in(self, t: torch.Tensor) -> torch.Tensor:
+        """A contiguous host tensor holding ``t``'s data."""
+        if t.device.type != "cpu":
+            return t.detach().to("cpu", copy=True).contiguous()
+        return t.detach().contiguous()
+
+    def _host_out(self, t: torch.Tensor, finish: list[Finish]) -> torch.Tensor:
+        """A contiguous host tensor the op writes; registers the copy back into ``t``."""
+        if t.device.type == "cpu" and t.is_contiguous():
+            return t.detach()
+        tmp = torch.empty(t.shape, dtype=t.dtype, device="cpu")
+        finish.append(lambda t=t, tmp=tmp: t.copy_(tmp))  # type: ignore[misc]
+        return tmp
+
+    def _host_inout(self, t: torch.Tensor, finish: list[Finish]) -> torch.Tensor:
+        if t.device.type == "cpu" and t.is_contiguous():
+            return t.detach()
+        tmp = self._host_in(t)
+        finish.append(lambda t=t, tmp=tmp: t.copy_(tmp))  # type: ignore[misc]
+        return tmp
+
+    @staticmethod
+    def _nbytes(t: torch.Tensor) -> int:
+        return t.numel() * t.element_size()
+
+    def _work(
+        self,
+        native: Any,
+        keep: list[Any],
+        finish: list[Finish],
+        result: list[torch.Tensor],
+    ) -> MooncakeWork:
+        if self._mask_dev is not None:
+            finish.append(self._sync_mask)
+        w = MooncakeWork(native, self, keep, finish, result)
+        done = [k for k, v in self._inflight.items() if v._native.is_completed()]
+        for k in done:
+            self._inflight.pop(k)._finalize()
+        self._inflight[id(w)] = w
+        return w
+
+    def _on_complete(self, w: MooncakeWork) -> None:
+        self._inflight.pop(id(w), None)
+
+    def _check_k(self, k: int, what: str) -> None:
+        if not 1 <= k <= self._capacity:
+            raise ValueError(
+                f"{self._name}: {what} has {k} entries; expected between 1 and "
+                f"the group capacity {self._capacity} (group size {self.getSize()})"
+            )
+
+    def _same(self, ref: torch.Tensor, ts: Sequence[Any], what: str) -> list[torch.Tensor]:
+        out = []
+        for i, t in enumerate(ts):
+            t = self._check_tensor(t, f"{what}[{i}]")
+            if t.numel() != ref.numel() or t.dtype != ref.dtype:
+                raise ValueError(
+                    f"{self._name}: {what}[{i}] has {t.numel()} x {t.dtype}, expected "
+                    f"{ref.numel()} x {ref.dtype}"
+                )
+            out.append(t)
+        return out
+
+    @staticmethod
+    def _root(opts: Any) -> int:
+        return int(getattr(opts, "rootRank", 0)) + int(getattr(opts, "rootTensor", 0) or 0)
+
+    def _check_root(self, root: int) -> None:
+        if not 0 <= root < self._capacity:
+            raise ValueError(f"{self._name}: root {root} is outside the group")
+
+    # ------------------------------------------------------------ collectives
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
+        self._check_open()
+        t = self._single(tensors, "allreduce")
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        dt, oc = _codes.reduction_codes(t.dtype, op)
+        finish: list[Finish] = []
+        buf = self._host_inout(t, finish)
+        n = self._native.all_reduce(buf.data_ptr(), buf.data_ptr(), self._nbytes(buf), dt, oc)
+        return self._work(n, [t, buf], finish, [t])
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
+        works = [self.allreduce([t], opts) for t in tensors]
+        for w in works[:-1]:
+            w.wait()
+        return works[-1]
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
+        self._check_open()
+        t = self._single(tensors, "broadcast")
+        root = self._root(opts)
+        self._check_root(root)
+        finish: list[Finish] = []
+        buf = self._host_inout(t, finish)
+        n = self._native.broadcast(
+            buf.data_ptr(), self._nbytes(buf), root, _codes.dtype_code(t.dtype)
+        )
+        return self._work(n, [t, buf], finish, [t])
+
+    def _all_gather_slots(
+        self, inp: torch.Tensor, outs: list[torch.Tensor], finish: list[Finish]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        src = self._host_in(inp)
+        hosts = [self._host_out(o, finish) for o in outs]
+        return src, hosts
+
+    def allgather(
+        self,
+        output_tensors: list[list[torch.Tensor]],
+        input_tensors: list[torch.Tensor],
+        opts: Any = None,
+    ) -> MooncakeWork:
+        self._check_open()
+        inp = self._single(input_tensors, "allgather input")
+        if not isinstance(output_tensors, (list, tuple)) or len(output_tensors) != 1:
+            raise ValueError(f"{self._name}: allgather takes exactly one output list")
+        outs = self._same(inp, output_tensors[0], "allgather output")
+        self._check_k(len(outs), "allgather output list")
+        finish: list[Finish] = []
+        src, hosts = self._all_gather_slots(inp, outs, finish)
+        n = self._native.all_gather(
+            src.data_ptr(),
+            self._nbytes(src),
+            [h.data_ptr() for h in hosts],
+            _codes.dtype_code(inp.dtype),
+        )
+        return self._work(n, [inp, src, outs, hosts], finish, list(outs))
+
+    def all_gather_single(
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> MooncakeWork:
+        self._check_open()
+        out = self._check_tensor(output, "all_gather_into_tensor output")
+        inp = self._check_tensor(input, "all_gather_into_tensor input")
+        if out.dtype != inp.dtype:
+            raise ValueError(f"{self._name}: output dtype {out.dtype} != input dtype {inp.dtype}")
+        if inp.numel() == 0 or out.numel() % inp.numel() != 0:
+            raise ValueError(
+                f"{self._name}: all_gather_into_tensor output has {out.numel()} elements, "
+                f"not a multiple of the input's {inp.numel()}"
+            )
+        k = out.numel() // inp.numel()
+        self._check_k(k, "all_gather_into_tensor output")
+        finish: list[Finish] = []
+        src = self._host_in(inp)
+        host = self._host_out(out, finish)
+        nb = self._nbytes(src)
+        base = host.data_ptr()
+        n = self._native.all_gather(
+            src.data_ptr(), nb, [base + j * nb for j in range(k)], _codes.dtype_code(inp.dtype)
+        )
+        return self._work(n, [out, inp, src, host], finish, [out])
+
+    _allgather_base = all_gather_single
+
+    def reduce_scatter(
+        self,
+        output_tensors: list[torch.Tensor],
+        input_tensors: list[list[torch.Tensor]],
+        opts: Any = None,
+    ) -> MooncakeWork:
+        self._check_open()
+        out = self._single(output_tensors, "reduce_scatter output")
+        if not isinstance(input_tensors, (list, tuple)) or len(input_tensors) != 1:
+            raise ValueError(f"{self._name}: reduce_scatter takes exactly one input list")
+        ins = self._same(out, input_tensors[0], "reduce_scatter input")
+        self._check_k(len(ins), "reduce_scatter input list")
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        dt, oc = _codes.reduction_codes(out.dtype, op)
+        finish: list[Finish] = []
+        srcs = [self._host_in(t) for t in ins]
+        host = self._host_out(out, finish)
+        n = self._native.reduce_scatter(
+            [s.data_ptr() for s in srcs], host.data_ptr(), self._nbytes(host), dt, oc
+        )
+        return self._work(n, [out, ins, srcs, host], finish, [out])
+
+    def reduce_scatter_single(
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> MooncakeWork:
+        self._check_open()
+        out = self._check_tensor(output, "reduce_scatter_tensor output")
+        inp = self._check_tensor(input, "reduce_scatter_tensor input")
+        if out.dtype != inp.dtype:
+            raise ValueError(f"{self._name}: output dtype {out.dtype} != input dtype {inp.dtype}")
+        if out.numel() == 0 or inp.numel() % out.numel() != 0:
+            raise ValueError(
+                f"{self._name}: reduce_scatter_tensor input has {inp.numel()} elements, "
+                f"not a multiple of the output's {out.numel()}"
+            )
+        k = inp.numel() // out.numel()
+        self._check_k(k, "reduce_scatter_tensor input")
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        dt, oc = _codes.reduction_codes(out.dtype, op)
+        finish: list[Finish] = []
+        src = self._host_in(inp)
+        host = self._host_out(out, finish)
+        nb = self._nbytes(host)
+        base = src.data_ptr()
+        n = self._native.reduce_scatter(
+            [base + j * nb for j in range(k)], host.data_ptr(), nb, dt, oc
+        )
+        return self._work(n, [out, inp, src, host], finish, [out])
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def alltoall(
+        self,
+        output_tensors: list[torch.Tensor],
+        input_tensors: list[torch.Tensor],
+        opts: Any = None,
+    ) -> MooncakeWork:
+        self._check_open()
+        if len(output_tensors) != len(input_tensors):
+            raise ValueError(
+                f"{self._name}: all_to_all got {len(output_tensors)} outputs and "
+                f"{len(input_tensors)} inputs"
+            )
+        self._check_k(len(input_tensors), "all_to_all tensor list")
+        ins = [self._check_tensor(t, f"all_to_all input[{i}]") for i, t in enumerate(input_tensors)]
+        outs = [
+            self._check_tensor(t, f"all_to_all output[{i}]") for i, t in enumerate(output_tensors)
+        ]
+        dts = {t.dtype for t in ins + outs}
+        if len(dts) != 1:
+            raise ValueError(f"{self._name}: all_to_all tensors must share one dtype, got {dts}")
+        finish: list[Finish] = []
+        srcs = [self._host_in(t) for t in ins]
+        hosts = [self._host_out(t, finish) for t in outs]
+        n = self._native.all_to_all(
+            [(s.data_ptr(), self._nbytes(s)) for s in srcs],
+            [(h.data_ptr(), self._nbytes(h)) for h in hosts],
+            _codes.dtype_code(ins[0].dtype),
+        )
+        return self._work(n, [ins, outs, srcs, hosts], finish, list(outs))
+
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: list[int],
+        input_split_sizes: list[int],
+        opts: Any = None,
+    ) -> MooncakeWork:
+        self._check_open()
+        out = self._check_tensor(output, "all_to_all_single output")
+        inp = self._check_tensor(input, "all_to_all_single input")
+        if out.dtype != inp.dtype:
+            raise ValueError(f"{self._name}: output dtype {out.dtype} != input dtype {inp.dtype}")
+        ins_split = list(input_split_sizes or [])
+        outs_split = list(output_split_sizes or [])
+        if bool(ins_split) != bool(outs_split):
+            # torch allows giving one side only: the other is even.
+            pass
+        k = len(ins_split) or len(outs_split) or self.getSize()
+        self._check_k(k, "all_to_all_single splits")
+
+        def splits(t: torch.Tensor, given: list[int], what: str) -> list[int]:
+            rows = t.shape[0] if t.dim() > 0 else 1
+            if given:
+                if len(given) != k:
+                    raise ValueError(
+                        f"{self._name}: {what} split list has {len(given)} entries, expected {k}"
+                    )
+                if sum(given) != rows or min(given) < 0:
+                    raise ValueError(
+                        f"{self._name}: {what} splits {given} do not sum to dim 0 ({rows})"
+                    )
+                return [int(x) for x in given]
+            if rows % k != 0:
+                raise ValueError(
+                    f"{self._name}: {what} dim 0 ({rows}) is not divisible by {k} ranks"
+                )
+            return [rows // k] * k
+
+        s_in = splits(inp, ins_split, "input")
+        s_out = splits(out, outs_split, "output")
+        finish: list[Finish] = []
+        src = self._host_in(inp)
+        host = self._host_out(out, finish)
+        row_in = (inp.numel() // max(inp.shape[0], 1) if inp.dim() > 0 else 1) * inp.element_size()
+        row_out = (out.numel() // max(out.shape[0], 1) if out.dim() > 0 else 1) * out.element_size()
+
+        def ranges(base: int, sizes: list[int], row: int) -> list[tuple[int, int]]:
+            res, off = [], 0
+            for s in sizes:
+                res.append((base + off * row, s * row))
+                off += s
+            return res
+
+        n = self._native.all_to_all(
+            ranges(src.data_ptr(), s_in, row_in),
+            ranges(host.data_ptr(), s_out, row_out),
+            _codes.dtype_code(inp.dtype),
+        )
+        return self._work(n, [out, inp, src, host], finish, [out])
+
+    alltoall_base = all_to_all_single
+
+    def barrier(self, opts: Any = None) -> MooncakeWork:
+        self._check_open()
+        return self._work(self._native.barrier(), [], [], [])
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
+        self._check_open()
+        t = self._single(tensors, "reduce")
+        root = self._root(opts)
+        self._check_root(root)
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        dt, oc = _codes.reduction_codes(t.dtype, op)
+        finish: list[Finish] = []
+        buf = self._host_inout(t, finish) if root == self._rank else self._host_in(t)
+        n = self._native.reduce(buf.data_ptr(), buf.data_ptr(), self._nbytes(buf), dt, oc, root)
+        return self._work(n, [t, buf], finish, [t])
+
+    def gather(
+        self,
+        output_tensors: list[list[torch.Tensor]],
+        input_tensors: list[torch.Tensor],
+        opts: Any = None,
+    ) -> MooncakeWork:
+        self._check_open()
+        inp = self._single(input_tensors, "gather input")
+        root = int(getattr(opts, "rootRank", 0))
+        self._check_root(root)
+        finish: list[Finish] = []
+        src = self._host_in(inp)
+        outs: list[torch.Tensor] = []
+        hosts: list[torch.Tensor] = []
+        if root == self._rank:
+            if not isinstance(output_tensors, (list, tuple)) or len(output_tensors) != 1:
+                raise ValueError(f"{self._name}: gather root takes exactly one output list")
+            outs = self._same(inp, output_tensors[0], "gather output")
+            self._check_k(len(outs), "gather output list")
+            hosts = [self._host_out(o, finish) for o in outs]
+        elif output_tensors and any(len(x) for x in output_tensors):
+            raise ValueError(f"{self._name}: gather output list must be empty on non-root ranks")
+        n = self._native.gather(
+            src.data_ptr(),
+            self._nbytes(src),
+            [h.data_ptr() for h in hosts],
+            root,
+            _codes.dtype_code(inp.dtype),
+        )
+        return self._work(n, [inp, src, outs, hosts], finish, list(outs))
+
+    def gather_single(
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> MooncakeWork:
+        self._check_open()
+        inp = self._check_tensor(input, "gather_into_tensor input")
+        root = int(getattr(opts, "rootRank", 0))
+        self._check_root(root)
+        finish: list[Finish] = []
+        src = self._host_in(inp)
+        nb = self._nbytes(src)
+        ptrs: list[int] = []
+        keep: list[Any] = [inp, src, output]
+        if root == self._rank:
+            out = self._check_tensor(output, "gather_into_tensor output")
+            if inp.numel() == 0 or out.numel() % inp.numel() != 0:
+                raise ValueError(
+                    f"{self._name}: gather_into_tensor output has {out.numel()} elements, "
+                    f"not a multiple of the input's {inp.numel()}"
+                )
+            k = out.numel() // inp.numel()
+            self._check_k(k, "gather_into_tensor output")
+            host = self._host_out(out, finish)
+            keep.append(host)
+            ptrs = [host.data_ptr() + j * nb for j in range(k)]
+        n = self._native.gather(src.data_ptr(), nb, ptrs, root, _codes.dtype_code(inp.dtype))
+        return self._work(n, keep, finish, [output])
+
+    gather_into_tensor = gather_single
+
+    def scatter(
+        self,
+        output_tensors: list[torch.Tensor],
+        input_tensors: list[list[torch.Tensor]],
+        opts: Any = None,
+    ) -> MooncakeWork:
+        self._check_open()
+        out = self._single(output_tensors, "scatter output")
+        root = int(getattr(opts, "rootRank", 0))
+        self._check_root(root)
+        finish: list[Finish] = []
+        host = self._host_out(out, finish)
+        srcs: list[torch.Tensor] = []
+        if root == self._rank:
+            if not isinstance(input_tensors, (list, tuple)) or len(input_tensors) != 1:
+                raise ValueError(f"{self._name}: scatter root takes exactly one input list")
+            ins = self._same(out, input_tensors[0], "scatter input")
+            self._check_k(len(ins), "scatter input list")
+            srcs = [self._host_in(t) for t in ins]
+        elif input_tensors and any(len(x) for x in input_tensors):
+            raise ValueError(f"{self._name}: scatter input list must be empty on non-root ranks")
+        n = self._native.scatter(
+            [s.data_ptr() for s in srcs],
+            host.data_ptr(),
+            self._nbytes(host),
+            root,
+            _codes.dtype_code(out.dtype),
+        )
+        return self._work(n, [out, srcs, host], finish, [out])
+
+    # -------------------------------------------------------------------- P2P
+    def _peer(self, peer: int, what: str) -> int:
+        peer = int(peer)
+        if (
+            not 0 <= peer < self._capacity
+            or peer >= max(self.getSize(), 1)
+            and not (self._native.mask() >> peer & 1)
+        ):
+            raise ValueError(
+                f"{self._name}: {what} rank {peer} is outside the group (size {self.getSize()})"
+            )
+        if peer == self._rank:
+            raise ValueError(f"{self._name}: {what} to/from self (rank {peer}) is not supported")
+        return peer
+
+    def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> MooncakeWork:
+        self._check_open()
+        t = self._single(tensors, "send")
+        dst = self._peer(dstRank, "send")
+        src = self._host_in(t)
+        n = self._native.send(dst, src.data_ptr(), self._nbytes(src))
+        return self._work(n, [t, src], [], [t])
+
+    def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> MooncakeWork:
+        self._check_open()
+        t = self._single(tensors, "recv")
+        src = self._peer(srcRank, "recv")
+        finish: list[Finish] = []
+        host = self._host_out(t, finish)
+        n = self._native.recv(src, host.data_ptr(), self._nbytes(host))
+        return self._work(n, [t, host], finish, [t])
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> MooncakeWork:
+        self._check_open()
+        t = self._single(tensors, "recv")
+        finish: list[Finish] = []
+        host = self._host_out(t, finish)
+        n = self._native.recv(None, host.data_ptr(), self._nbytes(host))
+        return self._work(n, [t, host], finish, [t])
+
+    # ----------------------------------------------------------------- life
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._native.shutdown()
+        for w in list(self._inflight.values()):
+            w._finalize()
+        self._inflight.clear()
+
+    def abort(self) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------ mooncake extras
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    def active_ranks(self) -> torch.Tensor:
+        self._sync_mask()
+        return self._mask_dev if self._mask_dev is not None else self._mask_host
+
+    def shm_peer_count(self) -> int:
+        return int(self._native.shm_peer_count())
+
+
+def make_creator(backend_name: str, device_type: str) -> Callable[..., MooncakeProcessGroup]:
+    """The ``extended_api=True`` creator torch calls with ``(opts, pg_options)``."""
+
+    def _create(dist_opts: Any, pg_options: Any = None) -> MooncakeProcessGroup:
+        return MooncakeProcessGroup(
+            dist_opts.store,
+            dist_opts.group_rank,
+            dist_opts.group_size,
+            dist_opts.timeout,
+            str(dist_opts.group_id),
+            backend_name,
+            device_type,
+            pg_options,
+        )
+
+    return _create

@@ -1,0 +1,679 @@
+"""Multi-process scenarios; each function runs in every rank process.
+
+Conventions: ``x_r = r + 1``; a scenario raises (non-zero exit) on any wrong
+value. Functions take ``(rank, world, port)``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import threading
+import time
+
+import mooncake.pg as mpg
+import torch
+import torch.distributed as dist
+from mooncake.pg import MooncakeBackendOptions
+
+REDUCIBLE = [
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+] + [getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)]
+FLOATS = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
+
+
+def init(
+    rank: int,
+    world: int,
+    port: int,
+    options: object = None,
+    backend: str = "mooncake-cpu",
+    timeout: float = 60.0,
+    **kw: object,
+) -> None:
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        pg_options=options,
+        timeout=datetime.timedelta(seconds=timeout),
+        **kw,
+    )
+
+
+def eq(got: torch.Tensor, exp: torch.Tensor | float, what: str) -> None:
+    e = exp if isinstance(exp, torch.Tensor) else torch.full_like(got, exp)
+    if got.shape != e.shape or not torch.equal(got, e.to(got.dtype)):
+        raise AssertionError(
+            f"{what}: got {got.flatten()[:8].tolist()} expected {e.flatten()[:8].tolist()}"
+        )
+
+
+def check_transport(world: int) -> None:
+    pg = dist.group.WORLD
+    want = 0 if os.environ.get("MOONCAKE_PG_TRANSPORT") == "tcp" else world - 1
+    assert pg.shm_peer_count() == want, (pg.shm_peer_count(), want)
+
+
+def shapes(numel: int) -> list[tuple[str, torch.Tensor]]:
+    """A contiguous tensor and a transposed (non-contiguous) view of the same size."""
+    base = torch.zeros(numel)
+    out = [("contig", base)]
+    if numel > 1 and numel % 3 == 0:
+        out.append(("transposed", torch.zeros(3, numel // 3).t()))
+    elif numel > 1:
+        out.append(("strided", torch.zeros(numel * 2)[::2]))
+    return out
+
+
+# --------------------------------------------------------------------------- B
+def collectives(rank: int, world: int, port: int) -> None:
+    """B1-B7 at one world size: every op, dtype class, sizes, layouts, async."""
+    init(rank, world, port)
+    assert dist.get_world_size() == world and dist.get_rank() == rank
+    check_transport(world)
+    n = world
+    x = rank + 1
+    mask = mpg.get_active_ranks(dist.group.WORLD)
+    eq(mask, torch.ones(n, dtype=torch.int32), "mask")
+
+    # B1 all_reduce over every reducible dtype.
+    for dt in REDUCIBLE:
+        for numel in (1, 1023):
+            ops = [
+                (dist.ReduceOp.SUM, n * (n + 1) // 2),
+                (dist.ReduceOp.PRODUCT, math.factorial(n)),
+                (dist.ReduceOp.MIN, 1),
+                (dist.ReduceOp.MAX, n),
+            ]
+            if dt in FLOATS:
+                ops.append((dist.ReduceOp.AVG, (n + 1) / 2))
+            for op, exp in ops:
+                t = torch.full((numel,), x, dtype=dt)
+                dist.all_reduce(t, op=op)
+                eq(t, torch.full((numel,), exp, dtype=dt), f"all_reduce {dt} {op} {numel}")
+    for numel in (1, 1023, 1 << 20):
+        for name, z in shapes(numel):
+            t = z.fill_(x)
+            dist.all_reduce(t)
+            eq(t, float(n * (n + 1) // 2), f"all_reduce f32 {name} {numel}")
+            t = torch.full((numel,), x, dtype=torch.bfloat16)
+            dist.all_reduce(t, op=dist.ReduceOp.AVG)
+            eq(t, torch.full((numel,), (n + 1) / 2, dtype=torch.bfloat16), "bf16 avg")
+    big = torch.arange(1 << 20, dtype=torch.float64) * (rank + 1)
+    dist.all_reduce(big)
+    eq(big, torch.arange(1 << 20, dtype=torch.float64) * (n * (n + 1) // 2), "big f64 distinct")
+    for op, exp in (
+        (dist.ReduceOp.SUM, True),
+        (dist.ReduceOp.MAX, True),
+        (dist.ReduceOp.PRODUCT, rank == 0 and n == 1),
+        (dist.ReduceOp.MIN, n == 1),
+    ):
+        t = torch.tensor([rank == 0, True, False])
+        dist.all_reduce(t, op=op)
+        want = torch.tensor(
+            [exp if op in (dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN) else True, True, False]
+        )
+        if op in (dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN):
+            want[0] = n == 1
+        eq(t, want, f"bool {op}")
+
+    # B2 broadcast from every root, several sizes and layouts.
+    for root in range(n):
+        for numel in (1, 1023, 1 << 20):
+            for name, z in shapes(numel):
+                t = z.fill_(111.0 if rank == root else -1.0)
+                dist.broadcast(t, src=root)
+                eq(t, 111.0, f"broadcast root {root} {name} {numel}")
+        c = torch.full((5,), complex(rank, 1), dtype=torch.complex64)
+        dist.broadcast(c, src=root)
+        eq(c, torch.full((5,), complex(root, 1), dtype=torch.complex64), "broadcast complex")
+
+    # B3 all_gather list and tensor.
+    for numel in (1, 1023):
+        inp = torch.tensor([rank, 10 * rank], dtype=torch.float32).repeat(numel)
+        outs = [torch.zeros_like(inp) for _ in range(n)]
+        dist.all_gather(outs, inp)
+        for j in range(n):
+            eq(
+                outs[j],
+                torch.tensor([j, 10 * j], dtype=torch.float32).repeat(numel),
+                "all_gather list",
+            )
+        out = torch.zeros(n * inp.numel())
+        dist.all_gather_into_tensor(out, inp)
+        exp = torch.cat(
+            [torch.tensor([j, 10 * j], dtype=torch.float32).repeat(numel) for j in range(n)]
+        )
+        eq(out, exp, "all_gather_into_tensor")
+    nc_outs = [torch.zeros(4, 2).t() for _ in range(n)]
+    dist.all_gather(nc_outs, torch.full((2, 4), float(rank)))
+    for j in range(n):
+        eq(nc_outs[j], float(j), "all_gather non-contiguous outputs")
+    f8 = getattr(torch, "float8_e4m3fn", None)
+    if f8 is not None:
+        inp8 = torch.full((3,), float(rank), dtype=torch.float32).to(f8)
+        outs8 = [torch.zeros(3, dtype=f8) for _ in range(n)]
+        dist.all_gather(outs8, inp8)
+        for j in range(n):
+            eq(outs8[j].float(), float(j), "all_gather float8")
+
+    # B4 reduce_scatter list and tensor.
+    for k in (1, 1023):
+        inp = torch.arange(n * k, dtype=torch.float32) + rank
+        exp = n * torch.arange(rank * k, (rank + 1) * k, dtype=torch.float32) + sum(range(n))
+        out = torch.zeros(k)
+        dist.reduce_scatter_tensor(out, inp)
+        eq(out, exp, "reduce_scatter_tensor")
+        out = torch.zeros(k)
+        dist.reduce_scatter(out, list(inp.chunk(n)))
+        eq(out, exp, "reduce_scatter list")
+    out = torch.zeros(4, dtype=torch.bfloat16)
+    dist.reduce_scatter_tensor(
+        out, torch.full((4 * n,), x, dtype=torch.bfloat16), op=dist.ReduceOp.MAX
+    )
+    eq(out, float(n), "reduce_scatter bf16 max")
+
+    # B5 all_to_all list and single, even and uneven splits.
+    ins = [torch.full((2,), 100.0 * rank + j) for j in range(n)]
+    outs = [torch.zeros(2) for _ in range(n)]
+    dist.all_to_all(outs, ins)
+    for j in range(n):
+        eq(outs[j], 100.0 * j + rank, "all_to_all list")
+    inp = torch.cat([torch.full((3,), 100.0 * rank + j) for j in range(n)])
+    out = torch.zeros(3 * n)
+    dist.all_to_all_single(out, inp)
+    eq(
+        out,
+        torch.cat([torch.full((3,), 100.0 * j + rank) for j in range(n)]),
+        "all_to_all_single even",
+    )
+    in_splits = [j + 1 for j in range(n)]
+    out_splits = [rank + 1] * n
+    inp = torch.cat([torch.full((j + 1, 2), 100.0 * rank + j) for j in range(n)])
+    out = torch.zeros(sum(out_splits), 2)
+    dist.all_to_all_single(out, inp, out_splits, in_splits)
+    eq(
+        out,
+        torch.cat([torch.full((rank + 1, 2), 100.0 * j + rank) for j in range(n)]),
+        "all_to_all_single uneven",
+    )
+
+    # B6 reduce, gather, gather_into_tensor, scatter for every root, sync and async.
+    for root in range(n):
+        for async_op in (False, True):
+            t = torch.full((7,), float(x))
+            w = dist.reduce(t, dst=root, async_op=async_op)
+            if async_op:
+                w.wait()
+            if rank == root:
+                eq(t, float(n * (n + 1) // 2), "reduce")
+            g = [torch.zeros(2) for _ in range(n)] if rank == root else None
+            w = dist.gather(torch.full((2,), float(x)), g, dst=root, async_op=async_op)
+            if async_op:
+                w.wait()
+            if rank == root:
+                for j in range(n):
+                    eq(g[j], float(j + 1), "gather")
+            gt = torch.zeros(2 * n)
+            w = dist.gather_into_tensor(
+                torch.full((2,), float(x)),
+                gt if rank == root else None,
+                dst=root,
+                async_op=async_op,
+            )
+            if async_op:
+                w.wait()
+            if rank == root:
+                eq(
+                    gt,
+                    torch.arange(1, n + 1, dtype=torch.float32).repeat_interleave(2),
+                    "gather_into_tensor",
+                )
+            s = torch.zeros(3)
+            lst = [torch.full((3,), 10.0 * j) for j in range(n)] if rank == root else None
+            w = dist.scatter(s, lst, src=root, async_op=async_op)
+            if async_op:
+                w.wait()
+            eq(s, 10.0 * rank, "scatter")
+
+    # Async pipelining: many ops in flight, waited in reverse order.
+    works, bufs = [], []
+    for i in range(8):
+        t = torch.full((1000 * (i + 1),), float(x + i))
+        bufs.append(t)
+        works.append(dist.all_reduce(t, async_op=True))
+    ag_out = torch.zeros(n)
+    works.append(dist.all_gather_into_tensor(ag_out, torch.tensor([float(rank)]), async_op=True))
+    for w in reversed(works):
+        assert w.wait() is True
+    for i, t in enumerate(bufs):
+        eq(t, float(sum(r + 1 + i for r in range(n))), "async all_reduce")
+    eq(ag_out, torch.arange(n, dtype=torch.float32), "async all_gather")
+    w = dist.all_reduce(torch.ones(3), async_op=True)
+    w.wait()
+    assert mpg.get_local_success(w)
+    eq(mpg.get_failed_ranks_hint(w), torch.zeros(n, dtype=torch.int32), "hint")
+
+    # B7 barrier: nobody leaves before rank 0 has entered.
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 0:
+        time.sleep(0.2)
+        store.set("b7/entered", "1")
+    dist.barrier()
+    assert store.check(["b7/entered"]), "left the barrier before rank 0 entered"
+
+    # A6: wait() releases the GIL while a peer is late.
+    if n > 1:
+        counter = [0]
+        stop = threading.Event()
+
+        def spin() -> None:
+            while not stop.is_set():
+                counter[0] += 1
+                time.sleep(0.001)
+
+        if rank == 0:
+            time.sleep(0.3)
+        th = threading.Thread(target=spin)
+        th.start()
+        before = counter[0]
+        w = dist.all_reduce(torch.ones(4), async_op=True)
+        w.wait()
+        stop.set()
+        th.join()
+        if rank != 0:
+            assert counter[0] > before, "python thread made no progress during wait()"
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------- C
+def p2p(rank: int, world: int, port: int) -> None:
+    """C1-C5 (world 4; C2/C3/C5 between ranks 0 and 1)."""
+    init(rank, world, port)
+    n = world
+    # C1 ring via batch_isend_irecv.
+    y = torch.zeros(4)
+    ops = [
+        dist.P2POp(dist.isend, torch.full((4,), float(rank)), (rank + 1) % n),
+        dist.P2POp(dist.irecv, y, (rank - 1) % n),
+    ]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    eq(y, float((rank - 1) % n), "ring")
+    # C2 direct and batched send.
+    if rank == 0:
+        dist.send(torch.tensor([12]), 1)
+        for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.tensor([1200]), 1)]):
+            w.wait()
+    elif rank == 1:
+        a, b = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+        dist.recv(a, 0)
+        for w in dist.batch_isend_irecv([dist.P2POp(dist.irecv, b, 0)]):
+            w.wait()
+        assert (int(a), int(b)) == (12, 1200)
+    # C3 ordering: 64 messages alternating 4 B and 4 MiB.
+    if rank == 0:
+        ws = []
+        for i in range(64):
+            numel = 1 if i % 2 == 0 else (1 << 20)
+            ws.append(dist.isend(torch.full((numel,), i, dtype=torch.int32), 1))
+        for w in ws:
+            w.wait()
+    elif rank == 1:
+        got = []
+        for i in range(64):
+            numel = 1 if i % 2 == 0 else (1 << 20)
+            t = torch.zeros(numel, dtype=torch.int32)
+            dist.recv(t, 0)
+            assert bool((t == t[0]).all())
+            got.append(int(t[0]))
+        assert got == list(range(64)), got
+    # C4 several senders to one receiver.
+    if rank == 0:
+        dist.send(torch.tensor([100]), 1)
+        r = torch.zeros(1, dtype=torch.int64)
+        dist.recv(r, 1)
+        assert int(r) == 101
+    elif rank == 2:
+        dist.send(torch.tensor([200]), 1)
+    elif rank == 1:
+        a, b = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+        wa, wb = dist.irecv(a, 0), dist.irecv(b, 2)
+        dist.send(torch.tensor([101]), 0)
+        wa.wait()
+        wb.wait()
+        assert (int(a), int(b)) == (100, 200)
+    # recv without src (any source).
+    if rank == 3:
+        dist.send(torch.tensor([33]), 2)
+    elif rank == 2:
+        t = torch.zeros(1, dtype=torch.int64)
+        src = dist.recv(t)
+        assert int(t) == 33 and src == 3, (int(t), src)
+    # C5 recv posted before and after the send; a 64 MiB message.
+    dist.barrier()
+    if rank == 0:
+        time.sleep(0.2)
+        dist.send(torch.tensor([5.0]), 1)
+        dist.barrier()
+        dist.send(torch.arange(16 << 20, dtype=torch.float32), 1)
+    elif rank == 1:
+        t = torch.zeros(1)
+        dist.recv(t, 0)
+        assert float(t) == 5.0
+        dist.barrier()
+        time.sleep(0.2)
+        big = torch.zeros(16 << 20)
+        dist.recv(big, 0)
+        eq(big, torch.arange(16 << 20, dtype=torch.float32), "64 MiB p2p")
+    else:
+        dist.barrier()
+    # Non-contiguous receive buffer.
+    if rank == 2:
+        dist.send(torch.arange(6, dtype=torch.float32), 3)
+    elif rank == 3:
+        t = torch.zeros(3, 2).t()
+        dist.recv(t, 2)
+        eq(t, torch.arange(6, dtype=torch.float32).reshape(2, 3), "p2p non-contiguous")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------- subgroups
+def subgroups(rank: int, world: int, port: int) -> None:
+    """A5, even/odd and overlapping groups, D1-D3, group_dst/group_src."""
+    init(rank, world, port)
+    x = rank + 1
+    g01 = dist.new_group([0, 1], backend="mooncake-cpu")
+    g23 = dist.new_group([2, 3], backend="mooncake-cpu")
+    t = torch.tensor([float(x)])
+    dist.all_reduce(t, group=g01 if rank < 2 else g23)
+    eq(t, 3.0 if rank < 2 else 7.0, "A5 pair sums")
+    even = dist.new_group([0, 2], backend="mooncake-cpu")
+    odd = dist.new_group([1, 3], backend="mooncake-cpu")
+    over = dist.new_group([0, 1, 2], backend="mooncake-cpu")
+    t = torch.tensor([float(x)])
+    dist.all_reduce(t, group=even if rank % 2 == 0 else odd)
+    eq(t, 4.0 if rank % 2 == 0 else 6.0, "even/odd")
+    t = torch.tensor([float(x)])
+    w1 = dist.all_reduce(t, group=over, async_op=True) if rank < 3 else None
+    u = torch.tensor([float(x)])
+    dist.all_reduce(u, group=g01 if rank < 2 else g23)
+    eq(u, 3.0 if rank < 2 else 7.0, "pair sums while overlapping op in flight")
+    if w1 is not None:
+        w1.wait()
+        eq(t, 6.0, "overlapping")
+        assert dist.get_world_size(over) == 3 and dist.get_rank(over) == rank
+    # D2: TP {0,1},{2,3} + PP send/recv along lanes {0,2},{1,3} (group_dst/group_src).
+    lane = even if rank % 2 == 0 else odd
+    tp = g01 if rank < 2 else g23
+    act = torch.tensor([float(x)])
+    dist.all_reduce(act, group=tp)
+    if rank < 2:
+        dist.send(act, group_dst=1, group=lane)
+    else:
+        got = torch.zeros(1)
+        dist.recv(got, group_src=0, group=lane)
+        eq(got, 3.0, "PP stage handoff")
+        dist.all_reduce(got, group=tp)
+        eq(got, 6.0, "stage 2 TP")
+    # D3: prefill {0,1} -> decode {2,3}, KV handed over along lanes with batch ops.
+    kv = torch.full((1024,), float(x))
+    if rank < 2:
+        ws = dist.batch_isend_irecv([dist.P2POp(dist.isend, kv, rank + 2)])
+    else:
+        recv_kv = torch.zeros(1024)
+        ws = dist.batch_isend_irecv([dist.P2POp(dist.irecv, recv_kv, rank - 2)])
+    for w in ws:
+        w.wait()
+    if rank >= 2:
+        eq(recv_kv, float(rank - 1), "prefill->decode")
+    # P2P to a rank outside a subgroup is rejected.
+    if rank in (0, 1):
+        try:
+            dist.send(torch.ones(1), group_dst=5, group=g01)
+        except (ValueError, RuntimeError):
+            pass
+        else:
+            raise AssertionError("send to group_dst=5 in a 2-rank group did not fail")
+    for g in (g01, g23, even, odd, over):
+        dist.destroy_process_group(g)
+    t = torch.tensor([float(x)])
+    dist.all_reduce(t)
+    eq(t, 10.0, "WORLD after subgroup destroy")
+    dist.destroy_process_group()
+
+
+def topologies8(rank: int, world: int, port: int) -> None:
+    """D4-D6 at world 8: DPxTP, 12-group DP+TP+EP, overlapped TP/DP traffic."""
+    assert world == 8
+    init(rank, world, port)
+    x = float(rank + 1)
+    mk = lambda ranks: dist.new_group(ranks, backend="mooncake-cpu")
+    tp = [mk([0, 1, 2, 3]), mk([4, 5, 6, 7])]
+    dp = [mk([i, i + 4]) for i in range(4)]
+    my_tp, my_dp = tp[rank // 4], dp[rank % 4]
+    t = torch.tensor([x])
+    dist.all_reduce(t, group=my_tp)
+    eq(t, 10.0 if rank < 4 else 26.0, "D4 tp")
+    t = torch.tensor([x])
+    dist.all_reduce(t, group=my_dp)
+    eq(t, float(2 * (rank % 4) + 6), "D4 dp")
+    # D5: 12 groups: tp4 x2, dp2 x4, ep pairs {0,1},{2,3},{4,5},{6,7} - 10 here plus 2 tp2.
+    ep = [mk([2 * i, 2 * i + 1]) for i in range(4)]
+    tp2 = [mk([0, 2, 4, 6]), mk([1, 3, 5, 7])]
+    groups = tp + dp + ep + tp2
+    assert len(groups) == 12 - 2 + 2
+    my_ep = ep[rank // 2]
+    inp = torch.full((4,), x)
+    out = torch.zeros(4)
+    dist.all_to_all_single(out, inp, group=my_ep)
+    partner = rank ^ 1
+    eq(
+        out,
+        torch.tensor([float(min(rank, partner) + 1)] * 2 + [float(max(rank, partner) + 1)] * 2),
+        "D5 ep a2a",
+    )
+    t = torch.tensor([x])
+    dist.all_reduce(t, group=tp2[rank % 2])
+    eq(t, 16.0 if rank % 2 == 0 else 20.0, "D5 tp2")
+    # D6: 20 iterations of TP all_reduce + all_gather overlapped with DP broadcast.
+    for it in range(20):
+        a = torch.full((256,), x + it)
+        wa = dist.all_reduce(a, group=my_tp, async_op=True)
+        b = torch.full((16,), x if rank < 4 else -1.0)
+        wb = dist.broadcast(b, src=rank % 4, group=my_dp, async_op=True)
+        g = torch.zeros(4 * 8)
+        wg = dist.all_gather_into_tensor(g, torch.full((8,), x), group=my_tp, async_op=True)
+        for w in (wa, wb, wg):
+            w.wait()
+        base = sum(r + 1 + it for r in (range(4) if rank < 4 else range(4, 8)))
+        eq(a, float(base), "D6 tp")
+        eq(b, float(rank % 4 + 1), "D6 dp bcast")
+        first = 0 if rank < 4 else 4
+        eq(g, torch.arange(first + 1, first + 5, dtype=torch.float32).repeat_interleave(8), "D6 ag")
+    for grp in groups:
+        dist.destroy_process_group(grp)
+    dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- lifecycle
+def reinit(rank: int, world: int, port: int) -> None:
+    """A2/A4: destroy + re-init on the same port twice, with and without options."""
+    for i in range(3):
+        if i == 0:
+            opts = None
+        elif i == 1:
+            opts = MooncakeBackendOptions(torch.zeros(world, dtype=torch.int32))
+        else:
+            opts = MooncakeBackendOptions(world + 2)  # upstream form: max_group_size
+        init(rank, world, port, opts)
+        assert dist.get_world_size() == world
+        mask = mpg.get_active_ranks(dist.group.WORLD)
+        exp = torch.tensor([1] * world + [0] * (mask.numel() - world), dtype=torch.int32)
+        eq(mask, exp, "mask")
+        if i == 1:
+            assert mask.data_ptr() == opts.active_ranks.data_ptr(), "mask tensor not the user's"
+        t = torch.tensor([float(rank + 1)])
+        dist.all_reduce(t)
+        eq(t, float(world * (world + 1) // 2), f"sum after init {i}")
+        dist.destroy_process_group()
+
+
+def device_id_init(rank: int, world: int, port: int) -> None:
+    """A3: init with device_id=cpu and batch_isend_irecv."""
+    init(rank, world, port, device_id=torch.device("cpu:0"))
+    y = torch.zeros(1)
+    ws = dist.batch_isend_irecv(
+        [
+            dist.P2POp(dist.isend, torch.tensor([float(rank)]), (rank + 1) % world),
+            dist.P2POp(dist.irecv, y, (rank - 1) % world),
+        ]
+    )
+    for w in ws:
+        w.wait()
+    eq(y, float((rank - 1) % world), "A3 ring")
+    dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- bad input
+def expect(exc: type[BaseException] | tuple[type[BaseException], ...], fn, what: str) -> str:  # type: ignore[no-untyped-def]
+    try:
+        fn()
+    except exc as e:
+        return str(e)
+    raise AssertionError(f"{what}: no {exc} raised")
+
+
+def bad_input(rank: int, world: int, port: int) -> None:
+    """Each bad-input case raises a clear error and the group stays usable."""
+    assert world == 2
+    init(rank, world, port)
+    # Mismatched sizes across ranks: both ranks get an error, nobody hangs.
+    for numel in ((3, 5), (10, 100000), (1 << 18, 1 << 17)):
+        t = torch.ones(numel[rank])
+        msg = expect(RuntimeError, lambda t=t: dist.all_reduce(t), "size mismatch")
+        assert "mismatch" in msg or "differ" in msg, msg
+        dist.barrier()
+    outs = [torch.zeros(2 + rank) for _ in range(2)]
+    expect(RuntimeError, lambda: dist.all_gather(outs, torch.ones(2 + rank)), "all_gather mismatch")
+    # The group still works afterwards.
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    eq(t, 2.0, "after mismatch")
+    # Sparse tensor.
+    sp = torch.sparse_coo_tensor([[0]], [1.0], (4,))
+    expect((ValueError, RuntimeError), lambda: dist.all_reduce(sp), "sparse")
+    # Unsupported dtype/op pairs.
+    expect(
+        ValueError,
+        lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.AVG),
+        "int avg",
+    )
+    f8 = getattr(torch, "float8_e4m3fn", None)
+    if f8 is not None:
+        expect(ValueError, lambda: dist.all_reduce(torch.ones(2).to(f8)), "float8 sum")
+    expect(
+        (ValueError, RuntimeError),
+        lambda: dist.all_reduce(torch.ones(2, dtype=torch.complex64), op=dist.ReduceOp.MAX),
+        "complex max",
+    )
+    expect(ValueError, lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND), "float band")
+    if hasattr(dist, "_make_nccl_premul_sum"):
+        expect(
+            (ValueError, RuntimeError),
+            lambda: dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(2.0)),
+            "premul",
+        )
+    # Wrong list lengths / sizes (caught before communicating).
+    expect(ValueError, lambda: dist.all_gather([torch.zeros(2)] * 70, torch.zeros(2)), "70 outputs")
+    expect(
+        ValueError,
+        lambda: dist.all_gather([torch.zeros(2), torch.zeros(3)], torch.zeros(2)),
+        "ragged outputs",
+    )
+    expect(
+        ValueError,
+        lambda: dist.all_gather_into_tensor(torch.zeros(5), torch.zeros(2)),
+        "non-multiple",
+    )
+    expect(
+        ValueError,
+        lambda: dist.reduce_scatter_tensor(torch.zeros(3), torch.zeros(7)),
+        "rs non-multiple",
+    )
+    expect(
+        (ValueError, RuntimeError),
+        lambda: dist.all_to_all([torch.zeros(1)] * 2, [torch.zeros(1)] * 3),
+        "a2a lengths",
+    )
+    expect(
+        (ValueError, RuntimeError),
+        lambda: dist.all_to_all_single(torch.zeros(4), torch.zeros(4), [1, 3], [1, 1]),
+        "bad splits",
+    )
+    # A list shorter than the group is an error on every rank (no hang).
+    short = [torch.zeros(2)]
+    msg = expect(RuntimeError, lambda: dist.all_gather(short, torch.zeros(2)), "short list")
+    assert "too small" in msg or "aborted" in msg, msg
+    # P2P to a rank outside the group.
+    expect((ValueError, RuntimeError), lambda: dist.send(torch.ones(1), 7), "send outside")
+    expect((ValueError, RuntimeError), lambda: dist.recv(torch.ones(1), 9), "recv outside")
+    # P2P size mismatch: the receiver gets an error.
+    if rank == 0:
+        dist.send(torch.ones(3), 1)
+    else:
+        msg = expect(RuntimeError, lambda: dist.recv(torch.ones(5), 0), "p2p size mismatch")
+        assert "size mismatch" in msg, msg
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    eq(t, 2.0, "still usable")
+    dist.destroy_process_group()
+
+
+def never_joins(rank: int, world: int, port: int) -> None:
+    """Only rank 0 runs: init must fail within the timeout naming rank 1."""
+    t0 = time.monotonic()
+    try:
+        init(rank, world, port, timeout=3.0)
+    except Exception as e:  # torch may wrap it in DistBackendError
+        msg = str(e)
+        assert "1" in msg and ("timed out" in msg.lower() or "timeout" in msg.lower()), msg
+        assert time.monotonic() - t0 < 60
+        return
+    raise AssertionError("init succeeded without rank 1")
+
+
+def options_forms(rank: int, world: int, port: int) -> None:
+    """Option validation, the upstream and seed forms, and the helper functions."""
+    expect(
+        ValueError, lambda: MooncakeBackendOptions(torch.zeros(2, dtype=torch.int64)), "int64 mask"
+    )
+    expect(ValueError, lambda: MooncakeBackendOptions(max_group_size=65), "capacity > 64")
+    o = MooncakeBackendOptions(
+        8, False, auto_deactivate_on_failure=False, auto_sync_on_failure=True
+    )
+    assert o.max_world_size == 8 and not o.auto_deactivate_on_failure
+    o.set_host_ip("127.0.0.1")
+    o.set_device_filter(["mlx5_0"])
+    mask = torch.full((world + 1,), 7, dtype=torch.int32)
+    init(rank, world, port, MooncakeBackendOptions(mask, False, world + 1))
+    eq(mask, torch.tensor([1] * world + [0], dtype=torch.int32), "backend owns the mask")
+    expect(TypeError, lambda: mpg.get_active_ranks("nope"), "bad backend")
+    expect(TypeError, lambda: mpg.set_transfer_engine(object()), "bad engine")
+    mpg.set_transfer_engine(None)
+    dist.destroy_process_group()
+    wrong = MooncakeBackendOptions(torch.zeros(world + 3, dtype=torch.int32), False, world + 1)
+    expect(Exception, lambda: init(rank, world, port + 1 if False else port, wrong), "mask length")
