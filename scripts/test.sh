@@ -6,4 +6,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 source scripts/env.sh
 cargo test --workspace --release 2>&1
-python -m pytest tests -q -p no:cacheprovider --timeout=300 "$@"
+# Each suite has its own conftest helpers, so each runs in its own pytest process.
+python -m pytest tests/store tests/store_binding -q -p no:cacheprovider --timeout=300 "$@"
+python -m pytest tests/engram -q -p no:cacheprovider --timeout=300 "$@"
+python -m pytest tests/pg -q -p no:cacheprovider --timeout=600 "$@"

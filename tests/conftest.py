@@ -64,7 +64,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.pluginmanager.hasplugin("timeout"):
         return
+    store_dir = Path(__file__).resolve().parent / "store"
     for item in items:
+        if store_dir not in Path(str(item.path)).parents:
+            continue
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(DEFAULT_TEST_TIMEOUT, method="thread"))
 

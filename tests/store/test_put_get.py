@@ -316,6 +316,8 @@ def test_public_names_importable() -> None:
     for name in (
         "MooncakeDistributedStore",
         "ReplicateConfig",
+        "EngramStore",
+        "EngramStoreConfig",
         "SoftPinAction",
         "ObjectDataType",
         "BufferHandle",

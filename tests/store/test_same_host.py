@@ -10,8 +10,6 @@ import pytest
 from conftest import Child, Master, StoreFactory, pattern
 from mooncake.store import ReplicateConfig
 
-pytestmark = pytest.mark.ours
-
 MiB = 1 << 20
 SIZE = 32 * MiB
 COUNTERS = {
@@ -40,6 +38,7 @@ def _pair(
     return owner, reader
 
 
+@pytest.mark.ours
 def test_stats_shape(store: Any) -> None:
     st = store.get_client_stats()
     assert isinstance(st, dict)
@@ -47,6 +46,7 @@ def test_stats_shape(store: Any) -> None:
     assert all(isinstance(v, int) and v >= 0 for v in st.values())
 
 
+@pytest.mark.ours
 def test_same_host_read_is_mapped(master: Master, child_factory: Callable[..., Child]) -> None:
     owner, reader = _pair(master, child_factory, {"MC_STORE_SAME_HOST": "auto"})
     assert owner.call("put_pattern", key="sh", size=SIZE, seed=3) == 0
@@ -60,6 +60,7 @@ def test_same_host_read_is_mapped(master: Master, child_factory: Callable[..., C
     assert reader.call("stats")["same_host_mappings"] >= 1
 
 
+@pytest.mark.ours
 def test_same_host_off_uses_tcp(master: Master, child_factory: Callable[..., Child]) -> None:
     owner, reader = _pair(master, child_factory, {"MC_STORE_SAME_HOST": "off"})
     assert owner.call("put_pattern", key="tcp", size=SIZE, seed=4) == 0
@@ -71,6 +72,7 @@ def test_same_host_off_uses_tcp(master: Master, child_factory: Callable[..., Chi
     assert reader.call("stats")["same_host_mappings"] == 0
 
 
+@pytest.mark.ours
 @pytest.mark.parametrize("mode,path", [("auto", "same_host"), ("off", "tcp")])
 def test_cross_process_write_path(
     master: Master, child_factory: Callable[..., Child], mode: str, path: str
@@ -85,6 +87,7 @@ def test_cross_process_write_path(
     assert owner.call("check_pattern", key="w", size=4 * MiB, seed=5)["match"]
 
 
+@pytest.mark.ours
 def test_in_process_own_segment_is_local(store: Any) -> None:
     data = pattern(3 * MiB, 6)
     cfg = ReplicateConfig()
@@ -103,6 +106,7 @@ def test_in_process_own_segment_is_local(store: Any) -> None:
     assert dr["bytes_read_tcp"] == 0 and dr["bytes_read_same_host"] == 0
 
 
+@pytest.mark.ours
 def test_in_process_other_instance_is_local(store_factory: StoreFactory, master: Master) -> None:
     owner = store_factory(master)
     reader = store_factory(master, global_segment_size=0)

@@ -7,6 +7,8 @@ behaviour); ``SoftPinAction`` members are not.
 
 from mooncake._native import (
     BufferHandle,
+    EngramStore,
+    EngramStoreConfig,
     ErrorCode,
     MooncakeDistributedStore,
     ObjectDataType,
@@ -37,6 +39,8 @@ __all__ = [
     "UNKNOWN",
     "WEIGHT",
     "BufferHandle",
+    "EngramStore",
+    "EngramStoreConfig",
     "ErrorCode",
     "MooncakeDistributedStore",
     "ObjectDataType",
