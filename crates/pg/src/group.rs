@@ -402,7 +402,10 @@ impl Group {
         };
         let links = self.shared.links.read().clone();
         let mut opened: Vec<(usize, Option<Arc<Segment>>)> = Vec::new();
-        for p in peers.iter().filter(|p| p.same_host && !p.shm_name.is_empty()) {
+        for p in peers
+            .iter()
+            .filter(|p| p.same_host && !p.shm_name.is_empty())
+        {
             let seg = Segment::open(&p.shm_name)
                 .ok()
                 .filter(|s| s.capacity() > self.shared.rank)
@@ -443,7 +446,12 @@ impl Group {
     }
 
     /// Queues a collective; the executor runs it in sequence order.
-    pub fn submit(&self, kind: OpKind, dtype_code: u32, op_code: u32) -> Result<Arc<Completion>, PgError> {
+    pub fn submit(
+        &self,
+        kind: OpKind,
+        dtype_code: u32,
+        op_code: u32,
+    ) -> Result<Arc<Completion>, PgError> {
         if self.shared.is_shutdown() {
             return Err(PgError::Shutdown);
         }
@@ -487,7 +495,12 @@ impl Group {
     ///
     /// # Safety
     /// `ptr` must be valid for `len` bytes for the duration of the call.
-    pub unsafe fn send(&self, dst: usize, ptr: usize, len: usize) -> Result<Arc<Completion>, PgError> {
+    pub unsafe fn send(
+        &self,
+        dst: usize,
+        ptr: usize,
+        len: usize,
+    ) -> Result<Arc<Completion>, PgError> {
         let done = Arc::new(Completion::new());
         match self.active_link(dst)? {
             Some(l) if !l.is_dead() => {
@@ -509,7 +522,12 @@ impl Group {
     }
 
     /// Posts a receive of `len` bytes into `ptr` from `src` (any if `None`).
-    pub fn recv(&self, src: Option<usize>, ptr: usize, len: usize) -> Result<Arc<Completion>, PgError> {
+    pub fn recv(
+        &self,
+        src: Option<usize>,
+        ptr: usize,
+        len: usize,
+    ) -> Result<Arc<Completion>, PgError> {
         let done = Arc::new(Completion::new());
         if let Some(s) = src {
             if self.active_link(s)?.is_none() {

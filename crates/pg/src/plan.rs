@@ -191,7 +191,13 @@ pub fn kind_code(k: &OpKind) -> u32 {
 fn ordered_sources(active: &[usize], me: usize, own: usize) -> Vec<Source> {
     active
         .iter()
-        .map(|&q| if q == me { Source::Own(own) } else { Source::Peer(q) })
+        .map(|&q| {
+            if q == me {
+                Source::Own(own)
+            } else {
+                Source::Peer(q)
+            }
+        })
         .collect()
 }
 
@@ -206,7 +212,9 @@ fn check_root(active: &[usize], root: usize) -> Result<(), String> {
     if active.contains(&root) {
         Ok(())
     } else {
-        Err(format!("root rank {root} is not an active member of the group"))
+        Err(format!(
+            "root rank {root} is not an active member of the group"
+        ))
     }
 }
 
@@ -220,7 +228,12 @@ fn chunk(nelem: usize, n: usize, c: usize, esize: usize) -> (usize, usize) {
 }
 
 /// Builds the phases of `kind` for slot `me` over the sorted `active` set.
-pub fn plan(kind: &OpKind, me: usize, active: &[usize], small: usize) -> Result<Vec<Phase>, String> {
+pub fn plan(
+    kind: &OpKind,
+    me: usize,
+    active: &[usize],
+    small: usize,
+) -> Result<Vec<Phase>, String> {
     let peers: Vec<usize> = active.iter().copied().filter(|&q| q != me).collect();
     let n = active.len();
     let mut ph = Phase::default();
@@ -406,7 +419,14 @@ pub fn plan(kind: &OpKind, me: usize, active: &[usize], small: usize) -> Result<
 }
 
 /// Receive side of all_gather/gather: own copy, peer receives, zero fill.
-fn gather_into(ph: &mut Phase, me: usize, active: &[usize], src: usize, nbytes: usize, dsts: &[usize]) {
+fn gather_into(
+    ph: &mut Phase,
+    me: usize,
+    active: &[usize],
+    src: usize,
+    nbytes: usize,
+    dsts: &[usize],
+) {
     for (j, &d) in dsts.iter().enumerate() {
         if j == me {
             if d != src {

@@ -56,9 +56,7 @@ fn classify(link: &PeerLink, seq: u64, phase: u32) -> Cls {
 }
 
 fn mismatch_msg(peer: usize) -> String {
-    format!(
-        "collective mismatch with rank {peer}: tensor sizes, dtypes or ops differ across ranks"
-    )
+    format!("collective mismatch with rank {peer}: tensor sizes, dtypes or ops differ across ranks")
 }
 
 /// Runs one collective to completion and reports it.
@@ -79,13 +77,14 @@ pub fn run_op(shared: &Shared, links: &Links, op: Op) {
         active: &active,
         failed: 0,
     };
-    let result = plan::plan(&op.kind, me, &active, shared.cfg.small_bytes).and_then(|mut phases| {
-        for (i, ph) in phases.iter_mut().enumerate() {
-            ctx.phase = i as u32;
-            run_phase(&mut ctx, ph)?;
-        }
-        Ok(())
-    });
+    let result =
+        plan::plan(&op.kind, me, &active, shared.cfg.small_bytes).and_then(|mut phases| {
+            for (i, ph) in phases.iter_mut().enumerate() {
+                ctx.phase = i as u32;
+                run_phase(&mut ctx, ph)?;
+            }
+            Ok(())
+        });
     let failed = ctx.failed;
     if let Err(ref e) = result {
         let hdr = Hdr {

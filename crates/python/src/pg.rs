@@ -161,20 +161,29 @@ impl PgGroup {
     ) -> PyResult<()> {
         let infos = peers
             .into_iter()
-            .map(|(slot, endpoint, member_id, same_host, shm_name)| PeerInfo {
-                slot,
-                endpoint,
-                member_id,
-                same_host,
-                shm_name,
-            })
+            .map(
+                |(slot, endpoint, member_id, same_host, shm_name)| PeerInfo {
+                    slot,
+                    endpoint,
+                    member_id,
+                    same_host,
+                    shm_name,
+                },
+            )
             .collect();
         let g = self.g.clone();
         let t = Duration::from_secs_f64(timeout_s.max(0.001));
         py.allow_threads(move || g.connect(infos, t)).map_err(to_py)
     }
 
-    fn all_reduce(&self, src: usize, dst: usize, nbytes: usize, dt: u32, op: u32) -> PyResult<PgWork> {
+    fn all_reduce(
+        &self,
+        src: usize,
+        dst: usize,
+        nbytes: usize,
+        dt: u32,
+        op: u32,
+    ) -> PyResult<PgWork> {
         let kind = OpKind::AllReduce {
             src,
             dst,
@@ -186,11 +195,17 @@ impl PgGroup {
     }
 
     fn broadcast(&self, buf: usize, nbytes: usize, root: usize, dt: u32) -> PyResult<PgWork> {
-        work(self.g.submit(OpKind::Broadcast { buf, nbytes, root }, dt, 0))
+        work(
+            self.g
+                .submit(OpKind::Broadcast { buf, nbytes, root }, dt, 0),
+        )
     }
 
     fn all_gather(&self, src: usize, nbytes: usize, dsts: Vec<usize>, dt: u32) -> PyResult<PgWork> {
-        work(self.g.submit(OpKind::AllGather { src, nbytes, dsts }, dt, 0))
+        work(
+            self.g
+                .submit(OpKind::AllGather { src, nbytes, dsts }, dt, 0),
+        )
     }
 
     fn reduce_scatter(
@@ -211,7 +226,12 @@ impl PgGroup {
         work(self.g.submit(kind, dt, op))
     }
 
-    fn all_to_all(&self, srcs: Vec<(usize, usize)>, dsts: Vec<(usize, usize)>, dt: u32) -> PyResult<PgWork> {
+    fn all_to_all(
+        &self,
+        srcs: Vec<(usize, usize)>,
+        dsts: Vec<(usize, usize)>,
+        dt: u32,
+    ) -> PyResult<PgWork> {
         work(self.g.submit(OpKind::AllToAll { srcs, dsts }, dt, 0))
     }
 
@@ -240,7 +260,14 @@ impl PgGroup {
         work(self.g.submit(kind, dt, op))
     }
 
-    fn gather(&self, src: usize, nbytes: usize, dsts: Vec<usize>, root: usize, dt: u32) -> PyResult<PgWork> {
+    fn gather(
+        &self,
+        src: usize,
+        nbytes: usize,
+        dsts: Vec<usize>,
+        root: usize,
+        dt: u32,
+    ) -> PyResult<PgWork> {
         work(self.g.submit(
             OpKind::Gather {
                 src,
@@ -253,7 +280,14 @@ impl PgGroup {
         ))
     }
 
-    fn scatter(&self, srcs: Vec<usize>, dst: usize, nbytes: usize, root: usize, dt: u32) -> PyResult<PgWork> {
+    fn scatter(
+        &self,
+        srcs: Vec<usize>,
+        dst: usize,
+        nbytes: usize,
+        root: usize,
+        dt: u32,
+    ) -> PyResult<PgWork> {
         work(self.g.submit(
             OpKind::Scatter {
                 srcs,
