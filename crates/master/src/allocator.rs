@@ -83,11 +83,13 @@ impl OffsetAllocator {
 
     /// Free an allocation made with `alloc(size)` at `off`.
     pub fn free(&mut self, off: u64, size: u64) {
-        let Some(mut len) = round_up(size) else {
+        let Some(need) = round_up(size) else {
             return;
         };
+        let end = off + need;
+        let mut len = need;
         let mut start = off;
-        self.used = self.used.saturating_sub(len);
+        self.used = self.used.saturating_sub(need);
         if let Some((&poff, &plen)) = self.by_offset.range(..off).next_back() {
             if poff + plen == off {
                 self.remove_free(poff, plen);
@@ -95,9 +97,8 @@ impl OffsetAllocator {
                 len += plen;
             }
         }
-        if let Some(&nlen) = self.by_offset.get(&(off + round_up(size).unwrap_or(0))) {
-            let noff = off + round_up(size).unwrap_or(0);
-            self.remove_free(noff, nlen);
+        if let Some(&nlen) = self.by_offset.get(&end) {
+            self.remove_free(end, nlen);
             len += nlen;
         }
         self.insert_free(start, len);
