@@ -188,13 +188,12 @@ impl Client {
         if keys.is_empty() {
             return Vec::new();
         }
-        match self.rpc(&MasterRequest::Exist {
-            keys: keys.to_vec(),
-        }) {
-            Ok(MasterResponse::Codes(c)) if c.len() == keys.len() => c,
-            Ok(MasterResponse::Err(e)) | Err(e) => vec![e.code(); keys.len()],
-            Ok(_) => vec![ErrorCode::InternalError.code(); keys.len()],
-        }
+        self.codes_rpc(
+            MasterRequest::Exist {
+                keys: keys.to_vec(),
+            },
+            keys.len(),
+        )
     }
 
     /// Remove per key (0, -704, -706, -703).
@@ -203,13 +202,21 @@ impl Client {
             return Vec::new();
         }
         self.bump_mutations();
-        match self.rpc(&MasterRequest::Remove {
-            keys: keys.to_vec(),
-            force,
-        }) {
-            Ok(MasterResponse::Codes(c)) if c.len() == keys.len() => c,
-            Ok(MasterResponse::Err(e)) | Err(e) => vec![e.code(); keys.len()],
-            Ok(_) => vec![ErrorCode::InternalError.code(); keys.len()],
+        self.codes_rpc(
+            MasterRequest::Remove {
+                keys: keys.to_vec(),
+                force,
+            },
+            keys.len(),
+        )
+    }
+
+    /// An RPC answered with one code per key; errors fill every slot.
+    fn codes_rpc(&self, req: MasterRequest, n: usize) -> Vec<i32> {
+        match self.rpc(&req) {
+            Ok(MasterResponse::Codes(c)) if c.len() == n => c,
+            Ok(MasterResponse::Err(e)) | Err(e) => vec![e.code(); n],
+            Ok(_) => vec![ErrorCode::InternalError.code(); n],
         }
     }
 
