@@ -92,6 +92,7 @@ def test_bench_smoke() -> None:
             "-n",
             "5",
         ],
+        check=False,
         capture_output=True,
         text=True,
         timeout=180,

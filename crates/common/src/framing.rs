@@ -55,7 +55,10 @@ impl Hello {
             ));
         }
         if self.service != service {
-            return Err(format!("wrong service: expected {service:?}, got {:?}", self.service));
+            return Err(format!(
+                "wrong service: expected {service:?}, got {:?}",
+                self.service
+            ));
         }
         Ok(())
     }

@@ -93,13 +93,23 @@ pub struct ObjectInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MasterRequest {
     /// Heartbeat; the answer says whether the client must remount.
-    Ping { client_id: String },
+    Ping {
+        client_id: String,
+    },
     /// Mount (or remount) a segment for a client.
-    MountSegment { client_id: String, segment: SegmentDesc },
+    MountSegment {
+        client_id: String,
+        segment: SegmentDesc,
+    },
     /// Unmount a client's segment (its replicas are dropped).
-    UnmountSegment { client_id: String, segment_name: String },
+    UnmountSegment {
+        client_id: String,
+        segment_name: String,
+    },
     /// The client is going away.
-    Disconnect { client_id: String },
+    Disconnect {
+        client_id: String,
+    },
     /// Begin writes for a batch of keys; `upsert` selects upsert semantics.
     PutStart {
         keys: Vec<String>,
@@ -108,16 +118,32 @@ pub enum MasterRequest {
         upsert: bool,
     },
     /// Commit writes that succeeded.
-    PutEnd { keys: Vec<String> },
+    PutEnd {
+        keys: Vec<String>,
+    },
     /// Revoke writes that failed.
-    PutRevoke { keys: Vec<String> },
+    PutRevoke {
+        keys: Vec<String>,
+    },
     /// Look up complete replicas (grants a lease per found key).
-    GetReplicaList { keys: Vec<String> },
+    GetReplicaList {
+        keys: Vec<String>,
+    },
     /// Existence check (grants a lease when it answers 1).
-    Exist { keys: Vec<String> },
-    Remove { keys: Vec<String>, force: bool },
-    RemoveByRegex { pattern: String, force: bool },
-    RemoveAll { force: bool },
+    Exist {
+        keys: Vec<String>,
+    },
+    Remove {
+        keys: Vec<String>,
+        force: bool,
+    },
+    RemoveByRegex {
+        pattern: String,
+        force: bool,
+    },
+    RemoveAll {
+        force: bool,
+    },
 }
 
 /// Outcome of one key in a `PutStart` batch.

@@ -44,7 +44,11 @@ impl DType {
             11 => F32,
             12 => F64,
             13 => Raw,
-            _ => return Err(PgError::InvalidArgument(format!("unknown dtype code {code}"))),
+            _ => {
+                return Err(PgError::InvalidArgument(format!(
+                    "unknown dtype code {code}"
+                )))
+            }
         })
     }
 
@@ -91,7 +95,11 @@ impl ReduceOp {
             5 => BAnd,
             6 => BOr,
             7 => BXor,
-            _ => return Err(PgError::InvalidArgument(format!("unknown reduce op code {code}"))),
+            _ => {
+                return Err(PgError::InvalidArgument(format!(
+                    "unknown reduce op code {code}"
+                )))
+            }
         })
     }
 }
@@ -105,11 +113,9 @@ pub fn check_reduction(dtype: DType, op: ReduceOp) -> Result<(), PgError> {
         (d, ReduceOp::Avg) if !d.is_float() => Err(PgError::InvalidArgument(format!(
             "ReduceOp.AVG is only supported for floating-point dtypes, not {d:?}"
         ))),
-        (d, ReduceOp::BAnd | ReduceOp::BOr | ReduceOp::BXor) if d.is_float() => {
-            Err(PgError::InvalidArgument(format!(
-                "bitwise reductions are not supported for {d:?}"
-            )))
-        }
+        (d, ReduceOp::BAnd | ReduceOp::BOr | ReduceOp::BXor) if d.is_float() => Err(
+            PgError::InvalidArgument(format!("bitwise reductions are not supported for {d:?}")),
+        ),
         _ => Ok(()),
     }
 }

@@ -75,6 +75,10 @@ pub struct Shared {
     mask: AtomicU64,
     links: RwLock<Arc<Vec<Option<Arc<PeerLink>>>>>,
     heap_bell: Doorbell,
+    /// Rung when an op is queued (the idle executor sleeps on it).
+    submit_bell: Doorbell,
+    /// Held by whichever thread is running ops (executor or an inline waiter).
+    exec_lock: Mutex<()>,
     seg: Option<Arc<Segment>>,
     queue: Mutex<VecDeque<Op>>,
     next_seq: AtomicU64,
@@ -211,6 +215,8 @@ impl Group {
             mask: AtomicU64::new(mask),
             links: RwLock::new(Arc::new(vec![None; p.capacity])),
             heap_bell: Doorbell::default(),
+            submit_bell: Doorbell::default(),
+            exec_lock: Mutex::new(()),
             seg,
             queue: Mutex::new(VecDeque::new()),
             next_seq: AtomicU64::new(0),
@@ -402,7 +408,10 @@ impl Group {
         };
         let links = self.shared.links.read().clone();
         let mut opened: Vec<(usize, Option<Arc<Segment>>)> = Vec::new();
-        for p in peers.iter().filter(|p| p.same_host && !p.shm_name.is_empty()) {
+        for p in peers
+            .iter()
+            .filter(|p| p.same_host && !p.shm_name.is_empty())
+        {
             let seg = Segment::open(&p.shm_name)
                 .ok()
                 .filter(|s| s.capacity() > self.shared.rank)
@@ -443,7 +452,12 @@ impl Group {
     }
 
     /// Queues a collective; the executor runs it in sequence order.
-    pub fn submit(&self, kind: OpKind, dtype_code: u32, op_code: u32) -> Result<Arc<Completion>, PgError> {
+    pub fn submit(
+        &self,
+        kind: OpKind,
+        dtype_code: u32,
+        op_code: u32,
+    ) -> Result<Arc<Completion>, PgError> {
         if self.shared.is_shutdown() {
             return Err(PgError::Shutdown);
         }
@@ -466,8 +480,30 @@ impl Group {
                 done: done.clone(),
             });
         }
-        self.shared.bell().ring();
+        self.shared.submit_bell.ring();
         Ok(done)
+    }
+
+    /// Waits for `done`. With no timeout, the calling thread runs queued ops
+    /// itself (in order) when the executor is idle, saving two thread
+    /// hand-offs per synchronous collective.
+    pub fn wait(&self, done: &Completion, timeout: Option<Duration>) -> bool {
+        if timeout.is_none() && self.shared.cfg.inline_wait {
+            while !done.is_done() {
+                let Some(guard) = self.shared.exec_lock.try_lock() else {
+                    break;
+                };
+                let op = self.shared.queue.lock().pop_front();
+                let Some(op) = op else { break };
+                let links = self.shared.links.read().clone();
+                run_op(&self.shared, &links, op);
+                drop(guard);
+                if !self.shared.queue.lock().is_empty() {
+                    self.shared.submit_bell.ring();
+                }
+            }
+        }
+        done.wait(timeout)
     }
 
     fn active_link(&self, slot: usize) -> Result<Option<Arc<PeerLink>>, PgError> {
@@ -487,7 +523,12 @@ impl Group {
     ///
     /// # Safety
     /// `ptr` must be valid for `len` bytes for the duration of the call.
-    pub unsafe fn send(&self, dst: usize, ptr: usize, len: usize) -> Result<Arc<Completion>, PgError> {
+    pub unsafe fn send(
+        &self,
+        dst: usize,
+        ptr: usize,
+        len: usize,
+    ) -> Result<Arc<Completion>, PgError> {
         let done = Arc::new(Completion::new());
         match self.active_link(dst)? {
             Some(l) if !l.is_dead() => {
@@ -509,7 +550,12 @@ impl Group {
     }
 
     /// Posts a receive of `len` bytes into `ptr` from `src` (any if `None`).
-    pub fn recv(&self, src: Option<usize>, ptr: usize, len: usize) -> Result<Arc<Completion>, PgError> {
+    pub fn recv(
+        &self,
+        src: Option<usize>,
+        ptr: usize,
+        len: usize,
+    ) -> Result<Arc<Completion>, PgError> {
         let done = Arc::new(Completion::new());
         if let Some(s) = src {
             if self.active_link(s)?.is_none() {
@@ -528,6 +574,7 @@ impl Group {
             return;
         }
         self.shared.bell().ring();
+        self.shared.submit_bell.ring();
         let links = self.shared.links.read().clone();
         let bye = Hdr {
             kind: KIND_BYE,
@@ -563,26 +610,25 @@ impl Drop for Group {
 
 fn executor_loop(shared: Arc<Shared>) {
     loop {
-        let seen = shared.bell().observe();
-        let op = shared.queue.lock().pop_front();
-        match op {
-            Some(op) => {
+        let seen = shared.submit_bell.observe();
+        if let Some(_guard) = shared.exec_lock.try_lock() {
+            let op = shared.queue.lock().pop_front();
+            if let Some(op) = op {
                 if shared.is_shutdown() {
                     op.done
                         .complete(Some("process group has been shut down".into()), 0);
-                    continue;
+                } else {
+                    let links = shared.links.read().clone();
+                    run_op(&shared, &links, op);
                 }
-                let links = shared.links.read().clone();
-                run_op(&shared, &links, op);
-            }
-            None => {
-                if shared.is_shutdown() {
-                    return;
-                }
-                shared
-                    .bell()
-                    .wait(seen, Duration::from_millis(500), Duration::ZERO);
+                continue;
             }
         }
+        if shared.is_shutdown() && shared.queue.lock().is_empty() {
+            return;
+        }
+        shared
+            .submit_bell
+            .wait(seen, Duration::from_millis(500), Duration::ZERO);
     }
 }

@@ -41,7 +41,12 @@ struct P2pState {
 /// A message currently being read by a reader thread.
 pub enum RxMessage {
     /// Landing in a posted receive (`ok == false`: size mismatch, discard).
-    Posted { recv: PostedRecv, ok: bool, src: usize, total: u64 },
+    Posted {
+        recv: PostedRecv,
+        ok: bool,
+        src: usize,
+        total: u64,
+    },
     /// Landing in an unexpected buffer.
     Unexpected { buf: Vec<u8>, src: usize },
 }
@@ -75,7 +80,13 @@ fn deliver(buf: &[u8], recv: PostedRecv, src: usize) {
 }
 
 /// Posts a receive from `src` (or from any source when `src` is `None`).
-pub fn post_recv(shared: &Shared, src: Option<usize>, ptr: usize, len: usize, done: Arc<Completion>) {
+pub fn post_recv(
+    shared: &Shared,
+    src: Option<usize>,
+    ptr: usize,
+    len: usize,
+    done: Arc<Completion>,
+) {
     let recv = PostedRecv { ptr, len, done };
     let mut st = shared.p2p.st.lock();
     match src {
@@ -179,7 +190,8 @@ pub fn on_frame(
         Some(RxMessage::Posted { recv, ok, .. }) => {
             if *ok && off + len <= recv.len {
                 // SAFETY: in bounds of the posted buffer, kept alive by the Work.
-                let dst = unsafe { std::slice::from_raw_parts_mut((recv.ptr + off) as *mut u8, len) };
+                let dst =
+                    unsafe { std::slice::from_raw_parts_mut((recv.ptr + off) as *mut u8, len) };
                 r.read_exact(dst).is_ok()
             } else {
                 *ok = false;

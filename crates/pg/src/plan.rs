@@ -114,6 +114,11 @@ pub struct Xfer {
     pub pos: usize,
     /// Finished (or abandoned because the peer failed).
     pub done: bool,
+    /// Message tag within the op (pieces carry it in the `phase` field).
+    pub tag: u32,
+    /// Send only what the phase's reduction has produced, and only after
+    /// every ungated send to the same peer finished (fused all-reduce).
+    pub gated: bool,
 }
 
 impl Xfer {
@@ -124,7 +129,15 @@ impl Xfer {
             len,
             pos: 0,
             done: false,
+            tag: 0,
+            gated: false,
         }
+    }
+
+    fn tagged(mut self, tag: u32, gated: bool) -> Self {
+        self.tag = tag;
+        self.gated = gated;
+        self
     }
 }
 
@@ -148,7 +161,7 @@ pub struct Reduce {
     pub dst: usize,
     /// Bytes.
     pub len: usize,
-    /// Bytes reduced so far.
+    /// Bytes reduced so far (always a multiple of the piece size until done).
     pub pos: usize,
     /// Element type.
     pub dtype: DType,
@@ -191,7 +204,13 @@ pub fn kind_code(k: &OpKind) -> u32 {
 fn ordered_sources(active: &[usize], me: usize, own: usize) -> Vec<Source> {
     active
         .iter()
-        .map(|&q| if q == me { Source::Own(own) } else { Source::Peer(q) })
+        .map(|&q| {
+            if q == me {
+                Source::Own(own)
+            } else {
+                Source::Peer(q)
+            }
+        })
         .collect()
 }
 
@@ -206,7 +225,9 @@ fn check_root(active: &[usize], root: usize) -> Result<(), String> {
     if active.contains(&root) {
         Ok(())
     } else {
-        Err(format!("root rank {root} is not an active member of the group"))
+        Err(format!(
+            "root rank {root} is not an active member of the group"
+        ))
     }
 }
 
@@ -220,7 +241,12 @@ fn chunk(nelem: usize, n: usize, c: usize, esize: usize) -> (usize, usize) {
 }
 
 /// Builds the phases of `kind` for slot `me` over the sorted `active` set.
-pub fn plan(kind: &OpKind, me: usize, active: &[usize], small: usize) -> Result<Vec<Phase>, String> {
+pub fn plan(
+    kind: &OpKind,
+    me: usize,
+    active: &[usize],
+    small: usize,
+) -> Result<Vec<Phase>, String> {
     let peers: Vec<usize> = active.iter().copied().filter(|&q| q != me).collect();
     let n = active.len();
     let mut ph = Phase::default();
@@ -264,15 +290,16 @@ pub fn plan(kind: &OpKind, me: usize, active: &[usize], small: usize) -> Result<
                 op: *op,
                 done: false,
             });
-            let mut gather = Phase::default();
+            // Fused all-gather: each reduced piece is forwarded while hot.
             for (c, &q) in active.iter().enumerate() {
                 if q != me {
                     let (off, len) = chunk(nelem, n, c, esize);
-                    gather.sends.push(Xfer::new(q, dst + moff, mlen));
-                    gather.recvs.push(Xfer::new(q, dst + off, len));
+                    ph.sends
+                        .push(Xfer::new(q, dst + moff, mlen).tagged(1, true));
+                    ph.recvs.push(Xfer::new(q, dst + off, len).tagged(1, false));
                 }
             }
-            Ok(vec![ph, gather])
+            Ok(vec![ph])
         }
         OpKind::Broadcast { buf, nbytes, root } => {
             check_root(active, *root)?;
@@ -406,7 +433,14 @@ pub fn plan(kind: &OpKind, me: usize, active: &[usize], small: usize) -> Result<
 }
 
 /// Receive side of all_gather/gather: own copy, peer receives, zero fill.
-fn gather_into(ph: &mut Phase, me: usize, active: &[usize], src: usize, nbytes: usize, dsts: &[usize]) {
+fn gather_into(
+    ph: &mut Phase,
+    me: usize,
+    active: &[usize],
+    src: usize,
+    nbytes: usize,
+    dsts: &[usize],
+) {
     for (j, &d) in dsts.iter().enumerate() {
         if j == me {
             if d != src {
@@ -438,7 +472,7 @@ mod tests {
     }
 
     #[test]
-    fn large_all_reduce_has_two_phases() {
+    fn large_all_reduce_fuses_gather() {
         let k = OpKind::AllReduce {
             src: 0,
             dst: 0,
@@ -447,9 +481,10 @@ mod tests {
             op: ReduceOp::Sum,
         };
         let p = plan(&k, 1, &[0, 1, 2], 1024).expect("plan");
-        assert_eq!(p.len(), 2);
-        assert_eq!(p[0].sends.len(), 2);
-        assert_eq!(p[1].recvs.len(), 2);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].sends.len(), 4);
+        assert_eq!(p[0].sends.iter().filter(|x| x.gated).count(), 2);
+        assert_eq!(p[0].recvs.len(), 2);
     }
 
     #[test]

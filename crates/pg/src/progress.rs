@@ -1,5 +1,5 @@
 //! Executes planned phases: pushes pieces, matches incoming pieces by
-//! `(seq, phase)`, reduces in rank order straight out of the channel, and
+//! `(seq, tag)`, reduces in rank order straight out of the channel, and
 //! sleeps on the group doorbell when nothing can move.
 
 use crate::completion::Completion;
@@ -31,34 +31,38 @@ struct Ctx<'a> {
     shared: &'a Shared,
     links: &'a Links,
     seq: u64,
-    phase: u32,
     sig: u32,
     active: &'a [usize],
     failed: u64,
 }
 
 enum Cls {
+    /// Nothing queued.
     Empty,
+    /// Left over from an earlier (aborted) op: drop it.
     Stale,
+    /// The peer is already in a later op: it never sent what we expect.
     Ahead,
+    /// Same op, another message (consumed by another descriptor first).
+    Other,
+    /// The piece this descriptor expects.
     Cur(Front),
 }
 
-fn classify(link: &PeerLink, seq: u64, phase: u32) -> Cls {
+fn classify(link: &PeerLink, seq: u64, tag: u32) -> Cls {
     match link.peek() {
         None => Cls::Empty,
-        Some(f) => match (f.hdr.seq, f.hdr.phase).cmp(&(seq, phase)) {
+        Some(f) => match f.hdr.seq.cmp(&seq) {
             std::cmp::Ordering::Less => Cls::Stale,
             std::cmp::Ordering::Greater => Cls::Ahead,
-            std::cmp::Ordering::Equal => Cls::Cur(f),
+            std::cmp::Ordering::Equal if f.hdr.phase == tag => Cls::Cur(f),
+            std::cmp::Ordering::Equal => Cls::Other,
         },
     }
 }
 
 fn mismatch_msg(peer: usize) -> String {
-    format!(
-        "collective mismatch with rank {peer}: tensor sizes, dtypes or ops differ across ranks"
-    )
+    format!("collective mismatch with rank {peer}: tensor sizes, dtypes or ops differ across ranks")
 }
 
 /// Runs one collective to completion and reports it.
@@ -74,18 +78,17 @@ pub fn run_op(shared: &Shared, links: &Links, op: Op) {
         shared,
         links,
         seq: op.seq,
-        phase: 0,
         sig: op.sig,
         active: &active,
         failed: 0,
     };
-    let result = plan::plan(&op.kind, me, &active, shared.cfg.small_bytes).and_then(|mut phases| {
-        for (i, ph) in phases.iter_mut().enumerate() {
-            ctx.phase = i as u32;
-            run_phase(&mut ctx, ph)?;
-        }
-        Ok(())
-    });
+    let result =
+        plan::plan(&op.kind, me, &active, shared.cfg.small_bytes).and_then(|mut phases| {
+            for ph in phases.iter_mut() {
+                run_phase(&mut ctx, ph)?;
+            }
+            Ok(())
+        });
     let failed = ctx.failed;
     if let Err(ref e) = result {
         let hdr = Hdr {
@@ -121,17 +124,33 @@ fn run_phase(ctx: &mut Ctx<'_>, ph: &mut Phase) -> Result<(), String> {
         let seen = ctx.shared.bell().observe();
         let mut progressed = false;
         let mut pending = false;
-        for x in ph.sends.iter_mut().filter(|x| !x.done) {
-            progressed |= step_send(ctx, x);
+        for x in ph.sends.iter_mut().filter(|x| !x.done && !x.gated) {
+            progressed |= step_send(ctx, x, x.len);
             pending |= !x.done;
         }
         for x in ph.recvs.iter_mut().filter(|x| !x.done) {
             progressed |= step_recv(ctx, x)?;
             pending |= !x.done;
         }
-        if let Some(r) = ph.reduce.as_mut().filter(|r| !r.done) {
-            progressed |= step_reduce(ctx, r)?;
-            pending |= !r.done;
+        let mut produced = usize::MAX;
+        if let Some(r) = ph.reduce.as_mut() {
+            if !r.done {
+                progressed |= step_reduce(ctx, r)?;
+                pending |= !r.done;
+            }
+            produced = if r.done { usize::MAX } else { r.pos };
+        }
+        for i in 0..ph.sends.len() {
+            let (x, peer) = (&ph.sends[i], ph.sends[i].peer);
+            if x.done || !x.gated {
+                continue;
+            }
+            let first_done = ph.sends.iter().all(|y| y.gated || y.peer != peer || y.done);
+            if first_done {
+                let x = &mut ph.sends[i];
+                progressed |= step_send(ctx, x, produced.min(x.len));
+            }
+            pending |= !ph.sends[i].done;
         }
         if !pending {
             return Ok(());
@@ -160,7 +179,8 @@ fn link<'a>(ctx: &Ctx<'a>, slot: usize) -> Option<&'a PeerLink> {
     ctx.links.get(slot).and_then(|l| l.as_deref())
 }
 
-fn step_send(ctx: &Ctx<'_>, x: &mut Xfer) -> bool {
+/// Pushes pieces of `x` up to byte `limit` (whole pieces, or the tail).
+fn step_send(ctx: &Ctx<'_>, x: &mut Xfer, limit: usize) -> bool {
     let Some(l) = link(ctx, x.peer) else {
         x.done = true;
         return true;
@@ -172,9 +192,12 @@ fn step_send(ctx: &Ctx<'_>, x: &mut Xfer) -> bool {
             return true;
         }
         let plen = PIECE.min(x.len - x.pos);
+        if x.pos + plen > limit && !(x.len == 0 && limit == 0) {
+            return progressed;
+        }
         let hdr = Hdr {
             kind: KIND_COLL,
-            phase: ctx.phase,
+            phase: x.tag,
             seq: ctx.seq,
             total: x.len as u64,
             offset: x.pos as u64,
@@ -213,7 +236,7 @@ fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, String> {
     };
     let mut progressed = false;
     loop {
-        match classify(l, ctx.seq, ctx.phase) {
+        match classify(l, ctx.seq, x.tag) {
             Cls::Empty => {
                 if l.is_dead() && l.peek().is_none() {
                     fail_recv(ctx, x);
@@ -221,6 +244,7 @@ fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, String> {
                 }
                 return Ok(progressed);
             }
+            Cls::Other => return Ok(progressed),
             Cls::Stale => {
                 l.pop();
                 progressed = true;
@@ -284,7 +308,7 @@ fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, String> {
             };
             let mut front = None;
             loop {
-                match classify(l, ctx.seq, ctx.phase) {
+                match classify(l, ctx.seq, 0) {
                     Cls::Empty => {
                         if l.is_dead() && l.peek().is_none() {
                             *s = Source::Gone;
@@ -297,6 +321,10 @@ fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, String> {
                     Cls::Stale => {
                         l.pop();
                         progressed = true;
+                    }
+                    Cls::Other => {
+                        ready = false;
+                        break;
                     }
                     Cls::Ahead => return Err(mismatch_msg(q)),
                     Cls::Cur(f) => {

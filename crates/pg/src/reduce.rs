@@ -358,7 +358,14 @@ mod tests {
         }
         assert_eq!(d, [4, 1]);
         unsafe {
-            reduce(DType::Bool, ReduceOp::Sum, d.as_mut_ptr(), &[a.as_ptr(), b.as_ptr()], 2, 2);
+            reduce(
+                DType::Bool,
+                ReduceOp::Sum,
+                d.as_mut_ptr(),
+                &[a.as_ptr(), b.as_ptr()],
+                2,
+                2,
+            );
         }
         assert_eq!(d[1], 1);
     }

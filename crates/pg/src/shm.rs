@@ -55,7 +55,10 @@ impl Segment {
             )
         };
         if fd < 0 {
-            return Err(PgError::io(format!("shm_open({name})"), std::io::Error::last_os_error()));
+            return Err(PgError::io(
+                format!("shm_open({name})"),
+                std::io::Error::last_os_error(),
+            ));
         }
         // SAFETY: fd is valid.
         let rc = unsafe { libc::ftruncate(fd, len as libc::off_t) };
@@ -87,7 +90,10 @@ impl Segment {
         // SAFETY: valid C string; result checked.
         let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR, 0) };
         if fd < 0 {
-            return Err(PgError::io(format!("shm_open({name})"), std::io::Error::last_os_error()));
+            return Err(PgError::io(
+                format!("shm_open({name})"),
+                std::io::Error::last_os_error(),
+            ));
         }
         // SAFETY: fstat into a zeroed struct.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -209,7 +215,10 @@ impl Ring<'_> {
     }
     fn slot(&self, idx: u64) -> *mut u8 {
         // SAFETY: idx % NSLOTS keeps us in bounds.
-        unsafe { self.base.add(RING_CTRL + (idx % NSLOTS) as usize * SLOT_BYTES) }
+        unsafe {
+            self.base
+                .add(RING_CTRL + (idx % NSLOTS) as usize * SLOT_BYTES)
+        }
     }
 
     /// Producer: copies a piece in if there is room. `data.len() <= PIECE`.

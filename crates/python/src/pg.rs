@@ -29,6 +29,7 @@ fn redop(code: u32) -> PyResult<ReduceOp> {
 #[pyclass(module = "mooncake._native", frozen)]
 pub struct PgWork {
     done: Arc<Completion>,
+    group: Option<Arc<Group>>,
 }
 
 #[pymethods]
@@ -39,7 +40,11 @@ impl PgWork {
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         let t = timeout.filter(|t| *t > 0.0).map(Duration::from_secs_f64);
         let done = self.done.clone();
-        let finished = py.allow_threads(move || done.wait(t));
+        let group = self.group.clone();
+        let finished = py.allow_threads(move || match group {
+            Some(g) => g.wait(&done, t),
+            None => done.wait(t),
+        });
         if !finished {
             return Err(PyTimeoutError::new_err(format!(
                 "operation did not complete within {:.3}s (it keeps running)",
@@ -74,7 +79,18 @@ impl PgWork {
 }
 
 fn work(r: Result<Arc<Completion>, PgError>) -> PyResult<PgWork> {
-    r.map(|done| PgWork { done }).map_err(to_py)
+    r.map(|done| PgWork { done, group: None }).map_err(to_py)
+}
+
+impl PgGroup {
+    /// A collective's Work: its waiter may run queued ops inline.
+    fn coll(&self, r: Result<Arc<Completion>, PgError>) -> PyResult<PgWork> {
+        r.map(|done| PgWork {
+            done,
+            group: Some(self.g.clone()),
+        })
+        .map_err(to_py)
+    }
 }
 
 /// One member of a Mooncake process group.
@@ -161,20 +177,29 @@ impl PgGroup {
     ) -> PyResult<()> {
         let infos = peers
             .into_iter()
-            .map(|(slot, endpoint, member_id, same_host, shm_name)| PeerInfo {
-                slot,
-                endpoint,
-                member_id,
-                same_host,
-                shm_name,
-            })
+            .map(
+                |(slot, endpoint, member_id, same_host, shm_name)| PeerInfo {
+                    slot,
+                    endpoint,
+                    member_id,
+                    same_host,
+                    shm_name,
+                },
+            )
             .collect();
         let g = self.g.clone();
         let t = Duration::from_secs_f64(timeout_s.max(0.001));
         py.allow_threads(move || g.connect(infos, t)).map_err(to_py)
     }
 
-    fn all_reduce(&self, src: usize, dst: usize, nbytes: usize, dt: u32, op: u32) -> PyResult<PgWork> {
+    fn all_reduce(
+        &self,
+        src: usize,
+        dst: usize,
+        nbytes: usize,
+        dt: u32,
+        op: u32,
+    ) -> PyResult<PgWork> {
         let kind = OpKind::AllReduce {
             src,
             dst,
@@ -182,15 +207,21 @@ impl PgGroup {
             dtype: dtype(dt)?,
             op: redop(op)?,
         };
-        work(self.g.submit(kind, dt, op))
+        self.coll(self.g.submit(kind, dt, op))
     }
 
     fn broadcast(&self, buf: usize, nbytes: usize, root: usize, dt: u32) -> PyResult<PgWork> {
-        work(self.g.submit(OpKind::Broadcast { buf, nbytes, root }, dt, 0))
+        self.coll(
+            self.g
+                .submit(OpKind::Broadcast { buf, nbytes, root }, dt, 0),
+        )
     }
 
     fn all_gather(&self, src: usize, nbytes: usize, dsts: Vec<usize>, dt: u32) -> PyResult<PgWork> {
-        work(self.g.submit(OpKind::AllGather { src, nbytes, dsts }, dt, 0))
+        self.coll(
+            self.g
+                .submit(OpKind::AllGather { src, nbytes, dsts }, dt, 0),
+        )
     }
 
     fn reduce_scatter(
@@ -208,15 +239,20 @@ impl PgGroup {
             dtype: dtype(dt)?,
             op: redop(op)?,
         };
-        work(self.g.submit(kind, dt, op))
+        self.coll(self.g.submit(kind, dt, op))
     }
 
-    fn all_to_all(&self, srcs: Vec<(usize, usize)>, dsts: Vec<(usize, usize)>, dt: u32) -> PyResult<PgWork> {
-        work(self.g.submit(OpKind::AllToAll { srcs, dsts }, dt, 0))
+    fn all_to_all(
+        &self,
+        srcs: Vec<(usize, usize)>,
+        dsts: Vec<(usize, usize)>,
+        dt: u32,
+    ) -> PyResult<PgWork> {
+        self.coll(self.g.submit(OpKind::AllToAll { srcs, dsts }, dt, 0))
     }
 
     fn barrier(&self) -> PyResult<PgWork> {
-        work(self.g.submit(OpKind::Barrier, 0, 0))
+        self.coll(self.g.submit(OpKind::Barrier, 0, 0))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -237,11 +273,18 @@ impl PgGroup {
             op: redop(op)?,
             root,
         };
-        work(self.g.submit(kind, dt, op))
+        self.coll(self.g.submit(kind, dt, op))
     }
 
-    fn gather(&self, src: usize, nbytes: usize, dsts: Vec<usize>, root: usize, dt: u32) -> PyResult<PgWork> {
-        work(self.g.submit(
+    fn gather(
+        &self,
+        src: usize,
+        nbytes: usize,
+        dsts: Vec<usize>,
+        root: usize,
+        dt: u32,
+    ) -> PyResult<PgWork> {
+        self.coll(self.g.submit(
             OpKind::Gather {
                 src,
                 nbytes,
@@ -253,8 +296,15 @@ impl PgGroup {
         ))
     }
 
-    fn scatter(&self, srcs: Vec<usize>, dst: usize, nbytes: usize, root: usize, dt: u32) -> PyResult<PgWork> {
-        work(self.g.submit(
+    fn scatter(
+        &self,
+        srcs: Vec<usize>,
+        dst: usize,
+        nbytes: usize,
+        root: usize,
+        dt: u32,
+    ) -> PyResult<PgWork> {
+        self.coll(self.g.submit(
             OpKind::Scatter {
                 srcs,
                 dst,
