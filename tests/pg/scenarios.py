@@ -677,3 +677,26 @@ def options_forms(rank: int, world: int, port: int) -> None:
     dist.destroy_process_group()
     wrong = MooncakeBackendOptions(torch.zeros(world + 3, dtype=torch.int32), False, world + 1)
     expect(Exception, lambda: init(rank, world, port + 1 if False else port, wrong), "mask length")
+
+
+def cuda_collectives(rank: int, world: int, port: int) -> None:
+    """B1-B3 on the `mooncake` backend with CUDA tensors and a device mask."""
+    dev = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    mask = torch.zeros(world, dtype=torch.int32, device=dev)
+    init(rank, world, port, MooncakeBackendOptions(mask), backend="mooncake")
+    eq(mpg.get_active_ranks(dist.group.WORLD).cpu(), torch.ones(world, dtype=torch.int32), "mask")
+    n, x = world, rank + 1
+    for dt in (torch.float32, torch.bfloat16, torch.int64):
+        t = torch.full((1023,), x, dtype=dt, device=dev)
+        dist.all_reduce(t)
+        eq(t.cpu(), torch.full((1023,), n * (n + 1) // 2, dtype=dt), f"cuda all_reduce {dt}")
+    for root in range(n):
+        t = torch.full((1 << 20,), 111.0 if rank == root else -1.0, device=dev)
+        dist.broadcast(t, src=root)
+        eq(t.cpu(), 111.0, "cuda broadcast")
+    outs = [torch.zeros(2, device=dev) for _ in range(n)]
+    dist.all_gather(outs, torch.tensor([rank, 10.0 * rank], device=dev))
+    for j in range(n):
+        eq(outs[j].cpu(), torch.tensor([j, 10.0 * j]), "cuda all_gather")
+    dist.destroy_process_group()
