@@ -178,9 +178,8 @@ pub fn reader_loop(shared: Arc<Shared>, link: Arc<PeerLink>, stream: TcpStream) 
     let mut rx_msg: Option<RxMessage> = None;
     while let Ok(hdr) = Hdr::read_from(&mut r) {
         let ok = match hdr.kind {
-            KIND_COLL => {
-                let len = (hdr.len as usize).min(PIECE);
-                let mut buf = link.take_buf(len);
+            KIND_COLL if hdr.len as usize <= PIECE => {
+                let mut buf = link.take_buf(hdr.len as usize);
                 let ok = r.read_exact(&mut buf).is_ok();
                 if ok {
                     link.coll_rx.lock().push_back((hdr, buf));

@@ -15,6 +15,10 @@ use std::collections::VecDeque;
 use std::io::Read;
 use std::sync::Arc;
 
+/// Largest P2P message accepted from a peer (a larger header is treated as a
+/// protocol error and closes the link).
+const MAX_MESSAGE: usize = 1 << 40;
+
 /// A receive posted by the user.
 pub struct PostedRecv {
     ptr: usize,
@@ -177,6 +181,9 @@ pub fn on_frame(
                 let Ok(total) = usize::try_from(hdr.total) else {
                     return false;
                 };
+                if total > MAX_MESSAGE {
+                    return false;
+                }
                 RxMessage::Unexpected {
                     buf: vec![0u8; total],
                     src,
@@ -186,6 +193,9 @@ pub fn on_frame(
     }
     let len = hdr.len as usize;
     let off = hdr.offset as usize;
+    if hdr.offset.saturating_add(hdr.len as u64) > hdr.total {
+        return false;
+    }
     let read_ok = match cur.as_mut() {
         Some(RxMessage::Posted { recv, ok, .. }) => {
             if *ok && off + len <= recv.len {

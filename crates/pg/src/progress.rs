@@ -3,6 +3,7 @@
 //! sleeps on the group doorbell when nothing can move.
 
 use crate::completion::Completion;
+use crate::copy;
 use crate::group::Shared;
 use crate::link::{Front, PeerLink};
 use crate::plan::{self, OpKind, Phase, Reduce, Source, Xfer};
@@ -258,12 +259,14 @@ fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, String> {
                     return Err(mismatch_msg(x.peer));
                 }
                 if h.len > 0 {
-                    // SAFETY: bounds checked against the destination length.
+                    // SAFETY: bounds checked against the destination length;
+                    // ring payloads never overlap user tensors.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(
+                        copy::copy(
                             f.data,
                             (x.ptr + h.offset as usize) as *mut u8,
                             h.len as usize,
+                            x.len >= copy::STREAM_MIN_MESSAGE,
                         )
                     };
                 }
