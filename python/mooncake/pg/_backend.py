@@ -156,6 +156,11 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             self._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
         except (AttributeError, RuntimeError, TypeError):  # older torch: optional
             pass
+        self._group_id = group_id
+        try:  # torch <= 2.12 returns custom groups before naming them
+            self._set_group_name(group_id)
+        except (AttributeError, RuntimeError, TypeError):
+            pass
 
     # ----------------------------------------------------------------- setup
     def _make_mask(
@@ -231,6 +236,15 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             raise RuntimeError(f"{self._name}: {e} (process group '{group_id}')") from e
 
     # -------------------------------------------------------------- identity
+    @property
+    def group_name(self) -> str:
+        """Torch's group name; falls back to the group id where torch (<= 2.12)
+        cannot attach a Python backend to carry it."""
+        try:
+            return str(super().group_name)
+        except RuntimeError:
+            return self._group_id
+
     def getBackendName(self) -> str:
         return self._name
 
