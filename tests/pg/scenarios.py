@@ -705,3 +705,45 @@ def cuda_collectives(rank: int, world: int, port: int) -> None:
     for j in range(n):
         eq(outs[j].cpu(), torch.tensor([j, 10.0 * j]), "cuda all_gather")
     dist.destroy_process_group()
+
+
+def crash_survivors(rank: int, world: int, port: int) -> None:
+    """E1-style: rank 1 exits after round 1; survivors exclude it and carry on."""
+    assert world == 4
+    init(rank, world, port)
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    eq(t, 10.0, "round 1")
+    dist.barrier()
+    if rank == 1:
+        os._exit(0)
+    t = torch.tensor([float(rank + 1)])
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()  # peer failures do not raise
+    eq(t, 8.0, "sum over survivors")
+    eq(mpg.get_failed_ranks_hint(w), torch.tensor([0, 1, 0, 0], dtype=torch.int32), "hint")
+    assert not mpg.get_local_success(w)
+    eq(
+        mpg.get_active_ranks(dist.group.WORLD),
+        torch.tensor([1, 0, 1, 1], dtype=torch.int32),
+        "mask",
+    )
+    assert dist.get_world_size() == 4  # V = 1 + highest active slot
+    t = torch.tensor([float(rank + 1)])
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    eq(t, 8.0, "next op")
+    assert mpg.get_local_success(w)
+    big = torch.full((1 << 20,), float(rank + 1))
+    dist.all_reduce(big)
+    eq(big, 8.0, "large all_reduce over survivors")
+    outs = [torch.full((2,), -1.0) for _ in range(4)]
+    dist.all_gather(outs, torch.full((2,), float(rank + 1)))
+    for j in range(4):
+        eq(outs[j], 0.0 if j == 1 else float(j + 1), "all_gather zero-fills the failed slot")
+    if rank == 0:
+        w = dist.isend(torch.ones(1), 1)
+        w.wait()
+        assert not mpg.get_local_success(w)
+    dist.barrier()
+    dist.destroy_process_group()

@@ -125,22 +125,13 @@ impl Shared {
         self.ctrl_cv.notify_all();
     }
 
-    /// Applies an op's outcome to the mask (auto mode).
-    pub fn after_op(&self, active: &[usize], failed: u64) {
+    /// Applies an op's outcome to the mask (auto mode): slots in `failed`
+    /// are cleared before the op's completion is signalled.
+    pub fn after_op(&self, failed: u64) {
         if !self.auto_deactivate {
             return;
         }
-        let links = self.links.read().clone();
-        let mut drop_mask = failed;
-        for &q in active {
-            if q != self.rank {
-                match links.get(q) {
-                    Some(Some(l)) if !l.is_dead() => {}
-                    _ => drop_mask |= 1u64 << q,
-                }
-            }
-        }
-        drop_mask &= !(1u64 << self.rank);
+        let drop_mask = failed & !(1u64 << self.rank);
         if drop_mask != 0 {
             self.mask.fetch_and(!drop_mask, Ordering::AcqRel);
             self.write_mask();

@@ -70,7 +70,23 @@ fn mismatch_msg(peer: usize) -> String {
 pub fn run_op(shared: &Shared, links: &Links, op: Op) {
     let mask = shared.mask();
     let me = shared.rank;
-    let mut active: Vec<usize> = (0..64).filter(|i| mask >> i & 1 == 1).collect();
+    // Snapshot S: the mask, minus peers already known dead (flagged in the
+    // op's failed set so survivors agree on C when the failure predates it).
+    let mut known_dead = 0u64;
+    let mut active: Vec<usize> = Vec::with_capacity(mask.count_ones() as usize + 1);
+    for i in (0..64).filter(|i| mask >> i & 1 == 1) {
+        // A peer that said BYE (orderly destroy) stays in S: what it sent
+        // before leaving is still queued and is consumed normally.
+        let dead = i != me
+            && links
+                .get(i)
+                .is_none_or(|l| l.as_ref().is_none_or(|l| l.is_dead() && !l.said_bye()));
+        if dead {
+            known_dead |= 1u64 << i;
+        } else {
+            active.push(i);
+        }
+    }
     if !active.contains(&me) {
         active.push(me);
         active.sort_unstable();
@@ -81,7 +97,7 @@ pub fn run_op(shared: &Shared, links: &Links, op: Op) {
         seq: op.seq,
         sig: op.sig,
         active: &active,
-        failed: 0,
+        failed: known_dead,
     };
     let result =
         plan::plan(&op.kind, me, &active, shared.cfg.small_bytes).and_then(|mut phases| {
@@ -106,7 +122,7 @@ pub fn run_op(shared: &Shared, links: &Links, op: Op) {
         }
         let _ = e;
     }
-    shared.after_op(&active, failed);
+    shared.after_op(failed);
     op.done.complete(result.err(), failed);
 }
 
