@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import socket
 import statistics
 import sys
@@ -172,7 +173,7 @@ def make_op(
     raise ValueError(f"unknown collective {coll}")
 
 
-def worker(rank: int, n: int, port: int, args: argparse.Namespace, q: Any) -> None:
+def worker(rank: int, n: int, ports: list[int], args: argparse.Namespace, q: Any) -> None:
     torch.set_num_threads(1)
     import mooncake.pg  # noqa: F401
 
@@ -180,7 +181,7 @@ def worker(rank: int, n: int, port: int, args: argparse.Namespace, q: Any) -> No
     for bi, backend in enumerate(args.backends.split(",")):
         dist.init_process_group(
             backend,
-            init_method=f"tcp://127.0.0.1:{port + bi}",
+            init_method=f"tcp://127.0.0.1:{ports[bi]}",
             rank=rank,
             world_size=n,
         )
@@ -282,13 +283,22 @@ def main(argv: list[str] | None = None) -> int:
         p.error("sendrecv needs -g >= 2")
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    port = free_port()
+    ports = [free_port() for _ in args.backends.split(",")]
     procs = [
-        ctx.Process(target=worker, args=(r, args.ngpus, port, args, q)) for r in range(args.ngpus)
+        ctx.Process(target=worker, args=(r, args.ngpus, ports, args, q)) for r in range(args.ngpus)
     ]
     for pr in procs:
         pr.start()
-    results = q.get(timeout=3600)
+    results = None
+    while results is None:
+        try:
+            results = q.get(timeout=1.0)
+        except queue.Empty:
+            if any(pr.exitcode not in (None, 0) for pr in procs):
+                for pr in procs:
+                    pr.terminate()
+                print("a benchmark rank failed", file=sys.stderr)
+                return 1
     for pr in procs:
         pr.join(timeout=60)
     if args.json:
