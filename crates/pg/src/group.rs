@@ -88,6 +88,7 @@ pub struct Shared {
     ctrl: Mutex<u64>,
     ctrl_cv: Condvar,
     mask_out: Mutex<Option<(usize, usize)>>,
+    spin_us: AtomicU64,
     /// Tunables.
     pub cfg: Config,
 }
@@ -99,6 +100,11 @@ impl Shared {
             Some(s) => s.bell(),
             None => &self.heap_bell,
         }
+    }
+
+    /// Bounded spin before sleeping on the doorbell.
+    pub fn spin(&self) -> Duration {
+        Duration::from_micros(self.spin_us.load(Ordering::Relaxed))
     }
 
     /// Current active mask.
@@ -216,6 +222,7 @@ impl Group {
             ctrl: Mutex::new(0),
             ctrl_cv: Condvar::new(),
             mask_out: Mutex::new(None),
+            spin_us: AtomicU64::new(cfg.spin.as_micros() as u64),
             cfg,
         });
         let g = Group {
@@ -279,6 +286,11 @@ impl Group {
             return self.shared.size;
         }
         64 - self.shared.mask().leading_zeros() as usize
+    }
+
+    /// Sets the bounded spin (µs) before sleeping; 0 disables spinning.
+    pub fn set_spin_us(&self, us: u64) {
+        self.shared.spin_us.store(us.min(1000), Ordering::Relaxed);
     }
 
     /// Registers the int32 tensor mirroring the mask and writes it.

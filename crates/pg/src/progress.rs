@@ -136,7 +136,7 @@ fn run_phase(ctx: &mut Ctx<'_>, ph: &mut Phase) -> Result<(), String> {
         // SAFETY: as above.
         unsafe { std::ptr::write_bytes(d as *mut u8, 0, l) };
     }
-    let spin = ctx.shared.cfg.spin;
+    let spin = ctx.shared.spin();
     loop {
         let seen = ctx.shared.bell().observe();
         let mut progressed = false;

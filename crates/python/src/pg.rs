@@ -163,6 +163,11 @@ impl PgGroup {
         self.g.shm_peer_count()
     }
 
+    /// Bounded spin (µs) before sleeping; 0 disables it.
+    fn set_spin_us(&self, us: u64) {
+        self.g.set_spin_us(us)
+    }
+
     /// Registers the int32 mask tensor (address, elements).
     fn set_mask_tensor(&self, ptr: usize, len: usize) {
         self.g.set_mask_tensor(ptr, len)

@@ -24,6 +24,9 @@ from mooncake.pg._work import MooncakeWork
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
 PREFIX = "mcpg/v1"
+AUTO_SPIN_US = 30
+# Most same-host ranks seen in any group of this process (spin policy).
+_MAX_LOCAL_RANKS = 1
 _STRIDED = torch.strided
 PROTO = 1
 
@@ -230,10 +233,23 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             peers.append(
                 (r, rec["endpoint"], int(rec["member_id"]), rec["host"] == me_host, rec["shm"])
             )
+        self._set_spin(1 + sum(1 for p in peers if p[3]))
         try:
             self._native.connect(peers, self._timeout)
         except TimeoutError as e:
             raise RuntimeError(f"{self._name}: {e} (process group '{group_id}')") from e
+
+    def _set_spin(self, local_ranks: int) -> None:
+        """Short spin before sleeping only while every same-host rank can own a core.
+
+        ``MOONCAKE_PG_SPIN_US`` overrides the choice.
+        """
+        global _MAX_LOCAL_RANKS
+        if "MOONCAKE_PG_SPIN_US" in os.environ:
+            return
+        _MAX_LOCAL_RANKS = max(_MAX_LOCAL_RANKS, local_ranks)
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        self._native.set_spin_us(AUTO_SPIN_US if _MAX_LOCAL_RANKS <= (cpus or 1) else 0)
 
     # -------------------------------------------------------------- identity
     @property
