@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 import torch.distributed as dist
-from harness import run_ranks
+from pg_harness import run_ranks
 
 TRANSPORTS = ["auto", "tcp"]
 

@@ -12,6 +12,8 @@
 //! - [`completion`]: op handles; [`config`]: environment tunables;
 //!   [`copy`]: streaming copies for large receives.
 
+#![deny(missing_docs)]
+
 pub mod completion;
 pub mod config;
 pub mod copy;

@@ -46,13 +46,22 @@ struct P2pState {
 pub enum RxMessage {
     /// Landing in a posted receive (`ok == false`: size mismatch, discard).
     Posted {
+        /// The receive being filled.
         recv: PostedRecv,
+        /// False once a size mismatch was seen (payload discarded).
         ok: bool,
+        /// Sending slot.
         src: usize,
+        /// Announced message size.
         total: u64,
     },
     /// Landing in an unexpected buffer.
-    Unexpected { buf: Vec<u8>, src: usize },
+    Unexpected {
+        /// Buffer the message lands in.
+        buf: Vec<u8>,
+        /// Sending slot.
+        src: usize,
+    },
 }
 
 impl P2p {
