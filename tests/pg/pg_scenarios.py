@@ -645,6 +645,19 @@ def bad_input(rank: int, world: int, port: int) -> None:
     t = torch.ones(8)
     dist.all_reduce(t)
     eq(t, 2.0, "still usable")
+    # wait(timeout) raises when it expires; the op keeps running and completes.
+    if rank == 0:
+        time.sleep(1.0)
+    t = torch.ones(4)
+    w = dist.all_reduce(t, async_op=True)
+    if rank == 1:
+        expect(
+            (TimeoutError, RuntimeError),
+            lambda: w.wait(datetime.timedelta(milliseconds=50)),
+            "wait timeout",
+        )
+    w.wait()
+    eq(t, 2.0, "op completed after a wait timeout")
     dist.destroy_process_group()
 
 
