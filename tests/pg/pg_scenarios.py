@@ -128,6 +128,24 @@ def collectives(rank: int, world: int, port: int) -> None:
             want[0] = n == 1
         eq(t, want, f"bool {op}")
 
+    # Determinism: rank-order accumulation (f32), f32 accumulation rounded once (bf16).
+    for numel in (1023, 1 << 20):
+        gen = torch.Generator().manual_seed(1234 + numel)
+        xs = [torch.randn(numel, generator=gen) for _ in range(n)]
+        exp = xs[0].clone()
+        for j in range(1, n):
+            exp += xs[j]
+        t = xs[rank].clone()
+        dist.all_reduce(t)
+        assert torch.equal(t, exp), f"f32 sum is not the rank-order sum ({numel})"
+        xb = [x.bfloat16() for x in xs]
+        acc = xb[0].float()
+        for j in range(1, n):
+            acc += xb[j].float()
+        tb = xb[rank].clone()
+        dist.all_reduce(tb)
+        assert torch.equal(tb, acc.bfloat16()), f"bf16 sum is not rounded once ({numel})"
+
     # B2 broadcast from every root, several sizes and layouts.
     for root in range(n):
         for numel in (1, 1023, 1 << 20):
