@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 import torch.distributed as dist
-from harness import run_ranks
+from pg_harness import run_ranks
 
 TRANSPORTS = ["auto", "tcp"]
 
@@ -63,6 +63,11 @@ def test_bad_input(transport: str) -> None:
     run_ranks("bad_input", 2, transport=transport)
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_crashed_peer_is_excluded(transport: str) -> None:
+    run_ranks("crash_survivors", 4, transport=transport)
+
+
 def test_peer_never_joins() -> None:
     run_ranks("never_joins", 2, ranks=[0], timeout=60)
 
@@ -92,6 +97,7 @@ def test_bench_smoke() -> None:
             "-n",
             "5",
         ],
+        check=False,
         capture_output=True,
         text=True,
         timeout=180,

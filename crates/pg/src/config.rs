@@ -22,6 +22,9 @@ pub struct Config {
     pub spin: Duration,
     /// P2P frame size on TCP.
     pub p2p_frame: usize,
+    /// Let a thread blocked in `wait()` run queued ops itself
+    /// (`MOONCAKE_PG_INLINE`, default 1).
+    pub inline_wait: bool,
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -47,6 +50,7 @@ impl Config {
             small_bytes: env_usize("MOONCAKE_PG_SMALL_BYTES", 64 * 1024),
             spin: Duration::from_micros(env_usize("MOONCAKE_PG_SPIN_US", 0) as u64),
             p2p_frame: 4 << 20,
+            inline_wait: env_usize("MOONCAKE_PG_INLINE", 1) != 0,
         }
     }
 }

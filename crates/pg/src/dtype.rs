@@ -8,18 +8,31 @@ use crate::error::PgError;
 /// Element type of a tensor, by wire code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DType {
+    /// `torch.uint8`.
     U8,
+    /// `torch.int8`.
     I8,
+    /// `torch.int16`.
     I16,
+    /// `torch.uint16`.
     U16,
+    /// `torch.int32`.
     I32,
+    /// `torch.uint32`.
     U32,
+    /// `torch.int64`.
     I64,
+    /// `torch.uint64`.
     U64,
+    /// `torch.bool` (0/1 bytes).
     Bool,
+    /// `torch.float16`.
     F16,
+    /// `torch.bfloat16`.
     BF16,
+    /// `torch.float32`.
     F32,
+    /// `torch.float64`.
     F64,
     /// Any other dtype (f8, complex, ...): movable bytes, not reducible.
     Raw,
@@ -72,13 +85,21 @@ impl DType {
 /// Reduction operator, by wire code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReduceOp {
+    /// Sum (wrapping for integers; OR for bool).
     Sum,
+    /// Product (AND for bool).
     Product,
+    /// Minimum (NaN propagates).
     Min,
+    /// Maximum (NaN propagates).
     Max,
+    /// Sum divided by the contributor count (floats only).
     Avg,
+    /// Bitwise AND.
     BAnd,
+    /// Bitwise OR.
     BOr,
+    /// Bitwise XOR.
     BXor,
 }
 

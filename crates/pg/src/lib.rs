@@ -9,10 +9,14 @@
 //! - [`link`], [`engine`], [`wire`]: TCP connections, listener, framing;
 //! - [`shm`], [`futex`]: same-host shared-memory rings and doorbells;
 //! - [`p2p`]: send/recv matching; [`reduce`], [`dtype`]: typed kernels;
-//! - [`completion`]: op handles; [`config`]: environment tunables.
+//! - [`completion`]: op handles; [`config`]: environment tunables;
+//!   [`copy`]: streaming copies for large receives.
+
+#![deny(missing_docs)]
 
 pub mod completion;
 pub mod config;
+pub mod copy;
 pub mod dtype;
 pub mod engine;
 pub mod error;

@@ -116,11 +116,15 @@ impl PeerLink {
             let Some(ring) = p.peer.ring(self.my_slot) else {
                 return Err(std::io::Error::other("peer segment too small"));
             };
-            if ring.try_push(hdr, data) {
-                p.peer.bell().ring();
-                return Ok(true);
-            }
-            return Ok(false);
+            return Ok(match ring.try_push(hdr, data) {
+                Some(was_empty) => {
+                    if was_empty {
+                        p.peer.bell().ring();
+                    }
+                    true
+                }
+                None => false,
+            });
         }
         self.write_frame(hdr, data).map(|_| true)
     }
@@ -145,8 +149,9 @@ impl PeerLink {
     pub fn pop(&self) {
         if let Some(p) = self.shm.get() {
             if let Some(ring) = p.own.ring(self.slot) {
-                ring.pop();
-                p.peer.bell().ring();
+                if ring.pop() <= crate::shm::Ring::WAKE_AT {
+                    p.peer.bell().ring();
+                }
             }
             return;
         }
@@ -173,9 +178,8 @@ pub fn reader_loop(shared: Arc<Shared>, link: Arc<PeerLink>, stream: TcpStream) 
     let mut rx_msg: Option<RxMessage> = None;
     while let Ok(hdr) = Hdr::read_from(&mut r) {
         let ok = match hdr.kind {
-            KIND_COLL => {
-                let len = (hdr.len as usize).min(PIECE);
-                let mut buf = link.take_buf(len);
+            KIND_COLL if hdr.len as usize <= PIECE => {
+                let mut buf = link.take_buf(hdr.len as usize);
                 let ok = r.read_exact(&mut buf).is_ok();
                 if ok {
                     link.coll_rx.lock().push_back((hdr, buf));

@@ -15,6 +15,10 @@ use std::collections::VecDeque;
 use std::io::Read;
 use std::sync::Arc;
 
+/// Largest P2P message accepted from a peer (a larger header is treated as a
+/// protocol error and closes the link).
+const MAX_MESSAGE: usize = 1 << 40;
+
 /// A receive posted by the user.
 pub struct PostedRecv {
     ptr: usize,
@@ -42,13 +46,22 @@ struct P2pState {
 pub enum RxMessage {
     /// Landing in a posted receive (`ok == false`: size mismatch, discard).
     Posted {
+        /// The receive being filled.
         recv: PostedRecv,
+        /// False once a size mismatch was seen (payload discarded).
         ok: bool,
+        /// Sending slot.
         src: usize,
+        /// Announced message size.
         total: u64,
     },
     /// Landing in an unexpected buffer.
-    Unexpected { buf: Vec<u8>, src: usize },
+    Unexpected {
+        /// Buffer the message lands in.
+        buf: Vec<u8>,
+        /// Sending slot.
+        src: usize,
+    },
 }
 
 impl P2p {
@@ -177,6 +190,9 @@ pub fn on_frame(
                 let Ok(total) = usize::try_from(hdr.total) else {
                     return false;
                 };
+                if total > MAX_MESSAGE {
+                    return false;
+                }
                 RxMessage::Unexpected {
                     buf: vec![0u8; total],
                     src,
@@ -186,6 +202,9 @@ pub fn on_frame(
     }
     let len = hdr.len as usize;
     let off = hdr.offset as usize;
+    if hdr.offset.saturating_add(hdr.len as u64) > hdr.total {
+        return false;
+    }
     let read_ok = match cur.as_mut() {
         Some(RxMessage::Posted { recv, ok, .. }) => {
             if *ok && off + len <= recv.len {

@@ -114,6 +114,11 @@ pub struct Xfer {
     pub pos: usize,
     /// Finished (or abandoned because the peer failed).
     pub done: bool,
+    /// Message tag within the op (pieces carry it in the `phase` field).
+    pub tag: u32,
+    /// Send only what the phase's reduction has produced, and only after
+    /// every ungated send to the same peer finished (fused all-reduce).
+    pub gated: bool,
 }
 
 impl Xfer {
@@ -124,7 +129,15 @@ impl Xfer {
             len,
             pos: 0,
             done: false,
+            tag: 0,
+            gated: false,
         }
+    }
+
+    fn tagged(mut self, tag: u32, gated: bool) -> Self {
+        self.tag = tag;
+        self.gated = gated;
+        self
     }
 }
 
@@ -148,7 +161,7 @@ pub struct Reduce {
     pub dst: usize,
     /// Bytes.
     pub len: usize,
-    /// Bytes reduced so far.
+    /// Bytes reduced so far (always a multiple of the piece size until done).
     pub pos: usize,
     /// Element type.
     pub dtype: DType,
@@ -277,15 +290,16 @@ pub fn plan(
                 op: *op,
                 done: false,
             });
-            let mut gather = Phase::default();
+            // Fused all-gather: each reduced piece is forwarded while hot.
             for (c, &q) in active.iter().enumerate() {
                 if q != me {
                     let (off, len) = chunk(nelem, n, c, esize);
-                    gather.sends.push(Xfer::new(q, dst + moff, mlen));
-                    gather.recvs.push(Xfer::new(q, dst + off, len));
+                    ph.sends
+                        .push(Xfer::new(q, dst + moff, mlen).tagged(1, true));
+                    ph.recvs.push(Xfer::new(q, dst + off, len).tagged(1, false));
                 }
             }
-            Ok(vec![ph, gather])
+            Ok(vec![ph])
         }
         OpKind::Broadcast { buf, nbytes, root } => {
             check_root(active, *root)?;
@@ -458,7 +472,7 @@ mod tests {
     }
 
     #[test]
-    fn large_all_reduce_has_two_phases() {
+    fn large_all_reduce_fuses_gather() {
         let k = OpKind::AllReduce {
             src: 0,
             dst: 0,
@@ -467,9 +481,10 @@ mod tests {
             op: ReduceOp::Sum,
         };
         let p = plan(&k, 1, &[0, 1, 2], 1024).expect("plan");
-        assert_eq!(p.len(), 2);
-        assert_eq!(p[0].sends.len(), 2);
-        assert_eq!(p[1].recvs.len(), 2);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].sends.len(), 4);
+        assert_eq!(p[0].sends.iter().filter(|x| x.gated).count(), 2);
+        assert_eq!(p[0].recvs.len(), 2);
     }
 
     #[test]

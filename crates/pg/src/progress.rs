@@ -1,8 +1,9 @@
 //! Executes planned phases: pushes pieces, matches incoming pieces by
-//! `(seq, phase)`, reduces in rank order straight out of the channel, and
+//! `(seq, tag)`, reduces in rank order straight out of the channel, and
 //! sleeps on the group doorbell when nothing can move.
 
 use crate::completion::Completion;
+use crate::copy;
 use crate::group::Shared;
 use crate::link::{Front, PeerLink};
 use crate::plan::{self, OpKind, Phase, Reduce, Source, Xfer};
@@ -31,26 +32,32 @@ struct Ctx<'a> {
     shared: &'a Shared,
     links: &'a Links,
     seq: u64,
-    phase: u32,
     sig: u32,
     active: &'a [usize],
     failed: u64,
 }
 
 enum Cls {
+    /// Nothing queued.
     Empty,
+    /// Left over from an earlier (aborted) op: drop it.
     Stale,
+    /// The peer is already in a later op: it never sent what we expect.
     Ahead,
+    /// Same op, another message (consumed by another descriptor first).
+    Other,
+    /// The piece this descriptor expects.
     Cur(Front),
 }
 
-fn classify(link: &PeerLink, seq: u64, phase: u32) -> Cls {
+fn classify(link: &PeerLink, seq: u64, tag: u32) -> Cls {
     match link.peek() {
         None => Cls::Empty,
-        Some(f) => match (f.hdr.seq, f.hdr.phase).cmp(&(seq, phase)) {
+        Some(f) => match f.hdr.seq.cmp(&seq) {
             std::cmp::Ordering::Less => Cls::Stale,
             std::cmp::Ordering::Greater => Cls::Ahead,
-            std::cmp::Ordering::Equal => Cls::Cur(f),
+            std::cmp::Ordering::Equal if f.hdr.phase == tag => Cls::Cur(f),
+            std::cmp::Ordering::Equal => Cls::Other,
         },
     }
 }
@@ -63,7 +70,23 @@ fn mismatch_msg(peer: usize) -> String {
 pub fn run_op(shared: &Shared, links: &Links, op: Op) {
     let mask = shared.mask();
     let me = shared.rank;
-    let mut active: Vec<usize> = (0..64).filter(|i| mask >> i & 1 == 1).collect();
+    // Snapshot S: the mask, minus peers already known dead (flagged in the
+    // op's failed set so survivors agree on C when the failure predates it).
+    let mut known_dead = 0u64;
+    let mut active: Vec<usize> = Vec::with_capacity(mask.count_ones() as usize + 1);
+    for i in (0..64).filter(|i| mask >> i & 1 == 1) {
+        // A peer that said BYE (orderly destroy) stays in S: what it sent
+        // before leaving is still queued and is consumed normally.
+        let dead = i != me
+            && links
+                .get(i)
+                .is_none_or(|l| l.as_ref().is_none_or(|l| l.is_dead() && !l.said_bye()));
+        if dead {
+            known_dead |= 1u64 << i;
+        } else {
+            active.push(i);
+        }
+    }
     if !active.contains(&me) {
         active.push(me);
         active.sort_unstable();
@@ -72,15 +95,13 @@ pub fn run_op(shared: &Shared, links: &Links, op: Op) {
         shared,
         links,
         seq: op.seq,
-        phase: 0,
         sig: op.sig,
         active: &active,
-        failed: 0,
+        failed: known_dead,
     };
     let result =
         plan::plan(&op.kind, me, &active, shared.cfg.small_bytes).and_then(|mut phases| {
-            for (i, ph) in phases.iter_mut().enumerate() {
-                ctx.phase = i as u32;
+            for ph in phases.iter_mut() {
                 run_phase(&mut ctx, ph)?;
             }
             Ok(())
@@ -101,7 +122,7 @@ pub fn run_op(shared: &Shared, links: &Links, op: Op) {
         }
         let _ = e;
     }
-    shared.after_op(&active, failed);
+    shared.after_op(failed);
     op.done.complete(result.err(), failed);
 }
 
@@ -115,22 +136,38 @@ fn run_phase(ctx: &mut Ctx<'_>, ph: &mut Phase) -> Result<(), String> {
         // SAFETY: as above.
         unsafe { std::ptr::write_bytes(d as *mut u8, 0, l) };
     }
-    let spin = ctx.shared.cfg.spin;
+    let spin = ctx.shared.spin();
     loop {
         let seen = ctx.shared.bell().observe();
         let mut progressed = false;
         let mut pending = false;
-        for x in ph.sends.iter_mut().filter(|x| !x.done) {
-            progressed |= step_send(ctx, x);
+        for x in ph.sends.iter_mut().filter(|x| !x.done && !x.gated) {
+            progressed |= step_send(ctx, x, x.len);
             pending |= !x.done;
         }
         for x in ph.recvs.iter_mut().filter(|x| !x.done) {
             progressed |= step_recv(ctx, x)?;
             pending |= !x.done;
         }
-        if let Some(r) = ph.reduce.as_mut().filter(|r| !r.done) {
-            progressed |= step_reduce(ctx, r)?;
-            pending |= !r.done;
+        let mut produced = usize::MAX;
+        if let Some(r) = ph.reduce.as_mut() {
+            if !r.done {
+                progressed |= step_reduce(ctx, r)?;
+                pending |= !r.done;
+            }
+            produced = if r.done { usize::MAX } else { r.pos };
+        }
+        for i in 0..ph.sends.len() {
+            let (x, peer) = (&ph.sends[i], ph.sends[i].peer);
+            if x.done || !x.gated {
+                continue;
+            }
+            let first_done = ph.sends.iter().all(|y| y.gated || y.peer != peer || y.done);
+            if first_done {
+                let x = &mut ph.sends[i];
+                progressed |= step_send(ctx, x, produced.min(x.len));
+            }
+            pending |= !ph.sends[i].done;
         }
         if !pending {
             return Ok(());
@@ -159,7 +196,8 @@ fn link<'a>(ctx: &Ctx<'a>, slot: usize) -> Option<&'a PeerLink> {
     ctx.links.get(slot).and_then(|l| l.as_deref())
 }
 
-fn step_send(ctx: &Ctx<'_>, x: &mut Xfer) -> bool {
+/// Pushes pieces of `x` up to byte `limit` (whole pieces, or the tail).
+fn step_send(ctx: &Ctx<'_>, x: &mut Xfer, limit: usize) -> bool {
     let Some(l) = link(ctx, x.peer) else {
         x.done = true;
         return true;
@@ -171,9 +209,12 @@ fn step_send(ctx: &Ctx<'_>, x: &mut Xfer) -> bool {
             return true;
         }
         let plen = PIECE.min(x.len - x.pos);
+        if x.pos + plen > limit && !(x.len == 0 && limit == 0) {
+            return progressed;
+        }
         let hdr = Hdr {
             kind: KIND_COLL,
-            phase: ctx.phase,
+            phase: x.tag,
             seq: ctx.seq,
             total: x.len as u64,
             offset: x.pos as u64,
@@ -212,7 +253,7 @@ fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, String> {
     };
     let mut progressed = false;
     loop {
-        match classify(l, ctx.seq, ctx.phase) {
+        match classify(l, ctx.seq, x.tag) {
             Cls::Empty => {
                 if l.is_dead() && l.peek().is_none() {
                     fail_recv(ctx, x);
@@ -220,6 +261,7 @@ fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, String> {
                 }
                 return Ok(progressed);
             }
+            Cls::Other => return Ok(progressed),
             Cls::Stale => {
                 l.pop();
                 progressed = true;
@@ -233,12 +275,14 @@ fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, String> {
                     return Err(mismatch_msg(x.peer));
                 }
                 if h.len > 0 {
-                    // SAFETY: bounds checked against the destination length.
+                    // SAFETY: bounds checked against the destination length;
+                    // ring payloads never overlap user tensors.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(
+                        copy::copy(
                             f.data,
                             (x.ptr + h.offset as usize) as *mut u8,
                             h.len as usize,
+                            x.len >= copy::STREAM_MIN_MESSAGE,
                         )
                     };
                 }
@@ -283,7 +327,7 @@ fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, String> {
             };
             let mut front = None;
             loop {
-                match classify(l, ctx.seq, ctx.phase) {
+                match classify(l, ctx.seq, 0) {
                     Cls::Empty => {
                         if l.is_dead() && l.peek().is_none() {
                             *s = Source::Gone;
@@ -296,6 +340,10 @@ fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, String> {
                     Cls::Stale => {
                         l.pop();
                         progressed = true;
+                    }
+                    Cls::Other => {
+                        ready = false;
+                        break;
                     }
                     Cls::Ahead => return Err(mismatch_msg(q)),
                     Cls::Cur(f) => {

@@ -222,11 +222,13 @@ impl Ring<'_> {
     }
 
     /// Producer: copies a piece in if there is room. `data.len() <= PIECE`.
-    pub fn try_push(&self, hdr: &Hdr, data: &[u8]) -> bool {
+    /// Returns `None` when full, else whether the ring was empty before
+    /// (only then can the consumer be asleep waiting on this ring).
+    pub fn try_push(&self, hdr: &Hdr, data: &[u8]) -> Option<bool> {
         let head = self.head().load(Ordering::Relaxed);
-        let tail = self.tail().load(Ordering::Acquire);
+        let tail = self.tail().load(Ordering::SeqCst);
         if head - tail >= NSLOTS {
-            return false;
+            return None;
         }
         let len = data.len().min(PIECE);
         let slot = self.slot(head);
@@ -236,14 +238,16 @@ impl Ring<'_> {
             std::ptr::copy_nonoverlapping(h.as_ptr(), slot, HDR_LEN);
             std::ptr::copy_nonoverlapping(data.as_ptr(), slot.add(SLOT_HDR), len);
         }
-        self.head().store(head + 1, Ordering::Release);
-        true
+        self.head().store(head + 1, Ordering::SeqCst);
+        // Re-read the tail: if the consumer drained everything meanwhile it
+        // may have gone to sleep, so report "was empty" to wake it.
+        Some(head == tail || self.tail().load(Ordering::SeqCst) == head)
     }
 
     /// Consumer: the front piece, if any.
     pub fn peek(&self) -> Option<Piece> {
         let tail = self.tail().load(Ordering::Relaxed);
-        let head = self.head().load(Ordering::Acquire);
+        let head = self.head().load(Ordering::SeqCst);
         if tail == head {
             return None;
         }
@@ -260,11 +264,15 @@ impl Ring<'_> {
         })
     }
 
-    /// Consumer: releases the front piece.
-    pub fn pop(&self) {
+    /// Consumer: releases the front piece; returns how many stay queued.
+    pub fn pop(&self) -> u64 {
         let tail = self.tail().load(Ordering::Relaxed);
-        self.tail().store(tail + 1, Ordering::Release);
+        self.tail().store(tail + 1, Ordering::SeqCst);
+        self.head().load(Ordering::SeqCst) - (tail + 1)
     }
+
+    /// The producer needs waking once the ring is at most this full.
+    pub const WAKE_AT: u64 = NSLOTS / 2;
 }
 
 /// A process-unique segment name.
@@ -292,16 +300,17 @@ mod tests {
             total: 3,
             ..Default::default()
         };
-        for _ in 0..NSLOTS {
-            assert!(tx.try_push(&hdr, b"abc"));
+        assert_eq!(tx.try_push(&hdr, b"abc"), Some(true));
+        for _ in 1..NSLOTS {
+            assert_eq!(tx.try_push(&hdr, b"abc"), Some(false));
         }
-        assert!(!tx.try_push(&hdr, b"abc"));
+        assert_eq!(tx.try_push(&hdr, b"abc"), None);
         let p = rx.peek().expect("piece");
         assert_eq!(p.hdr, hdr);
         let got = unsafe { std::slice::from_raw_parts(p.data, 3) };
         assert_eq!(got, b"abc");
-        rx.pop();
-        assert!(tx.try_push(&hdr, b"abc"));
+        assert_eq!(rx.pop(), NSLOTS - 1);
+        assert_eq!(tx.try_push(&hdr, b"abc"), Some(false));
         assert!(own.ring(2).is_none());
     }
 }

@@ -29,6 +29,7 @@ fn redop(code: u32) -> PyResult<ReduceOp> {
 #[pyclass(module = "mooncake._native", frozen)]
 pub struct PgWork {
     done: Arc<Completion>,
+    group: Option<Arc<Group>>,
 }
 
 #[pymethods]
@@ -39,7 +40,11 @@ impl PgWork {
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         let t = timeout.filter(|t| *t > 0.0).map(Duration::from_secs_f64);
         let done = self.done.clone();
-        let finished = py.allow_threads(move || done.wait(t));
+        let group = self.group.clone();
+        let finished = py.allow_threads(move || match group {
+            Some(g) => g.wait(&done, t),
+            None => done.wait(t),
+        });
         if !finished {
             return Err(PyTimeoutError::new_err(format!(
                 "operation did not complete within {:.3}s (it keeps running)",
@@ -74,7 +79,18 @@ impl PgWork {
 }
 
 fn work(r: Result<Arc<Completion>, PgError>) -> PyResult<PgWork> {
-    r.map(|done| PgWork { done }).map_err(to_py)
+    r.map(|done| PgWork { done, group: None }).map_err(to_py)
+}
+
+impl PgGroup {
+    /// A collective's Work: its waiter may run queued ops inline.
+    fn coll(&self, r: Result<Arc<Completion>, PgError>) -> PyResult<PgWork> {
+        r.map(|done| PgWork {
+            done,
+            group: Some(self.g.clone()),
+        })
+        .map_err(to_py)
+    }
 }
 
 /// One member of a Mooncake process group.
@@ -147,6 +163,11 @@ impl PgGroup {
         self.g.shm_peer_count()
     }
 
+    /// Bounded spin (µs) before sleeping; 0 disables it.
+    fn set_spin_us(&self, us: u64) {
+        self.g.set_spin_us(us)
+    }
+
     /// Registers the int32 mask tensor (address, elements).
     fn set_mask_tensor(&self, ptr: usize, len: usize) {
         self.g.set_mask_tensor(ptr, len)
@@ -191,18 +212,18 @@ impl PgGroup {
             dtype: dtype(dt)?,
             op: redop(op)?,
         };
-        work(self.g.submit(kind, dt, op))
+        self.coll(self.g.submit(kind, dt, op))
     }
 
     fn broadcast(&self, buf: usize, nbytes: usize, root: usize, dt: u32) -> PyResult<PgWork> {
-        work(
+        self.coll(
             self.g
                 .submit(OpKind::Broadcast { buf, nbytes, root }, dt, 0),
         )
     }
 
     fn all_gather(&self, src: usize, nbytes: usize, dsts: Vec<usize>, dt: u32) -> PyResult<PgWork> {
-        work(
+        self.coll(
             self.g
                 .submit(OpKind::AllGather { src, nbytes, dsts }, dt, 0),
         )
@@ -223,7 +244,7 @@ impl PgGroup {
             dtype: dtype(dt)?,
             op: redop(op)?,
         };
-        work(self.g.submit(kind, dt, op))
+        self.coll(self.g.submit(kind, dt, op))
     }
 
     fn all_to_all(
@@ -232,11 +253,11 @@ impl PgGroup {
         dsts: Vec<(usize, usize)>,
         dt: u32,
     ) -> PyResult<PgWork> {
-        work(self.g.submit(OpKind::AllToAll { srcs, dsts }, dt, 0))
+        self.coll(self.g.submit(OpKind::AllToAll { srcs, dsts }, dt, 0))
     }
 
     fn barrier(&self) -> PyResult<PgWork> {
-        work(self.g.submit(OpKind::Barrier, 0, 0))
+        self.coll(self.g.submit(OpKind::Barrier, 0, 0))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -257,7 +278,7 @@ impl PgGroup {
             op: redop(op)?,
             root,
         };
-        work(self.g.submit(kind, dt, op))
+        self.coll(self.g.submit(kind, dt, op))
     }
 
     fn gather(
@@ -268,7 +289,7 @@ impl PgGroup {
         root: usize,
         dt: u32,
     ) -> PyResult<PgWork> {
-        work(self.g.submit(
+        self.coll(self.g.submit(
             OpKind::Gather {
                 src,
                 nbytes,
@@ -288,7 +309,7 @@ impl PgGroup {
         root: usize,
         dt: u32,
     ) -> PyResult<PgWork> {
-        work(self.g.submit(
+        self.coll(self.g.submit(
             OpKind::Scatter {
                 srcs,
                 dst,

@@ -24,6 +24,10 @@ from mooncake.pg._work import MooncakeWork
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
 PREFIX = "mcpg/v1"
+AUTO_SPIN_US = 30
+# Most same-host ranks seen in any group of this process (spin policy).
+_MAX_LOCAL_RANKS = 1
+_STRIDED = torch.strided
 PROTO = 1
 
 Finish = Callable[[], None]
@@ -121,6 +125,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             raise ValueError(f"mooncake: at most {MAX_CAPACITY} ranks are supported")
         self._name = backend_name
         self._device_type = device_type
+        self._cpu = device_type == "cpu"
         self._rank = rank
         self._capacity = capacity
         self._is_extension = opts.is_extension
@@ -153,6 +158,11 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             self._register_backend(dev, dist.ProcessGroup.BackendType.CUSTOM, shim)
             self._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
         except (AttributeError, RuntimeError, TypeError):  # older torch: optional
+            pass
+        self._group_id = group_id
+        try:  # torch <= 2.12 returns custom groups before naming them
+            self._set_group_name(group_id)
+        except (AttributeError, RuntimeError, TypeError):
             pass
 
     # ----------------------------------------------------------------- setup
@@ -223,12 +233,34 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             peers.append(
                 (r, rec["endpoint"], int(rec["member_id"]), rec["host"] == me_host, rec["shm"])
             )
+        self._set_spin(1 + sum(1 for p in peers if p[3]))
         try:
             self._native.connect(peers, self._timeout)
         except TimeoutError as e:
             raise RuntimeError(f"{self._name}: {e} (process group '{group_id}')") from e
 
+    def _set_spin(self, local_ranks: int) -> None:
+        """Short spin before sleeping only while every same-host rank can own a core.
+
+        ``MOONCAKE_PG_SPIN_US`` overrides the choice.
+        """
+        global _MAX_LOCAL_RANKS
+        if "MOONCAKE_PG_SPIN_US" in os.environ:
+            return
+        _MAX_LOCAL_RANKS = max(_MAX_LOCAL_RANKS, local_ranks)
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        self._native.set_spin_us(AUTO_SPIN_US if _MAX_LOCAL_RANKS <= (cpus or 1) else 0)
+
     # -------------------------------------------------------------- identity
+    @property
+    def group_name(self) -> str:
+        """Torch's group name; falls back to the group id where torch (<= 2.12)
+        cannot attach a Python backend to carry it."""
+        try:
+            return str(super().group_name)
+        except RuntimeError:
+            return self._group_id
+
     def getBackendName(self) -> str:
         return self._name
 
@@ -253,6 +285,8 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             raise RuntimeError(f"{self._name}: process group has been shut down")
 
     def _check_tensor(self, t: Any, what: str) -> torch.Tensor:
+        if self._cpu and type(t) is torch.Tensor and t.is_cpu and t.layout is _STRIDED:
+            return t  # fast path
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{self._name}: {what} must be a torch.Tensor, got {type(t).__name__}")
         if t.layout != torch.strided:
@@ -271,21 +305,23 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     def _host_in(self, t: torch.Tensor) -> torch.Tensor:
         """A contiguous host tensor holding ``t``'s data."""
+        if t.is_cpu and t.is_contiguous():
+            return t
         if t.device.type != "cpu":
             return t.detach().to("cpu", copy=True).contiguous()
         return t.detach().contiguous()
 
     def _host_out(self, t: torch.Tensor, finish: list[Finish]) -> torch.Tensor:
         """A contiguous host tensor the op writes; registers the copy back into ``t``."""
-        if t.device.type == "cpu" and t.is_contiguous():
-            return t.detach()
+        if t.is_cpu and t.is_contiguous():
+            return t
         tmp = torch.empty(t.shape, dtype=t.dtype, device="cpu")
         finish.append(lambda t=t, tmp=tmp: t.copy_(tmp))  # type: ignore[misc]
         return tmp
 
     def _host_inout(self, t: torch.Tensor, finish: list[Finish]) -> torch.Tensor:
-        if t.device.type == "cpu" and t.is_contiguous():
-            return t.detach()
+        if t.is_cpu and t.is_contiguous():
+            return t
         tmp = self._host_in(t)
         finish.append(lambda t=t, tmp=tmp: t.copy_(tmp))  # type: ignore[misc]
         return tmp
@@ -304,9 +340,10 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         if self._mask_dev is not None:
             finish.append(self._sync_mask)
         w = MooncakeWork(native, self, keep, finish, result)
-        done = [k for k, v in self._inflight.items() if v._native.is_completed()]
-        for k in done:
-            self._inflight.pop(k)._finalize()
+        if len(self._inflight) >= 64:
+            done = [k for k, v in self._inflight.items() if v._native.is_completed()]
+            for k in done:
+                self._inflight.pop(k)._finalize()
         self._inflight[id(w)] = w
         return w
 
@@ -678,11 +715,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
     # -------------------------------------------------------------------- P2P
     def _peer(self, peer: int, what: str) -> int:
         peer = int(peer)
-        if (
-            not 0 <= peer < self._capacity
-            or peer >= max(self.getSize(), 1)
-            and not (self._native.mask() >> peer & 1)
-        ):
+        if not 0 <= peer < self._capacity:
             raise ValueError(
                 f"{self._name}: {what} rank {peer} is outside the group (size {self.getSize()})"
             )

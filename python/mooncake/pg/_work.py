@@ -46,18 +46,18 @@ class MooncakeWork(Work):
         if self._finalized:
             return
         self._finalized = True
-        if self._native.error() is None:
+        if self._finish and self._native.error() is None:
             for f in self._finish:
                 f()
-        self._group._on_complete(self)
+        self._group._inflight.pop(id(self), None)
         self._keep = []
 
     def wait(self, timeout: Any = None) -> bool:
         """Blocks with the GIL released; copies results back; raises on error or timeout."""
         try:
-            self._native.wait(_seconds(timeout))
+            self._native.wait(None if timeout is None else _seconds(timeout))
         finally:
-            if self._native.is_completed():
+            if not self._finalized and self._native.is_completed():
                 self._finalize()
         return True
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import socket
 import statistics
 import sys
@@ -61,21 +62,26 @@ def bus_factor(coll: str, n: int) -> float:
     return 1.0
 
 
+def nop() -> None:
+    """Nothing to reset."""
+
+
 def make_op(
     coll: str, nbytes: int, rank: int, n: int, root: int, device: str
-) -> tuple[Callable[[], None], Callable[[], int], int]:
-    """Returns (run once, count wrong elements, element count)."""
+) -> tuple[Callable[[], object], Callable[[], object], Callable[[], int], int]:
+    """Returns (reset data (untimed), run once (timed), count wrong elements, element count)."""
     count = max(nbytes // 4, 1)
     f32 = torch.float32
     if coll == "all_reduce":
         t = torch.full((count,), float(rank + 1), dtype=f32, device=device)
         exp = n * (n + 1) / 2
 
-        def run() -> None:
-            t.fill_(float(rank + 1))
-            dist.all_reduce(t)
-
-        return run, lambda: int((t != exp).sum()), count
+        return (
+            lambda: t.fill_(float(rank + 1)),
+            lambda: dist.all_reduce(t),
+            lambda: int((t != exp).sum()),
+            count,
+        )
     if coll in ("all_gather", "gather"):
         per = max(count // n, 1)
         inp = torch.full((per,), float(rank), dtype=f32, device=device)
@@ -83,6 +89,7 @@ def make_op(
         expect = torch.arange(n, dtype=f32, device=device).repeat_interleave(per)
         if coll == "all_gather":
             return (
+                nop,
                 lambda: dist.all_gather_into_tensor(out, inp),
                 lambda: int((out != expect).sum()),
                 per * n,
@@ -97,13 +104,14 @@ def make_op(
                 return 0
             return int((torch.cat(outs) != expect).sum())
 
-        return run_g, wrong_g, per * n
+        return nop, run_g, wrong_g, per * n
     if coll == "reduce_scatter":
         per = max(count // n, 1)
         inp = torch.full((per * n,), float(rank + 1), dtype=f32, device=device)
         out = torch.empty(per, dtype=f32, device=device)
         exp = n * (n + 1) / 2
         return (
+            nop,
             lambda: dist.reduce_scatter_tensor(out, inp),
             lambda: int((out != exp).sum()),
             per * n,
@@ -114,6 +122,7 @@ def make_op(
         out = torch.empty(per * n, dtype=f32, device=device)
         expect = torch.arange(n, dtype=f32, device=device).repeat_interleave(per)
         return (
+            nop,
             lambda: dist.all_to_all_single(out, inp),
             lambda: int((out != expect).sum()),
             per * n,
@@ -121,20 +130,22 @@ def make_op(
     if coll == "broadcast":
         t = torch.empty(count, dtype=f32, device=device)
 
-        def run_b() -> None:
-            t.fill_(111.0 if rank == root else -1.0)
-            dist.broadcast(t, src=root)
-
-        return run_b, lambda: int((t != 111.0).sum()), count
+        return (
+            lambda: t.fill_(111.0 if rank == root else -1.0),
+            lambda: dist.broadcast(t, src=root),
+            lambda: int((t != 111.0).sum()),
+            count,
+        )
     if coll == "reduce":
         t = torch.empty(count, dtype=f32, device=device)
         exp = n * (n + 1) / 2
 
-        def run_r() -> None:
-            t.fill_(float(rank + 1))
-            dist.reduce(t, dst=root)
-
-        return run_r, lambda: int((t != exp).sum()) if rank == root else 0, count
+        return (
+            lambda: t.fill_(float(rank + 1)),
+            lambda: dist.reduce(t, dst=root),
+            lambda: int((t != exp).sum()) if rank == root else 0,
+            count,
+        )
     if coll == "scatter":
         per = max(count // n, 1)
         out = torch.empty(per, dtype=f32, device=device)
@@ -143,9 +154,9 @@ def make_op(
         def run_s() -> None:
             dist.scatter(out, ins if rank == root else None, src=root)
 
-        return run_s, lambda: int((out != float(rank)).sum()), per * n
+        return nop, run_s, lambda: int((out != float(rank)).sum()), per * n
     if coll == "barrier":
-        return dist.barrier, lambda: 0, 0
+        return nop, dist.barrier, lambda: 0, 0
     if coll == "sendrecv":
         t = torch.full((count,), float(rank), dtype=f32, device=device)
 
@@ -158,11 +169,11 @@ def make_op(
                 dist.recv(t, 0)
                 dist.send(t, 0)
 
-        return run_p, lambda: 0, count
+        return nop, run_p, lambda: 0, count
     raise ValueError(f"unknown collective {coll}")
 
 
-def worker(rank: int, n: int, port: int, args: argparse.Namespace, q: Any) -> None:
+def worker(rank: int, n: int, ports: list[int], args: argparse.Namespace, q: Any) -> None:
     torch.set_num_threads(1)
     import mooncake.pg  # noqa: F401
 
@@ -170,19 +181,25 @@ def worker(rank: int, n: int, port: int, args: argparse.Namespace, q: Any) -> No
     for bi, backend in enumerate(args.backends.split(",")):
         dist.init_process_group(
             backend,
-            init_method=f"tcp://127.0.0.1:{port + bi}",
+            init_method=f"tcp://127.0.0.1:{ports[bi]}",
             rank=rank,
             world_size=n,
         )
         rows = []
         for nbytes in sizes(args):
-            run, wrong, count = make_op(args.collective, nbytes, rank, n, args.root, args.device)
+            prep, run, wrong, count = make_op(
+                args.collective, nbytes, rank, n, args.root, args.device
+            )
             for _ in range(args.warmup_iters):
+                prep()
                 run()
+            prep()
+            run()
             bad = wrong() if args.check else 0
-            dist.barrier()
             times = []
             for _ in range(args.iters):
+                prep()
+                dist.barrier()
                 t0 = time.perf_counter()
                 run()
                 times.append(time.perf_counter() - t0)
@@ -213,11 +230,11 @@ def format_table(args: argparse.Namespace, results: dict[str, list[dict[str, flo
     for b in backends:
         head += f" | {b[:12]:>12} {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
     head += " | speedup"
-    lines = [
+    title = (
         f"# collective {args.collective}, {n} ranks, device {args.device}, "
-        f"iters {args.iters}, warmup {args.warmup_iters}",
-        head,
-    ]
+        f"iters {args.iters}, warmup {args.warmup_iters}"
+    )
+    lines = [title, head]
     for i, nbytes in enumerate(sizes(args)):
         first = results[backends[0]][i]
         redop = "sum" if args.collective in ("all_reduce", "reduce_scatter", "reduce") else "none"
@@ -266,13 +283,22 @@ def main(argv: list[str] | None = None) -> int:
         p.error("sendrecv needs -g >= 2")
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    port = free_port()
+    ports = [free_port() for _ in args.backends.split(",")]
     procs = [
-        ctx.Process(target=worker, args=(r, args.ngpus, port, args, q)) for r in range(args.ngpus)
+        ctx.Process(target=worker, args=(r, args.ngpus, ports, args, q)) for r in range(args.ngpus)
     ]
     for pr in procs:
         pr.start()
-    results = q.get(timeout=3600)
+    results = None
+    while results is None:
+        try:
+            results = q.get(timeout=1.0)
+        except queue.Empty:
+            if any(pr.exitcode not in (None, 0) for pr in procs):
+                for pr in procs:
+                    pr.terminate()
+                print("a benchmark rank failed", file=sys.stderr)
+                return 1
     for pr in procs:
         pr.join(timeout=60)
     if args.json:

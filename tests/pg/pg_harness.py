@@ -1,4 +1,4 @@
-"""Spawns real rank processes running a scenario from ``scenarios.py``."""
+"""Spawns real rank processes running a scenario from ``pg_scenarios.py``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-WORKER = HERE / "worker.py"
+WORKER = HERE / "pg_worker.py"
 
 
 def free_port() -> int:

@@ -128,6 +128,24 @@ def collectives(rank: int, world: int, port: int) -> None:
             want[0] = n == 1
         eq(t, want, f"bool {op}")
 
+    # Determinism: rank-order accumulation (f32), f32 accumulation rounded once (bf16).
+    for numel in (1023, 1 << 20):
+        gen = torch.Generator().manual_seed(1234 + numel)
+        xs = [torch.randn(numel, generator=gen) for _ in range(n)]
+        exp = xs[0].clone()
+        for j in range(1, n):
+            exp += xs[j]
+        t = xs[rank].clone()
+        dist.all_reduce(t)
+        assert torch.equal(t, exp), f"f32 sum is not the rank-order sum ({numel})"
+        xb = [x.bfloat16() for x in xs]
+        acc = xb[0].float()
+        for j in range(1, n):
+            acc += xb[j].float()
+        tb = xb[rank].clone()
+        dist.all_reduce(tb)
+        assert torch.equal(tb, acc.bfloat16()), f"bf16 sum is not rounded once ({numel})"
+
     # B2 broadcast from every root, several sizes and layouts.
     for root in range(n):
         for numel in (1, 1023, 1 << 20):
@@ -225,21 +243,22 @@ def collectives(rank: int, world: int, port: int) -> None:
             if rank == root:
                 for j in range(n):
                     eq(g[j], float(j + 1), "gather")
-            gt = torch.zeros(2 * n)
-            w = dist.gather_into_tensor(
-                torch.full((2,), float(x)),
-                gt if rank == root else None,
-                dst=root,
-                async_op=async_op,
-            )
-            if async_op:
-                w.wait()
-            if rank == root:
-                eq(
-                    gt,
-                    torch.arange(1, n + 1, dtype=torch.float32).repeat_interleave(2),
-                    "gather_into_tensor",
+            if hasattr(dist, "gather_into_tensor"):  # torch >= 2.13
+                gt = torch.zeros(2 * n)
+                w = dist.gather_into_tensor(
+                    torch.full((2,), float(x)),
+                    gt if rank == root else None,
+                    dst=root,
+                    async_op=async_op,
                 )
+                if async_op:
+                    w.wait()
+                if rank == root:
+                    eq(
+                        gt,
+                        torch.arange(1, n + 1, dtype=torch.float32).repeat_interleave(2),
+                        "gather_into_tensor",
+                    )
             s = torch.zeros(3)
             lst = [torch.full((3,), 10.0 * j) for j in range(n)] if rank == root else None
             w = dist.scatter(s, lst, src=root, async_op=async_op)
@@ -534,7 +553,11 @@ def reinit(rank: int, world: int, port: int) -> None:
 
 def device_id_init(rank: int, world: int, port: int) -> None:
     """A3: init with device_id=cpu and batch_isend_irecv."""
-    init(rank, world, port, device_id=torch.device("cpu:0"))
+    try:
+        init(rank, world, port, device_id=torch.device("cpu:0"))
+    except ValueError as e:  # torch <= 2.12 accepts only accelerator device ids
+        assert "accelerator" in str(e), e
+        init(rank, world, port)
     y = torch.zeros(1)
     ws = dist.batch_isend_irecv(
         [
@@ -640,6 +663,19 @@ def bad_input(rank: int, world: int, port: int) -> None:
     t = torch.ones(8)
     dist.all_reduce(t)
     eq(t, 2.0, "still usable")
+    # wait(timeout) raises when it expires; the op keeps running and completes.
+    if rank == 0:
+        time.sleep(1.0)
+    t = torch.ones(4)
+    w = dist.all_reduce(t, async_op=True)
+    if rank == 1:
+        expect(
+            (TimeoutError, RuntimeError),
+            lambda: w.wait(datetime.timedelta(milliseconds=50)),
+            "wait timeout",
+        )
+    w.wait()
+    eq(t, 2.0, "op completed after a wait timeout")
     dist.destroy_process_group()
 
 
@@ -648,7 +684,7 @@ def never_joins(rank: int, world: int, port: int) -> None:
     t0 = time.monotonic()
     try:
         init(rank, world, port, timeout=3.0)
-    except Exception as e:  # torch may wrap it in DistBackendError
+    except Exception as e:  # noqa: BLE001 - torch may wrap it in DistBackendError
         msg = str(e)
         assert "1" in msg and ("timed out" in msg.lower() or "timeout" in msg.lower()), msg
         assert time.monotonic() - t0 < 60
@@ -677,3 +713,68 @@ def options_forms(rank: int, world: int, port: int) -> None:
     dist.destroy_process_group()
     wrong = MooncakeBackendOptions(torch.zeros(world + 3, dtype=torch.int32), False, world + 1)
     expect(Exception, lambda: init(rank, world, port + 1 if False else port, wrong), "mask length")
+
+
+def cuda_collectives(rank: int, world: int, port: int) -> None:
+    """B1-B3 on the `mooncake` backend with CUDA tensors and a device mask."""
+    dev = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    mask = torch.zeros(world, dtype=torch.int32, device=dev)
+    init(rank, world, port, MooncakeBackendOptions(mask), backend="mooncake")
+    eq(mpg.get_active_ranks(dist.group.WORLD).cpu(), torch.ones(world, dtype=torch.int32), "mask")
+    n, x = world, rank + 1
+    for dt in (torch.float32, torch.bfloat16, torch.int64):
+        t = torch.full((1023,), x, dtype=dt, device=dev)
+        dist.all_reduce(t)
+        eq(t.cpu(), torch.full((1023,), n * (n + 1) // 2, dtype=dt), f"cuda all_reduce {dt}")
+    for root in range(n):
+        t = torch.full((1 << 20,), 111.0 if rank == root else -1.0, device=dev)
+        dist.broadcast(t, src=root)
+        eq(t.cpu(), 111.0, "cuda broadcast")
+    outs = [torch.zeros(2, device=dev) for _ in range(n)]
+    dist.all_gather(outs, torch.tensor([rank, 10.0 * rank], device=dev))
+    for j in range(n):
+        eq(outs[j].cpu(), torch.tensor([j, 10.0 * j]), "cuda all_gather")
+    dist.destroy_process_group()
+
+
+def crash_survivors(rank: int, world: int, port: int) -> None:
+    """E1-style: rank 1 exits after round 1; survivors exclude it and carry on."""
+    assert world == 4
+    init(rank, world, port)
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    eq(t, 10.0, "round 1")
+    dist.barrier()
+    if rank == 1:
+        os._exit(0)
+    t = torch.tensor([float(rank + 1)])
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()  # peer failures do not raise
+    eq(t, 8.0, "sum over survivors")
+    eq(mpg.get_failed_ranks_hint(w), torch.tensor([0, 1, 0, 0], dtype=torch.int32), "hint")
+    assert not mpg.get_local_success(w)
+    eq(
+        mpg.get_active_ranks(dist.group.WORLD),
+        torch.tensor([1, 0, 1, 1], dtype=torch.int32),
+        "mask",
+    )
+    assert dist.get_world_size() == 4  # V = 1 + highest active slot
+    t = torch.tensor([float(rank + 1)])
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    eq(t, 8.0, "next op")
+    assert mpg.get_local_success(w)
+    big = torch.full((1 << 20,), float(rank + 1))
+    dist.all_reduce(big)
+    eq(big, 8.0, "large all_reduce over survivors")
+    outs = [torch.full((2,), -1.0) for _ in range(4)]
+    dist.all_gather(outs, torch.full((2,), float(rank + 1)))
+    for j in range(4):
+        eq(outs[j], 0.0 if j == 1 else float(j + 1), "all_gather zero-fills the failed slot")
+    if rank == 0:
+        w = dist.isend(torch.ones(1), 1)
+        w.wait()
+        assert not mpg.get_local_success(w)
+    dist.barrier()
+    dist.destroy_process_group()
