@@ -281,7 +281,11 @@ def run_all(args: argparse.Namespace) -> None:
                 )
             )
         plan.append(
-            ("upstream", ["--shape", "h16", "--mode", "own", "--input", "numpy", "--batches", b])
+            (
+                "upstream",
+                ["--shape", "h16", "--mode", "own", "--input", "numpy", "--batches", b]
+                + ["--warmup", "1", "--iters", "5"],
+            )
         )
     for impl, extra in plan:
         py = str(UPSTREAM_PY) if impl == "upstream" else sys.executable
