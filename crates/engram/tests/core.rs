@@ -141,7 +141,7 @@ fn create_only_put_reports_existing_and_rollback_keeps_it() {
     let key = core.keys()[2].clone();
     let codes = unsafe {
         a.batch_create_from(
-            &[key.clone()],
+            std::slice::from_ref(&key),
             &[other.as_ptr() as usize],
             &[other.len()],
             &cfg,
@@ -150,7 +150,7 @@ fn create_only_put_reports_existing_and_rollback_keeps_it() {
     assert_eq!(codes, vec![0]);
     let again = unsafe {
         a.batch_create_from(
-            &[key.clone()],
+            std::slice::from_ref(&key),
             &[other.as_ptr() as usize],
             &[other.len()],
             &cfg,
