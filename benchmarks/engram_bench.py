@@ -152,11 +152,11 @@ def stats(times: list[float], tokens: int) -> dict[str, float]:
     }
 
 
-def timed(fn: Any) -> list[float]:
-    for _ in range(WARMUP):
+def timed(fn: Any, warmup: int = WARMUP, iters: int = ITERS) -> list[float]:
+    for _ in range(warmup):
         fn()
     out = []
-    for _ in range(ITERS):
+    for _ in range(iters):
         t0 = time.perf_counter()
         fn()
         out.append(time.perf_counter() - t0)
@@ -181,7 +181,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     batches = [int(x) for x in args.batches.split(",")]
     h, _n, d = SHAPES[args.shape]
     results: list[dict[str, Any]] = []
-    base = {k: getattr(args, k) for k in ("impl", "shape", "dtype", "mode", "input")}
+    base = {k: getattr(args, k) for k in ("impl", "shape", "dtype", "mode", "input", "iters")}
     if args.impl == "numpy":
         tables = [t.astype(NP_DTYPE[args.dtype]) for t in make_tables(args.shape)]
         for b in batches:
@@ -192,7 +192,9 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
                 for hh in range(h):
                     np.take(tables[hh], ids[..., hh], axis=0, out=out[..., hh, :])
 
-            results.append({**base, "batch": b, **stats(timed(take), b * args.length)})
+            results.append(
+                {**base, "batch": b, **stats(timed(take, args.warmup, args.iters), b * args.length)}
+            )
         return results
 
     proc = owner = None
@@ -228,7 +230,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
         for b in batches:
             ids = make_ids(args.shape, b, args.length)
             arg: Any = ids.tolist() if args.input == "list" else ids
-            times = timed(lambda arg=arg: e.lookup(arg))
+            times = timed(lambda arg=arg: e.lookup(arg), args.warmup, args.iters)
             r = {**base, "batch": b, **stats(times, b * args.length)}
             if populate_s is not None:
                 r["populate_s"] = populate_s
@@ -279,7 +281,11 @@ def run_all(args: argparse.Namespace) -> None:
                 )
             )
         plan.append(
-            ("upstream", ["--shape", "h16", "--mode", "own", "--input", "numpy", "--batches", b])
+            (
+                "upstream",
+                ["--shape", "h16", "--mode", "own", "--input", "numpy", "--batches", b]
+                + ["--warmup", "1", "--iters", "5"],
+            )
         )
     for impl, extra in plan:
         py = str(UPSTREAM_PY) if impl == "upstream" else sys.executable
@@ -290,12 +296,13 @@ def run_all(args: argparse.Namespace) -> None:
 
 def report(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| impl | shape | mode | input | B (tokens) | mean ms | p50 ms | p99 ms | tokens/s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| impl | shape | mode | input | B (tokens) | iters | mean ms | p50 ms | p99 ms | tokens/s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['impl']} | {r['shape']} | {r['mode']} | {r['input']} | {r['batch']} "
+            f"| {r.get('iters', ITERS)} "
             f"| {r['mean_ms']:.4f} | {r['p50_ms']:.4f} | {r['p99_ms']:.4f} "
             f"| {r['tokens_per_s']:,.0f} |"
         )
@@ -323,6 +330,8 @@ def main() -> None:
     ap.add_argument("--layer", type=int, default=9000)
     ap.add_argument("--master", default="")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--warmup", type=int, default=WARMUP)
+    ap.add_argument("--iters", type=int, default=ITERS)
     args = ap.parse_args()
     if args.all:
         run_all(args)

@@ -323,3 +323,15 @@ def test_duplicates_and_large_batch(populated: Any) -> None:
     assert np.array_equal(e.lookup(ids), expected(t, ids))
     z = e.lookup(np.zeros((256, 1, 4), np.int64))
     assert np.array_equal(z, expected(t, np.zeros((256, 1, 4), np.int64)))
+
+
+def test_populate_dtype_message_names_table_dtype(client: Any) -> None:
+    e = make_store(client, "float16")
+    t = make_tables()
+    with pytest.raises(RuntimeError) as ei:
+        e.populate([t[0].astype(object)] + t[1:])
+    assert str(ei.value) == "embedding_buffers must be float16 arrays"
+    e = make_store(client, "bfloat16")
+    with pytest.raises(RuntimeError) as ei:
+        e.populate([t[0].astype(str)] + t[1:])
+    assert str(ei.value) == "embedding_buffers must be bfloat16 arrays"

@@ -16,7 +16,7 @@ use mooncake_client::{Client, ErrorCode, ObjectLocation, Op, Path, WriteConfig};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
 /// Outputs at least this large are filled by several threads.
@@ -501,11 +501,18 @@ unsafe fn read_parallel(
     ops: &[Op],
     bytes: usize,
 ) -> Result<(), ErrorCode> {
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    if bytes < PAR_BYTES {
+        return client.read_ops(rep, ops).map(|_| ());
+    }
+    // `available_parallelism` reads cgroup files: query it once.
+    static CORES: OnceLock<usize> = OnceLock::new();
+    let cores = *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
     let threads = MAX_THREADS.min(cores);
-    if bytes < PAR_BYTES || threads < 2 || ops.len() < threads {
+    if threads < 2 || ops.len() < threads {
         return client.read_ops(rep, ops).map(|_| ());
     }
     let per = ops.len().div_ceil(threads);

@@ -341,7 +341,74 @@ impl PyEngramStore {
         if arr.is_instance(&np.getattr("ndarray")?)? {
             return self.parse_ids_array(np, &arr);
         }
+        if let Some(ids) = self.parse_ids_lists_fast(row_ids) {
+            return Ok(ids);
+        }
         self.parse_ids_nested(np, row_ids)
+    }
+
+    /// Fast path for a well-formed list of lists of lists of exact Python
+    /// ints; `None` means "use the general path" (which reports errors).
+    fn parse_ids_lists_fast(&self, row_ids: &Bound<'_, PyAny>) -> Option<Ids> {
+        let h_n = self.heads() as ffi::Py_ssize_t;
+        let outer = row_ids.as_ptr();
+        // SAFETY: the GIL is held; all items are borrowed from lists that
+        // `row_ids` keeps alive, and no Python code runs in between (only
+        // exact ints are converted, so no __index__ is called).
+        unsafe {
+            if ffi::PyList_Check(outer) == 0 {
+                return None;
+            }
+            let b = ffi::PyList_Size(outer);
+            if b <= 0 {
+                return None;
+            }
+            let mut l_n: ffi::Py_ssize_t = -1;
+            let mut data = Vec::new();
+            for bi in 0..b {
+                let row = ffi::PyList_GetItem(outer, bi);
+                if row.is_null() || ffi::PyList_Check(row) == 0 {
+                    ffi::PyErr_Clear();
+                    return None;
+                }
+                let l = ffi::PyList_Size(row);
+                if l <= 0 || (l_n >= 0 && l != l_n) {
+                    return None;
+                }
+                if l_n < 0 {
+                    l_n = l;
+                    data.reserve((b * l * h_n) as usize);
+                }
+                for li in 0..l {
+                    let item = ffi::PyList_GetItem(row, li);
+                    if item.is_null()
+                        || ffi::PyList_Check(item) == 0
+                        || ffi::PyList_Size(item) != h_n
+                    {
+                        ffi::PyErr_Clear();
+                        return None;
+                    }
+                    for hi in 0..h_n {
+                        let x = ffi::PyList_GetItem(item, hi);
+                        if x.is_null() || ffi::PyLong_CheckExact(x) == 0 {
+                            ffi::PyErr_Clear();
+                            return None;
+                        }
+                        let v = ffi::PyLong_AsLongLong(x);
+                        if v == -1 && !ffi::PyErr_Occurred().is_null() {
+                            ffi::PyErr_Clear();
+                            return None;
+                        }
+                        data.push(v);
+                    }
+                }
+            }
+            Some(Ids {
+                data,
+                b: b as usize,
+                l: l_n as usize,
+            })
+        }
     }
 
     fn parse_ids_array(&self, np: &Bound<'_, PyModule>, arr: &Bound<'_, PyAny>) -> PyResult<Ids> {
