@@ -29,8 +29,8 @@ fi
 
 # Locate the master binary shipped by the wheel.
 MASTER=""
-for cand in "$VENV/bin/mooncake_master" \
-            "$("$VENV/bin/python" - <<'PY' 2>/dev/null
+# Prefer the ELF binary inside the package over the bin/ wrapper script.
+for cand in "$("$VENV/bin/python" - <<'PY' 2>/dev/null
 import os, mooncake
 for base in mooncake.__path__:
     p = os.path.join(base, "mooncake_master")
@@ -38,7 +38,7 @@ for base in mooncake.__path__:
         print(p)
         break
 PY
-)"; do
+)" "$VENV/bin/mooncake_master"; do
     if [ -n "$cand" ] && [ -e "$cand" ]; then MASTER="$cand"; break; fi
 done
 if [ -z "$MASTER" ]; then

@@ -6,9 +6,10 @@ imports and a REAL ``mooncake_master`` process. The master binary is taken from
 (the venv's console script), else ``mooncake_master`` on ``PATH``.
 
 Markers:
-  ours  -- behaviour that is ours (spec *(ours)* lines, §7 deviations); it is
-           expected to fail on upstream 0.3.13. ``-m "not ours"`` selects the
-           upstream-comparable subset.
+  ours  -- behaviour that is ours (spec *(ours)* lines, §7 deviations, or spec
+           rules that upstream 0.3.13 does not follow); it fails on upstream.
+           ``-m "not ours"`` selects the upstream-comparable subset.
+  slow  -- fault / TTL tests that take a few seconds each.
 
 Every wait is bounded and every process started here is killed at teardown.
 """
@@ -53,8 +54,8 @@ DEFAULT_TEST_TIMEOUT = 120
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "ours: behaviour specific to this implementation (spec '(ours)' lines or §7 "
-        "deviations); expected to fail on upstream Mooncake 0.3.13",
+        "ours: behaviour specific to this implementation (spec '(ours)' lines, §7 "
+        "deviations, or spec rules upstream 0.3.13 does not follow); fails on upstream",
     )
     config.addinivalue_line("markers", "slow: takes several seconds (faults, TTL expiry)")
     if not config.pluginmanager.hasplugin("timeout"):
@@ -104,10 +105,16 @@ def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.05) 
         time.sleep(interval)
 
 
+def _lower(items: Any) -> dict[str, str]:
+    return {k.lower(): v for k, v in items}
+
+
 def http_request(
     url: str, method: str = "GET", body: bytes | None = None, timeout: float = 5.0
 ) -> tuple[int, bytes, dict[str, str]]:
     """(status, body, headers) for a request; HTTP errors are returned, not raised.
+
+    Header names are lower-cased.
 
     Connection refusals are retried until ``timeout`` (servers that start late).
     """
@@ -116,9 +123,9 @@ def http_request(
         req = urllib.request.Request(url, data=body, method=method)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.status, resp.read(), dict(resp.headers.items())
+                return resp.status, resp.read(), _lower(resp.headers.items())
         except urllib.error.HTTPError as e:
-            return e.code, e.read(), dict(e.headers.items())
+            return e.code, e.read(), _lower(e.headers.items())
         except (urllib.error.URLError, ConnectionError) as e:
             if time.monotonic() >= deadline:
                 raise AssertionError(f"{method} {url} failed: {e}") from e

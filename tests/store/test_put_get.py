@@ -166,7 +166,6 @@ def test_put_batch_empty_value_writes_nothing(store: Any, key: K) -> None:
     assert store.batch_is_exist([a, b]) == [0, 0]
 
 
-@pytest.mark.ours
 def test_put_batch_duplicate_keys_first_wins(store: Any, key: K) -> None:
     d = key("dup")
     assert store.put_batch([d, d], [b"first", b"second"]) == 0
@@ -223,7 +222,6 @@ def test_buffer_handle(store: Any, key: K) -> None:
     assert memoryview(h).tobytes() == value
 
 
-@pytest.mark.ours
 def test_buffer_handle_format(store: Any, key: K) -> None:
     k = key("bhf")
     assert store.put(k, b"abc") == 0

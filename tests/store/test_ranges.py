@@ -99,7 +99,6 @@ def test_unregistered_destination(store: Any, two_keys: tuple[str, str], buf: Bu
     assert r == [[[-600, -600]]]
 
 
-@pytest.mark.ours
 def test_outer_length_mismatch(store: Any, two_keys: tuple[str, str], regions: Any) -> None:
     k1, _ = two_keys
     b0, b1 = regions
@@ -108,7 +107,6 @@ def test_outer_length_mismatch(store: Any, two_keys: tuple[str, str], regions: A
     assert all(f == -600 for group in r for frag in group for f in frag)
 
 
-@pytest.mark.ours
 def test_zero_size_fragment(store: Any, two_keys: tuple[str, str], regions: Any) -> None:
     k1, _ = two_keys
     b0, _ = regions

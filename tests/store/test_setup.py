@@ -176,7 +176,6 @@ def test_capsule(store_factory: StoreFactory, master: Master) -> None:
     assert is_valid(cap, b"mooncake.PyClient.shared_ptr") == 1
 
 
-@pytest.mark.ours
 def test_capsule_none_when_not_set_up(store_factory: StoreFactory) -> None:
     assert store_factory.raw()._get_pyclient_capsule() is None
 
@@ -319,7 +318,6 @@ def test_force_tcp_env_accepts_any_protocol(master: Master) -> None:
     assert out["rc"] == 0
 
 
-@pytest.mark.ours
 def test_client_port_range_env(master: Master) -> None:
     port = 13000 + free_port() % 1000
     out = _setup_in_child(
@@ -334,7 +332,6 @@ def test_client_port_range_env(master: Master) -> None:
     assert out["host"] == f"127.0.0.1:{port}"
 
 
-@pytest.mark.ours
 def test_unreachable_metadata_server(master: Master) -> None:
     dead = free_port()
     out = _setup_in_child(
