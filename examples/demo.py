@@ -39,7 +39,6 @@ def wait_port(port: int, timeout: float = 10.0) -> None:
 
 def role(name: str, master: str, meta: str) -> None:
     import numpy as np
-
     from mooncake.store import MooncakeDistributedStore
 
     store = MooncakeDistributedStore()
@@ -52,7 +51,9 @@ def role(name: str, master: str, meta: str) -> None:
         for i in range(N_OBJECTS):
             data[:8] = i
             assert store.put_from(f"demo/{i}", data.ctypes.data, data.nbytes) == 0
-        print(f"writer {store.get_hostname()}: stored {N_OBJECTS} x {OBJ_SIZE >> 20} MiB", flush=True)
+        print(
+            f"writer {store.get_hostname()}: stored {N_OBJECTS} x {OBJ_SIZE >> 20} MiB", flush=True
+        )
         print("READY", flush=True)
         sys.stdin.readline()  # stay alive (the segment lives in this process) until told
         store.close()
@@ -84,16 +85,25 @@ def main() -> None:
         raise SystemExit("mooncake_master not found on PATH")
     rpc, http, admin = free_port(), free_port(), free_port()
     master = subprocess.Popen(
-        [master_bin, f"--rpc_port={rpc}", "--enable_http_metadata_server",
-         f"--http_metadata_server_port={http}", f"--metrics_port={admin}"],
+        [
+            master_bin,
+            f"--rpc_port={rpc}",
+            "--enable_http_metadata_server",
+            f"--http_metadata_server_port={http}",
+            f"--metrics_port={admin}",
+        ],
     )
     try:
         wait_port(rpc)
         maddr, meta = f"127.0.0.1:{rpc}", f"http://127.0.0.1:{http}/metadata"
-        print(f"master up: rpc {maddr}, metadata {meta}, admin http://127.0.0.1:{admin}", flush=True)
+        print(
+            f"master up: rpc {maddr}, metadata {meta}, admin http://127.0.0.1:{admin}", flush=True
+        )
         writer = subprocess.Popen(
             [sys.executable, __file__, "writer", maddr, meta],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert writer.stdout is not None and writer.stdin is not None
         for line in writer.stdout:
@@ -101,8 +111,12 @@ def main() -> None:
             if line.strip() == "READY":
                 break
         for env in ({}, {"MC_FORCE_TCP": "1"}):
-            subprocess.run([sys.executable, __file__, "reader", maddr, meta],
-                           env={**os.environ, **env}, check=True, timeout=120)
+            subprocess.run(
+                [sys.executable, __file__, "reader", maddr, meta],
+                env={**os.environ, **env},
+                check=True,
+                timeout=120,
+            )
         writer.stdin.write("\n")
         writer.stdin.flush()
         writer.wait(timeout=30)

@@ -1,6 +1,8 @@
 """Mooncake distributed store (Rust implementation).
 
-Re-exports the store classes of the ``mooncake._native`` extension module.
+Re-exports the store classes of the ``mooncake._native`` extension module and
+the tensor-IO parallelism descriptors (``ParallelAxis``, ``TensorParallelism``,
+``ReadTarget`` and the ``TP``/``DP``/``EP``/``PP`` helpers).
 ``ObjectDataType`` members are also available at module level (upstream
 behaviour); ``SoftPinAction`` members are not.
 """
@@ -14,6 +16,15 @@ from mooncake._native import (
     ObjectDataType,
     ReplicateConfig,
     SoftPinAction,
+)
+from mooncake.store._parallelism import (
+    DP,
+    EP,
+    PP,
+    TP,
+    ParallelAxis,
+    ReadTarget,
+    TensorParallelism,
 )
 
 UNKNOWN = ObjectDataType.UNKNOWN
@@ -29,13 +40,17 @@ GENERAL = ObjectDataType.GENERAL
 
 __all__ = [
     "ACTIVATION",
+    "DP",
+    "EP",
     "GENERAL",
     "GRADIENT",
     "KVCACHE",
     "METADATA",
     "OPTIMIZER_STATE",
+    "PP",
     "SAMPLE",
     "TENSOR",
+    "TP",
     "UNKNOWN",
     "WEIGHT",
     "BufferHandle",
@@ -44,6 +59,9 @@ __all__ = [
     "ErrorCode",
     "MooncakeDistributedStore",
     "ObjectDataType",
+    "ParallelAxis",
+    "ReadTarget",
     "ReplicateConfig",
     "SoftPinAction",
+    "TensorParallelism",
 ]
