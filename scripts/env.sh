@@ -16,7 +16,13 @@ fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip >/dev/null
 python -m pip install -q "maturin>=1.5,<2" "pytest>=7" pytest-timeout numpy ruff
+# torch for the PG backend suite: the current PyPI release, pinned so CI is
+# reproducible (MOONCAKE_TORCH_VERSION overrides; MOONCAKE_SKIP_TORCH=1 skips).
+TORCH_VERSION="${MOONCAKE_TORCH_VERSION:-2.15.0}"
 if [ "${MOONCAKE_SKIP_TORCH:-0}" != "1" ]; then
-  python -c "import torch" 2>/dev/null || python -m pip install -q "torch${MOONCAKE_TORCH_SPEC:-}"
+  python - "$TORCH_VERSION" <<'PY' 2>/dev/null || python -m pip install -q "torch==$TORCH_VERSION"
+import sys, torch
+sys.exit(0 if torch.__version__.split("+")[0] == sys.argv[1] else 1)
+PY
 fi
 maturin develop --release -q
