@@ -138,6 +138,59 @@ def test_two_replicas_survive_one_client_death(
     }
 
 
+@pytest.mark.slow
+def test_owner_killed_during_reads_gives_transfer_fail(
+    store_factory: StoreFactory,
+    master_factory: Callable[..., Master],
+    child_factory: Callable[..., Child],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A peer that dies under a reader's TCP transfers yields -800, never a hang.
+
+    The master keeps the dead owner's metadata (long client_ttl), so every read
+    after the kill reaches the dead data server: in flight or on connect.
+    """
+    import threading
+
+    import numpy as np
+
+    m = master_factory(client_ttl=60)
+    w = child_factory(TCP_ENV)
+    assert w.setup(m) == 0
+    size = 48 * MiB
+    assert (
+        w.call("put_pattern", key="big", size=size, seed=5, preferred_segment=w.call("hostname"))
+        == 0
+    )
+    monkeypatch.setenv("MC_STORE_SAME_HOST", "off")  # this process's reader uses TCP
+    reader = store_factory(m, global_segment_size=0)
+    out = np.zeros(size, np.uint8)
+    assert reader.register_buffer(int(out.ctypes.data), size) == 0
+    results: list[int] = []
+    done = threading.Event()
+
+    def read_loop() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            rc = reader.get_into("big", int(out.ctypes.data), size)
+            results.append(rc)
+            if rc < 0:
+                break
+        done.set()
+
+    t = threading.Thread(target=read_loop, daemon=True)
+    t.start()
+    assert wait_until(lambda: len(results) >= 2, 30.0), results
+    w.kill()
+    assert done.wait(45.0), "reader hung after the owner died"
+    assert results[-1] == -800, results[-5:]
+    assert all(rc == size for rc in results[:-1]), results
+    # Later reads fail the same way, promptly.
+    t0 = time.monotonic()
+    assert reader.get_into("big", int(out.ctypes.data), size) == -800
+    assert time.monotonic() - t0 < 10.0
+
+
 # ---------------------------------------------------------------- master restart
 
 
