@@ -9,32 +9,111 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
-/// Soft-pin action of a write: `PRESERVE=0`, `ENABLE=1`, `DISABLE=2`.
-///
-/// Like upstream's pybind11 enum it does not compare equal to plain ints.
-#[pyclass(module = "mooncake.store", eq, frozen)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SoftPinAction {
-    #[pyo3(name = "PRESERVE")]
-    Preserve = 0,
-    #[pyo3(name = "ENABLE")]
-    Enable = 1,
-    #[pyo3(name = "DISABLE")]
-    Disable = 2,
+/// Declares an upstream (pybind11-style) enum class: a frozen, int-valued
+/// pyclass with `name`, `value`, `__index__`, `__hash__`, `__str__`/`__repr__`,
+/// pickling and `__members__`. Like pybind11 enums, members do not compare
+/// equal to plain ints.
+macro_rules! upstream_enum {
+    ($(#[$doc:meta])* $ty:ident { $($variant:ident = $value:literal => $pyname:tt),+ $(,)? }) => {
+        $(#[$doc])*
+        #[pyclass(module = "mooncake.store", eq, frozen)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $ty {
+            $(
+                #[pyo3(name = $pyname)]
+                $variant = $value,
+            )+
+        }
+
+        impl $ty {
+            /// Every member, in value order.
+            pub const ALL: &'static [$ty] = &[$(Self::$variant),+];
+
+            /// Upstream member name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $pyname,)+
+                }
+            }
+        }
+
+        #[pymethods]
+        impl $ty {
+            /// Construct from an int; `ValueError` for values outside the enum.
+            #[new]
+            fn py_new(value: i64) -> PyResult<Self> {
+                Self::ALL.iter().copied().find(|m| *m as i64 == value).ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "{value} is not a valid {}",
+                        stringify!($ty)
+                    ))
+                })
+            }
+
+            /// Member name.
+            #[getter(name)]
+            fn py_name(&self) -> &'static str {
+                self.name()
+            }
+
+            /// Integer value.
+            #[getter]
+            fn value(&self) -> i64 {
+                *self as i64
+            }
+
+            fn __index__(&self) -> i64 {
+                *self as i64
+            }
+
+            /// Hash of the integer value (as upstream's pybind11 enums).
+            fn __hash__(&self) -> u64 {
+                *self as u64
+            }
+
+            fn __str__(&self) -> String {
+                format!("{}.{}", stringify!($ty), self.name())
+            }
+
+            fn __repr__(&self) -> String {
+                format!("<{}.{}: {}>", stringify!($ty), self.name(), *self as i64)
+            }
+
+            fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+                let value = *slf.get() as i64;
+                PyTuple::new(
+                    slf.py(),
+                    [
+                        slf.as_any().get_type().into_any(),
+                        PyTuple::new(slf.py(), [value])?.into_any(),
+                    ],
+                )
+            }
+
+            /// Name -> member mapping, like upstream's `__members__`.
+            #[classattr]
+            #[pyo3(name = "__members__")]
+            fn members(py: Python<'_>) -> PyResult<Py<PyDict>> {
+                let d = PyDict::new(py);
+                for m in Self::ALL {
+                    d.set_item(m.name(), *m)?;
+                }
+                Ok(d.unbind())
+            }
+        }
+    };
+}
+
+upstream_enum! {
+    /// Soft-pin action of a write: `PRESERVE=0`, `ENABLE=1`, `DISABLE=2`.
+    SoftPinAction {
+        Preserve = 0 => "PRESERVE",
+        Enable = 1 => "ENABLE",
+        Disable = 2 => "DISABLE",
+    }
 }
 
 impl SoftPinAction {
-    const ALL: [SoftPinAction; 3] = [Self::Preserve, Self::Enable, Self::Disable];
-
-    /// Upstream member name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Preserve => "PRESERVE",
-            Self::Enable => "ENABLE",
-            Self::Disable => "DISABLE",
-        }
-    }
-
     fn to_proto(self) -> SoftPin {
         match self {
             Self::Preserve => SoftPin::Preserve,
@@ -44,187 +123,19 @@ impl SoftPinAction {
     }
 }
 
-#[pymethods]
-impl SoftPinAction {
-    /// `SoftPinAction(int)`; `ValueError` for values outside the enum.
-    #[new]
-    fn py_new(value: i64) -> PyResult<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|m| *m as i64 == value)
-            .ok_or_else(|| PyValueError::new_err(format!("{value} is not a valid SoftPinAction")))
-    }
-
-    /// Member name, e.g. `"ENABLE"`.
-    #[getter(name)]
-    fn py_name(&self) -> &'static str {
-        self.name()
-    }
-
-    /// Integer value.
-    #[getter]
-    fn value(&self) -> i64 {
-        *self as i64
-    }
-
-    fn __index__(&self) -> i64 {
-        *self as i64
-    }
-
-    /// Hash of the integer value (as upstream's pybind11 enums).
-    fn __hash__(&self) -> u64 {
-        *self as u64
-    }
-
-    fn __str__(&self) -> String {
-        format!("SoftPinAction.{}", self.name())
-    }
-
-    fn __repr__(&self) -> String {
-        format!("<SoftPinAction.{}: {}>", self.name(), *self as i64)
-    }
-
-    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
-        let value = *slf.get() as i64;
-        PyTuple::new(
-            slf.py(),
-            [
-                slf.as_any().get_type().into_any(),
-                PyTuple::new(slf.py(), [value])?.into_any(),
-            ],
-        )
-    }
-
-    /// Name -> member mapping, like upstream's `__members__`.
-    #[classattr]
-    #[pyo3(name = "__members__")]
-    fn members(py: Python<'_>) -> PyResult<Py<PyDict>> {
-        let d = PyDict::new(py);
-        for m in Self::ALL {
-            d.set_item(m.name(), m)?;
-        }
-        Ok(d.unbind())
-    }
-}
-
-/// Kind of data an object holds (recorded per object; no Tier 1 effect).
-#[pyclass(module = "mooncake.store", eq, frozen)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ObjectDataType {
-    #[pyo3(name = "UNKNOWN")]
-    Unknown = 0,
-    #[pyo3(name = "KVCACHE")]
-    KvCache = 1,
-    #[pyo3(name = "TENSOR")]
-    Tensor = 2,
-    #[pyo3(name = "WEIGHT")]
-    Weight = 3,
-    #[pyo3(name = "SAMPLE")]
-    Sample = 4,
-    #[pyo3(name = "ACTIVATION")]
-    Activation = 5,
-    #[pyo3(name = "GRADIENT")]
-    Gradient = 6,
-    #[pyo3(name = "OPTIMIZER_STATE")]
-    OptimizerState = 7,
-    #[pyo3(name = "METADATA")]
-    Metadata = 8,
-    #[pyo3(name = "GENERAL")]
-    General = 9,
-}
-
-impl ObjectDataType {
-    /// Every member, in value order.
-    pub const ALL: [ObjectDataType; 10] = [
-        Self::Unknown,
-        Self::KvCache,
-        Self::Tensor,
-        Self::Weight,
-        Self::Sample,
-        Self::Activation,
-        Self::Gradient,
-        Self::OptimizerState,
-        Self::Metadata,
-        Self::General,
-    ];
-
-    /// Upstream member name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Unknown => "UNKNOWN",
-            Self::KvCache => "KVCACHE",
-            Self::Tensor => "TENSOR",
-            Self::Weight => "WEIGHT",
-            Self::Sample => "SAMPLE",
-            Self::Activation => "ACTIVATION",
-            Self::Gradient => "GRADIENT",
-            Self::OptimizerState => "OPTIMIZER_STATE",
-            Self::Metadata => "METADATA",
-            Self::General => "GENERAL",
-        }
-    }
-}
-
-#[pymethods]
-impl ObjectDataType {
-    /// `ObjectDataType(int)`; `ValueError` for values outside the enum.
-    #[new]
-    fn py_new(value: i64) -> PyResult<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|m| *m as i64 == value)
-            .ok_or_else(|| PyValueError::new_err(format!("{value} is not a valid ObjectDataType")))
-    }
-
-    /// Member name, e.g. `"KVCACHE"`.
-    #[getter(name)]
-    fn py_name(&self) -> &'static str {
-        self.name()
-    }
-
-    /// Integer value.
-    #[getter]
-    fn value(&self) -> i64 {
-        *self as i64
-    }
-
-    fn __index__(&self) -> i64 {
-        *self as i64
-    }
-
-    /// Hash of the integer value (as upstream's pybind11 enums).
-    fn __hash__(&self) -> u64 {
-        *self as u64
-    }
-
-    fn __str__(&self) -> String {
-        format!("ObjectDataType.{}", self.name())
-    }
-
-    fn __repr__(&self) -> String {
-        format!("<ObjectDataType.{}: {}>", self.name(), *self as i64)
-    }
-
-    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
-        let value = *slf.get() as i64;
-        PyTuple::new(
-            slf.py(),
-            [
-                slf.as_any().get_type().into_any(),
-                PyTuple::new(slf.py(), [value])?.into_any(),
-            ],
-        )
-    }
-
-    /// Name -> member mapping, like upstream's `__members__`.
-    #[classattr]
-    #[pyo3(name = "__members__")]
-    fn members(py: Python<'_>) -> PyResult<Py<PyDict>> {
-        let d = PyDict::new(py);
-        for m in Self::ALL {
-            d.set_item(m.name(), m)?;
-        }
-        Ok(d.unbind())
+upstream_enum! {
+    /// Kind of data an object holds (recorded per object; no Tier 1 effect).
+    ObjectDataType {
+        Unknown = 0 => "UNKNOWN",
+        KvCache = 1 => "KVCACHE",
+        Tensor = 2 => "TENSOR",
+        Weight = 3 => "WEIGHT",
+        Sample = 4 => "SAMPLE",
+        Activation = 5 => "ACTIVATION",
+        Gradient = 6 => "GRADIENT",
+        OptimizerState = 7 => "OPTIMIZER_STATE",
+        Metadata = 8 => "METADATA",
+        General = 9 => "GENERAL",
     }
 }
 
