@@ -92,12 +92,8 @@ def connect(impl: str, master: str, segment: int) -> Any:
         rc = s.setup("127.0.0.1", "P2PHANDSHAKE", segment, 256 << 20, "tcp", "", master)
         assert rc == 0, rc
         return s
-    try:
-        from mooncake.store import MooncakeDistributedStore  # type: ignore[attr-defined]
-    except ImportError:
-        from mooncake._native import _EngramTestClient  # TEMP until the store binding lands
+    from mooncake.store import MooncakeDistributedStore
 
-        return _EngramTestClient(master, segment, 64 << 20)
     s = MooncakeDistributedStore()
     rc = s.setup("127.0.0.1", "P2PHANDSHAKE", segment, 64 << 20, "tcp", "", master)
     assert rc == 0, rc
@@ -105,12 +101,8 @@ def connect(impl: str, master: str, segment: int) -> Any:
 
 
 def engram_classes(impl: str) -> tuple[Any, Any]:
-    try:
-        from mooncake.store import EngramStore, EngramStoreConfig  # type: ignore[attr-defined]
-    except ImportError:
-        if impl == "upstream":
-            raise
-        from mooncake._native import EngramStore, EngramStoreConfig
+    from mooncake.store import EngramStore, EngramStoreConfig
+
     return EngramStore, EngramStoreConfig
 
 
