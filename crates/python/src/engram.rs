@@ -584,34 +584,30 @@ impl PyEngramStore {
             .map_err(|_| dtype_err())?;
         let buf = RawBuffer::get(&c, false)?;
         if dt == TableDtype::BFloat16 && target == "float32" {
-            let n = buf.len() / 4;
-            let mut bits = vec![0u16; n];
-            // SAFETY: the view covers n float32 values (read unaligned).
-            for (i, b) in bits.iter_mut().enumerate() {
-                let v = unsafe { std::ptr::read_unaligned((buf.ptr() as *const f32).add(i)) };
-                *b = f32_to_bf16(v);
-            }
-            return Ok(TableSource::Owned(bits));
+            return Ok(TableSource::ToBf16(buf, std::marker::PhantomData));
         }
         Ok(TableSource::View(buf, std::marker::PhantomData))
     }
 }
 
-/// Bytes of one table ready for upload.
+/// One table as handed to `populate` (the views hold references to the
+/// arrays, so they stay valid while the GIL is released).
 enum TableSource<'py> {
-    /// A contiguous array in the table dtype (the view holds a reference).
+    /// A contiguous array in the table dtype.
     View(RawBuffer, std::marker::PhantomData<&'py ()>),
-    /// Converted bfloat16 bits.
-    Owned(Vec<u16>),
+    /// A contiguous float32 array, converted to bfloat16 bits without the GIL.
+    ToBf16(RawBuffer, std::marker::PhantomData<&'py ()>),
 }
 
-impl TableSource<'_> {
-    fn span(&self) -> (usize, usize) {
-        match self {
-            TableSource::View(b, _) => (b.ptr(), b.len()),
-            TableSource::Owned(v) => (v.as_ptr() as usize, v.len() * 2),
-        }
-    }
+/// Round-to-nearest-even bfloat16 bits of the `len / 4` float32 values at
+/// `ptr` (read unaligned).
+///
+/// # Safety
+/// `ptr..ptr+len` must be readable.
+unsafe fn bf16_bits(ptr: usize, len: usize) -> Vec<u16> {
+    (0..len / 4)
+        .map(|i| f32_to_bf16(std::ptr::read_unaligned((ptr as *const f32).add(i))))
+        .collect()
 }
 
 #[pymethods]
@@ -670,11 +666,31 @@ impl PyEngramStore {
             tracing::warn!("EngramStore populate: no usable store");
             return Err(PyRuntimeError::new_err(POPULATE_FAILED));
         };
-        let spans: Vec<(usize, usize)> = sources.iter().map(TableSource::span).collect();
+        let raw: Vec<(bool, usize, usize)> = sources
+            .iter()
+            .map(|s| match s {
+                TableSource::View(b, _) => (false, b.ptr(), b.len()),
+                TableSource::ToBf16(b, _) => (true, b.ptr(), b.len()),
+            })
+            .collect();
         let core = Arc::clone(&self.core);
         let cfg = self.write_cfg.clone();
-        // SAFETY: `sources` keeps every table alive until after the call.
-        let ok = py.allow_threads(|| unsafe { core.populate(&client, &spans, &cfg) });
+        // SAFETY: `sources` keeps every array alive until after the call.
+        let ok = py.allow_threads(|| unsafe {
+            let converted: Vec<Option<Vec<u16>>> = raw
+                .iter()
+                .map(|&(conv, p, n)| conv.then(|| bf16_bits(p, n)))
+                .collect();
+            let spans: Vec<(usize, usize)> = raw
+                .iter()
+                .zip(&converted)
+                .map(|(&(_, p, n), c)| match c {
+                    Some(v) => (v.as_ptr() as usize, v.len() * 2),
+                    None => (p, n),
+                })
+                .collect();
+            core.populate(&client, &spans, &cfg)
+        });
         drop(sources);
         if ok {
             Ok(())
