@@ -2,6 +2,7 @@
 //! bfloat16 -> float32 and float16 -> float32 (both exact).
 
 /// float32 -> bfloat16 bits, round to nearest even; NaN stays NaN.
+#[inline]
 pub fn f32_to_bf16(x: f32) -> u16 {
     let b = x.to_bits();
     if x.is_nan() {
@@ -12,11 +13,13 @@ pub fn f32_to_bf16(x: f32) -> u16 {
 }
 
 /// bfloat16 bits -> float32 (exact).
+#[inline]
 pub fn bf16_to_f32(h: u16) -> f32 {
     f32::from_bits((h as u32) << 16)
 }
 
 /// float16 bits -> float32 (exact, subnormals included).
+#[inline]
 pub fn f16_to_f32(h: u16) -> f32 {
     let sign = ((h as u32) & 0x8000) << 16;
     let exp = ((h >> 10) & 0x1F) as u32;

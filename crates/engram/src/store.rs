@@ -349,12 +349,18 @@ impl EngramCore {
         if convert {
             let src = std::slice::from_raw_parts(scratch.as_ptr() as *const u16, n * d);
             let dst = std::slice::from_raw_parts_mut(out as *mut f32, n * d);
-            let f: fn(u16) -> f32 = match self.layout.dtype {
-                TableDtype::BFloat16 => bf16_to_f32,
-                _ => f16_to_f32,
-            };
-            for (o, &s) in dst.iter_mut().zip(src) {
-                *o = f(s);
+            // One loop per dtype (inlined conversion, no call per element).
+            match self.layout.dtype {
+                TableDtype::BFloat16 => {
+                    for (o, &s) in dst.iter_mut().zip(src) {
+                        *o = bf16_to_f32(s);
+                    }
+                }
+                _ => {
+                    for (o, &s) in dst.iter_mut().zip(src) {
+                        *o = f16_to_f32(s);
+                    }
+                }
             }
         }
         Ok(())
