@@ -431,3 +431,23 @@ def test_lookup_outlasting_tiny_lease(master_tiny_lease: Any) -> None:
         assert e.remove_from_store() == 4
     finally:
         c.close()
+
+
+def test_float16_populate_rounds_like_numpy(client: Any) -> None:
+    """float32 input narrowed to float16 (in Rust) matches NumPy's cast bit
+    for bit, including ties, subnormals, overflow to infinity and NaN;
+    float64 input goes through NumPy's own cast."""
+    rng = np.random.default_rng(11)
+    t = [(rng.standard_normal((n, D)) * 10.0 ** rng.integers(-8, 6, (n, D))) for n in VOCAB]
+    t = [x.astype(np.float32) for x in t]
+    t[0][0, :4] = [np.nan, np.inf, 65520.0, 2.0**-25]
+    e = make_store(client, "float16")
+    e.populate(t)
+    with np.errstate(over="ignore"):
+        want = [x.astype(np.float16).tobytes() for x in t]
+    for h, k in enumerate(e.get_store_keys()):
+        assert client.get(k) == want[h]
+    t64 = [x.astype(np.float64) for x in make_tables(0.3)]
+    e2 = make_store(client, "float16")
+    e2.populate(t64)
+    assert client.get(e2.get_store_keys()[2]) == t64[2].astype(np.float16).tobytes()

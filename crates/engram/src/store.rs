@@ -482,14 +482,15 @@ impl EngramCore {
 }
 
 /// Widen `count` half-precision values stored at `out + 2*count` into
-/// `count` float32 values at `out`, front to back. Block `k` of 8 outputs
-/// ends at byte `32k+32`, never past the start of the inputs still unread
-/// (`2*count + 16k + 16`), and each block is read before it is written.
+/// `count` float32 values at `out`, front to back, in blocks of `BLOCK`.
+/// Block `k` of outputs ends at byte `4*BLOCK*(k+1)`, never past the start
+/// of the inputs still unread (`2*count + 2*BLOCK*(k+1)`), and each block
+/// is read before it is written.
 ///
 /// # Safety
 /// `out..out+4*count` must be writable and hold the inputs in its upper half.
 unsafe fn widen_in_place(out: usize, count: usize, dtype: TableDtype) {
-    const BLOCK: usize = 8;
+    const BLOCK: usize = 64;
     let src = (out + 2 * count) as *const u16;
     let dst = out as *mut f32;
     let mut i = 0;
@@ -498,8 +499,8 @@ unsafe fn widen_in_place(out: usize, count: usize, dtype: TableDtype) {
         let mut buf = [0u16; BLOCK];
         std::ptr::copy_nonoverlapping(src.add(i), buf.as_mut_ptr(), m);
         let mut vals = [0f32; BLOCK];
+        // One arm per dtype so the conversion inlines and vectorises.
         match dtype {
-            // One arm per dtype so the conversion inlines.
             TableDtype::BFloat16 => {
                 for (v, &b) in vals.iter_mut().zip(&buf) {
                     *v = bf16_to_f32(b);

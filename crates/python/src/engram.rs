@@ -9,7 +9,7 @@
 //! runs with the GIL released.
 
 use mooncake_client::{Client, WriteConfig};
-use mooncake_engram::convert::f32_to_bf16;
+use mooncake_engram::convert::{f32_to_bf16, f32_to_f16};
 use mooncake_engram::{validate_layout, EngramCore, OutBuf, OutKind, TableDtype};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
@@ -570,7 +570,15 @@ impl PyEngramStore {
         }
         let target = match dt {
             TableDtype::Float32 => "float32",
-            TableDtype::Float16 => "float16",
+            // float32 input is narrowed in Rust without the GIL (NumPy's
+            // cast holds it and is slow); other dtypes are cast by NumPy.
+            TableDtype::Float16 => {
+                if adtype.getattr("name")?.extract::<String>()? == "float32" {
+                    "float32"
+                } else {
+                    "float16"
+                }
+            }
             TableDtype::BFloat16 => {
                 if adtype.getattr("name")?.extract::<String>()? == "uint16" {
                     "uint16"
@@ -586,6 +594,9 @@ impl PyEngramStore {
         if dt == TableDtype::BFloat16 && target == "float32" {
             return Ok(TableSource::ToBf16(buf, std::marker::PhantomData));
         }
+        if dt == TableDtype::Float16 && target == "float32" {
+            return Ok(TableSource::ToF16(buf, std::marker::PhantomData));
+        }
         Ok(TableSource::View(buf, std::marker::PhantomData))
     }
 }
@@ -597,16 +608,18 @@ enum TableSource<'py> {
     View(RawBuffer, std::marker::PhantomData<&'py ()>),
     /// A contiguous float32 array, converted to bfloat16 bits without the GIL.
     ToBf16(RawBuffer, std::marker::PhantomData<&'py ()>),
+    /// A contiguous float32 array, converted to float16 bits without the GIL.
+    ToF16(RawBuffer, std::marker::PhantomData<&'py ()>),
 }
 
-/// Round-to-nearest-even bfloat16 bits of the `len / 4` float32 values at
-/// `ptr` (read unaligned).
+/// `f` (a round-to-nearest-even narrowing) of the `len / 4` float32 values
+/// at `ptr` (read unaligned).
 ///
 /// # Safety
 /// `ptr..ptr+len` must be readable.
-unsafe fn bf16_bits(ptr: usize, len: usize) -> Vec<u16> {
+unsafe fn half_bits(ptr: usize, len: usize, f: impl Fn(f32) -> u16) -> Vec<u16> {
     (0..len / 4)
-        .map(|i| f32_to_bf16(std::ptr::read_unaligned((ptr as *const f32).add(i))))
+        .map(|i| f(std::ptr::read_unaligned((ptr as *const f32).add(i))))
         .collect()
 }
 
@@ -666,11 +679,13 @@ impl PyEngramStore {
             tracing::warn!("EngramStore populate: no usable store");
             return Err(PyRuntimeError::new_err(POPULATE_FAILED));
         };
-        let raw: Vec<(bool, usize, usize)> = sources
+        // (conversion, pointer, bytes); conversion 1 = bfloat16, 2 = float16.
+        let raw: Vec<(u8, usize, usize)> = sources
             .iter()
             .map(|s| match s {
-                TableSource::View(b, _) => (false, b.ptr(), b.len()),
-                TableSource::ToBf16(b, _) => (true, b.ptr(), b.len()),
+                TableSource::View(b, _) => (0, b.ptr(), b.len()),
+                TableSource::ToBf16(b, _) => (1, b.ptr(), b.len()),
+                TableSource::ToF16(b, _) => (2, b.ptr(), b.len()),
             })
             .collect();
         let core = Arc::clone(&self.core);
@@ -679,7 +694,11 @@ impl PyEngramStore {
         let ok = py.allow_threads(|| unsafe {
             let converted: Vec<Option<Vec<u16>>> = raw
                 .iter()
-                .map(|&(conv, p, n)| conv.then(|| bf16_bits(p, n)))
+                .map(|&(conv, p, n)| match conv {
+                    1 => Some(half_bits(p, n, f32_to_bf16)),
+                    2 => Some(half_bits(p, n, f32_to_f16)),
+                    _ => None,
+                })
                 .collect();
             let spans: Vec<(usize, usize)> = raw
                 .iter()
