@@ -92,12 +92,8 @@ def connect(impl: str, master: str, segment: int) -> Any:
         rc = s.setup("127.0.0.1", "P2PHANDSHAKE", segment, 256 << 20, "tcp", "", master)
         assert rc == 0, rc
         return s
-    try:
-        from mooncake.store import MooncakeDistributedStore  # type: ignore[attr-defined]
-    except ImportError:
-        from mooncake._native import _EngramTestClient  # TEMP until the store binding lands
+    from mooncake.store import MooncakeDistributedStore
 
-        return _EngramTestClient(master, segment, 64 << 20)
     s = MooncakeDistributedStore()
     rc = s.setup("127.0.0.1", "P2PHANDSHAKE", segment, 64 << 20, "tcp", "", master)
     assert rc == 0, rc
@@ -105,12 +101,8 @@ def connect(impl: str, master: str, segment: int) -> Any:
 
 
 def engram_classes(impl: str) -> tuple[Any, Any]:
-    try:
-        from mooncake.store import EngramStore, EngramStoreConfig  # type: ignore[attr-defined]
-    except ImportError:
-        if impl == "upstream":
-            raise
-        from mooncake._native import EngramStore, EngramStoreConfig
+    from mooncake.store import EngramStore, EngramStoreConfig
+
     return EngramStore, EngramStoreConfig
 
 
@@ -202,15 +194,20 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     if not master:
         proc, master = start_master(args.impl == "upstream")
     try:
-        populate_s = None
+        populate_s: list[float] = []
+        store: Any = None
         if args.mode == "own":
             tables = make_tables(args.shape)
             seg = sum(t.nbytes for t in tables) + (64 << 20)
-            store = connect(args.impl, master, seg)
-            e = make_engram(args.impl, args.shape, args.dtype, store, args.layer)
-            t0 = time.perf_counter()
-            e.populate(tables)
-            populate_s = time.perf_counter() - t0
+            # Each populate goes into a fresh client's (never touched) segment.
+            for rep in range(args.populate_reps):
+                if store is not None:
+                    store.close()
+                store = connect(args.impl, master, seg)
+                e = make_engram(args.impl, args.shape, args.dtype, store, args.layer + rep)
+                t0 = time.perf_counter()
+                e.populate(tables)
+                populate_s.append(time.perf_counter() - t0)
             del tables
         else:
             owner = subprocess.Popen(
@@ -232,7 +229,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
             arg: Any = ids.tolist() if args.input == "list" else ids
             times = timed(lambda arg=arg: e.lookup(arg), args.warmup, args.iters)
             r = {**base, "batch": b, **stats(times, b * args.length)}
-            if populate_s is not None:
+            if populate_s:
                 r["populate_s"] = populate_s
             results.append(r)
         store.close()
@@ -269,9 +266,22 @@ def run_all(args: argparse.Namespace) -> None:
                 plan.append(
                     (impl, ["--shape", "upstream", "--mode", mode, "--input", inp, "--batches", a])
                 )
+            reps = ["--populate-reps", "3"] if mode == "own" and impl == "ours" else []
             plan.append(
-                (impl, ["--shape", "h16", "--mode", mode, "--input", "numpy", "--batches", b])
+                (
+                    impl,
+                    ["--shape", "h16", "--mode", mode, "--input", "numpy", "--batches", b] + reps,
+                )
             )
+    # Row width of the Engram-27B shape (scaled to fit 24 GiB), and the
+    # half-precision tables.
+    for impl in ("numpy", "ours"):
+        plan.append((impl, ["--shape", "27b-scaled", "--mode", "own", "--batches", a]))
+    for dtype in ("float16", "bfloat16"):
+        plan.append(("ours", ["--shape", "upstream", "--dtype", dtype, "--batches", a]))
+        plan.append(("ours", ["--shape", "27b-scaled", "--dtype", dtype, "--batches", a]))
+    if args.skip_tcp:
+        plan = [p for p in plan if "tcp" not in p[1]]
     if UPSTREAM_PY.exists() and not args.skip_upstream:
         for inp in ("numpy", "list"):
             plan.append(
@@ -296,21 +306,31 @@ def run_all(args: argparse.Namespace) -> None:
 
 def report(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| impl | shape | mode | input | B (tokens) | iters | mean ms | p50 ms | p99 ms | tokens/s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        (
+            "| impl | shape | dtype | mode | input | B (tokens) | iters | mean ms | p50 ms "
+            "| p99 ms | tokens/s |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['impl']} | {r['shape']} | {r['mode']} | {r['input']} | {r['batch']} "
+            f"| {r['impl']} | {r['shape']} | {r['dtype']} | {r['mode']} | {r['input']} "
+            f"| {r['batch']} "
             f"| {r.get('iters', ITERS)} "
             f"| {r['mean_ms']:.4f} | {r['p50_ms']:.4f} | {r['p99_ms']:.4f} "
             f"| {r['tokens_per_s']:,.0f} |"
         )
-    pops = {(r["impl"], r["shape"]): r["populate_s"] for r in rows if "populate_s" in r}
-    for (impl, shape), s in pops.items():
+    pops = {(r["impl"], r["shape"], r["dtype"]): r["populate_s"] for r in rows if "populate_s" in r}
+    for (impl, shape, dtype), times in pops.items():
         h, n, d = SHAPES[shape]
+        nbytes = h * n * d * (2 if dtype in ("float16", "bfloat16") else 4)
+        ts = [times] if isinstance(times, float) else times
+        med, best = float(np.median(ts)), min(ts)
+        each = ", ".join(f"{nbytes / t / 1e9:.2f}" for t in ts)
         lines.append(
-            f"\npopulate {impl} {shape}: {s * 1e3:.1f} ms ({h * n * d * 4 / s / 1e9:.2f} GB/s)"
+            f"\npopulate {impl} {shape} {dtype} ({nbytes / 1e9:.2f} GB, {len(ts)} fresh segments): "
+            f"median {med * 1e3:.1f} ms = {nbytes / med / 1e9:.2f} GB/s, "
+            f"best {nbytes / best / 1e9:.2f} GB/s (each: {each} GB/s)"
         )
     return "\n".join(lines)
 
@@ -320,6 +340,7 @@ def main() -> None:
     ap.add_argument("--role", choices=["one", "owner"], default="one")
     ap.add_argument("--all", action="store_true", help="run the issue's matrix")
     ap.add_argument("--skip-upstream", action="store_true")
+    ap.add_argument("--skip-tcp", action="store_true", help="--all: leave out the tcp rows")
     ap.add_argument("--impl", choices=["ours", "numpy", "upstream"], default="ours")
     ap.add_argument("--shape", choices=list(SHAPES), default="upstream")
     ap.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
@@ -332,6 +353,12 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--warmup", type=int, default=WARMUP)
     ap.add_argument("--iters", type=int, default=ITERS)
+    ap.add_argument(
+        "--populate-reps",
+        type=int,
+        default=1,
+        help="own mode: populate this many times, each into a fresh client's segment",
+    )
     args = ap.parse_args()
     if args.all:
         run_all(args)

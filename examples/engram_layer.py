@@ -25,11 +25,7 @@ from typing import Any
 
 import numpy as np
 from mooncake.mooncake_config import MooncakeConfig
-
-try:
-    from mooncake.store import EngramStore, EngramStoreConfig  # type: ignore[attr-defined]
-except ImportError:  # before the package re-export lands
-    from mooncake._native import EngramStore, EngramStoreConfig
+from mooncake.store import EngramStore, EngramStoreConfig
 
 MASK64 = (1 << 64) - 1
 
@@ -136,14 +132,8 @@ def start_local_master() -> tuple[subprocess.Popen[bytes], str]:
 
 def connect(cfg: MooncakeConfig) -> Any:
     """A set-up store client for ``cfg``."""
-    try:
-        from mooncake.store import MooncakeDistributedStore  # type: ignore[attr-defined]
-    except ImportError:
-        from mooncake._native import _EngramTestClient  # TEMP until the store binding lands
+    from mooncake.store import MooncakeDistributedStore
 
-        return _EngramTestClient(
-            cfg.master_server_address, cfg.global_segment_size, cfg.local_buffer_size
-        )
     store = MooncakeDistributedStore()
     rc = store.setup(*cfg.setup_args())
     if rc != 0:

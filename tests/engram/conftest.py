@@ -1,8 +1,7 @@
 """Fixtures for EngramStore tests: a real ``mooncake_master`` on free
 loopback ports and store clients set up against it (no mocks).
 
-The client fixture prefers a real ``MooncakeDistributedStore`` when the
-binding is available and falls back to the TEMP ``_EngramTestClient``.
+Clients are real ``MooncakeDistributedStore`` instances.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ def master_command() -> list[str]:
 class Master:
     """A running master process."""
 
-    def __init__(self, lease_ms: int) -> None:
+    def __init__(self, lease_ms: int, extra: tuple[str, ...] = ()) -> None:
         self.rpc_port = free_port()
         self.http_port = free_port()
         self.metrics_port = free_port()
@@ -61,6 +60,7 @@ class Master:
             f"--http_metadata_server_port={self.http_port}",
             f"--metrics_port={self.metrics_port}",
             f"--default_kv_lease_ttl={lease_ms}",
+            *extra,
         ]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.time() + 20
@@ -89,27 +89,22 @@ class Master:
 
 
 def make_client(master_addr: str, segment: int = 64 << 20, **kw: Any) -> Any:
-    """A set-up store client (real store when importable, else TEMP client)."""
-    try:
-        from mooncake.store import MooncakeDistributedStore  # type: ignore[attr-defined]
-    except ImportError:
-        MooncakeDistributedStore = None
-    if MooncakeDistributedStore is not None:
-        store = MooncakeDistributedStore()
-        rc = store.setup(
-            kw.get("local_hostname", "127.0.0.1"),
-            "P2PHANDSHAKE",
-            segment,
-            64 << 20,
-            "tcp",
-            "",
-            master_addr,
-        )
-        assert rc == 0, rc
-        return store
-    from mooncake._native import _EngramTestClient
+    """A ``MooncakeDistributedStore`` set up against ``master_addr`` (tcp,
+    P2PHANDSHAKE metadata)."""
+    from mooncake.store import MooncakeDistributedStore
 
-    return _EngramTestClient(master_addr, segment)
+    store = MooncakeDistributedStore()
+    rc = store.setup(
+        kw.get("local_hostname", "127.0.0.1"),
+        "P2PHANDSHAKE",
+        segment,
+        64 << 20,
+        "tcp",
+        "",
+        master_addr,
+    )
+    assert rc == 0, rc
+    return store
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +117,14 @@ def master() -> Iterator[Master]:
 @pytest.fixture(scope="module")
 def master_default_lease() -> Iterator[Master]:
     m = Master(lease_ms=10_000)
+    yield m
+    m.stop()
+
+
+@pytest.fixture(scope="module")
+def master_tiny_lease() -> Iterator[Master]:
+    """A master whose read lease (1 ms) expires during every lookup."""
+    m = Master(lease_ms=1)
     yield m
     m.stop()
 
@@ -145,14 +148,14 @@ def client(client_factory: Callable[..., Any]) -> Any:
     return client_factory()
 
 
-def owner_process(master_addr: str, script: str) -> subprocess.Popen[str]:
+def owner_process(master_addr: str, script: str, segment: int = 64 << 20) -> subprocess.Popen[str]:
     """Start a Python process that sets up its own client, runs ``script``
     (with ``client`` bound) and then waits for stdin to close."""
     code = (
         "import sys\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "from conftest import make_client\n"
-        f"client = make_client({master_addr!r})\n"
+        f"client = make_client({master_addr!r}, {segment})\n"
         f"{script}\n"
         "print('READY', flush=True)\n"
         "sys.stdin.read()\n"

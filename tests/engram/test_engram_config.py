@@ -7,11 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-try:
-    from mooncake.store import EngramStore, EngramStoreConfig  # type: ignore[attr-defined]
-except ImportError:
-    from mooncake._native import EngramStore, EngramStoreConfig
+from mooncake.store import EngramStore, EngramStoreConfig
 
 
 def cfg(vocab: Any = (17, 19, 23, 29), dim: int = 8, dtype: str = "float32") -> Any:

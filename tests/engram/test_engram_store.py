@@ -10,11 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-try:
-    from mooncake.store import EngramStore, EngramStoreConfig  # type: ignore[attr-defined]
-except ImportError:
-    from mooncake._native import EngramStore, EngramStoreConfig
+from mooncake.store import EngramStore, EngramStoreConfig
 
 VOCAB = [17, 19, 23, 29]
 D = 8
@@ -84,7 +80,8 @@ def test_populate_create_only(populated: Any) -> None:
     client, e, t = populated
     with pytest.raises(RuntimeError, match="^populate failed$"):
         e.populate(make_tables(0.5))
-    assert client.get(e.get_store_keys()[0]) == t[0].tobytes()
+    for h, k in enumerate(e.get_store_keys()):
+        assert client.get(k) == t[h].tobytes()
 
 
 def test_populate_partial_existing(populated: Any) -> None:
@@ -335,3 +332,122 @@ def test_populate_dtype_message_names_table_dtype(client: Any) -> None:
     with pytest.raises(RuntimeError) as ei:
         e.populate([t[0].astype(str)] + t[1:])
     assert str(ei.value) == "embedding_buffers must be bfloat16 arrays"
+
+
+def test_metadata_only_store_not_set_up() -> None:
+    from mooncake.store import MooncakeDistributedStore
+
+    s = MooncakeDistributedStore()  # never set up
+    e = make_store(s)
+    assert e.get_num_heads() == 4
+    with pytest.raises(RuntimeError) as ei:
+        e.populate(make_tables())
+    assert str(ei.value) == "populate failed"
+    with pytest.raises(RuntimeError) as ei:
+        e.lookup(IDS)
+    assert str(ei.value) == "EngramStore lookup failed"
+    out = np.full((2, 2, 4, 8), 5.0, np.float32)
+    with pytest.raises(RuntimeError, match="^EngramStore lookup failed$"):
+        e.lookup_into(IDS, out)
+    assert (out == 0).all()
+    with pytest.raises(RuntimeError) as ei:
+        e.remove_from_store()
+    assert str(ei.value) == "remove_from_store failed, rc=-600"
+
+
+def test_closed_store_behaves_as_metadata_only(client_factory: Callable[..., Any]) -> None:
+    c = client_factory()
+    e = make_store(c)
+    t = make_tables()
+    e.populate(t)
+    assert np.array_equal(e.lookup(IDS), expected(t, IDS))
+    c.close()
+    with pytest.raises(RuntimeError, match="^EngramStore lookup failed$"):
+        e.lookup(IDS)
+    with pytest.raises(RuntimeError, match="^populate failed$"):
+        make_store(c).populate(t)
+    with pytest.raises(RuntimeError) as ei:
+        e.remove_from_store(True)
+    assert str(ei.value) == "remove_from_store failed, rc=-600"
+
+
+def test_populate_rolls_back_on_partial_failure() -> None:
+    """Three of four tables fit the only segment: the put of the fourth
+    fails, the three written keys are removed again."""
+    from conftest import Master, make_client
+
+    m = Master(lease_ms=500)
+    try:
+        rows = 1 << 16  # 2 MiB per float32 table
+        c = make_client(m.addr, segment=7 << 20)
+        other = make_client(m.addr, segment=0)
+        try:
+            cfg = EngramStoreConfig(table_vocab_sizes=[rows] * 4, embedding_dim=8)
+            e = EngramStore(1, cfg, c)
+            tables = [np.full((rows, 8), h, np.float32) for h in range(4)]
+            with pytest.raises(RuntimeError) as ei:
+                e.populate(tables)
+            assert str(ei.value) == "populate failed"
+            assert list(other.batch_is_exist(e.get_store_keys())) == [0, 0, 0, 0]
+            # With room for all four, the same populate succeeds.
+            big = make_client(m.addr, segment=16 << 20)
+            try:
+                e2 = EngramStore(2, cfg, big)
+                e2.populate(tables)
+                assert list(other.batch_is_exist(e2.get_store_keys())) == [1, 1, 1, 1]
+                out = e2.lookup([[[0, 1, 2, rows - 1]]])
+                assert np.array_equal(out[0, 0, :, 0], [0, 1, 2, 3])
+            finally:
+                big.close()
+        finally:
+            other.close()
+            c.close()
+    finally:
+        m.stop()
+
+
+def test_lookup_outlasting_tiny_lease(master_tiny_lease: Any) -> None:
+    """With a 1 ms lease every lookup outlives the lease it was granted
+    (and most start with an expired one): none may fail, values stay exact,
+    and a non-forced remove succeeds once no lease is held."""
+    from conftest import make_client
+
+    c = make_client(master_tiny_lease.addr)
+    try:
+        e = make_store(c)
+        t = make_tables()
+        e.populate(t)
+        rng = np.random.default_rng(3)
+        big = np.stack([rng.integers(0, n, (512, 16)) for n in VOCAB], axis=-1)
+        for i in range(30):
+            ids = big if i % 3 == 0 else np.array(IDS)
+            assert np.array_equal(e.lookup(ids), expected(t, ids))
+            out = np.empty((2, 2, 4, 8), np.float32)
+            assert e.lookup_into(IDS, out) is out
+            assert np.array_equal(out, expected(t, IDS))
+            if i % 10 == 0:
+                time.sleep(0.01)
+        time.sleep(0.01)
+        assert e.remove_from_store() == 4
+    finally:
+        c.close()
+
+
+def test_float16_populate_rounds_like_numpy(client: Any) -> None:
+    """float32 input narrowed to float16 (in Rust) matches NumPy's cast bit
+    for bit, including ties, subnormals, overflow to infinity and NaN;
+    float64 input goes through NumPy's own cast."""
+    rng = np.random.default_rng(11)
+    t = [(rng.standard_normal((n, D)) * 10.0 ** rng.integers(-8, 6, (n, D))) for n in VOCAB]
+    t = [x.astype(np.float32) for x in t]
+    t[0][0, :4] = [np.nan, np.inf, 65520.0, 2.0**-25]
+    e = make_store(client, "float16")
+    e.populate(t)
+    with np.errstate(over="ignore"):
+        want = [x.astype(np.float16).tobytes() for x in t]
+    for h, k in enumerate(e.get_store_keys()):
+        assert client.get(k) == want[h]
+    t64 = [x.astype(np.float64) for x in make_tables(0.3)]
+    e2 = make_store(client, "float16")
+    e2.populate(t64)
+    assert client.get(e2.get_store_keys()[2]) == t64[2].astype(np.float16).tobytes()

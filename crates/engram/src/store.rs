@@ -328,13 +328,9 @@ impl EngramCore {
             tracing::warn!("EngramStore lookup: no usable store");
             return Err(LookupError);
         };
-        let mut scratch: Vec<u8> = Vec::new();
-        let dst = if convert {
-            scratch.resize(n * d * raw_item, 0);
-            scratch.as_mut_ptr() as usize
-        } else {
-            out
-        };
+        // Half-precision rows bound for a float32 output are gathered into
+        // the upper half of `out` and widened in place (no scratch buffer).
+        let dst = if convert { out + n * d * 2 } else { out };
         let mut cache = self.plan(client, false)?;
         if let Err(e) = self.gather(client, &cache, ids, dst) {
             tracing::info!(error = %e, "EngramStore lookup: read failed; refreshing locations");
@@ -347,15 +343,7 @@ impl EngramCore {
             }
         }
         if convert {
-            let src = std::slice::from_raw_parts(scratch.as_ptr() as *const u16, n * d);
-            let dst = std::slice::from_raw_parts_mut(out as *mut f32, n * d);
-            let f: fn(u16) -> f32 = match self.layout.dtype {
-                TableDtype::BFloat16 => bf16_to_f32,
-                _ => f16_to_f32,
-            };
-            for (o, &s) in dst.iter_mut().zip(src) {
-                *o = f(s);
-            }
+            widen_in_place(out, n * d, self.layout.dtype);
         }
         Ok(())
     }
@@ -493,6 +481,42 @@ impl EngramCore {
     }
 }
 
+/// Widen `count` half-precision values stored at `out + 2*count` into
+/// `count` float32 values at `out`, front to back, in blocks of `BLOCK`.
+/// Block `k` of outputs ends at byte `4*BLOCK*(k+1)`, never past the start
+/// of the inputs still unread (`2*count + 2*BLOCK*(k+1)`), and each block
+/// is read before it is written.
+///
+/// # Safety
+/// `out..out+4*count` must be writable and hold the inputs in its upper half.
+unsafe fn widen_in_place(out: usize, count: usize, dtype: TableDtype) {
+    const BLOCK: usize = 64;
+    let src = (out + 2 * count) as *const u16;
+    let dst = out as *mut f32;
+    let mut i = 0;
+    while i < count {
+        let m = BLOCK.min(count - i);
+        let mut buf = [0u16; BLOCK];
+        std::ptr::copy_nonoverlapping(src.add(i), buf.as_mut_ptr(), m);
+        let mut vals = [0f32; BLOCK];
+        // One arm per dtype so the conversion inlines and vectorises.
+        match dtype {
+            TableDtype::BFloat16 => {
+                for (v, &b) in vals.iter_mut().zip(&buf) {
+                    *v = bf16_to_f32(b);
+                }
+            }
+            _ => {
+                for (v, &b) in vals.iter_mut().zip(&buf) {
+                    *v = f16_to_f32(b);
+                }
+            }
+        }
+        std::ptr::copy_nonoverlapping(vals.as_ptr(), dst.add(i), m);
+        i += m;
+    }
+}
+
 /// Run `ops` against one replica, split over up to `MAX_THREADS` threads
 /// when `bytes` reaches `PAR_BYTES`.
 unsafe fn read_parallel(
@@ -533,4 +557,37 @@ unsafe fn read_parallel(
         r?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::convert::f32_to_bf16;
+
+    #[test]
+    fn widen_in_place_matches_out_of_place() {
+        for count in [1usize, 7, 8, 9, 13, 64, 1001] {
+            let vals: Vec<f32> = (0..count).map(|i| i as f32 * 0.37 - 11.0).collect();
+            // bfloat16
+            let mut buf = vec![0f32; count];
+            let bits: Vec<u16> = vals.iter().map(|&v| f32_to_bf16(v)).collect();
+            unsafe {
+                let upper = (buf.as_mut_ptr() as *mut u16).add(count);
+                std::ptr::copy_nonoverlapping(bits.as_ptr(), upper, count);
+                widen_in_place(buf.as_mut_ptr() as usize, count, TableDtype::BFloat16);
+            }
+            let want: Vec<f32> = bits.iter().map(|&b| bf16_to_f32(b)).collect();
+            assert_eq!(buf, want, "bf16 count {count}");
+            // float16 (bits of small integers: exact)
+            let h: Vec<u16> = (0..count).map(|i| 0x3C00 + (i as u16 % 512)).collect();
+            let mut buf = vec![0f32; count];
+            unsafe {
+                let upper = (buf.as_mut_ptr() as *mut u16).add(count);
+                std::ptr::copy_nonoverlapping(h.as_ptr(), upper, count);
+                widen_in_place(buf.as_mut_ptr() as usize, count, TableDtype::Float16);
+            }
+            let want: Vec<f32> = h.iter().map(|&b| f16_to_f32(b)).collect();
+            assert_eq!(buf, want, "f16 count {count}");
+        }
+    }
 }

@@ -9,7 +9,7 @@
 //! runs with the GIL released.
 
 use mooncake_client::{Client, WriteConfig};
-use mooncake_engram::convert::f32_to_bf16;
+use mooncake_engram::convert::{f32_to_bf16, f32_to_f16};
 use mooncake_engram::{validate_layout, EngramCore, OutBuf, OutKind, TableDtype};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
@@ -570,7 +570,15 @@ impl PyEngramStore {
         }
         let target = match dt {
             TableDtype::Float32 => "float32",
-            TableDtype::Float16 => "float16",
+            // float32 input is narrowed in Rust without the GIL (NumPy's
+            // cast holds it and is slow); other dtypes are cast by NumPy.
+            TableDtype::Float16 => {
+                if adtype.getattr("name")?.extract::<String>()? == "float32" {
+                    "float32"
+                } else {
+                    "float16"
+                }
+            }
             TableDtype::BFloat16 => {
                 if adtype.getattr("name")?.extract::<String>()? == "uint16" {
                     "uint16"
@@ -584,34 +592,35 @@ impl PyEngramStore {
             .map_err(|_| dtype_err())?;
         let buf = RawBuffer::get(&c, false)?;
         if dt == TableDtype::BFloat16 && target == "float32" {
-            let n = buf.len() / 4;
-            let mut bits = vec![0u16; n];
-            // SAFETY: the view covers n float32 values (read unaligned).
-            for (i, b) in bits.iter_mut().enumerate() {
-                let v = unsafe { std::ptr::read_unaligned((buf.ptr() as *const f32).add(i)) };
-                *b = f32_to_bf16(v);
-            }
-            return Ok(TableSource::Owned(bits));
+            return Ok(TableSource::ToBf16(buf, std::marker::PhantomData));
+        }
+        if dt == TableDtype::Float16 && target == "float32" {
+            return Ok(TableSource::ToF16(buf, std::marker::PhantomData));
         }
         Ok(TableSource::View(buf, std::marker::PhantomData))
     }
 }
 
-/// Bytes of one table ready for upload.
+/// One table as handed to `populate` (the views hold references to the
+/// arrays, so they stay valid while the GIL is released).
 enum TableSource<'py> {
-    /// A contiguous array in the table dtype (the view holds a reference).
+    /// A contiguous array in the table dtype.
     View(RawBuffer, std::marker::PhantomData<&'py ()>),
-    /// Converted bfloat16 bits.
-    Owned(Vec<u16>),
+    /// A contiguous float32 array, converted to bfloat16 bits without the GIL.
+    ToBf16(RawBuffer, std::marker::PhantomData<&'py ()>),
+    /// A contiguous float32 array, converted to float16 bits without the GIL.
+    ToF16(RawBuffer, std::marker::PhantomData<&'py ()>),
 }
 
-impl TableSource<'_> {
-    fn span(&self) -> (usize, usize) {
-        match self {
-            TableSource::View(b, _) => (b.ptr(), b.len()),
-            TableSource::Owned(v) => (v.as_ptr() as usize, v.len() * 2),
-        }
-    }
+/// `f` (a round-to-nearest-even narrowing) of the `len / 4` float32 values
+/// at `ptr` (read unaligned).
+///
+/// # Safety
+/// `ptr..ptr+len` must be readable.
+unsafe fn half_bits(ptr: usize, len: usize, f: impl Fn(f32) -> u16) -> Vec<u16> {
+    (0..len / 4)
+        .map(|i| f(std::ptr::read_unaligned((ptr as *const f32).add(i))))
+        .collect()
 }
 
 #[pymethods]
@@ -670,11 +679,37 @@ impl PyEngramStore {
             tracing::warn!("EngramStore populate: no usable store");
             return Err(PyRuntimeError::new_err(POPULATE_FAILED));
         };
-        let spans: Vec<(usize, usize)> = sources.iter().map(TableSource::span).collect();
+        // (conversion, pointer, bytes); conversion 1 = bfloat16, 2 = float16.
+        let raw: Vec<(u8, usize, usize)> = sources
+            .iter()
+            .map(|s| match s {
+                TableSource::View(b, _) => (0, b.ptr(), b.len()),
+                TableSource::ToBf16(b, _) => (1, b.ptr(), b.len()),
+                TableSource::ToF16(b, _) => (2, b.ptr(), b.len()),
+            })
+            .collect();
         let core = Arc::clone(&self.core);
         let cfg = self.write_cfg.clone();
-        // SAFETY: `sources` keeps every table alive until after the call.
-        let ok = py.allow_threads(|| unsafe { core.populate(&client, &spans, &cfg) });
+        // SAFETY: `sources` keeps every array alive until after the call.
+        let ok = py.allow_threads(|| unsafe {
+            let converted: Vec<Option<Vec<u16>>> = raw
+                .iter()
+                .map(|&(conv, p, n)| match conv {
+                    1 => Some(half_bits(p, n, f32_to_bf16)),
+                    2 => Some(half_bits(p, n, f32_to_f16)),
+                    _ => None,
+                })
+                .collect();
+            let spans: Vec<(usize, usize)> = raw
+                .iter()
+                .zip(&converted)
+                .map(|(&(_, p, n), c)| match c {
+                    Some(v) => (v.as_ptr() as usize, v.len() * 2),
+                    None => (p, n),
+                })
+                .collect();
+            core.populate(&client, &spans, &cfg)
+        });
         drop(sources);
         if ok {
             Ok(())

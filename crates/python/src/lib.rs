@@ -12,7 +12,6 @@ fn run_master(py: Python<'_>, argv: Vec<String>) -> i32 {
     py.allow_threads(|| mooncake_master::server::run_master(argv))
 }
 mod engram;
-mod engram_test_client; // TEMP engram test client
 mod pg;
 
 #[pymodule]
@@ -21,7 +20,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_master, m)?)?;
     store::register(m)?;
     engram::register(m)?;
-    m.add_class::<engram_test_client::EngramTestClient>()?; // TEMP engram test client
     pg::register(m)?;
     Ok(())
 }

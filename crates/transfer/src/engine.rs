@@ -139,11 +139,13 @@ impl TransferEngine {
                 if !mem.check_range(o.seg_offset, o.len) {
                     return Err(ErrorCode::InvalidParams);
                 }
-                copy(
-                    o.local_ptr as *const u8,
-                    mem.base().add(o.seg_offset as usize),
-                    o.len,
-                );
+                if !mem.write_fresh(o.seg_offset, o.local_ptr as *const u8, o.len) {
+                    copy(
+                        o.local_ptr as *const u8,
+                        mem.base().add(o.seg_offset as usize),
+                        o.len,
+                    );
+                }
             }
             return Ok(path);
         }

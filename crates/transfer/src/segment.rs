@@ -6,8 +6,57 @@ use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::{Arc, OnceLock};
+
+/// Copies at least this large into a segment go through `pwrite`.
+const PWRITE_MIN: u64 = 1 << 20;
+
+/// `false` when `MC_STORE_PWRITE=off` (read once).
+fn pwrite_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !std::env::var("MC_STORE_PWRITE")
+            .map(|v| v.eq_ignore_ascii_case("off"))
+            .unwrap_or(false)
+    })
+}
+
+/// The page size (queried once).
+fn page_size() -> usize {
+    static PAGE: OnceLock<usize> = OnceLock::new();
+    // SAFETY: sysconf has no preconditions.
+    *PAGE.get_or_init(|| match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as usize,
+        _ => 4096,
+    })
+}
+
+/// `pwrite` `src..+len` at `offset`, retrying on `EINTR` and short writes;
+/// returns the number of bytes written (less than `len` after an error).
+///
+/// # Safety
+/// `src..src+len` must be readable.
+unsafe fn pwrite_all(fd: RawFd, src: *const u8, len: u64, offset: u64) -> u64 {
+    let mut done = 0u64;
+    while done < len {
+        let r = libc::pwrite(
+            fd,
+            src.add(done as usize) as *const libc::c_void,
+            (len - done) as usize,
+            (offset + done) as libc::off_t,
+        );
+        if r > 0 {
+            done += r as u64;
+        } else if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+        {
+            continue;
+        } else {
+            break;
+        }
+    }
+    done
+}
 
 /// A segment of memory that other processes on this host can map.
 pub struct Segment {
@@ -70,6 +119,54 @@ impl Segment {
             .checked_add(len)
             .is_some_and(|end| end <= self.size())
     }
+
+    /// Write `len` bytes from `src` into the segment at `offset` (a range
+    /// that `check_range` accepted) with `pwrite` through the memfd, when
+    /// the range is large and its pages have never been written (sampled
+    /// at the first, middle and last page); returns `false`, having written
+    /// nothing, otherwise: the caller then copies through the mapping.
+    ///
+    /// For never-touched pages the kernel allocates each page and fills it
+    /// in one step, without the page fault, page-table update and zero-fill
+    /// that a first store through the mapping costs (about 1.7x faster on a
+    /// 2-core VM, where page-table updates are expensive); the pages are
+    /// mapped later, on first read, 16 at a time. Pages already in memory
+    /// are faster to fill through the mapping, with several threads. On a
+    /// `pwrite` error the rest is copied through the mapping.
+    /// `MC_STORE_PWRITE=off` disables this path.
+    ///
+    /// # Safety
+    /// `src..src+len` must be readable, and the range must lie in the segment.
+    pub unsafe fn write_fresh(&self, offset: u64, src: *const u8, len: u64) -> bool {
+        if len < PWRITE_MIN || !pwrite_enabled() || self.any_resident(offset, len) {
+            return false;
+        }
+        let done = pwrite_all(self.file.as_raw_fd(), src, len, offset);
+        if done < len {
+            std::ptr::copy_nonoverlapping(
+                src.add(done as usize),
+                self.base().add((offset + done) as usize),
+                (len - done) as usize,
+            );
+        }
+        true
+    }
+
+    /// Whether the first, middle or last page of a (non-empty) range is in
+    /// memory.
+    fn any_resident(&self, offset: u64, len: u64) -> bool {
+        let page = page_size();
+        let base = self.base() as usize;
+        [offset, offset + len / 2, offset + len - 1]
+            .iter()
+            .any(|&at| {
+                let addr = (base + at as usize) & !(page - 1);
+                let mut v = 0u8;
+                // SAFETY: one page inside this mapping; `v` receives one byte.
+                let r = unsafe { libc::mincore(addr as *mut libc::c_void, 1, &mut v) };
+                r != 0 || v & 1 != 0
+            })
+    }
 }
 
 // SAFETY: the mapping is plain shared memory; concurrent access is coordinated
@@ -114,5 +211,26 @@ mod tests {
         assert!(local_segment(s.uuid()).is_some());
         unregister_local(s.uuid());
         assert!(local_segment(s.uuid()).is_none());
+    }
+
+    #[test]
+    fn fresh_write_is_exact() {
+        // Odd offset and length (partial first and last pages); bytes
+        // around the range stay zero.
+        let len = (PWRITE_MIN * 5 + 12_345) as usize;
+        let s = Segment::create((len + (1 << 20)) as u64).unwrap();
+        let src: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4099) as u8).collect();
+        let off = 4096 * 3 + 17;
+        assert!(s.check_range(off as u64, len as u64));
+        assert!(!s.any_resident(off as u64, len as u64));
+        assert!(!unsafe { s.write_fresh(0, src.as_ptr(), PWRITE_MIN - 1) });
+        assert!(unsafe { s.write_fresh(off as u64, src.as_ptr(), len as u64) });
+        let mem = unsafe { std::slice::from_raw_parts(s.base(), s.size() as usize) };
+        assert!(mem[..off].iter().all(|&b| b == 0));
+        assert!(mem[off..off + len] == src[..]);
+        assert!(mem[off + len..].iter().all(|&b| b == 0));
+        // Now resident: left to the caller.
+        assert!(s.any_resident(off as u64, len as u64));
+        assert!(!unsafe { s.write_fresh(off as u64, src.as_ptr(), len as u64) });
     }
 }
