@@ -5,11 +5,13 @@
 
 use crate::data_proto::{RequestHeader, OP_READ};
 use crate::segment::Segment;
+use crate::sockio::{iov, send_all, sendfile_all, IOV_MAX};
 use mooncake_common::framing::{server_handshake, Service};
 use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -91,6 +93,49 @@ impl Drop for DataServer {
     }
 }
 
+/// Ranges at least this long go out with `sendfile` from the memfd (no
+/// user-space copy); shorter ones are gathered into `sendmsg` batches.
+const SENDFILE_MIN: u64 = 256 << 10;
+/// Bytes gathered into one `sendmsg`.
+const GATHER_BYTES: usize = 4 << 20;
+
+/// Send status 0 and then the ranges, in order.
+fn send_ranges(sock: &TcpStream, seg: &Segment, ranges: &[(u64, u64)]) -> io::Result<()> {
+    let fd = sock.as_raw_fd();
+    let status = 0i32.to_le_bytes();
+    let mut iovs: Vec<libc::iovec> = Vec::with_capacity(ranges.len().min(IOV_MAX) + 1);
+    iovs.push(iov(status.as_ptr(), 4));
+    let mut pending = 4usize;
+    for (i, &(o, l)) in ranges.iter().enumerate() {
+        if l == 0 {
+            continue;
+        }
+        if l >= SENDFILE_MIN {
+            // SAFETY: the iovecs point into the status and the checked segment ranges.
+            unsafe { send_all(fd, &mut iovs, true)? };
+            iovs.clear();
+            pending = 0;
+            sendfile_all(fd, seg.fd().as_raw_fd(), o, l)?;
+            continue;
+        }
+        // SAFETY: range checked against the segment by the caller.
+        iovs.push(iov(unsafe { seg.base().add(o as usize) }, l as usize));
+        pending += l as usize;
+        if iovs.len() >= IOV_MAX || pending >= GATHER_BYTES {
+            let more = i + 1 < ranges.len();
+            // SAFETY: as above.
+            unsafe { send_all(fd, &mut iovs, more)? };
+            iovs.clear();
+            pending = 0;
+        }
+    }
+    if !iovs.is_empty() {
+        // SAFETY: as above.
+        unsafe { send_all(fd, &mut iovs, false)? };
+    }
+    Ok(())
+}
+
 fn serve_conn(mut sock: TcpStream, seg: Option<Arc<Segment>>) -> io::Result<()> {
     server_handshake(&mut sock, Service::Data)?;
     let mut rd = io::BufReader::with_capacity(64 << 10, sock.try_clone()?);
@@ -115,30 +160,7 @@ fn serve_conn(mut sock: TcpStream, seg: Option<Arc<Segment>>) -> io::Result<()> 
                 sock.write_all(&ErrorCode::InvalidParams.code().to_le_bytes())?;
                 continue;
             }
-            sock.write_all(&0i32.to_le_bytes())?;
-            // Coalesce small ranges into one buffered write; send big ones directly.
-            let mut pending: Vec<u8> = Vec::new();
-            for (o, l) in &h.ranges {
-                // SAFETY: range checked against the segment above.
-                let src =
-                    unsafe { std::slice::from_raw_parts(seg.base().add(*o as usize), *l as usize) };
-                if src.len() >= (256 << 10) {
-                    if !pending.is_empty() {
-                        sock.write_all(&pending)?;
-                        pending.clear();
-                    }
-                    sock.write_all(src)?;
-                } else {
-                    pending.extend_from_slice(src);
-                    if pending.len() >= (1 << 20) {
-                        sock.write_all(&pending)?;
-                        pending.clear();
-                    }
-                }
-            }
-            if !pending.is_empty() {
-                sock.write_all(&pending)?;
-            }
+            send_ranges(&sock, seg, &h.ranges)?;
         } else {
             if !valid {
                 return Err(io::Error::new(
