@@ -172,13 +172,13 @@ unsafe fn copy(src: *const u8, dst: *mut u8, len: u64) {
     });
 }
 
-/// Parallel TCP streams for one large transfer: `MC_TCP_STREAMS`, default 2.
+/// Parallel TCP streams for one large transfer: `MC_TCP_STREAMS`, default 4.
 fn tcp_streams() -> u64 {
     // Read per call (only transfers of several MiB get here).
     std::env::var("MC_TCP_STREAMS")
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(2)
+        .unwrap_or(4)
         .clamp(1, 16)
 }
 
