@@ -1,6 +1,7 @@
 //! `Client`: one store client instance (what `MooncakeDistributedStore.setup`
 //! creates): master connection, mounted segment, data server, heartbeat.
 
+use crate::done::DoneQueue;
 use crate::master_conn::MasterConn;
 use crate::metadata_pub::MetadataUrl;
 use crate::registered::Regions;
@@ -57,6 +58,8 @@ pub struct Client {
     heartbeat: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Remove/upsert counter (see `mutation_epoch`).
     pub(crate) mutations: std::sync::atomic::AtomicU64,
+    /// Finished read tickets to report to the master.
+    done: Arc<DoneQueue>,
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -211,7 +214,9 @@ impl Client {
             health: Arc::new(AtomicI32::new(0)),
             heartbeat: Mutex::new(None),
             mutations: std::sync::atomic::AtomicU64::new(0),
+            done: Arc::new(DoneQueue::default()),
         });
+        client.done.start(&client.master);
         if !client.publish_metadata() {
             client.close();
             return Err(ErrorCode::InternalError);
@@ -315,6 +320,13 @@ impl Client {
         if self.closed.swap(true, Ordering::AcqRel) {
             return 0;
         }
+        self.done.stop();
+        let done = self.done.take();
+        if !done.is_empty() {
+            let _ = self
+                .master
+                .call(&MasterRequest::ReadsDone { tickets: done });
+        }
         let _ = self.master.call(&MasterRequest::Disconnect {
             client_id: self.client_id.clone(),
         });
@@ -365,10 +377,29 @@ impl Client {
         v
     }
 
-    /// One master RPC, counted.
-    pub(crate) fn rpc(&self, req: &MasterRequest) -> Result<MasterResponse, ErrorCode> {
+    /// One master RPC, counted. Finished read tickets ride along.
+    pub(crate) fn rpc(&self, req: MasterRequest) -> Result<MasterResponse, ErrorCode> {
         self.stats.master_rpcs.fetch_add(1, Ordering::Relaxed);
-        self.master.call(req)
+        let done = self.done.take();
+        if done.is_empty() {
+            return self.master.call(&req);
+        }
+        let r = self.master.call(&MasterRequest::WithDone {
+            done: done.clone(),
+            req: Box::new(req),
+        });
+        if r.is_err() {
+            // Reporting twice is harmless; losing them only delays the end.
+            for t in done {
+                self.done.push(t);
+            }
+        }
+        r
+    }
+
+    /// A read under `ticket` finished (successfully or not).
+    pub(crate) fn read_finished(&self, ticket: u64) {
+        self.done.push(ticket);
     }
 
     /// Register `[ptr, ptr+size)`; -600 on overlap or size 0.

@@ -3,6 +3,7 @@
 //! top of the transfer engine.
 
 mod client;
+mod done;
 mod locations;
 mod master_conn;
 mod metadata_pub;

@@ -36,7 +36,7 @@ impl Client {
     /// preferred replica per key.
     pub fn lookup_locations(&self, keys: &[String]) -> Locations {
         let t0 = Instant::now();
-        let lk = self.lookup(keys);
+        let lk = self.lookup(keys, false);
         let ttl = lk.deadline.saturating_duration_since(t0);
         let items = lk
             .infos

@@ -6,7 +6,7 @@ use mooncake_common::framing::{self, client_handshake, Service, MAX_CONTROL_FRAM
 use mooncake_common::proto::{MasterRequest, MasterResponse};
 use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
-use std::io;
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
@@ -71,11 +71,42 @@ impl MasterConn {
         }
     }
 
-    /// One request/response on a given stream.
+    /// One request/response on a given stream: the request goes out in one
+    /// `write`, and a small response comes back in one `read`.
     pub fn call_on(s: &mut TcpStream, req: &MasterRequest) -> io::Result<MasterResponse> {
-        framing::write_frame(s, &framing::encode(req)?)?;
-        let body = framing::read_frame(s, MAX_CONTROL_FRAME)?;
-        framing::decode(&body)
+        let mut buf = framing::encode_frame(req)?;
+        s.write_all(&buf)?;
+        // Strict request/response: nothing follows this response, so a
+        // larger first read cannot take bytes of another frame.
+        buf.clear();
+        buf.resize(4096, 0);
+        let mut have = 0usize;
+        while have < 4 {
+            let n = s.read(&mut buf[have..])?;
+            if n == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            have += n;
+        }
+        let mut len = [0u8; 4];
+        len.copy_from_slice(&buf[..4]);
+        let len = u32::from_le_bytes(len) as usize;
+        if len > MAX_CONTROL_FRAME {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("frame of {len} bytes exceeds limit"),
+            ));
+        }
+        let total = 4 + len;
+        if have > total {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "unexpected bytes after the response",
+            ));
+        }
+        buf.resize(total.max(have), 0);
+        s.read_exact(&mut buf[have..total])?;
+        framing::decode(&buf[4..total])
     }
 
     /// Send a request; transport errors become RPC_FAIL.

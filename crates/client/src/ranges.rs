@@ -67,7 +67,7 @@ impl Client {
         if uniq.is_empty() {
             return results;
         }
-        let lk = self.lookup(&uniq);
+        let lk = self.lookup(&uniq, true);
         // Choose one replica per key; batch ops per source segment.
         struct Batch<'a> {
             seg: &'a mooncake_common::proto::ReplicaLoc,
@@ -149,6 +149,7 @@ impl Client {
                 }
             }
         }
+        self.read_finished(lk.ticket);
         if Instant::now() > lk.deadline {
             for b in batches.values() {
                 for &(i, j, k) in &b.slots {

@@ -86,7 +86,7 @@ impl Client {
         let sizes: Vec<u64> = values.iter().map(|v| v.iter().map(|p| p.1).sum()).collect();
         let mut cfg = cfg.clone();
         cfg.writer_host_id = self.engine.host_id().to_string();
-        let items = match self.rpc(&MasterRequest::PutStart {
+        let items = match self.rpc(MasterRequest::PutStart {
             keys: keys.to_vec(),
             sizes,
             config: cfg,
@@ -118,10 +118,10 @@ impl Client {
             }
         }
         if !failed.is_empty() {
-            let _ = self.rpc(&MasterRequest::PutRevoke { keys: failed });
+            let _ = self.rpc(MasterRequest::PutRevoke { keys: failed });
         }
         if !done.is_empty() {
-            if let Err(e) = self.rpc(&MasterRequest::PutEnd { keys: done.clone() }) {
+            if let Err(e) = self.rpc(MasterRequest::PutEnd { keys: done.clone() }) {
                 for (i, k) in keys.iter().enumerate() {
                     if done.contains(k) {
                         codes[i] = e.code();

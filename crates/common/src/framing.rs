@@ -12,7 +12,7 @@ use std::io::{self, Read, Write};
 /// Magic bytes carried by every `Hello`.
 pub const MAGIC: [u8; 4] = *b"MCRS";
 /// Wire protocol version; bump on any incompatible change.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Largest control frame accepted (guards against corrupt length prefixes).
 pub const MAX_CONTROL_FRAME: usize = 256 << 20;
 
@@ -67,6 +67,18 @@ impl Hello {
 /// Serialize a value to a body (bincode).
 pub fn encode<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
     bincode::serialize(value).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// A whole frame (length prefix + bincode body) for `value`, built in one buffer.
+pub fn encode_frame<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
+    let mut buf: Vec<u8> = Vec::with_capacity(256);
+    buf.extend_from_slice(&[0u8; 4]);
+    bincode::serialize_into(&mut buf, value)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let len = u32::try_from(buf.len() - 4)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
+    buf[..4].copy_from_slice(&len.to_le_bytes());
+    Ok(buf)
 }
 
 /// Deserialize a body (bincode), rejecting trailing garbage.

@@ -87,6 +87,10 @@ pub struct ObjectInfo {
     pub size: u64,
     pub replicas: Vec<ReplicaLoc>,
     pub lease_ttl_ms: u64,
+    /// Read ticket of this lookup (0 = none): the master counts the object
+    /// as being read until the client reports the ticket done (or the
+    /// lease runs out); upserts of a read object return OBJECT_REPLICA_BUSY.
+    pub read_ticket: u64,
 }
 
 /// Requests a client sends to the master.
@@ -125,9 +129,22 @@ pub enum MasterRequest {
     PutRevoke {
         keys: Vec<String>,
     },
-    /// Look up complete replicas (grants a lease per found key).
+    /// Look up complete replicas (grants a lease per found key). With
+    /// `track`, the found objects are marked as being read under a new
+    /// read ticket (see [`ObjectInfo::read_ticket`]).
     GetReplicaList {
         keys: Vec<String>,
+        track: bool,
+    },
+    /// The reads of these tickets finished.
+    ReadsDone {
+        tickets: Vec<u64>,
+    },
+    /// Finished read tickets piggybacked on another request; the master
+    /// applies them before `req`.
+    WithDone {
+        done: Vec<u64>,
+        req: Box<MasterRequest>,
     },
     /// Existence check (grants a lease when it answers 1).
     Exist {

@@ -6,8 +6,8 @@
 //! size and the lease deadline. Until half the lease has elapsed, lookups
 //! issue no master RPC. Tables in this process's segment or in a same-host
 //! segment are copied straight into the output; remote tables are fetched
-//! with one scatter/gather request per owner (distinct rows only, adjacent
-//! rows coalesced), owners in parallel, then fanned out locally. A read
+//! with one scatter/gather request per owner (distinct rows only), owners in
+//! parallel, received straight into the output. A read
 //! failure or size mismatch drops the cache, refreshes once and retries.
 
 use crate::config::{store_key, Layout, TableDtype};
@@ -388,62 +388,63 @@ impl EngramCore {
         if tcp_groups.is_empty() {
             return Ok(());
         }
-        // Remote: distinct rows per head, runs coalesced, one request per owner.
-        struct Fetch {
-            heads: Vec<usize>,
-            uniq: Vec<Vec<u64>>,
-            buf: Vec<u8>,
-        }
-        let mut fetches: Vec<Fetch> = Vec::with_capacity(tcp_groups.len());
-        for heads in tcp_groups.into_values() {
-            let uniq: Vec<Vec<u64>> = heads
-                .iter()
-                .map(|&h| {
-                    let mut u: Vec<u64> =
-                        ids.iter().skip(h).step_by(h_n).map(|&x| x as u64).collect();
-                    u.sort_unstable();
-                    u.dedup();
-                    u
-                })
-                .collect();
-            let rows: usize = uniq.iter().map(Vec::len).sum();
-            fetches.push(Fetch {
-                heads,
-                uniq,
-                buf: vec![0u8; rows * rb],
-            });
-        }
-        let results: Vec<Result<(), ErrorCode>> = std::thread::scope(|sc| {
-            let handles: Vec<_> = fetches
-                .iter_mut()
-                .map(|f| {
-                    let locs = &cache.locs;
-                    sc.spawn(move || {
-                        let base = f.buf.as_mut_ptr() as usize;
-                        let mut ops: Vec<Op> = Vec::new();
-                        let mut at = 0usize;
-                        for (j, &h) in f.heads.iter().enumerate() {
-                            let off = locs[h].replica.offset;
-                            let u = &f.uniq[j];
-                            let mut k = 0;
-                            while k < u.len() {
-                                let mut e = k + 1;
-                                while e < u.len() && u[e] == u[e - 1] + 1 {
-                                    e += 1;
-                                }
-                                let len = (e - k) * rb;
+        // Remote: one scatter/gather request per owner (the transfer engine
+        // splits a large one over parallel streams), owners in parallel. Each
+        // distinct row of a head is fetched once, straight into its first
+        // place in `dst` (the owner gathers the rows into its socket writes;
+        // a token's heads are adjacent in `dst`, so they form one receive
+        // iovec); repeated rows are copied locally afterwards.
+        let mut dups: Vec<(usize, usize)> = Vec::new();
+        let per_owner: Vec<(&mooncake_client::ReplicaLoc, Vec<Op>)> = tcp_groups
+            .values()
+            .map(|heads| {
+                let rep = &cache.locs[heads[0]].replica;
+                let tokens = ids.len() / h_n;
+                let mut first: Vec<HashMap<i64, usize>> = heads
+                    .iter()
+                    .map(|_| HashMap::with_capacity(tokens))
+                    .collect();
+                let mut ops = Vec::with_capacity(heads.len() * tokens);
+                for (i, chunk) in ids.chunks_exact(h_n).enumerate() {
+                    for (j, &h) in heads.iter().enumerate() {
+                        let at = dst + (i * h_n + h) * rb;
+                        match first[j].entry(chunk[h]) {
+                            std::collections::hash_map::Entry::Occupied(e) => {
+                                dups.push((*e.get(), at));
+                            }
+                            std::collections::hash_map::Entry::Vacant(e) => {
+                                e.insert(at);
                                 ops.push(Op {
-                                    seg_offset: off + u[k] * rb as u64,
-                                    local_ptr: base + at,
-                                    len: len as u64,
+                                    seg_offset: cache.locs[h].replica.offset
+                                        + chunk[h] as u64 * rb as u64,
+                                    local_ptr: at,
+                                    len: rb as u64,
                                 });
-                                at += len;
-                                k = e;
                             }
                         }
-                        // SAFETY: every op targets a distinct part of `f.buf`.
-                        unsafe { client.read_ops(&locs[f.heads[0]].replica, &ops) }.map(|_| ())
-                    })
+                    }
+                }
+                (rep, ops)
+            })
+            .collect();
+        let copy_dups = || {
+            for &(from, to) in &dups {
+                // SAFETY: both are row slots of `dst`; `from` was just filled.
+                unsafe { std::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, rb) };
+            }
+        };
+        if per_owner.len() == 1 {
+            let (rep, ops) = &per_owner[0];
+            client.read_ops(rep, ops)?;
+            copy_dups();
+            return Ok(());
+        }
+        let results: Vec<Result<(), ErrorCode>> = std::thread::scope(|sc| {
+            let handles: Vec<_> = per_owner
+                .iter()
+                .map(|(rep, ops)| {
+                    // SAFETY: owners write disjoint parts of `dst`.
+                    sc.spawn(move || unsafe { client.read_ops(rep, ops) }.map(|_| ()))
                 })
                 .collect();
             handles
@@ -451,32 +452,8 @@ impl EngramCore {
                 .map(|h| h.join().unwrap_or(Err(ErrorCode::InternalError)))
                 .collect()
         });
-        for r in results {
-            r?;
-        }
-        // Fan out the fetched rows.
-        for f in &fetches {
-            let mut starts = Vec::with_capacity(f.heads.len());
-            let mut at = 0usize;
-            for u in &f.uniq {
-                starts.push(at);
-                at += u.len();
-            }
-            for (j, &h) in f.heads.iter().enumerate() {
-                let u = &f.uniq[j];
-                for (i, chunk) in ids.chunks_exact(h_n).enumerate() {
-                    let id = chunk[h] as u64;
-                    let Ok(pos) = u.binary_search(&id) else {
-                        return Err(ErrorCode::InternalError);
-                    };
-                    std::ptr::copy_nonoverlapping(
-                        f.buf.as_ptr().add((starts[j] + pos) * rb),
-                        (dst + (i * h_n + h) * rb) as *mut u8,
-                        rb,
-                    );
-                }
-            }
-        }
+        results.into_iter().collect::<Result<(), ErrorCode>>()?;
+        copy_dups();
         Ok(())
     }
 }

@@ -8,6 +8,7 @@ use crate::state::{
 use mooncake_common::proto::{ObjectInfo, PutStartItem, SoftPin, WriteConfig};
 use mooncake_common::ErrorCode;
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 impl MasterState {
@@ -80,6 +81,13 @@ impl MasterState {
                     (ObjStatus::Processing, _) => {
                         g.discard_processing(key, release);
                     }
+                    (ObjStatus::Complete, true) if o.being_read(now) => {
+                        // Overwriting (or freeing) replicas a reader is
+                        // copying from would tear its read.
+                        self.metrics.put_start_failures.inc();
+                        out.push(PutStartItem::Err(ErrorCode::ObjectReplicaBusy));
+                        continue;
+                    }
                     (ObjStatus::Complete, true) => {
                         hard_pin |= o.hard_pin;
                         soft_deadline = o.soft_pin_deadline;
@@ -133,6 +141,7 @@ impl MasterState {
                     hard_pin,
                     put_start: now,
                     pending_pin: pin,
+                    readers: Vec::new(),
                 },
             );
             out.push(PutStartItem::Write(locs));
@@ -177,21 +186,48 @@ impl MasterState {
         }
     }
 
-    /// COMPLETE replicas per key, granting a lease to each found key.
-    pub fn get_replica_list(&self, keys: &[String]) -> Vec<Result<ObjectInfo, ErrorCode>> {
+    /// COMPLETE replicas per key, granting a lease to each found key. With
+    /// `track`, the found objects are marked as being read under one new
+    /// read ticket (returned in every found [`ObjectInfo`]).
+    pub fn get_replica_list(
+        &self,
+        keys: &[String],
+        track: bool,
+    ) -> Vec<Result<ObjectInfo, ErrorCode>> {
+        self.get_replica_list_owned(keys.to_vec(), track)
+    }
+
+    /// [`MasterState::get_replica_list`] taking the keys by value (they
+    /// become the ticket's key list without another copy).
+    pub fn get_replica_list_owned(
+        &self,
+        keys: Vec<String>,
+        track: bool,
+    ) -> Vec<Result<ObjectInfo, ErrorCode>> {
         let ttl = self.cfg.default_kv_lease_ttl_ms;
         let now = Instant::now();
+        let d = now + Duration::from_millis(ttl);
+        let ticket = if track {
+            self.next_ticket.fetch_add(1, Ordering::Relaxed)
+        } else {
+            0
+        };
         let mut g = self.inner.lock();
         let mut out = Vec::with_capacity(keys.len());
-        for k in keys {
+        let mut any = false;
+        for k in &keys {
             self.metrics.get_replica_list_requests.inc();
             let info = match g.objects.get_mut(k) {
                 None => Err(ErrorCode::ObjectNotFound),
                 Some(o) if o.status != ObjStatus::Complete => Err(ErrorCode::ReplicaIsNotReady),
                 Some(o) => {
-                    let d = now + Duration::from_millis(ttl);
                     if d > o.lease_deadline {
                         o.lease_deadline = d;
+                    }
+                    if track {
+                        o.readers.retain(|(_, exp)| *exp > now);
+                        o.readers.push((ticket, d));
+                        any = true;
                     }
                     Ok((o.size, o.replicas.clone()))
                 }
@@ -200,9 +236,32 @@ impl MasterState {
                 size,
                 replicas: reps.iter().filter_map(|r| g.replica_loc(r, size)).collect(),
                 lease_ttl_ms: ttl,
+                read_ticket: ticket,
             }));
         }
+        if any {
+            g.tickets.insert(ticket, (keys, d));
+        }
         out
+    }
+
+    /// The reads of `tickets` finished: their objects are no longer being
+    /// read by them. Unknown (expired, repeated) tickets are ignored.
+    pub fn reads_done(&self, tickets: &[u64]) {
+        if tickets.is_empty() {
+            return;
+        }
+        let mut g = self.inner.lock();
+        for t in tickets {
+            let Some((keys, _)) = g.tickets.remove(t) else {
+                continue;
+            };
+            for k in &keys {
+                if let Some(o) = g.objects.get_mut(k) {
+                    o.readers.retain(|(x, _)| x != t);
+                }
+            }
+        }
     }
 
     /// 1 when a COMPLETE replica exists (and grant a lease), else 0.
@@ -284,5 +343,100 @@ impl MasterState {
             }
         }
         victims.len() as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::MasterConfig;
+    use crate::metrics::MasterMetrics;
+    use crate::state::MasterState;
+    use mooncake_common::proto::{PutStartItem, SegmentDesc, WriteConfig};
+    use mooncake_common::ErrorCode;
+    use std::sync::Arc;
+
+    fn state_with_segment() -> Arc<MasterState> {
+        let st = MasterState::new(
+            MasterConfig::default(),
+            Arc::new(MasterMetrics::default()),
+            None,
+        );
+        let desc = SegmentDesc {
+            name: "h:1".into(),
+            uuid: "u1".into(),
+            size: 1 << 20,
+            base_addr: 0,
+            host_id: "host".into(),
+            pid: 1,
+            endpoint: "h:1".into(),
+            socket_name: String::new(),
+        };
+        st.mount_segment("c1", desc).unwrap();
+        st
+    }
+
+    fn put(st: &MasterState, key: &str, size: u64, upsert: bool) -> PutStartItem {
+        let keys = vec![key.to_string()];
+        let mut items = st.put_start(&keys, &[size], &WriteConfig::default(), upsert);
+        if matches!(items[0], PutStartItem::Write(_)) {
+            st.put_end(&keys);
+        }
+        items.remove(0)
+    }
+
+    #[test]
+    fn upsert_of_an_object_being_read_is_busy() {
+        let st = state_with_segment();
+        assert!(matches!(put(&st, "k", 100, false), PutStartItem::Write(_)));
+        let keys = vec!["k".to_string()];
+        // An untracked lookup (get_size, is_exist-like) marks nothing.
+        let info = st.get_replica_list(&keys, false).remove(0).unwrap();
+        assert_eq!(info.read_ticket, 0);
+        assert!(matches!(put(&st, "k", 100, true), PutStartItem::Write(_)));
+        // A tracked lookup holds the object until its ticket is done.
+        let t = st
+            .get_replica_list(&keys, true)
+            .remove(0)
+            .unwrap()
+            .read_ticket;
+        assert_ne!(t, 0);
+        for size in [100, 200] {
+            assert_eq!(
+                put(&st, "k", size, true),
+                PutStartItem::Err(ErrorCode::ObjectReplicaBusy)
+            );
+        }
+        // Plain puts of an existing key are unaffected (write-once).
+        assert_eq!(put(&st, "k", 100, false), PutStartItem::AlreadyExists);
+        st.reads_done(&[t]);
+        st.reads_done(&[t]); // repeated reports are harmless
+        assert!(matches!(put(&st, "k", 200, true), PutStartItem::Write(_)));
+        // Tickets are per object: one of a removed and re-created key is inert.
+        let t2 = st
+            .get_replica_list(&keys, true)
+            .remove(0)
+            .unwrap()
+            .read_ticket;
+        assert_eq!(st.remove(&keys, true), vec![0]);
+        assert!(matches!(put(&st, "k", 100, false), PutStartItem::Write(_)));
+        assert!(matches!(put(&st, "k", 100, true), PutStartItem::Write(_)));
+        st.reads_done(&[t2]);
+    }
+
+    #[test]
+    fn read_marks_expire_with_the_lease() {
+        let st = state_with_segment();
+        assert!(matches!(put(&st, "e", 64, false), PutStartItem::Write(_)));
+        let keys = vec!["e".to_string()];
+        let _t = st.get_replica_list(&keys, true);
+        // Expire the mark (as if the lease had run out) without waiting.
+        {
+            let mut g = st.inner.lock();
+            let o = g.objects.get_mut("e").unwrap();
+            for r in o.readers.iter_mut() {
+                r.1 = std::time::Instant::now();
+            }
+        }
+        assert!(matches!(put(&st, "e", 64, true), PutStartItem::Write(_)));
     }
 }

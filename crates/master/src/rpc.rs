@@ -1,27 +1,47 @@
 //! The master's RPC server: length-prefixed bincode frames over TCP, one
 //! request/response at a time per connection, a version handshake first.
+//!
+//! Connections are accepted on the tokio runtime but served on one blocking
+//! thread each: a request wakes its thread directly out of `read`, without
+//! a reactor hop, which keeps the round trip short on small machines.
 
 use crate::state::MasterState;
 use mooncake_common::framing::{self, Hello, Service, MAX_CONTROL_FRAME};
 use mooncake_common::proto::{MasterRequest, MasterResponse};
-use std::io;
+use mooncake_common::ErrorCode;
+use std::io::{self, BufReader, Write};
+use std::net::TcpStream;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
-/// Accept connections forever, one task per connection.
+/// Accept connections forever, one serving thread per connection.
 pub async fn serve(listener: TcpListener, state: Arc<MasterState>) {
     loop {
         match listener.accept().await {
             Ok((sock, peer)) => {
-                let st = Arc::clone(&state);
-                tokio::spawn(async move {
-                    if let Err(e) = handle_conn(sock, st).await {
-                        if e.kind() != io::ErrorKind::UnexpectedEof {
-                            tracing::warn!(%peer, error = %e, "rpc connection closed");
-                        }
+                let sock = match sock.into_std().and_then(|s| {
+                    s.set_nonblocking(false)?;
+                    Ok(s)
+                }) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(%peer, error = %e, "cannot take over rpc connection");
+                        continue;
                     }
-                });
+                };
+                let st = Arc::clone(&state);
+                let spawned = std::thread::Builder::new()
+                    .name("mc-master-rpc".into())
+                    .spawn(move || {
+                        if let Err(e) = handle_conn(sock, st) {
+                            if e.kind() != io::ErrorKind::UnexpectedEof {
+                                tracing::warn!(%peer, error = %e, "rpc connection closed");
+                            }
+                        }
+                    });
+                if let Err(e) = spawned {
+                    tracing::warn!(%peer, error = %e, "cannot spawn rpc thread");
+                }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
@@ -31,59 +51,50 @@ pub async fn serve(listener: TcpListener, state: Arc<MasterState>) {
     }
 }
 
-async fn read_frame(sock: &mut TcpStream, max: usize) -> io::Result<Vec<u8>> {
-    let mut len = [0u8; 4];
-    sock.read_exact(&mut len).await?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len > max {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("frame of {len} bytes exceeds limit"),
-        ));
-    }
-    let mut body = vec![0u8; len];
-    sock.read_exact(&mut body).await?;
-    Ok(body)
-}
-
-async fn write_frame(sock: &mut TcpStream, body: &[u8]) -> io::Result<()> {
+/// Write one frame (length prefix + body) with a single `write`.
+fn write_frame(sock: &mut TcpStream, out: &mut Vec<u8>, body: &[u8]) -> io::Result<()> {
     let len = u32::try_from(body.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "response too large"))?;
-    let mut buf = Vec::with_capacity(body.len() + 4);
-    buf.extend_from_slice(&len.to_le_bytes());
-    buf.extend_from_slice(body);
-    sock.write_all(&buf).await
+    out.clear();
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(body);
+    sock.write_all(out)
 }
 
-async fn handle_conn(mut sock: TcpStream, state: Arc<MasterState>) -> io::Result<()> {
+fn handle_conn(mut sock: TcpStream, state: Arc<MasterState>) -> io::Result<()> {
     let _ = sock.set_nodelay(state.config().rpc_enable_tcp_no_delay);
     let idle = state.config().rpc_conn_timeout_seconds;
-    let hello_body = read_frame(&mut sock, 1024).await?;
+    if idle > 0 {
+        sock.set_read_timeout(Some(std::time::Duration::from_secs(idle as u64)))?;
+    }
+    let mut rd = BufReader::with_capacity(64 << 10, sock.try_clone()?);
+    let mut out: Vec<u8> = Vec::with_capacity(4096);
+    let hello_body = framing::read_frame(&mut rd, 1024)?;
     let hello: Hello = framing::decode(&hello_body)?;
     let ours = framing::encode(&Hello::new(Service::Master))?;
     if let Err(e) = hello.check(Service::Master) {
         tracing::warn!(error = %e, "refusing rpc connection");
-        let _ = write_frame(&mut sock, &ours).await;
+        let _ = write_frame(&mut sock, &mut out, &ours);
         return Err(io::Error::new(io::ErrorKind::InvalidData, e));
     }
-    write_frame(&mut sock, &ours).await?;
+    write_frame(&mut sock, &mut out, &ours)?;
     loop {
-        let body = if idle > 0 {
-            match tokio::time::timeout(
-                std::time::Duration::from_secs(idle as u64),
-                read_frame(&mut sock, MAX_CONTROL_FRAME),
-            )
-            .await
+        let body = match framing::read_frame(&mut rd, MAX_CONTROL_FRAME) {
+            Ok(b) => b,
+            // The idle timeout (`rpc_conn_timeout_seconds`) ran out.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
             {
-                Ok(r) => r?,
-                Err(_) => return Ok(()),
+                return Ok(())
             }
-        } else {
-            read_frame(&mut sock, MAX_CONTROL_FRAME).await?
+            Err(e) => return Err(e),
         };
         let req: MasterRequest = framing::decode(&body)?;
         let resp = dispatch(&state, req);
-        write_frame(&mut sock, &framing::encode(&resp)?).await?;
+        sock.write_all(&framing::encode_frame(&resp)?)?;
     }
 }
 
@@ -124,8 +135,20 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
             state.put_revoke(&keys);
             MasterResponse::Ok
         }
-        MasterRequest::GetReplicaList { keys } => {
-            MasterResponse::Objects(state.get_replica_list(&keys))
+        MasterRequest::GetReplicaList { keys, track } => {
+            MasterResponse::Objects(state.get_replica_list_owned(keys, track))
+        }
+        MasterRequest::ReadsDone { tickets } => {
+            state.reads_done(&tickets);
+            MasterResponse::Ok
+        }
+        MasterRequest::WithDone { done, req } => {
+            state.reads_done(&done);
+            match *req {
+                // No nesting: one envelope per request.
+                MasterRequest::WithDone { .. } => MasterResponse::Err(ErrorCode::InvalidParams),
+                inner => dispatch(state, inner),
+            }
         }
         MasterRequest::Exist { keys } => MasterResponse::Codes(state.exist(&keys)),
         MasterRequest::Remove { keys, force } => MasterResponse::Codes(state.remove(&keys, force)),

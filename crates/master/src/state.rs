@@ -65,6 +65,19 @@ pub(crate) struct Object {
     pub hard_pin: bool,
     pub put_start: Instant,
     pub pending_pin: PendingPin,
+    /// Reads in flight: `(read ticket, expiry)`. An entry goes away when
+    /// its client reports the ticket done; until then it counts while
+    /// unexpired. It expires with the lease its lookup granted: a client
+    /// discards any copy that finishes after that lease (LEASE_EXPIRED),
+    /// so an expired entry can no longer protect a read that matters.
+    pub readers: Vec<(u64, Instant)>,
+}
+
+impl Object {
+    /// Whether a read of this object may be in flight at `now`.
+    pub fn being_read(&self, now: Instant) -> bool {
+        self.readers.iter().any(|(_, exp)| *exp > now)
+    }
 }
 
 /// Space of discarded writes, released at `at`.
@@ -84,6 +97,8 @@ pub(crate) struct Inner {
     pub segments: HashMap<String, SegmentEntry>,
     pub objects: HashMap<String, Object>,
     pub deferred: Vec<DeferredFree>,
+    /// Open read tickets: the keys each marked and when it expires.
+    pub tickets: HashMap<u64, (Vec<String>, Instant)>,
 }
 
 /// The master's shared state.
@@ -93,6 +108,8 @@ pub struct MasterState {
     pub(crate) metadata: Option<Arc<MetadataKv>>,
     pub(crate) inner: Mutex<Inner>,
     pub(crate) need_eviction: AtomicBool,
+    /// Source of read-ticket ids (0 is never used).
+    pub(crate) next_ticket: std::sync::atomic::AtomicU64,
 }
 
 impl MasterState {
@@ -108,6 +125,7 @@ impl MasterState {
             metadata,
             inner: Mutex::new(Inner::default()),
             need_eviction: AtomicBool::new(false),
+            next_ticket: std::sync::atomic::AtomicU64::new(1),
         })
     }
 
@@ -264,6 +282,7 @@ impl MasterState {
         for k in stale {
             g.discard_processing(&k, release);
         }
+        g.tickets.retain(|_, (_, exp)| *exp > now);
         let due: Vec<DeferredFree> = {
             let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut g.deferred)
                 .into_iter()
@@ -369,7 +388,7 @@ pub(crate) fn pending_pin(action: SoftPin, ttl: Option<u64>, default_ttl: u64) -
 
 impl AdminView for MasterState {
     fn query_key(&self, key: &str) -> Result<Vec<ReplicaView>, ErrorCode> {
-        let infos = self.get_replica_list(&[key.to_string()]);
+        let infos = self.get_replica_list(&[key.to_string()], false);
         match infos.into_iter().next() {
             Some(Ok(info)) => Ok(info
                 .replicas

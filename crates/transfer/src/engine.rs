@@ -174,7 +174,17 @@ unsafe fn copy(src: *const u8, dst: *mut u8, len: u64) {
     });
 }
 
-/// Split a large batch into up to 4 parts of similar byte size and run them in parallel.
+/// Parallel TCP streams for one large transfer: `MC_TCP_STREAMS`, default 4.
+fn tcp_streams() -> u64 {
+    // Read per call (only transfers of several MiB get here).
+    std::env::var("MC_TCP_STREAMS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(4)
+        .clamp(1, 16)
+}
+
+/// Split a large batch into up to `tcp_streams()` parts of similar byte size and run them in parallel.
 fn tcp_parallel(
     ops: &[Op],
     run: impl Fn(&[Op]) -> Result<(), ErrorCode> + Sync,
@@ -183,7 +193,10 @@ fn tcp_parallel(
     if total < TCP_SPLIT {
         return run(ops);
     }
-    let parts_n = 4u64;
+    let parts_n = tcp_streams();
+    if parts_n <= 1 {
+        return run(ops);
+    }
     let per = total.div_ceil(parts_n);
     let mut parts: Vec<Vec<Op>> = vec![Vec::new()];
     let mut acc = 0u64;

@@ -7,6 +7,7 @@ pub mod data_server;
 pub mod engine;
 pub mod same_host;
 pub mod segment;
+pub mod sockio;
 pub mod tcp_pool;
 
 pub use engine::{Op, Path, SegmentRef, TransferEngine};

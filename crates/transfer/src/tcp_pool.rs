@@ -1,14 +1,16 @@
 //! Client side of the data protocol: pooled TCP connections per peer and
 //! scatter/gather read/write batches, one round trip per batch.
 
-use crate::data_proto::{RequestHeader, OP_READ, OP_WRITE};
+use crate::data_proto::{encode_header, OP_READ, OP_WRITE};
 use crate::engine::Op;
+use crate::sockio::{iov, recv_status_then, send_all};
 use mooncake_common::framing::{client_handshake, Service};
 use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -105,12 +107,25 @@ impl TcpPool {
 }
 
 fn header(op: u8, uuid: &str, ops: &[Op]) -> Vec<u8> {
-    RequestHeader {
-        op,
-        uuid: uuid.to_string(),
-        ranges: ops.iter().map(|o| (o.seg_offset, o.len)).collect(),
+    encode_header(op, uuid, ops.iter().map(|o| (o.seg_offset, o.len)))
+}
+
+/// iovecs over the local side of `ops`, adjacent destinations merged.
+fn local_iovs(ops: &[Op]) -> Vec<libc::iovec> {
+    let mut v: Vec<libc::iovec> = Vec::with_capacity(ops.len().min(1 << 16));
+    for o in ops {
+        if o.len == 0 {
+            continue;
+        }
+        if let Some(last) = v.last_mut() {
+            if last.iov_base as usize + last.iov_len == o.local_ptr {
+                last.iov_len += o.len as usize;
+                continue;
+            }
+        }
+        v.push(iov(o.local_ptr as *const u8, o.len as usize));
     }
-    .encode()
+    v
 }
 
 fn read_status(s: &mut TcpStream) -> io::Result<i32> {
@@ -121,50 +136,20 @@ fn read_status(s: &mut TcpStream) -> io::Result<i32> {
 
 unsafe fn read_on(s: &mut TcpStream, uuid: &str, ops: &[Op]) -> io::Result<Result<(), ErrorCode>> {
     s.write_all(&header(OP_READ, uuid, ops))?;
-    let st = read_status(s)?;
+    let mut dst = local_iovs(ops);
+    let st = recv_status_then(s.as_raw_fd(), &mut dst)?;
     if st != 0 {
         return Ok(Err(ErrorCode::from_code(st)));
-    }
-    let total: u64 = ops.iter().map(|o| o.len).sum();
-    if ops.len() > 1 && total <= (1 << 20) {
-        // Many small ranges: one read, then scatter.
-        let mut buf = vec![0u8; total as usize];
-        s.read_exact(&mut buf)?;
-        let mut at = 0usize;
-        for o in ops {
-            let n = o.len as usize;
-            std::ptr::copy_nonoverlapping(buf.as_ptr().add(at), o.local_ptr as *mut u8, n);
-            at += n;
-        }
-    } else {
-        for o in ops {
-            let dst = std::slice::from_raw_parts_mut(o.local_ptr as *mut u8, o.len as usize);
-            s.read_exact(dst)?;
-        }
     }
     Ok(Ok(()))
 }
 
 unsafe fn write_on(s: &mut TcpStream, uuid: &str, ops: &[Op]) -> io::Result<Result<(), ErrorCode>> {
-    let mut buf = header(OP_WRITE, uuid, ops);
-    let total: u64 = ops.iter().map(|o| o.len).sum();
-    if total <= (256 << 10) {
-        for o in ops {
-            buf.extend_from_slice(std::slice::from_raw_parts(
-                o.local_ptr as *const u8,
-                o.len as usize,
-            ));
-        }
-        s.write_all(&buf)?;
-    } else {
-        s.write_all(&buf)?;
-        for o in ops {
-            s.write_all(std::slice::from_raw_parts(
-                o.local_ptr as *const u8,
-                o.len as usize,
-            ))?;
-        }
-    }
+    let head = header(OP_WRITE, uuid, ops);
+    let mut iovs = Vec::with_capacity(ops.len() + 1);
+    iovs.push(iov(head.as_ptr(), head.len()));
+    iovs.extend(local_iovs(ops));
+    send_all(s.as_raw_fd(), &mut iovs, false)?;
     let st = read_status(s)?;
     if st != 0 {
         return Ok(Err(ErrorCode::from_code(st)));

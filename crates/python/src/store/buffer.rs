@@ -7,20 +7,14 @@
 //!   the GIL is released around the client call.
 //! * [`BufferHandle`]: the result of `get_buffer`, exporting its own copy of
 //!   the value as a 1-D, itemsize 1, format `"b"`, writable buffer.
-//! * [`bytes_from`]: build a `bytes` object, copying large values with the
-//!   GIL released.
 
 use super::args::short_repr;
 use mooncake_client::StagedValue;
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr;
-
-/// Copies of at least this many bytes are done with the GIL released.
-pub const BULK_COPY_BYTES: usize = 64 * 1024;
 
 /// An exported, C-contiguous view of a Python value.
 ///
@@ -105,19 +99,6 @@ impl Drop for InputBuffer {
 /// Acquire every element of `values` (TypeError on the first non-buffer).
 pub fn acquire_all<'py>(values: &[Bound<'py, PyAny>]) -> PyResult<Vec<InputBuffer>> {
     values.iter().map(InputBuffer::acquire).collect()
-}
-
-/// A `bytes` copy of `data`; copies of [`BULK_COPY_BYTES`] or more run with
-/// the GIL released.
-pub fn bytes_from<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
-    if data.len() < BULK_COPY_BYTES {
-        return Ok(PyBytes::new(py, data));
-    }
-    PyBytes::new_with(py, data.len(), |dst| {
-        // `dst` belongs to a bytes object nobody else can see yet.
-        py.allow_threads(|| dst.copy_from_slice(data));
-        Ok(())
-    })
 }
 
 /// The value returned by `get_buffer`: owns a private copy of the object's

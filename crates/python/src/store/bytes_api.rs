@@ -4,7 +4,7 @@
 
 use super::args::one_of;
 use super::batch::Plan;
-use super::buffer::{acquire_all, bytes_from, BufferHandle, InputBuffer};
+use super::buffer::{acquire_all, BufferHandle, InputBuffer};
 use super::class::{MooncakeDistributedStore, NOT_SET_UP};
 use super::config::{ReplicateConfig, WriteKind};
 use super::log;
@@ -181,6 +181,65 @@ impl MooncakeDistributedStore {
         merged.into_iter().map(Result::ok).collect()
     }
 
+    /// Staged read of many keys straight into new `bytes` objects: the
+    /// objects are allocated (uninitialised) once the sizes are known and
+    /// filled with the GIL released, so the value is copied exactly once.
+    /// One `None` per failed key, one log line per call.
+    fn read_bytes(
+        &self,
+        py: Python<'_>,
+        method: &str,
+        keys: &[String],
+    ) -> Vec<Option<Py<PyBytes>>> {
+        let Some(client) = self.client_or_log_all(py, method, keys.len()) else {
+            return keys.iter().map(|_| None).collect();
+        };
+        let plan = Plan::reject_empty_keys(keys);
+        let sent = plan.pick(keys);
+        let mut objects: Vec<Option<Py<PyBytes>>> = Vec::new();
+        let answers = if sent.is_empty() {
+            Vec::new()
+        } else {
+            py.allow_threads(|| {
+                client.get_batch_with(&sent, |sizes| {
+                    Python::with_gil(|py| {
+                        sizes
+                            .iter()
+                            .map(|s| {
+                                let b = s.as_ref().ok().and_then(|n| uninit_bytes(py, *n as usize));
+                                let ptr = b.as_ref().map(|(_, p)| *p);
+                                objects.push(b.map(|(o, _)| o));
+                                ptr
+                            })
+                            .collect()
+                    })
+                })
+            })
+        };
+        let mut objects = objects.into_iter();
+        let merged = plan.merge(
+            answers
+                .into_iter()
+                .map(|r| {
+                    let obj = objects.next().flatten();
+                    match (r, obj) {
+                        (Ok(_), Some(o)) => Ok(o),
+                        (Ok(_), None) => Err(ErrorCode::InternalError.code() as i64),
+                        (Err(e), _) => Err(e.code() as i64),
+                    }
+                })
+                .collect(),
+            Err,
+        );
+        let failures: Vec<(&str, i64)> = keys
+            .iter()
+            .zip(&merged)
+            .filter_map(|(k, r)| r.as_ref().err().map(|c| (k.as_str(), *c)))
+            .collect();
+        log::fail_batch(py, method, &failures, keys.len());
+        merged.into_iter().map(Result::ok).collect()
+    }
+
     /// Per-key `is_exist` with binding-side checks and logging.
     fn exist_many(&self, py: Python<'_>, method: &str, keys: &[String]) -> Vec<i32> {
         let Some(client) = self.client_or_log_all(py, method, keys.len()) else {
@@ -205,24 +264,26 @@ impl MooncakeDistributedStore {
     }
 }
 
+/// A new, uninitialised `bytes` object of `n` bytes and its data pointer.
+/// The caller must fill all `n` bytes before the object is shared.
+fn uninit_bytes(py: Python<'_>, n: usize) -> Option<(Py<PyBytes>, usize)> {
+    let len = pyo3::ffi::Py_ssize_t::try_from(n).ok()?;
+    // SAFETY: NULL source asks CPython for an uninitialised buffer; we hold the GIL.
+    unsafe {
+        let obj = pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), len);
+        if obj.is_null() {
+            pyo3::ffi::PyErr_Clear();
+            return None;
+        }
+        let data = pyo3::ffi::PyBytes_AsString(obj) as usize;
+        let b: Bound<'_, PyBytes> = Bound::from_owned_ptr(py, obj).downcast_into_unchecked();
+        Some((b.unbind(), data))
+    }
+}
+
 /// `b""` for a failed read.
 fn empty_bytes(py: Python<'_>) -> Bound<'_, PyBytes> {
     PyBytes::new(py, b"")
-}
-
-/// `bytes` of a staged value (b"" if the copy cannot be allocated).
-fn to_bytes<'py>(py: Python<'py>, method: &str, key: &str, v: &StagedValue) -> Bound<'py, PyBytes> {
-    bytes_from(py, &v.data).unwrap_or_else(|e| {
-        drop(e);
-        log::fail(
-            py,
-            method,
-            Some(key),
-            ErrorCode::InternalError.code() as i64,
-            "out of memory",
-        );
-        empty_bytes(py)
-    })
 }
 
 #[pymethods]
@@ -312,8 +373,9 @@ impl MooncakeDistributedStore {
         key: Option<String>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let key = one_of("get", arg0, key, "key")?;
-        Ok(match self.read_one(py, "get", &key) {
-            Some(v) => to_bytes(py, "get", &key, &v),
+        let mut v = self.read_bytes(py, "get", std::slice::from_ref(&key));
+        Ok(match v.pop().flatten() {
+            Some(b) => b.into_bound(py),
             None => empty_bytes(py),
         })
     }
@@ -336,12 +398,11 @@ impl MooncakeDistributedStore {
             );
             return Ok(vec![empty_bytes(py)]);
         }
-        let values = self.read_many(py, "get_batch", &keys);
-        Ok(keys
-            .iter()
-            .zip(values)
-            .map(|(k, v)| match v {
-                Some(v) => to_bytes(py, "get_batch", k, &v),
+        let values = self.read_bytes(py, "get_batch", &keys);
+        Ok(values
+            .into_iter()
+            .map(|v| match v {
+                Some(b) => b.into_bound(py),
                 None => empty_bytes(py),
             })
             .collect())

@@ -1,0 +1,216 @@
+//! Vectored socket IO on raw descriptors: gather sends (`sendmsg` with up
+//! to `IOV_MAX` slices), `sendfile` from a segment's memfd, and scatter
+//! receives straight into many destinations (`recvmsg`), each looping over
+//! partial transfers and `EINTR`.
+
+use std::io;
+use std::os::fd::RawFd;
+
+/// Most iovecs one syscall takes (Linux `IOV_MAX`).
+pub const IOV_MAX: usize = 1024;
+
+/// An `iovec` for `len` bytes at `ptr`.
+pub fn iov(ptr: *const u8, len: usize) -> libc::iovec {
+    libc::iovec {
+        iov_base: ptr as *mut libc::c_void,
+        iov_len: len,
+    }
+}
+
+/// Drop the first `n` bytes from `iovs[*start..]`, advancing `*start`.
+fn advance(iovs: &mut [libc::iovec], start: &mut usize, mut n: usize) {
+    while n > 0 && *start < iovs.len() {
+        let v = &mut iovs[*start];
+        if n >= v.iov_len {
+            n -= v.iov_len;
+            *start += 1;
+        } else {
+            v.iov_base = (v.iov_base as usize + n) as *mut libc::c_void;
+            v.iov_len -= n;
+            n = 0;
+        }
+    }
+    while *start < iovs.len() && iovs[*start].iov_len == 0 {
+        *start += 1;
+    }
+}
+
+fn msghdr(iovs: &mut [libc::iovec]) -> libc::msghdr {
+    // SAFETY: msghdr is plain data; zero is a valid empty header.
+    let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+    m.msg_iov = iovs.as_mut_ptr();
+    m.msg_iovlen = iovs.len().min(IOV_MAX) as _;
+    m
+}
+
+/// Send every byte described by `iovs` (which this call consumes). With
+/// `more`, the kernel may hold a partial segment for the next send.
+///
+/// # Safety
+/// Every iovec must describe readable memory.
+pub unsafe fn send_all(fd: RawFd, iovs: &mut [libc::iovec], more: bool) -> io::Result<()> {
+    let mut start = 0usize;
+    advance(iovs, &mut start, 0);
+    while start < iovs.len() {
+        let m = msghdr(&mut iovs[start..]);
+        let mut flags = libc::MSG_NOSIGNAL;
+        if more || start + IOV_MAX < iovs.len() {
+            flags |= libc::MSG_MORE;
+        }
+        let n = libc::sendmsg(fd, &m, flags);
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        advance(iovs, &mut start, n as usize);
+    }
+    Ok(())
+}
+
+/// `sendfile` `len` bytes of `file` from `offset` into the socket.
+pub fn sendfile_all(sock: RawFd, file: RawFd, offset: u64, len: u64) -> io::Result<()> {
+    let mut off = offset as libc::off_t;
+    let mut left = len;
+    while left > 0 {
+        let chunk = left.min(1 << 30) as usize;
+        // SAFETY: plain syscall on descriptors we hold; `off` is ours.
+        let n = unsafe { libc::sendfile(sock, file, &mut off, chunk) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+/// Receive exactly the bytes described by `iovs` (which this call consumes).
+///
+/// # Safety
+/// Every iovec must describe writable memory.
+pub unsafe fn recv_all(fd: RawFd, iovs: &mut [libc::iovec]) -> io::Result<()> {
+    let mut start = 0usize;
+    advance(iovs, &mut start, 0);
+    while start < iovs.len() {
+        let mut m = msghdr(&mut iovs[start..]);
+        let n = libc::recvmsg(fd, &mut m, libc::MSG_WAITALL);
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        advance(iovs, &mut start, n as usize);
+    }
+    Ok(())
+}
+
+/// Receive a 4-byte status; when it is 0, also receive `iovs` (with the
+/// status read in the same syscall when the data is already there).
+/// Returns the status.
+///
+/// # Safety
+/// Every iovec must describe writable memory.
+pub unsafe fn recv_status_then(fd: RawFd, data: &mut [libc::iovec]) -> io::Result<i32> {
+    let mut st = [0u8; 4];
+    let mut got: usize;
+    // First call: whatever is there, at most the status plus the data.
+    {
+        let mut first: Vec<libc::iovec> = Vec::with_capacity(data.len().min(IOV_MAX - 1) + 1);
+        first.push(iov(st.as_mut_ptr(), 4));
+        first.extend(data.iter().take(IOV_MAX - 1).copied());
+        loop {
+            let mut m = msghdr(&mut first);
+            let n = libc::recvmsg(fd, &mut m, 0);
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            got = n as usize;
+            break;
+        }
+    }
+    if got < 4 {
+        let mut rest = [iov(st.as_mut_ptr().add(got), 4 - got)];
+        recv_all(fd, &mut rest)?;
+        got = 4;
+    }
+    let status = i32::from_le_bytes(st);
+    let extra = got - 4;
+    if status != 0 {
+        if extra > 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "data after an error status",
+            ));
+        }
+        return Ok(status);
+    }
+    let mut start = 0usize;
+    advance(data, &mut start, extra);
+    recv_all(fd, &mut data[start..])?;
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn scatter_gather_roundtrip() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let src: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        let s2 = src.clone();
+        let t = std::thread::spawn(move || {
+            let src = s2;
+            let mut iovs: Vec<libc::iovec> = (0..2000)
+                .map(|i| iov(src[i * 2..].as_ptr(), 2))
+                .chain(std::iter::once(iov(src[4000..].as_ptr(), 1000)))
+                .collect();
+            let mut a = a;
+            a.write_all(&0i32.to_le_bytes()).unwrap();
+            unsafe { send_all(a.as_raw_fd(), &mut iovs, false) }.unwrap();
+            a.write_all(&7i32.to_le_bytes()).unwrap();
+        });
+        let mut dst = vec![0u8; 5000];
+        let mut d: Vec<libc::iovec> = (0..5)
+            .map(|i| iov(dst[i * 1000..].as_mut_ptr(), 1000))
+            .collect();
+        assert_eq!(
+            unsafe { recv_status_then(b.as_raw_fd(), &mut d) }.unwrap(),
+            0
+        );
+        assert_eq!(dst, src);
+        let mut none = Vec::new();
+        assert_eq!(
+            unsafe { recv_status_then(b.as_raw_fd(), &mut none) }.unwrap(),
+            7
+        );
+        t.join().unwrap();
+    }
+}
