@@ -8,16 +8,17 @@
 
 use crate::completion::Completion;
 use crate::config::{Config, Transport};
-use crate::dtype::{check_reduction, DType};
+use crate::dtype::check_reduction;
 use crate::engine::{self, Engine, Incoming};
 use crate::error::PgError;
+use crate::fault;
 use crate::futex::Doorbell;
-use crate::link::{reader_loop, PeerLink, ShmPair};
+use crate::link::{now_ns, reader_loop, PeerLink, ShmPair};
 use crate::p2p::{self, P2p};
 use crate::plan::{kind_code, OpKind};
 use crate::progress::{run_op, Op};
 use crate::shm::{self, Segment};
-use crate::wire::{Hdr, KIND_BYE, KIND_MAPPED};
+use crate::wire::{Hdr, KIND_BYE, KIND_MAPPED, KIND_PING};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -89,6 +90,13 @@ pub struct Shared {
     ctrl_cv: Condvar,
     mask_out: Mutex<Option<(usize, usize)>>,
     spin_us: AtomicU64,
+    /// Torch group id (the key's first component), used by fault rules.
+    pub label: Arc<str>,
+    /// Peers the running collective involves (the watchdog probes them).
+    pub waiting_coll: AtomicU64,
+    watch_idle: AtomicBool,
+    watch: Mutex<()>,
+    watch_cv: Condvar,
     /// Tunables.
     pub cfg: Config,
 }
@@ -123,6 +131,22 @@ impl Shared {
             Some(Some(l)) => l.is_dead(),
             _ => true,
         }
+    }
+
+    /// Wakes the liveness watchdog if it sleeps with nothing to watch; call
+    /// after starting anything that waits on a peer (one relaxed load when
+    /// the watchdog is already running).
+    pub fn poke_watchdog(&self) {
+        if self.watch_idle.load(Ordering::Relaxed) {
+            let _g = self.watch.lock();
+            self.watch_idle.store(false, Ordering::Relaxed);
+            self.watch_cv.notify_all();
+        }
+    }
+
+    /// The links (indexed by slot).
+    pub fn links(&self) -> Arc<Vec<Option<Arc<PeerLink>>>> {
+        self.links.read().clone()
     }
 
     /// Wakes threads waiting for control frames.
@@ -182,6 +206,7 @@ impl Group {
             )));
         }
         let cfg = Config::from_env();
+        fault::load_env().map_err(PgError::InvalidArgument)?;
         let engine = engine::engine()?;
         let member_id = engine::random_u64();
         let key = engine::stable_hash(&p.key);
@@ -223,6 +248,11 @@ impl Group {
             ctrl_cv: Condvar::new(),
             mask_out: Mutex::new(None),
             spin_us: AtomicU64::new(cfg.spin.as_micros() as u64),
+            label: p.key.split('/').next().unwrap_or_default().into(),
+            waiting_coll: AtomicU64::new(0),
+            watch_idle: AtomicBool::new(false),
+            watch: Mutex::new(()),
+            watch_cv: Condvar::new(),
             cfg,
         });
         let g = Group {
@@ -236,6 +266,12 @@ impl Group {
             .name("mcpg-exec".into())
             .spawn(move || executor_loop(sh))
             .map_err(|e| PgError::io("spawn executor", e))?;
+        g.threads.lock().push(h);
+        let sh = g.shared.clone();
+        let h = std::thread::Builder::new()
+            .name("mcpg-watch".into())
+            .spawn(move || watchdog_loop(sh))
+            .map_err(|e| PgError::io("spawn watchdog", e))?;
         g.threads.lock().push(h);
         Ok(g)
     }
@@ -325,6 +361,10 @@ impl Group {
                 if left.is_zero() {
                     break;
                 }
+                if fault::fail_connect(&self.shared.label, p.slot) {
+                    std::thread::sleep(left.min(Duration::from_millis(100)));
+                    continue;
+                }
                 match engine::dial(
                     &p.endpoint,
                     self.shared.key,
@@ -388,7 +428,15 @@ impl Group {
                 continue;
             };
             let rs = s.try_clone().map_err(|e| PgError::io("clone socket", e))?;
-            let l = Arc::new(PeerLink::new(p.slot, me, p.member_id, s));
+            let closer = s.try_clone().map_err(|e| PgError::io("clone socket", e))?;
+            let l = Arc::new(PeerLink::new(
+                p.slot,
+                me,
+                p.member_id,
+                s,
+                closer,
+                self.shared.label.clone(),
+            ));
             links[p.slot] = Some(l.clone());
             new_links.push((l, rs));
         }
@@ -464,12 +512,8 @@ impl Group {
         if self.shared.is_shutdown() {
             return Err(PgError::Shutdown);
         }
-        let check = |d: DType, o| check_reduction(d, o);
-        match &kind {
-            OpKind::AllReduce { dtype, op, .. }
-            | OpKind::ReduceScatter { dtype, op, .. }
-            | OpKind::Reduce { dtype, op, .. } => check(*dtype, *op)?,
-            _ => {}
+        if let Some((dtype, op)) = kind.reduction() {
+            check_reduction(dtype, op)?;
         }
         let done = Arc::new(Completion::new());
         let sig = kind_code(&kind) << 16 | (dtype_code & 0xff) << 8 | (op_code & 0xff);
@@ -540,6 +584,7 @@ impl Group {
                 } else {
                     std::slice::from_raw_parts(ptr as *const u8, len)
                 };
+                self.shared.poke_watchdog();
                 if p2p::send(&l, self.shared.cfg.p2p_frame, data).is_err() {
                     l.mark_dead();
                     done.complete(None, 1u64 << dst);
@@ -578,6 +623,10 @@ impl Group {
         }
         self.shared.bell().ring();
         self.shared.submit_bell.ring();
+        {
+            let _g = self.shared.watch.lock();
+            self.shared.watch_cv.notify_all();
+        }
         let links = self.shared.links.read().clone();
         let bye = Hdr {
             kind: KIND_BYE,
@@ -633,5 +682,75 @@ fn executor_loop(shared: Arc<Shared>) {
         shared
             .submit_bell
             .wait(seen, Duration::from_millis(500), Duration::ZERO);
+    }
+}
+
+/// Liveness watchdog (spec §5.2): while anything waits on a peer (a running
+/// collective, a posted receive, a blocked write), PINGs that peer every
+/// `min(T/4, 100 ms)` and fences it once it has been silent for T (no frame
+/// received, no write completed). Live peers answer from their reader
+/// threads, so a slow but live peer is never fenced. Sleeps on a condvar
+/// (at most 1 s) while nothing waits.
+fn watchdog_loop(shared: Arc<Shared>) {
+    let cap = shared.capacity;
+    let mut since: Vec<Option<u64>> = vec![None; cap];
+    let mut pinged: Vec<u64> = vec![0; cap];
+    loop {
+        if shared.is_shutdown() {
+            return;
+        }
+        fault::park_if_frozen();
+        let links = shared.links();
+        let coll = shared.waiting_coll.load(Ordering::Acquire);
+        let waited = coll | shared.p2p.waited_mask(cap);
+        let mut watching = false;
+        let now = now_ns();
+        let (tc, tp) = (shared.cfg.coll_timeout(), shared.cfg.p2p_timeout());
+        for (slot, l) in links.iter().enumerate() {
+            let Some(l) = l.as_ref().filter(|l| !l.is_dead()) else {
+                since[slot] = None;
+                continue;
+            };
+            if waited >> slot & 1 == 0 && !l.writing() {
+                since[slot] = None;
+                continue;
+            }
+            watching = true;
+            let t = if coll >> slot & 1 == 1 { tc } else { tp };
+            let start = *since[slot].get_or_insert(now);
+            let heard = l.last_heard_ns().max(start);
+            let silent = now.saturating_sub(heard);
+            if silent > t.as_nanos() as u64 {
+                if crate::config::log_info() {
+                    eprintln!(
+                        "mooncake-pg: group {} rank {}: rank {slot} silent for {:.1}s; declared failed",
+                        shared.label,
+                        shared.rank,
+                        silent as f64 / 1e9
+                    );
+                }
+                l.fence();
+                shared.bell().ring();
+                shared.notify_ctrl();
+                since[slot] = None;
+                continue;
+            }
+            let every = (t / 4).min(Duration::from_millis(100)).as_nanos() as u64;
+            if now.saturating_sub(pinged[slot]) >= every && l.try_write_ctrl(KIND_PING) {
+                pinged[slot] = now;
+            }
+        }
+        let tick = (tc.min(tp) / 4).clamp(Duration::from_millis(1), Duration::from_millis(100));
+        let mut g = shared.watch.lock();
+        if shared.is_shutdown() {
+            return;
+        }
+        if watching {
+            shared.watch_cv.wait_for(&mut g, tick);
+        } else {
+            shared.watch_idle.store(true, Ordering::Relaxed);
+            shared.watch_cv.wait_for(&mut g, Duration::from_secs(1));
+            shared.watch_idle.store(false, Ordering::Relaxed);
+        }
     }
 }

@@ -76,6 +76,25 @@ impl P2p {
     }
 }
 
+impl P2p {
+    /// Slots that posted receives wait on (every slot for an any-source receive).
+    pub fn waited_mask(&self, capacity: usize) -> u64 {
+        let st = self.st.lock();
+        if !st.any.is_empty() {
+            return if capacity >= 64 {
+                u64::MAX
+            } else {
+                (1u64 << capacity) - 1
+            };
+        }
+        st.per_src
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| !q.posted.is_empty())
+            .fold(0, |m, (i, _)| m | 1u64 << i)
+    }
+}
+
 fn mismatch(expected: usize, got: u64, src: usize) -> String {
     format!("recv size mismatch: posted {expected} bytes but rank {src} sent {got} bytes")
 }
@@ -120,6 +139,8 @@ pub fn post_recv(
                 return;
             }
             q.posted.push_back(recv);
+            drop(st);
+            shared.poke_watchdog();
         }
         None => {
             let found = st
@@ -133,6 +154,8 @@ pub fn post_recv(
                 return;
             }
             st.any.push_back(recv);
+            drop(st);
+            shared.poke_watchdog();
         }
     }
 }
