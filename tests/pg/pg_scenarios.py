@@ -31,6 +31,38 @@ REDUCIBLE = [
 FLOATS = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
 
 
+def _hub() -> dist.TCPStore:
+    return dist.TCPStore(
+        "127.0.0.1",
+        int(os.environ["MCPG_TEST_HUB_PORT"]),
+        is_master=False,
+        timeout=datetime.timedelta(seconds=120),
+    )
+
+
+_INIT_COUNT: dict[str, int] = {}
+# Stores rank 0 hosts, alive until the step ends (a failed init must not
+# take the store away from ranks still dialing it).
+STEP_STORES: list[dist.TCPStore] = []
+
+
+def _step_store(rank: int, world: int, timeout: float) -> dist.TCPStore:
+    """A fresh store for one init: rank 0 hosts it on a free port and
+    publishes the port through the harness's hub once it listens, so no rank
+    ever dials a store that is not up yet (or one that is going away)."""
+    step = os.environ["MCPG_TEST_STEP"]
+    n = _INIT_COUNT[step] = _INIT_COUNT.get(step, -1) + 1
+    key = f"{step}/store/{n}"
+    hub = _hub()
+    td = datetime.timedelta(seconds=timeout)
+    if rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, world, True, td, wait_for_workers=False)
+        hub.set(key, str(store.port))
+        STEP_STORES.append(store)
+        return store
+    return dist.TCPStore("127.0.0.1", int(hub.get(key)), world, False, td)
+
+
 def init(
     rank: int,
     world: int,
@@ -38,17 +70,32 @@ def init(
     options: object = None,
     backend: str = "mooncake-cpu",
     timeout: float = 60.0,
+    url: bool = False,
     **kw: object,
 ) -> None:
+    """``init_process_group``; through ``tcp://127.0.0.1:port`` when ``url``
+    (or outside the harness), else through a fresh store per init."""
+    where: dict[str, object] = {"init_method": f"tcp://127.0.0.1:{port}"}
+    if not url and "MCPG_TEST_HUB_PORT" in os.environ:
+        where = {"store": _step_store(rank, world, timeout)}
     dist.init_process_group(
         backend,
-        init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
         world_size=world,
         pg_options=options,
         timeout=datetime.timedelta(seconds=timeout),
+        **where,  # type: ignore[arg-type]
         **kw,
     )
+
+
+def hub_barrier(key: str, rank: int, world: int) -> None:
+    """Waits until every rank reached this point, through the harness's hub
+    store (which outlives every process group)."""
+    hub = _hub()
+    base = f"{os.environ['MCPG_TEST_STEP']}/{key}"
+    hub.set(f"{base}/{rank}", "1")
+    hub.wait([f"{base}/{r}" for r in range(world)])
 
 
 def eq(got: torch.Tensor, exp: torch.Tensor | float, what: str) -> None:
@@ -538,7 +585,7 @@ def reinit(rank: int, world: int, port: int) -> None:
             opts = MooncakeBackendOptions(torch.zeros(world, dtype=torch.int32))
         else:
             opts = MooncakeBackendOptions(world + 2)  # upstream form: max_group_size
-        init(rank, world, port, opts)
+        init(rank, world, port, opts, url=True)  # the same port every time
         assert dist.get_world_size() == world
         mask = mpg.get_active_ranks(dist.group.WORLD)
         exp = torch.tensor([1] * world + [0] * (mask.numel() - world), dtype=torch.int32)
@@ -549,6 +596,9 @@ def reinit(rank: int, world: int, port: int) -> None:
         dist.all_reduce(t)
         eq(t, float(world * (world + 1) // 2), f"sum after init {i}")
         dist.destroy_process_group()
+        # Rank 0 hosts the store on `port`: the others re-init only once the
+        # old store is gone, or they could reach it just before it closes.
+        hub_barrier(f"reinit/{i}", rank, world)
 
 
 def device_id_init(rank: int, world: int, port: int) -> None:
@@ -589,6 +639,16 @@ def bad_input(rank: int, world: int, port: int) -> None:
         t = torch.ones(numel[rank])
         msg = expect(RuntimeError, lambda t=t: dist.all_reduce(t), "size mismatch")
         assert "mismatch" in msg or "differ" in msg, msg
+        dist.barrier()
+    # No corruption: the rank with the smaller tensor gets nothing written
+    # past its end (guard elements around a view stay intact).
+    for numel in ((4, 40000), (40000, 4)):
+        backing = torch.full((numel[rank] + 64,), -7.0)
+        view = backing[32 : 32 + numel[rank]]
+        view.fill_(1.0)
+        expect(RuntimeError, lambda v=view: dist.all_reduce(v), "size mismatch (guarded)")
+        eq(backing[:32], -7.0, "guard before the tensor")
+        eq(backing[32 + numel[rank] :], -7.0, "guard after the tensor")
         dist.barrier()
     outs = [torch.zeros(2 + rank) for _ in range(2)]
     expect(RuntimeError, lambda: dist.all_gather(outs, torch.ones(2 + rank)), "all_gather mismatch")
@@ -712,7 +772,8 @@ def options_forms(rank: int, world: int, port: int) -> None:
     mpg.set_transfer_engine(None)
     dist.destroy_process_group()
     wrong = MooncakeBackendOptions(torch.zeros(world + 3, dtype=torch.int32), False, world + 1)
-    expect(Exception, lambda: init(rank, world, port + 1 if False else port, wrong), "mask length")
+    expect(Exception, lambda: init(rank, world, port, wrong), "mask length")
+    hub_barrier("end", rank, world)  # rank 0 hosts the store the others dial
 
 
 def cuda_collectives(rank: int, world: int, port: int) -> None:
@@ -777,4 +838,133 @@ def crash_survivors(rank: int, world: int, port: int) -> None:
         w.wait()
         assert not mpg.get_local_success(w)
     dist.barrier()
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ futures
+def futures(rank: int, world: int, port: int) -> None:
+    """Work.get_future(): all_reduce_coalesced(async_op=True) and a callback chain."""
+    init(rank, world, port)
+    n = world
+    a, b = torch.full((3,), float(rank + 1)), torch.full((5,), 2.0 * (rank + 1))
+    fut = dist.all_reduce_coalesced([a, b], async_op=True)
+    fut.wait()
+    eq(a, float(n * (n + 1) // 2), "coalesced a")
+    eq(b, float(n * (n + 1)), "coalesced b")
+    t = torch.full((4,), float(rank + 1))
+    w = dist.all_reduce(t, async_op=True)
+    chained = w.get_future().then(lambda f: f.value()[0] * 2)
+    eq(chained.wait(), float(n * (n + 1)), "future callback")
+    # An op that fails (size mismatch) fails its future.
+    bad = torch.ones(3 + rank)
+    fut = dist.all_reduce(bad, async_op=True).get_future()
+    expect(RuntimeError, fut.wait, "failed future")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------- faults
+def _fault_env_check() -> None:
+    assert int(os.environ["MOONCAKE_PG_COLLECTIVE_TIMEOUT_US"]) <= 5_000_000
+
+
+def freeze(rank: int, world: int, port: int) -> None:
+    """E3 (+ P2P): the top rank freezes (no reads, writes or PONGs); survivors
+    detect the silence and exclude it instead of hanging."""
+    from mooncake.pg import _testing
+
+    _fault_env_check()
+    init(rank, world, port)
+    top = world - 1
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    eq(t, float(world * (world + 1) // 2), "before the freeze")
+    dist.barrier()
+    if rank == top:
+        _testing.inject_fault("freeze@group=0")
+        dist.all_reduce(torch.ones(1))  # parks this process for good
+        raise AssertionError("a frozen rank returned")
+    if rank == 1:
+        # P2P silence: a receive from the frozen rank completes with a hint.
+        r = torch.full((2,), -1.0)
+        w = dist.irecv(r, top)
+        w.wait()
+        assert not mpg.get_local_success(w)
+        assert int(mpg.get_failed_ranks_hint(w)[top]) == 1
+    t = torch.tensor([float(rank + 1)])
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    eq(t, float(top * (top + 1) // 2), "sum over survivors")
+    hint = mpg.get_failed_ranks_hint(w)
+    assert int(hint[:top].sum()) == 0, hint
+    mask = torch.ones(world, dtype=torch.int32)
+    mask[top] = 0
+    eq(mpg.get_active_ranks(dist.group.WORLD), mask, "mask after the freeze")
+    t = torch.tensor([float(rank + 1)])
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    eq(t, float(top * (top + 1) // 2), "next op")
+    assert mpg.get_local_success(w)
+    dist.destroy_process_group()
+
+
+def exit_mid_send(rank: int, world: int, port: int) -> None:
+    """E2: the top rank exits right after its first data piece reached the
+    lowest peer; survivors get the sum over the ranks not flagged in the
+    hint, and the next op excludes it everywhere."""
+    from mooncake.pg import _testing
+
+    _fault_env_check()
+    init(rank, world, port)
+    top = world - 1
+    dist.barrier()
+    if rank == top:
+        _testing.inject_fault("exit@group=0,point=mid_send,code=0")
+    t = torch.full((1000,), float(rank + 1))
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    assert rank != top, "the exit rule did not fire"
+    hint = mpg.get_failed_ranks_hint(w)
+    assert int(hint.sum()) <= 1 and int(hint[:top].sum()) == 0, hint
+    exp = sum(r + 1 for r in range(world) if int(hint[r]) == 0)
+    eq(t, float(exp), "sum over the ranks not in the hint")
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    eq(t, float(top), "next op excludes the exited rank")
+    mask = torch.ones(world, dtype=torch.int32)
+    mask[top] = 0
+    eq(mpg.get_active_ranks(dist.group.WORLD), mask, "mask")
+    dist.destroy_process_group()
+
+
+def drop_link(rank: int, world: int, port: int) -> None:
+    """E8 at world 2: rank 0 drops its link to rank 1 at op 2; neither hangs,
+    each then runs alone and flags the other."""
+    from mooncake.pg import _testing
+
+    _fault_env_check()
+    init(rank, world, port)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    eq(t, 2.0, "before the drop")
+    if rank == 0:
+        _testing.inject_fault("drop_link@group=0,seq=1,slot=1")
+    t = torch.ones(2)
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    if rank == 0:
+        stats = _testing.fault_stats()
+        _testing.clear_faults()
+        assert stats == {"drop_link@group=0,seq=1,slot=1": 1}, stats
+    # Data the peer had already queued may still be used: the result matches
+    # the hint either way.
+    peer = 1 - rank
+    hint = mpg.get_failed_ranks_hint(w)
+    eq(t, 1.0 if int(hint[peer]) else 2.0, "result matches the hint")
+    t = torch.ones(2)
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    eq(t, 1.0, "each side alone afterwards")
+    mask = torch.tensor([rank == 0, rank == 1], dtype=torch.int32)
+    eq(mpg.get_active_ranks(dist.group.WORLD), mask, "the peer is cleared from the mask")
     dist.destroy_process_group()
