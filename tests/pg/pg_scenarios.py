@@ -125,14 +125,22 @@ def shapes(numel: int) -> list[tuple[str, torch.Tensor]]:
 
 # --------------------------------------------------------------------------- B
 def collectives(rank: int, world: int, port: int) -> None:
-    """B1-B7 at one world size: every op, dtype class, sizes, layouts, async."""
-    init(rank, world, port)
+    """B1-B7 at one world size: every op, dtype class, sizes, layouts, async.
+
+    A2: the TCP run passes seed-form options (the backend owns the mask tensor).
+    """
+    opts = None
+    if os.environ.get("MOONCAKE_PG_TRANSPORT") == "tcp":
+        opts = MooncakeBackendOptions(torch.full((world,), 5, dtype=torch.int32))
+    init(rank, world, port, opts)
     assert dist.get_world_size() == world and dist.get_rank() == rank
     check_transport(world)
     n = world
     x = rank + 1
     mask = mpg.get_active_ranks(dist.group.WORLD)
     eq(mask, torch.ones(n, dtype=torch.int32), "mask")
+    if opts is not None:
+        assert mask.data_ptr() == opts.active_ranks.data_ptr(), "mask is not the user's tensor"
 
     # B1 all_reduce over every reducible dtype.
     for dt in REDUCIBLE:
@@ -514,6 +522,37 @@ def subgroups(rank: int, world: int, port: int) -> None:
             pass
         else:
             raise AssertionError("send to group_dst=5 in a 2-rank group did not fail")
+    # Overlapping groups issued in different orders on different ranks: each
+    # group has its own sequence, so nothing deadlocks.
+    if rank < 2:
+        a, b = torch.tensor([float(x)]), torch.tensor([float(x)])
+        if rank == 0:
+            wa = dist.all_reduce(a, group=over, async_op=True)
+            wb = dist.all_reduce(b, group=g01, async_op=True)
+        else:
+            wb = dist.all_reduce(b, group=g01, async_op=True)
+            wa = dist.all_reduce(a, group=over, async_op=True)
+        wb.wait()
+        wa.wait()
+        eq(a, 6.0, "cross-order over")
+        eq(b, 3.0, "cross-order pair")
+    elif rank == 2:
+        a = torch.tensor([float(x)])
+        dist.all_reduce(a, group=over)
+        eq(a, 6.0, "cross-order over (rank 2)")
+    # FIFO per peer inside a subgroup (group_dst/group_src), mixed sizes.
+    if rank == 0:
+        ws = [
+            dist.isend(torch.full((1 if i % 2 else 300_000,), i), group_dst=1, group=even)
+            for i in range(8)
+        ]
+        for w in ws:
+            w.wait()
+    elif rank == 2:
+        for i in range(8):
+            t = torch.zeros(1 if i % 2 else 300_000, dtype=torch.int64)
+            dist.recv(t, group_src=0, group=even)
+            eq(t, float(i), "subgroup FIFO")
     for g in (g01, g23, even, odd, over):
         dist.destroy_process_group(g)
     t = torch.tensor([float(x)])
@@ -806,15 +845,24 @@ def crash_survivors(rank: int, world: int, port: int) -> None:
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
     eq(t, 10.0, "round 1")
+    # A receive posted before the crash completes once the death is seen.
+    early = dist.irecv(torch.zeros(2), 1) if rank == 2 else None
     dist.barrier()
     if rank == 1:
         os._exit(0)
+    if early is not None:
+        early.wait()
+        assert not mpg.get_local_success(early)
+        eq(mpg.get_failed_ranks_hint(early), torch.tensor([0, 1, 0, 0], dtype=torch.int32), "e5")
     t = torch.tensor([float(rank + 1)])
     w = dist.all_reduce(t, async_op=True)
     w.wait()  # peer failures do not raise
     eq(t, 8.0, "sum over survivors")
-    eq(mpg.get_failed_ranks_hint(w), torch.tensor([0, 1, 0, 0], dtype=torch.int32), "hint")
-    assert not mpg.get_local_success(w)
+    # Rank 2 already saw the death through its receive (the mask lost rank 1
+    # before this op started, so the op never waited on it).
+    hint = [0, 0, 0, 0] if rank == 2 else [0, 1, 0, 0]
+    eq(mpg.get_failed_ranks_hint(w), torch.tensor(hint, dtype=torch.int32), "hint")
+    assert mpg.get_local_success(w) == (rank == 2)
     eq(
         mpg.get_active_ranks(dist.group.WORLD),
         torch.tensor([1, 0, 1, 1], dtype=torch.int32),
@@ -833,10 +881,26 @@ def crash_survivors(rank: int, world: int, port: int) -> None:
     dist.all_gather(outs, torch.full((2,), float(rank + 1)))
     for j in range(4):
         eq(outs[j], 0.0 if j == 1 else float(j + 1), "all_gather zero-fills the failed slot")
-    if rank == 0:
-        w = dist.isend(torch.ones(1), 1)
-        w.wait()
-        assert not mpg.get_local_success(w)
+    # E5: P2P with the dead rank fails at once (flagged); between the others it is clean.
+    dead = torch.tensor([0, 1, 0, 0], dtype=torch.int32)
+    w = dist.isend(torch.ones(1), 1) if rank == 0 else dist.irecv(torch.ones(1), 1)
+    w.wait()
+    assert not mpg.get_local_success(w)
+    eq(mpg.get_failed_ranks_hint(w), dead, "p2p with the dead rank")
+    peer = {0: 2, 2: 0, 3: None}[rank]
+    if peer is not None:
+        got = torch.zeros(1)
+        ws = dist.batch_isend_irecv(
+            [
+                dist.P2POp(dist.isend, torch.tensor([float(rank)]), peer),
+                dist.P2POp(dist.irecv, got, peer),
+            ]
+        )
+        for w in ws:
+            w.wait()
+            assert mpg.get_local_success(w)
+        eq(got, float(peer), "p2p between survivors")
+    eq(mpg.get_active_ranks(dist.group.WORLD), 1 - dead, "mask after P2P")
     dist.barrier()
     dist.destroy_process_group()
 
@@ -934,6 +998,14 @@ def exit_mid_send(rank: int, world: int, port: int) -> None:
     mask = torch.ones(world, dtype=torch.int32)
     mask[top] = 0
     eq(mpg.get_active_ranks(dist.group.WORLD), mask, "mask")
+    assert dist.get_world_size() == top, "V shrinks when the top rank fails"
+    # E6 (broken top): outputs sized to the survivors.
+    out = torch.zeros(top)
+    dist.all_gather_into_tensor(out, torch.tensor([float(rank + 1)]))
+    eq(out, torch.arange(1, top + 1, dtype=torch.float32), "E6 all_gather")
+    out = torch.zeros(1)
+    dist.reduce_scatter_tensor(out, torch.arange(1, top + 1, dtype=torch.float32))
+    eq(out, float((rank + 1) * top), "E6 reduce_scatter")
     dist.destroy_process_group()
 
 
@@ -967,4 +1039,28 @@ def drop_link(rank: int, world: int, port: int) -> None:
     eq(t, 1.0, "each side alone afterwards")
     mask = torch.tensor([rank == 0, rank == 1], dtype=torch.int32)
     eq(mpg.get_active_ranks(dist.group.WORLD), mask, "the peer is cleared from the mask")
+    dist.destroy_process_group()
+
+
+def manual_evict(rank: int, world: int, port: int) -> None:
+    """E7 (steps 1-2): with auto_deactivate_on_failure=False a failure is
+    excluded and flagged but the mask is unchanged; the next op flags the
+    known-dead rank again at once."""
+    _fault_env_check()
+    opts = MooncakeBackendOptions(world, auto_deactivate_on_failure=False)
+    init(rank, world, port, opts)
+    top = world - 1
+    dist.barrier()
+    if rank == top:
+        os._exit(0)
+    for _ in range(2):
+        t = torch.tensor([float(rank + 1)])
+        w = dist.all_reduce(t, async_op=True)
+        w.wait()
+        eq(t, float(top * (top + 1) // 2), "survivors' sum")
+        hint = torch.zeros(world, dtype=torch.int32)
+        hint[top] = 1
+        eq(mpg.get_failed_ranks_hint(w), hint, "flagged")
+        eq(mpg.get_active_ranks(dist.group.WORLD), torch.ones(world, dtype=torch.int32), "mask")
+        assert dist.get_world_size() == world
     dist.destroy_process_group()

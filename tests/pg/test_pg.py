@@ -55,20 +55,26 @@ MAIN: list[Step] = [
     *_pairs("never_joins", 2, [[2], [3]]),
 ]
 
-# Each failure scenario ends (or freezes) one process: later steps use survivors.
-FAULTS: list[Step] = [
-    *_pairs("crash_survivors", 4, [LO4, HI4], env=FAULT_ENV),
-    Step("freeze", 3, [0, 2, 3], "auto", FAULT_ENV, freezes=[3]),
-    Step("freeze", 3, [4, 6, 7], "tcp", FAULT_ENV, freezes=[7]),
-    Step("exit_mid_send", 2, [0, 2], "auto", FAULT_ENV, dies=[2]),
-    Step("exit_mid_send", 2, [4, 6], "tcp", FAULT_ENV, dies=[6]),
-    *(Step("drop_link", 2, [0, 4], transport=t, env=FAULT_ENV) for t in TRANSPORTS),
-]
-for _s in FAULTS:
-    if _s.scenario == "crash_survivors":
-        _s.dies = [_s.procs[1]]
 
-LAUNCHES = {"main": (MAIN, 8), "faults": (FAULTS, 8)}
+# Each failure scenario ends (or freezes) its top rank; later steps reuse the
+# survivors. Two lanes of six processes, one per transport, run side by side.
+def _fault_lane(t: str, p: list[int]) -> list[Step]:
+    return [
+        Step("crash_survivors", 4, p[:4], t, FAULT_ENV, dies=[p[1]]),
+        Step("exit_mid_send", 3, [p[0], p[2], p[4]], t, FAULT_ENV, dies=[p[4]]),
+        Step("manual_evict", 3, [p[0], p[2], p[5]], t, FAULT_ENV, dies=[p[5]]),
+        Step("freeze", 3, [p[0], p[2], p[3]], t, FAULT_ENV, freezes=[p[3]]),
+        Step("drop_link", 2, [p[0], p[2]], t, FAULT_ENV),
+    ]
+
+
+FAULTS: list[Step] = [
+    s
+    for pair in zip(_fault_lane("auto", list(range(6))), _fault_lane("tcp", list(range(6, 12))))
+    for s in pair
+]
+
+LAUNCHES = {"main": (MAIN, 8), "faults": (FAULTS, 12)}
 
 
 @functools.cache

@@ -156,7 +156,8 @@ impl Shared {
     }
 
     /// Applies an op's outcome to the mask (auto mode): slots in `failed`
-    /// are cleared before the op's completion is signalled.
+    /// are cleared before the op's completion is signalled (collectives
+    /// and P2P alike).
     pub fn after_op(&self, failed: u64) {
         if !self.auto_deactivate {
             return;
@@ -587,12 +588,16 @@ impl Group {
                 self.shared.poke_watchdog();
                 if p2p::send(&l, self.shared.cfg.p2p_frame, data).is_err() {
                     l.mark_dead();
+                    self.shared.after_op(1u64 << dst);
                     done.complete(None, 1u64 << dst);
                 } else {
                     done.complete(None, 0);
                 }
             }
-            _ => done.complete(None, 1u64 << dst),
+            _ => {
+                self.shared.after_op(1u64 << dst);
+                done.complete(None, 1u64 << dst)
+            }
         }
         Ok(done)
     }
@@ -608,6 +613,7 @@ impl Group {
         if let Some(s) = src {
             if self.active_link(s)?.is_none() {
                 done.set_source(s);
+                self.shared.after_op(1u64 << s);
                 done.complete(None, 1u64 << s);
                 return Ok(done);
             }
