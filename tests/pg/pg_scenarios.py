@@ -1064,3 +1064,29 @@ def manual_evict(rank: int, world: int, port: int) -> None:
         eq(mpg.get_active_ranks(dist.group.WORLD), torch.ones(world, dtype=torch.int32), "mask")
         assert dist.get_world_size() == world
     dist.destroy_process_group()
+
+
+def refused_connect(rank: int, world: int, port: int) -> None:
+    """§10 fail_connect: rank 1 refuses to dial rank 0, so init fails on both
+    within the timeout, naming the missing rank; without the rule it works."""
+    from mooncake.pg import _testing
+
+    assert world == 2
+    if rank == 1:
+        _testing.inject_fault("fail_connect@slot=0")
+    try:
+        init(rank, world, port, timeout=3.0)
+    except Exception as e:  # noqa: BLE001 - torch may wrap it in DistBackendError
+        msg = str(e)
+        assert str(1 - rank) in msg and "timed out" in msg, msg
+    else:
+        raise AssertionError("init succeeded although rank 1 refused to connect")
+    if rank == 1:
+        assert _testing.fault_stats()["fail_connect@slot=0"] >= 1
+        _testing.clear_faults()
+    hub_barrier("cleared", rank, world)
+    init(rank, world, port)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    eq(t, 2.0, "after clearing the rule")
+    dist.destroy_process_group()

@@ -53,6 +53,7 @@ MAIN: list[Step] = [
     *_pairs("collectives", 1, [[0], [1]]),
     # Only rank 0 of a 2-rank group ever starts.
     *_pairs("never_joins", 2, [[2], [3]]),
+    *_pairs("refused_connect", 2, [[4, 5], [6, 7]]),
 ]
 
 

@@ -133,9 +133,8 @@ impl Shared {
         }
     }
 
-    /// Wakes the liveness watchdog if it sleeps with nothing to watch; call
-    /// after starting anything that waits on a peer (one relaxed load when
-    /// the watchdog is already running).
+    /// Wakes the liveness watchdog if it sleeps with nothing to watch (one
+    /// relaxed load when it is already running).
     pub fn poke_watchdog(&self) {
         if self.watch_idle.load(Ordering::Relaxed) {
             let _g = self.watch.lock();
@@ -585,7 +584,6 @@ impl Group {
                 } else {
                     std::slice::from_raw_parts(ptr as *const u8, len)
                 };
-                self.shared.poke_watchdog();
                 if p2p::send(&l, self.shared.cfg.p2p_frame, data).is_err() {
                     l.mark_dead();
                     self.shared.after_op(1u64 << dst);
@@ -695,8 +693,9 @@ fn executor_loop(shared: Arc<Shared>) {
 /// collective, a posted receive, a blocked write), PINGs that peer every
 /// `min(T/4, 100 ms)` and fences it once it has been silent for T (no frame
 /// received, no write completed). Live peers answer from their reader
-/// threads, so a slow but live peer is never fenced. Sleeps on a condvar
-/// (at most 1 s) while nothing waits.
+/// threads, so a slow but live peer is never fenced. While nothing waits it
+/// sleeps on a condvar for `min(T/2, 1 s)` (a posted receive wakes it), so a
+/// failure is declared within `T + min(T/2, 1 s) + min(T/4, 100 ms)` < 2·T.
 fn watchdog_loop(shared: Arc<Shared>) {
     let cap = shared.capacity;
     let mut since: Vec<Option<u64>> = vec![None; cap];
@@ -754,8 +753,11 @@ fn watchdog_loop(shared: Arc<Shared>) {
         if watching {
             shared.watch_cv.wait_for(&mut g, tick);
         } else {
+            // Collectives and sends do not wake us (that would cost every
+            // op a wakeup); they are noticed within this bound instead.
+            let idle = (tc.min(tp) / 2).clamp(Duration::from_millis(1), Duration::from_secs(1));
             shared.watch_idle.store(true, Ordering::Relaxed);
-            shared.watch_cv.wait_for(&mut g, Duration::from_secs(1));
+            shared.watch_cv.wait_for(&mut g, idle);
             shared.watch_idle.store(false, Ordering::Relaxed);
         }
     }

@@ -97,7 +97,6 @@ pub fn run_op(shared: &Shared, links: &Links, op: Op) {
     }
     let peers = active.iter().fold(0u64, |m, &q| m | 1u64 << q) & !(1u64 << me);
     shared.waiting_coll.store(peers, Ordering::Release);
-    shared.poke_watchdog();
     let mid_send = if fault::active() {
         fault::at_op(&shared.label, op.seq, Point::BeforeSend);
         for &q in active.iter().filter(|&&q| q != me) {

@@ -5,6 +5,15 @@ Importing this package registers both backends::
     import mooncake.pg  # noqa: F401
     dist.init_process_group("mooncake-cpu", rank=r, world_size=n)
     dist.all_reduce(t)
+
+Environment: ``MOONCAKE_PG_TRANSPORT=tcp`` forces TCP between same-host
+ranks (default ``auto``: shared memory); ``MOONCAKE_PG_HOST`` is the address
+advertised to peers. While an op waits on a peer the engine PINGs it; a peer
+silent for T (``MOONCAKE_PG_COLLECTIVE_TIMEOUT_US`` /
+``MOONCAKE_PG_P2P_TIMEOUT_US``, default 10 s; or ``set_collective_timeout_us``
+/ ``set_p2p_timeout_us``) is declared failed, and ops complete without it
+(see ``get_failed_ranks_hint``). ``MOONCAKE_PG_FAULT`` holds fault-injection
+rules (``mooncake.pg._testing``).
 """
 
 from __future__ import annotations
