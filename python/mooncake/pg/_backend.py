@@ -406,33 +406,29 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             raise ValueError(f"{self._name}: {what} takes exactly one tensor list")
         return lists[0]
 
-    def _list_slots(
-        self, ref: torch.Tensor, ts: Sequence[Any], what: str, finish: list[Finish], out: bool
-    ) -> tuple[list[int], list[Any]]:
-        """Per-slot addresses of a tensor list (K = its length); outputs are
-        written through temporaries where needed."""
-        ts = self._same(ref, ts, what)
-        self._check_k(len(ts), what)
-        hosts = [self._host_out(t, finish) if out else self._host_in(t) for t in ts]
-        return [h.data_ptr() for h in hosts], [ts, hosts]
+    def _root_only(self, lists: Any, what: str) -> None:
+        """Non-root ranks pass no slots (None), only empty lists."""
+        if lists and any(len(x) for x in lists):
+            raise ValueError(f"{self._name}: {what} list must be empty on non-root ranks")
 
-    def _tensor_slots(
-        self,
-        big: Any,
-        unit: torch.Tensor,
-        what: str,
-        unit_what: str,
-        finish: list[Finish],
-        out: bool,
+    def _slots(
+        self, spec: Any, unit: torch.Tensor, what: str, finish: list[Finish], out: bool
     ) -> tuple[list[int], list[Any]]:
-        """Per-slot addresses within one tensor of K = big.numel()/unit.numel() slots."""
-        big = self._check_tensor(big, what)
+        """Per-slot addresses (spec §4.2) and what to keep alive. ``spec`` is a
+        tensor list (K = its length, each like ``unit``) or one tensor (K =
+        numel / unit.numel()); outputs go through temporaries where needed."""
+        if not isinstance(spec, torch.Tensor):
+            ts = self._same(unit, spec, what)
+            self._check_k(len(ts), what)
+            hosts = [self._host_out(t, finish) if out else self._host_in(t) for t in ts]
+            return [h.data_ptr() for h in hosts], [ts, hosts]
+        big = self._check_tensor(spec, what)
         if big.dtype != unit.dtype:
             raise ValueError(f"{self._name}: output dtype {big.dtype} != input dtype {unit.dtype}")
         if unit.numel() == 0 or big.numel() % unit.numel() != 0:
             raise ValueError(
                 f"{self._name}: {what} has {big.numel()} elements, "
-                f"not a multiple of the {unit_what}'s {unit.numel()}"
+                f"not a multiple of {unit.numel()} (the per-rank size)"
             )
         k = big.numel() // unit.numel()
         self._check_k(k, what)
@@ -440,9 +436,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         nb, base = self._nbytes(unit), host.data_ptr()
         return [base + j * nb for j in range(k)], [big, host]
 
-    def _inplace(
-        self, kind: str, tensors: list[torch.Tensor], opts: Any, reduces: bool, rooted: bool
-    ) -> MooncakeWork:
+    def _inplace(self, kind: str, tensors: Any, opts: Any, reduces: bool, rooted: bool) -> Any:
         """all_reduce, broadcast and reduce: one tensor, updated in place."""
         self._check_open()
         t = self._single(tensors, kind)
@@ -457,6 +451,49 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             buf = self._host_inout(t, finish)
         p = buf.data_ptr()
         return self._submit(kind, [p], [p], self._nbytes(buf), codes, [t, buf], finish, [t], root)
+
+    def _collect(self, kind: str, inp: Any, spec: Any, what: str, root: int = 0) -> Any:
+        """all_gather and gather: everyone's input into per-slot outputs
+        (``spec`` is None on a gather's non-root ranks)."""
+        inp = self._check_tensor(inp, f"{kind} input")
+        finish: list[Finish] = []
+        src = self._host_in(inp)
+        ptrs, keep = ([], []) if spec is None else self._slots(spec, inp, what, finish, True)
+        result = [] if spec is None else [spec] if isinstance(spec, torch.Tensor) else list(spec)
+        codes = self._codes(inp.dtype, None, False)
+        return self._submit(
+            kind,
+            [src.data_ptr()],
+            ptrs,
+            self._nbytes(src),
+            codes,
+            [inp, src, keep],
+            finish,
+            result,
+            root,
+        )
+
+    def _spread(
+        self, kind: str, out: Any, spec: Any, what: str, opts: Any, root: int = 0
+    ) -> MooncakeWork:
+        """reduce_scatter and scatter: per-slot inputs into one output per rank
+        (``spec`` is None on a scatter's non-root ranks)."""
+        out = self._check_tensor(out, f"{kind} output")
+        codes = self._codes(out.dtype, opts, kind == "reduce_scatter")
+        finish: list[Finish] = []
+        host = self._host_out(out, finish)
+        ptrs, keep = ([], []) if spec is None else self._slots(spec, out, what, finish, False)
+        return self._submit(
+            kind,
+            ptrs,
+            [host.data_ptr()],
+            self._nbytes(host),
+            codes,
+            [out, host, keep],
+            finish,
+            [out],
+            root,
+        )
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
         return self._inplace("all_reduce", tensors, opts, reduces=True, rooted=False)
@@ -473,192 +510,62 @@ class MooncakeProcessGroup(dist.ProcessGroup):
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
         return self._inplace("reduce", tensors, opts, reduces=True, rooted=True)
 
-    def _collect(
-        self,
-        kind: str,
-        inp: torch.Tensor,
-        slots: Callable[[list[Finish]], tuple[list[int], list[Any]]] | None,
-        result: list[torch.Tensor],
-        root: int = 0,
-    ) -> MooncakeWork:
-        """all_gather and gather: everyone's input into per-slot outputs
-        (``slots`` is None on a gather's non-root ranks)."""
-        finish: list[Finish] = []
-        src = self._host_in(inp)
-        ptrs, keep = slots(finish) if slots is not None else ([], [])
-        codes = self._codes(inp.dtype, None, False)
-        return self._submit(
-            kind,
-            [src.data_ptr()],
-            ptrs,
-            self._nbytes(src),
-            codes,
-            [inp, src, keep],
-            finish,
-            result,
-            root,
-        )
-
-    def allgather(
-        self,
-        output_tensors: list[list[torch.Tensor]],
-        input_tensors: list[torch.Tensor],
-        opts: Any = None,
-    ) -> MooncakeWork:
+    def allgather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:
         self._check_open()
         inp = self._single(input_tensors, "allgather input")
         outs = self._one_list(output_tensors, "allgather output")
-        return self._collect(
-            "all_gather",
-            inp,
-            lambda f: self._list_slots(inp, outs, "allgather output", f, out=True),
-            list(outs),
-        )
+        return self._collect("all_gather", inp, outs, "allgather output")
 
-    def all_gather_single(
-        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
-    ) -> MooncakeWork:
+    def all_gather_single(self, output: Any, input: Any, opts: Any = None) -> MooncakeWork:
         self._check_open()
-        inp = self._check_tensor(input, "all_gather_into_tensor input")
-        what = "all_gather_into_tensor output"
-        self._check_tensor(output, what)
-        return self._collect(
-            "all_gather",
-            inp,
-            lambda f: self._tensor_slots(output, inp, what, "input", f, out=True),
-            [output],
-        )
+        return self._collect("all_gather", input, output, "all_gather_into_tensor output")
 
     _allgather_base = all_gather_single
 
-    def _check_root_only(self, lists: Any, what: str) -> None:
-        if lists and any(len(x) for x in lists):
-            raise ValueError(f"{self._name}: {what} list must be empty on non-root ranks")
-
-    def gather(
-        self,
-        output_tensors: list[list[torch.Tensor]],
-        input_tensors: list[torch.Tensor],
-        opts: Any = None,
-    ) -> MooncakeWork:
+    def gather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:
         self._check_open()
         inp = self._single(input_tensors, "gather input")
-        root = int(getattr(opts, "rootRank", 0))
+        root = self._root(opts)
         self._check_root(root)
-        if root != self._rank:
-            self._check_root_only(output_tensors, "gather output")
-            return self._collect("gather", inp, None, [], root)
-        outs = self._one_list(output_tensors, "gather root output")
-        return self._collect(
-            "gather",
-            inp,
-            lambda f: self._list_slots(inp, outs, "gather output", f, out=True),
-            list(outs),
-            root,
-        )
-
-    def gather_single(
-        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
-    ) -> MooncakeWork:
-        self._check_open()
-        inp = self._check_tensor(input, "gather_into_tensor input")
-        root = int(getattr(opts, "rootRank", 0))
-        self._check_root(root)
-        what = "gather_into_tensor output"
         if root == self._rank:
-            self._check_tensor(output, what)
-        slots = (
-            (lambda f: self._tensor_slots(output, inp, what, "input", f, out=True))
-            if root == self._rank
-            else None
-        )
-        return self._collect("gather", inp, slots, [output], root)
+            outs = self._one_list(output_tensors, "gather root output")
+        else:
+            outs = self._root_only(output_tensors, "gather output")  # type: ignore[func-returns-value]
+        return self._collect("gather", inp, outs, "gather output", root)
+
+    def gather_single(self, output: Any, input: Any, opts: Any = None) -> MooncakeWork:
+        self._check_open()
+        root = self._root(opts)
+        self._check_root(root)
+        out = output if root == self._rank else None
+        return self._collect("gather", input, out, "gather_into_tensor output", root)
 
     gather_into_tensor = gather_single
 
-    def _spread(
-        self,
-        kind: str,
-        out: torch.Tensor,
-        slots: Callable[[list[Finish]], tuple[list[int], list[Any]]] | None,
-        opts: Any,
-        reduces: bool,
-        root: int = 0,
-    ) -> MooncakeWork:
-        """reduce_scatter and scatter: per-slot inputs into one output per rank
-        (``slots`` is None on a scatter's non-root ranks)."""
-        codes = self._codes(out.dtype, opts, reduces)
-        finish: list[Finish] = []
-        host = self._host_out(out, finish)
-        ptrs, keep = slots(finish) if slots is not None else ([], [])
-        return self._submit(
-            kind,
-            ptrs,
-            [host.data_ptr()],
-            self._nbytes(host),
-            codes,
-            [out, host, keep],
-            finish,
-            [out],
-            root,
-        )
-
     def reduce_scatter(
-        self,
-        output_tensors: list[torch.Tensor],
-        input_tensors: list[list[torch.Tensor]],
-        opts: Any = None,
+        self, output_tensors: Any, input_tensors: Any, opts: Any = None
     ) -> MooncakeWork:
         self._check_open()
         out = self._single(output_tensors, "reduce_scatter output")
         ins = self._one_list(input_tensors, "reduce_scatter input")
-        return self._spread(
-            "reduce_scatter",
-            out,
-            lambda f: self._list_slots(out, ins, "reduce_scatter input", f, out=False),
-            opts,
-            True,
-        )
+        return self._spread("reduce_scatter", out, ins, "reduce_scatter input", opts)
 
-    def reduce_scatter_single(
-        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
-    ) -> MooncakeWork:
+    def reduce_scatter_single(self, output: Any, input: Any, opts: Any = None) -> MooncakeWork:
         self._check_open()
-        out = self._check_tensor(output, "reduce_scatter_tensor output")
-        what = "reduce_scatter_tensor input"
-        self._check_tensor(input, what)
-        return self._spread(
-            "reduce_scatter",
-            out,
-            lambda f: self._tensor_slots(input, out, what, "output", f, out=False),
-            opts,
-            True,
-        )
+        return self._spread("reduce_scatter", output, input, "reduce_scatter_tensor input", opts)
 
     _reduce_scatter_base = reduce_scatter_single
 
-    def scatter(
-        self,
-        output_tensors: list[torch.Tensor],
-        input_tensors: list[list[torch.Tensor]],
-        opts: Any = None,
-    ) -> MooncakeWork:
+    def scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:
         self._check_open()
         out = self._single(output_tensors, "scatter output")
-        root = int(getattr(opts, "rootRank", 0))
+        root = self._root(opts)
         self._check_root(root)
-        if root != self._rank:
-            self._check_root_only(input_tensors, "scatter input")
-            return self._spread("scatter", out, None, opts, False, root)
-        ins = self._one_list(input_tensors, "scatter root input")
-        return self._spread(
-            "scatter",
-            out,
-            lambda f: self._list_slots(out, ins, "scatter input", f, out=False),
-            opts,
-            False,
-            root,
-        )
+        if root == self._rank:
+            ins = self._one_list(input_tensors, "scatter root input")
+        else:
+            ins = self._root_only(input_tensors, "scatter input")  # type: ignore[func-returns-value]
+        return self._spread("scatter", out, ins, "scatter input", opts, root)
 
     def _all_to_all(
         self,
