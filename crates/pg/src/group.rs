@@ -94,7 +94,6 @@ pub struct Shared {
     pub label: Arc<str>,
     /// Peers the running collective involves (the watchdog probes them).
     pub waiting_coll: AtomicU64,
-    watch_idle: AtomicBool,
     watch: Mutex<()>,
     watch_cv: Condvar,
     /// Tunables.
@@ -130,16 +129,6 @@ impl Shared {
         match self.links.read().get(slot) {
             Some(Some(l)) => l.is_dead(),
             _ => true,
-        }
-    }
-
-    /// Wakes the liveness watchdog if it sleeps with nothing to watch (one
-    /// relaxed load when it is already running).
-    pub fn poke_watchdog(&self) {
-        if self.watch_idle.load(Ordering::Relaxed) {
-            let _g = self.watch.lock();
-            self.watch_idle.store(false, Ordering::Relaxed);
-            self.watch_cv.notify_all();
         }
     }
 
@@ -250,7 +239,6 @@ impl Group {
             spin_us: AtomicU64::new(cfg.spin.as_micros() as u64),
             label: p.key.split('/').next().unwrap_or_default().into(),
             waiting_coll: AtomicU64::new(0),
-            watch_idle: AtomicBool::new(false),
             watch: Mutex::new(()),
             watch_cv: Condvar::new(),
             cfg,
@@ -694,8 +682,8 @@ fn executor_loop(shared: Arc<Shared>) {
 /// `min(T/4, 100 ms)` and fences it once it has been silent for T (no frame
 /// received, no write completed). Live peers answer from their reader
 /// threads, so a slow but live peer is never fenced. While nothing waits it
-/// sleeps on a condvar for `min(T/2, 1 s)` (a posted receive wakes it), so a
-/// failure is declared within `T + min(T/2, 1 s) + min(T/4, 100 ms)` < 2·T.
+/// sleeps for `min(T/2, 1 s)` (only shutdown wakes it early), so a failure is
+/// declared within `T + min(T/2, 1 s) + min(T/4, 100 ms)` < 2·T.
 fn watchdog_loop(shared: Arc<Shared>) {
     let cap = shared.capacity;
     let mut since: Vec<Option<u64>> = vec![None; cap];
@@ -753,12 +741,10 @@ fn watchdog_loop(shared: Arc<Shared>) {
         if watching {
             shared.watch_cv.wait_for(&mut g, tick);
         } else {
-            // Collectives and sends do not wake us (that would cost every
-            // op a wakeup); they are noticed within this bound instead.
+            // Ops do not wake us (that would cost each op a thread wakeup);
+            // a new wait is noticed within this bound instead.
             let idle = (tc.min(tp) / 2).clamp(Duration::from_millis(1), Duration::from_secs(1));
-            shared.watch_idle.store(true, Ordering::Relaxed);
             shared.watch_cv.wait_for(&mut g, idle);
-            shared.watch_idle.store(false, Ordering::Relaxed);
         }
     }
 }

@@ -141,8 +141,6 @@ pub fn post_recv(
                 return;
             }
             q.posted.push_back(recv);
-            drop(st);
-            shared.poke_watchdog();
         }
         None => {
             let found = st
@@ -156,8 +154,6 @@ pub fn post_recv(
                 return;
             }
             st.any.push_back(recv);
-            drop(st);
-            shared.poke_watchdog();
         }
     }
 }
