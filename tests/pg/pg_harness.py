@@ -1,79 +1,143 @@
-"""Spawns real rank processes running a scenario from ``pg_scenarios.py``."""
+"""Launches rank processes that run many scenarios from ``pg_scenarios.py``.
+
+Starting a process that imports torch costs seconds of CPU, so the suite
+starts few processes: a *launch* is ``nprocs`` workers running a plan of
+steps; each step is one scenario on a subset of the processes (its own
+world, ranks, store port, transport and environment). Steps on disjoint
+process sets run concurrently; each process runs its steps in plan order,
+so the plan order is a deadlock-free schedule.
+
+Every wait is bounded: a launch is killed when ``timeout`` passes, and once a
+process fails the others get a short grace period before they are killed.
+"""
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
-import socket
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
+
+import torch.distributed as dist
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "pg_worker.py"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+@dataclass
+class Step:
+    """One scenario run on ``procs`` (as ``ranks``, default 0..len-1) of a launch."""
+
+    scenario: str
+    world: int
+    procs: list[int]
+    transport: str = "auto"
+    env: dict[str, str] = field(default_factory=dict)
+    ranks: list[int] | None = None
+    #: Processes that end (crash) inside the step: they report nothing.
+    dies: list[int] = field(default_factory=list)
+    #: Processes that freeze for good inside the step: killed at the end.
+    freezes: list[int] = field(default_factory=list)
+    label: str = ""
+
+    @property
+    def id(self) -> str:
+        return self.label or f"{self.scenario}-w{self.world}-{self.transport}"
 
 
-def run_ranks(
-    scenario: str,
-    world: int,
-    *,
-    transport: str = "auto",
-    timeout: float = 90.0,
-    ranks: list[int] | None = None,
-    extra_env: dict[str, str] | None = None,
-) -> list[str]:
-    """Runs ``scenario`` on ``world`` ranks (or just ``ranks``); fails on any non-zero exit.
+@dataclass
+class LaunchResult:
+    """Per-step outcome of a launch, and every process's output."""
 
-    Every process is killed when ``timeout`` passes, so a hang fails the test
-    instead of blocking CI. Returns each rank's combined output.
-    """
-    port = free_port()
+    ok: dict[str, bool]
+    report: str
+
+    def check(self, step_id: str) -> None:
+        if not self.ok.get(step_id, False):
+            raise AssertionError(f"step {step_id} failed or did not run\n{self.report}")
+
+
+def run_launch(steps: list[Step], nprocs: int, timeout: float = 400.0) -> LaunchResult:
+    """Runs ``steps`` on ``nprocs`` fresh processes; never raises on a failed step."""
+    ids = [s.id for s in steps]
+    assert len(set(ids)) == len(ids), ids
+    plan = [
+        {
+            "id": s.id,
+            "scenario": s.scenario,
+            "world": s.world,
+            "procs": s.procs,
+            "ranks": s.ranks if s.ranks is not None else list(range(len(s.procs))),
+            "transport": s.transport,
+            "env": s.env,
+        }
+        for s in steps
+    ]
+    hub = dist.TCPStore(
+        "127.0.0.1",
+        0,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=timeout),
+    )
     env = dict(os.environ)
-    env["MOONCAKE_PG_TRANSPORT"] = transport
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
-    if extra_env:
-        env.update(extra_env)
+    logs: list[IO[str]] = []
     procs = []
-    for r in ranks if ranks is not None else range(world):
+    for i in range(nprocs):
+        log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed below
+        logs.append(log)
         procs.append(
             subprocess.Popen(
-                [sys.executable, str(WORKER), scenario, str(r), str(world), str(port)],
+                [sys.executable, str(WORKER), str(i), str(hub.port), json.dumps(plan)],
                 env=env,
-                stdout=subprocess.PIPE,
+                stdout=log,
                 stderr=subprocess.STDOUT,
                 text=True,
             )
         )
+    frozen = {p for s in steps for p in s.freezes}
     deadline = time.monotonic() + timeout
-    outs: list[str] = []
+    failed_at: float | None = None
     timed_out = False
-    for p in procs:
-        left = max(deadline - time.monotonic(), 0.1)
-        try:
-            out, _ = p.communicate(timeout=left)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            for q in procs:
-                q.kill()
-            out, _ = p.communicate()
-        outs.append(out)
+    while True:
+        rcs = [p.poll() for p in procs]
+        live = [i for i, rc in enumerate(rcs) if rc is None and i not in frozen]
+        if not live:
+            break
+        now = time.monotonic()
+        if failed_at is None and any(rc not in (None, 0) for rc in rcs):
+            failed_at = now
+        if now > deadline or (failed_at is not None and now - failed_at > 20):
+            timed_out = now > deadline
+            break
+        time.sleep(0.05)
     for p in procs:
         if p.poll() is None:
             p.kill()
-            p.wait()
+        p.wait()
+    outs = []
+    for log in logs:
+        log.seek(0)
+        outs.append(log.read())
+        log.close()
+    del hub
+    done: dict[str, set[int]] = {}
+    for i, out in enumerate(outs):
+        for line in out.splitlines():
+            if line.startswith("@@STEP ") and line.split()[2] == "ok":
+                done.setdefault(line.split()[1], set()).add(i)
+    ok = {s.id: set(s.procs) - set(s.dies) - set(s.freezes) <= done.get(s.id, set()) for s in steps}
     report = "\n".join(
-        f"--- rank {i} (rc={p.returncode}) ---\n{o}" for i, (p, o) in enumerate(zip(procs, outs))
+        f"--- process {i} (rc={p.returncode}) ---\n{o}" for i, (p, o) in enumerate(zip(procs, outs))
     )
     if timed_out:
-        raise AssertionError(f"scenario {scenario} timed out after {timeout}s\n{report}")
-    bad = [i for i, p in enumerate(procs) if p.returncode != 0]
-    if bad:
-        raise AssertionError(f"scenario {scenario}: ranks {bad} failed\n{report}")
-    return outs
+        report = f"launch timed out after {timeout}s\n{report}"
+    return LaunchResult(ok, report)

@@ -31,6 +31,38 @@ REDUCIBLE = [
 FLOATS = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
 
 
+def _hub() -> dist.TCPStore:
+    return dist.TCPStore(
+        "127.0.0.1",
+        int(os.environ["MCPG_TEST_HUB_PORT"]),
+        is_master=False,
+        timeout=datetime.timedelta(seconds=120),
+    )
+
+
+_INIT_COUNT: dict[str, int] = {}
+# Stores rank 0 hosts, alive until the step ends (a failed init must not
+# take the store away from ranks still dialing it).
+STEP_STORES: list[dist.TCPStore] = []
+
+
+def _step_store(rank: int, world: int, timeout: float) -> dist.TCPStore:
+    """A fresh store for one init: rank 0 hosts it on a free port and
+    publishes the port through the harness's hub once it listens, so no rank
+    ever dials a store that is not up yet (or one that is going away)."""
+    step = os.environ["MCPG_TEST_STEP"]
+    n = _INIT_COUNT[step] = _INIT_COUNT.get(step, -1) + 1
+    key = f"{step}/store/{n}"
+    hub = _hub()
+    td = datetime.timedelta(seconds=timeout)
+    if rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, world, True, td, wait_for_workers=False)
+        hub.set(key, str(store.port))
+        STEP_STORES.append(store)
+        return store
+    return dist.TCPStore("127.0.0.1", int(hub.get(key)), world, False, td)
+
+
 def init(
     rank: int,
     world: int,
@@ -38,17 +70,32 @@ def init(
     options: object = None,
     backend: str = "mooncake-cpu",
     timeout: float = 60.0,
+    url: bool = False,
     **kw: object,
 ) -> None:
+    """``init_process_group``; through ``tcp://127.0.0.1:port`` when ``url``
+    (or outside the harness), else through a fresh store per init."""
+    where: dict[str, object] = {"init_method": f"tcp://127.0.0.1:{port}"}
+    if not url and "MCPG_TEST_HUB_PORT" in os.environ:
+        where = {"store": _step_store(rank, world, timeout)}
     dist.init_process_group(
         backend,
-        init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
         world_size=world,
         pg_options=options,
         timeout=datetime.timedelta(seconds=timeout),
+        **where,  # type: ignore[arg-type]
         **kw,
     )
+
+
+def hub_barrier(key: str, rank: int, world: int) -> None:
+    """Waits until every rank reached this point, through the harness's hub
+    store (which outlives every process group)."""
+    hub = _hub()
+    base = f"{os.environ['MCPG_TEST_STEP']}/{key}"
+    hub.set(f"{base}/{rank}", "1")
+    hub.wait([f"{base}/{r}" for r in range(world)])
 
 
 def eq(got: torch.Tensor, exp: torch.Tensor | float, what: str) -> None:
@@ -78,14 +125,22 @@ def shapes(numel: int) -> list[tuple[str, torch.Tensor]]:
 
 # --------------------------------------------------------------------------- B
 def collectives(rank: int, world: int, port: int) -> None:
-    """B1-B7 at one world size: every op, dtype class, sizes, layouts, async."""
-    init(rank, world, port)
+    """B1-B7 at one world size: every op, dtype class, sizes, layouts, async.
+
+    A2: the TCP run passes seed-form options (the backend owns the mask tensor).
+    """
+    opts = None
+    if os.environ.get("MOONCAKE_PG_TRANSPORT") == "tcp":
+        opts = MooncakeBackendOptions(torch.full((world,), 5, dtype=torch.int32))
+    init(rank, world, port, opts)
     assert dist.get_world_size() == world and dist.get_rank() == rank
     check_transport(world)
     n = world
     x = rank + 1
     mask = mpg.get_active_ranks(dist.group.WORLD)
     eq(mask, torch.ones(n, dtype=torch.int32), "mask")
+    if opts is not None:
+        assert mask.data_ptr() == opts.active_ranks.data_ptr(), "mask is not the user's tensor"
 
     # B1 all_reduce over every reducible dtype.
     for dt in REDUCIBLE:
@@ -467,6 +522,37 @@ def subgroups(rank: int, world: int, port: int) -> None:
             pass
         else:
             raise AssertionError("send to group_dst=5 in a 2-rank group did not fail")
+    # Overlapping groups issued in different orders on different ranks: each
+    # group has its own sequence, so nothing deadlocks.
+    if rank < 2:
+        a, b = torch.tensor([float(x)]), torch.tensor([float(x)])
+        if rank == 0:
+            wa = dist.all_reduce(a, group=over, async_op=True)
+            wb = dist.all_reduce(b, group=g01, async_op=True)
+        else:
+            wb = dist.all_reduce(b, group=g01, async_op=True)
+            wa = dist.all_reduce(a, group=over, async_op=True)
+        wb.wait()
+        wa.wait()
+        eq(a, 6.0, "cross-order over")
+        eq(b, 3.0, "cross-order pair")
+    elif rank == 2:
+        a = torch.tensor([float(x)])
+        dist.all_reduce(a, group=over)
+        eq(a, 6.0, "cross-order over (rank 2)")
+    # FIFO per peer inside a subgroup (group_dst/group_src), mixed sizes.
+    if rank == 0:
+        ws = [
+            dist.isend(torch.full((1 if i % 2 else 300_000,), i), group_dst=1, group=even)
+            for i in range(8)
+        ]
+        for w in ws:
+            w.wait()
+    elif rank == 2:
+        for i in range(8):
+            t = torch.zeros(1 if i % 2 else 300_000, dtype=torch.int64)
+            dist.recv(t, group_src=0, group=even)
+            eq(t, float(i), "subgroup FIFO")
     for g in (g01, g23, even, odd, over):
         dist.destroy_process_group(g)
     t = torch.tensor([float(x)])
@@ -538,7 +624,7 @@ def reinit(rank: int, world: int, port: int) -> None:
             opts = MooncakeBackendOptions(torch.zeros(world, dtype=torch.int32))
         else:
             opts = MooncakeBackendOptions(world + 2)  # upstream form: max_group_size
-        init(rank, world, port, opts)
+        init(rank, world, port, opts, url=True)  # the same port every time
         assert dist.get_world_size() == world
         mask = mpg.get_active_ranks(dist.group.WORLD)
         exp = torch.tensor([1] * world + [0] * (mask.numel() - world), dtype=torch.int32)
@@ -549,6 +635,9 @@ def reinit(rank: int, world: int, port: int) -> None:
         dist.all_reduce(t)
         eq(t, float(world * (world + 1) // 2), f"sum after init {i}")
         dist.destroy_process_group()
+        # Rank 0 hosts the store on `port`: the others re-init only once the
+        # old store is gone, or they could reach it just before it closes.
+        hub_barrier(f"reinit/{i}", rank, world)
 
 
 def device_id_init(rank: int, world: int, port: int) -> None:
@@ -589,6 +678,16 @@ def bad_input(rank: int, world: int, port: int) -> None:
         t = torch.ones(numel[rank])
         msg = expect(RuntimeError, lambda t=t: dist.all_reduce(t), "size mismatch")
         assert "mismatch" in msg or "differ" in msg, msg
+        dist.barrier()
+    # No corruption: the rank with the smaller tensor gets nothing written
+    # past its end (guard elements around a view stay intact).
+    for numel in ((4, 40000), (40000, 4)):
+        backing = torch.full((numel[rank] + 64,), -7.0)
+        view = backing[32 : 32 + numel[rank]]
+        view.fill_(1.0)
+        expect(RuntimeError, lambda v=view: dist.all_reduce(v), "size mismatch (guarded)")
+        eq(backing[:32], -7.0, "guard before the tensor")
+        eq(backing[32 + numel[rank] :], -7.0, "guard after the tensor")
         dist.barrier()
     outs = [torch.zeros(2 + rank) for _ in range(2)]
     expect(RuntimeError, lambda: dist.all_gather(outs, torch.ones(2 + rank)), "all_gather mismatch")
@@ -712,7 +811,8 @@ def options_forms(rank: int, world: int, port: int) -> None:
     mpg.set_transfer_engine(None)
     dist.destroy_process_group()
     wrong = MooncakeBackendOptions(torch.zeros(world + 3, dtype=torch.int32), False, world + 1)
-    expect(Exception, lambda: init(rank, world, port + 1 if False else port, wrong), "mask length")
+    expect(Exception, lambda: init(rank, world, port, wrong), "mask length")
+    hub_barrier("end", rank, world)  # rank 0 hosts the store the others dial
 
 
 def cuda_collectives(rank: int, world: int, port: int) -> None:
@@ -745,15 +845,24 @@ def crash_survivors(rank: int, world: int, port: int) -> None:
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
     eq(t, 10.0, "round 1")
+    # A receive posted before the crash completes once the death is seen.
+    early = dist.irecv(torch.zeros(2), 1) if rank == 2 else None
     dist.barrier()
     if rank == 1:
         os._exit(0)
+    if early is not None:
+        early.wait()
+        assert not mpg.get_local_success(early)
+        eq(mpg.get_failed_ranks_hint(early), torch.tensor([0, 1, 0, 0], dtype=torch.int32), "e5")
     t = torch.tensor([float(rank + 1)])
     w = dist.all_reduce(t, async_op=True)
     w.wait()  # peer failures do not raise
     eq(t, 8.0, "sum over survivors")
-    eq(mpg.get_failed_ranks_hint(w), torch.tensor([0, 1, 0, 0], dtype=torch.int32), "hint")
-    assert not mpg.get_local_success(w)
+    # Rank 2 already saw the death through its receive (the mask lost rank 1
+    # before this op started, so the op never waited on it).
+    hint = [0, 0, 0, 0] if rank == 2 else [0, 1, 0, 0]
+    eq(mpg.get_failed_ranks_hint(w), torch.tensor(hint, dtype=torch.int32), "hint")
+    assert mpg.get_local_success(w) == (rank == 2)
     eq(
         mpg.get_active_ranks(dist.group.WORLD),
         torch.tensor([1, 0, 1, 1], dtype=torch.int32),
@@ -772,9 +881,240 @@ def crash_survivors(rank: int, world: int, port: int) -> None:
     dist.all_gather(outs, torch.full((2,), float(rank + 1)))
     for j in range(4):
         eq(outs[j], 0.0 if j == 1 else float(j + 1), "all_gather zero-fills the failed slot")
+    # E5: P2P with the dead rank fails at once (flagged); between the others it is clean.
+    dead = torch.tensor([0, 1, 0, 0], dtype=torch.int32)
+    w = dist.isend(torch.ones(1), 1) if rank == 0 else dist.irecv(torch.ones(1), 1)
+    w.wait()
+    assert not mpg.get_local_success(w)
+    eq(mpg.get_failed_ranks_hint(w), dead, "p2p with the dead rank")
+    peer = {0: 2, 2: 0, 3: None}[rank]
+    if peer is not None:
+        got = torch.zeros(1)
+        ws = dist.batch_isend_irecv(
+            [
+                dist.P2POp(dist.isend, torch.tensor([float(rank)]), peer),
+                dist.P2POp(dist.irecv, got, peer),
+            ]
+        )
+        for w in ws:
+            w.wait()
+            assert mpg.get_local_success(w)
+        eq(got, float(peer), "p2p between survivors")
+    eq(mpg.get_active_ranks(dist.group.WORLD), 1 - dead, "mask after P2P")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ futures
+def futures(rank: int, world: int, port: int) -> None:
+    """Work.get_future(): all_reduce_coalesced(async_op=True) and a callback chain."""
+    init(rank, world, port)
+    n = world
+    a, b = torch.full((3,), float(rank + 1)), torch.full((5,), 2.0 * (rank + 1))
+    fut = dist.all_reduce_coalesced([a, b], async_op=True)
+    fut.wait()
+    eq(a, float(n * (n + 1) // 2), "coalesced a")
+    eq(b, float(n * (n + 1)), "coalesced b")
+    t = torch.full((4,), float(rank + 1))
+    w = dist.all_reduce(t, async_op=True)
+    chained = w.get_future().then(lambda f: f.value()[0] * 2)
+    eq(chained.wait(), float(n * (n + 1)), "future callback")
+    # A6 through the fault hook: rank 0 delays its frames to rank 1 by 300 ms;
+    # meanwhile a Python thread on rank 1 keeps running (wait() drops the GIL).
+    from mooncake.pg import _testing
+
     if rank == 0:
-        w = dist.isend(torch.ones(1), 1)
+        _testing.inject_fault("delay@group=0,slot=1,ms=300")
+    counter, stop = [0], threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            counter[0] += 1
+            time.sleep(0.001)
+
+    th = threading.Thread(target=spin)
+    th.start()
+    before = counter[0]
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    stop.set()
+    th.join()
+    eq(t, float(n), "delayed all_reduce")
+    if rank == 0:
+        assert _testing.fault_stats()["delay@group=0,slot=1,ms=300"] >= 1
+        _testing.clear_faults()
+    else:
+        assert counter[0] > before, "python thread made no progress during a delayed op"
+    # An op that fails (size mismatch) fails its future.
+    bad = torch.ones(3 + rank)
+    fut = dist.all_reduce(bad, async_op=True).get_future()
+    expect(RuntimeError, fut.wait, "failed future")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------- faults
+def _fault_env_check() -> None:
+    assert int(os.environ["MOONCAKE_PG_COLLECTIVE_TIMEOUT_US"]) <= 5_000_000
+
+
+def freeze(rank: int, world: int, port: int) -> None:
+    """E3 (+ P2P): the top rank freezes (no reads, writes or PONGs); survivors
+    detect the silence and exclude it instead of hanging."""
+    from mooncake.pg import _testing
+
+    _fault_env_check()
+    init(rank, world, port)
+    top = world - 1
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    eq(t, float(world * (world + 1) // 2), "before the freeze")
+    dist.barrier()
+    if rank == top:
+        _testing.inject_fault("freeze@group=0")
+        dist.all_reduce(torch.ones(1))  # parks this process for good
+        raise AssertionError("a frozen rank returned")
+    if rank == 1:
+        # P2P silence: a receive from the frozen rank completes with a hint.
+        r = torch.full((2,), -1.0)
+        w = dist.irecv(r, top)
         w.wait()
         assert not mpg.get_local_success(w)
+        assert int(mpg.get_failed_ranks_hint(w)[top]) == 1
+    t = torch.tensor([float(rank + 1)])
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    eq(t, float(top * (top + 1) // 2), "sum over survivors")
+    hint = mpg.get_failed_ranks_hint(w)
+    assert int(hint[:top].sum()) == 0, hint
+    mask = torch.ones(world, dtype=torch.int32)
+    mask[top] = 0
+    eq(mpg.get_active_ranks(dist.group.WORLD), mask, "mask after the freeze")
+    t = torch.tensor([float(rank + 1)])
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    eq(t, float(top * (top + 1) // 2), "next op")
+    assert mpg.get_local_success(w)
+    dist.destroy_process_group()
+
+
+def exit_mid_send(rank: int, world: int, port: int) -> None:
+    """E2: the top rank exits right after its first data piece reached the
+    lowest peer; survivors get the sum over the ranks not flagged in the
+    hint, and the next op excludes it everywhere."""
+    from mooncake.pg import _testing
+
+    _fault_env_check()
+    init(rank, world, port)
+    top = world - 1
     dist.barrier()
+    if rank == top:
+        _testing.inject_fault("exit@group=0,point=mid_send,code=0")
+    t = torch.full((1000,), float(rank + 1))
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    assert rank != top, "the exit rule did not fire"
+    hint = mpg.get_failed_ranks_hint(w)
+    assert int(hint.sum()) <= 1 and int(hint[:top].sum()) == 0, hint
+    exp = sum(r + 1 for r in range(world) if int(hint[r]) == 0)
+    eq(t, float(exp), "sum over the ranks not in the hint")
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    eq(t, float(top), "next op excludes the exited rank")
+    mask = torch.ones(world, dtype=torch.int32)
+    mask[top] = 0
+    eq(mpg.get_active_ranks(dist.group.WORLD), mask, "mask")
+    assert dist.get_world_size() == top, "V shrinks when the top rank fails"
+    # E6 (broken top): outputs sized to the survivors.
+    out = torch.zeros(top)
+    dist.all_gather_into_tensor(out, torch.tensor([float(rank + 1)]))
+    eq(out, torch.arange(1, top + 1, dtype=torch.float32), "E6 all_gather")
+    out = torch.zeros(1)
+    dist.reduce_scatter_tensor(out, torch.arange(1, top + 1, dtype=torch.float32))
+    eq(out, float((rank + 1) * top), "E6 reduce_scatter")
+    dist.destroy_process_group()
+
+
+def drop_link(rank: int, world: int, port: int) -> None:
+    """E8 at world 2: rank 0 drops its link to rank 1 at op 2; neither hangs,
+    each then runs alone and flags the other."""
+    from mooncake.pg import _testing
+
+    _fault_env_check()
+    init(rank, world, port)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    eq(t, 2.0, "before the drop")
+    if rank == 0:
+        _testing.inject_fault("drop_link@group=0,seq=1,slot=1")
+    t = torch.ones(2)
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    if rank == 0:
+        stats = _testing.fault_stats()
+        _testing.clear_faults()
+        assert stats == {"drop_link@group=0,seq=1,slot=1": 1}, stats
+    # Data the peer had already queued may still be used: the result matches
+    # the hint either way.
+    peer = 1 - rank
+    hint = mpg.get_failed_ranks_hint(w)
+    eq(t, 1.0 if int(hint[peer]) else 2.0, "result matches the hint")
+    t = torch.ones(2)
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    eq(t, 1.0, "each side alone afterwards")
+    mask = torch.tensor([rank == 0, rank == 1], dtype=torch.int32)
+    eq(mpg.get_active_ranks(dist.group.WORLD), mask, "the peer is cleared from the mask")
+    dist.destroy_process_group()
+
+
+def manual_evict(rank: int, world: int, port: int) -> None:
+    """E7 (steps 1-2): with auto_deactivate_on_failure=False a failure is
+    excluded and flagged but the mask is unchanged; the next op flags the
+    known-dead rank again at once."""
+    _fault_env_check()
+    opts = MooncakeBackendOptions(world, auto_deactivate_on_failure=False)
+    init(rank, world, port, opts)
+    top = world - 1
+    dist.barrier()
+    if rank == top:
+        os._exit(0)
+    for _ in range(2):
+        t = torch.tensor([float(rank + 1)])
+        w = dist.all_reduce(t, async_op=True)
+        w.wait()
+        eq(t, float(top * (top + 1) // 2), "survivors' sum")
+        hint = torch.zeros(world, dtype=torch.int32)
+        hint[top] = 1
+        eq(mpg.get_failed_ranks_hint(w), hint, "flagged")
+        eq(mpg.get_active_ranks(dist.group.WORLD), torch.ones(world, dtype=torch.int32), "mask")
+        assert dist.get_world_size() == world
+    dist.destroy_process_group()
+
+
+def refused_connect(rank: int, world: int, port: int) -> None:
+    """§10 fail_connect: rank 1 refuses to dial rank 0, so init fails on both
+    within the timeout, naming the missing rank; without the rule it works."""
+    from mooncake.pg import _testing
+
+    assert world == 2
+    if rank == 1:
+        _testing.inject_fault("fail_connect@slot=0")
+    try:
+        init(rank, world, port, timeout=3.0)
+    except Exception as e:  # noqa: BLE001 - torch may wrap it in DistBackendError
+        msg = str(e)
+        assert str(1 - rank) in msg and "timed out" in msg, msg
+    else:
+        raise AssertionError("init succeeded although rank 1 refused to connect")
+    if rank == 1:
+        # (Under extreme load the records may not even be exchanged in time.)
+        if "connecting" in msg:
+            assert _testing.fault_stats()["fail_connect@slot=0"] >= 1
+        _testing.clear_faults()
+    hub_barrier("cleared", rank, world)
+    init(rank, world, port)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    eq(t, 2.0, "after clearing the rule")
     dist.destroy_process_group()

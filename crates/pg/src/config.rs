@@ -1,6 +1,25 @@
 //! Tunables read from the environment when a group is created.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+/// Default silence timeout T (spec §5.2).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+static COLL_TIMEOUT_US: AtomicU64 = AtomicU64::new(0);
+static P2P_TIMEOUT_US: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the process-wide collective silence timeout (0 restores the
+/// environment's value); applies to waits from now on.
+pub fn set_collective_timeout_us(us: u64) {
+    COLL_TIMEOUT_US.store(us, Ordering::Relaxed);
+}
+
+/// Sets the process-wide P2P silence timeout (0 restores the environment's
+/// value); applies to waits from now on.
+pub fn set_p2p_timeout_us(us: u64) {
+    P2P_TIMEOUT_US.store(us, Ordering::Relaxed);
+}
 
 /// Which transport carries collective data between same-host peers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +44,12 @@ pub struct Config {
     /// Let a thread blocked in `wait()` run queued ops itself
     /// (`MOONCAKE_PG_INLINE`, default 1).
     pub inline_wait: bool,
+    /// Silence timeout T while a collective waits on a peer
+    /// (`MOONCAKE_PG_COLLECTIVE_TIMEOUT_US`, default 10 s).
+    pub coll_timeout: Duration,
+    /// Silence timeout T while a P2P op waits on a peer
+    /// (`MOONCAKE_PG_P2P_TIMEOUT_US`, default 10 s).
+    pub p2p_timeout: Duration,
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -51,6 +76,41 @@ impl Config {
             spin: Duration::from_micros(env_usize("MOONCAKE_PG_SPIN_US", 0) as u64),
             p2p_frame: 4 << 20,
             inline_wait: env_usize("MOONCAKE_PG_INLINE", 1) != 0,
+            coll_timeout: env_timeout("MOONCAKE_PG_COLLECTIVE_TIMEOUT_US"),
+            p2p_timeout: env_timeout("MOONCAKE_PG_P2P_TIMEOUT_US"),
         }
     }
+
+    /// The collective silence timeout now in force.
+    pub fn coll_timeout(&self) -> Duration {
+        pick(&COLL_TIMEOUT_US, self.coll_timeout)
+    }
+
+    /// The P2P silence timeout now in force.
+    pub fn p2p_timeout(&self) -> Duration {
+        pick(&P2P_TIMEOUT_US, self.p2p_timeout)
+    }
+}
+
+fn pick(over: &AtomicU64, dflt: Duration) -> Duration {
+    match over.load(Ordering::Relaxed) {
+        0 => dflt,
+        us => Duration::from_micros(us),
+    }
+}
+
+fn env_timeout(name: &str) -> Duration {
+    match env_usize(name, 0) {
+        0 => DEFAULT_TIMEOUT,
+        us => Duration::from_micros(us as u64),
+    }
+}
+
+/// True when `MOONCAKE_PG_LOG` (else `MC_LOG_LEVEL`) asks for info messages.
+pub fn log_info() -> bool {
+    let v = std::env::var("MOONCAKE_PG_LOG")
+        .or_else(|_| std::env::var("MC_LOG_LEVEL"))
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    matches!(v.as_str(), "info" | "debug" | "trace")
 }

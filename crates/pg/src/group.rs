@@ -8,16 +8,17 @@
 
 use crate::completion::Completion;
 use crate::config::{Config, Transport};
-use crate::dtype::{check_reduction, DType};
+use crate::dtype::check_reduction;
 use crate::engine::{self, Engine, Incoming};
 use crate::error::PgError;
+use crate::fault;
 use crate::futex::Doorbell;
-use crate::link::{reader_loop, PeerLink, ShmPair};
+use crate::link::{now_ns, reader_loop, PeerLink, ShmPair};
 use crate::p2p::{self, P2p};
 use crate::plan::{kind_code, OpKind};
 use crate::progress::{run_op, Op};
 use crate::shm::{self, Segment};
-use crate::wire::{Hdr, KIND_BYE, KIND_MAPPED};
+use crate::wire::{Hdr, KIND_BYE, KIND_MAPPED, KIND_PING};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -89,6 +90,12 @@ pub struct Shared {
     ctrl_cv: Condvar,
     mask_out: Mutex<Option<(usize, usize)>>,
     spin_us: AtomicU64,
+    /// Torch group id (the key's first component), used by fault rules.
+    pub label: Arc<str>,
+    /// Peers the running collective involves (the watchdog probes them).
+    pub waiting_coll: AtomicU64,
+    watch: Mutex<()>,
+    watch_cv: Condvar,
     /// Tunables.
     pub cfg: Config,
 }
@@ -125,6 +132,11 @@ impl Shared {
         }
     }
 
+    /// The links (indexed by slot).
+    pub fn links(&self) -> Arc<Vec<Option<Arc<PeerLink>>>> {
+        self.links.read().clone()
+    }
+
     /// Wakes threads waiting for control frames.
     pub fn notify_ctrl(&self) {
         *self.ctrl.lock() += 1;
@@ -132,7 +144,8 @@ impl Shared {
     }
 
     /// Applies an op's outcome to the mask (auto mode): slots in `failed`
-    /// are cleared before the op's completion is signalled.
+    /// are cleared before the op's completion is signalled (collectives
+    /// and P2P alike).
     pub fn after_op(&self, failed: u64) {
         if !self.auto_deactivate {
             return;
@@ -182,6 +195,7 @@ impl Group {
             )));
         }
         let cfg = Config::from_env();
+        fault::load_env().map_err(PgError::InvalidArgument)?;
         let engine = engine::engine()?;
         let member_id = engine::random_u64();
         let key = engine::stable_hash(&p.key);
@@ -223,6 +237,10 @@ impl Group {
             ctrl_cv: Condvar::new(),
             mask_out: Mutex::new(None),
             spin_us: AtomicU64::new(cfg.spin.as_micros() as u64),
+            label: p.key.split('/').next().unwrap_or_default().into(),
+            waiting_coll: AtomicU64::new(0),
+            watch: Mutex::new(()),
+            watch_cv: Condvar::new(),
             cfg,
         });
         let g = Group {
@@ -236,6 +254,12 @@ impl Group {
             .name("mcpg-exec".into())
             .spawn(move || executor_loop(sh))
             .map_err(|e| PgError::io("spawn executor", e))?;
+        g.threads.lock().push(h);
+        let sh = g.shared.clone();
+        let h = std::thread::Builder::new()
+            .name("mcpg-watch".into())
+            .spawn(move || watchdog_loop(sh))
+            .map_err(|e| PgError::io("spawn watchdog", e))?;
         g.threads.lock().push(h);
         Ok(g)
     }
@@ -325,6 +349,10 @@ impl Group {
                 if left.is_zero() {
                     break;
                 }
+                if fault::fail_connect(&self.shared.label, p.slot) {
+                    std::thread::sleep(left.min(Duration::from_millis(100)));
+                    continue;
+                }
                 match engine::dial(
                     &p.endpoint,
                     self.shared.key,
@@ -388,7 +416,15 @@ impl Group {
                 continue;
             };
             let rs = s.try_clone().map_err(|e| PgError::io("clone socket", e))?;
-            let l = Arc::new(PeerLink::new(p.slot, me, p.member_id, s));
+            let closer = s.try_clone().map_err(|e| PgError::io("clone socket", e))?;
+            let l = Arc::new(PeerLink::new(
+                p.slot,
+                me,
+                p.member_id,
+                s,
+                closer,
+                self.shared.label.clone(),
+            ));
             links[p.slot] = Some(l.clone());
             new_links.push((l, rs));
         }
@@ -464,12 +500,8 @@ impl Group {
         if self.shared.is_shutdown() {
             return Err(PgError::Shutdown);
         }
-        let check = |d: DType, o| check_reduction(d, o);
-        match &kind {
-            OpKind::AllReduce { dtype, op, .. }
-            | OpKind::ReduceScatter { dtype, op, .. }
-            | OpKind::Reduce { dtype, op, .. } => check(*dtype, *op)?,
-            _ => {}
+        if let Some((dtype, op)) = kind.reduction() {
+            check_reduction(dtype, op)?;
         }
         let done = Arc::new(Completion::new());
         let sig = kind_code(&kind) << 16 | (dtype_code & 0xff) << 8 | (op_code & 0xff);
@@ -542,12 +574,16 @@ impl Group {
                 };
                 if p2p::send(&l, self.shared.cfg.p2p_frame, data).is_err() {
                     l.mark_dead();
+                    self.shared.after_op(1u64 << dst);
                     done.complete(None, 1u64 << dst);
                 } else {
                     done.complete(None, 0);
                 }
             }
-            _ => done.complete(None, 1u64 << dst),
+            _ => {
+                self.shared.after_op(1u64 << dst);
+                done.complete(None, 1u64 << dst)
+            }
         }
         Ok(done)
     }
@@ -563,6 +599,7 @@ impl Group {
         if let Some(s) = src {
             if self.active_link(s)?.is_none() {
                 done.set_source(s);
+                self.shared.after_op(1u64 << s);
                 done.complete(None, 1u64 << s);
                 return Ok(done);
             }
@@ -578,6 +615,10 @@ impl Group {
         }
         self.shared.bell().ring();
         self.shared.submit_bell.ring();
+        {
+            let _g = self.shared.watch.lock();
+            self.shared.watch_cv.notify_all();
+        }
         let links = self.shared.links.read().clone();
         let bye = Hdr {
             kind: KIND_BYE,
@@ -633,5 +674,77 @@ fn executor_loop(shared: Arc<Shared>) {
         shared
             .submit_bell
             .wait(seen, Duration::from_millis(500), Duration::ZERO);
+    }
+}
+
+/// Liveness watchdog (spec §5.2): while anything waits on a peer (a running
+/// collective, a posted receive, a blocked write), PINGs that peer every
+/// `min(T/4, 100 ms)` and fences it once it has been silent for T (no frame
+/// received, no write completed). Live peers answer from their reader
+/// threads, so a slow but live peer is never fenced. While nothing waits it
+/// sleeps for `min(T/2, 1 s)` (only shutdown wakes it early), so a failure is
+/// declared within `T + min(T/2, 1 s) + min(T/4, 100 ms)` < 2·T.
+fn watchdog_loop(shared: Arc<Shared>) {
+    let cap = shared.capacity;
+    let mut since: Vec<Option<u64>> = vec![None; cap];
+    let mut pinged: Vec<u64> = vec![0; cap];
+    loop {
+        if shared.is_shutdown() {
+            return;
+        }
+        fault::park_if_frozen();
+        let links = shared.links();
+        let coll = shared.waiting_coll.load(Ordering::Acquire);
+        let waited = coll | shared.p2p.waited_mask(cap);
+        let mut watching = false;
+        let now = now_ns();
+        let (tc, tp) = (shared.cfg.coll_timeout(), shared.cfg.p2p_timeout());
+        for (slot, l) in links.iter().enumerate() {
+            let Some(l) = l.as_ref().filter(|l| !l.is_dead()) else {
+                since[slot] = None;
+                continue;
+            };
+            if waited >> slot & 1 == 0 && !l.writing() {
+                since[slot] = None;
+                continue;
+            }
+            watching = true;
+            let t = if coll >> slot & 1 == 1 { tc } else { tp };
+            let start = *since[slot].get_or_insert(now);
+            let heard = l.last_heard_ns().max(start);
+            let silent = now.saturating_sub(heard);
+            if silent > t.as_nanos() as u64 {
+                if crate::config::log_info() {
+                    eprintln!(
+                        "mooncake-pg: group {} rank {}: rank {slot} silent for {:.1}s; declared failed",
+                        shared.label,
+                        shared.rank,
+                        silent as f64 / 1e9
+                    );
+                }
+                l.fence();
+                shared.bell().ring();
+                shared.notify_ctrl();
+                since[slot] = None;
+                continue;
+            }
+            let every = (t / 4).min(Duration::from_millis(100)).as_nanos() as u64;
+            if now.saturating_sub(pinged[slot]) >= every && l.try_write_ctrl(KIND_PING) {
+                pinged[slot] = now;
+            }
+        }
+        let tick = (tc.min(tp) / 4).clamp(Duration::from_millis(1), Duration::from_millis(100));
+        let mut g = shared.watch.lock();
+        if shared.is_shutdown() {
+            return;
+        }
+        if watching {
+            shared.watch_cv.wait_for(&mut g, tick);
+        } else {
+            // Ops do not wake us (that would cost each op a thread wakeup);
+            // a new wait is noticed within this bound instead.
+            let idle = (tc.min(tp) / 2).clamp(Duration::from_millis(1), Duration::from_secs(1));
+            shared.watch_cv.wait_for(&mut g, idle);
+        }
     }
 }

@@ -10,6 +10,7 @@
 //! - [`shm`], [`futex`]: same-host shared-memory rings and doorbells;
 //! - [`p2p`]: send/recv matching; [`reduce`], [`dtype`]: typed kernels;
 //! - [`completion`]: op handles; [`config`]: environment tunables;
+//!   [`fault`]: fault-injection hook; the group watchdog detects silent peers;
 //!   [`copy`]: streaming copies for large receives.
 
 #![deny(missing_docs)]
@@ -20,6 +21,7 @@ pub mod copy;
 pub mod dtype;
 pub mod engine;
 pub mod error;
+pub mod fault;
 pub mod futex;
 pub mod group;
 pub mod link;

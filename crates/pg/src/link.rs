@@ -2,16 +2,25 @@
 //! collective data when shm is not used), the optional shared-memory ring
 //! pair, liveness flags, and the reader thread that drains the socket.
 
-use crate::group::Shared;
 use crate::p2p::{self, RxMessage};
 use crate::shm::{Segment, PIECE};
-use crate::wire::{self, Hdr, KIND_ABORT, KIND_BYE, KIND_COLL, KIND_MAPPED, KIND_P2P};
+use crate::wire::{
+    self, Hdr, KIND_ABORT, KIND_BYE, KIND_COLL, KIND_MAPPED, KIND_P2P, KIND_PING, KIND_PONG,
+};
+use crate::{fault, group::Shared};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::io::{BufReader, Read};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+/// Monotonic nanoseconds since the first call in this process.
+pub fn now_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
 
 /// Shared-memory rings used with one peer.
 pub struct ShmPair {
@@ -30,6 +39,14 @@ pub struct PeerLink {
     /// The peer's member id.
     pub member_id: u64,
     writer: Mutex<TcpStream>,
+    /// Clone of the socket used to close it while a write may hold `writer`.
+    closer: TcpStream,
+    /// Torch group id (for fault rules).
+    group: Arc<str>,
+    /// When the last frame from the peer arrived (`now_ns`).
+    last_rx: AtomicU64,
+    /// When the last frame to the peer was fully written (`now_ns`).
+    last_tx: AtomicU64,
     /// Serialises whole P2P messages from several user threads.
     pub p2p_lock: Mutex<()>,
     coll_rx: Mutex<VecDeque<(Hdr, Vec<u8>)>>,
@@ -51,13 +68,25 @@ pub struct Front {
 }
 
 impl PeerLink {
-    /// Wraps a connected socket.
-    pub fn new(slot: usize, my_slot: usize, member_id: u64, stream: TcpStream) -> Self {
+    /// Wraps a connected socket (`closer` is a clone of it).
+    pub fn new(
+        slot: usize,
+        my_slot: usize,
+        member_id: u64,
+        stream: TcpStream,
+        closer: TcpStream,
+        group: Arc<str>,
+    ) -> Self {
+        let now = now_ns();
         PeerLink {
             slot,
             my_slot,
             member_id,
             writer: Mutex::new(stream),
+            closer,
+            group,
+            last_rx: AtomicU64::new(now),
+            last_tx: AtomicU64::new(now),
             p2p_lock: Mutex::new(()),
             coll_rx: Mutex::new(VecDeque::new()),
             pool: Mutex::new(Vec::new()),
@@ -101,18 +130,54 @@ impl PeerLink {
 
     /// Writes one control or data frame on the socket.
     pub fn write_frame(&self, hdr: &Hdr, payload: &[u8]) -> std::io::Result<()> {
+        fault::delay(&self.group, self.slot);
         let mut w = self.writer.lock();
-        wire::write_frame(&mut *w, hdr, payload)
+        wire::write_frame(&mut *w, hdr, payload)?;
+        self.last_tx.store(now_ns(), Ordering::Relaxed);
+        Ok(())
     }
 
-    /// Closes the socket in both directions (the reader then exits).
+    /// Writes a control frame unless another thread is writing (whose
+    /// frames prove liveness just as well). Returns whether it was written.
+    pub fn try_write_ctrl(&self, kind: u8) -> bool {
+        let Some(mut w) = self.writer.try_lock() else {
+            return false;
+        };
+        let hdr = Hdr {
+            kind,
+            ..Default::default()
+        };
+        wire::write_frame(&mut *w, &hdr, &[]).is_ok()
+    }
+
+    /// True while a thread is writing to the socket.
+    pub fn writing(&self) -> bool {
+        self.writer.is_locked()
+    }
+
+    /// Latest sign of life: a frame received from, or fully written to, the peer.
+    pub fn last_heard_ns(&self) -> u64 {
+        self.last_rx
+            .load(Ordering::Relaxed)
+            .max(self.last_tx.load(Ordering::Relaxed))
+    }
+
+    /// Closes the socket in both directions (the reader then exits, and a
+    /// write blocked on a stalled peer returns an error).
     pub fn close(&self) {
-        let _ = self.writer.lock().shutdown(Shutdown::Both);
+        let _ = self.closer.shutdown(Shutdown::Both);
+    }
+
+    /// Declares the peer failed and closes the link (fencing).
+    pub fn fence(&self) {
+        self.mark_dead();
+        self.close();
     }
 
     /// Pushes one collective piece. `Ok(false)`: ring full, retry later.
     pub fn send_piece(&self, hdr: &Hdr, data: &[u8]) -> std::io::Result<bool> {
         if let Some(p) = self.shm.get() {
+            fault::delay(&self.group, self.slot);
             let Some(ring) = p.peer.ring(self.my_slot) else {
                 return Err(std::io::Error::other("peer segment too small"));
             };
@@ -177,7 +242,14 @@ pub fn reader_loop(shared: Arc<Shared>, link: Arc<PeerLink>, stream: TcpStream) 
     let mut r = BufReader::with_capacity(64 * 1024, stream);
     let mut rx_msg: Option<RxMessage> = None;
     while let Ok(hdr) = Hdr::read_from(&mut r) {
+        fault::park_if_frozen();
+        link.last_rx.store(now_ns(), Ordering::Relaxed);
         let ok = match hdr.kind {
+            KIND_PING => {
+                link.try_write_ctrl(KIND_PONG);
+                true
+            }
+            KIND_PONG => true,
             KIND_COLL if hdr.len as usize <= PIECE => {
                 let mut buf = link.take_buf(hdr.len as usize);
                 let ok = r.read_exact(&mut buf).is_ok();

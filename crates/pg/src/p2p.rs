@@ -76,6 +76,25 @@ impl P2p {
     }
 }
 
+impl P2p {
+    /// Slots that posted receives wait on (every slot for an any-source receive).
+    pub fn waited_mask(&self, capacity: usize) -> u64 {
+        let st = self.st.lock();
+        if !st.any.is_empty() {
+            return if capacity >= 64 {
+                u64::MAX
+            } else {
+                (1u64 << capacity) - 1
+            };
+        }
+        st.per_src
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| !q.posted.is_empty())
+            .fold(0, |m, (i, _)| m | 1u64 << i)
+    }
+}
+
 fn mismatch(expected: usize, got: u64, src: usize) -> String {
     format!("recv size mismatch: posted {expected} bytes but rank {src} sent {got} bytes")
 }
@@ -115,7 +134,9 @@ pub fn post_recv(
                 return;
             }
             if shared.peer_dead(s) {
+                drop(st);
                 recv.done.set_source(s);
+                shared.after_op(1u64 << s);
                 recv.done.complete(None, 1u64 << s);
                 return;
             }
@@ -268,16 +289,21 @@ pub fn on_frame(
 
 /// Fails every receive waiting on `src` after its connection broke.
 pub fn fail_peer(shared: &Shared, src: usize, cur: &mut Option<RxMessage>) {
-    if let Some(RxMessage::Posted { recv, .. }) = cur.take() {
-        recv.done.complete(None, 1u64 << src);
-    }
-    let pending: Vec<PostedRecv> = {
+    let current = match cur.take() {
+        Some(RxMessage::Posted { recv, .. }) => Some(recv),
+        _ => None,
+    };
+    let mut pending: Vec<PostedRecv> = {
         let mut st = shared.p2p.st.lock();
         match st.per_src.get_mut(src) {
             Some(q) => q.posted.drain(..).collect(),
             None => Vec::new(),
         }
     };
+    pending.splice(0..0, current);
+    if !pending.is_empty() {
+        shared.after_op(1u64 << src);
+    }
     for p in pending {
         p.done.set_source(src);
         p.done.complete(None, 1u64 << src);

@@ -186,7 +186,21 @@ pub struct Phase {
     pub reduce: Option<Reduce>,
 }
 
-/// Wire code of the op kind, part of the piece signature.
+/// Op kind codes (the bindings' `kind` argument and part of the piece
+/// signature), in [`OpKind`] declaration order.
+pub const KINDS: [&str; 9] = [
+    "all_reduce",
+    "broadcast",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "barrier",
+    "reduce",
+    "gather",
+    "scatter",
+];
+
+/// Wire code of the op kind (1-based index into [`KINDS`]).
 pub fn kind_code(k: &OpKind) -> u32 {
     match k {
         OpKind::AllReduce { .. } => 1,
@@ -198,6 +212,100 @@ pub fn kind_code(k: &OpKind) -> u32 {
         OpKind::Reduce { .. } => 7,
         OpKind::Gather { .. } => 8,
         OpKind::Scatter { .. } => 9,
+    }
+}
+
+/// Uniform description of a collective, as the bindings receive it.
+#[derive(Clone, Debug, Default)]
+pub struct OpArgs {
+    /// Input addresses (one, or one per slot).
+    pub srcs: Vec<usize>,
+    /// Output addresses (one, or one per slot).
+    pub dsts: Vec<usize>,
+    /// Bytes per rank or per slot.
+    pub nbytes: usize,
+    /// Per-slot input sizes (all_to_all only).
+    pub src_lens: Vec<usize>,
+    /// Per-slot output sizes (all_to_all only).
+    pub dst_lens: Vec<usize>,
+    /// Root slot (rooted ops).
+    pub root: usize,
+}
+
+impl OpKind {
+    /// Builds the op named `name` (one of [`KINDS`]) from uniform arguments.
+    /// Single-buffer ops take `srcs[0]` / `dsts[0]` (0 when absent).
+    pub fn from_args(name: &str, a: OpArgs, dtype: DType, op: ReduceOp) -> Result<OpKind, String> {
+        let src = a.srcs.first().copied().unwrap_or(0);
+        let dst = a.dsts.first().copied().unwrap_or(0);
+        let (nbytes, root) = (a.nbytes, a.root);
+        Ok(match name {
+            "all_reduce" => OpKind::AllReduce {
+                src,
+                dst,
+                nbytes,
+                dtype,
+                op,
+            },
+            "broadcast" => OpKind::Broadcast {
+                buf: src,
+                nbytes,
+                root,
+            },
+            "all_gather" => OpKind::AllGather {
+                src,
+                nbytes,
+                dsts: a.dsts,
+            },
+            "reduce_scatter" => OpKind::ReduceScatter {
+                srcs: a.srcs,
+                dst,
+                nbytes,
+                dtype,
+                op,
+            },
+            "all_to_all" => {
+                if a.src_lens.len() != a.srcs.len() || a.dst_lens.len() != a.dsts.len() {
+                    return Err("all_to_all: one size per address is required".into());
+                }
+                OpKind::AllToAll {
+                    srcs: a.srcs.into_iter().zip(a.src_lens).collect(),
+                    dsts: a.dsts.into_iter().zip(a.dst_lens).collect(),
+                }
+            }
+            "barrier" => OpKind::Barrier,
+            "reduce" => OpKind::Reduce {
+                src,
+                dst,
+                nbytes,
+                dtype,
+                op,
+                root,
+            },
+            "gather" => OpKind::Gather {
+                src,
+                nbytes,
+                dsts: a.dsts,
+                root,
+            },
+            "scatter" => OpKind::Scatter {
+                srcs: a.srcs,
+                dst,
+                nbytes,
+                root,
+            },
+            other => return Err(format!("unknown collective {other:?}")),
+        })
+    }
+
+    /// Element type and operator of a reduction, `None` for data movement.
+    pub fn reduction(&self) -> Option<(DType, ReduceOp)> {
+        match self {
+            OpKind::AllReduce { dtype, op, .. }
+            | OpKind::ReduceScatter { dtype, op, .. }
+            | OpKind::Reduce { dtype, op, .. } => Some((*dtype, *op)),
+            _ => None,
+        }
     }
 }
 
@@ -231,6 +339,37 @@ fn check_root(active: &[usize], root: usize) -> Result<(), String> {
     }
 }
 
+/// An in-order reduction of every active rank's contribution into `dst`.
+fn reduction(
+    active: &[usize],
+    me: usize,
+    own: usize,
+    dst: usize,
+    len: usize,
+    dtype: DType,
+    op: ReduceOp,
+) -> Option<Reduce> {
+    Some(Reduce {
+        sources: ordered_sources(active, me, own),
+        dst,
+        len,
+        pos: 0,
+        dtype,
+        op,
+        done: false,
+    })
+}
+
+/// One message of `len` bytes at `ptr` to every peer.
+fn to_all(peers: &[usize], ptr: usize, len: usize) -> Vec<Xfer> {
+    peers.iter().map(|&q| Xfer::new(q, ptr, len)).collect()
+}
+
+/// Slot q's own buffer `ptrs[q]` of `len` bytes to every peer q.
+fn to_each(peers: &[usize], ptrs: &[usize], len: usize) -> Vec<Xfer> {
+    peers.iter().map(|&q| Xfer::new(q, ptrs[q], len)).collect()
+}
+
 /// Byte range of element chunk `c` when `nelem` elements are split `n` ways.
 fn chunk(nelem: usize, n: usize, c: usize, esize: usize) -> (usize, usize) {
     let base = nelem / n;
@@ -261,16 +400,8 @@ pub fn plan(
             let esize = dtype.size();
             let nelem = nbytes / esize;
             if n <= 1 || *nbytes <= small || nelem < n {
-                ph.sends = peers.iter().map(|&q| Xfer::new(q, *src, *nbytes)).collect();
-                ph.reduce = Some(Reduce {
-                    sources: ordered_sources(active, me, *src),
-                    dst: *dst,
-                    len: *nbytes,
-                    pos: 0,
-                    dtype: *dtype,
-                    op: *op,
-                    done: false,
-                });
+                ph.sends = to_all(&peers, *src, *nbytes);
+                ph.reduce = reduction(active, me, *src, *dst, *nbytes, *dtype, *op);
                 return Ok(vec![ph]);
             }
             let mine = active.iter().position(|&q| q == me).unwrap_or(0);
@@ -281,15 +412,7 @@ pub fn plan(
                     ph.sends.push(Xfer::new(q, src + off, len));
                 }
             }
-            ph.reduce = Some(Reduce {
-                sources: ordered_sources(active, me, src + moff),
-                dst: dst + moff,
-                len: mlen,
-                pos: 0,
-                dtype: *dtype,
-                op: *op,
-                done: false,
-            });
+            ph.reduce = reduction(active, me, src + moff, dst + moff, mlen, *dtype, *op);
             // Fused all-gather: each reduced piece is forwarded while hot.
             for (c, &q) in active.iter().enumerate() {
                 if q != me {
@@ -299,22 +422,19 @@ pub fn plan(
                     ph.recvs.push(Xfer::new(q, dst + off, len).tagged(1, false));
                 }
             }
-            Ok(vec![ph])
         }
         OpKind::Broadcast { buf, nbytes, root } => {
             check_root(active, *root)?;
             if *root == me {
-                ph.sends = peers.iter().map(|&q| Xfer::new(q, *buf, *nbytes)).collect();
+                ph.sends = to_all(&peers, *buf, *nbytes);
             } else {
                 ph.recvs.push(Xfer::new(*root, *buf, *nbytes));
             }
-            Ok(vec![ph])
         }
         OpKind::AllGather { src, nbytes, dsts } => {
             check_slots(active, dsts.len(), "output")?;
             gather_into(&mut ph, me, active, *src, *nbytes, dsts);
-            ph.sends = peers.iter().map(|&q| Xfer::new(q, *src, *nbytes)).collect();
-            Ok(vec![ph])
+            ph.sends = to_all(&peers, *src, *nbytes);
         }
         OpKind::ReduceScatter {
             srcs,
@@ -324,20 +444,8 @@ pub fn plan(
             op,
         } => {
             check_slots(active, srcs.len(), "input list")?;
-            ph.sends = peers
-                .iter()
-                .map(|&q| Xfer::new(q, srcs[q], *nbytes))
-                .collect();
-            ph.reduce = Some(Reduce {
-                sources: ordered_sources(active, me, srcs[me]),
-                dst: *dst,
-                len: *nbytes,
-                pos: 0,
-                dtype: *dtype,
-                op: *op,
-                done: false,
-            });
-            Ok(vec![ph])
+            ph.sends = to_each(&peers, srcs, *nbytes);
+            ph.reduce = reduction(active, me, srcs[me], *dst, *nbytes, *dtype, *op);
         }
         OpKind::AllToAll { srcs, dsts } => {
             check_slots(active, srcs.len().min(dsts.len()), "split list")?;
@@ -360,14 +468,12 @@ pub fn plan(
                 ph.sends.push(Xfer::new(q, srcs[q].0, srcs[q].1));
                 ph.recvs.push(Xfer::new(q, dsts[q].0, dsts[q].1));
             }
-            Ok(vec![ph])
         }
         OpKind::Barrier => {
             for &q in &peers {
                 ph.sends.push(Xfer::new(q, 0, 0));
                 ph.recvs.push(Xfer::new(q, 0, 0));
             }
-            Ok(vec![ph])
         }
         OpKind::Reduce {
             src,
@@ -379,19 +485,10 @@ pub fn plan(
         } => {
             check_root(active, *root)?;
             if *root == me {
-                ph.reduce = Some(Reduce {
-                    sources: ordered_sources(active, me, *src),
-                    dst: *dst,
-                    len: *nbytes,
-                    pos: 0,
-                    dtype: *dtype,
-                    op: *op,
-                    done: false,
-                });
+                ph.reduce = reduction(active, me, *src, *dst, *nbytes, *dtype, *op);
             } else {
                 ph.sends.push(Xfer::new(*root, *src, *nbytes));
             }
-            Ok(vec![ph])
         }
         OpKind::Gather {
             src,
@@ -406,7 +503,6 @@ pub fn plan(
             } else {
                 ph.sends.push(Xfer::new(*root, *src, *nbytes));
             }
-            Ok(vec![ph])
         }
         OpKind::Scatter {
             srcs,
@@ -420,16 +516,13 @@ pub fn plan(
                 if srcs[me] != *dst {
                     ph.copies.push((srcs[me], *dst, *nbytes));
                 }
-                ph.sends = peers
-                    .iter()
-                    .map(|&q| Xfer::new(q, srcs[q], *nbytes))
-                    .collect();
+                ph.sends = to_each(&peers, srcs, *nbytes);
             } else {
                 ph.recvs.push(Xfer::new(*root, *dst, *nbytes));
             }
-            Ok(vec![ph])
         }
     }
+    Ok(vec![ph])
 }
 
 /// Receive side of all_gather/gather: own copy, peer receives, zero fill.

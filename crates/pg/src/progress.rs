@@ -4,12 +4,14 @@
 
 use crate::completion::Completion;
 use crate::copy;
+use crate::fault::{self, Point};
 use crate::group::Shared;
 use crate::link::{Front, PeerLink};
 use crate::plan::{self, OpKind, Phase, Reduce, Source, Xfer};
 use crate::reduce;
 use crate::shm::PIECE;
 use crate::wire::{Hdr, KIND_ABORT, KIND_COLL};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +37,8 @@ struct Ctx<'a> {
     sig: u32,
     active: &'a [usize],
     failed: u64,
+    /// Lowest active peer, while a `mid_send` fault check is still due.
+    mid_send: Option<usize>,
 }
 
 enum Cls {
@@ -91,6 +95,21 @@ pub fn run_op(shared: &Shared, links: &Links, op: Op) {
         active.push(me);
         active.sort_unstable();
     }
+    let peers = active.iter().fold(0u64, |m, &q| m | 1u64 << q) & !(1u64 << me);
+    shared.waiting_coll.store(peers, Ordering::Release);
+    let mid_send = if fault::active() {
+        fault::at_op(&shared.label, op.seq, Point::BeforeSend);
+        for &q in active.iter().filter(|&&q| q != me) {
+            if fault::drop_link(&shared.label, op.seq, q) {
+                if let Some(l) = links.get(q).and_then(|l| l.as_ref()) {
+                    l.fence();
+                }
+            }
+        }
+        active.iter().copied().find(|&q| q != me)
+    } else {
+        None
+    };
     let mut ctx = Ctx {
         shared,
         links,
@@ -98,6 +117,7 @@ pub fn run_op(shared: &Shared, links: &Links, op: Op) {
         sig: op.sig,
         active: &active,
         failed: known_dead,
+        mid_send,
     };
     let result =
         plan::plan(&op.kind, me, &active, shared.cfg.small_bytes).and_then(|mut phases| {
@@ -106,6 +126,10 @@ pub fn run_op(shared: &Shared, links: &Links, op: Op) {
             }
             Ok(())
         });
+    if fault::active() {
+        fault::at_op(&shared.label, op.seq, Point::AfterSend);
+    }
+    shared.waiting_coll.store(0, Ordering::Release);
     let failed = ctx.failed;
     if let Err(ref e) = result {
         let hdr = Hdr {
@@ -197,7 +221,7 @@ fn link<'a>(ctx: &Ctx<'a>, slot: usize) -> Option<&'a PeerLink> {
 }
 
 /// Pushes pieces of `x` up to byte `limit` (whole pieces, or the tail).
-fn step_send(ctx: &Ctx<'_>, x: &mut Xfer, limit: usize) -> bool {
+fn step_send(ctx: &mut Ctx<'_>, x: &mut Xfer, limit: usize) -> bool {
     let Some(l) = link(ctx, x.peer) else {
         x.done = true;
         return true;
@@ -229,6 +253,10 @@ fn step_send(ctx: &Ctx<'_>, x: &mut Xfer, limit: usize) -> bool {
         };
         match l.send_piece(&hdr, data) {
             Ok(true) => {
+                if ctx.mid_send == Some(x.peer) {
+                    ctx.mid_send = None;
+                    fault::at_op(&ctx.shared.label, ctx.seq, Point::MidSend);
+                }
                 x.pos += plen;
                 progressed = true;
                 if x.pos >= x.len {

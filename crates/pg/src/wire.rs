@@ -18,6 +18,10 @@ pub const KIND_MAPPED: u8 = 3;
 pub const KIND_BYE: u8 = 4;
 /// The sender aborted collective `seq` (for example on a size mismatch).
 pub const KIND_ABORT: u8 = 5;
+/// Liveness probe; the peer's reader answers with [`KIND_PONG`].
+pub const KIND_PING: u8 = 6;
+/// Answer to [`KIND_PING`].
+pub const KIND_PONG: u8 = 7;
 
 /// Connection preamble magic.
 pub const MAGIC: &[u8; 4] = b"MCPG";

@@ -3,7 +3,10 @@
 //! Tensors cross as `data_ptr()` integers plus byte counts and dtype/op
 //! codes; the Python package `mooncake.pg` keeps the tensors alive.
 
-use mooncake_pg::{Completion, DType, Group, GroupParams, OpKind, PeerInfo, PgError, ReduceOp};
+use mooncake_pg::plan::OpArgs;
+use mooncake_pg::{
+    config, fault, Completion, DType, Group, GroupParams, OpKind, PeerInfo, PgError, ReduceOp,
+};
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use std::sync::Arc;
@@ -197,128 +200,42 @@ impl PgGroup {
         py.allow_threads(move || g.connect(infos, t)).map_err(to_py)
     }
 
-    fn all_reduce(
-        &self,
-        src: usize,
-        dst: usize,
-        nbytes: usize,
-        dt: u32,
-        op: u32,
-    ) -> PyResult<PgWork> {
-        let kind = OpKind::AllReduce {
-            src,
-            dst,
-            nbytes,
-            dtype: dtype(dt)?,
-            op: redop(op)?,
-        };
-        self.coll(self.g.submit(kind, dt, op))
-    }
-
-    fn broadcast(&self, buf: usize, nbytes: usize, root: usize, dt: u32) -> PyResult<PgWork> {
-        self.coll(
-            self.g
-                .submit(OpKind::Broadcast { buf, nbytes, root }, dt, 0),
-        )
-    }
-
-    fn all_gather(&self, src: usize, nbytes: usize, dsts: Vec<usize>, dt: u32) -> PyResult<PgWork> {
-        self.coll(
-            self.g
-                .submit(OpKind::AllGather { src, nbytes, dsts }, dt, 0),
-        )
-    }
-
-    fn reduce_scatter(
-        &self,
-        srcs: Vec<usize>,
-        dst: usize,
-        nbytes: usize,
-        dt: u32,
-        op: u32,
-    ) -> PyResult<PgWork> {
-        let kind = OpKind::ReduceScatter {
-            srcs,
-            dst,
-            nbytes,
-            dtype: dtype(dt)?,
-            op: redop(op)?,
-        };
-        self.coll(self.g.submit(kind, dt, op))
-    }
-
-    fn all_to_all(
-        &self,
-        srcs: Vec<(usize, usize)>,
-        dsts: Vec<(usize, usize)>,
-        dt: u32,
-    ) -> PyResult<PgWork> {
-        self.coll(self.g.submit(OpKind::AllToAll { srcs, dsts }, dt, 0))
-    }
-
-    fn barrier(&self) -> PyResult<PgWork> {
-        self.coll(self.g.submit(OpKind::Barrier, 0, 0))
-    }
-
+    /// Queues collective `kind` (one of `all_reduce`, `broadcast`,
+    /// `all_gather`, `reduce_scatter`, `all_to_all`, `barrier`, `reduce`,
+    /// `gather`, `scatter`). `srcs`/`dsts` are tensor addresses (one, or one
+    /// per slot), `nbytes` the bytes per rank or slot, `src_lens`/`dst_lens`
+    /// the per-slot sizes of `all_to_all`; `dt`/`op` are dtype and
+    /// reduce-op codes, `root` the root slot of rooted ops.
+    #[pyo3(signature = (kind, srcs, dsts, nbytes, dt, op=0, root=0, src_lens=None, dst_lens=None))]
     #[allow(clippy::too_many_arguments)]
-    fn reduce(
+    fn submit(
         &self,
-        src: usize,
-        dst: usize,
+        kind: &str,
+        srcs: Vec<usize>,
+        dsts: Vec<usize>,
         nbytes: usize,
         dt: u32,
         op: u32,
         root: usize,
+        src_lens: Option<Vec<usize>>,
+        dst_lens: Option<Vec<usize>>,
     ) -> PyResult<PgWork> {
-        let kind = OpKind::Reduce {
-            src,
-            dst,
+        let args = OpArgs {
+            srcs,
+            dsts,
             nbytes,
-            dtype: dtype(dt)?,
-            op: redop(op)?,
+            src_lens: src_lens.unwrap_or_default(),
+            dst_lens: dst_lens.unwrap_or_default(),
             root,
         };
-        self.coll(self.g.submit(kind, dt, op))
-    }
-
-    fn gather(
-        &self,
-        src: usize,
-        nbytes: usize,
-        dsts: Vec<usize>,
-        root: usize,
-        dt: u32,
-    ) -> PyResult<PgWork> {
-        self.coll(self.g.submit(
-            OpKind::Gather {
-                src,
-                nbytes,
-                dsts,
-                root,
-            },
-            dt,
-            0,
-        ))
-    }
-
-    fn scatter(
-        &self,
-        srcs: Vec<usize>,
-        dst: usize,
-        nbytes: usize,
-        root: usize,
-        dt: u32,
-    ) -> PyResult<PgWork> {
-        self.coll(self.g.submit(
-            OpKind::Scatter {
-                srcs,
-                dst,
-                nbytes,
-                root,
-            },
-            dt,
-            0,
-        ))
+        let reduces = matches!(kind, "all_reduce" | "reduce_scatter" | "reduce");
+        let (dtype, redop) = if reduces {
+            (dtype(dt)?, redop(op)?)
+        } else {
+            (DType::U8, ReduceOp::Sum)
+        };
+        let k = OpKind::from_args(kind, args, dtype, redop).map_err(PyValueError::new_err)?;
+        self.coll(self.g.submit(k, dt, if reduces { op } else { 0 }))
     }
 
     /// Sends from the calling thread with the GIL released.
@@ -342,9 +259,45 @@ impl PgGroup {
     }
 }
 
-/// Adds the PG classes to the extension module.
+/// Adds fault-injection rules (`rule;rule`, spec §10); raises ValueError
+/// on a malformed rule (then nothing is added).
+#[pyfunction]
+fn pg_inject_fault(rules: &str) -> PyResult<()> {
+    fault::inject(rules).map_err(PyValueError::new_err)
+}
+
+/// Removes every fault-injection rule.
+#[pyfunction]
+fn pg_clear_faults() {
+    fault::clear()
+}
+
+/// `(rule, times fired)` for every fault-injection rule.
+#[pyfunction]
+fn pg_fault_stats() -> Vec<(String, u64)> {
+    fault::stats()
+}
+
+/// Process-wide collective silence timeout T in µs (0: the environment's).
+#[pyfunction]
+fn pg_set_collective_timeout_us(us: u64) {
+    config::set_collective_timeout_us(us)
+}
+
+/// Process-wide P2P silence timeout T in µs (0: the environment's).
+#[pyfunction]
+fn pg_set_p2p_timeout_us(us: u64) {
+    config::set_p2p_timeout_us(us)
+}
+
+/// Adds the PG classes and functions to the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PgGroup>()?;
     m.add_class::<PgWork>()?;
+    m.add_function(wrap_pyfunction!(pg_inject_fault, m)?)?;
+    m.add_function(wrap_pyfunction!(pg_clear_faults, m)?)?;
+    m.add_function(wrap_pyfunction!(pg_fault_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(pg_set_collective_timeout_us, m)?)?;
+    m.add_function(wrap_pyfunction!(pg_set_p2p_timeout_us, m)?)?;
     Ok(())
 }

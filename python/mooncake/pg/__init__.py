@@ -5,6 +5,15 @@ Importing this package registers both backends::
     import mooncake.pg  # noqa: F401
     dist.init_process_group("mooncake-cpu", rank=r, world_size=n)
     dist.all_reduce(t)
+
+Environment: ``MOONCAKE_PG_TRANSPORT=tcp`` forces TCP between same-host
+ranks (default ``auto``: shared memory); ``MOONCAKE_PG_HOST`` is the address
+advertised to peers. While an op waits on a peer the engine PINGs it; a peer
+silent for T (``MOONCAKE_PG_COLLECTIVE_TIMEOUT_US`` /
+``MOONCAKE_PG_P2P_TIMEOUT_US``, default 10 s; or ``set_collective_timeout_us``
+/ ``set_p2p_timeout_us``) is declared failed, and ops complete without it
+(see ``get_failed_ranks_hint``). ``MOONCAKE_PG_FAULT`` holds fault-injection
+rules (``mooncake.pg._testing``).
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from mooncake import _native
 from mooncake.pg._backend import MooncakeProcessGroup, make_creator
 from mooncake.pg._options import MooncakeBackendOptions
 from mooncake.pg._work import MooncakeWork
@@ -28,6 +38,8 @@ __all__ = [
     "get_peer_state",
     "join_group",
     "recover_ranks",
+    "set_collective_timeout_us",
+    "set_p2p_timeout_us",
     "set_transfer_engine",
 ]
 
@@ -85,6 +97,18 @@ def get_local_success(work: MooncakeWork) -> bool:
     if not isinstance(work, MooncakeWork):
         raise TypeError("expected a Work returned by a mooncake op (use async_op=True)")
     return work.failed_mask() == 0
+
+
+def set_collective_timeout_us(us: int) -> None:
+    """Process-wide silence timeout T (µs) for collectives; applies to waits
+    from now on (0 restores ``MOONCAKE_PG_COLLECTIVE_TIMEOUT_US`` / 10 s)."""
+    _native.pg_set_collective_timeout_us(int(us))
+
+
+def set_p2p_timeout_us(us: int) -> None:
+    """Process-wide silence timeout T (µs) for send/recv; applies to waits
+    from now on (0 restores ``MOONCAKE_PG_P2P_TIMEOUT_US`` / 10 s)."""
+    _native.pg_set_p2p_timeout_us(int(us))
 
 
 def _elastic(*_: Any, **__: Any) -> Any:

@@ -378,15 +378,125 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             raise ValueError(f"{self._name}: root {root} is outside the group")
 
     # ------------------------------------------------------------ collectives
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
-        self._check_open()
-        t = self._single(tensors, "allreduce")
+    @staticmethod
+    def _codes(dtype: torch.dtype, opts: Any, reduces: bool) -> tuple[int, int]:
+        """(dtype code, reduce-op code); validates the pair for reductions."""
+        if not reduces:
+            return _codes.dtype_code(dtype), 0
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        dt, oc = _codes.reduction_codes(t.dtype, op)
+        return _codes.reduction_codes(dtype, op)
+
+    def _submit(
+        self,
+        kind: str,
+        srcs: list[int],
+        dsts: list[int],
+        nbytes: int,
+        codes: tuple[int, int],
+        keep: list[Any],
+        finish: list[Finish],
+        result: list[torch.Tensor],
+        root: int = 0,
+    ) -> MooncakeWork:
+        n = self._native.submit(kind, srcs, dsts, nbytes, codes[0], codes[1], root)
+        return self._work(n, keep, finish, result)
+
+    def _one_list(self, lists: Any, what: str) -> list[Any]:
+        if not isinstance(lists, (list, tuple)) or len(lists) != 1:
+            raise ValueError(f"{self._name}: {what} takes exactly one tensor list")
+        return lists[0]
+
+    def _root_only(self, lists: Any, what: str) -> None:
+        """Non-root ranks pass no slots (None), only empty lists."""
+        if lists and any(len(x) for x in lists):
+            raise ValueError(f"{self._name}: {what} list must be empty on non-root ranks")
+
+    def _slots(
+        self, spec: Any, unit: torch.Tensor, what: str, finish: list[Finish], out: bool
+    ) -> tuple[list[int], list[Any]]:
+        """Per-slot addresses (spec §4.2) and what to keep alive. ``spec`` is a
+        tensor list (K = its length, each like ``unit``) or one tensor (K =
+        numel / unit.numel()); outputs go through temporaries where needed."""
+        if not isinstance(spec, torch.Tensor):
+            ts = self._same(unit, spec, what)
+            self._check_k(len(ts), what)
+            hosts = [self._host_out(t, finish) if out else self._host_in(t) for t in ts]
+            return [h.data_ptr() for h in hosts], [ts, hosts]
+        big = self._check_tensor(spec, what)
+        if big.dtype != unit.dtype:
+            raise ValueError(f"{self._name}: output dtype {big.dtype} != input dtype {unit.dtype}")
+        if unit.numel() == 0 or big.numel() % unit.numel() != 0:
+            raise ValueError(
+                f"{self._name}: {what} has {big.numel()} elements, "
+                f"not a multiple of {unit.numel()} (the per-rank size)"
+            )
+        k = big.numel() // unit.numel()
+        self._check_k(k, what)
+        host = self._host_out(big, finish) if out else self._host_in(big)
+        nb, base = self._nbytes(unit), host.data_ptr()
+        return [base + j * nb for j in range(k)], [big, host]
+
+    def _inplace(self, kind: str, tensors: Any, opts: Any, reduces: bool, rooted: bool) -> Any:
+        """all_reduce, broadcast and reduce: one tensor, updated in place."""
+        self._check_open()
+        t = self._single(tensors, kind)
+        root = self._root(opts) if rooted else 0
+        if rooted:
+            self._check_root(root)
+        codes = self._codes(t.dtype, opts, reduces)
         finish: list[Finish] = []
-        buf = self._host_inout(t, finish)
-        n = self._native.all_reduce(buf.data_ptr(), buf.data_ptr(), self._nbytes(buf), dt, oc)
-        return self._work(n, [t, buf], finish, [t])
+        if kind == "reduce" and root != self._rank:
+            buf = self._host_in(t)
+        else:
+            buf = self._host_inout(t, finish)
+        p = buf.data_ptr()
+        return self._submit(kind, [p], [p], self._nbytes(buf), codes, [t, buf], finish, [t], root)
+
+    def _collect(self, kind: str, inp: Any, spec: Any, what: str, root: int = 0) -> Any:
+        """all_gather and gather: everyone's input into per-slot outputs
+        (``spec`` is None on a gather's non-root ranks)."""
+        inp = self._check_tensor(inp, f"{kind} input")
+        finish: list[Finish] = []
+        src = self._host_in(inp)
+        ptrs, keep = ([], []) if spec is None else self._slots(spec, inp, what, finish, True)
+        result = [] if spec is None else [spec] if isinstance(spec, torch.Tensor) else list(spec)
+        codes = self._codes(inp.dtype, None, False)
+        return self._submit(
+            kind,
+            [src.data_ptr()],
+            ptrs,
+            self._nbytes(src),
+            codes,
+            [inp, src, keep],
+            finish,
+            result,
+            root,
+        )
+
+    def _spread(
+        self, kind: str, out: Any, spec: Any, what: str, opts: Any, root: int = 0
+    ) -> MooncakeWork:
+        """reduce_scatter and scatter: per-slot inputs into one output per rank
+        (``spec`` is None on a scatter's non-root ranks)."""
+        out = self._check_tensor(out, f"{kind} output")
+        codes = self._codes(out.dtype, opts, kind == "reduce_scatter")
+        finish: list[Finish] = []
+        host = self._host_out(out, finish)
+        ptrs, keep = ([], []) if spec is None else self._slots(spec, out, what, finish, False)
+        return self._submit(
+            kind,
+            ptrs,
+            [host.data_ptr()],
+            self._nbytes(host),
+            codes,
+            [out, host, keep],
+            finish,
+            [out],
+            root,
+        )
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
+        return self._inplace("all_reduce", tensors, opts, reduces=True, rooted=False)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
         works = [self.allreduce([t], opts) for t in tensors]
@@ -395,123 +505,89 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         return works[-1]
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
-        self._check_open()
-        t = self._single(tensors, "broadcast")
-        root = self._root(opts)
-        self._check_root(root)
-        finish: list[Finish] = []
-        buf = self._host_inout(t, finish)
-        n = self._native.broadcast(
-            buf.data_ptr(), self._nbytes(buf), root, _codes.dtype_code(t.dtype)
-        )
-        return self._work(n, [t, buf], finish, [t])
+        return self._inplace("broadcast", tensors, opts, reduces=False, rooted=True)
 
-    def _all_gather_slots(
-        self, inp: torch.Tensor, outs: list[torch.Tensor], finish: list[Finish]
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        src = self._host_in(inp)
-        hosts = [self._host_out(o, finish) for o in outs]
-        return src, hosts
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
+        return self._inplace("reduce", tensors, opts, reduces=True, rooted=True)
 
-    def allgather(
-        self,
-        output_tensors: list[list[torch.Tensor]],
-        input_tensors: list[torch.Tensor],
-        opts: Any = None,
-    ) -> MooncakeWork:
+    def allgather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:
         self._check_open()
         inp = self._single(input_tensors, "allgather input")
-        if not isinstance(output_tensors, (list, tuple)) or len(output_tensors) != 1:
-            raise ValueError(f"{self._name}: allgather takes exactly one output list")
-        outs = self._same(inp, output_tensors[0], "allgather output")
-        self._check_k(len(outs), "allgather output list")
-        finish: list[Finish] = []
-        src, hosts = self._all_gather_slots(inp, outs, finish)
-        n = self._native.all_gather(
-            src.data_ptr(),
-            self._nbytes(src),
-            [h.data_ptr() for h in hosts],
-            _codes.dtype_code(inp.dtype),
-        )
-        return self._work(n, [inp, src, outs, hosts], finish, list(outs))
+        outs = self._one_list(output_tensors, "allgather output")
+        return self._collect("all_gather", inp, outs, "allgather output")
 
-    def all_gather_single(
-        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
-    ) -> MooncakeWork:
+    def all_gather_single(self, output: Any, input: Any, opts: Any = None) -> MooncakeWork:
         self._check_open()
-        out = self._check_tensor(output, "all_gather_into_tensor output")
-        inp = self._check_tensor(input, "all_gather_into_tensor input")
-        if out.dtype != inp.dtype:
-            raise ValueError(f"{self._name}: output dtype {out.dtype} != input dtype {inp.dtype}")
-        if inp.numel() == 0 or out.numel() % inp.numel() != 0:
-            raise ValueError(
-                f"{self._name}: all_gather_into_tensor output has {out.numel()} elements, "
-                f"not a multiple of the input's {inp.numel()}"
-            )
-        k = out.numel() // inp.numel()
-        self._check_k(k, "all_gather_into_tensor output")
-        finish: list[Finish] = []
-        src = self._host_in(inp)
-        host = self._host_out(out, finish)
-        nb = self._nbytes(src)
-        base = host.data_ptr()
-        n = self._native.all_gather(
-            src.data_ptr(), nb, [base + j * nb for j in range(k)], _codes.dtype_code(inp.dtype)
-        )
-        return self._work(n, [out, inp, src, host], finish, [out])
+        return self._collect("all_gather", input, output, "all_gather_into_tensor output")
 
     _allgather_base = all_gather_single
 
+    def gather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:
+        self._check_open()
+        inp = self._single(input_tensors, "gather input")
+        root = self._root(opts)
+        self._check_root(root)
+        if root == self._rank:
+            outs = self._one_list(output_tensors, "gather root output")
+        else:
+            outs = self._root_only(output_tensors, "gather output")  # type: ignore[func-returns-value]
+        return self._collect("gather", inp, outs, "gather output", root)
+
+    def gather_single(self, output: Any, input: Any, opts: Any = None) -> MooncakeWork:
+        self._check_open()
+        root = self._root(opts)
+        self._check_root(root)
+        out = output if root == self._rank else None
+        return self._collect("gather", input, out, "gather_into_tensor output", root)
+
+    gather_into_tensor = gather_single
+
     def reduce_scatter(
-        self,
-        output_tensors: list[torch.Tensor],
-        input_tensors: list[list[torch.Tensor]],
-        opts: Any = None,
+        self, output_tensors: Any, input_tensors: Any, opts: Any = None
     ) -> MooncakeWork:
         self._check_open()
         out = self._single(output_tensors, "reduce_scatter output")
-        if not isinstance(input_tensors, (list, tuple)) or len(input_tensors) != 1:
-            raise ValueError(f"{self._name}: reduce_scatter takes exactly one input list")
-        ins = self._same(out, input_tensors[0], "reduce_scatter input")
-        self._check_k(len(ins), "reduce_scatter input list")
-        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        dt, oc = _codes.reduction_codes(out.dtype, op)
-        finish: list[Finish] = []
-        srcs = [self._host_in(t) for t in ins]
-        host = self._host_out(out, finish)
-        n = self._native.reduce_scatter(
-            [s.data_ptr() for s in srcs], host.data_ptr(), self._nbytes(host), dt, oc
-        )
-        return self._work(n, [out, ins, srcs, host], finish, [out])
+        ins = self._one_list(input_tensors, "reduce_scatter input")
+        return self._spread("reduce_scatter", out, ins, "reduce_scatter input", opts)
 
-    def reduce_scatter_single(
-        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
-    ) -> MooncakeWork:
+    def reduce_scatter_single(self, output: Any, input: Any, opts: Any = None) -> MooncakeWork:
         self._check_open()
-        out = self._check_tensor(output, "reduce_scatter_tensor output")
-        inp = self._check_tensor(input, "reduce_scatter_tensor input")
-        if out.dtype != inp.dtype:
-            raise ValueError(f"{self._name}: output dtype {out.dtype} != input dtype {inp.dtype}")
-        if out.numel() == 0 or inp.numel() % out.numel() != 0:
-            raise ValueError(
-                f"{self._name}: reduce_scatter_tensor input has {inp.numel()} elements, "
-                f"not a multiple of the output's {out.numel()}"
-            )
-        k = inp.numel() // out.numel()
-        self._check_k(k, "reduce_scatter_tensor input")
-        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        dt, oc = _codes.reduction_codes(out.dtype, op)
-        finish: list[Finish] = []
-        src = self._host_in(inp)
-        host = self._host_out(out, finish)
-        nb = self._nbytes(host)
-        base = src.data_ptr()
-        n = self._native.reduce_scatter(
-            [base + j * nb for j in range(k)], host.data_ptr(), nb, dt, oc
-        )
-        return self._work(n, [out, inp, src, host], finish, [out])
+        return self._spread("reduce_scatter", output, input, "reduce_scatter_tensor input", opts)
 
     _reduce_scatter_base = reduce_scatter_single
+
+    def scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:
+        self._check_open()
+        out = self._single(output_tensors, "scatter output")
+        root = self._root(opts)
+        self._check_root(root)
+        if root == self._rank:
+            ins = self._one_list(input_tensors, "scatter root input")
+        else:
+            ins = self._root_only(input_tensors, "scatter input")  # type: ignore[func-returns-value]
+        return self._spread("scatter", out, ins, "scatter input", opts, root)
+
+    def _all_to_all(
+        self,
+        srcs: list[tuple[int, int]],
+        dsts: list[tuple[int, int]],
+        dtype: torch.dtype,
+        keep: list[Any],
+        finish: list[Finish],
+        result: list[torch.Tensor],
+    ) -> MooncakeWork:
+        n = self._native.submit(
+            "all_to_all",
+            [p for p, _ in srcs],
+            [p for p, _ in dsts],
+            0,
+            _codes.dtype_code(dtype),
+            0,
+            0,
+            [n for _, n in srcs],
+            [n for _, n in dsts],
+        )
+        return self._work(n, keep, finish, result)
 
     def alltoall(
         self,
@@ -536,12 +612,14 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         finish: list[Finish] = []
         srcs = [self._host_in(t) for t in ins]
         hosts = [self._host_out(t, finish) for t in outs]
-        n = self._native.all_to_all(
+        return self._all_to_all(
             [(s.data_ptr(), self._nbytes(s)) for s in srcs],
             [(h.data_ptr(), self._nbytes(h)) for h in hosts],
-            _codes.dtype_code(ins[0].dtype),
+            ins[0].dtype,
+            [ins, outs, srcs, hosts],
+            finish,
+            list(outs),
         )
-        return self._work(n, [ins, outs, srcs, hosts], finish, list(outs))
 
     def all_to_all_single(
         self,
@@ -556,15 +634,13 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         inp = self._check_tensor(input, "all_to_all_single input")
         if out.dtype != inp.dtype:
             raise ValueError(f"{self._name}: output dtype {out.dtype} != input dtype {inp.dtype}")
+        # torch allows giving the splits of one side only: the other is even.
         ins_split = list(input_split_sizes or [])
         outs_split = list(output_split_sizes or [])
-        if bool(ins_split) != bool(outs_split):
-            # torch allows giving one side only: the other is even.
-            pass
         k = len(ins_split) or len(outs_split) or self.getSize()
         self._check_k(k, "all_to_all_single splits")
 
-        def splits(t: torch.Tensor, given: list[int], what: str) -> list[int]:
+        def ranges(t: torch.Tensor, host: torch.Tensor, given: list[int], what: str) -> Any:
             rows = t.shape[0] if t.dim() > 0 else 1
             if given:
                 if len(given) != k:
@@ -575,142 +651,32 @@ class MooncakeProcessGroup(dist.ProcessGroup):
                     raise ValueError(
                         f"{self._name}: {what} splits {given} do not sum to dim 0 ({rows})"
                     )
-                return [int(x) for x in given]
-            if rows % k != 0:
+                sizes = [int(x) for x in given]
+            elif rows % k != 0:
                 raise ValueError(
                     f"{self._name}: {what} dim 0 ({rows}) is not divisible by {k} ranks"
                 )
-            return [rows // k] * k
-
-        s_in = splits(inp, ins_split, "input")
-        s_out = splits(out, outs_split, "output")
-        finish: list[Finish] = []
-        src = self._host_in(inp)
-        host = self._host_out(out, finish)
-        row_in = (inp.numel() // max(inp.shape[0], 1) if inp.dim() > 0 else 1) * inp.element_size()
-        row_out = (out.numel() // max(out.shape[0], 1) if out.dim() > 0 else 1) * out.element_size()
-
-        def ranges(base: int, sizes: list[int], row: int) -> list[tuple[int, int]]:
-            res, off = [], 0
+            else:
+                sizes = [rows // k] * k
+            row = (t.numel() // max(rows, 1)) * t.element_size()
+            res, off, base = [], 0, host.data_ptr()
             for s in sizes:
                 res.append((base + off * row, s * row))
                 off += s
             return res
 
-        n = self._native.all_to_all(
-            ranges(src.data_ptr(), s_in, row_in),
-            ranges(host.data_ptr(), s_out, row_out),
-            _codes.dtype_code(inp.dtype),
-        )
-        return self._work(n, [out, inp, src, host], finish, [out])
+        finish: list[Finish] = []
+        src = self._host_in(inp)
+        s_in = ranges(inp, src, ins_split, "input")
+        host = self._host_out(out, finish)
+        s_out = ranges(out, host, outs_split, "output")
+        return self._all_to_all(s_in, s_out, inp.dtype, [out, inp, src, host], finish, [out])
 
     alltoall_base = all_to_all_single
 
     def barrier(self, opts: Any = None) -> MooncakeWork:
         self._check_open()
-        return self._work(self._native.barrier(), [], [], [])
-
-    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
-        self._check_open()
-        t = self._single(tensors, "reduce")
-        root = self._root(opts)
-        self._check_root(root)
-        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        dt, oc = _codes.reduction_codes(t.dtype, op)
-        finish: list[Finish] = []
-        buf = self._host_inout(t, finish) if root == self._rank else self._host_in(t)
-        n = self._native.reduce(buf.data_ptr(), buf.data_ptr(), self._nbytes(buf), dt, oc, root)
-        return self._work(n, [t, buf], finish, [t])
-
-    def gather(
-        self,
-        output_tensors: list[list[torch.Tensor]],
-        input_tensors: list[torch.Tensor],
-        opts: Any = None,
-    ) -> MooncakeWork:
-        self._check_open()
-        inp = self._single(input_tensors, "gather input")
-        root = int(getattr(opts, "rootRank", 0))
-        self._check_root(root)
-        finish: list[Finish] = []
-        src = self._host_in(inp)
-        outs: list[torch.Tensor] = []
-        hosts: list[torch.Tensor] = []
-        if root == self._rank:
-            if not isinstance(output_tensors, (list, tuple)) or len(output_tensors) != 1:
-                raise ValueError(f"{self._name}: gather root takes exactly one output list")
-            outs = self._same(inp, output_tensors[0], "gather output")
-            self._check_k(len(outs), "gather output list")
-            hosts = [self._host_out(o, finish) for o in outs]
-        elif output_tensors and any(len(x) for x in output_tensors):
-            raise ValueError(f"{self._name}: gather output list must be empty on non-root ranks")
-        n = self._native.gather(
-            src.data_ptr(),
-            self._nbytes(src),
-            [h.data_ptr() for h in hosts],
-            root,
-            _codes.dtype_code(inp.dtype),
-        )
-        return self._work(n, [inp, src, outs, hosts], finish, list(outs))
-
-    def gather_single(
-        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
-    ) -> MooncakeWork:
-        self._check_open()
-        inp = self._check_tensor(input, "gather_into_tensor input")
-        root = int(getattr(opts, "rootRank", 0))
-        self._check_root(root)
-        finish: list[Finish] = []
-        src = self._host_in(inp)
-        nb = self._nbytes(src)
-        ptrs: list[int] = []
-        keep: list[Any] = [inp, src, output]
-        if root == self._rank:
-            out = self._check_tensor(output, "gather_into_tensor output")
-            if inp.numel() == 0 or out.numel() % inp.numel() != 0:
-                raise ValueError(
-                    f"{self._name}: gather_into_tensor output has {out.numel()} elements, "
-                    f"not a multiple of the input's {inp.numel()}"
-                )
-            k = out.numel() // inp.numel()
-            self._check_k(k, "gather_into_tensor output")
-            host = self._host_out(out, finish)
-            keep.append(host)
-            ptrs = [host.data_ptr() + j * nb for j in range(k)]
-        n = self._native.gather(src.data_ptr(), nb, ptrs, root, _codes.dtype_code(inp.dtype))
-        return self._work(n, keep, finish, [output])
-
-    gather_into_tensor = gather_single
-
-    def scatter(
-        self,
-        output_tensors: list[torch.Tensor],
-        input_tensors: list[list[torch.Tensor]],
-        opts: Any = None,
-    ) -> MooncakeWork:
-        self._check_open()
-        out = self._single(output_tensors, "scatter output")
-        root = int(getattr(opts, "rootRank", 0))
-        self._check_root(root)
-        finish: list[Finish] = []
-        host = self._host_out(out, finish)
-        srcs: list[torch.Tensor] = []
-        if root == self._rank:
-            if not isinstance(input_tensors, (list, tuple)) or len(input_tensors) != 1:
-                raise ValueError(f"{self._name}: scatter root takes exactly one input list")
-            ins = self._same(out, input_tensors[0], "scatter input")
-            self._check_k(len(ins), "scatter input list")
-            srcs = [self._host_in(t) for t in ins]
-        elif input_tensors and any(len(x) for x in input_tensors):
-            raise ValueError(f"{self._name}: scatter input list must be empty on non-root ranks")
-        n = self._native.scatter(
-            [s.data_ptr() for s in srcs],
-            host.data_ptr(),
-            self._nbytes(host),
-            root,
-            _codes.dtype_code(out.dtype),
-        )
-        return self._work(n, [out, srcs, host], finish, [out])
+        return self._submit("barrier", [], [], 0, (0, 0), [], [], [])
 
     # -------------------------------------------------------------------- P2P
     def _peer(self, peer: int, what: str) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime
+import queue
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +23,37 @@ def _seconds(timeout: Any) -> float | None:
     else:
         s = float(timeout)
     return s if s > 0 else None
+
+
+_futures: queue.SimpleQueue[tuple[MooncakeWork, torch.futures.Future[Any]]] = queue.SimpleQueue()
+_callback_thread: threading.Thread | None = None
+_callback_lock = threading.Lock()
+
+
+def _complete_futures() -> None:
+    """The one thread that completes ``get_future()`` futures (so their
+    callbacks never run on a caller's thread or on a Rust thread)."""
+    while True:
+        work, fut = _futures.get()
+        try:
+            work.wait()
+        except BaseException as e:  # noqa: BLE001 - handed to the future
+            fut.set_exception(e)
+        else:
+            fut.set_result(work.result())
+
+
+def _future_of(work: MooncakeWork) -> torch.futures.Future[Any]:
+    global _callback_thread
+    with _callback_lock:
+        if _callback_thread is None or not _callback_thread.is_alive():
+            _callback_thread = threading.Thread(
+                target=_complete_futures, name="mooncake-pg-futures", daemon=True
+            )
+            _callback_thread.start()
+    fut: torch.futures.Future[Any] = torch.futures.Future()
+    _futures.put((work, fut))
+    return fut
 
 
 class MooncakeWork(Work):
@@ -76,6 +109,12 @@ class MooncakeWork(Work):
 
     def result(self) -> list[torch.Tensor]:
         return self._result
+
+    def get_future(self) -> torch.futures.Future[Any]:
+        """A future completed with ``result()`` (or the op's error) by a
+        dedicated callback thread; used by ``all_reduce_coalesced(async_op=True)``
+        and DDP communication hooks."""
+        return _future_of(self)
 
     def _source_rank(self) -> int:
         return int(self._native.source_rank())
