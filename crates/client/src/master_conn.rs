@@ -4,10 +4,12 @@
 
 use mooncake_common::framing::{self, client_handshake, Service, MAX_CONTROL_FRAME};
 use mooncake_common::proto::{MasterRequest, MasterResponse};
+use mooncake_common::spin_read;
 use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 /// RPC timeout for one request.
@@ -72,7 +74,8 @@ impl MasterConn {
     }
 
     /// One request/response on a given stream: the request goes out in one
-    /// `write`, and a small response comes back in one `read`.
+    /// `write`, and a small response comes back in one `read`, polled briefly
+    /// before blocking (see [`spin_read::spin_budget`]).
     pub fn call_on(s: &mut TcpStream, req: &MasterRequest) -> io::Result<MasterResponse> {
         let mut buf = framing::encode_frame(req)?;
         s.write_all(&buf)?;
@@ -81,8 +84,9 @@ impl MasterConn {
         buf.clear();
         buf.resize(4096, 0);
         let mut have = 0usize;
+        let spin = spin_read::spin_budget();
         while have < 4 {
-            let n = s.read(&mut buf[have..])?;
+            let n = spin_read::recv_spin_then_block(s.as_raw_fd(), &mut buf[have..], spin)?;
             if n == 0 {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }

@@ -7,5 +7,6 @@ pub mod framing;
 pub mod hostid;
 pub mod proto;
 pub mod size;
+pub mod spin_read;
 
 pub use error::{ErrorCode, McResult};

@@ -8,6 +8,7 @@
 use crate::state::MasterState;
 use mooncake_common::framing::{self, Hello, Service, MAX_CONTROL_FRAME};
 use mooncake_common::proto::{MasterRequest, MasterResponse};
+use mooncake_common::spin_read::SpinReader;
 use mooncake_common::ErrorCode;
 use std::io::{self, BufReader, Write};
 use std::net::TcpStream;
@@ -67,7 +68,7 @@ fn handle_conn(mut sock: TcpStream, state: Arc<MasterState>) -> io::Result<()> {
     if idle > 0 {
         sock.set_read_timeout(Some(std::time::Duration::from_secs(idle as u64)))?;
     }
-    let mut rd = BufReader::with_capacity(64 << 10, sock.try_clone()?);
+    let mut rd = BufReader::with_capacity(64 << 10, SpinReader::new(sock.try_clone()?));
     let mut out: Vec<u8> = Vec::with_capacity(4096);
     let hello_body = framing::read_frame(&mut rd, 1024)?;
     let hello: Hello = framing::decode(&hello_body)?;

@@ -7,6 +7,7 @@ use crate::data_proto::{RequestHeader, OP_READ};
 use crate::segment::Segment;
 use crate::sockio::{iov, send_all, sendfile_all, IOV_MAX};
 use mooncake_common::framing::{server_handshake, Service};
+use mooncake_common::spin_read::SpinReader;
 use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
 use std::io::{self, Read, Write};
@@ -200,7 +201,7 @@ fn send_ranges(
 
 fn serve_conn(mut sock: TcpStream, seg: Option<Arc<Segment>>) -> io::Result<()> {
     server_handshake(&mut sock, Service::Data)?;
-    let mut rd = io::BufReader::with_capacity(64 << 10, sock.try_clone()?);
+    let mut rd = io::BufReader::with_capacity(64 << 10, SpinReader::new(sock.try_clone()?));
     let mut stage: Vec<u8> = Vec::with_capacity(STAGE_BYTES);
     loop {
         let h = RequestHeader::read_from(&mut rd)?;

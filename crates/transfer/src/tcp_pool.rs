@@ -5,6 +5,7 @@ use crate::data_proto::{encode_header, OP_READ, OP_WRITE};
 use crate::engine::Op;
 use crate::sockio::{iov, recv_status_then, send_all};
 use mooncake_common::framing::{client_handshake, Service};
+use mooncake_common::spin_read::{spin_budget, spin_until_readable};
 use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -130,6 +131,7 @@ fn local_iovs(ops: &[Op]) -> Vec<libc::iovec> {
 
 fn read_status(s: &mut TcpStream) -> io::Result<i32> {
     let mut st = [0u8; 4];
+    spin_until_readable(s.as_raw_fd(), spin_budget());
     s.read_exact(&mut st)?;
     Ok(i32::from_le_bytes(st))
 }
@@ -137,6 +139,7 @@ fn read_status(s: &mut TcpStream) -> io::Result<i32> {
 unsafe fn read_on(s: &mut TcpStream, uuid: &str, ops: &[Op]) -> io::Result<Result<(), ErrorCode>> {
     s.write_all(&header(OP_READ, uuid, ops))?;
     let mut dst = local_iovs(ops);
+    spin_until_readable(s.as_raw_fd(), spin_budget());
     let st = recv_status_then(s.as_raw_fd(), &mut dst)?;
     if st != 0 {
         return Ok(Err(ErrorCode::from_code(st)));
