@@ -2,28 +2,10 @@
 
 use mooncake_client::{Client, ClientConfig, WriteConfig};
 use mooncake_master::config::MasterConfig;
-use mooncake_master::metrics::MasterMetrics;
-use mooncake_master::state::MasterState;
 use std::sync::Arc;
 
 fn start_master(cfg: MasterConfig) -> String {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    listener.set_nonblocking(true).unwrap();
-    std::thread::spawn(move || {
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::from_std(listener).unwrap();
-            let st = MasterState::new(cfg, Arc::new(MasterMetrics::default()), None);
-            st.start_background();
-            mooncake_master::rpc::serve(l, st).await;
-        })
-    });
-    addr
+    mooncake_master::embedded::spawn_loopback(cfg).expect("start master")
 }
 
 fn client(master: &str, seg: u64) -> Arc<Client> {

@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod allocator;
 pub mod config;
+pub mod embedded;
 mod eviction;
 pub mod flags;
 pub mod http_meta;
