@@ -172,13 +172,7 @@ impl MooncakeDistributedStore {
                 .collect(),
             Err,
         );
-        let failures: Vec<(&str, i64)> = keys
-            .iter()
-            .zip(&merged)
-            .filter_map(|(k, r)| r.as_ref().err().map(|c| (k.as_str(), *c)))
-            .collect();
-        log::fail_batch(py, method, &failures, keys.len());
-        merged.into_iter().map(Result::ok).collect()
+        log::fail_results(py, method, keys, merged)
     }
 
     /// Staged read of many keys straight into new `bytes` objects: the
@@ -231,13 +225,7 @@ impl MooncakeDistributedStore {
                 .collect(),
             Err,
         );
-        let failures: Vec<(&str, i64)> = keys
-            .iter()
-            .zip(&merged)
-            .filter_map(|(k, r)| r.as_ref().err().map(|c| (k.as_str(), *c)))
-            .collect();
-        log::fail_batch(py, method, &failures, keys.len());
-        merged.into_iter().map(Result::ok).collect()
+        log::fail_results(py, method, keys, merged)
     }
 
     /// Per-key `is_exist` with binding-side checks and logging.
@@ -253,13 +241,7 @@ impl MooncakeDistributedStore {
             py.allow_threads(|| client.is_exist(&sent))
         };
         let merged = plan.merge(answers, |c| c as i32);
-        let failures: Vec<(&str, i64)> = keys
-            .iter()
-            .zip(&merged)
-            .filter(|(_, c)| **c < 0)
-            .map(|(k, c)| (k.as_str(), *c as i64))
-            .collect();
-        log::fail_batch(py, method, &failures, keys.len());
+        log::fail_codes(py, method, keys, &merged);
         merged
     }
 }

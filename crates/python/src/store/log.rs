@@ -92,6 +92,34 @@ pub fn fail(py: Python<'_>, method: &str, key: Option<&str>, code: i64, detail: 
     emit(py, Level::for_code(code), &msg);
 }
 
+/// One log line for the negative codes of a per-key result list.
+pub fn fail_codes<T: Copy + Into<i64>>(py: Python<'_>, method: &str, keys: &[String], codes: &[T]) {
+    let failures: Vec<(&str, i64)> = keys
+        .iter()
+        .zip(codes)
+        .map(|(k, c)| (k.as_str(), (*c).into()))
+        .filter(|(_, c)| *c < 0)
+        .collect();
+    fail_batch(py, method, &failures, keys.len());
+}
+
+/// One log line for the failed entries of a per-key result list; returns
+/// the successful values, `None` where an entry failed.
+pub fn fail_results<T>(
+    py: Python<'_>,
+    method: &str,
+    keys: &[String],
+    results: Vec<Result<T, i64>>,
+) -> Vec<Option<T>> {
+    let failures: Vec<(&str, i64)> = keys
+        .iter()
+        .zip(&results)
+        .filter_map(|(k, r)| r.as_ref().err().map(|c| (k.as_str(), *c)))
+        .collect();
+    fail_batch(py, method, &failures, keys.len());
+    results.into_iter().map(Result::ok).collect()
+}
+
 /// Log one line for a batch call with per-item failures `(key, code)` out of
 /// `total` items. Does nothing when `failures` is empty. INFO only when every
 /// failure is OBJECT_NOT_FOUND.

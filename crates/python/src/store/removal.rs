@@ -55,13 +55,7 @@ impl MooncakeDistributedStore {
             py.allow_threads(|| client.remove(&sent, force_flag(force)))
         };
         let merged = plan.merge(answers, |c| c as i32);
-        let failures: Vec<(&str, i64)> = keys
-            .iter()
-            .zip(&merged)
-            .filter(|(_, c)| **c < 0)
-            .map(|(k, c)| (k.as_str(), *c as i64))
-            .collect();
-        log::fail_batch(py, "batch_remove", &failures, keys.len());
+        log::fail_codes(py, "batch_remove", &keys, &merged);
         merged
     }
 

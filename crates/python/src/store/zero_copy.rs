@@ -115,20 +115,9 @@ impl MooncakeDistributedStore {
             py.allow_threads(|| unsafe { client.batch_put_from(&k, &p, &s, &cfg, upsert) })
         };
         let merged = plan.merge(answers, |c| c as i32);
-        log_codes(py, method, &keys, &merged);
+        log::fail_codes(py, method, &keys, &merged);
         merged
     }
-}
-
-/// One log line for the failing items of a per-key result list.
-fn log_codes<T: Copy + Into<i64>>(py: Python<'_>, method: &str, keys: &[String], codes: &[T]) {
-    let failures: Vec<(&str, i64)> = keys
-        .iter()
-        .zip(codes)
-        .map(|(k, c)| (k.as_str(), (*c).into()))
-        .filter(|(_, c)| *c < 0)
-        .collect();
-    log::fail_batch(py, method, &failures, keys.len());
 }
 
 #[pymethods]
@@ -272,7 +261,7 @@ impl MooncakeDistributedStore {
             py.allow_threads(|| unsafe { client.batch_get_into(&k, &p, &s) })
         };
         let merged = plan.merge(answers, |c| c);
-        log_codes(py, "batch_get_into", &keys, &merged);
+        log::fail_codes(py, "batch_get_into", &keys, &merged);
         merged
     }
 
