@@ -43,6 +43,23 @@ fn msghdr(iovs: &mut [libc::iovec]) -> libc::msghdr {
     m
 }
 
+/// Interpret a transfer syscall's return value: `Ok(None)` after `EINTR`
+/// (retry), the OS error for a failure, `zero` as an error for 0 bytes,
+/// else the byte count.
+fn moved(n: isize, zero: io::ErrorKind) -> io::Result<Option<usize>> {
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(None);
+        }
+        return Err(e);
+    }
+    if n == 0 {
+        return Err(zero.into());
+    }
+    Ok(Some(n as usize))
+}
+
 /// Send every byte described by `iovs` (which this call consumes). With
 /// `more`, the kernel may hold a partial segment for the next send.
 ///
@@ -57,18 +74,10 @@ pub unsafe fn send_all(fd: RawFd, iovs: &mut [libc::iovec], more: bool) -> io::R
         if more || start + IOV_MAX < iovs.len() {
             flags |= libc::MSG_MORE;
         }
-        let n = libc::sendmsg(fd, &m, flags);
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        advance(iovs, &mut start, n as usize);
+        let Some(n) = moved(libc::sendmsg(fd, &m, flags), io::ErrorKind::WriteZero)? else {
+            continue;
+        };
+        advance(iovs, &mut start, n);
     }
     Ok(())
 }
@@ -81,16 +90,9 @@ pub fn sendfile_all(sock: RawFd, file: RawFd, offset: u64, len: u64) -> io::Resu
         let chunk = left.min(1 << 30) as usize;
         // SAFETY: plain syscall on descriptors we hold; `off` is ours.
         let n = unsafe { libc::sendfile(sock, file, &mut off, chunk) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
+        let Some(n) = moved(n, io::ErrorKind::UnexpectedEof)? else {
+            continue;
+        };
         left -= n as u64;
     }
     Ok(())
@@ -105,18 +107,14 @@ pub unsafe fn recv_all(fd: RawFd, iovs: &mut [libc::iovec]) -> io::Result<()> {
     advance(iovs, &mut start, 0);
     while start < iovs.len() {
         let mut m = msghdr(&mut iovs[start..]);
-        let n = libc::recvmsg(fd, &mut m, libc::MSG_WAITALL);
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        advance(iovs, &mut start, n as usize);
+        let Some(n) = moved(
+            libc::recvmsg(fd, &mut m, libc::MSG_WAITALL),
+            io::ErrorKind::UnexpectedEof,
+        )?
+        else {
+            continue;
+        };
+        advance(iovs, &mut start, n);
     }
     Ok(())
 }
@@ -137,19 +135,10 @@ pub unsafe fn recv_status_then(fd: RawFd, data: &mut [libc::iovec]) -> io::Resul
         first.extend(data.iter().take(IOV_MAX - 1).copied());
         loop {
             let mut m = msghdr(&mut first);
-            let n = libc::recvmsg(fd, &mut m, 0);
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
+            if let Some(n) = moved(libc::recvmsg(fd, &mut m, 0), io::ErrorKind::UnexpectedEof)? {
+                got = n;
+                break;
             }
-            if n == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-            got = n as usize;
-            break;
         }
     }
     if got < 4 {
