@@ -195,15 +195,20 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
         proc, master = start_master(args.impl == "upstream")
     try:
         populate_s: list[float] = []
+        setup_s: list[float] = []
         store: Any = None
         if args.mode == "own":
+            if args.prefault:
+                os.environ["MC_STORE_PREFAULT"] = "on"
             tables = make_tables(args.shape)
             seg = sum(t.nbytes for t in tables) + (64 << 20)
             # Each populate goes into a fresh client's (never touched) segment.
             for rep in range(args.populate_reps):
                 if store is not None:
                     store.close()
+                t0 = time.perf_counter()
                 store = connect(args.impl, master, seg)
+                setup_s.append(time.perf_counter() - t0)
                 e = make_engram(args.impl, args.shape, args.dtype, store, args.layer + rep)
                 t0 = time.perf_counter()
                 e.populate(tables)
@@ -231,6 +236,8 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
             r = {**base, "batch": b, **stats(times, b * args.length)}
             if populate_s:
                 r["populate_s"] = populate_s
+                r["setup_s"] = setup_s
+                r["prefault"] = args.prefault
             results.append(r)
         store.close()
     finally:
@@ -273,6 +280,14 @@ def run_all(args: argparse.Namespace) -> None:
                     ["--shape", "h16", "--mode", mode, "--input", "numpy", "--batches", b] + reps,
                 )
             )
+    # populate again into segments committed at setup (MC_STORE_PREFAULT=on)
+    plan.append(
+        (
+            "ours",
+            ["--shape", "h16", "--mode", "own", "--batches", "1", "--populate-reps", "3"]
+            + ["--prefault"],
+        )
+    )
     # Row width of the Engram-27B shape (scaled to fit 24 GiB), and the
     # half-precision tables.
     for impl in ("numpy", "ours"):
@@ -320,17 +335,24 @@ def report(rows: list[dict[str, Any]]) -> str:
             f"| {r['mean_ms']:.4f} | {r['p50_ms']:.4f} | {r['p99_ms']:.4f} "
             f"| {r['tokens_per_s']:,.0f} |"
         )
-    pops = {(r["impl"], r["shape"], r["dtype"]): r["populate_s"] for r in rows if "populate_s" in r}
-    for (impl, shape, dtype), times in pops.items():
+    pops = {
+        (r["impl"], r["shape"], r["dtype"], r.get("prefault", False)): r
+        for r in rows
+        if "populate_s" in r
+    }
+    for (impl, shape, dtype, prefault), r in pops.items():
         h, n, d = SHAPES[shape]
         nbytes = h * n * d * (2 if dtype in ("float16", "bfloat16") else 4)
-        ts = [times] if isinstance(times, float) else times
+        ts = r["populate_s"]
         med, best = float(np.median(ts)), min(ts)
         each = ", ".join(f"{nbytes / t / 1e9:.2f}" for t in ts)
+        kind = "segments committed at setup" if prefault else "fresh segments"
+        setup = float(np.median(r.get("setup_s") or [0.0]))
         lines.append(
-            f"\npopulate {impl} {shape} {dtype} ({nbytes / 1e9:.2f} GB, {len(ts)} fresh segments): "
+            f"\npopulate {impl} {shape} {dtype} ({nbytes / 1e9:.2f} GB, {len(ts)} {kind}): "
             f"median {med * 1e3:.1f} ms = {nbytes / med / 1e9:.2f} GB/s, "
-            f"best {nbytes / best / 1e9:.2f} GB/s (each: {each} GB/s)"
+            f"best {nbytes / best / 1e9:.2f} GB/s (each: {each} GB/s); "
+            f"setup median {setup * 1e3:.0f} ms"
         )
     return "\n".join(lines)
 
@@ -353,6 +375,11 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--warmup", type=int, default=WARMUP)
     ap.add_argument("--iters", type=int, default=ITERS)
+    ap.add_argument(
+        "--prefault",
+        action="store_true",
+        help="own mode: commit each segment at setup (MC_STORE_PREFAULT=on)",
+    )
     ap.add_argument(
         "--populate-reps",
         type=int,
