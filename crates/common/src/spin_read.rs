@@ -1,7 +1,7 @@
 //! Reads that poll briefly before blocking: on a VM, waking a thread parked
 //! in `read` costs more than a loopback round trip, so request/response
 //! callers (the client's master RPC, the master's per-connection threads)
-//! spin a bounded time first.
+//! poll a bounded time first, yielding the core between polls.
 
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, RawFd};
@@ -22,6 +22,17 @@ pub fn spin_budget() -> std::time::Duration {
             .unwrap_or(50)
     });
     std::time::Duration::from_micros(us)
+}
+
+/// One step of a polling loop: give the core to any other runnable thread
+/// (`sched_yield`). On a 2-core host three parties can be waiting at once
+/// (the client for a reply, the master for the next request, a data server
+/// for its peer); a pure spin would hold a core the party that has work
+/// needs, which costs far more than the yield syscall.
+#[inline]
+fn spin_pause() {
+    // SAFETY: sched_yield has no preconditions.
+    unsafe { libc::sched_yield() };
 }
 
 /// Read at least one byte into `buf`: poll with non-blocking `recv` for up
@@ -50,7 +61,7 @@ pub fn recv_spin_then_block(
                 if std::time::Instant::now() >= deadline {
                     flags = 0;
                 } else {
-                    std::hint::spin_loop();
+                    spin_pause();
                 }
             }
             _ => return Err(err),
@@ -110,7 +121,7 @@ pub fn spin_until_readable(sock: RawFd, spin: std::time::Duration) {
         if std::time::Instant::now() >= deadline {
             return;
         }
-        std::hint::spin_loop();
+        spin_pause();
     }
 }
 
