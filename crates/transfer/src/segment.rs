@@ -22,13 +22,14 @@ fn pwrite_enabled() -> bool {
     })
 }
 
-/// `true` when `MC_STORE_PREFAULT` is `on`/`1`/`true` (read once): new
-/// segments are committed to memory when they are created.
+/// `true` when `MC_STORE_PREFAULT` is a true boolean (`on`, `1`, `true`,
+/// `yes`; read once): new segments are committed to memory when created.
 fn prefault_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
         std::env::var("MC_STORE_PREFAULT")
-            .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "on" | "1" | "true"))
+            .ok()
+            .and_then(|v| mooncake_common::size::parse_bool(&v))
             .unwrap_or(false)
     })
 }
