@@ -8,13 +8,13 @@ use crate::registered::Regions;
 use crate::staging::StagingArea;
 use crate::stats::ClientStats;
 use mooncake_common::proto::{MasterRequest, MasterResponse, SegmentDesc};
-use mooncake_common::ErrorCode;
+use mooncake_common::{AuthKey, ErrorCode};
 use mooncake_transfer::data_server::DataServer;
 use mooncake_transfer::same_host::{socket_name, MappingServer};
 use mooncake_transfer::segment::{register_local, unregister_local, Segment};
 use mooncake_transfer::TransferEngine;
 use parking_lot::Mutex;
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,11 +110,16 @@ impl Client {
             tracing::warn!(protocol = %cfg.protocol, "only the tcp protocol is supported");
             return Err(ErrorCode::InternalError);
         }
+        // The cluster token (MC_AUTH_TOKEN / MC_AUTH_TOKEN_FILE), if any.
+        let auth = AuthKey::from_env().map_err(|e| {
+            tracing::warn!(error = %e, "cannot load the cluster token");
+            ErrorCode::InternalError
+        })?;
         let metadata = if cfg.metadata_server == "P2PHANDSHAKE" {
             None
         } else {
             match MetadataUrl::parse(&cfg.metadata_server) {
-                Some(u) => Some(u),
+                Some(u) => Some(u.with_auth(auth.clone())),
                 None => {
                     tracing::warn!(server = %cfg.metadata_server, "unsupported metadata server");
                     return Err(ErrorCode::InternalError);
@@ -135,12 +140,15 @@ impl Client {
         let master = Arc::new(MasterConn::new(
             &cfg.master_server_addr,
             Duration::from_millis(1000),
+            auth.clone(),
         ));
         let first = master.connect_with_retry(timeout).map_err(|e| {
             tracing::warn!(master = %cfg.master_server_addr, error = %e, "master unreachable");
             ErrorCode::InternalError
         })?;
-        master.give(first);
+        // The heartbeat's own path: this connection, and a socket made now
+        // for reconnecting, before any data connection can take descriptors.
+        let spare = master.spare_socket().ok();
 
         let listener = bind_data_port(&host, port)?;
         let bound = listener
@@ -157,7 +165,7 @@ impl Client {
         } else {
             None
         };
-        let engine = TransferEngine::new();
+        let engine = TransferEngine::new().with_auth(auth.clone());
         let desc = SegmentDesc {
             name: name.clone(),
             uuid: segment
@@ -174,10 +182,10 @@ impl Client {
                 .map(|s| socket_name(s.uuid()))
                 .unwrap_or_default(),
         };
-        let data_server =
-            DataServer::start(listener, segment.clone()).map_err(|_| ErrorCode::InternalError)?;
+        let data_server = DataServer::start(listener, segment.clone(), auth.clone())
+            .map_err(|_| ErrorCode::InternalError)?;
         let mapping_server = match &segment {
-            Some(s) => MappingServer::start(Arc::clone(s))
+            Some(s) => MappingServer::start(Arc::clone(s), auth.clone())
                 .map_err(|e| tracing::info!(error = %e, "same-host mapping server unavailable"))
                 .ok(),
             None => None,
@@ -221,7 +229,7 @@ impl Client {
             client.close();
             return Err(ErrorCode::InternalError);
         }
-        client.start_heartbeat();
+        client.start_heartbeat(first, spare);
         Ok(client)
     }
 
@@ -251,13 +259,17 @@ impl Client {
         ok
     }
 
-    fn start_heartbeat(self: &Arc<Self>) {
+    /// Ping the master every second on a connection of its own (`conn`,
+    /// reconnecting through the `spare` socket made at setup), so that
+    /// data connections never starve the heartbeat of descriptors.
+    fn start_heartbeat(self: &Arc<Self>, conn: TcpStream, spare: Option<socket2::Socket>) {
         let weak = Arc::downgrade(self);
         let closed = Arc::clone(&self.closed);
         let h = std::thread::Builder::new()
             .name("mc-heartbeat".into())
             .spawn(move || {
-                let mut conn = None;
+                let mut conn = Some(conn);
+                let mut spare = spare;
                 let mut failures = 0u32;
                 while !closed.load(Ordering::Acquire) {
                     // Sleep 1 s in small steps so close() is prompt.
@@ -269,7 +281,13 @@ impl Client {
                     }
                     let Some(me) = weak.upgrade() else { return };
                     if conn.is_none() {
-                        conn = me.master.connect().ok();
+                        conn = match spare.take() {
+                            Some(sp) => me.master.connect_spare(sp).ok(),
+                            None => me.master.connect().ok(),
+                        };
+                    }
+                    if spare.is_none() {
+                        spare = me.master.spare_socket().ok();
                     }
                     let resp = conn.as_mut().map(|s| {
                         MasterConn::call_on(
@@ -284,7 +302,9 @@ impl Client {
                             failures = 0;
                             me.health.store(0, Ordering::Release);
                             if need_remount {
-                                me.remount();
+                                if let Some(c) = conn.as_mut() {
+                                    me.remount(c);
+                                }
                             }
                         }
                         _ => {
@@ -302,12 +322,16 @@ impl Client {
         *self.heartbeat.lock() = h;
     }
 
-    fn remount(&self) {
+    /// Remount on the heartbeat's connection `conn`.
+    fn remount(&self, conn: &mut TcpStream) {
         tracing::warn!(segment = %self.desc.name, "master asked for remount (restarted?); remounting");
-        let r = self.master.call(&MasterRequest::MountSegment {
-            client_id: self.client_id.clone(),
-            segment: self.desc.clone(),
-        });
+        let r = MasterConn::call_on(
+            conn,
+            &MasterRequest::MountSegment {
+                client_id: self.client_id.clone(),
+                segment: self.desc.clone(),
+            },
+        );
         if !matches!(r, Ok(MasterResponse::Ok)) {
             tracing::warn!(result = ?r, "remount failed");
             return;
@@ -384,10 +408,7 @@ impl Client {
         if done.is_empty() {
             return self.master.call(&req);
         }
-        let r = self.master.call(&MasterRequest::WithDone {
-            done: done.clone(),
-            req: Box::new(req),
-        });
+        let r = self.master.call_with_done(&req, &done);
         if r.is_err() {
             // Reporting twice is harmless; losing them only delays the end.
             for t in done {

@@ -1,33 +1,42 @@
 //! Blocking RPC to the master over a small pool of connections. A broken
 //! connection is dropped and the call fails with RPC_FAIL; the next call
 //! reconnects (with a short timeout, so calls during an outage fail fast).
+//! A pooled connection idle longer than [`POOL_IDLE_MAX`], or closed by the
+//! master meanwhile (its idle timeout), is not reused.
 
 use mooncake_common::framing::{self, client_handshake, Service, MAX_CONTROL_FRAME};
-use mooncake_common::proto::{MasterRequest, MasterResponse};
+use mooncake_common::limits::peer_closed;
+use mooncake_common::proto::{encode_request, MasterRequest, MasterResponse};
 use mooncake_common::spin_read;
-use mooncake_common::ErrorCode;
+use mooncake_common::{AuthKey, ErrorCode};
 use parking_lot::Mutex;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// RPC timeout for one request.
 const RPC_TIMEOUT: Duration = Duration::from_secs(10);
+/// A pooled connection idle longer than this is closed, not reused (well
+/// inside the master's default idle timeout of 60 s).
+const POOL_IDLE_MAX: Duration = Duration::from_secs(30);
 
 /// Connection pool to one master address.
 pub struct MasterConn {
     addr: String,
     connect_timeout: Duration,
-    idle: Mutex<Vec<TcpStream>>,
+    key: Option<AuthKey>,
+    idle: Mutex<Vec<(TcpStream, Instant)>>,
 }
 
 impl MasterConn {
-    /// A pool for `addr` (`host:port`); nothing is connected yet.
-    pub fn new(addr: &str, connect_timeout: Duration) -> Self {
+    /// A pool for `addr` (`host:port`), authenticating with the cluster
+    /// token `key`; nothing is connected yet.
+    pub fn new(addr: &str, connect_timeout: Duration, key: Option<AuthKey>) -> Self {
         MasterConn {
             addr: addr.to_string(),
             connect_timeout,
+            key,
             idle: Mutex::new(Vec::new()),
         }
     }
@@ -45,7 +54,32 @@ impl MasterConn {
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(RPC_TIMEOUT))?;
         s.set_write_timeout(Some(RPC_TIMEOUT))?;
-        client_handshake(&mut s, Service::Master)?;
+        client_handshake(&mut s, Service::Master, self.key.as_ref())?;
+        Ok(s)
+    }
+
+    /// A TCP socket created ahead of need (not yet connected), so that the
+    /// heartbeat can reconnect even when the process has no descriptor
+    /// left to create one.
+    pub fn spare_socket(&self) -> io::Result<socket2::Socket> {
+        let addr = self.resolve()?;
+        // socket2 creates it close-on-exec.
+        socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )
+    }
+
+    /// Connect a socket from [`MasterConn::spare_socket`] (handshake included).
+    pub fn connect_spare(&self, sock: socket2::Socket) -> io::Result<TcpStream> {
+        let addr = self.resolve()?;
+        sock.connect_timeout(&addr.into(), self.connect_timeout)?;
+        let mut s: TcpStream = sock.into();
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(RPC_TIMEOUT))?;
+        s.set_write_timeout(Some(RPC_TIMEOUT))?;
+        client_handshake(&mut s, Service::Master, self.key.as_ref())?;
         Ok(s)
     }
 
@@ -56,7 +90,8 @@ impl MasterConn {
             match self.connect() {
                 Ok(s) => return Ok(s),
                 Err(e) => {
-                    if start.elapsed() >= total {
+                    // A refused token does not get better by retrying.
+                    if start.elapsed() >= total || e.kind() == io::ErrorKind::PermissionDenied {
                         return Err(e);
                     }
                     std::thread::sleep(Duration::from_millis(100));
@@ -69,7 +104,17 @@ impl MasterConn {
     pub fn give(&self, s: TcpStream) {
         let mut g = self.idle.lock();
         if g.len() < 16 {
-            g.push(s);
+            g.push((s, Instant::now()));
+        }
+    }
+
+    /// A pooled connection that is still usable, if any.
+    fn pooled(&self) -> Option<TcpStream> {
+        loop {
+            let (s, since) = self.idle.lock().pop()?;
+            if since.elapsed() < POOL_IDLE_MAX && !peer_closed(&s) {
+                return Some(s);
+            }
         }
     }
 
@@ -77,7 +122,16 @@ impl MasterConn {
     /// `write`, and a small response comes back in one `read`, polled briefly
     /// before blocking (see [`spin_read::spin_budget`]).
     pub fn call_on(s: &mut TcpStream, req: &MasterRequest) -> io::Result<MasterResponse> {
-        let mut buf = framing::encode_frame(req)?;
+        Self::call_on_with(s, req, &[])
+    }
+
+    /// [`MasterConn::call_on`] with finished read tickets riding along.
+    pub fn call_on_with(
+        s: &mut TcpStream,
+        req: &MasterRequest,
+        done: &[u64],
+    ) -> io::Result<MasterResponse> {
+        let mut buf = encode_request(req, done)?;
         s.write_all(&buf)?;
         // Strict request/response: nothing follows this response, so a
         // larger first read cannot take bytes of another frame.
@@ -115,12 +169,25 @@ impl MasterConn {
 
     /// Send a request; transport errors become RPC_FAIL.
     pub fn call(&self, req: &MasterRequest) -> Result<MasterResponse, ErrorCode> {
-        let pooled = self.idle.lock().pop();
-        let mut s = match pooled {
+        self.call_with_done(req, &[])
+    }
+
+    /// Send a request with finished read tickets riding along.
+    pub fn call_with_done(
+        &self,
+        req: &MasterRequest,
+        done: &[u64],
+    ) -> Result<MasterResponse, ErrorCode> {
+        let mut s = match self.pooled() {
             Some(s) => s,
-            None => self.connect().map_err(|_| ErrorCode::RpcFail)?,
+            None => self.connect().map_err(|e| {
+                if e.kind() == io::ErrorKind::PermissionDenied {
+                    tracing::warn!(error = %e, "master refused the connection");
+                }
+                ErrorCode::RpcFail
+            })?,
         };
-        match Self::call_on(&mut s, req) {
+        match Self::call_on_with(&mut s, req, done) {
             Ok(resp) => {
                 self.give(s);
                 Ok(resp)

@@ -10,6 +10,10 @@ use mooncake_common::ErrorCode;
 use mooncake_transfer::{Op, Path, SegmentRef};
 use std::sync::atomic::Ordering;
 
+/// How many times a put whose replica write failed is placed again, on
+/// other segments, within one call.
+pub(crate) const PLACEMENT_RETRIES: usize = 2;
+
 /// Source of one value: (pointer, length) pieces, concatenated.
 pub(crate) type Pieces = Vec<(usize, u64)>;
 
@@ -20,6 +24,7 @@ pub(crate) fn seg_ref(l: &ReplicaLoc) -> SegmentRef<'_> {
         host_id: &l.host_id,
         socket_name: &l.socket_name,
         size: l.segment_size,
+        ticket: l.ticket.as_ref(),
     }
 }
 
@@ -33,10 +38,15 @@ impl Client {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Write one value into every replica.
-    unsafe fn write_replicas(&self, locs: &[ReplicaLoc], pieces: &Pieces) -> Result<(), ErrorCode> {
+    /// Write one value into every replica; on failure, the error and the
+    /// name of the segment that could not be written.
+    unsafe fn write_replicas(
+        &self,
+        locs: &[ReplicaLoc],
+        pieces: &Pieces,
+    ) -> Result<(), (ErrorCode, Option<String>)> {
         if locs.is_empty() {
-            return Err(ErrorCode::InvalidReplica);
+            return Err((ErrorCode::InvalidReplica, None));
         }
         for l in locs {
             let mut at = l.offset;
@@ -53,7 +63,9 @@ impl Client {
                     o
                 })
                 .collect();
-            let path = self.engine.write(&seg_ref(l), &ops)?;
+            // SAFETY: the caller guarantees the pieces are readable.
+            let path = unsafe { self.engine.write(&seg_ref(l), &ops) }
+                .map_err(|e| (e, Some(l.segment_name.clone())))?;
             self.count_write(path, l.size);
         }
         Ok(())
@@ -72,6 +84,11 @@ impl Client {
 
     /// `put_items`; with `report_existing`, a key that already existed
     /// yields -705 instead of 0.
+    ///
+    /// A key whose replica write fails is revoked and placed again, within
+    /// the same call, on segments other than the ones that failed (issue
+    /// 10: a dead owner's segment stays mounted until its client expires);
+    /// up to [`PLACEMENT_RETRIES`] times.
     pub(crate) unsafe fn put_items_ex(
         &self,
         keys: &[String],
@@ -86,48 +103,84 @@ impl Client {
         let sizes: Vec<u64> = values.iter().map(|v| v.iter().map(|p| p.1).sum()).collect();
         let mut cfg = cfg.clone();
         cfg.writer_host_id = self.engine.host_id().to_string();
-        let items = match self.rpc(MasterRequest::PutStart {
-            keys: keys.to_vec(),
-            sizes,
-            config: cfg,
-            upsert,
-        }) {
-            Ok(MasterResponse::PutStart(items)) if items.len() == keys.len() => items,
-            Ok(MasterResponse::Err(e)) | Err(e) => return vec![e.code(); keys.len()],
-            Ok(_) => return vec![ErrorCode::InternalError.code(); keys.len()],
-        };
         let mut codes = vec![0i32; keys.len()];
-        let mut done = Vec::new();
-        let mut failed = Vec::new();
-        for (i, item) in items.into_iter().enumerate() {
-            match item {
-                PutStartItem::AlreadyExists => {
-                    if report_existing {
-                        codes[i] = ErrorCode::ObjectAlreadyExists.code();
+        let mut pending: Vec<usize> = (0..keys.len()).collect();
+        let mut exclude: Vec<String> = Vec::new();
+        for attempt in 0..=PLACEMENT_RETRIES {
+            let items = match self.rpc(MasterRequest::PutStart {
+                keys: pending.iter().map(|&i| keys[i].clone()).collect(),
+                sizes: pending.iter().map(|&i| sizes[i]).collect(),
+                config: cfg.clone(),
+                upsert,
+                exclude: exclude.clone(),
+            }) {
+                Ok(MasterResponse::PutStart(items)) if items.len() == pending.len() => items,
+                Ok(MasterResponse::Err(e)) | Err(e) => {
+                    for &i in &pending {
+                        codes[i] = e.code();
+                    }
+                    return codes;
+                }
+                Ok(_) => {
+                    for &i in &pending {
+                        codes[i] = ErrorCode::InternalError.code();
+                    }
+                    return codes;
+                }
+            };
+            let mut done = Vec::new();
+            let mut failed = Vec::new();
+            let mut retry = Vec::new();
+            for (&i, item) in pending.iter().zip(items) {
+                match item {
+                    PutStartItem::AlreadyExists => {
+                        codes[i] = if report_existing {
+                            ErrorCode::ObjectAlreadyExists.code()
+                        } else {
+                            0
+                        };
+                    }
+                    PutStartItem::Err(e) => codes[i] = e.code(),
+                    // SAFETY: the caller guarantees the values are readable.
+                    PutStartItem::Write(locs) => {
+                        match unsafe { self.write_replicas(&locs, &values[i]) } {
+                            Ok(()) => {
+                                codes[i] = 0;
+                                done.push(i);
+                            }
+                            Err((e, seg)) => {
+                                tracing::warn!(key = %keys[i], segment = ?seg, error = %e, "replica write failed; revoking put");
+                                codes[i] = ErrorCode::TransferFail.code();
+                                failed.push(keys[i].clone());
+                                if let Some(seg) = seg {
+                                    if !exclude.contains(&seg) {
+                                        exclude.push(seg);
+                                    }
+                                    retry.push(i);
+                                }
+                            }
+                        }
                     }
                 }
-                PutStartItem::Err(e) => codes[i] = e.code(),
-                PutStartItem::Write(locs) => match self.write_replicas(&locs, &values[i]) {
-                    Ok(()) => done.push(keys[i].clone()),
-                    Err(e) => {
-                        tracing::warn!(key = %keys[i], error = %e, "replica write failed; revoking put");
-                        codes[i] = ErrorCode::TransferFail.code();
-                        failed.push(keys[i].clone());
-                    }
-                },
             }
-        }
-        if !failed.is_empty() {
-            let _ = self.rpc(MasterRequest::PutRevoke { keys: failed });
-        }
-        if !done.is_empty() {
-            if let Err(e) = self.rpc(MasterRequest::PutEnd { keys: done.clone() }) {
-                for (i, k) in keys.iter().enumerate() {
-                    if done.contains(k) {
+            if !failed.is_empty() {
+                let _ = self.rpc(MasterRequest::PutRevoke { keys: failed });
+            }
+            if !done.is_empty() {
+                let end = MasterRequest::PutEnd {
+                    keys: done.iter().map(|&i| keys[i].clone()).collect(),
+                };
+                if let Err(e) = self.rpc(end) {
+                    for &i in &done {
                         codes[i] = e.code();
                     }
                 }
             }
+            if retry.is_empty() || attempt == PLACEMENT_RETRIES {
+                break;
+            }
+            tracing::info!(keys = retry.len(), avoiding = ?exclude, "placing failed writes again");
+            pending = retry;
         }
         codes
     }

@@ -4,7 +4,7 @@
 
 use mooncake_client::{Client, ClientConfig, WriteConfig};
 use mooncake_common::framing::{self, client_handshake, Service};
-use mooncake_common::proto::{MasterRequest, MasterResponse, SegmentDesc};
+use mooncake_common::proto::{encode_request, MasterRequest, MasterResponse, SegmentDesc};
 use mooncake_master::config::MasterConfig;
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
@@ -27,8 +27,8 @@ fn client(master: &str, seg: u64) -> Arc<Client> {
 fn rpc(master: &str, req: &MasterRequest) -> MasterResponse {
     let mut s = TcpStream::connect(master).expect("connect master");
     s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    client_handshake(&mut s, Service::Master).expect("handshake");
-    s.write_all(&framing::encode_frame(req).expect("encode"))
+    client_handshake(&mut s, Service::Master, None).expect("handshake");
+    s.write_all(&encode_request(req, &[]).expect("encode"))
         .expect("send");
     let body = framing::read_frame(&mut s, 1 << 20).expect("reply");
     framing::decode(&body).expect("decode")
@@ -97,6 +97,10 @@ fn puts_avoid_a_segment_whose_owner_does_not_serve() {
         let key = format!("late-{i}");
         assert_eq!(a.put_parts(&key, &[&data], &cfg, false), 0, "{key}");
     }
-    assert_eq!(hits.load(Ordering::SeqCst), before, "puts still tried the suspect segment");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        before,
+        "puts still tried the suspect segment"
+    );
     a.close();
 }

@@ -8,7 +8,9 @@ use crate::allocator::OffsetAllocator;
 use crate::config::MasterConfig;
 use crate::metadata_kv::MetadataKv;
 use crate::metrics::MasterMetrics;
-use mooncake_common::proto::{ReplicaLoc, SegmentDesc, SoftPin};
+use mooncake_common::proto::{
+    ReplicaLoc, SegmentDesc, SoftPin, HEARTBEAT_INTERVAL_MS, MAX_SEGMENT_SIZE,
+};
 use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -16,11 +18,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A client silent this long has missed a heartbeat: its segments are
+/// suspect (placement avoids them while others fit).
+pub(crate) const SUSPECT_AFTER: Duration = Duration::from_millis(HEARTBEAT_INTERVAL_MS * 3 / 2);
+
 /// A registered client.
 #[derive(Debug)]
 pub(crate) struct ClientEntry {
     pub last_ping: Instant,
     pub segments: Vec<String>,
+}
+
+impl ClientEntry {
+    /// Whether the client has missed a heartbeat at `now`.
+    pub fn is_suspect(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last_ping) > SUSPECT_AFTER
+    }
 }
 
 /// A mounted segment and its allocator.
@@ -169,17 +182,35 @@ impl MasterState {
         }
     }
 
-    /// Mount (or remount) a segment for a client.
+    /// Mount (or remount) a segment for a client. A size no client can
+    /// map ([`MAX_SEGMENT_SIZE`]), or one that would overflow the total
+    /// capacity, is refused with INVALID_PARAMS.
     pub fn mount_segment(&self, client_id: &str, desc: SegmentDesc) -> Result<(), ErrorCode> {
         self.metrics.mount_segment_requests.inc();
+        if desc.size > MAX_SEGMENT_SIZE {
+            tracing::warn!(segment = %desc.name, size = desc.size, "refused a segment larger than any client can map");
+            return Err(ErrorCode::InvalidParams);
+        }
         let mut g = self.inner.lock();
-        if let Some(existing) = g.segments.get(&desc.name) {
-            if existing.client_id != client_id {
-                return Err(ErrorCode::SegmentAlreadyExists);
+        // A remount with new memory replaces the old segment of that name.
+        let replaced = match g.segments.get(&desc.name) {
+            Some(existing) if existing.client_id != client_id => {
+                return Err(ErrorCode::SegmentAlreadyExists)
             }
-            if existing.desc.uuid == desc.uuid {
-                return Ok(());
-            }
+            Some(existing) if existing.desc.uuid == desc.uuid => return Ok(()),
+            Some(existing) => Some(existing.alloc.capacity()),
+            None => None,
+        };
+        let fits = g
+            .total_capacity()
+            .and_then(|t| t.checked_sub(replaced.unwrap_or(0)))
+            .and_then(|t| t.checked_add(desc.size))
+            .is_some();
+        if !fits {
+            tracing::warn!(segment = %desc.name, size = desc.size, "refused a segment that overflows the capacity sum");
+            return Err(ErrorCode::InvalidParams);
+        }
+        if replaced.is_some() {
             let name = desc.name.clone();
             g.drop_segment(&name);
         }
@@ -306,11 +337,31 @@ impl MasterState {
 }
 
 impl Inner {
-    /// Used and total bytes over all segments.
+    /// Used and total bytes over all segments (mounts keep the sum in
+    /// range; saturating all the same).
     pub fn usage(&self) -> (u64, u64) {
         self.segments.values().fold((0, 0), |(u, t), s| {
-            (u + s.alloc.used(), t + s.alloc.capacity())
+            (
+                u.saturating_add(s.alloc.used()),
+                t.saturating_add(s.alloc.capacity()),
+            )
         })
+    }
+
+    /// Sum of mounted capacities, `None` if it does not fit a `u64`.
+    pub fn total_capacity(&self) -> Option<u64> {
+        self.segments
+            .values()
+            .try_fold(0u64, |t, s| t.checked_add(s.alloc.capacity()))
+    }
+
+    /// Whether the owner of segment `name` has missed a heartbeat at `now`
+    /// (an unknown owner counts as suspect).
+    pub fn is_suspect(&self, name: &str, now: Instant) -> bool {
+        self.segments
+            .get(name)
+            .and_then(|s| self.clients.get(&s.client_id))
+            .map_or(true, |c| c.is_suspect(now))
     }
 
     /// Remove a segment: drop its replicas, erase objects left without one.
@@ -370,6 +421,7 @@ impl Inner {
             base_addr: seg.desc.base_addr,
             offset: r.offset,
             size,
+            ticket: None,
         })
     }
 }
@@ -395,7 +447,7 @@ impl AdminView for MasterState {
                 .into_iter()
                 .map(|r| ReplicaView {
                     size: r.size,
-                    buffer_address: r.base_addr + r.offset,
+                    buffer_address: r.base_addr.wrapping_add(r.offset),
                     transport_endpoint: r.endpoint,
                 })
                 .collect()),

@@ -3,8 +3,10 @@
 //! the master or empty the store.
 
 use mooncake_common::framing::{self, client_handshake, Service};
-use mooncake_common::proto::{MasterRequest, MasterResponse, SegmentDesc, WriteConfig};
-use mooncake_common::ErrorCode;
+use mooncake_common::proto::{
+    encode_request, MasterRequest, MasterResponse, SegmentDesc, WriteConfig,
+};
+use mooncake_common::{AuthKey, ErrorCode};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -58,15 +60,19 @@ fn start_master(extra: &[&str]) -> Master {
     m
 }
 
+fn try_connect(port: u16, key: Option<&AuthKey>) -> std::io::Result<TcpStream> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    client_handshake(&mut s, Service::Master, key)?;
+    Ok(s)
+}
+
 fn connect(port: u16) -> TcpStream {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(20))).ok();
-    client_handshake(&mut s, Service::Master).expect("handshake");
-    s
+    try_connect(port, None).expect("connect and handshake")
 }
 
 fn call(s: &mut TcpStream, req: &MasterRequest) -> MasterResponse {
-    s.write_all(&framing::encode_frame(req).expect("encode"))
+    s.write_all(&encode_request(req, &[]).expect("encode"))
         .expect("send");
     let body = framing::read_frame(s, 1 << 20).expect("reply");
     framing::decode(&body).expect("decode")
@@ -107,8 +113,9 @@ fn deeply_nested_request_frame_does_not_kill_the_master() {
     let m = start_master(&[]);
     let mut s = connect(m.rpc_port);
     // bincode of WithDone { done: [], req: WithDone { ... RemoveAll { force: false } } }
-    // in protocol 2: variant 9 = WithDone, then an empty u64-length vector.
-    let mut body = Vec::new();
+    // in protocol 2: variant 9 = WithDone, then an empty u64-length vector
+    // (here after an empty list of finished read tickets).
+    let mut body = 0u64.to_le_bytes().to_vec();
     for _ in 0..5000 {
         body.extend_from_slice(&9u32.to_le_bytes());
         body.extend_from_slice(&0u64.to_le_bytes());
@@ -160,6 +167,7 @@ fn segment_size_that_wraps_the_capacity_sum_is_rejected() {
             sizes: vec![1000; keys.len()],
             config: WriteConfig::default(),
             upsert: false,
+            exclude: Vec::new(),
         },
     );
     assert!(matches!(resp, MasterResponse::PutStart(ref v) if v.len() == keys.len()));
@@ -199,4 +207,72 @@ fn segment_size_that_wraps_the_capacity_sum_is_rejected() {
         MasterResponse::Objects(v) => assert!(v.iter().all(|r| r.is_ok()), "{v:?}"),
         other => panic!("unexpected {other:?}"),
     }
+}
+
+/// With `--auth_token_file`, a peer without the token (or with another
+/// one) gets no session; one with it does.
+#[test]
+fn rpc_requires_the_cluster_token_when_configured() {
+    let dir = std::env::temp_dir().join(format!("mc-hardening-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let token = dir.join("token");
+    std::fs::write(&token, "cluster secret\n").expect("write token");
+    let m = start_master(&[&format!("--auth_token_file={}", token.display())]);
+    let e = try_connect(m.rpc_port, None).expect_err("no token");
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+    let wrong = AuthKey::new("wrong").expect("key");
+    let e = try_connect(m.rpc_port, Some(&wrong)).expect_err("wrong token");
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+    let right = AuthKey::new("cluster secret").expect("key");
+    let mut s = try_connect(m.rpc_port, Some(&right)).expect("right token");
+    assert_eq!(
+        call(
+            &mut s,
+            &MasterRequest::Ping {
+                client_id: "c".into()
+            }
+        ),
+        MasterResponse::Pong { need_remount: true }
+    );
+    // A master without a token is refused by a client that has one.
+    let open = start_master(&[]);
+    let e = try_connect(open.rpc_port, Some(&right)).expect_err("unauthenticated master");
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Connections over the per-peer cap are closed at once; the idle timeout
+/// closes silent ones.
+#[test]
+fn rpc_connections_are_capped_and_idle_ones_closed() {
+    let m = start_master(&[
+        "--max_connections_per_peer=3",
+        "--idle_connection_timeout_sec=1",
+    ]);
+    let held: Vec<TcpStream> = (0..3).map(|_| connect(m.rpc_port)).collect();
+    let e = try_connect(m.rpc_port, None).expect_err("over the cap");
+    assert!(
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+        ),
+        "{e}"
+    );
+    // The held ones are closed by the master once idle.
+    for mut s in held {
+        let mut b = [0u8; 1];
+        let n = s.read(&mut b);
+        assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+    }
+    // Slots free again: a new connection works.
+    let mut s = connect(m.rpc_port);
+    assert!(matches!(
+        call(
+            &mut s,
+            &MasterRequest::Ping {
+                client_id: "c".into()
+            }
+        ),
+        MasterResponse::Pong { .. }
+    ));
 }
