@@ -61,7 +61,7 @@ impl MasterConn {
     /// A TCP socket created ahead of need (not yet connected), so that the
     /// heartbeat can reconnect even when the process has no descriptor
     /// left to create one.
-    pub fn spare_socket(&self) -> io::Result<socket2::Socket> {
+    pub(crate) fn spare_socket(&self) -> io::Result<socket2::Socket> {
         let addr = self.resolve()?;
         // socket2 creates it close-on-exec.
         socket2::Socket::new(
@@ -72,7 +72,7 @@ impl MasterConn {
     }
 
     /// Connect a socket from [`MasterConn::spare_socket`] (handshake included).
-    pub fn connect_spare(&self, sock: socket2::Socket) -> io::Result<TcpStream> {
+    pub(crate) fn connect_spare(&self, sock: socket2::Socket) -> io::Result<TcpStream> {
         let addr = self.resolve()?;
         sock.connect_timeout(&addr.into(), self.connect_timeout)?;
         let mut s: TcpStream = sock.into();
@@ -126,7 +126,7 @@ impl MasterConn {
     }
 
     /// [`MasterConn::call_on`] with finished read tickets riding along.
-    pub fn call_on_with(
+    pub(crate) fn call_on_with(
         s: &mut TcpStream,
         req: &MasterRequest,
         done: &[u64],
@@ -173,7 +173,7 @@ impl MasterConn {
     }
 
     /// Send a request with finished read tickets riding along.
-    pub fn call_with_done(
+    pub(crate) fn call_with_done(
         &self,
         req: &MasterRequest,
         done: &[u64],

@@ -79,7 +79,8 @@ impl Client {
         cfg: &WriteConfig,
         upsert: bool,
     ) -> Vec<i32> {
-        self.put_items_ex(keys, values, cfg, upsert, false)
+        // SAFETY: the caller's contract is put_items_ex's.
+        unsafe { self.put_items_ex(keys, values, cfg, upsert, false) }
     }
 
     /// `put_items`; with `report_existing`, a key that already existed
@@ -141,9 +142,10 @@ impl Client {
                         };
                     }
                     PutStartItem::Err(e) => codes[i] = e.code(),
-                    // SAFETY: the caller guarantees the values are readable.
                     PutStartItem::Write(locs) => {
-                        match unsafe { self.write_replicas(&locs, &values[i]) } {
+                        // SAFETY: the caller guarantees the values are readable.
+                        let written = unsafe { self.write_replicas(&locs, &values[i]) };
+                        match written {
                             Ok(()) => {
                                 codes[i] = 0;
                                 done.push(i);

@@ -16,7 +16,7 @@ use mooncake_common::AuthKey;
 #[derive(Debug)]
 pub enum FlagOutcome {
     /// Start the master with this effective configuration.
-    Run(MasterConfig),
+    Run(Box<MasterConfig>),
     /// Exit immediately. Messages starting with `ERROR` belong on stderr;
     /// anything else (help, version) belongs on stdout.
     Exit {
@@ -797,7 +797,7 @@ pub fn parse_master_args_with_warnings(args: &[String]) -> (FlagOutcome, Vec<Str
         return (exit_err(errors), warnings);
     }
     match build_config(&flags, &mut warnings) {
-        Ok(cfg) => (FlagOutcome::Run(cfg), warnings),
+        Ok(cfg) => (FlagOutcome::Run(Box::new(cfg)), warnings),
         Err(e) => (exit_err(vec![e]), warnings),
     }
 }
@@ -962,14 +962,14 @@ mod tests {
 
     fn run(list: &[&str]) -> MasterConfig {
         match parse_master_args(&args(list)) {
-            FlagOutcome::Run(c) => c,
+            FlagOutcome::Run(c) => *c,
             FlagOutcome::Exit { code, message } => panic!("exit {code}: {message}"),
         }
     }
 
     fn run_w(list: &[&str]) -> (MasterConfig, Vec<String>) {
         match parse_master_args_with_warnings(&args(list)) {
-            (FlagOutcome::Run(c), w) => (c, w),
+            (FlagOutcome::Run(c), w) => (*c, w),
             (FlagOutcome::Exit { code, message }, _) => panic!("exit {code}: {message}"),
         }
     }

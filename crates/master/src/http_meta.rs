@@ -94,20 +94,20 @@ async fn not_found() -> Response {
     (StatusCode::NOT_FOUND, "Not Found").into_response()
 }
 
-/// Check a write's signature; `Err` is the 401 response.
+/// Check a write's signature; `Err` is the reason for a 401.
 fn check_write(
     st: &MetaState,
     method: &Method,
     headers: &HeaderMap,
     key: &str,
     body: &[u8],
-) -> Result<(), Response> {
+) -> Result<(), &'static str> {
     let Some(auth) = &st.auth else {
         return Ok(());
     };
     let unauthorized = |msg: &'static str| {
         tracing::warn!(key = %key, %method, "refused metadata write: {msg}");
-        (StatusCode::UNAUTHORIZED, msg).into_response()
+        msg
     };
     let Some(value) = headers.get(HTTP_AUTH_HEADER).and_then(|v| v.to_str().ok()) else {
         return Err(unauthorized("authentication required"));
@@ -165,8 +165,8 @@ async fn put_metadata(
     let Some(key) = key_param(q) else {
         return missing_key();
     };
-    if let Err(r) = check_write(&st, &Method::PUT, &headers, &key, &body) {
-        return r;
+    if let Err(why) = check_write(&st, &Method::PUT, &headers, &key, &body) {
+        return (StatusCode::UNAUTHORIZED, why).into_response();
     }
     match st.kv.put(&key, body.to_vec()) {
         PutOutcome::Updated => (StatusCode::OK, "metadata updated").into_response(),
@@ -186,8 +186,8 @@ async fn delete_metadata(State(st): State<MetaState>, headers: HeaderMap, q: Key
     let Some(key) = key_param(q) else {
         return missing_key();
     };
-    if let Err(r) = check_write(&st, &Method::DELETE, &headers, &key, b"") {
-        return r;
+    if let Err(why) = check_write(&st, &Method::DELETE, &headers, &key, b"") {
+        return (StatusCode::UNAUTHORIZED, why).into_response();
     }
     if st.kv.delete(&key) {
         (StatusCode::OK, "metadata deleted").into_response()

@@ -28,7 +28,7 @@ pub const REPORT_INTERVAL: Duration = Duration::from_secs(10);
 pub fn run_master(args: Vec<String>) -> i32 {
     let (outcome, warnings) = parse_master_args_with_warnings(&args);
     let cfg = match outcome {
-        FlagOutcome::Run(cfg) => cfg,
+        FlagOutcome::Run(cfg) => *cfg,
         FlagOutcome::Exit { code, message } => {
             if message.starts_with("ERROR") {
                 eprintln!("{message}");

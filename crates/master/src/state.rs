@@ -31,7 +31,7 @@ pub(crate) struct ClientEntry {
 
 impl ClientEntry {
     /// Whether the client has missed a heartbeat at `now`.
-    pub fn is_suspect(&self, now: Instant) -> bool {
+    pub(crate) fn is_suspect(&self, now: Instant) -> bool {
         now.saturating_duration_since(self.last_ping) > SUSPECT_AFTER
     }
 }
@@ -88,7 +88,7 @@ pub(crate) struct Object {
 
 impl Object {
     /// Whether a read of this object may be in flight at `now`.
-    pub fn being_read(&self, now: Instant) -> bool {
+    pub(crate) fn being_read(&self, now: Instant) -> bool {
         self.readers.iter().any(|(_, exp)| *exp > now)
     }
 }
@@ -339,7 +339,7 @@ impl MasterState {
 impl Inner {
     /// Used and total bytes over all segments (mounts keep the sum in
     /// range; saturating all the same).
-    pub fn usage(&self) -> (u64, u64) {
+    pub(crate) fn usage(&self) -> (u64, u64) {
         self.segments.values().fold((0, 0), |(u, t), s| {
             (
                 u.saturating_add(s.alloc.used()),
@@ -349,7 +349,7 @@ impl Inner {
     }
 
     /// Sum of mounted capacities, `None` if it does not fit a `u64`.
-    pub fn total_capacity(&self) -> Option<u64> {
+    pub(crate) fn total_capacity(&self) -> Option<u64> {
         self.segments
             .values()
             .try_fold(0u64, |t, s| t.checked_add(s.alloc.capacity()))
@@ -357,15 +357,19 @@ impl Inner {
 
     /// Whether the owner of segment `name` has missed a heartbeat at `now`
     /// (an unknown owner counts as suspect).
-    pub fn is_suspect(&self, name: &str, now: Instant) -> bool {
-        self.segments
+    pub(crate) fn is_suspect(&self, name: &str, now: Instant) -> bool {
+        match self
+            .segments
             .get(name)
             .and_then(|s| self.clients.get(&s.client_id))
-            .map_or(true, |c| c.is_suspect(now))
+        {
+            Some(c) => c.is_suspect(now),
+            None => true,
+        }
     }
 
     /// Remove a segment: drop its replicas, erase objects left without one.
-    pub fn drop_segment(&mut self, name: &str) {
+    pub(crate) fn drop_segment(&mut self, name: &str) {
         self.segments.remove(name);
         self.deferred.retain(|d| d.segment != name);
         let mut empty = Vec::new();
@@ -382,7 +386,7 @@ impl Inner {
     }
 
     /// Free an object's replicas now.
-    pub fn free_replicas(&mut self, replicas: &[Replica], size: u64) {
+    pub(crate) fn free_replicas(&mut self, replicas: &[Replica], size: u64) {
         for r in replicas {
             if let Some(seg) = self.segments.get_mut(&r.segment) {
                 if seg.desc.uuid == r.segment_uuid {
@@ -393,7 +397,7 @@ impl Inner {
     }
 
     /// Discard a stale PROCESSING object; its space is released later.
-    pub fn discard_processing(&mut self, key: &str, release: Duration) {
+    pub(crate) fn discard_processing(&mut self, key: &str, release: Duration) {
         if let Some(o) = self.objects.remove(key) {
             let at = o.put_start + release;
             for r in o.replicas {
@@ -409,7 +413,7 @@ impl Inner {
     }
 
     /// Describe a replica for a client.
-    pub fn replica_loc(&self, r: &Replica, size: u64) -> Option<ReplicaLoc> {
+    pub(crate) fn replica_loc(&self, r: &Replica, size: u64) -> Option<ReplicaLoc> {
         let seg = self.segments.get(&r.segment)?;
         Some(ReplicaLoc {
             segment_name: seg.desc.name.clone(),
