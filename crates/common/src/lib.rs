@@ -7,6 +7,10 @@
 pub mod auth;
 pub mod error;
 pub mod framing;
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;
+#[cfg(test)]
+mod fuzz_targets;
 pub mod hostid;
 pub mod limits;
 pub mod proto;
