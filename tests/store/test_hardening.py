@@ -245,6 +245,29 @@ def test_accept_backs_off_when_descriptors_run_out(
     assert reader.call("check_pattern", key="bo", size=50_000, seed=5)["match"]
 
 
+@pytest.mark.slow
+def test_heartbeat_reconnects_with_no_descriptor_left(
+    master_factory: Callable[..., Master], child_factory: Callable[..., Child]
+) -> None:
+    """The heartbeat's reserved path: the master goes away, the heartbeat
+    drops its connection, every descriptor of the owner is taken meanwhile;
+    when the master is back the heartbeat still reconnects and remounts (it
+    keeps a socket in reserve for that)."""
+    m = master_factory(client_ttl=3)
+    owner = child_factory({**TCP_ENV, "MC_TEST_NOFILE": "256"})
+    assert owner.setup(m) == 0
+    host = owner.call("hostname")
+    m.kill()
+    assert wait_until(lambda: owner.call("health") == 2, 10.0)
+    assert owner.call("hog_fds") > 0
+    try:
+        m.restart()
+        assert wait_until(lambda: host in m.segments(), 15.0), "owner never remounted"
+        assert wait_until(lambda: owner.call("health") == 0, 10.0)
+    finally:
+        assert owner.call("release_fds") == 0
+
+
 # ---------------------------------------------------------------- item 6
 
 
