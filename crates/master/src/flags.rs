@@ -125,7 +125,7 @@ pub static FLAGS: &[FlagDef] = &[
     f("rpc_thread_num", Int32, "0", Core, "worker threads; 0 = automatic (2-4)"),
     f("max_threads", Int32, "16", Core, "deprecated: use --rpc_thread_num"),
     f("rpc_interface", Str, "", Core, "network interface whose IPv4 address overrides --rpc_address"),
-    f("rpc_conn_timeout_seconds", Int32, "0", Core, "idle RPC connection timeout in seconds (0 = none)"),
+    f("rpc_conn_timeout_seconds", Int32, "0", Core, "idle RPC connection timeout in seconds (0 = --idle_connection_timeout_sec)"),
     f("rpc_enable_tcp_no_delay", Bool, "true", Core, "set TCP_NODELAY on RPC connections"),
     f("enable_http_metadata_server", Bool, "false", Core, "run the embedded HTTP metadata server"),
     f("http_metadata_server_host", Str, "0.0.0.0", Core, "HTTP metadata server bind host"),
