@@ -19,3 +19,5 @@ if [ "${MOONCAKE_SKIP_TORCH:-0}" != "1" ]; then
   bash scripts/old_torch_env.sh
   .venv-torch-old/bin/python -m pytest tests/pg -q -p no:cacheprovider --timeout=600 "$@"
 fi
+# Gates last, so a lint finding never hides a test result (scripts/lint.sh).
+bash scripts/lint.sh

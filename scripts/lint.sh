@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The project's gates, run by scripts/test.sh (so by CI): formatting, clippy with
+# the workspace lints denied, ruff lint + format on every Python tree, and the
+# extension's type stub checked against the built module by mypy.stubtest.
+# Assumes scripts/env.sh has run (the venv is active and the extension built).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy (workspace lints denied)"
+cargo clippy --workspace --all-targets -q -- -D warnings
+echo "== ruff check / ruff format --check"
+ruff check python tests benchmarks examples
+ruff format --check python tests benchmarks examples
+echo "== mypy.stubtest mooncake._native"
+python -m mypy.stubtest mooncake._native
+echo "gates passed"
