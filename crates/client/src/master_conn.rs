@@ -5,7 +5,7 @@
 //! master meanwhile (its idle timeout), is not reused.
 
 use mooncake_common::framing::{self, client_handshake, Service, MAX_CONTROL_FRAME};
-use mooncake_common::limits::peer_closed;
+use mooncake_common::limits::reusable;
 use mooncake_common::proto::{encode_request, MasterRequest, MasterResponse};
 use mooncake_common::spin_read;
 use mooncake_common::{AuthKey, ErrorCode};
@@ -112,7 +112,7 @@ impl MasterConn {
     fn pooled(&self) -> Option<TcpStream> {
         loop {
             let (s, since) = self.idle.lock().pop()?;
-            if since.elapsed() < POOL_IDLE_MAX && !peer_closed(&s) {
+            if reusable(&s, since, POOL_IDLE_MAX) {
                 return Some(s);
             }
         }
@@ -162,8 +162,14 @@ impl MasterConn {
                 "unexpected bytes after the response",
             ));
         }
-        buf.resize(total.max(have), 0);
-        s.read_exact(&mut buf[have..total])?;
+        // Memory for a large answer is committed as its bytes arrive, not
+        // on the length prefix's word.
+        buf.truncate(have);
+        let want = (total - have) as u64;
+        let got = Read::by_ref(s).take(want).read_to_end(&mut buf)?;
+        if got as u64 != want {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
         framing::decode(&buf[4..total])
     }
 

@@ -59,7 +59,8 @@ impl Client {
                         local_ptr: p,
                         len: n,
                     };
-                    at += n;
+                    // The data server refuses a range that does not fit.
+                    at = at.saturating_add(n);
                     o
                 })
                 .collect();

@@ -75,6 +75,7 @@ pub enum AuthError {
 #[derive(Clone)]
 pub struct AuthKey {
     key: Arc<[u8]>,
+    fingerprint: u64,
 }
 
 impl fmt::Debug for AuthKey {
@@ -91,9 +92,15 @@ impl AuthKey {
         if t.is_empty() {
             return Err(AuthError::Empty);
         }
-        Ok(AuthKey {
+        let mut k = AuthKey {
             key: Arc::from(t.as_bytes()),
-        })
+            fingerprint: 0,
+        };
+        let t = k.mac(b"mooncake-fingerprint-v1", &[]);
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&t[..8]);
+        k.fingerprint = u64::from_le_bytes(b);
+        Ok(k)
     }
 
     /// A key from the contents of `path`.
@@ -152,10 +159,7 @@ impl AuthKey {
     /// A non-secret identifier of the key (to keep connections made with
     /// different keys apart); derived one-way from the key.
     pub fn fingerprint(&self) -> u64 {
-        let t = self.mac(b"mooncake-fingerprint-v1", &[]);
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&t[..8]);
-        u64::from_le_bytes(b)
+        self.fingerprint
     }
 }
 

@@ -75,6 +75,23 @@ pub fn fd_limit() -> usize {
     usize::try_from(r.rlim_cur).unwrap_or(usize::MAX / 8)
 }
 
+/// A pooled connection idle for less than this is reused without asking
+/// the kernel whether the peer closed it (listeners close connections only
+/// after tens of seconds of silence; this keeps a syscall off hot paths).
+pub const POOL_RECHECK_AFTER: Duration = Duration::from_secs(1);
+
+/// Whether a connection idle in a pool since `since` may be reused: younger
+/// than `max_idle`, and, once idle for [`POOL_RECHECK_AFTER`], not closed
+/// by its peer meanwhile.
+pub fn reusable<S: std::os::fd::AsRawFd>(
+    sock: &S,
+    since: std::time::Instant,
+    max_idle: Duration,
+) -> bool {
+    let idle = since.elapsed();
+    idle < max_idle && (idle < POOL_RECHECK_AFTER || !peer_closed(sock))
+}
+
 /// Whether the peer of an idle pooled connection has closed it (or sent
 /// something unexpected): a pool checks this before reusing a connection.
 pub fn peer_closed<S: std::os::fd::AsRawFd>(sock: &S) -> bool {
@@ -261,6 +278,22 @@ mod tests {
         let (a, b) = std::os::unix::net::UnixStream::pair().expect("pair");
         drop(a);
         assert!(peer_closed(&b));
+    }
+
+    #[test]
+    fn pooled_connections_are_rechecked_once_idle_a_while() {
+        let now = std::time::Instant::now();
+        let Some(old) = now.checked_sub(POOL_RECHECK_AFTER * 2) else {
+            return;
+        };
+        let max = Duration::from_secs(30);
+        let (a, b) = std::os::unix::net::UnixStream::pair().expect("pair");
+        assert!(reusable(&b, now, max) && reusable(&b, old, max));
+        assert!(!reusable(&b, old, POOL_RECHECK_AFTER));
+        drop(a);
+        // Just used: trusted without a syscall; idle a while: checked.
+        assert!(reusable(&b, now, max));
+        assert!(!reusable(&b, old, max));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::data_proto::{encode_header, OP_READ, OP_WRITE};
 use crate::engine::Op;
 use crate::sockio::{iov, recv_status_then, send_all};
 use mooncake_common::framing::{client_handshake, Service};
-use mooncake_common::limits::peer_closed;
+use mooncake_common::limits::reusable;
 use mooncake_common::spin_read::{spin_budget, spin_until_readable};
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use parking_lot::Mutex;
@@ -29,16 +29,18 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// reused (well inside the data servers' idle timeout).
 pub const POOL_IDLE_MAX: Duration = Duration::from_secs(30);
 
-/// Pool key: the endpoint and the fingerprint of the token the connection
-/// authenticated with (0: none).
-fn pool_key(endpoint: &str, key: Option<&AuthKey>) -> String {
-    format!("{endpoint}#{:016x}", key.map_or(0, |k| k.fingerprint()))
+/// The fingerprint of the token a connection authenticated with (0: none).
+fn token_id(key: Option<&AuthKey>) -> u64 {
+    key.map_or(0, |k| k.fingerprint())
 }
+
+/// An idle connection: the stream, when it went idle, its token's id.
+type Idle = (TcpStream, Instant, u64);
 
 /// Pool of data connections keyed by `host:port` (and cluster token).
 #[derive(Default)]
 pub struct TcpPool {
-    idle: Mutex<HashMap<String, Vec<(TcpStream, Instant)>>>,
+    idle: Mutex<HashMap<String, Vec<Idle>>>,
 }
 
 impl TcpPool {
@@ -49,12 +51,16 @@ impl TcpPool {
     }
 
     fn take(&self, endpoint: &str, key: Option<&AuthKey>) -> io::Result<TcpStream> {
-        let pk = pool_key(endpoint, key);
+        let id = token_id(key);
         loop {
-            let Some((s, since)) = self.idle.lock().get_mut(&pk).and_then(|v| v.pop()) else {
+            let found = self.idle.lock().get_mut(endpoint).and_then(|v| {
+                let at = v.iter().rposition(|c| c.2 == id)?;
+                Some(v.swap_remove(at))
+            });
+            let Some((s, since, _)) = found else {
                 break;
             };
-            if since.elapsed() < POOL_IDLE_MAX && !peer_closed(&s) {
+            if reusable(&s, since, POOL_IDLE_MAX) {
                 return Ok(s);
             }
         }
@@ -72,16 +78,18 @@ impl TcpPool {
 
     fn give(&self, endpoint: &str, key: Option<&AuthKey>, s: TcpStream) {
         let mut g = self.idle.lock();
-        let v = g.entry(pool_key(endpoint, key)).or_default();
-        if v.len() < MAX_IDLE {
-            v.push((s, Instant::now()));
+        let entry = match g.get_mut(endpoint) {
+            Some(v) => v,
+            None => g.entry(endpoint.to_string()).or_default(),
+        };
+        if entry.len() < MAX_IDLE {
+            entry.push((s, Instant::now(), token_id(key)));
         }
     }
 
     /// Forget idle connections to a peer (it went away).
     pub fn forget(&self, endpoint: &str) {
-        let prefix = format!("{endpoint}#");
-        self.idle.lock().retain(|k, _| !k.starts_with(&prefix));
+        self.idle.lock().remove(endpoint);
     }
 
     fn connect(&self, endpoint: &str, key: Option<&AuthKey>) -> Result<TcpStream, ErrorCode> {
