@@ -51,6 +51,9 @@ pub enum Service {
     Master,
     /// client -> client data server
     Data,
+    /// torch.distributed rank -> rank link (crates/pg), for ranks that
+    /// share the cluster token
+    PgRank,
 }
 
 impl Service {
@@ -58,6 +61,7 @@ impl Service {
         match self {
             Service::Master => 0,
             Service::Data => 1,
+            Service::PgRank => 2,
         }
     }
 }
@@ -370,15 +374,25 @@ mod tests {
 
     /// Run both sides of the handshake; (client result, server result).
     fn handshake(client: Option<&str>, server: Option<&str>) -> (io::Result<()>, io::Result<()>) {
+        handshake_for(Service::Data, Service::Data, client, server)
+    }
+
+    /// [`handshake`] with each side's service.
+    fn handshake_for(
+        client_svc: Service,
+        server_svc: Service,
+        client: Option<&str>,
+        server: Option<&str>,
+    ) -> (io::Result<()>, io::Result<()>) {
         let (mut a, mut b) = UnixStream::pair().expect("pair");
         let ck = client.map(|t| AuthKey::new(t).expect("key"));
         let sk = server.map(|t| AuthKey::new(t).expect("key"));
         let srv = std::thread::spawn(move || {
-            let r = server_handshake(&mut b, Service::Data, sk.as_ref());
+            let r = server_handshake(&mut b, server_svc, sk.as_ref());
             drop(b);
             r
         });
-        let c = client_handshake(&mut a, Service::Data, ck.as_ref());
+        let c = client_handshake(&mut a, client_svc, ck.as_ref());
         drop(a);
         (c, srv.join().expect("server thread"))
     }
@@ -405,6 +419,14 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn services_are_kept_apart() {
+        let (c, s) = handshake_for(Service::PgRank, Service::PgRank, Some("t"), Some("t"));
+        assert!(c.is_ok() && s.is_ok());
+        let (c, s) = handshake_for(Service::PgRank, Service::Data, Some("t"), Some("t"));
+        assert!(c.is_err() && s.is_err());
     }
 
     #[test]

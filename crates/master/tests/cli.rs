@@ -1,7 +1,7 @@
 //! End-to-end tests of the `mooncake_master` binary: flag errors, startup,
 //! the metadata and admin HTTP servers, the config log line and SIGTERM.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
