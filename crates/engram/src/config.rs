@@ -1,14 +1,38 @@
-//! Layout of one Engram layer: per-head vocab sizes, row width, table
-//! dtype; validation in the order and with the messages of the spec.
+//! The layout of one Engram layer and every rule about it (engram spec,
+//! `shared/spec/engram.md`, "EngramStoreConfig", "Construction",
+//! "populate", "lookup", "lookup_into"):
+//!
+//! * [`EngramConfig`]: the settable fields with upstream's defaults
+//!   (`[1024]`, 64, float32); assignment does not validate.
+//! * [`validate_layout`]: the construction checks, in the spec's order and
+//!   with its exact `ValueError` messages.
+//! * [`Layout`]: per-call shape rules with the spec's messages: one table
+//!   per head of shape `[N_h, D]`, ids of shape `[B, L, H]`, and the output
+//!   dtypes a lookup may write (the table dtype or float32).
+//! * [`TableDtype`]: element types, how a populate input of a given dtype
+//!   is taken (raw bits, or float32 narrowed here with round-to-nearest-even).
 
+use crate::error::{Error, Result};
 use std::fmt;
 
 /// Element type of the stored tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TableDtype {
+    /// IEEE single precision (upstream's only type).
     Float32,
+    /// IEEE half precision.
     Float16,
+    /// bfloat16 (the upper half of a float32).
     BFloat16,
+}
+
+/// How a lookup writes its output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutKind {
+    /// The table dtype itself (raw bits for bfloat16).
+    Raw,
+    /// float32 (converted from half-precision tables).
+    Float32,
 }
 
 impl TableDtype {
@@ -38,11 +62,80 @@ impl TableDtype {
             Self::Float16 | Self::BFloat16 => 2,
         }
     }
+
+    /// How `populate` takes an input array whose elements are `input` (a
+    /// NumPy dtype name): the element type to cast it to first, and whether
+    /// that cast yields the table's bytes (`true`) or float32 values this
+    /// crate narrows (`false`). float16 tables narrow float32 input here
+    /// (without the GIL) and let NumPy cast anything else; bfloat16 tables
+    /// take `uint16` as raw bits and everything else as float32.
+    pub fn populate_cast(self, input: &str) -> (&'static str, bool) {
+        match self {
+            Self::Float32 => ("float32", true),
+            Self::Float16 if input == "float32" => ("float32", false),
+            Self::Float16 => ("float16", true),
+            Self::BFloat16 if input == "uint16" => ("uint16", true),
+            Self::BFloat16 => ("float32", false),
+        }
+    }
+
+    /// The output `lookup` allocates: its element type name and kind
+    /// (float16 tables give float16, the others float32).
+    pub fn lookup_output(self) -> (&'static str, OutKind) {
+        match self {
+            Self::Float16 => ("float16", OutKind::Raw),
+            Self::Float32 | Self::BFloat16 => ("float32", OutKind::Float32),
+        }
+    }
+
+    /// The element type names `lookup_into` accepts for its output: the
+    /// table dtype (`uint16` raw bits for bfloat16) or float32.
+    pub fn lookup_into_outputs(self) -> &'static [&'static str] {
+        match self {
+            Self::Float32 => &["float32"],
+            Self::Float16 => &["float16", "float32"],
+            Self::BFloat16 => &["uint16", "float32"],
+        }
+    }
 }
 
 impl fmt::Display for TableDtype {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// The settable fields of `EngramStoreConfig`; validated only when a layer
+/// is built from them ([`EngramConfig::layout`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngramConfig {
+    /// Rows per head.
+    pub table_vocab_sizes: Vec<i64>,
+    /// Row width.
+    pub embedding_dim: i32,
+    /// Element type name.
+    pub table_dtype: String,
+}
+
+impl Default for EngramConfig {
+    /// Upstream's defaults: one head of 1024 rows, width 64, float32.
+    fn default() -> Self {
+        EngramConfig {
+            table_vocab_sizes: vec![1024],
+            embedding_dim: 64,
+            table_dtype: TableDtype::Float32.name().into(),
+        }
+    }
+}
+
+impl EngramConfig {
+    /// The validated layout ([`validate_layout`]).
+    pub fn layout(&self) -> Result<Layout> {
+        validate_layout(
+            &self.table_vocab_sizes,
+            i64::from(self.embedding_dim),
+            &self.table_dtype,
+        )
     }
 }
 
@@ -53,6 +146,7 @@ pub struct Layout {
     pub vocab_sizes: Vec<u64>,
     /// Row width `D`, positive.
     pub dim: usize,
+    /// Table element type.
     pub dtype: TableDtype,
 }
 
@@ -71,28 +165,111 @@ impl Layout {
     pub fn table_bytes(&self, h: usize) -> u64 {
         self.vocab_sizes[h] * self.row_bytes() as u64
     }
+
+    /// `populate` gets one table per head.
+    pub fn check_table_count(&self, n: usize) -> Result<()> {
+        if n == self.num_heads() {
+            Ok(())
+        } else {
+            Err(Error::Argument(
+                "embedding_buffers size must match num_heads".into(),
+            ))
+        }
+    }
+
+    /// The table of head `h` has shape `[N_h, D]`.
+    pub fn check_table_shape(&self, h: usize, shape: &[usize]) -> Result<()> {
+        if shape.len() != 2 {
+            return Err(Error::Argument(
+                "each embedding buffer must be 2D [N_h, D]".into(),
+            ));
+        }
+        let want = self.vocab_sizes.get(h).map(|&n| [n, self.dim as u64]);
+        if want != Some([shape[0] as u64, shape[1] as u64]) {
+            return Err(Error::Argument(
+                "embedding buffer shape does not match get_table_vocab_sizes()/get_embedding_dim()"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `(B, L)` of an id array of shape `[B, L, H]`.
+    pub fn ids_shape(&self, shape: &[usize]) -> Result<(usize, usize)> {
+        if shape.len() != 3 {
+            return Err(Error::Argument(
+                "row_ids array must have shape [B, L, H]".into(),
+            ));
+        }
+        if shape[2] != self.num_heads() {
+            return Err(Error::Argument(
+                "row_ids last dimension must match num_heads".into(),
+            ));
+        }
+        Ok((shape[0], shape[1]))
+    }
+
+    /// The kind of a caller-provided `lookup_into` output for ids of shape
+    /// `[b, l, H]`: C-contiguous, writable, shape `[b, l, H, D]`, element
+    /// type one of [`TableDtype::lookup_into_outputs`]; otherwise the spec's
+    /// message naming what is expected.
+    pub fn check_output(
+        &self,
+        (b, l): (usize, usize),
+        shape: &[usize],
+        dtype: &str,
+        c_contiguous: bool,
+        writable: bool,
+    ) -> Result<OutKind> {
+        let expected = [b, l, self.num_heads(), self.dim];
+        let allowed = self.dtype.lookup_into_outputs();
+        if !c_contiguous || !writable || shape != expected || !allowed.contains(&dtype) {
+            return Err(Error::Argument(
+                format!(
+                    "out must be a C-contiguous writable array of shape (B, L, H, D)=({}, {}, {}, {}) and dtype {}",
+                    expected[0],
+                    expected[1],
+                    expected[2],
+                    expected[3],
+                    allowed.join(" or ")
+                )
+                .into(),
+            ));
+        }
+        Ok(if dtype == "float32" {
+            OutKind::Float32
+        } else {
+            OutKind::Raw
+        })
+    }
 }
 
-/// Validate `(table_vocab_sizes, embedding_dim, table_dtype)` in spec order;
-/// the error is the exact `ValueError` message.
-pub fn validate_layout(vocab: &[i64], dim: i64, dtype: &str) -> Result<Layout, &'static str> {
+/// Validate `(table_vocab_sizes, embedding_dim, table_dtype)` in the spec's
+/// order, each failure with its exact `ValueError` message.
+pub fn validate_layout(vocab: &[i64], dim: i64, dtype: &str) -> Result<Layout> {
     if vocab.is_empty() {
-        return Err("EngramStoreConfig.table_vocab_sizes must not be empty");
+        return Err(Error::Layout(
+            "EngramStoreConfig.table_vocab_sizes must not be empty",
+        ));
     }
     if dim <= 0 {
-        return Err("EngramStoreConfig.embedding_dim must be positive");
+        return Err(Error::Layout(
+            "EngramStoreConfig.embedding_dim must be positive",
+        ));
     }
     if vocab.iter().any(|&n| n <= 0) {
-        return Err("EngramStoreConfig.table_vocab_sizes must contain only positive values");
+        return Err(Error::Layout(
+            "EngramStoreConfig.table_vocab_sizes must contain only positive values",
+        ));
     }
     let Some(dtype) = TableDtype::parse(dtype) else {
-        return Err(
+        return Err(Error::Layout(
             "EngramStoreConfig.table_dtype must be one of 'float32', 'float16', 'bfloat16'",
-        );
+        ));
     };
     Ok(Layout {
-        vocab_sizes: vocab.iter().map(|&n| n as u64).collect(),
-        dim: dim as usize,
+        vocab_sizes: vocab.iter().map(|&n| n.unsigned_abs()).collect(),
+        dim: dim.unsigned_abs() as usize,
         dtype,
     })
 }
@@ -106,6 +283,10 @@ pub fn store_key(layer_id: i32, h: usize) -> String {
 mod tests {
     use super::*;
 
+    fn message<T: fmt::Debug>(r: Result<T>) -> String {
+        r.expect_err("rejected").message().into_owned()
+    }
+
     #[test]
     fn keys() {
         assert_eq!(store_key(7, 0), "engram:l7:h0");
@@ -115,22 +296,89 @@ mod tests {
     #[test]
     fn validation_order() {
         assert_eq!(
-            validate_layout(&[], 0, "x").unwrap_err(),
+            message(validate_layout(&[], 0, "x")),
             "EngramStoreConfig.table_vocab_sizes must not be empty"
         );
         assert_eq!(
-            validate_layout(&[3, -1], -5, "float32").unwrap_err(),
+            message(validate_layout(&[3, -1], -5, "float32")),
             "EngramStoreConfig.embedding_dim must be positive"
         );
         assert_eq!(
-            validate_layout(&[3, 0], 4, "float32").unwrap_err(),
+            message(validate_layout(&[3, 0], 4, "float32")),
             "EngramStoreConfig.table_vocab_sizes must contain only positive values"
         );
-        assert!(validate_layout(&[3], 4, "int8")
-            .unwrap_err()
-            .contains("table_dtype"));
+        assert!(message(validate_layout(&[3], 4, "int8")).contains("table_dtype"));
+        assert!(matches!(
+            validate_layout(&[3], 4, "int8"),
+            Err(Error::Layout(_))
+        ));
         let l = validate_layout(&[3, 5], 4, "bfloat16").expect("valid");
         assert_eq!(l.row_bytes(), 8);
         assert_eq!(l.table_bytes(1), 40);
+    }
+
+    #[test]
+    fn defaults() {
+        let c = EngramConfig::default();
+        let l = c.layout().expect("the defaults are valid");
+        assert_eq!(l.vocab_sizes, vec![1024]);
+        assert_eq!(l.dim, 64);
+        assert_eq!(l.dtype, TableDtype::Float32);
+    }
+
+    #[test]
+    fn shape_rules() {
+        let l = validate_layout(&[3, 5], 4, "float16").expect("valid");
+        assert!(l.check_table_count(2).is_ok());
+        assert_eq!(
+            message(l.check_table_count(3)),
+            "embedding_buffers size must match num_heads"
+        );
+        assert!(l.check_table_shape(1, &[5, 4]).is_ok());
+        assert_eq!(
+            message(l.check_table_shape(1, &[20])),
+            "each embedding buffer must be 2D [N_h, D]"
+        );
+        assert!(message(l.check_table_shape(1, &[3, 4])).contains("shape does not match"));
+        assert!(message(l.check_table_shape(2, &[3, 4])).contains("shape does not match"));
+        assert_eq!(l.ids_shape(&[2, 3, 2]).ok(), Some((2, 3)));
+        assert_eq!(
+            message(l.ids_shape(&[2, 2])),
+            "row_ids array must have shape [B, L, H]"
+        );
+        assert_eq!(
+            message(l.ids_shape(&[1, 1, 3])),
+            "row_ids last dimension must match num_heads"
+        );
+        let ok = l.check_output((1, 1), &[1, 1, 2, 4], "float16", true, true);
+        assert_eq!(ok.ok(), Some(OutKind::Raw));
+        let ok = l.check_output((1, 1), &[1, 1, 2, 4], "float32", true, true);
+        assert_eq!(ok.ok(), Some(OutKind::Float32));
+        let bad = l.check_output((1, 1), &[1, 1, 2, 4], "float16", false, true);
+        assert_eq!(
+            message(bad),
+            "out must be a C-contiguous writable array of shape (B, L, H, D)=(1, 1, 2, 4) and dtype float16 or float32"
+        );
+        assert!(l
+            .check_output((1, 1), &[1, 1, 2, 4], "float16", true, false)
+            .is_err());
+        assert!(l
+            .check_output((1, 1), &[1, 1, 2, 3], "float16", true, true)
+            .is_err());
+        assert!(l
+            .check_output((1, 1), &[1, 1, 2, 4], "uint16", true, true)
+            .is_err());
+    }
+
+    #[test]
+    fn populate_casts() {
+        use TableDtype::*;
+        assert_eq!(Float32.populate_cast("float64"), ("float32", true));
+        assert_eq!(Float16.populate_cast("float32"), ("float32", false));
+        assert_eq!(Float16.populate_cast("float64"), ("float16", true));
+        assert_eq!(BFloat16.populate_cast("uint16"), ("uint16", true));
+        assert_eq!(BFloat16.populate_cast("float64"), ("float32", false));
+        assert_eq!(Float16.lookup_output(), ("float16", OutKind::Raw));
+        assert_eq!(BFloat16.lookup_output(), ("float32", OutKind::Float32));
     }
 }

@@ -1,0 +1,147 @@
+//! Buffer-protocol input and output, through pyo3's supported
+//! [`PyBuffer`] only (no hand-written `Py_buffer` handling):
+//!
+//! * [`ByteView`]: the C-order bytes of any buffer-protocol object,
+//!   whatever its element format (store spec, "Byte-value API": a value is
+//!   any buffer-protocol object and is stored as its C-order byte image;
+//!   non-contiguous inputs are copied first). Also the writable form for
+//!   outputs of any element type.
+//! * [`typed`]: a C-contiguous `PyBuffer<T>` of a typed array (ids as
+//!   `i64`, float32 tables), with its elements as a slice.
+//! * [`uninit_bytes`]: a new `bytes` object to be filled with the GIL
+//!   released (a read copies its value exactly once).
+//!
+//! A view holds the exporter's buffer until dropped, so the memory stays
+//! valid while the GIL is released around a client call; `PyBuffer` is
+//! `Send`, and releases the buffer with the GIL on drop.
+
+use crate::args::short_repr;
+use pyo3::buffer::{Element, PyBuffer};
+use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+/// The C-contiguous bytes of a buffer-protocol object.
+pub(crate) struct ByteView(PyBuffer<u8>);
+
+impl ByteView {
+    /// The C-order bytes of `obj`. A byte-format, C-contiguous exporter is
+    /// used in place; any other format is viewed as bytes
+    /// (`memoryview(obj).cast("B")`); a non-contiguous or non-native layout
+    /// is copied (`memoryview(obj).tobytes()`). `TypeError` when `obj` does
+    /// not support the buffer protocol.
+    pub(crate) fn new(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        if let Ok(buf) = PyBuffer::<u8>::get(obj) {
+            if buf.is_c_contiguous() {
+                return Ok(ByteView(buf));
+            }
+        }
+        let py = obj.py();
+        let not_buffer = || {
+            let kind = obj
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| short_repr(obj));
+            PyTypeError::new_err(format!(
+                "a bytes-like object (buffer protocol) is required, not '{kind}'"
+            ))
+        };
+        let view = py
+            .import("builtins")?
+            .getattr("memoryview")?
+            .call1((obj,))
+            .map_err(|_| not_buffer())?;
+        let contiguous: bool = view.getattr("c_contiguous")?.extract()?;
+        let flat = match contiguous {
+            true => view.call_method1("cast", ("B",)).ok(),
+            false => None,
+        };
+        let flat = match flat {
+            Some(f) => f,
+            None => view.call_method0("tobytes").map_err(|_| not_buffer())?,
+        };
+        PyBuffer::<u8>::get(&flat).map(ByteView)
+    }
+
+    /// Like [`ByteView::new`] for an output, which is written in place: a
+    /// read-only `obj` is a `BufferError` (so is a layout that needs a copy,
+    /// as the copy is a read-only `bytes`). An empty output is never written.
+    pub(crate) fn writable(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let view = Self::new(obj)?;
+        if view.0.readonly() && view.len() > 0 {
+            return Err(PyBufferError::new_err(
+                "the output must be a writable, C-contiguous buffer",
+            ));
+        }
+        Ok(view)
+    }
+
+    /// Address of the first byte.
+    pub(crate) fn ptr(&self) -> usize {
+        self.0.buf_ptr() as usize
+    }
+
+    /// Size in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len_bytes()
+    }
+
+    /// The bytes, valid while `self` lives.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        if self.len() == 0 {
+            return &[];
+        }
+        // SAFETY: the export keeps `buf[..len]` alive and C-contiguous until
+        // `self` (the `PyBuffer`) is dropped; a `u8` buffer needs no alignment.
+        unsafe { std::slice::from_raw_parts(self.0.buf_ptr() as *const u8, self.len()) }
+    }
+}
+
+/// Views of every object of `values` (`TypeError` on the first non-buffer).
+pub(crate) fn byte_views<'py>(
+    values: impl IntoIterator<Item = Bound<'py, PyAny>>,
+) -> PyResult<Vec<ByteView>> {
+    values.into_iter().map(|v| ByteView::new(&v)).collect()
+}
+
+/// A C-contiguous `T` buffer of `obj` (a `BufferError` for any other
+/// element type or layout).
+pub(crate) fn typed<T: Element>(obj: &Bound<'_, PyAny>) -> PyResult<PyBuffer<T>> {
+    let buf = PyBuffer::<T>::get(obj)?;
+    if !buf.is_c_contiguous() {
+        return Err(PyBufferError::new_err("the array is not C-contiguous"));
+    }
+    Ok(buf)
+}
+
+/// The elements of a C-contiguous typed buffer, valid while `buf` lives.
+pub(crate) fn elements<T: Element>(buf: &PyBuffer<T>) -> &[T] {
+    let n = buf.item_count();
+    if n == 0 {
+        return &[];
+    }
+    // SAFETY: `typed` checked C-contiguity and `PyBuffer::get` the element
+    // type and alignment; the export keeps the `n` elements alive while
+    // `buf` lives. Python may mutate them concurrently only through other
+    // extensions, as with any buffer-protocol consumer.
+    unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const T, n) }
+}
+
+/// A new, uninitialised `bytes` object of `n` bytes and its data address.
+/// The caller must fill all `n` bytes before the object is shared.
+pub(crate) fn uninit_bytes(py: Python<'_>, n: usize) -> Option<(Py<PyBytes>, usize)> {
+    let len = pyo3::ffi::Py_ssize_t::try_from(n).ok()?;
+    // SAFETY: a NULL source asks CPython for an uninitialised buffer of
+    // `len` bytes; we hold the GIL. On failure the error is cleared.
+    unsafe {
+        let obj = pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), len);
+        if obj.is_null() {
+            pyo3::ffi::PyErr_Clear();
+            return None;
+        }
+        let data = pyo3::ffi::PyBytes_AsString(obj) as usize;
+        let b: Bound<'_, PyBytes> = Bound::from_owned_ptr(py, obj).downcast_into_unchecked();
+        Some((b.unbind(), data))
+    }
+}
