@@ -53,6 +53,13 @@ pub struct Client {
     done: Arc<DoneQueue>,
 }
 
+/// `health_check()`: healthy (store spec, "Lifecycle").
+pub const HEALTHY: i32 = 0;
+/// `health_check()`: not set up, or closed.
+pub const HEALTH_CLOSED: i32 = 1;
+/// `health_check()`: the most recent heartbeat ping failed.
+pub const HEALTH_PING_FAILED: i32 = 2;
+
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -186,7 +193,7 @@ impl Client {
             mapping_server: Mutex::new(mapping_server),
             metadata,
             closed: Arc::new(AtomicBool::new(false)),
-            health: Arc::new(AtomicI32::new(0)),
+            health: Arc::new(AtomicI32::new(HEALTHY)),
             heartbeat: Mutex::new(None),
             mutations: std::sync::atomic::AtomicU64::new(0),
             done: Arc::new(DoneQueue::default()),
@@ -260,7 +267,7 @@ impl Client {
                     match resp {
                         Some(Ok(MasterResponse::Pong { need_remount })) => {
                             failures = 0;
-                            me.health.store(0, Ordering::Release);
+                            me.health.store(HEALTHY, Ordering::Release);
                             if need_remount {
                                 me.remount();
                             }
@@ -268,7 +275,7 @@ impl Client {
                         _ => {
                             failures += 1;
                             conn = None;
-                            me.health.store(2, Ordering::Release);
+                            me.health.store(HEALTH_PING_FAILED, Ordering::Release);
                             if failures == 3 {
                                 tracing::warn!("master heartbeat failed 3 times; reconnecting");
                             }
@@ -335,10 +342,11 @@ impl Client {
         self.desc.name.clone()
     }
 
-    /// 0 healthy, 2 the last heartbeat failed (1 is for closed, decided by the caller).
+    /// `health_check()`'s value: [`HEALTHY`], [`HEALTH_CLOSED`] after
+    /// `close`, or [`HEALTH_PING_FAILED`] when the last heartbeat failed.
     pub fn health(&self) -> i32 {
         if self.is_closed() {
-            return 1;
+            return HEALTH_CLOSED;
         }
         self.health.load(Ordering::Acquire)
     }

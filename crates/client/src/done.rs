@@ -1,4 +1,4 @@
-//! Read-ticket completion reports (spec §3.3, upsert returns
+//! Read-ticket completion reports (store spec, "Upsert": an upsert returns
 //! OBJECT_REPLICA_BUSY while a replica is being read).
 //!
 //! Every read lookup gets a ticket from the master, which counts the found

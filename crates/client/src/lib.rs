@@ -24,7 +24,7 @@ mod staging;
 mod stats;
 mod writes;
 
-pub use client::{Client, StagedValue};
+pub use client::{Client, StagedValue, HEALTHY, HEALTH_CLOSED, HEALTH_PING_FAILED};
 pub use config::{
     force_tcp, ClientConfig, ReplicateConfig, WriteKind, DEFAULT_CLIENT_HTTP_PORT,
     DEFAULT_DICT_SIZE, DEFAULT_MASTER, DEFAULT_TENANT, MAX_LOCAL_BUFFER, MIN_SIZE,

@@ -9,8 +9,13 @@
 //! * [`Layout`]: per-call shape rules with the spec's messages: one table
 //!   per head of shape `[N_h, D]`, ids of shape `[B, L, H]`, and the output
 //!   dtypes a lookup may write (the table dtype or float32).
-//! * [`TableDtype`]: element types, how a populate input of a given dtype
-//!   is taken (raw bits, or float32 narrowed here with round-to-nearest-even).
+//! * [`TableDtype`]: element types, which populate inputs are accepted and
+//!   how they are taken (raw bits, or float32 narrowed here with
+//!   round-to-nearest-even).
+//! * The rules for the arrays a caller hands over (NumPy dtype kinds,
+//!   empty or non-integer ids) with their messages: [`ids_kind_ok`],
+//!   [`ids_not_integer_array`], [`not_an_array`], [`empty_ids`],
+//!   [`ids_not_integers`].
 
 use crate::error::{Error, Result};
 use std::fmt;
@@ -61,6 +66,22 @@ impl TableDtype {
             Self::Float32 => 4,
             Self::Float16 | Self::BFloat16 => 2,
         }
+    }
+
+    /// A populate input whose NumPy dtype kind is `kind` must be numeric
+    /// (`b`, `i`, `u`, `f`, `c`: it is cast to the table dtype, upstream's
+    /// forcecast); object, string and other arrays are rejected.
+    pub fn check_input_kind(self, kind: &str) -> Result<()> {
+        if kind.len() == 1 && "biufc".contains(kind) {
+            Ok(())
+        } else {
+            Err(self.not_castable())
+        }
+    }
+
+    /// A populate input that cannot be cast to this dtype.
+    pub fn not_castable(self) -> Error {
+        Error::Argument(format!("embedding_buffers must be {self} arrays").into())
     }
 
     /// How `populate` takes an input array whose elements are `input` (a
@@ -244,6 +265,38 @@ impl Layout {
     }
 }
 
+/// Row ids given as an array must have an integer dtype kind (`i` or
+/// `u`). Ours: float, bool, complex and object ids are rejected rather than
+/// truncated ([`ids_not_integer_array`]).
+pub fn ids_kind_ok(kind: &str) -> bool {
+    kind == "i" || kind == "u"
+}
+
+/// Row ids given as an array of dtype `dtype`, which is not an integer type.
+pub fn ids_not_integer_array(dtype: &str) -> Error {
+    Error::Argument(
+        format!(
+            "row_ids must be an integer array (got dtype {dtype}); EngramStore does not truncate floating-point ids"
+        )
+        .into(),
+    )
+}
+
+/// A populate input that is neither a NumPy array nor a CPU tensor.
+pub fn not_an_array() -> Error {
+    Error::Argument("embedding_buffers must be NumPy arrays".into())
+}
+
+/// Nested-sequence ids with no rows (`[]`, `[[]]`).
+pub fn empty_ids() -> Error {
+    Error::Argument("row_ids must not be empty".into())
+}
+
+/// A nested-sequence id that is not an integer (`type_name` is its type).
+pub fn ids_not_integers(type_name: &str) -> Error {
+    Error::Argument(format!("row_ids elements must be integers (got {type_name})").into())
+}
+
 /// Validate `(table_vocab_sizes, embedding_dim, table_dtype)` in the spec's
 /// order, each failure with its exact `ValueError` message.
 pub fn validate_layout(vocab: &[i64], dim: i64, dtype: &str) -> Result<Layout> {
@@ -368,6 +421,36 @@ mod tests {
         assert!(l
             .check_output((1, 1), &[1, 1, 2, 4], "uint16", true, true)
             .is_err());
+    }
+
+    #[test]
+    fn input_rules() {
+        use TableDtype::*;
+        for k in ["b", "i", "u", "f", "c"] {
+            assert!(Float16.check_input_kind(k).is_ok(), "{k}");
+        }
+        assert_eq!(
+            message(Float16.check_input_kind("O")),
+            "embedding_buffers must be float16 arrays"
+        );
+        assert!(BFloat16.check_input_kind("U").is_err());
+        assert!(Float32.check_input_kind("").is_err());
+        assert!(ids_kind_ok("i") && ids_kind_ok("u"));
+        for k in ["f", "b", "c", "O"] {
+            assert!(!ids_kind_ok(k));
+        }
+        assert!(ids_not_integer_array("float64")
+            .message()
+            .contains("integer array (got dtype float64)"));
+        assert_eq!(
+            not_an_array().message(),
+            "embedding_buffers must be NumPy arrays"
+        );
+        assert_eq!(empty_ids().message(), "row_ids must not be empty");
+        assert_eq!(
+            ids_not_integers("float").message(),
+            "row_ids elements must be integers (got float)"
+        );
     }
 
     #[test]

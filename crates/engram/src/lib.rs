@@ -16,6 +16,9 @@ pub mod convert;
 pub mod error;
 pub mod store;
 
-pub use config::{store_key, validate_layout, EngramConfig, Layout, OutKind, TableDtype};
+pub use config::{
+    empty_ids, ids_kind_ok, ids_not_integer_array, ids_not_integers, not_an_array, store_key,
+    validate_layout, EngramConfig, Layout, OutKind, TableDtype,
+};
 pub use error::{Error, Result};
 pub use store::{EngramCore, OutBuf, Table};

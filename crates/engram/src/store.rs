@@ -40,9 +40,12 @@ pub struct OutBuf {
 /// One table handed to [`EngramCore::populate`], row-major `[N_h, D]`.
 #[derive(Debug, Clone, Copy)]
 pub enum Table<'a> {
-    /// Already in the table dtype (raw bits for the half types).
+    /// The table's bytes, already in the table dtype.
     Raw(&'a [u8]),
-    /// float32 values, narrowed to a half-precision table dtype here.
+    /// Half-precision bits of a float16 or bfloat16 table.
+    Bits(&'a [u16]),
+    /// float32 values: a float32 table, or narrowed to a half-precision
+    /// table dtype here.
     F32(&'a [f32]),
 }
 
@@ -51,6 +54,7 @@ impl Table<'_> {
     fn stored_bytes(&self, dtype: TableDtype) -> usize {
         match self {
             Table::Raw(b) => b.len(),
+            Table::Bits(v) => v.len() * 2,
             Table::F32(v) => v.len() * dtype.itemsize(),
         }
     }
@@ -191,6 +195,7 @@ impl EngramCore {
             .map(|(t, n)| match (n, t) {
                 (Some(bits), _) => (bits.as_ptr() as usize, bits.len() * 2),
                 (None, Table::Raw(b)) => (b.as_ptr() as usize, b.len()),
+                (None, Table::Bits(v)) => (v.as_ptr() as usize, v.len() * 2),
                 (None, Table::F32(v)) => (v.as_ptr() as usize, v.len() * 4),
             })
             .unzip();
@@ -534,29 +539,39 @@ impl EngramCore {
 }
 
 /// Widen `count` half-precision values stored at `out + 2*count` into
-/// `count` float32 values at `out`, front to back, in blocks of `BLOCK`.
-/// Block `k` of outputs ends at byte `4*BLOCK*(k+1)`, never past the start
-/// of the inputs still unread (`2*count + 2*BLOCK*(k+1)`), and each block
-/// is read before it is written.
+/// `count` float32 values at `out`, front to back, in blocks of `BLOCK`:
+/// each block's inputs are copied out before its outputs are written, and
+/// the outputs of values `..i+m` end at byte `4*(i+m)`, never past the
+/// first input still unread (byte `2*count + 2*(i+m)`, as `i+m <= count`).
 ///
 /// # Safety
 /// `out..out+4*count` must be writable and hold the inputs in its upper half.
 unsafe fn widen_in_place(out: usize, count: usize, dtype: TableDtype) {
-    const BLOCK: usize = 64;
+    // One monomorphised loop per dtype, so the conversion inlines.
+    if dtype == TableDtype::BFloat16 {
+        // SAFETY: forwarded from the caller.
+        unsafe { widen_with(out, count, bf16_to_f32_slice) }
+    } else {
+        // SAFETY: forwarded from the caller.
+        unsafe { widen_with(out, count, f16_to_f32_slice) }
+    }
+}
+
+/// [`widen_in_place`] with the conversion `widen`.
+///
+/// # Safety
+/// As [`widen_in_place`].
+unsafe fn widen_with(out: usize, count: usize, widen: impl Fn(&[u16], &mut [f32])) {
+    const BLOCK: usize = 1024;
     let src = (out + 2 * count) as *const u16;
     let dst = out as *mut f32;
-    let widen = if dtype == TableDtype::BFloat16 {
-        bf16_to_f32_slice
-    } else {
-        f16_to_f32_slice
-    };
+    let mut bits = [0u16; BLOCK];
+    let mut vals = [0f32; BLOCK];
     let mut i = 0;
     while i < count {
         let m = BLOCK.min(count - i);
-        let mut bits = [0u16; BLOCK];
-        let mut vals = [0f32; BLOCK];
-        // SAFETY: inputs `i..i+m` lie in the upper half, not yet overwritten
-        // (see above); `bits` holds `BLOCK >= m` values.
+        // SAFETY: inputs `i..i+m` lie in the upper half and are not yet
+        // overwritten (see above); `bits` holds `BLOCK >= m` values.
         unsafe { std::ptr::copy_nonoverlapping(src.add(i), bits.as_mut_ptr(), m) };
         widen(&bits[..m], &mut vals[..m]);
         // SAFETY: outputs `i..i+m` lie inside `out`; `vals` is a local copy.
@@ -622,7 +637,7 @@ mod tests {
 
     #[test]
     fn widen_in_place_matches_out_of_place() {
-        for count in [1usize, 7, 8, 9, 13, 64, 65, 1001] {
+        for count in [1usize, 7, 8, 9, 13, 64, 65, 1001, 1024, 1025, 5000] {
             let vals: Vec<f32> = (0..count).map(|i| i as f32 * 0.37 - 11.0).collect();
             for dtype in [TableDtype::BFloat16, TableDtype::Float16] {
                 let bits: Vec<u16> = vals

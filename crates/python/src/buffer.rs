@@ -4,10 +4,10 @@
 //! * [`ByteView`]: the C-order bytes of any buffer-protocol object,
 //!   whatever its element format (store spec, "Byte-value API": a value is
 //!   any buffer-protocol object and is stored as its C-order byte image;
-//!   non-contiguous inputs are copied first). Also the writable form for
-//!   outputs of any element type.
-//! * [`typed`]: a C-contiguous `PyBuffer<T>` of a typed array (ids as
-//!   `i64`, float32 tables), with its elements as a slice.
+//!   non-contiguous inputs are copied first).
+//! * [`typed`] / [`typed_out`]: a C-contiguous `PyBuffer<T>` of a typed
+//!   array (ids as `i64`, tables and outputs as `f32` or `u16` bits), with
+//!   its elements as a slice ([`elements`]).
 //! * [`uninit_bytes`]: a new `bytes` object to be filled with the GIL
 //!   released (a read copies its value exactly once).
 //!
@@ -19,22 +19,20 @@ use crate::args::short_repr;
 use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyByteArray, PyBytes};
 
 /// The C-contiguous bytes of a buffer-protocol object.
 pub(crate) struct ByteView(PyBuffer<u8>);
 
 impl ByteView {
-    /// The C-order bytes of `obj`. A byte-format, C-contiguous exporter is
-    /// used in place; any other format is viewed as bytes
-    /// (`memoryview(obj).cast("B")`); a non-contiguous or non-native layout
-    /// is copied (`memoryview(obj).tobytes()`). `TypeError` when `obj` does
-    /// not support the buffer protocol.
+    /// The C-order bytes of `obj`. `bytes` and `bytearray` are used in
+    /// place; any other exporter is viewed as bytes
+    /// (`memoryview(obj).cast("B")`), and a non-contiguous or non-native
+    /// layout is copied (`memoryview(obj).tobytes()`). `TypeError` when
+    /// `obj` does not support the buffer protocol.
     pub(crate) fn new(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
-        if let Ok(buf) = PyBuffer::<u8>::get(obj) {
-            if buf.is_c_contiguous() {
-                return Ok(ByteView(buf));
-            }
+        if obj.is_exact_instance_of::<PyBytes>() || obj.is_exact_instance_of::<PyByteArray>() {
+            return PyBuffer::<u8>::get(obj).map(ByteView);
         }
         let py = obj.py();
         let not_buffer = || {
@@ -62,24 +60,6 @@ impl ByteView {
             None => view.call_method0("tobytes").map_err(|_| not_buffer())?,
         };
         PyBuffer::<u8>::get(&flat).map(ByteView)
-    }
-
-    /// Like [`ByteView::new`] for an output, which is written in place: a
-    /// read-only `obj` is a `BufferError` (so is a layout that needs a copy,
-    /// as the copy is a read-only `bytes`). An empty output is never written.
-    pub(crate) fn writable(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let view = Self::new(obj)?;
-        if view.0.readonly() && view.len() > 0 {
-            return Err(PyBufferError::new_err(
-                "the output must be a writable, C-contiguous buffer",
-            ));
-        }
-        Ok(view)
-    }
-
-    /// Address of the first byte.
-    pub(crate) fn ptr(&self) -> usize {
-        self.0.buf_ptr() as usize
     }
 
     /// Size in bytes.
@@ -113,6 +93,19 @@ pub(crate) fn typed<T: Element>(obj: &Bound<'_, PyAny>) -> PyResult<PyBuffer<T>>
         return Err(PyBufferError::new_err("the array is not C-contiguous"));
     }
     Ok(buf)
+}
+
+/// [`typed`] for an output written in place: a read-only buffer is a
+/// `BufferError` too. Returns the buffer and its address and byte length.
+pub(crate) fn typed_out<T: Element>(
+    obj: &Bound<'_, PyAny>,
+) -> PyResult<(PyBuffer<T>, usize, usize)> {
+    let buf = typed::<T>(obj)?;
+    if buf.readonly() && buf.len_bytes() > 0 {
+        return Err(PyBufferError::new_err("the output is read-only"));
+    }
+    let (ptr, len) = (buf.buf_ptr() as usize, buf.len_bytes());
+    Ok((buf, ptr, len))
 }
 
 /// The elements of a C-contiguous typed buffer, valid while `buf` lives.

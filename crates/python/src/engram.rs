@@ -10,12 +10,15 @@
 //! ([`store_client`]). The whole populate and gather (id validation through
 //! the last copy) run with the GIL released.
 
-use crate::buffer::{elements, typed, ByteView};
+use crate::buffer::{elements, typed, typed_out};
 use crate::report::{raise, Call, OrRaise};
 use crate::store::capsule::store_client;
 use crate::store::{options, MooncakeDistributedStore, ReplicateConfig};
 use mooncake_client::{Client, ErrorCode};
-use mooncake_engram::{EngramConfig, EngramCore, Error, OutBuf, OutKind, Table, TableDtype};
+use mooncake_engram::{
+    empty_ids, ids_kind_ok, ids_not_integer_array, ids_not_integers, not_an_array, EngramConfig,
+    EngramCore, Error, OutBuf, OutKind, Table, TableDtype,
+};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::ffi;
@@ -198,11 +201,28 @@ pub(crate) struct PyEngramStore {
     options: mooncake_client::ReplicateConfig,
 }
 
-/// A populate input kept alive (and its memory exported) while the GIL is
-/// released.
-enum Source {
-    Raw(ByteView),
+/// A populate input or lookup output kept alive (and its memory exported)
+/// while the GIL is released: float32 values or half-precision bits.
+enum Array {
     F32(PyBuffer<f32>),
+    U16(PyBuffer<u16>),
+}
+
+/// A writable C-contiguous `out` of element type `dtype` (`float32`, or a
+/// 2-byte type viewed as `uint16` bits): the export and its address and
+/// byte length.
+fn output(
+    np: &Bound<'_, PyModule>,
+    out: &Bound<'_, PyAny>,
+    dtype: &str,
+) -> PyResult<(Array, usize, usize)> {
+    if dtype == "float32" {
+        let (b, p, n) = typed_out::<f32>(out)?;
+        return Ok((Array::F32(b), p, n));
+    }
+    let bits = out.call_method1("view", (np.getattr("uint16")?,))?;
+    let (b, p, n) = typed_out::<u16>(&bits)?;
+    Ok((Array::U16(b), p, n))
 }
 
 impl PyEngramStore {
@@ -308,11 +328,9 @@ impl PyEngramStore {
     fn parse_ids_array(&self, np: &Bound<'_, PyModule>, arr: &Bound<'_, PyAny>) -> PyResult<Ids> {
         let dtype = arr.getattr("dtype")?;
         let kind: String = dtype.getattr("kind")?.extract()?;
-        if kind != "i" && kind != "u" {
-            return Err(PyRuntimeError::new_err(format!(
-                "row_ids must be an integer array (got dtype {}); EngramStore does not truncate floating-point ids",
-                dtype.str()?
-            )));
+        if !ids_kind_ok(&kind) {
+            let name = dtype.str()?.to_string();
+            return Err(raise(arr.py(), "lookup", ids_not_integer_array(&name)));
         }
         let arr = np.call_method1("ascontiguousarray", (arr, np.getattr("int64")?))?;
         let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
@@ -337,7 +355,7 @@ impl PyEngramStore {
         let py = row_ids.py();
         let ragged =
             |why: String| raise(py, "lookup", Error::lookup(ErrorCode::InvalidParams, why));
-        let empty = || PyRuntimeError::new_err("row_ids must not be empty");
+        let empty = || raise(py, "lookup", empty_ids());
         let outer: Vec<Bound<'_, PyAny>> = row_ids.try_iter()?.collect::<PyResult<_>>()?;
         if outer.is_empty() {
             return Err(empty());
@@ -366,10 +384,8 @@ impl PyEngramStore {
                     } else if x.is_instance(&np_integer)? {
                         x.extract::<i64>().unwrap_or(-1)
                     } else {
-                        return Err(PyRuntimeError::new_err(format!(
-                            "row_ids elements must be integers (got {})",
-                            x.get_type().name()?
-                        )));
+                        let name = x.get_type().name()?.to_string();
+                        return Err(raise(py, "lookup", ids_not_integers(&name)));
                     };
                     data.push(v);
                 }
@@ -398,15 +414,20 @@ impl PyEngramStore {
         })
     }
 
-    /// Gather into `out` (an output of `kind`) with the GIL released.
-    fn gather(&self, py: Python<'_>, ids: &Ids, out: &ByteView, kind: OutKind) -> PyResult<()> {
+    /// Gather into `out` (an output of `dtype`, written as `kind`) with the
+    /// GIL released.
+    fn gather(
+        &self,
+        py: Python<'_>,
+        ids: &Ids,
+        out: &Bound<'_, PyAny>,
+        dtype: &str,
+        kind: OutKind,
+    ) -> PyResult<()> {
         let client = self.client(py);
-        let buf = OutBuf {
-            ptr: out.ptr(),
-            len: out.len(),
-            kind,
-        };
-        // SAFETY: the view keeps the writable output alive and exported
+        let (_export, ptr, len) = output(numpy(py)?, out, dtype)?;
+        let buf = OutBuf { ptr, len, kind };
+        // SAFETY: `_export` keeps the writable output alive and exported
         // until after the call.
         let r = py.allow_threads(|| unsafe {
             self.core
@@ -423,26 +444,19 @@ impl PyEngramStore {
         np: &Bound<'_, PyModule>,
         h: usize,
         item: &Bound<'_, PyAny>,
-    ) -> PyResult<Source> {
+    ) -> PyResult<Array> {
         let py = item.py();
         let mut arr = item.clone();
         if is_torch_tensor(&arr) {
-            arr = torch_to_numpy(&arr)
-                .map_err(|_| PyRuntimeError::new_err("embedding_buffers must be NumPy arrays"))?;
+            arr = torch_to_numpy(&arr).map_err(|_| raise(py, "populate", not_an_array()))?;
         }
         if !arr.is_instance(&np.getattr("ndarray")?)? {
-            return Err(PyRuntimeError::new_err(
-                "embedding_buffers must be NumPy arrays",
-            ));
+            return Err(raise(py, "populate", not_an_array()));
         }
         let dt = self.dtype();
-        let dtype_err =
-            || PyRuntimeError::new_err(format!("embedding_buffers must be {dt} arrays"));
         let adtype = arr.getattr("dtype")?;
         let kind: String = adtype.getattr("kind")?.extract()?;
-        if !"biufc".contains(kind.as_str()) || kind.len() != 1 {
-            return Err(dtype_err());
-        }
+        dt.check_input_kind(&kind).or_raise(py, "populate")?;
         let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
         self.core
             .layout()
@@ -452,10 +466,13 @@ impl PyEngramStore {
         let (target, raw) = dt.populate_cast(&input);
         let c = np
             .call_method1("ascontiguousarray", (&arr, np.getattr(target)?))
-            .map_err(|_| dtype_err())?;
-        Ok(match raw {
-            true => Source::Raw(ByteView::new(&c)?),
-            false => Source::F32(typed::<f32>(&c)?),
+            .map_err(|_| raise(py, "populate", dt.not_castable()))?;
+        Ok(match (raw, target) {
+            (false, _) | (true, "float32") => Array::F32(typed::<f32>(&c)?),
+            (true, _) => {
+                let bits = c.call_method1("view", (np.getattr("uint16")?,))?;
+                Array::U16(typed::<u16>(&bits)?)
+            }
         })
     }
 }
@@ -511,13 +528,13 @@ impl PyEngramStore {
             .or_raise(py, "populate")?;
         let sources = (0..n)
             .map(|h| self.table_source(np, h, &embedding_buffers.get_item(h)?))
-            .collect::<PyResult<Vec<Source>>>()?;
+            .collect::<PyResult<Vec<Array>>>()?;
         let client = self.client(py);
         let tables: Vec<Table<'_>> = sources
             .iter()
             .map(|s| match s {
-                Source::Raw(v) => Table::Raw(v.as_slice()),
-                Source::F32(b) => Table::F32(elements(b)),
+                Array::F32(b) => Table::F32(elements(b)),
+                Array::U16(b) => Table::Bits(elements(b)),
             })
             .collect();
         let r = py.allow_threads(|| self.core.populate(client.as_ref(), &tables, &self.options));
@@ -535,7 +552,7 @@ impl PyEngramStore {
         let (dtype, kind) = self.dtype().lookup_output();
         let shape = (ids.b, ids.l, self.heads(), self.core.layout().dim);
         let out = np.call_method1("empty", (shape, np.getattr(dtype)?))?;
-        self.gather(py, &ids, &ByteView::writable(&out)?, kind)?;
+        self.gather(py, &ids, &out, dtype, kind)?;
         Ok(out)
     }
 
@@ -566,16 +583,17 @@ impl PyEngramStore {
             return rejected().map(|()| out.clone());
         }
         let flags = arr.getattr("flags")?;
+        let dtype: String = arr.getattr("dtype")?.getattr("name")?.extract()?;
         let kind = layout
             .check_output(
                 (ids.b, ids.l),
                 &arr.getattr("shape")?.extract::<Vec<usize>>()?,
-                &arr.getattr("dtype")?.getattr("name")?.extract::<String>()?,
+                &dtype,
                 flags.getattr("c_contiguous")?.extract()?,
                 flags.getattr("writeable")?.extract()?,
             )
             .or_raise(py, "lookup_into")?;
-        self.gather(py, &ids, &ByteView::writable(&arr)?, kind)?;
+        self.gather(py, &ids, &arr, &dtype, kind)?;
         Ok(out.clone())
     }
 

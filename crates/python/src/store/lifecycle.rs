@@ -5,13 +5,10 @@ use super::capsule::client_capsule;
 use super::class::MooncakeDistributedStore;
 use super::setup;
 use crate::report::Call;
-use mooncake_client::{Client, Error};
+use mooncake_client::{Client, Error, HEALTH_CLOSED};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use std::sync::Arc;
-
-/// `health_check()` value for a store that is not set up or closed.
-const HEALTH_NOT_SET_UP: i32 = 1;
 
 fn close_client(py: Python<'_>, client: Option<Arc<Client>>) {
     if let Some(c) = client {
@@ -72,7 +69,7 @@ impl MooncakeDistributedStore {
 
     /// 0 healthy, 1 not set up or closed, 2 the last heartbeat failed.
     fn health_check(&self) -> i32 {
-        self.current().map_or(HEALTH_NOT_SET_UP, |c| c.health())
+        self.current().map_or(HEALTH_CLOSED, |c| c.health())
     }
 
     /// A `PyCapsule` named `mooncake.PyClient.shared_ptr` holding a reference

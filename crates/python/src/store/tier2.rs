@@ -1,8 +1,8 @@
-//! Tier 2/3 methods that exist but are not implemented yet (spec §0 Tiers).
-//!
-//! `int` methods return -1012 (NOT_SUPPORTED), `list[int]` methods -1012 per
-//! item, everything else raises `NotImplementedError`; each logs the method
-//! name. Signatures follow upstream so callers fail on the result, not on
+//! Tier 2/3 methods that exist but are not implemented yet (store spec,
+//! "Tiers": until implemented, a method returning `int` or `list[int]`
+//! returns -1012 NOT_SUPPORTED (per item), any other raises
+//! `NotImplementedError`, and either way logs the method name).
+//! Signatures follow upstream so callers fail on the result, not on
 //! argument binding.
 
 use super::class::MooncakeDistributedStore;
