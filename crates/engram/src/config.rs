@@ -84,19 +84,19 @@ impl TableDtype {
         Error::Argument(format!("embedding_buffers must be {self} arrays").into())
     }
 
-    /// How `populate` takes an input array whose elements are `input` (a
-    /// NumPy dtype name): the element type to cast it to first, and whether
-    /// that cast yields the table's bytes (`true`) or float32 values this
-    /// crate narrows (`false`). float16 tables narrow float32 input here
-    /// (without the GIL) and let NumPy cast anything else; bfloat16 tables
-    /// take `uint16` as raw bits and everything else as float32.
-    pub fn populate_cast(self, input: &str) -> (&'static str, bool) {
+    /// The element type `populate` casts an input array whose elements are
+    /// `input` (a NumPy dtype name) to before handing it over: float32
+    /// (values a float32 table stores, or this crate narrows to a half
+    /// type with round-to-nearest-even, without the GIL), `float16` (NumPy
+    /// casts non-float32 input for a float16 table), or `uint16` (raw
+    /// bfloat16 bits, taken as they are).
+    pub fn populate_cast(self, input: &str) -> &'static str {
         match self {
-            Self::Float32 => ("float32", true),
-            Self::Float16 if input == "float32" => ("float32", false),
-            Self::Float16 => ("float16", true),
-            Self::BFloat16 if input == "uint16" => ("uint16", true),
-            Self::BFloat16 => ("float32", false),
+            Self::Float32 => "float32",
+            Self::Float16 if input == "float32" => "float32",
+            Self::Float16 => "float16",
+            Self::BFloat16 if input == "uint16" => "uint16",
+            Self::BFloat16 => "float32",
         }
     }
 
@@ -456,11 +456,11 @@ mod tests {
     #[test]
     fn populate_casts() {
         use TableDtype::*;
-        assert_eq!(Float32.populate_cast("float64"), ("float32", true));
-        assert_eq!(Float16.populate_cast("float32"), ("float32", false));
-        assert_eq!(Float16.populate_cast("float64"), ("float16", true));
-        assert_eq!(BFloat16.populate_cast("uint16"), ("uint16", true));
-        assert_eq!(BFloat16.populate_cast("float64"), ("float32", false));
+        assert_eq!(Float32.populate_cast("float64"), "float32");
+        assert_eq!(Float16.populate_cast("float32"), "float32");
+        assert_eq!(Float16.populate_cast("float64"), "float16");
+        assert_eq!(BFloat16.populate_cast("uint16"), "uint16");
+        assert_eq!(BFloat16.populate_cast("float64"), "float32");
         assert_eq!(Float16.lookup_output(), ("float16", OutKind::Raw));
         assert_eq!(BFloat16.lookup_output(), ("float32", OutKind::Float32));
     }

@@ -6,8 +6,8 @@
 //!   any buffer-protocol object and is stored as its C-order byte image;
 //!   non-contiguous inputs are copied first).
 //! * [`typed`] / [`typed_out`]: a C-contiguous `PyBuffer<T>` of a typed
-//!   array (ids as `i64`, tables and outputs as `f32` or `u16` bits), with
-//!   its elements as a slice ([`elements`]).
+//!   array (ids as `i64`, tables and outputs as `f32`, `u16` bits or
+//!   [`Half`]), with its elements as a slice ([`elements`], [`half_bits`]).
 //! * [`uninit_bytes`]: a new `bytes` object to be filled with the GIL
 //!   released (a read copies its value exactly once).
 //!
@@ -20,6 +20,7 @@ use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes};
+use std::ffi::CStr;
 
 /// The C-contiguous bytes of a buffer-protocol object.
 pub(crate) struct ByteView(PyBuffer<u8>);
@@ -119,6 +120,31 @@ pub(crate) fn elements<T: Element>(buf: &PyBuffer<T>) -> &[T] {
     // `buf` lives. Python may mutate them concurrently only through other
     // extensions, as with any buffer-protocol consumer.
     unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const T, n) }
+}
+
+/// One IEEE half-precision element (buffer format `e`, little-endian or
+/// native), as its bits: lets `PyBuffer` export float16 arrays.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub(crate) struct Half(u16);
+
+// SAFETY: `Half` is a plain 2-byte value without invalid bit patterns, and
+// only the 2-byte little-endian/native `e` format is accepted (the targets
+// are little-endian), so every element read through it is a valid `Half`.
+unsafe impl Element for Half {
+    fn is_compatible_format(format: &CStr) -> bool {
+        matches!(format.to_bytes(), b"e" | b"@e" | b"=e" | b"<e")
+    }
+}
+
+/// The bits of a C-contiguous `Half` buffer, valid while `buf` lives.
+pub(crate) fn half_bits(buf: &PyBuffer<Half>) -> &[u16] {
+    let n = buf.item_count();
+    if n == 0 {
+        return &[];
+    }
+    // SAFETY: as `elements`; `Half` is a transparent `u16`.
+    unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u16, n) }
 }
 
 /// A new, uninitialised `bytes` object of `n` bytes and its data address.

@@ -10,7 +10,7 @@
 //! ([`store_client`]). The whole populate and gather (id validation through
 //! the last copy) run with the GIL released.
 
-use crate::buffer::{elements, typed, typed_out};
+use crate::buffer::{elements, half_bits, typed, typed_out, Half};
 use crate::report::{raise, Call, OrRaise};
 use crate::store::capsule::store_client;
 use crate::store::{options, MooncakeDistributedStore, ReplicateConfig};
@@ -19,7 +19,7 @@ use mooncake_engram::{
     empty_ids, ids_kind_ok, ids_not_integer_array, ids_not_integers, not_an_array, EngramConfig,
     EngramCore, Error, OutBuf, OutKind, Table, TableDtype,
 };
-use pyo3::buffer::PyBuffer;
+use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -202,27 +202,48 @@ pub(crate) struct PyEngramStore {
 }
 
 /// A populate input or lookup output kept alive (and its memory exported)
-/// while the GIL is released: float32 values or half-precision bits.
+/// while the GIL is released: float32 values, float16 values, or raw
+/// bfloat16 bits (`uint16`).
 enum Array {
     F32(PyBuffer<f32>),
+    F16(PyBuffer<Half>),
     U16(PyBuffer<u16>),
 }
 
-/// A writable C-contiguous `out` of element type `dtype` (`float32`, or a
-/// 2-byte type viewed as `uint16` bits): the export and its address and
-/// byte length.
-fn output(
-    np: &Bound<'_, PyModule>,
-    out: &Bound<'_, PyAny>,
-    dtype: &str,
-) -> PyResult<(Array, usize, usize)> {
-    if dtype == "float32" {
-        let (b, p, n) = typed_out::<f32>(out)?;
-        return Ok((Array::F32(b), p, n));
+/// A C-contiguous `T` export of `arr` (`write`: as a writable output), its
+/// address and byte length.
+fn export<T: Element>(
+    arr: &Bound<'_, PyAny>,
+    write: bool,
+) -> PyResult<(PyBuffer<T>, usize, usize)> {
+    if write {
+        return typed_out::<T>(arr);
     }
-    let bits = out.call_method1("view", (np.getattr("uint16")?,))?;
-    let (b, p, n) = typed_out::<u16>(&bits)?;
-    Ok((Array::U16(b), p, n))
+    let b = typed::<T>(arr)?;
+    let (p, n) = (b.buf_ptr() as usize, b.len_bytes());
+    Ok((b, p, n))
+}
+
+impl Array {
+    /// A C-contiguous array of element type `dtype` (`float32`, `float16`,
+    /// else `uint16`), read or (`write`) written in place; with its address
+    /// and byte length.
+    fn of(arr: &Bound<'_, PyAny>, dtype: &str, write: bool) -> PyResult<(Array, usize, usize)> {
+        Ok(match dtype {
+            "float32" => export::<f32>(arr, write).map(|(b, p, n)| (Array::F32(b), p, n))?,
+            "float16" => export::<Half>(arr, write).map(|(b, p, n)| (Array::F16(b), p, n))?,
+            _ => export::<u16>(arr, write).map(|(b, p, n)| (Array::U16(b), p, n))?,
+        })
+    }
+
+    /// This array as a populate table.
+    fn table(&self) -> Table<'_> {
+        match self {
+            Array::F32(b) => Table::F32(elements(b)),
+            Array::F16(b) => Table::Bits(half_bits(b)),
+            Array::U16(b) => Table::Bits(elements(b)),
+        }
+    }
 }
 
 impl PyEngramStore {
@@ -425,7 +446,7 @@ impl PyEngramStore {
         kind: OutKind,
     ) -> PyResult<()> {
         let client = self.client(py);
-        let (_export, ptr, len) = output(numpy(py)?, out, dtype)?;
+        let (_export, ptr, len) = Array::of(out, dtype, true)?;
         let buf = OutBuf { ptr, len, kind };
         // SAFETY: `_export` keeps the writable output alive and exported
         // until after the call.
@@ -463,17 +484,11 @@ impl PyEngramStore {
             .check_table_shape(h, &shape)
             .or_raise(py, "populate")?;
         let input: String = adtype.getattr("name")?.extract()?;
-        let (target, raw) = dt.populate_cast(&input);
+        let target = dt.populate_cast(&input);
         let c = np
             .call_method1("ascontiguousarray", (&arr, np.getattr(target)?))
             .map_err(|_| raise(py, "populate", dt.not_castable()))?;
-        Ok(match (raw, target) {
-            (false, _) | (true, "float32") => Array::F32(typed::<f32>(&c)?),
-            (true, _) => {
-                let bits = c.call_method1("view", (np.getattr("uint16")?,))?;
-                Array::U16(typed::<u16>(&bits)?)
-            }
-        })
+        Ok(Array::of(&c, target, false)?.0)
     }
 }
 
@@ -530,13 +545,7 @@ impl PyEngramStore {
             .map(|h| self.table_source(np, h, &embedding_buffers.get_item(h)?))
             .collect::<PyResult<Vec<Array>>>()?;
         let client = self.client(py);
-        let tables: Vec<Table<'_>> = sources
-            .iter()
-            .map(|s| match s {
-                Array::F32(b) => Table::F32(elements(b)),
-                Array::U16(b) => Table::Bits(elements(b)),
-            })
-            .collect();
+        let tables: Vec<Table<'_>> = sources.iter().map(Array::table).collect();
         let r = py.allow_threads(|| self.core.populate(client.as_ref(), &tables, &self.options));
         r.or_raise(py, "populate")
     }
