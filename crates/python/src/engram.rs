@@ -592,7 +592,13 @@ impl PyEngramStore {
             return rejected().map(|()| out.clone());
         }
         let flags = arr.getattr("flags")?;
-        let dtype: String = arr.getattr("dtype")?.getattr("name")?.extract()?;
+        // The element type by name; a non-native byte order is another type
+        // (`>float32` is not float32).
+        let descr = arr.getattr("dtype")?;
+        let mut dtype: String = descr.getattr("name")?.extract()?;
+        if !descr.getattr("isnative")?.extract::<bool>()? {
+            dtype.insert_str(0, &descr.getattr("byteorder")?.extract::<String>()?);
+        }
         let kind = layout
             .check_output(
                 (ids.b, ids.l),

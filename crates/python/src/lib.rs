@@ -7,11 +7,11 @@
 //! result shapes) lives once in `mooncake-client`, `mooncake-engram` or
 //! `mooncake-pg`. The shared helpers:
 //!
-//! - [`args`]: argument types (`UInt`, `Flag`, `arg0`/`key` aliases);
-//! - [`buffer`]: buffer-protocol input and output through `PyBuffer`;
-//! - [`report`]: a domain error to a return code plus one log line
+//! - `args`: argument types (`UInt`, `Flag`, `arg0`/`key` aliases);
+//! - `buffer`: buffer-protocol input and output through `PyBuffer`;
+//! - `report`: a domain error to a return code plus one log line
 //!   (store), or to the spec's exception (EngramStore);
-//! - [`store::capsule`]: the client capsule shared with EngramStore.
+//! - `store::capsule`: the client capsule shared with EngramStore.
 
 use pyo3::prelude::*;
 
