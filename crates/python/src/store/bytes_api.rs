@@ -15,26 +15,34 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
 impl MooncakeDistributedStore {
-    /// Shared body of put/put_parts/upsert/upsert_parts. `parts` is `None`
-    /// for the single-value forms (`put`, `upsert`), whose empty value is
-    /// rejected; the `*_parts` forms store nothing for zero bytes and log a
-    /// WARNING (upstream).
-    fn write(
+    /// Shared body of put/upsert (an empty value is rejected).
+    fn write_value(
+        &self,
+        call: Call<'_>,
+        key: &str,
+        value: &ByteView,
+        config: Option<ReplicateConfig>,
+        upsert: bool,
+    ) -> i64 {
+        let cfg = options(config);
+        let r = self.run(call.py(), |c| c.put(key, value.as_slice(), &cfg, upsert));
+        call.code(Some(key), r)
+    }
+
+    /// Shared body of put_parts/upsert_parts: zero bytes in all store
+    /// nothing, return 0 and log a WARNING (upstream).
+    fn write_parts(
         &self,
         call: Call<'_>,
         key: &str,
         parts: &[ByteView],
-        single: bool,
         config: Option<ReplicateConfig>,
         upsert: bool,
     ) -> i64 {
         let cfg = options(config);
         let slices: Vec<&[u8]> = parts.iter().map(ByteView::as_slice).collect();
-        let r = self.run(call.py(), |c| match single {
-            true => c.put(key, slices[0], &cfg, upsert).map(|()| None),
-            false => c.put_parts(key, &slices, &cfg, upsert).map(Some),
-        });
-        if r == Ok(Some(0)) {
+        let r = self.run(call.py(), |c| c.put_parts(key, &slices, &cfg, upsert));
+        if r == Ok(0) {
             call.note(&format!(
                 "key={}: no data given; nothing stored",
                 crate::report::show_key(key)
@@ -107,7 +115,7 @@ impl MooncakeDistributedStore {
         config: Option<ReplicateConfig>,
     ) -> PyResult<i64> {
         let view = ByteView::new(value)?;
-        Ok(self.write(Call::new(py, "put"), &key, &[view], true, config, false))
+        Ok(self.write_value(Call::new(py, "put"), &key, &view, config, false))
     }
 
     /// Insert or replace `key` with `value`.
@@ -120,7 +128,7 @@ impl MooncakeDistributedStore {
         config: Option<ReplicateConfig>,
     ) -> PyResult<i64> {
         let view = ByteView::new(value)?;
-        Ok(self.write(Call::new(py, "upsert"), &key, &[view], true, config, true))
+        Ok(self.write_value(Call::new(py, "upsert"), &key, &view, config, true))
     }
 
     /// Store the concatenation of `parts`; no data at all stores nothing and returns 0.
@@ -133,14 +141,7 @@ impl MooncakeDistributedStore {
         config: Option<ReplicateConfig>,
     ) -> PyResult<i64> {
         let views = byte_views(parts.iter())?;
-        Ok(self.write(
-            Call::new(py, "put_parts"),
-            &key,
-            &views,
-            false,
-            config,
-            false,
-        ))
+        Ok(self.write_parts(Call::new(py, "put_parts"), &key, &views, config, false))
     }
 
     /// Insert or replace `key` with the concatenation of `parts`.
@@ -153,14 +154,7 @@ impl MooncakeDistributedStore {
         config: Option<ReplicateConfig>,
     ) -> PyResult<i64> {
         let views = byte_views(parts.iter())?;
-        Ok(self.write(
-            Call::new(py, "upsert_parts"),
-            &key,
-            &views,
-            false,
-            config,
-            true,
-        ))
+        Ok(self.write_parts(Call::new(py, "upsert_parts"), &key, &views, config, true))
     }
 
     /// Store many values; 0 or the first failing code.
