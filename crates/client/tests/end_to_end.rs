@@ -102,3 +102,146 @@ fn put_get_remove_ranges() {
     );
     b.close();
 }
+
+/// Per-key and per-batch argument rules (store spec, "Byte-value API",
+/// "Zero-copy API", "Removal"): an empty key fails only its own item and
+/// is never sent; lists of different lengths fail the whole call; a
+/// duplicated key in a staged batch is written once with its first value;
+/// `put_parts` of zero bytes stores nothing; `get_into_ranges` answers in
+/// the shape of its destination offsets whatever fails.
+#[test]
+fn batch_and_key_rules() {
+    let m = start_master(MasterConfig::default());
+    let a = client(&m, 16 << 20);
+    let cfg = ReplicateConfig::default();
+    let keys = |ks: &[&str]| -> Vec<String> { ks.iter().map(|k| k.to_string()).collect() };
+    let codes = |rs: Vec<mooncake_client::Result<bool>>| -> Vec<i32> {
+        rs.into_iter()
+            .map(|r| r.map_or_else(|e| e.code().code(), i32::from))
+            .collect()
+    };
+    // Empty keys.
+    assert_eq!(code(a.put("", b"v", &cfg, false)), -600);
+    assert_eq!(code(a.put("k", b"", &cfg, false)), -600);
+    assert_eq!(a.put("k", b"v", &cfg, false), Ok(()));
+    assert_eq!(
+        codes(a.batch_is_exist(&keys(&["k", "", "nope"]))),
+        vec![1, -600, 0]
+    );
+    assert_eq!(codes(a.batch_is_exist(&keys(&["", ""]))), vec![-600, -600]);
+    assert!(a.batch_is_exist(&[]).is_empty());
+    let removed: Vec<i32> = a
+        .batch_remove(&keys(&["", "nope"]), true)
+        .into_iter()
+        .map(code)
+        .collect();
+    assert_eq!(removed, vec![-600, -704]);
+    let got: Vec<i32> = a
+        .get_batch(&keys(&["k", ""]))
+        .into_iter()
+        .map(code)
+        .collect();
+    assert_eq!(got, vec![0, -600]);
+    // put_parts of nothing stores nothing; put_batch's first value wins.
+    assert_eq!(a.put_parts("empty", &[b"", b""], &cfg, false), Ok(0));
+    assert_eq!(a.is_exist("empty"), Ok(false));
+    assert_eq!(a.put_parts("two", &[b"ab", b"c"], &cfg, false), Ok(3));
+    assert_eq!(
+        a.put_batch(&keys(&["d", "d"]), &[b"first", b"second"], &cfg, false),
+        Ok(())
+    );
+    assert_eq!(a.get("d").expect("get").data, b"first");
+    assert_eq!(code(a.put_batch(&keys(&["x"]), &[], &cfg, false)), -600);
+    assert_eq!(
+        code(a.put_batch(&keys(&["x", ""]), &[b"1", b"2"], &cfg, false)),
+        -600
+    );
+    assert_eq!(
+        a.is_exist("x"),
+        Ok(false),
+        "a rejected batch writes nothing"
+    );
+    // Lengths that differ fail the whole call; per-item rules fail one item.
+    let buf = [7u8; 16];
+    let p = buf.as_ptr() as usize;
+    // SAFETY: `buf` outlives the calls; every size is within it.
+    let mismatch = unsafe { a.batch_put_from(&keys(&["a", "b"]), &[p], &[16, 16], &cfg, false) };
+    assert_eq!(code(mismatch), -600);
+    // SAFETY: as above.
+    let items = unsafe {
+        a.batch_put_from(
+            &keys(&["a", "", "c", "d2"]),
+            &[p, p, 0, p],
+            &[16, 16, 16, 0],
+            &cfg,
+            false,
+        )
+    }
+    .expect("call");
+    let items: Vec<i32> = items.into_iter().map(code).collect();
+    assert_eq!(items, vec![0, -600, -600, -600]);
+    let mut out = [0u8; 16];
+    let q = out.as_mut_ptr() as usize;
+    // SAFETY: `out` is writable for 16 bytes.
+    let mismatch = unsafe { a.batch_get_into(&keys(&["a"]), &[q, q], &[16]) };
+    assert_eq!(code(mismatch), -600);
+    // SAFETY: as above.
+    let got = unsafe { a.batch_get_into(&keys(&["a", ""]), &[q, q], &[16, 16]) }.expect("call");
+    assert_eq!(got[0], Ok(16));
+    assert_eq!(
+        got[1].as_ref().map_err(|e| e.code()),
+        Err(ErrorCode::InvalidParams)
+    );
+    assert_eq!(out, buf);
+    // Ranges: shapes survive every failure.
+    let mut region = vec![0u8; 64];
+    let r = region.as_mut_ptr() as usize;
+    assert_eq!(a.register_buffer(r, 64), Ok(()));
+    assert_eq!(code(a.register_buffer(r + 8, 8)), -600, "overlap");
+    let ranges = |ptrs: &[usize], ks: Vec<Vec<String>>, dst: Vec<Vec<Vec<u64>>>| {
+        let src: Vec<Vec<Vec<u64>>> = dst
+            .iter()
+            .map(|g| g.iter().map(|f| vec![0; f.len()]).collect())
+            .collect();
+        let sz: Vec<Vec<Vec<u64>>> = dst
+            .iter()
+            .map(|g| g.iter().map(|f| vec![1; f.len()]).collect())
+            .collect();
+        // SAFETY: every destination is checked against the registered region.
+        let res = unsafe { a.get_into_ranges(ptrs, &ks, &dst, &src, &sz) };
+        res.into_iter()
+            .map(|g| {
+                g.into_iter()
+                    .map(|f| {
+                        f.into_iter()
+                            .map(|x| x.map_or_else(|e| e.code().code() as i64, |n| n as i64))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    // Outer lists of different lengths: every fragment -600, one entry per buffer.
+    assert_eq!(
+        ranges(&[r, r], vec![keys(&["a"])], vec![vec![vec![0, 1]]]),
+        vec![vec![vec![-600, -600]], vec![]]
+    );
+    // A buffer whose key list is longer than its groups fails as a whole;
+    // an empty key fails its group only; an unregistered buffer fails whole.
+    assert_eq!(
+        ranges(
+            &[r, r, 1],
+            vec![keys(&["a", "k"]), keys(&["", "a"]), keys(&["a"])],
+            vec![vec![vec![0]], vec![vec![2], vec![3]], vec![vec![0]]]
+        ),
+        vec![
+            vec![vec![-600]],
+            vec![vec![-600], vec![1]],
+            vec![vec![-600]]
+        ]
+    );
+    assert_eq!(region[3], 7);
+    assert_eq!(a.unregister_buffer(r), Ok(()));
+    assert_eq!(code(a.unregister_buffer(r)), -600);
+    a.close();
+}
