@@ -5,6 +5,7 @@
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
+use std::convert::Infallible;
 
 /// A non-negative integer below 2**64 (pointers, sizes, offsets).
 ///
@@ -22,6 +23,16 @@ impl<'py> FromPyObject<'py> for UInt {
             )),
             Err(e) => Err(e),
         }
+    }
+}
+
+impl<'py> IntoPyObject<'py> for UInt {
+    type Target = PyInt;
+    type Output = Bound<'py, PyInt>;
+    type Error = Infallible;
+
+    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        self.0.into_pyobject(py)
     }
 }
 
@@ -48,6 +59,16 @@ impl<'py> FromPyObject<'py> for Flag {
         ob.extract::<bool>()
             .map(Flag)
             .map_err(|_| PyTypeError::new_err(format!("expected a bool, got {}", short_repr(ob))))
+    }
+}
+
+impl<'py> IntoPyObject<'py> for Flag {
+    type Target = PyBool;
+    type Output = Borrowed<'py, 'py, PyBool>;
+    type Error = Infallible;
+
+    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        self.0.into_pyobject(py)
     }
 }
 

@@ -169,44 +169,70 @@ impl ObjectDataType {
     }
 }
 
-/// Replication / placement / pinning options of a write.
+/// Replication / placement / pinning options of a write: the Python view
+/// of [`mooncake_client::ReplicateConfig`] (whose `Default` gives the
+/// defaults and whose `write_config` the rules).
 ///
 /// Upstream takes no constructor arguments; we also accept keyword
 /// arguments for any field. List fields return copies.
-#[pyclass(module = "mooncake.store", subclass)]
-#[derive(Clone, Debug, Default)]
-pub struct ReplicateConfig {
-    inner: mooncake_client::ReplicateConfig,
+#[pyclass(module = "mooncake.store", subclass, get_all, set_all)]
+#[derive(Clone, Debug)]
+pub(crate) struct ReplicateConfig {
+    replica_num: UInt,
+    soft_pin_action: SoftPinAction,
+    soft_pin_ttl_ms: Option<UInt>,
+    with_hard_pin: Flag,
+    preferred_segments: Vec<String>,
+    preferred_segment: String,
+    prefer_alloc_in_same_node: Flag,
+    group_ids: Option<Vec<String>>,
+    data_type: ObjectDataType,
+    nof_replica_num: UInt,
+    dfs_replica_num: UInt,
+    preferred_nof_segments: Vec<String>,
+}
+
+impl From<mooncake_client::ReplicateConfig> for ReplicateConfig {
+    fn from(c: mooncake_client::ReplicateConfig) -> Self {
+        ReplicateConfig {
+            replica_num: UInt(c.replica_num),
+            soft_pin_action: c.soft_pin.into(),
+            soft_pin_ttl_ms: c.soft_pin_ttl_ms.map(UInt),
+            with_hard_pin: Flag(c.with_hard_pin),
+            preferred_segments: c.preferred_segments,
+            preferred_segment: c.preferred_segment,
+            prefer_alloc_in_same_node: Flag(c.prefer_alloc_in_same_node),
+            group_ids: c.group_ids,
+            data_type: ObjectDataType::from_value(c.data_type),
+            nof_replica_num: UInt(c.nof_replica_num),
+            dfs_replica_num: UInt(c.dfs_replica_num),
+            preferred_nof_segments: c.preferred_nof_segments,
+        }
+    }
+}
+
+impl From<ReplicateConfig> for mooncake_client::ReplicateConfig {
+    fn from(c: ReplicateConfig) -> Self {
+        mooncake_client::ReplicateConfig {
+            replica_num: c.replica_num.0,
+            soft_pin: c.soft_pin_action.into(),
+            soft_pin_ttl_ms: c.soft_pin_ttl_ms.map(|u| u.0),
+            with_hard_pin: c.with_hard_pin.0,
+            preferred_segments: c.preferred_segments,
+            preferred_segment: c.preferred_segment,
+            prefer_alloc_in_same_node: c.prefer_alloc_in_same_node.0,
+            group_ids: c.group_ids,
+            data_type: c.data_type as u32,
+            nof_replica_num: c.nof_replica_num.0,
+            dfs_replica_num: c.dfs_replica_num.0,
+            preferred_nof_segments: c.preferred_nof_segments,
+        }
+    }
 }
 
 /// The client config of a `config` argument (`None`: the default config).
 pub(crate) fn options(config: Option<ReplicateConfig>) -> mooncake_client::ReplicateConfig {
-    config.map(|c| c.inner).unwrap_or_default()
-}
-
-impl ReplicateConfig {
-    fn set_field(&mut self, name: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        match name {
-            "replica_num" => self.set_replica_num(value.extract()?),
-            "soft_pin_action" => self.set_soft_pin_action(value.extract()?),
-            "soft_pin_ttl_ms" => self.set_soft_pin_ttl_ms(value.extract()?),
-            "with_hard_pin" => self.set_with_hard_pin(value.extract()?),
-            "preferred_segments" => self.set_preferred_segments(value.extract()?),
-            "preferred_segment" => self.set_preferred_segment(value.extract()?),
-            "prefer_alloc_in_same_node" => self.set_prefer_alloc_in_same_node(value.extract()?),
-            "group_ids" => self.set_group_ids(value.extract()?),
-            "data_type" => self.set_data_type(value.extract()?),
-            "nof_replica_num" => self.set_nof_replica_num(value.extract()?),
-            "dfs_replica_num" => self.set_dfs_replica_num(value.extract()?),
-            "preferred_nof_segments" => self.set_preferred_nof_segments(value.extract()?),
-            other => {
-                return Err(PyTypeError::new_err(format!(
-                    "ReplicateConfig() got an unexpected keyword argument '{other}'"
-                )))
-            }
-        }
-        Ok(())
-    }
+    config.map(Into::into).unwrap_or_default()
 }
 
 fn list_text(items: &[String]) -> String {
@@ -219,139 +245,35 @@ impl ReplicateConfig {
     #[new]
     #[pyo3(signature = (**kwargs))]
     fn py_new(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        let mut cfg = ReplicateConfig::default();
-        if let Some(kwargs) = kwargs {
-            for (k, v) in kwargs.iter() {
-                let name: String = k.extract()?;
-                cfg.set_field(&name, &v)?;
+        let mut cfg = ReplicateConfig::from(mooncake_client::ReplicateConfig::default());
+        for (k, v) in kwargs.into_iter().flat_map(|k| k.iter()) {
+            let name: String = k.extract()?;
+            match name.as_str() {
+                "replica_num" => cfg.replica_num = v.extract()?,
+                "soft_pin_action" => cfg.soft_pin_action = v.extract()?,
+                "soft_pin_ttl_ms" => cfg.soft_pin_ttl_ms = v.extract()?,
+                "with_hard_pin" => cfg.with_hard_pin = v.extract()?,
+                "preferred_segments" => cfg.preferred_segments = v.extract()?,
+                "preferred_segment" => cfg.preferred_segment = v.extract()?,
+                "prefer_alloc_in_same_node" => cfg.prefer_alloc_in_same_node = v.extract()?,
+                "group_ids" => cfg.group_ids = v.extract()?,
+                "data_type" => cfg.data_type = v.extract()?,
+                "nof_replica_num" => cfg.nof_replica_num = v.extract()?,
+                "dfs_replica_num" => cfg.dfs_replica_num = v.extract()?,
+                "preferred_nof_segments" => cfg.preferred_nof_segments = v.extract()?,
+                other => {
+                    return Err(PyTypeError::new_err(format!(
+                        "ReplicateConfig() got an unexpected keyword argument '{other}'"
+                    )))
+                }
             }
         }
         Ok(cfg)
     }
 
-    /// Replicas on distinct segments (default 1).
-    #[getter]
-    fn get_replica_num(&self) -> u64 {
-        self.inner.replica_num
-    }
-    #[setter]
-    fn set_replica_num(&mut self, v: UInt) {
-        self.inner.replica_num = v.0;
-    }
-
-    /// Soft-pin action (default PRESERVE).
-    #[getter]
-    fn get_soft_pin_action(&self) -> SoftPinAction {
-        self.inner.soft_pin.into()
-    }
-    #[setter]
-    fn set_soft_pin_action(&mut self, v: SoftPinAction) {
-        self.inner.soft_pin = v.into();
-    }
-
-    /// Soft-pin TTL in ms, or None for the master's default.
-    #[getter]
-    fn get_soft_pin_ttl_ms(&self) -> Option<u64> {
-        self.inner.soft_pin_ttl_ms
-    }
-    #[setter]
-    fn set_soft_pin_ttl_ms(&mut self, v: Option<UInt>) {
-        self.inner.soft_pin_ttl_ms = v.map(|u| u.0);
-    }
-
-    /// Hard pin: never evicted.
-    #[getter]
-    fn get_with_hard_pin(&self) -> bool {
-        self.inner.with_hard_pin
-    }
-    #[setter]
-    fn set_with_hard_pin(&mut self, v: Flag) {
-        self.inner.with_hard_pin = v.0;
-    }
-
-    /// Segment names tried first (a copy).
-    #[getter]
-    fn get_preferred_segments(&self) -> Vec<String> {
-        self.inner.preferred_segments.clone()
-    }
-    #[setter]
-    fn set_preferred_segments(&mut self, v: Vec<String>) {
-        self.inner.preferred_segments = v;
-    }
-
-    /// Deprecated single preferred segment.
-    #[getter]
-    fn get_preferred_segment(&self) -> String {
-        self.inner.preferred_segment.clone()
-    }
-    #[setter]
-    fn set_preferred_segment(&mut self, v: String) {
-        self.inner.preferred_segment = v;
-    }
-
-    /// Rejected by byte writes (upstream).
-    #[getter]
-    fn get_prefer_alloc_in_same_node(&self) -> bool {
-        self.inner.prefer_alloc_in_same_node
-    }
-    #[setter]
-    fn set_prefer_alloc_in_same_node(&mut self, v: Flag) {
-        self.inner.prefer_alloc_in_same_node = v.0;
-    }
-
-    /// Lease groups (a copy), or None.
-    #[getter]
-    fn get_group_ids(&self) -> Option<Vec<String>> {
-        self.inner.group_ids.clone()
-    }
-    #[setter]
-    fn set_group_ids(&mut self, v: Option<Vec<String>>) {
-        self.inner.group_ids = v;
-    }
-
-    /// Kind of data stored.
-    #[getter]
-    fn get_data_type(&self) -> ObjectDataType {
-        ObjectDataType::from_value(self.inner.data_type)
-    }
-    #[setter]
-    fn set_data_type(&mut self, v: ObjectDataType) {
-        self.inner.data_type = v as u32;
-    }
-
-    /// NVMe-oF replicas (Tier 3; non-zero is rejected by writes).
-    #[getter]
-    fn get_nof_replica_num(&self) -> u64 {
-        self.inner.nof_replica_num
-    }
-    #[setter]
-    fn set_nof_replica_num(&mut self, v: UInt) {
-        self.inner.nof_replica_num = v.0;
-    }
-
-    /// DFS replicas (Tier 3; non-zero is rejected by writes).
-    #[getter]
-    fn get_dfs_replica_num(&self) -> u64 {
-        self.inner.dfs_replica_num
-    }
-    #[setter]
-    fn set_dfs_replica_num(&mut self, v: UInt) {
-        self.inner.dfs_replica_num = v.0;
-    }
-
-    /// Tier 3; ignored (a copy).
-    #[getter]
-    fn get_preferred_nof_segments(&self) -> Vec<String> {
-        self.inner.preferred_nof_segments.clone()
-    }
-    #[setter]
-    fn set_preferred_nof_segments(&mut self, v: Vec<String>) {
-        self.inner.preferred_nof_segments = v;
-    }
-
     /// Upstream's exact text form.
     fn __str__(&self) -> String {
-        let c = &self.inner;
+        let c = mooncake_client::ReplicateConfig::from(self.clone());
         let ttl = c
             .soft_pin_ttl_ms
             .map_or_else(|| "default".to_string(), |t| t.to_string());
