@@ -108,6 +108,23 @@ fn extract_i32(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i32> {
         .map_err(|_| PyTypeError::new_err(format!("{what} must be an int within int32")))
 }
 
+/// The element type name of a NumPy dtype (`float32`, `float16`,
+/// `uint16`, ...); a non-native byte order is another type, named with its
+/// byte-order prefix (`>float32` is not float32). `dtype.name` costs
+/// microseconds, so the types a lookup writes are named from `dtype.char`.
+fn element_name(descr: &Bound<'_, PyAny>) -> PyResult<String> {
+    let mut name = match descr.getattr("char")?.extract::<String>()?.as_str() {
+        "f" => "float32".to_string(),
+        "e" => "float16".to_string(),
+        "H" => "uint16".to_string(),
+        _ => descr.getattr("name")?.extract()?,
+    };
+    if !descr.getattr("isnative")?.extract::<bool>()? {
+        name.insert_str(0, &descr.getattr("byteorder")?.extract::<String>()?);
+    }
+    Ok(name)
+}
+
 /// Physical layout of one EngramStore layer (its values are validated
 /// only when an `EngramStore` is built from it).
 #[pyclass(module = "mooncake.store", name = "EngramStoreConfig")]
@@ -483,7 +500,7 @@ impl PyEngramStore {
             .layout()
             .check_table_shape(h, &shape)
             .or_raise(py, "populate")?;
-        let input: String = adtype.getattr("name")?.extract()?;
+        let input = element_name(&adtype)?;
         let target = dt.populate_cast(&input);
         let c = np
             .call_method1("ascontiguousarray", (&arr, np.getattr(target)?))
@@ -592,13 +609,7 @@ impl PyEngramStore {
             return rejected().map(|()| out.clone());
         }
         let flags = arr.getattr("flags")?;
-        // The element type by name; a non-native byte order is another type
-        // (`>float32` is not float32).
-        let descr = arr.getattr("dtype")?;
-        let mut dtype: String = descr.getattr("name")?.extract()?;
-        if !descr.getattr("isnative")?.extract::<bool>()? {
-            dtype.insert_str(0, &descr.getattr("byteorder")?.extract::<String>()?);
-        }
+        let dtype = element_name(&arr.getattr("dtype")?)?;
         let kind = layout
             .check_output(
                 (ids.b, ids.l),
