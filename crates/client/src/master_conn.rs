@@ -22,7 +22,7 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(10);
 const POOL_IDLE_MAX: Duration = Duration::from_secs(30);
 
 /// Connection pool to one master address.
-pub struct MasterConn {
+pub(crate) struct MasterConn {
     addr: String,
     connect_timeout: Duration,
     key: Option<AuthKey>,
@@ -32,7 +32,7 @@ pub struct MasterConn {
 impl MasterConn {
     /// A pool for `addr` (`host:port`), authenticating with the cluster
     /// token `key`; nothing is connected yet.
-    pub fn new(addr: &str, connect_timeout: Duration, key: Option<AuthKey>) -> Self {
+    pub(crate) fn new(addr: &str, connect_timeout: Duration, key: Option<AuthKey>) -> Self {
         MasterConn {
             addr: addr.to_string(),
             connect_timeout,
@@ -48,7 +48,7 @@ impl MasterConn {
     }
 
     /// Open a new connection (handshake included).
-    pub fn connect(&self) -> io::Result<TcpStream> {
+    pub(crate) fn connect(&self) -> io::Result<TcpStream> {
         let addr = self.resolve()?;
         let mut s = TcpStream::connect_timeout(&addr, self.connect_timeout)?;
         s.set_nodelay(true)?;
@@ -84,7 +84,7 @@ impl MasterConn {
     }
 
     /// Try to connect until `deadline`, retrying refused connections.
-    pub fn connect_with_retry(&self, total: Duration) -> io::Result<TcpStream> {
+    pub(crate) fn connect_with_retry(&self, total: Duration) -> io::Result<TcpStream> {
         let start = std::time::Instant::now();
         loop {
             match self.connect() {
@@ -101,7 +101,7 @@ impl MasterConn {
     }
 
     /// Put a connection into the pool.
-    pub fn give(&self, s: TcpStream) {
+    pub(crate) fn give(&self, s: TcpStream) {
         let mut g = self.idle.lock();
         if g.len() < 16 {
             g.push((s, Instant::now()));
@@ -121,7 +121,7 @@ impl MasterConn {
     /// One request/response on a given stream: the request goes out in one
     /// `write`, and a small response comes back in one `read`, polled briefly
     /// before blocking (see [`spin_read::spin_budget`]).
-    pub fn call_on(s: &mut TcpStream, req: &MasterRequest) -> io::Result<MasterResponse> {
+    pub(crate) fn call_on(s: &mut TcpStream, req: &MasterRequest) -> io::Result<MasterResponse> {
         Self::call_on_with(s, req, &[])
     }
 
@@ -174,7 +174,7 @@ impl MasterConn {
     }
 
     /// Send a request; transport errors become RPC_FAIL.
-    pub fn call(&self, req: &MasterRequest) -> Result<MasterResponse, ErrorCode> {
+    pub(crate) fn call(&self, req: &MasterRequest) -> Result<MasterResponse, ErrorCode> {
         self.call_with_done(req, &[])
     }
 

@@ -1,30 +1,61 @@
-//! `get_into_ranges`: buffer-major ranged reads. Every distinct key is looked
+//! `get_into_ranges`: buffer-major ranged reads (store spec, "Zero-copy API",
+//! `get_into_ranges` and its failure table). Every distinct key is looked
 //! up once (one RPC per call); fragments are batched per source segment so
 //! each owner gets one request (or one mapped memcpy pass) per call.
+//!
+//! The result always mirrors the shape of `dst_offsets`. Failures, from
+//! the whole call down to one fragment: lists of different lengths fail
+//! every fragment (the outer list keeps one entry per buffer); a buffer
+//! whose key/offset/size lists differ in length from its `dst_offsets`, or
+//! that does not start inside a registered region, fails all its
+//! fragments; a group whose three fragment lists differ in length, or
+//! whose key is empty, fails that group; a missing key fails its groups
+//! with the master's code; a fragment that ends past the registered
+//! region or past the object fails alone; a size-0 fragment reads 0.
 
 use crate::client::Client;
+use crate::error::{Error, Result};
 use crate::writes::seg_ref;
+use mooncake_common::proto::ReplicaLoc;
 use mooncake_common::ErrorCode;
 use mooncake_transfer::Op;
 use std::collections::HashMap;
 use std::time::Instant;
 
-const INVALID: i64 = ErrorCode::InvalidParams as i64;
+/// Per buffer, per key group, per fragment: the bytes read or the failure.
+pub type Ranges = Vec<Vec<Vec<Result<u64>>>>;
 
-/// Result shape mirroring `dst_offsets`, filled with one value.
-fn filled(dst: &[Vec<Vec<u64>>], v: i64) -> Vec<Vec<Vec<i64>>> {
-    dst.iter()
-        .map(|g| g.iter().map(|f| vec![v; f.len()]).collect())
+/// `err` in every fragment slot of `dst_offsets` (one outer entry per
+/// buffer of `n_buffers`; a buffer with no `dst_offsets` entry has no
+/// groups) — the answer of a call that failed as a whole.
+pub fn ranges_failed(dst_offsets: &[Vec<Vec<u64>>], n_buffers: usize, err: &Error) -> Ranges {
+    (0..n_buffers)
+        .map(|i| {
+            dst_offsets
+                .get(i)
+                .map(|groups| {
+                    groups
+                        .iter()
+                        .map(|f| vec![Err(err.clone()); f.len()])
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
         .collect()
 }
 
+fn fail_all(slots: &mut [Result<u64>], err: &Error) {
+    slots.iter_mut().for_each(|r| *r = Err(err.clone()));
+}
+
 impl Client {
-    /// Buffer-major ranged reads (spec §2.5 `get_into_ranges`). Destinations
-    /// must lie in a registered region; results mirror `dst_offsets`.
+    /// Buffer-major ranged reads; see the module doc for the rules.
+    /// Destinations must lie in a region registered with
+    /// [`Client::register_buffer`].
     ///
     /// # Safety
-    /// Registered regions must stay valid (the caller registered them).
-    #[allow(clippy::type_complexity)]
+    /// Registered regions must stay valid and writable (the caller
+    /// registered them).
     pub unsafe fn get_into_ranges(
         &self,
         buffer_ptrs: &[usize],
@@ -32,29 +63,44 @@ impl Client {
         dst_offsets: &[Vec<Vec<u64>>],
         src_offsets: &[Vec<Vec<u64>>],
         sizes: &[Vec<Vec<u64>>],
-    ) -> Vec<Vec<Vec<i64>>> {
+    ) -> Ranges {
         let n = buffer_ptrs.len();
         if keys.len() != n || dst_offsets.len() != n || src_offsets.len() != n || sizes.len() != n {
-            let mut out = filled(&dst_offsets[..dst_offsets.len().min(n)], INVALID);
-            out.resize(n, Vec::new());
-            return out;
+            let e =
+                Error::invalid("buffer_ptrs, all_keys and the offset/size lists differ in length");
+            return ranges_failed(dst_offsets, n, &e);
         }
-        let mut results = filled(dst_offsets, 0);
-        // Distinct keys that have at least one well-formed group.
+        let mut results: Ranges = dst_offsets
+            .iter()
+            .map(|g| g.iter().map(|f| vec![Ok(0); f.len()]).collect())
+            .collect();
+        let bad_buffer = Error::invalid("a buffer's key/offset/size lists differ in length");
+        let unregistered = Error::invalid("buffer is not inside a registered region");
+        let bad_group = Error::invalid("empty key, or fragment lists differ in length");
+        // Distinct keys of the groups that are well formed.
         let mut key_index: HashMap<&str, usize> = HashMap::new();
         let mut uniq: Vec<String> = Vec::new();
         let mut rooms: Vec<Option<usize>> = Vec::with_capacity(n);
         for i in 0..n {
+            let groups = dst_offsets[i].len();
+            if keys[i].len() != groups || src_offsets[i].len() != groups || sizes[i].len() != groups
+            {
+                results[i].iter_mut().for_each(|g| fail_all(g, &bad_buffer));
+                rooms.push(None);
+                continue;
+            }
             let room = self.regions.room_from(buffer_ptrs[i]);
             rooms.push(room);
-            for j in 0..dst_offsets[i].len() {
-                let ok_shape = j < keys[i].len()
-                    && j < src_offsets[i].len()
-                    && j < sizes[i].len()
-                    && src_offsets[i][j].len() == dst_offsets[i][j].len()
-                    && sizes[i][j].len() == dst_offsets[i][j].len();
-                if room.is_none() || !ok_shape {
-                    results[i][j].iter_mut().for_each(|r| *r = INVALID);
+            if room.is_none() {
+                results[i]
+                    .iter_mut()
+                    .for_each(|g| fail_all(g, &unregistered));
+                continue;
+            }
+            for j in 0..groups {
+                let d = dst_offsets[i][j].len();
+                if keys[i][j].is_empty() || src_offsets[i][j].len() != d || sizes[i][j].len() != d {
+                    fail_all(&mut results[i][j], &bad_group);
                     continue;
                 }
                 let k = keys[i][j].as_str();
@@ -68,14 +114,14 @@ impl Client {
             return results;
         }
         let lk = self.lookup(&uniq, true);
-        // Choose one replica per key; batch ops per source segment.
+        // One replica per key; ops batched per source segment.
         struct Batch<'a> {
-            seg: &'a mooncake_common::proto::ReplicaLoc,
+            seg: &'a ReplicaLoc,
             ops: Vec<Op>,
             slots: Vec<(usize, usize, usize)>,
         }
         let mut batches: HashMap<&str, Batch> = HashMap::new();
-        let chosen: Vec<Option<&mooncake_common::proto::ReplicaLoc>> = lk
+        let chosen: Vec<Option<&ReplicaLoc>> = lk
             .infos
             .iter()
             .map(|i| {
@@ -84,38 +130,36 @@ impl Client {
                     .and_then(|info| self.ordered(info).first().copied())
             })
             .collect();
+        let out_of_bounds = Error::invalid("fragment outside the registered buffer or the object");
         for i in 0..n {
             let Some(room) = rooms[i] else { continue };
             for j in 0..dst_offsets[i].len() {
-                if results[i][j].first() == Some(&INVALID) {
-                    continue;
-                }
                 let Some(&ki) = key_index.get(keys[i][j].as_str()) else {
                     continue;
                 };
+                if results[i][j].first().is_some_and(|r| r.is_err()) {
+                    continue;
+                }
                 let info = match &lk.infos[ki] {
                     Ok(info) => info,
                     Err(e) => {
-                        results[i][j].iter_mut().for_each(|r| *r = e.code() as i64);
+                        fail_all(&mut results[i][j], e);
                         continue;
                     }
                 };
                 let Some(rep) = chosen[ki] else {
-                    results[i][j]
-                        .iter_mut()
-                        .for_each(|r| *r = ErrorCode::InvalidReplica.code() as i64);
+                    fail_all(&mut results[i][j], &ErrorCode::InvalidReplica.into());
                     continue;
                 };
                 for k in 0..dst_offsets[i][j].len() {
                     let (d, s, len) = (dst_offsets[i][j][k], src_offsets[i][j][k], sizes[i][j][k]);
                     if len == 0 {
-                        results[i][j][k] = 0;
                         continue;
                     }
                     let dst_ok = d.checked_add(len).is_some_and(|e| e <= room as u64);
                     let src_ok = s.checked_add(len).is_some_and(|e| e <= info.size);
                     if !dst_ok || !src_ok {
-                        results[i][j][k] = INVALID;
+                        results[i][j][k] = Err(out_of_bounds.clone());
                         continue;
                     }
                     let b = batches
@@ -131,29 +175,32 @@ impl Client {
                         len,
                     });
                     b.slots.push((i, j, k));
-                    results[i][j][k] = len as i64;
+                    results[i][j][k] = Ok(len);
                 }
             }
         }
         for b in batches.values() {
-            match self.engine.read(&seg_ref(b.seg), &b.ops) {
+            // SAFETY: every destination lies inside a registered region
+            // (checked above), which the caller keeps valid.
+            match unsafe { self.engine.read(&seg_ref(b.seg), &b.ops) } {
                 Ok(path) => {
                     let bytes: u64 = b.ops.iter().map(|o| o.len).sum();
                     self.count_read(path, bytes);
                 }
                 Err(e) => {
-                    tracing::warn!(segment = %b.seg.segment_name, error = %e, "ranged read failed");
+                    let e = Error::from(e);
                     for &(i, j, k) in &b.slots {
-                        results[i][j][k] = e.code() as i64;
+                        results[i][j][k] = Err(e.clone());
                     }
                 }
             }
         }
         self.read_finished(lk.ticket);
         if Instant::now() > lk.deadline {
+            let e = Error::from(ErrorCode::LeaseExpired);
             for b in batches.values() {
                 for &(i, j, k) in &b.slots {
-                    results[i][j][k] = ErrorCode::LeaseExpired.code() as i64;
+                    results[i][j][k] = Err(e.clone());
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! clients: a segment whose owner does not serve (a fake mount, or an owner
 //! that stopped heartbeating) must not make honest puts fail.
 
-use mooncake_client::{Client, ClientConfig, WriteConfig};
+use mooncake_client::{Client, ClientConfig, ReplicateConfig};
 use mooncake_common::framing::{self, client_handshake, Service};
 use mooncake_common::proto::{encode_request, MasterRequest, MasterResponse, SegmentDesc};
 use mooncake_master::config::MasterConfig;
@@ -18,8 +18,8 @@ fn client(master: &str, seg: u64) -> Arc<Client> {
         metadata_server: "P2PHANDSHAKE".into(),
         global_segment_size: seg,
         local_buffer_size: 16 << 20,
-        protocol: "tcp".into(),
         master_server_addr: master.into(),
+        ..ClientConfig::default()
     })
     .expect("client setup")
 }
@@ -77,14 +77,14 @@ fn puts_avoid_a_segment_whose_owner_does_not_serve() {
     );
     assert_eq!(r, MasterResponse::Ok);
     let data = vec![7u8; 4096];
-    for replicas in [1u32, 2] {
-        let cfg = WriteConfig {
+    for replicas in [1u64, 2] {
+        let cfg = ReplicateConfig {
             replica_num: replicas,
-            ..WriteConfig::default()
+            ..ReplicateConfig::default()
         };
         for i in 0..30 {
             let key = format!("r{replicas}-{i}");
-            assert_eq!(a.put_parts(&key, &[&data], &cfg, false), 0, "{key}");
+            assert_eq!(a.put(&key, &data, &cfg, false), Ok(()), "{key}");
             assert_eq!(a.get(&key).expect("get").data, data, "{key}");
         }
     }
@@ -92,10 +92,10 @@ fn puts_avoid_a_segment_whose_owner_does_not_serve() {
     // are no longer even tried there.
     std::thread::sleep(Duration::from_secs(3));
     let before = hits.load(Ordering::SeqCst);
-    let cfg = WriteConfig::default();
+    let cfg = ReplicateConfig::default();
     for i in 0..30 {
         let key = format!("late-{i}");
-        assert_eq!(a.put_parts(&key, &[&data], &cfg, false), 0, "{key}");
+        assert_eq!(a.put(&key, &data, &cfg, false), Ok(()), "{key}");
     }
     assert_eq!(
         hits.load(Ordering::SeqCst),
