@@ -5,7 +5,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 source scripts/env.sh
-cargo test -p mooncake-common -p mooncake-transfer -p mooncake-master -p mooncake-client -p mooncake-engram -p mooncake-pg 2>&1
+cargo test -p mooncake-common -p mooncake-transfer -p mooncake-master -p mooncake-client -p mooncake-engram -p mooncake-pg -p mooncake-tensor 2>&1
 # Each suite has its own conftest helpers, so each runs in its own pytest process.
 python -m pytest tests/store tests/store_binding -q -p no:cacheprovider --timeout=300 "$@"
 python -m pytest tests/engram -q -p no:cacheprovider --timeout=300 "$@"
