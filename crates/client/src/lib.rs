@@ -12,6 +12,7 @@ mod reads;
 mod registered;
 mod staging;
 mod stats;
+mod tensor_io;
 mod writes;
 
 pub use client::{Client, ClientConfig, StagedValue};
@@ -20,3 +21,6 @@ pub use mooncake_common::proto::ReplicaLoc;
 pub use mooncake_common::proto::{SoftPin, WriteConfig};
 pub use mooncake_common::ErrorCode;
 pub use mooncake_transfer::{Op, Path};
+pub use tensor_io::{
+    check_into_lists, check_pub_config, object_source, TensorDest, TensorReads, TensorWrite,
+};

@@ -34,7 +34,11 @@ impl Client {
     }
 
     /// Write one value into every replica.
-    unsafe fn write_replicas(&self, locs: &[ReplicaLoc], pieces: &Pieces) -> Result<(), ErrorCode> {
+    pub(crate) unsafe fn write_replicas(
+        &self,
+        locs: &[ReplicaLoc],
+        pieces: &Pieces,
+    ) -> Result<(), ErrorCode> {
         if locs.is_empty() {
             return Err(ErrorCode::InvalidReplica);
         }

@@ -144,6 +144,10 @@ upstream_enum! {
 pub enum WriteKind {
     /// `put*`, `upsert*`, `*_from`: `prefer_alloc_in_same_node` is rejected.
     Bytes,
+    /// Tensor writes: `prefer_alloc_in_same_node` is a placement hint (the
+    /// writer's own segment first), marked as `writer_segment = Some("")`
+    /// for the client to fill in.
+    Tensor,
 }
 
 /// A rejected configuration: the code to return and why.
@@ -233,6 +237,8 @@ impl ReplicateConfig {
             hard_pin: self.with_hard_pin,
             preferred_segments,
             data_type: self.data_type as u32,
+            writer_segment: (kind == WriteKind::Tensor && self.prefer_alloc_in_same_node)
+                .then(String::new),
             ..WriteConfig::default()
         })
     }

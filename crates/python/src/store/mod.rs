@@ -16,6 +16,7 @@ mod lifecycle;
 mod log;
 mod removal;
 mod setup;
+mod tensor;
 mod tier2;
 mod zero_copy;
 
@@ -39,6 +40,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ObjectDataType>()?;
     m.add_class::<BufferHandle>()?;
     m.add("ErrorCode", config::error_code_enum(m.py())?)?;
+    tensor::register(m)?;
     Ok(())
 }
 

@@ -78,7 +78,8 @@ impl ReadRequest {
 
     /// `get_tensor_with_tp(key, tp_rank, tp_size, split_dim)`: `tp_size <= 1`
     /// is a plain read; otherwise a shard read of `[TP(rank, size, split_dim)]`
-    /// whose split dim is advisory (`None`: taken from storage).
+    /// whose split dim is advisory (`None` or negative: taken from storage;
+    /// upstream never checked it).
     pub fn legacy_tp(
         key: &str,
         tp_rank: i64,
@@ -88,7 +89,8 @@ impl ReadRequest {
         if tp_size <= 1 {
             return Ok(ReadRequest::plain(key));
         }
-        let raw = crate::axis::RawAxis::new("tp", tp_rank, tp_size).split(split_dim.unwrap_or(0));
+        let raw =
+            crate::axis::RawAxis::new("tp", tp_rank, tp_size).split(split_dim.unwrap_or(0).max(0));
         Ok(ReadRequest {
             key: key.to_string(),
             mode: ReadMode::Shard,
