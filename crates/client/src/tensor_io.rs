@@ -462,9 +462,7 @@ impl Client {
         }
         for (i, (key, info)) in keys.iter().zip(lk.infos).enumerate() {
             let o = match (info, failed[i]) {
-                (Err(e), _) => {
-                    Observed::Missing(TensorError::store(e, format!("{key:?}: {}", e.name())))
-                }
+                (Err(e), _) => Observed::Missing(TensorError::store(e, e.name())),
                 (Ok(_), Some(e)) => {
                     Observed::Missing(TensorError::store(e, "reading the header failed"))
                 }

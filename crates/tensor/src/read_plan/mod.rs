@@ -19,6 +19,7 @@ use crate::geometry::{copy_runs, CopyRun, Region};
 use crate::header::{Layout, TensorHeader, HEADER_SIZE};
 use crate::keys;
 use crate::manifest::Manifest;
+use mooncake_common::ErrorCode;
 use std::collections::HashMap;
 
 /// How many bytes of each probed object the planner needs.
@@ -216,6 +217,9 @@ impl<'a> Cx<'a> {
             None => {
                 self.declare(key);
                 Err(TensorError::not_found(format!("{key:?} is not probed yet")))
+            }
+            Some(Observed::Missing(e)) if e.code == ErrorCode::ObjectNotFound => {
+                Err(TensorError::not_found(format!("no object at {key:?}")))
             }
             Some(Observed::Missing(e)) => {
                 Err(TensorError::store(e.code, format!("{key:?}: {}", e.reason)))
