@@ -69,4 +69,7 @@ __all__ = [
     "ReplicateConfig",
     "SoftPinAction",
     "TensorParallelism",
+    "_deserialize_tensor",
+    "_serialize_tensor",
+    "_tensor_metadata_size",
 ]
