@@ -453,8 +453,10 @@ def find_upstream_master(python: Path) -> str | None:
     return out or None
 
 
-def run_side(name: str, python: str, master: str, quick: bool) -> list[dict[str, Any]] | str:
-    cmd = [python, str(HERE), "--side", name, "--master-bin", master]
+def run_side(
+    name: str, python: str, master: str, quick: bool, script: Path = HERE
+) -> list[dict[str, Any]] | str:
+    cmd = [python, str(script), "--side", name, "--master-bin", master]
     if quick:
         cmd.append("--quick")
     env = dict(os.environ, MOONCAKE_MASTER_BIN=master)
@@ -524,18 +526,25 @@ def main() -> int:
     if args.side:
         return side_main(args)
 
+    return compare(HERE, args)
+
+
+def compare(script: Path, args: argparse.Namespace) -> int:
+    """Run ``script``'s side mode for ours and upstream, print one table (main of both benches)."""
     results: dict[str, list[dict[str, Any]] | str] = {}
     t0 = time.monotonic()
     if args.only in (None, "ours"):
         m = find_ours_master()
         results["ours"] = (
-            run_side("ours", sys.executable, m, args.quick) if m else "mooncake_master not found"
+            run_side("ours", sys.executable, m, args.quick, script)
+            if m
+            else "mooncake_master not found"
         )
     if args.only in (None, "upstream"):
         up_py = Path(args.upstream_python)
         m = find_upstream_master(up_py) if up_py.exists() else None
         results["upstream"] = (
-            run_side("upstream", str(up_py), m, args.quick)
+            run_side("upstream", str(up_py), m, args.quick, script)
             if m
             else f"upstream venv not found at {up_py} (run benchmarks/upstream_env.sh)"
         )

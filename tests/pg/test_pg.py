@@ -153,3 +153,26 @@ def test_bench_smoke() -> None:
 def test_cuda_backend() -> None:
     res = run_launch([Step("cuda_collectives", 2, [0, 1])], 2)
     res.check("cuda_collectives-w2-auto")
+
+
+def test_codes_come_from_the_core() -> None:
+    """The dtype/op code table is the Rust core's (no hand copy to drift)."""
+    from mooncake import _native
+    from mooncake.pg import _codes
+
+    dtypes = dict(_native.pg_dtype_codes())
+    assert len(set(dtypes.values())) == len(dtypes) == 14
+    for name, code in dtypes.items():
+        if name == "raw":
+            assert _codes.RAW == code
+        elif hasattr(torch, name):
+            assert _codes.dtype_code(getattr(torch, name)) == code, name
+    for name in ("float32", "bfloat16", "int64", "bool"):
+        assert name in dtypes
+    assert _codes.dtype_code(torch.complex64) == _codes.RAW
+    ops = dict(_native.pg_reduce_op_codes())
+    assert set(ops) == {"SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR"}
+    for name, code in ops.items():
+        assert _codes.op_code(getattr(dist.ReduceOp, name)) == code
+    with pytest.raises(ValueError):
+        _codes.op_code("not an op")

@@ -1,5 +1,8 @@
-//! Completion state of one submitted op, waited on by `Work.wait()`.
+//! Completion state of one submitted op, waited on by `Work.wait()`: done
+//! flag, error, the failed-rank set F_i (pg spec, per-op contract) and the
+//! source of a receive.
 
+use crate::error::PgError;
 use parking_lot::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -8,8 +11,8 @@ use std::time::{Duration, Instant};
 pub struct OpState {
     /// The op has finished (successfully or not).
     pub done: bool,
-    /// Error message, if it failed.
-    pub error: Option<String>,
+    /// Why it failed, if it did.
+    pub error: Option<PgError>,
     /// Bitmap of slots whose contribution could not be obtained (F_i).
     pub failed: u64,
     /// Source slot of a completed receive, or -1.
@@ -36,7 +39,7 @@ impl Completion {
     }
 
     /// Marks the op finished and wakes waiters.
-    pub fn complete(&self, error: Option<String>, failed: u64) {
+    pub fn complete(&self, error: Option<PgError>, failed: u64) {
         let mut s = self.state.lock();
         if s.done {
             return;

@@ -1,10 +1,12 @@
-//! Tunables read from the environment when a group is created.
+//! Tunables read from the environment when a group is created
+//! (`MOONCAKE_PG_*`, pg spec "Environment"), plus the process-wide silence
+//! timeouts that `set_collective_timeout_us` / `set_p2p_timeout_us` change.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Default silence timeout T (spec §5.2).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 static COLL_TIMEOUT_US: AtomicU64 = AtomicU64::new(0);
 static P2P_TIMEOUT_US: AtomicU64 = AtomicU64::new(0);
@@ -23,7 +25,7 @@ pub fn set_p2p_timeout_us(us: u64) {
 
 /// Which transport carries collective data between same-host peers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
+pub(crate) enum Transport {
     /// Shared memory for same-host peers, TCP otherwise.
     Auto,
     /// TCP only.
@@ -32,24 +34,24 @@ pub enum Transport {
 
 /// Engine tunables (`MOONCAKE_PG_*`).
 #[derive(Clone, Debug)]
-pub struct Config {
+pub(crate) struct Config {
     /// Transport selection (`MOONCAKE_PG_TRANSPORT`).
-    pub transport: Transport,
+    pub(crate) transport: Transport,
     /// Largest all_reduce payload that uses the one-round direct algorithm.
-    pub small_bytes: usize,
+    pub(crate) small_bytes: usize,
     /// Bounded spin before sleeping (`MOONCAKE_PG_SPIN_US`, default 0).
-    pub spin: Duration,
+    pub(crate) spin: Duration,
     /// P2P frame size on TCP.
-    pub p2p_frame: usize,
+    pub(crate) p2p_frame: usize,
     /// Let a thread blocked in `wait()` run queued ops itself
     /// (`MOONCAKE_PG_INLINE`, default 1).
-    pub inline_wait: bool,
+    pub(crate) inline_wait: bool,
     /// Silence timeout T while a collective waits on a peer
     /// (`MOONCAKE_PG_COLLECTIVE_TIMEOUT_US`, default 10 s).
-    pub coll_timeout: Duration,
+    pub(crate) coll_timeout: Duration,
     /// Silence timeout T while a P2P op waits on a peer
     /// (`MOONCAKE_PG_P2P_TIMEOUT_US`, default 10 s).
-    pub p2p_timeout: Duration,
+    pub(crate) p2p_timeout: Duration,
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -61,7 +63,7 @@ fn env_usize(name: &str, default: usize) -> usize {
 
 impl Config {
     /// Reads the configuration from the environment.
-    pub fn from_env() -> Self {
+    pub(crate) fn from_env() -> Self {
         let transport = match std::env::var("MOONCAKE_PG_TRANSPORT")
             .unwrap_or_default()
             .to_ascii_lowercase()
@@ -82,12 +84,12 @@ impl Config {
     }
 
     /// The collective silence timeout now in force.
-    pub fn coll_timeout(&self) -> Duration {
+    pub(crate) fn coll_timeout(&self) -> Duration {
         pick(&COLL_TIMEOUT_US, self.coll_timeout)
     }
 
     /// The P2P silence timeout now in force.
-    pub fn p2p_timeout(&self) -> Duration {
+    pub(crate) fn p2p_timeout(&self) -> Duration {
         pick(&P2P_TIMEOUT_US, self.p2p_timeout)
     }
 }
@@ -107,7 +109,7 @@ fn env_timeout(name: &str) -> Duration {
 }
 
 /// True when `MOONCAKE_PG_LOG` (else `MC_LOG_LEVEL`) asks for info messages.
-pub fn log_info() -> bool {
+pub(crate) fn log_info() -> bool {
     let v = std::env::var("MOONCAKE_PG_LOG")
         .or_else(|_| std::env::var("MC_LOG_LEVEL"))
         .unwrap_or_default()

@@ -1,9 +1,15 @@
 //! Element types and reduction operators as they cross the Python boundary.
 //!
-//! Codes are small integers chosen by `mooncake.pg`; the extension never
-//! sees a torch object.
+//! Codes are small integers; the extension never sees a torch object. The
+//! tables here are the single source of the codes: the Python package reads
+//! them through `mooncake._native` ([`DType::table`], [`ReduceOp::table`])
+//! instead of keeping its own copy. Reduction support follows the pg spec
+//! (`shared/spec/pg.md`, dtypes and ops): every integer type, bool, f16,
+//! bf16, f32 and f64 reduce; AVG is floating-point only; bitwise ops are
+//! integer/bool only; anything else (f8, complex) moves as raw bytes.
 
 use crate::error::PgError;
+use std::fmt;
 
 /// Element type of a tensor, by wire code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,31 +44,46 @@ pub enum DType {
     Raw,
 }
 
+const DTYPES: [(DType, &str); 14] = [
+    (DType::U8, "uint8"),
+    (DType::I8, "int8"),
+    (DType::I16, "int16"),
+    (DType::U16, "uint16"),
+    (DType::I32, "int32"),
+    (DType::U32, "uint32"),
+    (DType::I64, "int64"),
+    (DType::U64, "uint64"),
+    (DType::Bool, "bool"),
+    (DType::F16, "float16"),
+    (DType::BF16, "bfloat16"),
+    (DType::F32, "float32"),
+    (DType::F64, "float64"),
+    (DType::Raw, "raw"),
+];
+
 impl DType {
     /// Decodes a wire code.
     pub fn from_code(code: u32) -> Result<Self, PgError> {
-        use DType::*;
-        Ok(match code {
-            0 => U8,
-            1 => I8,
-            2 => I16,
-            3 => U16,
-            4 => I32,
-            5 => U32,
-            6 => I64,
-            7 => U64,
-            8 => Bool,
-            9 => F16,
-            10 => BF16,
-            11 => F32,
-            12 => F64,
-            13 => Raw,
-            _ => {
-                return Err(PgError::InvalidArgument(format!(
-                    "unknown dtype code {code}"
-                )))
-            }
-        })
+        DTYPES
+            .get(code as usize)
+            .map(|(d, _)| *d)
+            .ok_or(PgError::UnknownDtype(code))
+    }
+
+    /// The wire code.
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// The torch attribute name (`"float32"`), or `"raw"`.
+    pub fn name(self) -> &'static str {
+        DTYPES[self as usize].1
+    }
+
+    /// Every `(torch name, code)` pair; `"raw"` is the code for any dtype
+    /// that is moved but never reduced.
+    pub fn table() -> Vec<(&'static str, u32)> {
+        DTYPES.iter().map(|(d, n)| (*n, d.code())).collect()
     }
 
     /// Size of one element in bytes (1 for `Raw`, which is counted in bytes).
@@ -79,6 +100,12 @@ impl DType {
     /// True for floating-point types.
     pub fn is_float(self) -> bool {
         matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "torch.{}", self.name())
     }
 }
 
@@ -103,40 +130,92 @@ pub enum ReduceOp {
     BXor,
 }
 
+const OPS: [(ReduceOp, &str); 8] = [
+    (ReduceOp::Sum, "SUM"),
+    (ReduceOp::Product, "PRODUCT"),
+    (ReduceOp::Min, "MIN"),
+    (ReduceOp::Max, "MAX"),
+    (ReduceOp::Avg, "AVG"),
+    (ReduceOp::BAnd, "BAND"),
+    (ReduceOp::BOr, "BOR"),
+    (ReduceOp::BXor, "BXOR"),
+];
+
 impl ReduceOp {
     /// Decodes a wire code.
     pub fn from_code(code: u32) -> Result<Self, PgError> {
-        use ReduceOp::*;
-        Ok(match code {
-            0 => Sum,
-            1 => Product,
-            2 => Min,
-            3 => Max,
-            4 => Avg,
-            5 => BAnd,
-            6 => BOr,
-            7 => BXor,
-            _ => {
-                return Err(PgError::InvalidArgument(format!(
-                    "unknown reduce op code {code}"
-                )))
-            }
-        })
+        OPS.get(code as usize)
+            .map(|(o, _)| *o)
+            .ok_or(PgError::UnknownOp(code))
+    }
+
+    /// The wire code.
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// The `torch.distributed.ReduceOp` attribute name (`"SUM"`).
+    pub fn name(self) -> &'static str {
+        OPS[self as usize].1
+    }
+
+    /// Every `(ReduceOp name, code)` pair.
+    pub fn table() -> Vec<(&'static str, u32)> {
+        OPS.iter().map(|(o, n)| (*n, o.code())).collect()
+    }
+}
+
+impl fmt::Display for ReduceOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
 /// Checks that `op` is defined on `dtype`.
-pub fn check_reduction(dtype: DType, op: ReduceOp) -> Result<(), PgError> {
-    match (dtype, op) {
-        (DType::Raw, _) => Err(PgError::InvalidArgument(
-            "reductions are not supported for this dtype".into(),
-        )),
-        (d, ReduceOp::Avg) if !d.is_float() => Err(PgError::InvalidArgument(format!(
-            "ReduceOp.AVG is only supported for floating-point dtypes, not {d:?}"
-        ))),
-        (d, ReduceOp::BAnd | ReduceOp::BOr | ReduceOp::BXor) if d.is_float() => Err(
-            PgError::InvalidArgument(format!("bitwise reductions are not supported for {d:?}")),
-        ),
-        _ => Ok(()),
+pub(crate) fn check_reduction(dtype: DType, op: ReduceOp) -> Result<(), PgError> {
+    let reason = match (dtype, op) {
+        (DType::Raw, _) => "reductions are not supported for this dtype",
+        (d, ReduceOp::Avg) if !d.is_float() => "AVG is only defined for floating-point dtypes",
+        (d, ReduceOp::BAnd | ReduceOp::BOr | ReduceOp::BXor) if d.is_float() => {
+            "bitwise reductions are only defined for integer and bool dtypes"
+        }
+        _ => return Ok(()),
+    };
+    Err(PgError::UnsupportedReduction { dtype, op, reason })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_unknown_codes_are_rejected() {
+        for (name, code) in DType::table() {
+            let d = DType::from_code(code).expect("known code");
+            assert_eq!((d.name(), d.code()), (name, code));
+        }
+        for (name, code) in ReduceOp::table() {
+            let o = ReduceOp::from_code(code).expect("known code");
+            assert_eq!((o.name(), o.code()), (name, code));
+        }
+        assert!(matches!(
+            DType::from_code(14),
+            Err(PgError::UnknownDtype(14))
+        ));
+        assert!(matches!(ReduceOp::from_code(8), Err(PgError::UnknownOp(8))));
+    }
+
+    #[test]
+    fn reduction_matrix() {
+        assert!(check_reduction(DType::BF16, ReduceOp::Avg).is_ok());
+        assert!(check_reduction(DType::Bool, ReduceOp::BXor).is_ok());
+        for (d, o) in [
+            (DType::I32, ReduceOp::Avg),
+            (DType::F32, ReduceOp::BAnd),
+            (DType::Raw, ReduceOp::Sum),
+        ] {
+            let e = check_reduction(d, o).expect_err("unsupported");
+            assert!(e.to_string().contains(d.name()), "{e}");
+        }
     }
 }

@@ -14,13 +14,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// A connection accepted for a registered group.
-pub struct Incoming {
+pub(crate) struct Incoming {
     /// Slot the connector claims.
-    pub slot: u32,
+    pub(crate) slot: u32,
     /// The connector's member id.
-    pub member_id: u64,
+    pub(crate) member_id: u64,
     /// The connected socket (preamble already consumed, reply sent).
-    pub stream: TcpStream,
+    pub(crate) stream: TcpStream,
 }
 
 struct Registration {
@@ -29,7 +29,7 @@ struct Registration {
 }
 
 /// The process-wide listener.
-pub struct Engine {
+pub(crate) struct Engine {
     port: u16,
     instance_id: u64,
     registry: Mutex<HashMap<u64, Registration>>,
@@ -39,7 +39,7 @@ static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
 static START: Mutex<()> = Mutex::new(());
 
 /// Returns the process engine, starting it on first use.
-pub fn engine() -> Result<Arc<Engine>, PgError> {
+pub(crate) fn engine() -> Result<Arc<Engine>, PgError> {
     if let Some(e) = ENGINE.get() {
         return Ok(e.clone());
     }
@@ -69,22 +69,20 @@ pub fn engine() -> Result<Arc<Engine>, PgError> {
 
 impl Engine {
     /// TCP port peers connect to.
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.port
     }
 
     /// Random id of this process's engine.
-    pub fn instance_id(&self) -> u64 {
+    pub(crate) fn instance_id(&self) -> u64 {
         self.instance_id
     }
 
     /// Registers a group; incoming connections for it arrive on the receiver.
-    pub fn register(&self, key: u64, member_id: u64) -> Result<Receiver<Incoming>, PgError> {
+    pub(crate) fn register(&self, key: u64, member_id: u64) -> Result<Receiver<Incoming>, PgError> {
         let mut reg = self.registry.lock();
         if reg.contains_key(&key) {
-            return Err(PgError::InvalidArgument(
-                "a process group with this id is already live in this process".into(),
-            ));
+            return Err(PgError::DuplicateGroup);
         }
         let (tx, rx) = channel();
         reg.insert(key, Registration { member_id, tx });
@@ -92,7 +90,7 @@ impl Engine {
     }
 
     /// Removes a group registration.
-    pub fn unregister(&self, key: u64, member_id: u64) {
+    pub(crate) fn unregister(&self, key: u64, member_id: u64) {
         let mut reg = self.registry.lock();
         if reg.get(&key).map(|r| r.member_id) == Some(member_id) {
             reg.remove(&key);
@@ -137,7 +135,7 @@ fn accept_loop(listener: TcpListener, eng: std::sync::Weak<Engine>) {
 
 /// Connects to `endpoint` for group `key`; `Ok(None)` means the peer refused
 /// (not registered yet) and the caller should retry.
-pub fn dial(
+pub(crate) fn dial(
     endpoint: &str,
     key: u64,
     slot: u32,
@@ -166,7 +164,7 @@ pub fn dial(
 }
 
 /// A random 64-bit value (seeded by the OS through `RandomState`).
-pub fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     static CTR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -182,7 +180,7 @@ pub fn random_u64() -> u64 {
 }
 
 /// Stable 64-bit FNV-1a hash (identical in every process).
-pub fn stable_hash(s: &str) -> u64 {
+pub(crate) fn stable_hash(s: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in s.as_bytes() {
         h ^= *b as u64;

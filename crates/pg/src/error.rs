@@ -1,18 +1,157 @@
-//! Error type of the PG core.
+//! The crate's one error type. Every failure carries its reason as data
+//! (which rank, which sizes, which rule), so callers never re-derive it; the
+//! Python binding maps [`PgError::kind`] to an exception class in one place.
 
-/// Errors surfaced to Python (mapped to `ValueError`, `RuntimeError`,
-/// `TimeoutError` by the bindings).
-#[derive(Debug, thiserror::Error)]
+use crate::dtype::{DType, ReduceOp};
+use std::sync::Arc;
+
+/// How a failure is surfaced to Python: `ValueError`, `TimeoutError` or
+/// `RuntimeError`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Bad arguments, detected before any communication (`ValueError`).
+    InvalidArgument,
+    /// A deadline passed (`TimeoutError`).
+    Timeout,
+    /// Communication, protocol or state failure (`RuntimeError`).
+    Runtime,
+}
+
+/// Errors of the PG core.
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum PgError {
-    /// Bad arguments detected before any communication.
-    #[error("{0}")]
-    InvalidArgument(String),
-    /// A deadline passed.
-    #[error("{0}")]
-    Timeout(String),
-    /// Communication or protocol failure.
-    #[error("{0}")]
-    Comm(String),
+    /// A rank outside `[0, size)`.
+    #[error("rank {rank} is outside a group of size {size}")]
+    RankOutOfRange {
+        /// The offending rank.
+        rank: usize,
+        /// The declared group size.
+        size: usize,
+    },
+    /// A capacity outside `[size, max]`.
+    #[error("capacity must satisfy group size ({size}) <= capacity <= {max}, got {capacity}")]
+    BadCapacity {
+        /// Declared group size.
+        size: usize,
+        /// Requested capacity.
+        capacity: usize,
+        /// Largest supported capacity.
+        max: usize,
+    },
+    /// A peer rank that is outside the group or is the caller itself.
+    #[error("peer rank {peer} is invalid for rank {rank} in a group of capacity {capacity}")]
+    BadPeer {
+        /// The requested peer.
+        peer: usize,
+        /// The caller's rank.
+        rank: usize,
+        /// The group's capacity.
+        capacity: usize,
+    },
+    /// A dtype code the core does not know.
+    #[error("unknown dtype code {0}")]
+    UnknownDtype(u32),
+    /// A reduce-op code the core does not know.
+    #[error("unknown reduce op code {0}")]
+    UnknownOp(u32),
+    /// A collective name the core does not know.
+    #[error("unknown collective {0:?}")]
+    UnknownCollective(String),
+    /// A reduction that is not defined on this dtype.
+    #[error("ReduceOp.{op} is not supported for dtype {dtype}: {reason}")]
+    UnsupportedReduction {
+        /// The dtype.
+        dtype: DType,
+        /// The operator.
+        op: ReduceOp,
+        /// Why not.
+        reason: &'static str,
+    },
+    /// `all_to_all` addresses and sizes of different lengths.
+    #[error("all_to_all: one size per address is required ({addrs} addresses, {sizes} sizes)")]
+    SplitCount {
+        /// Number of addresses.
+        addrs: usize,
+        /// Number of sizes.
+        sizes: usize,
+    },
+    /// A second live member of the same group in one process.
+    #[error("a process group with this id is already live in this process")]
+    DuplicateGroup,
+    /// A malformed fault-injection rule.
+    #[error("fault rule {rule:?}: {reason}")]
+    FaultRule {
+        /// The rule as written.
+        rule: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Peers disagree on an op (sizes, dtypes or ops).
+    #[error(
+        "collective mismatch with rank {peer}: tensor sizes, dtypes or ops differ across ranks"
+    )]
+    Mismatch {
+        /// The peer whose piece did not match.
+        peer: usize,
+    },
+    /// A peer aborted the op after detecting a mismatch.
+    #[error("collective aborted by rank {peer}: tensor sizes, dtypes or ops differ across ranks")]
+    AbortedByPeer {
+        /// The peer that aborted.
+        peer: usize,
+    },
+    /// A per-slot list shorter than the active ranks need.
+    #[error("{what} too small for active rank {rank} ({slots} slots)")]
+    TooFewSlots {
+        /// Which argument.
+        what: &'static str,
+        /// The first active rank without a slot.
+        rank: usize,
+        /// Slots provided.
+        slots: usize,
+    },
+    /// A rooted op whose root is not active.
+    #[error("root rank {root} is not an active member of the group")]
+    RootInactive {
+        /// The root.
+        root: usize,
+    },
+    /// An `all_to_all` whose self-chunk sizes disagree.
+    #[error("all_to_all: rank {rank} sends {sent} bytes to itself but expects {expected}")]
+    SelfSizeMismatch {
+        /// The caller's rank.
+        rank: usize,
+        /// Bytes sent to itself.
+        sent: usize,
+        /// Bytes expected from itself.
+        expected: usize,
+    },
+    /// A receive whose size differs from the message.
+    #[error("recv size mismatch: posted {posted} bytes but rank {src} sent {sent} bytes")]
+    RecvSizeMismatch {
+        /// Bytes posted.
+        posted: usize,
+        /// The sender.
+        src: usize,
+        /// Bytes sent.
+        sent: u64,
+    },
+    /// Peers that did not connect before the deadline.
+    #[error("timed out after {secs:.1}s connecting to rank(s) {missing:?}")]
+    ConnectTimeout {
+        /// The deadline in seconds.
+        secs: f64,
+        /// Ranks still missing.
+        missing: Vec<usize>,
+    },
+    /// A shared-memory segment that cannot be used.
+    #[error("shm segment {name}: {reason}")]
+    BadSegment {
+        /// Segment name.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// The group was shut down.
     #[error("process group has been shut down")]
     Shutdown,
@@ -22,7 +161,7 @@ pub enum PgError {
         /// What was being done.
         context: String,
         /// Underlying error.
-        source: std::io::Error,
+        source: Arc<std::io::Error>,
     },
 }
 
@@ -31,7 +170,71 @@ impl PgError {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         PgError::Io {
             context: context.into(),
-            source,
+            source: Arc::new(source),
         }
+    }
+
+    /// Wraps a `nix` error with context.
+    pub(crate) fn nix(context: impl Into<String>, e: nix::Error) -> Self {
+        Self::io(context, std::io::Error::from(e))
+    }
+
+    /// Which Python exception class this error maps to.
+    pub fn kind(&self) -> ErrorKind {
+        use PgError::*;
+        match self {
+            RankOutOfRange { .. }
+            | BadCapacity { .. }
+            | BadPeer { .. }
+            | UnknownDtype(_)
+            | UnknownOp(_)
+            | UnknownCollective(_)
+            | UnsupportedReduction { .. }
+            | SplitCount { .. }
+            | DuplicateGroup
+            | FaultRule { .. } => ErrorKind::InvalidArgument,
+            ConnectTimeout { .. } => ErrorKind::Timeout,
+            Mismatch { .. }
+            | AbortedByPeer { .. }
+            | TooFewSlots { .. }
+            | RootInactive { .. }
+            | SelfSizeMismatch { .. }
+            | RecvSizeMismatch { .. }
+            | BadSegment { .. }
+            | Shutdown
+            | Io { .. } => ErrorKind::Runtime,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_carry_their_reason_and_kind() {
+        let e = PgError::TooFewSlots {
+            what: "output",
+            rank: 3,
+            slots: 2,
+        };
+        assert_eq!(
+            e.to_string(),
+            "output too small for active rank 3 (2 slots)"
+        );
+        assert_eq!(e.kind(), ErrorKind::Runtime);
+        let e = PgError::BadCapacity {
+            size: 4,
+            capacity: 2,
+            max: 64,
+        };
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.to_string().contains("got 2"));
+        let e = PgError::ConnectTimeout {
+            secs: 3.0,
+            missing: vec![1],
+        };
+        assert_eq!(e.kind(), ErrorKind::Timeout);
+        assert!(e.to_string().contains("[1]"));
     }
 }

@@ -16,14 +16,17 @@
 //! key matches anything. With no rule set every hook is one relaxed atomic
 //! load.
 
+use crate::error::PgError;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Once;
 use std::time::Duration;
 
-/// Where in an op an `exit` rule fires.
+/// Where in an op an `exit` rule fires (named after the rule's
+/// `point=before_send|mid_send|after_send` values).
+#[allow(clippy::enum_variant_names)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Point {
+pub(crate) enum Point {
     /// When the op starts executing, before anything is sent.
     BeforeSend,
     /// Right after the first data piece reached the lowest-slot peer.
@@ -34,7 +37,7 @@ pub enum Point {
 
 /// What a rule does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// `_exit(code)` at `point`.
     Exit {
         /// Exit status.
@@ -57,17 +60,17 @@ pub enum Action {
 
 /// One parsed rule.
 #[derive(Debug)]
-pub struct Rule {
+pub(crate) struct Rule {
     /// The rule as written.
-    pub text: String,
+    pub(crate) text: String,
     /// Its action.
-    pub action: Action,
+    pub(crate) action: Action,
     /// Torch group id it applies to (any if `None`).
-    pub group: Option<String>,
+    pub(crate) group: Option<String>,
     /// Op sequence number it applies to (any if `None`).
-    pub seq: Option<u64>,
+    pub(crate) seq: Option<u64>,
     /// Peer slot it applies to (any if `None`).
-    pub slot: Option<usize>,
+    pub(crate) slot: Option<usize>,
     fired: AtomicU64,
 }
 
@@ -89,8 +92,12 @@ static RULES: Mutex<Vec<Rule>> = parking_lot::const_mutex(Vec::new());
 static ENV: Once = Once::new();
 
 /// Parses one rule (`action@key=val,…`).
-pub fn parse(text: &str) -> Result<Rule, String> {
+pub(crate) fn parse(text: &str) -> Result<Rule, PgError> {
     let text = text.trim();
+    let bad = |reason: String| PgError::FaultRule {
+        rule: text.to_string(),
+        reason,
+    };
     let (name, args) = text.split_once('@').unwrap_or((text, ""));
     let mut group = None;
     let mut seq = None;
@@ -101,11 +108,11 @@ pub fn parse(text: &str) -> Result<Rule, String> {
     for kv in args.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (k, v) = kv
             .split_once('=')
-            .ok_or_else(|| format!("fault rule {text:?}: {kv:?} is not key=value"))?;
+            .ok_or_else(|| bad(format!("{kv:?} is not key=value")))?;
         let num = |v: &str| {
             v.trim()
                 .parse::<u64>()
-                .map_err(|_| format!("fault rule {text:?}: {k}={v} is not a number"))
+                .map_err(|_| bad(format!("{k}={v} is not a number")))
         };
         match k.trim() {
             "group" => group = Some(v.trim().to_string()),
@@ -116,22 +123,22 @@ pub fn parse(text: &str) -> Result<Rule, String> {
                 code = v
                     .trim()
                     .parse()
-                    .map_err(|_| format!("fault rule {text:?}: code={v} is not an integer"))?
+                    .map_err(|_| bad(format!("code={v} is not an integer")))?
             }
             "point" => {
                 point = match v.trim() {
                     "before_send" => Point::BeforeSend,
                     "mid_send" => Point::MidSend,
                     "after_send" => Point::AfterSend,
-                    o => return Err(format!("fault rule {text:?}: unknown point {o:?}")),
+                    o => return Err(bad(format!("unknown point {o:?}"))),
                 }
             }
-            o => return Err(format!("fault rule {text:?}: unknown key {o:?}")),
+            o => return Err(bad(format!("unknown key {o:?}"))),
         }
     }
     let need_slot = |a: Action| {
         if slot.is_none() {
-            Err(format!("fault rule {text:?}: {name} needs slot="))
+            Err(bad(format!("{name} needs slot=")))
         } else {
             Ok(a)
         }
@@ -142,9 +149,9 @@ pub fn parse(text: &str) -> Result<Rule, String> {
         "drop_link" => need_slot(Action::DropLink)?,
         "fail_connect" => need_slot(Action::FailConnect)?,
         "delay" => need_slot(Action::Delay {
-            ms: ms.ok_or_else(|| format!("fault rule {text:?}: delay needs ms="))?,
+            ms: ms.ok_or_else(|| bad("delay needs ms=".into()))?,
         })?,
-        o => return Err(format!("fault rule {text:?}: unknown action {o:?}")),
+        o => return Err(bad(format!("unknown action {o:?}"))),
     };
     Ok(Rule {
         text: text.to_string(),
@@ -157,7 +164,7 @@ pub fn parse(text: &str) -> Result<Rule, String> {
 }
 
 /// Parses `rules` (`rule;rule`) and adds them; nothing is added on error.
-pub fn inject(rules: &str) -> Result<(), String> {
+pub fn inject(rules: &str) -> Result<(), PgError> {
     let parsed = rules
         .split(';')
         .filter(|r| !r.trim().is_empty())
@@ -185,7 +192,7 @@ pub fn stats() -> Vec<(String, u64)> {
 }
 
 /// Loads `MOONCAKE_PG_FAULT` once per process.
-pub fn load_env() -> Result<(), String> {
+pub(crate) fn load_env() -> Result<(), PgError> {
     let mut res = Ok(());
     ENV.call_once(|| {
         if let Ok(v) = std::env::var("MOONCAKE_PG_FAULT") {
@@ -197,25 +204,25 @@ pub fn load_env() -> Result<(), String> {
 
 /// True when at least one rule is set (the only cost of an inert hook).
 #[inline]
-pub fn active() -> bool {
+pub(crate) fn active() -> bool {
     ACTIVE.load(Ordering::Relaxed)
 }
 
 /// True once a `freeze` rule fired in this process.
 #[inline]
-pub fn frozen() -> bool {
+pub(crate) fn frozen() -> bool {
     FROZEN.load(Ordering::Relaxed)
 }
 
 /// Parks the calling engine thread for good once the process is frozen.
-pub fn park_if_frozen() {
+pub(crate) fn park_if_frozen() {
     while frozen() {
         std::thread::sleep(Duration::from_secs(3600));
     }
 }
 
 /// Applies `exit` and `freeze` rules at `point` of op `seq` in `group`.
-pub fn at_op(group: &str, seq: u64, point: Point) {
+pub(crate) fn at_op(group: &str, seq: u64, point: Point) {
     if !active() {
         return;
     }
@@ -238,7 +245,8 @@ pub fn at_op(group: &str, seq: u64, point: Point) {
         }
     }
     if let Some(code) = exit {
-        // SAFETY: `_exit` ends the process at once, like a crash.
+        // SAFETY: `_exit` ends the process at once, like a crash; it has no
+        // preconditions.
         unsafe { libc::_exit(code) };
     }
     if freeze {
@@ -265,17 +273,17 @@ fn any(group: &str, seq: Option<u64>, slot: usize, pick: impl Fn(Action) -> bool
 }
 
 /// True when the link to `slot` must be dropped at op `seq`.
-pub fn drop_link(group: &str, seq: u64, slot: usize) -> bool {
+pub(crate) fn drop_link(group: &str, seq: u64, slot: usize) -> bool {
     any(group, Some(seq), slot, |a| a == Action::DropLink)
 }
 
 /// True when outbound connects to `slot` must fail.
-pub fn fail_connect(group: &str, slot: usize) -> bool {
+pub(crate) fn fail_connect(group: &str, slot: usize) -> bool {
     any(group, None, slot, |a| a == Action::FailConnect)
 }
 
 /// Sleeps as long as the `delay` rules for frames to `slot` say.
-pub fn delay(group: &str, slot: usize) {
+pub(crate) fn delay(group: &str, slot: usize) {
     if !active() {
         return;
     }

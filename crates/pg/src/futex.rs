@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 /// Event counter that waiters sleep on with a futex.
 #[repr(C)]
 #[derive(Default)]
-pub struct Doorbell {
+pub(crate) struct Doorbell {
     seq: AtomicU32,
     sleepers: AtomicU32,
 }
@@ -18,12 +18,12 @@ pub struct Doorbell {
 impl Doorbell {
     /// Current event count; pass it to [`Doorbell::wait`] after a scan that
     /// found nothing to do.
-    pub fn observe(&self) -> u32 {
+    pub(crate) fn observe(&self) -> u32 {
         self.seq.load(Ordering::SeqCst)
     }
 
     /// Signals an event, waking sleepers only when there are any.
-    pub fn ring(&self) {
+    pub(crate) fn ring(&self) {
         self.seq.fetch_add(1, Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) != 0 {
             futex_wake(&self.seq);
@@ -32,7 +32,7 @@ impl Doorbell {
 
     /// Sleeps until the counter moves past `seen`, or `timeout` passes.
     /// Spins for up to `spin` first (zero disables spinning).
-    pub fn wait(&self, seen: u32, timeout: Duration, spin: Duration) {
+    pub(crate) fn wait(&self, seen: u32, timeout: Duration, spin: Duration) {
         if !spin.is_zero() {
             let end = Instant::now() + spin;
             while Instant::now() < end {

@@ -1,5 +1,7 @@
-//! The group model: slot, reserved capacity vs. active mask, visible size,
-//! per-peer links and liveness, the op sequence and its executor thread.
+//! The group model (pg spec, group model): slot, reserved capacity vs.
+//! active mask, visible size, the links to peers, the op sequence. A
+//! [`Group`] owns the shared state and the threads that run on it
+//! (executor, watchdog, one reader per link) and is what the bindings use.
 //!
 //! The active mask is a `u64` (capacity ≤ 64). Each collective snapshots it
 //! when it starts executing; ranks found dead during the op are reported in
@@ -11,14 +13,18 @@ use crate::config::{Config, Transport};
 use crate::dtype::check_reduction;
 use crate::engine::{self, Engine, Incoming};
 use crate::error::PgError;
+use crate::executor::executor_loop;
 use crate::fault;
 use crate::futex::Doorbell;
-use crate::link::{now_ns, reader_loop, PeerLink, ShmPair};
-use crate::p2p::{self, P2p};
+use crate::link::{PeerLink, ShmPair};
+use crate::p2p::{self, P2p, PostedRecv};
 use crate::plan::{kind_code, OpKind};
-use crate::progress::{run_op, Op};
+use crate::progress::run_op;
+use crate::reader::reader_loop;
+use crate::shared::{Op, Shared, MAX_CAPACITY};
 use crate::shm::{self, Segment};
-use crate::wire::{Hdr, KIND_BYE, KIND_MAPPED, KIND_PING};
+use crate::watchdog::watchdog_loop;
+use crate::wire::{Hdr, KIND_BYE, KIND_MAPPED};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,9 +32,6 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// Largest supported capacity (mask width).
-pub const MAX_CAPACITY: usize = 64;
 
 /// Parameters of a new group member.
 #[derive(Clone, Debug)]
@@ -62,114 +65,6 @@ pub struct PeerInfo {
     pub shm_name: String,
 }
 
-/// State shared by the group's threads.
-pub struct Shared {
-    /// Our slot.
-    pub rank: usize,
-    /// Declared size.
-    pub size: usize,
-    capacity: usize,
-    is_extension: bool,
-    auto_deactivate: bool,
-    key: u64,
-    member_id: u64,
-    mask: AtomicU64,
-    links: RwLock<Arc<Vec<Option<Arc<PeerLink>>>>>,
-    heap_bell: Doorbell,
-    /// Rung when an op is queued (the idle executor sleeps on it).
-    submit_bell: Doorbell,
-    /// Held by whichever thread is running ops (executor or an inline waiter).
-    exec_lock: Mutex<()>,
-    seg: Option<Arc<Segment>>,
-    queue: Mutex<VecDeque<Op>>,
-    next_seq: AtomicU64,
-    shutdown: AtomicBool,
-    /// P2P matching state.
-    pub p2p: P2p,
-    ctrl: Mutex<u64>,
-    ctrl_cv: Condvar,
-    mask_out: Mutex<Option<(usize, usize)>>,
-    spin_us: AtomicU64,
-    /// Torch group id (the key's first component), used by fault rules.
-    pub label: Arc<str>,
-    /// Peers the running collective involves (the watchdog probes them).
-    pub waiting_coll: AtomicU64,
-    watch: Mutex<()>,
-    watch_cv: Condvar,
-    /// Tunables.
-    pub cfg: Config,
-}
-
-impl Shared {
-    /// Our doorbell (in our shm segment when there is one).
-    pub fn bell(&self) -> &Doorbell {
-        match &self.seg {
-            Some(s) => s.bell(),
-            None => &self.heap_bell,
-        }
-    }
-
-    /// Bounded spin before sleeping on the doorbell.
-    pub fn spin(&self) -> Duration {
-        Duration::from_micros(self.spin_us.load(Ordering::Relaxed))
-    }
-
-    /// Current active mask.
-    pub fn mask(&self) -> u64 {
-        self.mask.load(Ordering::Acquire)
-    }
-
-    /// True once shutdown started.
-    pub fn is_shutdown(&self) -> bool {
-        self.shutdown.load(Ordering::Acquire)
-    }
-
-    /// True if the link to `slot` is known broken (or absent).
-    pub fn peer_dead(&self, slot: usize) -> bool {
-        match self.links.read().get(slot) {
-            Some(Some(l)) => l.is_dead(),
-            _ => true,
-        }
-    }
-
-    /// The links (indexed by slot).
-    pub fn links(&self) -> Arc<Vec<Option<Arc<PeerLink>>>> {
-        self.links.read().clone()
-    }
-
-    /// Wakes threads waiting for control frames.
-    pub fn notify_ctrl(&self) {
-        *self.ctrl.lock() += 1;
-        self.ctrl_cv.notify_all();
-    }
-
-    /// Applies an op's outcome to the mask (auto mode): slots in `failed`
-    /// are cleared before the op's completion is signalled (collectives
-    /// and P2P alike).
-    pub fn after_op(&self, failed: u64) {
-        if !self.auto_deactivate {
-            return;
-        }
-        let drop_mask = failed & !(1u64 << self.rank);
-        if drop_mask != 0 {
-            self.mask.fetch_and(!drop_mask, Ordering::AcqRel);
-            self.write_mask();
-        }
-    }
-
-    fn write_mask(&self) {
-        let out = *self.mask_out.lock();
-        if let Some((ptr, len)) = out {
-            let m = self.mask();
-            for i in 0..len.min(MAX_CAPACITY) {
-                // SAFETY: the Python side registered an int32 tensor of `len`
-                // elements and keeps it alive while registered.
-                unsafe { (ptr as *mut i32).add(i).write_volatile((m >> i & 1) as i32) };
-            }
-        }
-    }
-}
-
 /// A member of one process group.
 pub struct Group {
     shared: Arc<Shared>,
@@ -183,19 +78,20 @@ impl Group {
     /// forced, creates its shared-memory segment.
     pub fn new(p: GroupParams) -> Result<Self, PgError> {
         if p.size == 0 || p.rank >= p.size {
-            return Err(PgError::InvalidArgument(format!(
-                "rank {} is outside a group of size {}",
-                p.rank, p.size
-            )));
+            return Err(PgError::RankOutOfRange {
+                rank: p.rank,
+                size: p.size,
+            });
         }
         if p.capacity < p.size || p.capacity > MAX_CAPACITY {
-            return Err(PgError::InvalidArgument(format!(
-                "capacity must satisfy group size ({}) <= capacity <= {MAX_CAPACITY}, got {}",
-                p.size, p.capacity
-            )));
+            return Err(PgError::BadCapacity {
+                size: p.size,
+                capacity: p.capacity,
+                max: MAX_CAPACITY,
+            });
         }
         let cfg = Config::from_env();
-        fault::load_env().map_err(PgError::InvalidArgument)?;
+        fault::load_env()?;
         let engine = engine::engine()?;
         let member_id = engine::random_u64();
         let key = engine::stable_hash(&p.key);
@@ -317,8 +213,13 @@ impl Group {
         self.shared.spin_us.store(us.min(1000), Ordering::Relaxed);
     }
 
-    /// Registers the int32 tensor mirroring the mask and writes it.
-    pub fn set_mask_tensor(&self, ptr: usize, len: usize) {
+    /// Registers the int32 tensor mirroring the mask and writes it; the
+    /// core rewrites it in place whenever the mask changes.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `len` int32 values (and aligned for
+    /// them) until another tensor is registered or the group is dropped.
+    pub unsafe fn set_mask_tensor(&self, ptr: usize, len: usize) {
         *self.shared.mask_out.lock() = Some((ptr, len));
         self.shared.write_mask();
     }
@@ -403,10 +304,10 @@ impl Group {
             .map(|p| p.slot)
             .collect();
         if !missing.is_empty() {
-            return Err(PgError::Timeout(format!(
-                "timed out after {:.1}s connecting to rank(s) {missing:?}",
-                timeout.as_secs_f64()
-            )));
+            return Err(PgError::ConnectTimeout {
+                secs: timeout.as_secs_f64(),
+                missing,
+            });
         }
         // Links and readers.
         let mut links: Vec<Option<Arc<PeerLink>>> = (*self.shared.links.read().clone()).clone();
@@ -420,7 +321,6 @@ impl Group {
             let l = Arc::new(PeerLink::new(
                 p.slot,
                 me,
-                p.member_id,
                 s,
                 closer,
                 self.shared.label.clone(),
@@ -491,7 +391,13 @@ impl Group {
     }
 
     /// Queues a collective; the executor runs it in sequence order.
-    pub fn submit(
+    ///
+    /// # Safety
+    /// Every address in `kind` must stay valid, for reads (inputs) or
+    /// writes (outputs) of the sizes `kind` names, until the returned
+    /// completion is done; outputs must not overlap memory anything else
+    /// uses meanwhile.
+    pub unsafe fn submit(
         &self,
         kind: OpKind,
         dtype_code: u32,
@@ -543,10 +449,11 @@ impl Group {
 
     fn active_link(&self, slot: usize) -> Result<Option<Arc<PeerLink>>, PgError> {
         if slot >= self.shared.capacity || slot == self.shared.rank {
-            return Err(PgError::InvalidArgument(format!(
-                "peer rank {slot} is invalid for rank {} in a group of capacity {}",
-                self.shared.rank, self.shared.capacity
-            )));
+            return Err(PgError::BadPeer {
+                peer: slot,
+                rank: self.shared.rank,
+                capacity: self.shared.capacity,
+            });
         }
         if self.shared.mask() >> slot & 1 == 0 {
             return Ok(None);
@@ -570,7 +477,9 @@ impl Group {
                 let data: &[u8] = if len == 0 {
                     &[]
                 } else {
-                    std::slice::from_raw_parts(ptr as *const u8, len)
+                    // SAFETY: the caller guarantees `len` readable bytes at
+                    // `ptr` for the duration of this call.
+                    unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
                 };
                 if p2p::send(&l, self.shared.cfg.p2p_frame, data).is_err() {
                     l.mark_dead();
@@ -589,7 +498,11 @@ impl Group {
     }
 
     /// Posts a receive of `len` bytes into `ptr` from `src` (any if `None`).
-    pub fn recv(
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `len` bytes until the returned
+    /// completion is done.
+    pub unsafe fn recv(
         &self,
         src: Option<usize>,
         ptr: usize,
@@ -604,7 +517,13 @@ impl Group {
                 return Ok(done);
             }
         }
-        p2p::post_recv(&self.shared, src, ptr, len, done.clone());
+        // SAFETY: forwarded from this function's contract.
+        let recv = unsafe { PostedRecv::new(ptr, len, done.clone()) };
+        let sh = &self.shared;
+        if let Some(failed) = sh.p2p.post_recv(src, recv, |s| sh.peer_dead(s)) {
+            let s = src.unwrap_or(0);
+            sh.fail_recvs(s, vec![failed]);
+        }
         Ok(done)
     }
 
@@ -637,7 +556,9 @@ impl Group {
         for h in it {
             let _ = h.join();
         }
-        p2p::fail_all(&self.shared);
+        for r in self.shared.p2p.take_all() {
+            r.done().complete(Some(PgError::Shutdown), 0);
+        }
         self.engine
             .unregister(self.shared.key, self.shared.member_id);
         if let Some(s) = &self.shared.seg {
@@ -649,102 +570,5 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-fn executor_loop(shared: Arc<Shared>) {
-    loop {
-        let seen = shared.submit_bell.observe();
-        if let Some(_guard) = shared.exec_lock.try_lock() {
-            let op = shared.queue.lock().pop_front();
-            if let Some(op) = op {
-                if shared.is_shutdown() {
-                    op.done
-                        .complete(Some("process group has been shut down".into()), 0);
-                } else {
-                    let links = shared.links.read().clone();
-                    run_op(&shared, &links, op);
-                }
-                continue;
-            }
-        }
-        if shared.is_shutdown() && shared.queue.lock().is_empty() {
-            return;
-        }
-        shared
-            .submit_bell
-            .wait(seen, Duration::from_millis(500), Duration::ZERO);
-    }
-}
-
-/// Liveness watchdog (spec §5.2): while anything waits on a peer (a running
-/// collective, a posted receive, a blocked write), PINGs that peer every
-/// `min(T/4, 100 ms)` and fences it once it has been silent for T (no frame
-/// received, no write completed). Live peers answer from their reader
-/// threads, so a slow but live peer is never fenced. While nothing waits it
-/// sleeps for `min(T/2, 1 s)` (only shutdown wakes it early), so a failure is
-/// declared within `T + min(T/2, 1 s) + min(T/4, 100 ms)` < 2·T.
-fn watchdog_loop(shared: Arc<Shared>) {
-    let cap = shared.capacity;
-    let mut since: Vec<Option<u64>> = vec![None; cap];
-    let mut pinged: Vec<u64> = vec![0; cap];
-    loop {
-        if shared.is_shutdown() {
-            return;
-        }
-        fault::park_if_frozen();
-        let links = shared.links();
-        let coll = shared.waiting_coll.load(Ordering::Acquire);
-        let waited = coll | shared.p2p.waited_mask(cap);
-        let mut watching = false;
-        let now = now_ns();
-        let (tc, tp) = (shared.cfg.coll_timeout(), shared.cfg.p2p_timeout());
-        for (slot, l) in links.iter().enumerate() {
-            let Some(l) = l.as_ref().filter(|l| !l.is_dead()) else {
-                since[slot] = None;
-                continue;
-            };
-            if waited >> slot & 1 == 0 && !l.writing() {
-                since[slot] = None;
-                continue;
-            }
-            watching = true;
-            let t = if coll >> slot & 1 == 1 { tc } else { tp };
-            let start = *since[slot].get_or_insert(now);
-            let heard = l.last_heard_ns().max(start);
-            let silent = now.saturating_sub(heard);
-            if silent > t.as_nanos() as u64 {
-                if crate::config::log_info() {
-                    eprintln!(
-                        "mooncake-pg: group {} rank {}: rank {slot} silent for {:.1}s; declared failed",
-                        shared.label,
-                        shared.rank,
-                        silent as f64 / 1e9
-                    );
-                }
-                l.fence();
-                shared.bell().ring();
-                shared.notify_ctrl();
-                since[slot] = None;
-                continue;
-            }
-            let every = (t / 4).min(Duration::from_millis(100)).as_nanos() as u64;
-            if now.saturating_sub(pinged[slot]) >= every && l.try_write_ctrl(KIND_PING) {
-                pinged[slot] = now;
-            }
-        }
-        let tick = (tc.min(tp) / 4).clamp(Duration::from_millis(1), Duration::from_millis(100));
-        let mut g = shared.watch.lock();
-        if shared.is_shutdown() {
-            return;
-        }
-        if watching {
-            shared.watch_cv.wait_for(&mut g, tick);
-        } else {
-            // Ops do not wake us (that would cost each op a thread wakeup);
-            // a new wait is noticed within this bound instead.
-            let idle = (tc.min(tp) / 2).clamp(Duration::from_millis(1), Duration::from_secs(1));
-            shared.watch_cv.wait_for(&mut g, idle);
-        }
     }
 }

@@ -4,6 +4,7 @@
 //! per peer, so pieces are matched by `(seq, phase)` alone.
 
 use crate::dtype::{DType, ReduceOp};
+use crate::error::PgError;
 
 /// One submitted collective, with raw buffer addresses (kept alive by the
 /// Python `Work`).
@@ -103,22 +104,22 @@ pub enum OpKind {
 
 /// A message to or from one peer.
 #[derive(Debug)]
-pub struct Xfer {
+pub(crate) struct Xfer {
     /// Peer slot.
-    pub peer: usize,
+    pub(crate) peer: usize,
     /// Buffer address.
-    pub ptr: usize,
+    pub(crate) ptr: usize,
     /// Message length.
-    pub len: usize,
+    pub(crate) len: usize,
     /// Bytes done so far.
-    pub pos: usize,
+    pub(crate) pos: usize,
     /// Finished (or abandoned because the peer failed).
-    pub done: bool,
+    pub(crate) done: bool,
     /// Message tag within the op (pieces carry it in the `phase` field).
-    pub tag: u32,
+    pub(crate) tag: u32,
     /// Send only what the phase's reduction has produced, and only after
     /// every ungated send to the same peer finished (fused all-reduce).
-    pub gated: bool,
+    pub(crate) gated: bool,
 }
 
 impl Xfer {
@@ -143,7 +144,7 @@ impl Xfer {
 
 /// One contribution to an in-order reduction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// Local data at this address.
     Own(usize),
     /// Pieces arriving from this peer slot.
@@ -154,36 +155,36 @@ pub enum Source {
 
 /// In-order reduction of several contributions into `dst`.
 #[derive(Debug)]
-pub struct Reduce {
+pub(crate) struct Reduce {
     /// Contributions in ascending slot order.
-    pub sources: Vec<Source>,
+    pub(crate) sources: Vec<Source>,
     /// Output address.
-    pub dst: usize,
+    pub(crate) dst: usize,
     /// Bytes.
-    pub len: usize,
+    pub(crate) len: usize,
     /// Bytes reduced so far (always a multiple of the piece size until done).
-    pub pos: usize,
+    pub(crate) pos: usize,
     /// Element type.
-    pub dtype: DType,
+    pub(crate) dtype: DType,
     /// Operator.
-    pub op: ReduceOp,
+    pub(crate) op: ReduceOp,
     /// Finished.
-    pub done: bool,
+    pub(crate) done: bool,
 }
 
 /// One step of an algorithm.
 #[derive(Debug, Default)]
-pub struct Phase {
+pub(crate) struct Phase {
     /// Local copies `(src, dst, len)` done when the phase starts.
-    pub copies: Vec<(usize, usize, usize)>,
+    pub(crate) copies: Vec<(usize, usize, usize)>,
     /// Zero fills `(dst, len)` done when the phase starts.
-    pub zeros: Vec<(usize, usize)>,
+    pub(crate) zeros: Vec<(usize, usize)>,
     /// Outgoing messages.
-    pub sends: Vec<Xfer>,
+    pub(crate) sends: Vec<Xfer>,
     /// Incoming messages copied to buffers.
-    pub recvs: Vec<Xfer>,
+    pub(crate) recvs: Vec<Xfer>,
     /// Incoming messages reduced into a buffer.
-    pub reduce: Option<Reduce>,
+    pub(crate) reduce: Option<Reduce>,
 }
 
 /// Op kind codes (the bindings' `kind` argument and part of the piece
@@ -201,7 +202,7 @@ pub const KINDS: [&str; 9] = [
 ];
 
 /// Wire code of the op kind (1-based index into [`KINDS`]).
-pub fn kind_code(k: &OpKind) -> u32 {
+pub(crate) fn kind_code(k: &OpKind) -> u32 {
     match k {
         OpKind::AllReduce { .. } => 1,
         OpKind::Broadcast { .. } => 2,
@@ -235,7 +236,7 @@ pub struct OpArgs {
 impl OpKind {
     /// Builds the op named `name` (one of [`KINDS`]) from uniform arguments.
     /// Single-buffer ops take `srcs[0]` / `dsts[0]` (0 when absent).
-    pub fn from_args(name: &str, a: OpArgs, dtype: DType, op: ReduceOp) -> Result<OpKind, String> {
+    pub fn from_args(name: &str, a: OpArgs, dtype: DType, op: ReduceOp) -> Result<OpKind, PgError> {
         let src = a.srcs.first().copied().unwrap_or(0);
         let dst = a.dsts.first().copied().unwrap_or(0);
         let (nbytes, root) = (a.nbytes, a.root);
@@ -265,8 +266,17 @@ impl OpKind {
                 op,
             },
             "all_to_all" => {
-                if a.src_lens.len() != a.srcs.len() || a.dst_lens.len() != a.dsts.len() {
-                    return Err("all_to_all: one size per address is required".into());
+                if a.src_lens.len() != a.srcs.len() {
+                    return Err(PgError::SplitCount {
+                        addrs: a.srcs.len(),
+                        sizes: a.src_lens.len(),
+                    });
+                }
+                if a.dst_lens.len() != a.dsts.len() {
+                    return Err(PgError::SplitCount {
+                        addrs: a.dsts.len(),
+                        sizes: a.dst_lens.len(),
+                    });
                 }
                 OpKind::AllToAll {
                     srcs: a.srcs.into_iter().zip(a.src_lens).collect(),
@@ -294,7 +304,7 @@ impl OpKind {
                 nbytes,
                 root,
             },
-            other => return Err(format!("unknown collective {other:?}")),
+            other => return Err(PgError::UnknownCollective(other.to_string())),
         })
     }
 
@@ -322,20 +332,22 @@ fn ordered_sources(active: &[usize], me: usize, own: usize) -> Vec<Source> {
         .collect()
 }
 
-fn check_slots(active: &[usize], k: usize, what: &str) -> Result<(), String> {
+fn check_slots(active: &[usize], k: usize, what: &'static str) -> Result<(), PgError> {
     match active.iter().find(|&&q| q >= k) {
-        Some(q) => Err(format!("{what} too small for active rank {q} ({k} slots)")),
+        Some(&rank) => Err(PgError::TooFewSlots {
+            what,
+            rank,
+            slots: k,
+        }),
         None => Ok(()),
     }
 }
 
-fn check_root(active: &[usize], root: usize) -> Result<(), String> {
+fn check_root(active: &[usize], root: usize) -> Result<(), PgError> {
     if active.contains(&root) {
         Ok(())
     } else {
-        Err(format!(
-            "root rank {root} is not an active member of the group"
-        ))
+        Err(PgError::RootInactive { root })
     }
 }
 
@@ -380,12 +392,12 @@ fn chunk(nelem: usize, n: usize, c: usize, esize: usize) -> (usize, usize) {
 }
 
 /// Builds the phases of `kind` for slot `me` over the sorted `active` set.
-pub fn plan(
+pub(crate) fn plan(
     kind: &OpKind,
     me: usize,
     active: &[usize],
     small: usize,
-) -> Result<Vec<Phase>, String> {
+) -> Result<Vec<Phase>, PgError> {
     let peers: Vec<usize> = active.iter().copied().filter(|&q| q != me).collect();
     let n = active.len();
     let mut ph = Phase::default();
@@ -457,9 +469,11 @@ pub fn plan(
             let (sp, sl) = srcs[me];
             let (dp, dl) = dsts[me];
             if sl != dl {
-                return Err(format!(
-                    "all_to_all: rank {me} sends {sl} bytes to itself but expects {dl}"
-                ));
+                return Err(PgError::SelfSizeMismatch {
+                    rank: me,
+                    sent: sl,
+                    expected: dl,
+                });
             }
             if sp != dp {
                 ph.copies.push((sp, dp, sl));
@@ -587,6 +601,32 @@ mod tests {
             nbytes: 4,
             root: 3,
         };
-        assert!(plan(&k, 0, &[0, 1], 1024).is_err());
+        assert!(matches!(
+            plan(&k, 0, &[0, 1], 1024),
+            Err(PgError::RootInactive { root: 3 })
+        ));
+    }
+
+    #[test]
+    fn short_slot_lists_name_the_first_rank_without_a_slot() {
+        let k = OpKind::AllGather {
+            src: 0,
+            nbytes: 4,
+            dsts: vec![0, 0],
+        };
+        let e = plan(&k, 0, &[0, 1, 2], 1024).expect_err("too few slots");
+        assert_eq!(
+            e.to_string(),
+            "output too small for active rank 2 (2 slots)"
+        );
+        let bad = OpArgs {
+            srcs: vec![1, 2],
+            src_lens: vec![4],
+            ..Default::default()
+        };
+        let e = OpKind::from_args("all_to_all", bad, DType::U8, ReduceOp::Sum);
+        assert!(matches!(e, Err(PgError::SplitCount { addrs: 2, sizes: 1 })));
+        let e = OpKind::from_args("bogus", OpArgs::default(), DType::U8, ReduceOp::Sum);
+        assert!(matches!(e, Err(PgError::UnknownCollective(_))));
     }
 }

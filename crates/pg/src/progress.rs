@@ -1,34 +1,20 @@
-//! Executes planned phases: pushes pieces, matches incoming pieces by
-//! `(seq, tag)`, reduces in rank order straight out of the channel, and
-//! sleeps on the group doorbell when nothing can move.
+//! Executes one collective: takes its snapshot of the active set, plans it
+//! (`plan`), pushes pieces, matches incoming pieces by `(seq, tag)`, reduces
+//! in rank order straight out of the channel, and sleeps on the group
+//! doorbell when nothing can move. Peers found dead during the op become
+//! its failed set F_i (pg spec, per-op contract).
 
-use crate::completion::Completion;
 use crate::copy;
+use crate::error::PgError;
 use crate::fault::{self, Point};
-use crate::group::Shared;
 use crate::link::{Front, PeerLink};
-use crate::plan::{self, OpKind, Phase, Reduce, Source, Xfer};
+use crate::plan::{self, Phase, Reduce, Source, Xfer};
 use crate::reduce;
+use crate::shared::{Links, Op, Shared};
 use crate::shm::PIECE;
 use crate::wire::{Hdr, KIND_ABORT, KIND_COLL};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
-
-/// A queued collective.
-pub struct Op {
-    /// Group sequence number.
-    pub seq: u64,
-    /// What to do.
-    pub kind: OpKind,
-    /// Piece signature: op kind, dtype and reduce-op codes.
-    pub sig: u32,
-    /// Where the result is reported.
-    pub done: Arc<Completion>,
-}
-
-/// Peer links indexed by slot.
-pub type Links = [Option<Arc<PeerLink>>];
 
 struct Ctx<'a> {
     shared: &'a Shared,
@@ -66,12 +52,12 @@ fn classify(link: &PeerLink, seq: u64, tag: u32) -> Cls {
     }
 }
 
-fn mismatch_msg(peer: usize) -> String {
-    format!("collective mismatch with rank {peer}: tensor sizes, dtypes or ops differ across ranks")
+fn mismatch(peer: usize) -> PgError {
+    PgError::Mismatch { peer }
 }
 
 /// Runs one collective to completion and reports it.
-pub fn run_op(shared: &Shared, links: &Links, op: Op) {
+pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
     let mask = shared.mask();
     let me = shared.rank;
     // Snapshot S: the mask, minus peers already known dead (flagged in the
@@ -150,14 +136,15 @@ pub fn run_op(shared: &Shared, links: &Links, op: Op) {
     op.done.complete(result.err(), failed);
 }
 
-fn run_phase(ctx: &mut Ctx<'_>, ph: &mut Phase) -> Result<(), String> {
+fn run_phase(ctx: &mut Ctx<'_>, ph: &mut Phase) -> Result<(), PgError> {
     for &(s, d, l) in &ph.copies {
-        // SAFETY: addresses come from live tensors held by the Python Work;
-        // `copy` tolerates overlap.
+        // SAFETY: the addresses come from the op, whose submitter guarantees
+        // (`Group::submit`) they stay valid until it completes;
+        // `ptr::copy` tolerates overlap.
         unsafe { std::ptr::copy(s as *const u8, d as *mut u8, l) };
     }
     for &(d, l) in &ph.zeros {
-        // SAFETY: as above.
+        // SAFETY: as above: an output range of the op.
         unsafe { std::ptr::write_bytes(d as *mut u8, 0, l) };
     }
     let spin = ctx.shared.spin();
@@ -198,14 +185,12 @@ fn run_phase(ctx: &mut Ctx<'_>, ph: &mut Phase) -> Result<(), String> {
         }
         if !progressed {
             if ctx.shared.is_shutdown() {
-                return Err("process group has been shut down".into());
+                return Err(PgError::Shutdown);
             }
             for &q in ctx.active {
                 if let Some(l) = ctx.links.get(q).and_then(|l| l.as_ref()) {
                     if l.aborted(ctx.seq) {
-                        return Err(format!(
-                            "collective aborted by rank {q}: tensor sizes, dtypes or ops differ across ranks"
-                        ));
+                        return Err(PgError::AbortedByPeer { peer: q });
                     }
                 }
             }
@@ -248,7 +233,8 @@ fn step_send(ctx: &mut Ctx<'_>, x: &mut Xfer, limit: usize) -> bool {
         let data: &[u8] = if plen == 0 {
             &[]
         } else {
-            // SAFETY: within the source tensor held alive by the Work.
+            // SAFETY: `pos + plen <= len` bytes of the op's source range,
+            // valid until the op completes (`Group::submit`).
             unsafe { std::slice::from_raw_parts((x.ptr + x.pos) as *const u8, plen) }
         };
         match l.send_piece(&hdr, data) {
@@ -274,7 +260,7 @@ fn step_send(ctx: &mut Ctx<'_>, x: &mut Xfer, limit: usize) -> bool {
     }
 }
 
-fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, String> {
+fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, PgError> {
     let Some(l) = link(ctx, x.peer) else {
         fail_recv(ctx, x);
         return Ok(true);
@@ -294,17 +280,20 @@ fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, String> {
                 l.pop();
                 progressed = true;
             }
-            Cls::Ahead => return Err(mismatch_msg(x.peer)),
+            Cls::Ahead => return Err(mismatch(x.peer)),
             Cls::Cur(f) => {
                 let h = f.hdr;
                 let end = h.offset as usize + h.len as usize;
                 if h.aux != ctx.sig || h.total != x.len as u64 || end > x.len {
                     l.pop();
-                    return Err(mismatch_msg(x.peer));
+                    return Err(mismatch(x.peer));
                 }
                 if h.len > 0 {
-                    // SAFETY: bounds checked against the destination length;
-                    // ring payloads never overlap user tensors.
+                    // SAFETY: `offset + len <= x.len` was checked above, so the
+                    // write stays inside the op's output range (valid until
+                    // completion, `Group::submit`); the piece holds `len`
+                    // payload bytes until popped; ring and socket buffers
+                    // never overlap user tensors.
                     unsafe {
                         copy::copy(
                             f.data,
@@ -329,13 +318,13 @@ fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, String> {
 fn fail_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) {
     ctx.failed |= 1u64 << x.peer;
     if x.len > 0 {
-        // SAFETY: destination tensor held alive by the Work.
+        // SAFETY: the op's output range of `x.len` bytes (`Group::submit`).
         unsafe { std::ptr::write_bytes(x.ptr as *mut u8, 0, x.len) };
     }
     x.done = true;
 }
 
-fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, String> {
+fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, PgError> {
     let mut progressed = false;
     let mut fronts: Vec<Option<Front>> = Vec::with_capacity(r.sources.len());
     loop {
@@ -373,7 +362,7 @@ fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, String> {
                         ready = false;
                         break;
                     }
-                    Cls::Ahead => return Err(mismatch_msg(q)),
+                    Cls::Ahead => return Err(mismatch(q)),
                     Cls::Cur(f) => {
                         let h = f.hdr;
                         if h.aux != ctx.sig
@@ -382,7 +371,7 @@ fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, String> {
                             || h.len as usize != plen
                         {
                             l.pop();
-                            return Err(mismatch_msg(q));
+                            return Err(mismatch(q));
                         }
                         front = Some(f);
                         break;
@@ -403,8 +392,9 @@ fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, String> {
             }
         }
         let esize = r.dtype.size();
-        // SAFETY: sources are live piece payloads or local tensor ranges of
-        // `plen` bytes; `dst` is the output tensor held by the Work.
+        // SAFETY: sources are piece payloads (checked to hold `plen` bytes,
+        // alive until popped below) or the op's own input at `pos`; `dst` is
+        // the op's output range, valid until completion (`Group::submit`).
         unsafe {
             reduce::reduce(
                 r.dtype,

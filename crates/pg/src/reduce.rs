@@ -17,7 +17,7 @@ const BLOCK: usize = 2048;
 /// # Safety
 /// Every pointer must be valid for `nelem` elements; `dst` may alias any
 /// source (the kernels read an element of every source before writing it).
-pub unsafe fn reduce(
+pub(crate) unsafe fn reduce(
     dtype: DType,
     op: ReduceOp,
     dst: *mut u8,
@@ -28,44 +28,64 @@ pub unsafe fn reduce(
     if srcs.is_empty() || nelem == 0 {
         return;
     }
-    match dtype {
-        DType::U8 => int_reduce::<u8>(op, dst, srcs, nelem),
-        DType::I8 => int_reduce::<i8>(op, dst, srcs, nelem),
-        DType::I16 => int_reduce::<i16>(op, dst, srcs, nelem),
-        DType::U16 => int_reduce::<u16>(op, dst, srcs, nelem),
-        DType::I32 => int_reduce::<i32>(op, dst, srcs, nelem),
-        DType::U32 => int_reduce::<u32>(op, dst, srcs, nelem),
-        DType::I64 => int_reduce::<i64>(op, dst, srcs, nelem),
-        DType::U64 => int_reduce::<u64>(op, dst, srcs, nelem),
-        DType::Bool => {
-            let op = match op {
-                ReduceOp::Sum | ReduceOp::Max | ReduceOp::BOr => ReduceOp::Max,
-                ReduceOp::BXor => ReduceOp::BXor,
-                _ => ReduceOp::Min,
-            };
-            int_reduce::<u8>(op, dst, srcs, nelem)
+    // SAFETY: every kernel below reads `nelem` elements from each source and
+    // writes `nelem` to `dst`, which the caller guarantees are valid.
+    unsafe { reduce_typed(dtype, op, dst, srcs, nelem, avg_div) }
+}
+
+/// [`reduce`] after the empty checks.
+///
+/// # Safety
+/// As [`reduce`].
+unsafe fn reduce_typed(
+    dtype: DType,
+    op: ReduceOp,
+    dst: *mut u8,
+    srcs: &[*const u8],
+    nelem: usize,
+    avg_div: usize,
+) {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe {
+        match dtype {
+            DType::U8 => int_reduce::<u8>(op, dst, srcs, nelem),
+            DType::I8 => int_reduce::<i8>(op, dst, srcs, nelem),
+            DType::I16 => int_reduce::<i16>(op, dst, srcs, nelem),
+            DType::U16 => int_reduce::<u16>(op, dst, srcs, nelem),
+            DType::I32 => int_reduce::<i32>(op, dst, srcs, nelem),
+            DType::U32 => int_reduce::<u32>(op, dst, srcs, nelem),
+            DType::I64 => int_reduce::<i64>(op, dst, srcs, nelem),
+            DType::U64 => int_reduce::<u64>(op, dst, srcs, nelem),
+            DType::Bool => {
+                let op = match op {
+                    ReduceOp::Sum | ReduceOp::Max | ReduceOp::BOr => ReduceOp::Max,
+                    ReduceOp::BXor => ReduceOp::BXor,
+                    _ => ReduceOp::Min,
+                };
+                int_reduce::<u8>(op, dst, srcs, nelem)
+            }
+            DType::F32 => float_reduce::<f32, f32>(op, dst, srcs, nelem, avg_div, |x| x, |x| x),
+            DType::F64 => float_reduce::<f64, f64>(op, dst, srcs, nelem, avg_div, |x| x, |x| x),
+            DType::F16 => float_reduce::<f16, f32>(
+                op,
+                dst,
+                srcs,
+                nelem,
+                avg_div,
+                |x: f16| x.to_f32(),
+                f16::from_f32,
+            ),
+            DType::BF16 => float_reduce::<bf16, f32>(
+                op,
+                dst,
+                srcs,
+                nelem,
+                avg_div,
+                |x: bf16| x.to_f32(),
+                bf16::from_f32,
+            ),
+            DType::Raw => {}
         }
-        DType::F32 => float_reduce::<f32, f32>(op, dst, srcs, nelem, avg_div, |x| x, |x| x),
-        DType::F64 => float_reduce::<f64, f64>(op, dst, srcs, nelem, avg_div, |x| x, |x| x),
-        DType::F16 => float_reduce::<f16, f32>(
-            op,
-            dst,
-            srcs,
-            nelem,
-            avg_div,
-            |x: f16| x.to_f32(),
-            f16::from_f32,
-        ),
-        DType::BF16 => float_reduce::<bf16, f32>(
-            op,
-            dst,
-            srcs,
-            nelem,
-            avg_div,
-            |x: bf16| x.to_f32(),
-            bf16::from_f32,
-        ),
-        DType::Raw => {}
     }
 }
 
@@ -91,15 +111,22 @@ macro_rules! int_elem {
 }
 int_elem!(u8, i8, i16, u16, i32, u32, i64, u64);
 
+/// Integer reduction of `n` elements per source.
+///
+/// # Safety
+/// As [`reduce`], with `T` the element type.
 unsafe fn int_reduce<T: IntElem>(op: ReduceOp, dst: *mut u8, srcs: &[*const u8], n: usize) {
-    match op {
-        ReduceOp::Sum | ReduceOp::Avg => combine::<T, T>(dst, srcs, n, id, id, T::wadd, None),
-        ReduceOp::Product => combine::<T, T>(dst, srcs, n, id, id, T::wmul, None),
-        ReduceOp::Min => combine::<T, T>(dst, srcs, n, id, id, std::cmp::min, None),
-        ReduceOp::Max => combine::<T, T>(dst, srcs, n, id, id, std::cmp::max, None),
-        ReduceOp::BAnd => combine::<T, T>(dst, srcs, n, id, id, T::band, None),
-        ReduceOp::BOr => combine::<T, T>(dst, srcs, n, id, id, T::bor, None),
-        ReduceOp::BXor => combine::<T, T>(dst, srcs, n, id, id, T::bxor, None),
+    // SAFETY: forwarded from the caller's contract.
+    unsafe {
+        match op {
+            ReduceOp::Sum | ReduceOp::Avg => combine::<T, T>(dst, srcs, n, id, id, T::wadd, None),
+            ReduceOp::Product => combine::<T, T>(dst, srcs, n, id, id, T::wmul, None),
+            ReduceOp::Min => combine::<T, T>(dst, srcs, n, id, id, std::cmp::min, None),
+            ReduceOp::Max => combine::<T, T>(dst, srcs, n, id, id, std::cmp::max, None),
+            ReduceOp::BAnd => combine::<T, T>(dst, srcs, n, id, id, T::band, None),
+            ReduceOp::BOr => combine::<T, T>(dst, srcs, n, id, id, T::bor, None),
+            ReduceOp::BXor => combine::<T, T>(dst, srcs, n, id, id, T::bxor, None),
+        }
     }
 }
 
@@ -162,6 +189,10 @@ fn fmax<A: FloatAcc>(a: A, b: A) -> A {
     }
 }
 
+/// Floating-point reduction of `n` elements per source, accumulated in `A`.
+///
+/// # Safety
+/// As [`reduce`], with `T` the element type.
 #[allow(clippy::too_many_arguments)]
 unsafe fn float_reduce<T: Copy, A: FloatAcc>(
     op: ReduceOp,
@@ -194,18 +225,25 @@ unsafe fn float_reduce<T: Copy, A: FloatAcc>(
         a * b
     }
     let div = avg_div.max(1);
-    match op {
-        ReduceOp::Sum => combine::<T, A>(dst, srcs, n, load, store, add, None),
-        ReduceOp::Avg => combine::<T, A>(dst, srcs, n, load, store, add, Some(div)),
-        ReduceOp::Product => combine::<T, A>(dst, srcs, n, load, store, mul, None),
-        ReduceOp::Min => combine::<T, A>(dst, srcs, n, load, store, nmin, None),
-        ReduceOp::Max => combine::<T, A>(dst, srcs, n, load, store, nmax, None),
-        // Rejected earlier by `check_reduction`.
-        ReduceOp::BAnd | ReduceOp::BOr | ReduceOp::BXor => {}
+    // SAFETY: forwarded from the caller's contract.
+    unsafe {
+        match op {
+            ReduceOp::Sum => combine::<T, A>(dst, srcs, n, load, store, add, None),
+            ReduceOp::Avg => combine::<T, A>(dst, srcs, n, load, store, add, Some(div)),
+            ReduceOp::Product => combine::<T, A>(dst, srcs, n, load, store, mul, None),
+            ReduceOp::Min => combine::<T, A>(dst, srcs, n, load, store, nmin, None),
+            ReduceOp::Max => combine::<T, A>(dst, srcs, n, load, store, nmax, None),
+            // Rejected earlier by `check_reduction`.
+            ReduceOp::BAnd | ReduceOp::BOr | ReduceOp::BXor => {}
+        }
     }
 }
 
 /// Shared kernel: `dst = fin(f(...f(f(s0, s1), s2)..., sk))`.
+///
+/// # Safety
+/// Every source must be valid for `n` reads of `T` and `dst` for `n`
+/// writes; `dst` may alias a source (each element is read before written).
 #[inline(always)]
 unsafe fn combine<T: Copy, A: Copy + AvgDiv>(
     dst: *mut u8,
@@ -217,49 +255,52 @@ unsafe fn combine<T: Copy, A: Copy + AvgDiv>(
     avg: Option<usize>,
 ) {
     let dst = dst as *mut T;
-    if srcs.len() == 1 {
-        let a = srcs[0] as *const T;
-        for i in 0..n {
-            let mut v = load(*a.add(i));
-            if let Some(d) = avg {
-                v = v.avg_div(d);
+    // SAFETY: all offsets are below `n`, inside the ranges the caller vouches for.
+    unsafe {
+        if srcs.len() == 1 {
+            let a = srcs[0] as *const T;
+            for i in 0..n {
+                let mut v = load(*a.add(i));
+                if let Some(d) = avg {
+                    v = v.avg_div(d);
+                }
+                *dst.add(i) = store(v);
             }
-            *dst.add(i) = store(v);
+            return;
         }
-        return;
-    }
-    if srcs.len() == 2 && avg.is_none() {
-        let a = srcs[0] as *const T;
-        let b = srcs[1] as *const T;
-        for i in 0..n {
-            *dst.add(i) = store(f(load(*a.add(i)), load(*b.add(i))));
-        }
-        return;
-    }
-    let mut acc: Vec<A> = Vec::with_capacity(BLOCK.min(n));
-    let mut start = 0;
-    while start < n {
-        let len = BLOCK.min(n - start);
-        acc.clear();
-        let s0 = (srcs[0] as *const T).add(start);
-        for i in 0..len {
-            acc.push(load(*s0.add(i)));
-        }
-        for s in &srcs[1..] {
-            let p = (*s as *const T).add(start);
-            for (i, a) in acc.iter_mut().enumerate() {
-                *a = f(*a, load(*p.add(i)));
+        if srcs.len() == 2 && avg.is_none() {
+            let a = srcs[0] as *const T;
+            let b = srcs[1] as *const T;
+            for i in 0..n {
+                *dst.add(i) = store(f(load(*a.add(i)), load(*b.add(i))));
             }
+            return;
         }
-        let d = dst.add(start);
-        for (i, a) in acc.iter().enumerate() {
-            let v = match avg {
-                Some(div) => a.avg_div(div),
-                None => *a,
-            };
-            *d.add(i) = store(v);
+        let mut acc: Vec<A> = Vec::with_capacity(BLOCK.min(n));
+        let mut start = 0;
+        while start < n {
+            let len = BLOCK.min(n - start);
+            acc.clear();
+            let s0 = (srcs[0] as *const T).add(start);
+            for i in 0..len {
+                acc.push(load(*s0.add(i)));
+            }
+            for s in &srcs[1..] {
+                let p = (*s as *const T).add(start);
+                for (i, a) in acc.iter_mut().enumerate() {
+                    *a = f(*a, load(*p.add(i)));
+                }
+            }
+            let d = dst.add(start);
+            for (i, a) in acc.iter().enumerate() {
+                let v = match avg {
+                    Some(div) => a.avg_div(div),
+                    None => *a,
+                };
+                *d.add(i) = store(v);
+            }
+            start += len;
         }
-        start += len;
     }
 }
 
@@ -292,6 +333,7 @@ mod tests {
         let b = [10.0f32, 20.0];
         let c = [100.0f32, 200.0];
         let mut d = [0.0f32; 2];
+        // SAFETY: two elements in every array.
         unsafe {
             reduce(
                 DType::F32,
@@ -310,6 +352,7 @@ mod tests {
         let a = [bf16::from_f32(1.0); 3];
         let b = [bf16::from_f32(2.0); 3];
         let mut d = [bf16::from_f32(0.0); 3];
+        // SAFETY: three elements in every array.
         unsafe {
             reduce(
                 DType::BF16,
@@ -328,6 +371,7 @@ mod tests {
         let a = [1.0f32, f32::NAN];
         let b = [f32::NAN, 2.0];
         let mut d = [0.0f32; 2];
+        // SAFETY: two elements in every array.
         unsafe {
             reduce(
                 DType::F32,
@@ -346,6 +390,7 @@ mod tests {
         let a = [250u8, 1];
         let b = [10u8, 0];
         let mut d = [0u8; 2];
+        // SAFETY: two elements in every array.
         unsafe {
             reduce(
                 DType::U8,
@@ -357,6 +402,7 @@ mod tests {
             );
         }
         assert_eq!(d, [4, 1]);
+        // SAFETY: two elements in every array.
         unsafe {
             reduce(
                 DType::Bool,

@@ -1,20 +1,27 @@
-//! Same-host shared-memory transport: one segment per (group, rank) holding
-//! the rank's doorbell and one single-producer ring per possible sender slot.
+//! Same-host shared-memory transport: one POSIX shm segment per (group,
+//! rank) holding the rank's doorbell and one single-producer ring per
+//! possible sender slot.
 //!
 //! The receiver owns its segment; senders map it and push pieces into "their"
 //! ring, then ring the receiver's doorbell. A consumer that frees a slot rings
 //! the producer's doorbell (in the producer's own segment). Nobody spins.
+//! (pg spec, same-host shared memory: rings per peer pair, unlinked once both
+//! sides mapped them; TCP still carries control and liveness.)
 
 use crate::error::PgError;
 use crate::futex::Doorbell;
 use crate::wire::{Hdr, HDR_LEN};
-use std::ffi::CString;
-use std::sync::atomic::{AtomicU64, Ordering};
+use memmap2::{MmapOptions, MmapRaw};
+use nix::fcntl::OFlag;
+use nix::sys::mman::{shm_open, shm_unlink};
+use nix::sys::stat::Mode;
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Payload bytes per ring slot (also the collective piece size on TCP).
-pub const PIECE: usize = 128 * 1024;
+pub(crate) const PIECE: usize = 128 * 1024;
 /// Slots per ring.
-pub const NSLOTS: u64 = 16;
+pub(crate) const NSLOTS: u64 = 16;
 /// Bytes reserved for a slot header.
 const SLOT_HDR: usize = 64;
 const SLOT_BYTES: usize = SLOT_HDR + PIECE;
@@ -27,156 +34,121 @@ const SEG_MAGIC: u64 = 0x4d43_5047_5348_4d31; // "MCPGSHM1"
 const BELL_OFF: usize = 64;
 
 /// A mapped shared-memory segment.
-pub struct Segment {
-    ptr: *mut u8,
-    len: usize,
+pub(crate) struct Segment {
+    map: MmapRaw,
     name: String,
     owner: bool,
-    unlinked: std::sync::atomic::AtomicBool,
+    unlinked: AtomicBool,
 }
-
-// SAFETY: the mapping is plain shared memory; all concurrent access goes
-// through atomics (ring indices, doorbell) or is handed over by them.
-unsafe impl Send for Segment {}
-unsafe impl Sync for Segment {}
 
 impl Segment {
     /// Creates and maps a new segment with rings for `capacity` senders.
-    pub fn create(name: &str, capacity: usize) -> Result<Self, PgError> {
+    pub(crate) fn create(name: &str, capacity: usize) -> Result<Self, PgError> {
         let len = SEG_HDR + RING_BYTES * capacity;
-        let cname = CString::new(name)
-            .map_err(|_| PgError::InvalidArgument("shm name contains NUL".into()))?;
-        // SAFETY: plain libc calls with a valid C string; results checked.
-        let fd = unsafe {
-            libc::shm_open(
-                cname.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-                0o600,
-            )
-        };
-        if fd < 0 {
-            return Err(PgError::io(
-                format!("shm_open({name})"),
-                std::io::Error::last_os_error(),
-            ));
-        }
-        // SAFETY: fd is valid.
-        let rc = unsafe { libc::ftruncate(fd, len as libc::off_t) };
-        if rc != 0 {
-            let e = std::io::Error::last_os_error();
-            // SAFETY: cleanup of what we created.
-            unsafe {
-                libc::close(fd);
-                libc::shm_unlink(cname.as_ptr());
+        let fd = shm_open(
+            name,
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR,
+            Mode::S_IRUSR | Mode::S_IWUSR,
+        )
+        .map_err(|e| PgError::nix(format!("shm_open({name})"), e))?;
+        let file = File::from(fd);
+        let seg = file
+            .set_len(len as u64)
+            .map_err(|e| PgError::io("size shm segment", e))
+            .and_then(|()| Self::map(&file, len, name, true));
+        let seg = match seg {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = shm_unlink(name);
+                return Err(e);
             }
-            return Err(PgError::io("ftruncate shm", e));
-        }
-        let seg = Self::map_fd(fd, len, name, true);
-        // SAFETY: fd no longer needed after mmap.
-        unsafe { libc::close(fd) };
-        let seg = seg?;
-        // SAFETY: header lies within the mapping; fresh segment is zeroed.
+        };
+        // SAFETY: the header lies within the fresh (zeroed) mapping, which
+        // no other process knows about yet; both words are 8-aligned.
         unsafe {
-            (seg.ptr as *mut u64).write(SEG_MAGIC);
-            (seg.ptr.add(8) as *mut u64).write(capacity as u64);
+            (seg.base() as *mut u64).write(SEG_MAGIC);
+            (seg.base().add(8) as *mut u64).write(capacity as u64);
         }
         Ok(seg)
     }
 
     /// Maps an existing segment created by a peer.
-    pub fn open(name: &str) -> Result<Self, PgError> {
-        let cname = CString::new(name)
-            .map_err(|_| PgError::InvalidArgument("shm name contains NUL".into()))?;
-        // SAFETY: valid C string; result checked.
-        let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR, 0) };
-        if fd < 0 {
-            return Err(PgError::io(
-                format!("shm_open({name})"),
-                std::io::Error::last_os_error(),
-            ));
-        }
-        // SAFETY: fstat into a zeroed struct.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        let rc = unsafe { libc::fstat(fd, &mut st) };
-        if rc != 0 {
-            let e = std::io::Error::last_os_error();
-            unsafe { libc::close(fd) };
-            return Err(PgError::io("fstat shm", e));
-        }
-        let len = st.st_size as usize;
-        let seg = Self::map_fd(fd, len, name, false);
-        unsafe { libc::close(fd) };
-        let seg = seg?;
+    pub(crate) fn open(name: &str) -> Result<Self, PgError> {
+        let fd = shm_open(name, OFlag::O_RDWR, Mode::empty())
+            .map_err(|e| PgError::nix(format!("shm_open({name})"), e))?;
+        let file = File::from(fd);
+        let len = file
+            .metadata()
+            .map_err(|e| PgError::io("stat shm segment", e))?
+            .len() as usize;
         if len < SEG_HDR {
-            return Err(PgError::Comm(format!("shm segment {name} is truncated")));
+            return Err(PgError::BadSegment {
+                name: name.to_string(),
+                reason: "truncated",
+            });
         }
-        // SAFETY: within the mapping.
-        let magic = unsafe { (seg.ptr as *const u64).read() };
+        let seg = Self::map(&file, len, name, false)?;
+        // SAFETY: within the mapping (len >= SEG_HDR), 8-aligned.
+        let magic = unsafe { (seg.base() as *const u64).read_volatile() };
         if magic != SEG_MAGIC {
-            return Err(PgError::Comm(format!("shm segment {name} has a bad magic")));
+            return Err(PgError::BadSegment {
+                name: name.to_string(),
+                reason: "bad magic",
+            });
         }
         Ok(seg)
     }
 
-    fn map_fd(fd: i32, len: usize, name: &str, owner: bool) -> Result<Self, PgError> {
-        // SAFETY: mapping a shm fd of at least `len` bytes.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(PgError::io("mmap shm", std::io::Error::last_os_error()));
-        }
+    fn map(file: &File, len: usize, name: &str, owner: bool) -> Result<Self, PgError> {
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw(file)
+            .map_err(|e| PgError::io("mmap shm segment", e))?;
         Ok(Segment {
-            ptr: ptr as *mut u8,
-            len,
+            map,
             name: name.to_string(),
             owner,
-            unlinked: std::sync::atomic::AtomicBool::new(false),
+            unlinked: AtomicBool::new(false),
         })
     }
 
+    fn base(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+
     /// Segment name (for peers to open).
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// Number of sender rings in this segment.
-    pub fn capacity(&self) -> usize {
-        (self.len - SEG_HDR) / RING_BYTES
+    pub(crate) fn capacity(&self) -> usize {
+        (self.map.len() - SEG_HDR) / RING_BYTES
     }
 
     /// The owner's doorbell.
-    pub fn bell(&self) -> &Doorbell {
-        // SAFETY: BELL_OFF is within the header and suitably aligned.
-        unsafe { &*(self.ptr.add(BELL_OFF) as *const Doorbell) }
+    pub(crate) fn bell(&self) -> &Doorbell {
+        // SAFETY: BELL_OFF is inside the header and 8-aligned; a Doorbell is
+        // two atomics, valid for any bit pattern; the mapping outlives `self`.
+        unsafe { &*(self.base().add(BELL_OFF) as *const Doorbell) }
     }
 
     /// The ring into which sender `slot` writes.
-    pub fn ring(&self, slot: usize) -> Option<Ring<'_>> {
+    pub(crate) fn ring(&self, slot: usize) -> Option<Ring<'_>> {
         if slot >= self.capacity() {
             return None;
         }
-        // SAFETY: in bounds by the check above.
         Some(Ring {
-            base: unsafe { self.ptr.add(SEG_HDR + slot * RING_BYTES) },
+            // SAFETY: `slot < capacity`, so the ring lies inside the mapping.
+            base: unsafe { self.base().add(SEG_HDR + slot * RING_BYTES) },
             _seg: std::marker::PhantomData,
         })
     }
 
     /// Removes the name from the filesystem (mappings stay valid).
-    pub fn unlink(&self) {
+    pub(crate) fn unlink(&self) {
         if self.owner && !self.unlinked.swap(true, Ordering::SeqCst) {
-            if let Ok(c) = CString::new(self.name.as_str()) {
-                // SAFETY: valid C string.
-                unsafe { libc::shm_unlink(c.as_ptr()) };
-            }
+            let _ = shm_unlink(self.name.as_str());
         }
     }
 }
@@ -184,37 +156,37 @@ impl Segment {
 impl Drop for Segment {
     fn drop(&mut self) {
         self.unlink();
-        // SAFETY: unmapping our own mapping once.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
     }
 }
 
 /// A single-producer single-consumer ring of pieces inside a segment.
 #[derive(Clone, Copy)]
-pub struct Ring<'a> {
+pub(crate) struct Ring<'a> {
     base: *mut u8,
     _seg: std::marker::PhantomData<&'a Segment>,
 }
 
 /// A piece at the front of a ring.
-pub struct Piece {
+pub(crate) struct Piece {
     /// Its header.
-    pub hdr: Hdr,
+    pub(crate) hdr: Hdr,
     /// Its payload (valid until popped).
-    pub data: *const u8,
+    pub(crate) data: *const u8,
 }
 
 impl Ring<'_> {
     fn head(&self) -> &AtomicU64 {
-        // SAFETY: aligned control word inside the ring.
+        // SAFETY: the first 8-aligned control word of a ring inside a live
+        // mapping (the lifetime ties the ring to its segment); any bit
+        // pattern is a valid AtomicU64.
         unsafe { &*(self.base as *const AtomicU64) }
     }
     fn tail(&self) -> &AtomicU64 {
-        // SAFETY: aligned control word inside the ring.
+        // SAFETY: as in `head`, on the ring's second cache line.
         unsafe { &*(self.base.add(64) as *const AtomicU64) }
     }
     fn slot(&self, idx: u64) -> *mut u8 {
-        // SAFETY: idx % NSLOTS keeps us in bounds.
+        // SAFETY: idx % NSLOTS keeps the offset inside the ring.
         unsafe {
             self.base
                 .add(RING_CTRL + (idx % NSLOTS) as usize * SLOT_BYTES)
@@ -224,7 +196,7 @@ impl Ring<'_> {
     /// Producer: copies a piece in if there is room. `data.len() <= PIECE`.
     /// Returns `None` when full, else whether the ring was empty before
     /// (only then can the consumer be asleep waiting on this ring).
-    pub fn try_push(&self, hdr: &Hdr, data: &[u8]) -> Option<bool> {
+    pub(crate) fn try_push(&self, hdr: &Hdr, data: &[u8]) -> Option<bool> {
         let head = self.head().load(Ordering::Relaxed);
         let tail = self.tail().load(Ordering::SeqCst);
         if head - tail >= NSLOTS {
@@ -233,7 +205,8 @@ impl Ring<'_> {
         let len = data.len().min(PIECE);
         let slot = self.slot(head);
         let h = hdr.encode();
-        // SAFETY: the slot is owned by the producer until head is published.
+        // SAFETY: the slot (SLOT_HDR + PIECE bytes) is owned by the producer
+        // until head is published; `len <= PIECE`; `h` and `data` are ours.
         unsafe {
             std::ptr::copy_nonoverlapping(h.as_ptr(), slot, HDR_LEN);
             std::ptr::copy_nonoverlapping(data.as_ptr(), slot.add(SLOT_HDR), len);
@@ -245,7 +218,7 @@ impl Ring<'_> {
     }
 
     /// Consumer: the front piece, if any.
-    pub fn peek(&self) -> Option<Piece> {
+    pub(crate) fn peek(&self) -> Option<Piece> {
         let tail = self.tail().load(Ordering::Relaxed);
         let head = self.head().load(Ordering::SeqCst);
         if tail == head {
@@ -253,30 +226,31 @@ impl Ring<'_> {
         }
         let slot = self.slot(tail);
         let mut h = [0u8; HDR_LEN];
-        // SAFETY: published slot; producer does not touch it until popped.
+        // SAFETY: a published slot of SLOT_HDR + PIECE bytes; the producer
+        // does not touch it until it is popped.
         unsafe { std::ptr::copy_nonoverlapping(slot, h.as_mut_ptr(), HDR_LEN) };
         let mut hdr = Hdr::decode(&h);
         hdr.len = hdr.len.min(PIECE as u32);
         Some(Piece {
             hdr,
-            // SAFETY: in bounds.
+            // SAFETY: the payload starts inside the same slot.
             data: unsafe { slot.add(SLOT_HDR) },
         })
     }
 
     /// Consumer: releases the front piece; returns how many stay queued.
-    pub fn pop(&self) -> u64 {
+    pub(crate) fn pop(&self) -> u64 {
         let tail = self.tail().load(Ordering::Relaxed);
         self.tail().store(tail + 1, Ordering::SeqCst);
         self.head().load(Ordering::SeqCst) - (tail + 1)
     }
 
     /// The producer needs waking once the ring is at most this full.
-    pub const WAKE_AT: u64 = NSLOTS / 2;
+    pub(crate) const WAKE_AT: u64 = NSLOTS / 2;
 }
 
 /// A process-unique segment name.
-pub fn unique_name(tag: u64) -> String {
+pub(crate) fn unique_name(tag: u64) -> String {
     format!("/mcpg-{}-{:016x}", std::process::id(), tag)
 }
 
@@ -307,10 +281,21 @@ mod tests {
         assert_eq!(tx.try_push(&hdr, b"abc"), None);
         let p = rx.peek().expect("piece");
         assert_eq!(p.hdr, hdr);
+        // SAFETY: the piece holds 3 payload bytes until popped.
         let got = unsafe { std::slice::from_raw_parts(p.data, 3) };
         assert_eq!(got, b"abc");
         assert_eq!(rx.pop(), NSLOTS - 1);
         assert_eq!(tx.try_push(&hdr, b"abc"), Some(false));
         assert!(own.ring(2).is_none());
+    }
+
+    #[test]
+    fn bad_segments_are_rejected() {
+        assert!(Segment::open("/mcpg-no-such-segment").is_err());
+        let name = unique_name(0xfeed_0002);
+        let own = Segment::create(&name, 1).expect("create");
+        assert!(Segment::create(&name, 1).is_err(), "O_EXCL");
+        own.unlink();
+        assert!(Segment::open(&name).is_err(), "unlinked");
     }
 }

@@ -6,54 +6,54 @@
 use std::io::{Read, Write};
 
 /// Encoded header length in bytes.
-pub const HDR_LEN: usize = 40;
+pub(crate) const HDR_LEN: usize = 40;
 
 /// Collective data piece.
-pub const KIND_COLL: u8 = 1;
+pub(crate) const KIND_COLL: u8 = 1;
 /// Point-to-point data frame.
-pub const KIND_P2P: u8 = 2;
+pub(crate) const KIND_P2P: u8 = 2;
 /// "I have mapped your shared-memory segment."
-pub const KIND_MAPPED: u8 = 3;
+pub(crate) const KIND_MAPPED: u8 = 3;
 /// Orderly goodbye at shutdown.
-pub const KIND_BYE: u8 = 4;
+pub(crate) const KIND_BYE: u8 = 4;
 /// The sender aborted collective `seq` (for example on a size mismatch).
-pub const KIND_ABORT: u8 = 5;
+pub(crate) const KIND_ABORT: u8 = 5;
 /// Liveness probe; the peer's reader answers with [`KIND_PONG`].
-pub const KIND_PING: u8 = 6;
+pub(crate) const KIND_PING: u8 = 6;
 /// Answer to [`KIND_PING`].
-pub const KIND_PONG: u8 = 7;
+pub(crate) const KIND_PONG: u8 = 7;
 
 /// Connection preamble magic.
-pub const MAGIC: &[u8; 4] = b"MCPG";
+pub(crate) const MAGIC: &[u8; 4] = b"MCPG";
 /// Protocol version carried in the preamble.
-pub const PROTO: u16 = 1;
+pub(crate) const PROTO: u16 = 1;
 /// Preamble length: magic, proto, pad, group_key, slot, pad, member_id.
-pub const PREAMBLE_LEN: usize = 32;
+pub(crate) const PREAMBLE_LEN: usize = 32;
 /// Reply length: status u8, pad, member_id u64.
-pub const REPLY_LEN: usize = 16;
+pub(crate) const REPLY_LEN: usize = 16;
 
 /// Decoded frame header.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Hdr {
+pub(crate) struct Hdr {
     /// Frame kind (`KIND_*`).
-    pub kind: u8,
+    pub(crate) kind: u8,
     /// Algorithm phase within the collective.
-    pub phase: u32,
+    pub(crate) phase: u32,
     /// Collective sequence number, or P2P message number.
-    pub seq: u64,
+    pub(crate) seq: u64,
     /// Total message length in bytes.
-    pub total: u64,
+    pub(crate) total: u64,
     /// Offset of this piece within the message.
-    pub offset: u64,
+    pub(crate) offset: u64,
     /// Payload length of this piece.
-    pub len: u32,
+    pub(crate) len: u32,
     /// Op signature (collectives) or reason code (abort).
-    pub aux: u32,
+    pub(crate) aux: u32,
 }
 
 impl Hdr {
     /// Serialises the header.
-    pub fn encode(&self) -> [u8; HDR_LEN] {
+    pub(crate) fn encode(&self) -> [u8; HDR_LEN] {
         let mut b = [0u8; HDR_LEN];
         b[0] = self.kind;
         b[4..8].copy_from_slice(&self.phase.to_le_bytes());
@@ -66,7 +66,7 @@ impl Hdr {
     }
 
     /// Parses a header.
-    pub fn decode(b: &[u8; HDR_LEN]) -> Self {
+    pub(crate) fn decode(b: &[u8; HDR_LEN]) -> Self {
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let u64_at = |i: usize| {
             let mut a = [0u8; 8];
@@ -85,7 +85,7 @@ impl Hdr {
     }
 
     /// Reads one header from a stream.
-    pub fn read_from(r: &mut impl Read) -> std::io::Result<Self> {
+    pub(crate) fn read_from(r: &mut impl Read) -> std::io::Result<Self> {
         let mut b = [0u8; HDR_LEN];
         r.read_exact(&mut b)?;
         Ok(Self::decode(&b))
@@ -93,7 +93,7 @@ impl Hdr {
 }
 
 /// Writes a header and its payload as one frame.
-pub fn write_frame(w: &mut impl Write, hdr: &Hdr, payload: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_frame(w: &mut impl Write, hdr: &Hdr, payload: &[u8]) -> std::io::Result<()> {
     let h = hdr.encode();
     if payload.is_empty() {
         return w.write_all(&h);
@@ -115,7 +115,7 @@ pub fn write_frame(w: &mut impl Write, hdr: &Hdr, payload: &[u8]) -> std::io::Re
 }
 
 /// Builds the connection preamble.
-pub fn preamble(group_key: u64, slot: u32, member_id: u64) -> [u8; PREAMBLE_LEN] {
+pub(crate) fn preamble(group_key: u64, slot: u32, member_id: u64) -> [u8; PREAMBLE_LEN] {
     let mut b = [0u8; PREAMBLE_LEN];
     b[0..4].copy_from_slice(MAGIC);
     b[4..6].copy_from_slice(&PROTO.to_le_bytes());
@@ -126,7 +126,7 @@ pub fn preamble(group_key: u64, slot: u32, member_id: u64) -> [u8; PREAMBLE_LEN]
 }
 
 /// Parses a preamble into `(group_key, slot, member_id)`; `None` if malformed.
-pub fn parse_preamble(b: &[u8; PREAMBLE_LEN]) -> Option<(u64, u32, u64)> {
+pub(crate) fn parse_preamble(b: &[u8; PREAMBLE_LEN]) -> Option<(u64, u32, u64)> {
     if &b[0..4] != MAGIC || u16::from_le_bytes([b[4], b[5]]) != PROTO {
         return None;
     }

@@ -1,36 +1,35 @@
-//! PyO3 bindings for the PG core (`mooncake._native.PgGroup`, `PgWork`).
-//!
-//! Tensors cross as `data_ptr()` integers plus byte counts and dtype/op
-//! codes; the Python package `mooncake.pg` keeps the tensors alive.
+//! PyO3 bindings for the PG core (`mooncake._native.PgGroup`, `PgWork` and
+//! the `pg_*` functions). This module only converts: tensors cross as
+//! `data_ptr()` integers plus byte counts and dtype/op codes (the Python
+//! package `mooncake.pg` keeps the tensors alive), and every core error is
+//! turned into a Python exception by [`to_py`].
 
-use mooncake_pg::plan::OpArgs;
 use mooncake_pg::{
-    config, fault, Completion, DType, Group, GroupParams, OpKind, PeerInfo, PgError, ReduceOp,
+    clear_faults, fault_stats, inject_faults, set_collective_timeout_us, set_p2p_timeout_us,
+    Completion, DType, ErrorKind, Group, GroupParams, OpArgs, OpKind, PeerInfo, PgError, ReduceOp,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn to_py(e: PgError) -> PyErr {
-    match e {
-        PgError::InvalidArgument(m) => PyValueError::new_err(m),
-        PgError::Timeout(m) => PyTimeoutError::new_err(m),
-        other => PyRuntimeError::new_err(other.to_string()),
+/// The one conversion of a core error into a Python exception.
+fn to_py(e: &PgError) -> PyErr {
+    let msg = e.to_string();
+    match e.kind() {
+        ErrorKind::InvalidArgument => PyValueError::new_err(msg),
+        ErrorKind::Timeout => PyTimeoutError::new_err(msg),
+        ErrorKind::Runtime => PyRuntimeError::new_err(msg),
     }
 }
 
-fn dtype(code: u32) -> PyResult<DType> {
-    DType::from_code(code).map_err(to_py)
-}
-
-fn redop(code: u32) -> PyResult<ReduceOp> {
-    ReduceOp::from_code(code).map_err(to_py)
+fn py_err(e: PgError) -> PyErr {
+    to_py(&e)
 }
 
 /// Handle of one submitted op.
 #[pyclass(module = "mooncake._native", frozen)]
-pub struct PgWork {
+pub(crate) struct PgWork {
     done: Arc<Completion>,
     group: Option<Arc<Group>>,
 }
@@ -55,7 +54,7 @@ impl PgWork {
             )));
         }
         match self.done.snapshot().error {
-            Some(e) => Err(PyRuntimeError::new_err(e)),
+            Some(e) => Err(to_py(&e)),
             None => Ok(true),
         }
     }
@@ -72,7 +71,7 @@ impl PgWork {
 
     /// Error message, if the op failed.
     fn error(&self) -> Option<String> {
-        self.done.snapshot().error
+        self.done.snapshot().error.map(|e| e.to_string())
     }
 
     /// Source slot of a completed receive (-1 if unknown).
@@ -82,7 +81,7 @@ impl PgWork {
 }
 
 fn work(r: Result<Arc<Completion>, PgError>) -> PyResult<PgWork> {
-    r.map(|done| PgWork { done, group: None }).map_err(to_py)
+    r.map(|done| PgWork { done, group: None }).map_err(py_err)
 }
 
 impl PgGroup {
@@ -92,13 +91,13 @@ impl PgGroup {
             done,
             group: Some(self.g.clone()),
         })
-        .map_err(to_py)
+        .map_err(py_err)
     }
 }
 
 /// One member of a Mooncake process group.
 #[pyclass(module = "mooncake._native", frozen)]
-pub struct PgGroup {
+pub(crate) struct PgGroup {
     g: Arc<Group>,
 }
 
@@ -122,7 +121,7 @@ impl PgGroup {
             key,
             auto_deactivate,
         })
-        .map_err(to_py)?;
+        .map_err(py_err)?;
         Ok(PgGroup { g: Arc::new(g) })
     }
 
@@ -173,7 +172,10 @@ impl PgGroup {
 
     /// Registers the int32 mask tensor (address, elements).
     fn set_mask_tensor(&self, ptr: usize, len: usize) {
-        self.g.set_mask_tensor(ptr, len)
+        // SAFETY: mooncake.pg passes the data_ptr() of a contiguous int32
+        // tensor of `len` elements that the process group object keeps alive
+        // (and re-registers after any resize) for as long as this group lives.
+        unsafe { self.g.set_mask_tensor(ptr, len) }
     }
 
     /// Connects to peers: list of (slot, endpoint, member_id, same_host, shm_name).
@@ -197,7 +199,8 @@ impl PgGroup {
             .collect();
         let g = self.g.clone();
         let t = Duration::from_secs_f64(timeout_s.max(0.001));
-        py.allow_threads(move || g.connect(infos, t)).map_err(to_py)
+        py.allow_threads(move || g.connect(infos, t))
+            .map_err(py_err)
     }
 
     /// Queues collective `kind` (one of `all_reduce`, `broadcast`,
@@ -230,12 +233,18 @@ impl PgGroup {
         };
         let reduces = matches!(kind, "all_reduce" | "reduce_scatter" | "reduce");
         let (dtype, redop) = if reduces {
-            (dtype(dt)?, redop(op)?)
+            (
+                DType::from_code(dt).map_err(py_err)?,
+                ReduceOp::from_code(op).map_err(py_err)?,
+            )
         } else {
             (DType::U8, ReduceOp::Sum)
         };
-        let k = OpKind::from_args(kind, args, dtype, redop).map_err(PyValueError::new_err)?;
-        self.coll(self.g.submit(k, dt, if reduces { op } else { 0 }))
+        let k = OpKind::from_args(kind, args, dtype, redop).map_err(py_err)?;
+        // SAFETY: mooncake.pg passes addresses and sizes of contiguous
+        // tensors it keeps alive in the Work (and its in-flight registry)
+        // until this op completes.
+        self.coll(unsafe { self.g.submit(k, dt, if reduces { op } else { 0 }) })
     }
 
     /// Sends from the calling thread with the GIL released.
@@ -249,7 +258,9 @@ impl PgGroup {
     /// Posts a receive from `src` (None: any source).
     #[pyo3(signature = (src, ptr, nbytes))]
     fn recv(&self, src: Option<usize>, ptr: usize, nbytes: usize) -> PyResult<PgWork> {
-        work(self.g.recv(src, ptr, nbytes))
+        // SAFETY: mooncake.pg passes a contiguous tensor of `nbytes` bytes
+        // that the Work keeps alive until the receive completes.
+        work(unsafe { self.g.recv(src, ptr, nbytes) })
     }
 
     /// Closes the group (idempotent).
@@ -263,35 +274,47 @@ impl PgGroup {
 /// on a malformed rule (then nothing is added).
 #[pyfunction]
 fn pg_inject_fault(rules: &str) -> PyResult<()> {
-    fault::inject(rules).map_err(PyValueError::new_err)
+    inject_faults(rules).map_err(py_err)
 }
 
 /// Removes every fault-injection rule.
 #[pyfunction]
 fn pg_clear_faults() {
-    fault::clear()
+    clear_faults()
 }
 
 /// `(rule, times fired)` for every fault-injection rule.
 #[pyfunction]
 fn pg_fault_stats() -> Vec<(String, u64)> {
-    fault::stats()
+    fault_stats()
 }
 
 /// Process-wide collective silence timeout T in µs (0: the environment's).
 #[pyfunction]
 fn pg_set_collective_timeout_us(us: u64) {
-    config::set_collective_timeout_us(us)
+    set_collective_timeout_us(us)
 }
 
 /// Process-wide P2P silence timeout T in µs (0: the environment's).
 #[pyfunction]
 fn pg_set_p2p_timeout_us(us: u64) {
-    config::set_p2p_timeout_us(us)
+    set_p2p_timeout_us(us)
+}
+
+/// `(torch dtype name, code)` for every dtype code (`"raw"`: moved, never reduced).
+#[pyfunction]
+fn pg_dtype_codes() -> Vec<(&'static str, u32)> {
+    DType::table()
+}
+
+/// `(torch.distributed.ReduceOp name, code)` for every reduce-op code.
+#[pyfunction]
+fn pg_reduce_op_codes() -> Vec<(&'static str, u32)> {
+    ReduceOp::table()
 }
 
 /// Adds the PG classes and functions to the extension module.
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PgGroup>()?;
     m.add_class::<PgWork>()?;
     m.add_function(wrap_pyfunction!(pg_inject_fault, m)?)?;
@@ -299,5 +322,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pg_fault_stats, m)?)?;
     m.add_function(wrap_pyfunction!(pg_set_collective_timeout_us, m)?)?;
     m.add_function(wrap_pyfunction!(pg_set_p2p_timeout_us, m)?)?;
+    m.add_function(wrap_pyfunction!(pg_dtype_codes, m)?)?;
+    m.add_function(wrap_pyfunction!(pg_reduce_op_codes, m)?)?;
     Ok(())
 }
