@@ -28,7 +28,8 @@ def P(*axes):
 
 
 def test_failed_shard_revokes_its_manifest(master_factory, store_factory, logs):
-    m = master_factory()
+    # no eviction: a failed allocation would otherwise evict what this test checks
+    m = master_factory(eviction_ratio=0)
     s = store_factory(m, global_segment_size=1 * MiB, local_buffer_size=1 * MiB)
     big = torch.zeros(2 * MiB // 4)
     assert s.put_tensor_with_parallelism("big", big, P(TP(0, 2, 0))) == -200
