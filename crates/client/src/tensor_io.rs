@@ -33,6 +33,95 @@ use std::time::{Duration, Instant};
 
 /// Total bytes of one local copy above which it is split over two threads.
 const PAR_LOCAL_READ: u64 = 8 << 20;
+/// Fresh result allocations at least this large are advised to use
+/// transparent huge pages before they are filled.
+const HUGE_ADVICE_MIN: u64 = 4 << 20;
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Ask the kernel to back the 2 MiB-aligned interior of a fresh result
+/// allocation with transparent huge pages (`MADV_HUGEPAGE`): filling a
+/// never-touched tensor then costs one page fault per 2 MiB instead of one
+/// per 4 KiB, which dominates copies into new memory. Advice only: the
+/// contents and ownership of the memory are unchanged, and failures (THP
+/// disabled, not anonymous memory) are ignored.
+fn advise_huge_pages(ptr: usize, len: u64) {
+    if len < HUGE_ADVICE_MIN {
+        return;
+    }
+    let start = ptr.next_multiple_of(HUGE_PAGE);
+    let end = (ptr + len as usize) / HUGE_PAGE * HUGE_PAGE;
+    if end > start {
+        // SAFETY: madvise with MADV_HUGEPAGE only changes how the kernel backs
+        // pages of this range, which lies inside the caller's allocation; it
+        // never alters or frees their contents.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        }
+    }
+}
+
+/// Largest piece one thread copies in one go when a local transfer is split
+/// (below the transfer engine's own two-thread split, so threads do not nest).
+const LOCAL_PIECE: u64 = 4 << 20;
+
+/// Threads a large local or same-host copy is spread over.
+fn copy_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 4)
+}
+
+/// Cut `ops` (all against one segment) into `parts` runs of about equal
+/// bytes, every op cut into pieces of at most [`LOCAL_PIECE`] bytes, so that
+/// each part can be copied by its own thread.
+fn split_ops(ops: &[Op], parts: usize) -> Vec<Vec<Op>> {
+    let total: u64 = ops.iter().map(|o| o.len).sum();
+    let parts = parts.max(1) as u64;
+    let per = total.div_ceil(parts).max(1);
+    let mut out: Vec<Vec<Op>> = vec![Vec::new()];
+    let mut acc = 0u64;
+    for o in ops {
+        let mut o = *o;
+        while o.len > 0 {
+            let take = o.len.min(per - acc).min(LOCAL_PIECE);
+            if let Some(last) = out.last_mut() {
+                last.push(Op {
+                    seg_offset: o.seg_offset,
+                    local_ptr: o.local_ptr,
+                    len: take,
+                });
+            }
+            acc += take;
+            o.seg_offset += take;
+            o.local_ptr += take as usize;
+            o.len -= take;
+            if acc >= per {
+                out.push(Vec::new());
+                acc = 0;
+            }
+        }
+    }
+    out.retain(|p| !p.is_empty());
+    out
+}
+
+/// Run `f` on every task, on one thread per task when there are several.
+fn run_all<T: Sync, R: Send>(tasks: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    if tasks.len() <= 1 {
+        return tasks.iter().map(&f).collect();
+    }
+    std::thread::scope(|sc| {
+        let f = &f;
+        let hs: Vec<_> = tasks.iter().map(|t| sc.spawn(move || f(t))).collect();
+        hs.into_iter()
+            .map(|h| match h.join() {
+                Ok(r) => r,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    })
+}
 
 /// One tensor write: the source bytes at `ptr` (a tensor's `data_ptr()`, or
 /// the start of a `_from` buffer) laid out along `route`.
@@ -216,23 +305,27 @@ impl Client {
                 )
             }
         };
-        let status: Vec<Written> = objs
-            .iter()
-            .zip(started)
-            .map(|(o, s)| match s {
+        let mut status: Vec<Written> = Vec::with_capacity(objs.len());
+        let mut jobs: Vec<(usize, Vec<ReplicaLoc>)> = Vec::new();
+        for (j, s) in started.into_iter().enumerate() {
+            status.push(match s {
                 PutStartItem::AlreadyExists => Written::Existing,
                 PutStartItem::Err(e) => Written::Failed(e, false),
-                // SAFETY: the pieces point into the caller's buffers (vouched
-                // for by the caller) and into `plans`, alive until we return.
-                PutStartItem::Write(locs) => match unsafe { self.write_replicas(&locs, &o.pieces) } {
-                    Ok(()) => Written::Ok,
-                    Err(e) => {
-                        tracing::warn!(key = %o.key, error = %e, "tensor object write failed; revoking");
-                        Written::Failed(ErrorCode::TransferFail, true)
-                    }
-                },
-            })
-            .collect();
+                PutStartItem::Write(locs) => {
+                    jobs.push((j, locs));
+                    Written::Ok
+                }
+            });
+        }
+        // SAFETY: the pieces point into the caller's buffers (vouched for by
+        // the caller) and into `plans`, alive until we return.
+        let written = unsafe { self.write_objects(&objs, &jobs) };
+        for ((j, _), r) in jobs.iter().zip(written) {
+            if let Err(e) = r {
+                tracing::warn!(key = %objs[*j].key, error = %e, "tensor object write failed; revoking");
+                status[*j] = Written::Failed(ErrorCode::TransferFail, true);
+            }
+        }
         // A manifest commits when some item using it has all its shards written.
         let shards_ok: Vec<bool> = item_objs
             .iter()
@@ -296,6 +389,86 @@ impl Client {
                     e,
                     format!("writing {:?} failed", objs[j].key),
                 ));
+            }
+        }
+        out
+    }
+}
+
+impl Client {
+    /// Write started objects into their replicas: ops grouped per owner
+    /// segment (one request per TCP owner), owners in parallel, big local or
+    /// same-host groups spread over several threads. Returns per job `Ok` or
+    /// the first error of any of its replicas.
+    ///
+    /// # Safety
+    /// Every piece of every job's object must be readable for the duration of the call.
+    unsafe fn write_objects(
+        &self,
+        objs: &[WriteObj],
+        jobs: &[(usize, Vec<ReplicaLoc>)],
+    ) -> Vec<Result<(), ErrorCode>> {
+        let mut out: Vec<Result<(), ErrorCode>> = vec![Ok(()); jobs.len()];
+        struct Group<'a> {
+            rep: &'a ReplicaLoc,
+            ops: Vec<Op>,
+            jobs: Vec<usize>,
+        }
+        let mut groups: Vec<Group> = Vec::new();
+        let mut by_seg: HashMap<&str, usize> = HashMap::new();
+        for (ji, (j, locs)) in jobs.iter().enumerate() {
+            if locs.is_empty() {
+                out[ji] = Err(ErrorCode::InvalidReplica);
+                continue;
+            }
+            for l in locs {
+                let g = *by_seg.entry(l.segment_uuid.as_str()).or_insert_with(|| {
+                    groups.push(Group {
+                        rep: l,
+                        ops: Vec::new(),
+                        jobs: Vec::new(),
+                    });
+                    groups.len() - 1
+                });
+                let mut at = l.offset;
+                for &(ptr, n) in objs[*j].pieces.iter().filter(|p| p.1 > 0) {
+                    groups[g].ops.push(Op {
+                        seg_offset: at,
+                        local_ptr: ptr,
+                        len: n,
+                    });
+                    at += n;
+                }
+                groups[g].jobs.push(ji);
+            }
+        }
+        let mut tasks: Vec<(usize, Vec<Op>)> = Vec::new();
+        for (gi, g) in groups.iter().enumerate() {
+            let bytes: u64 = g.ops.iter().map(|o| o.len).sum();
+            let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
+            if local && bytes >= PAR_LOCAL_READ {
+                tasks.extend(
+                    split_ops(&g.ops, copy_threads())
+                        .into_iter()
+                        .map(|p| (gi, p)),
+                );
+            } else {
+                tasks.push((gi, g.ops.clone()));
+            }
+        }
+        let results = run_all(&tasks, |(gi, part)| -> Result<(), ErrorCode> {
+            let g = &groups[*gi];
+            // SAFETY: sources vouched for by our caller; the master allocated
+            // the destination ranges for these objects.
+            let path = unsafe { self.engine.write(&seg_ref(g.rep), part) }?;
+            self.count_write(path, part.iter().map(|o| o.len).sum());
+            Ok(())
+        });
+        for ((gi, _), r) in tasks.iter().zip(results) {
+            if let Err(e) = r {
+                for &ji in &groups[*gi].jobs {
+                    out[ji] = Err(e);
+                }
             }
         }
         out
@@ -519,45 +692,29 @@ impl Client {
             });
             groups[g].idx.push(i);
         }
-        // Split big local/same-host groups made of many ops in two, so the
-        // memcpy of many small runs also uses two threads.
-        let mut tasks: Vec<(usize, &[Op])> = Vec::new();
+        // Spread big local/same-host groups over several threads; a TCP group
+        // is one request (the engine splits it over parallel connections).
+        let mut tasks: Vec<(usize, Vec<Op>)> = Vec::new();
         for (gi, g) in groups.iter().enumerate() {
             let bytes: u64 = g.ops.iter().map(|o| o.len).sum();
             let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
-            if local && bytes >= PAR_LOCAL_READ && g.ops.len() >= 2 {
-                let mut acc = 0u64;
-                let cut = g
-                    .ops
-                    .iter()
-                    .position(|o| {
-                        acc += o.len;
-                        acc >= bytes / 2
-                    })
-                    .map_or(g.ops.len() / 2, |p| (p + 1).min(g.ops.len() - 1));
-                tasks.push((gi, &g.ops[..cut]));
-                tasks.push((gi, &g.ops[cut..]));
+            if local && bytes >= PAR_LOCAL_READ {
+                tasks.extend(
+                    split_ops(&g.ops, copy_threads())
+                        .into_iter()
+                        .map(|p| (gi, p)),
+                );
             } else {
-                tasks.push((gi, &g.ops[..]));
+                tasks.push((gi, g.ops.clone()));
             }
         }
-        let run = |(gi, part): &(usize, &[Op])| -> Result<(), ErrorCode> {
+        let results = run_all(&tasks, |(gi, part)| -> Result<(), ErrorCode> {
             let g = &groups[*gi];
             // SAFETY: destinations vouched for by our caller.
             let path = unsafe { self.engine.read(&seg_ref(g.rep), part) }?;
             self.count_read(path, part.iter().map(|o| o.len).sum());
             Ok(())
-        };
-        let results: Vec<Result<(), ErrorCode>> = if tasks.len() <= 1 {
-            tasks.iter().map(run).collect()
-        } else {
-            std::thread::scope(|sc| {
-                let hs: Vec<_> = tasks.iter().map(|t| sc.spawn(move || run(t))).collect();
-                hs.into_iter()
-                    .map(|h| h.join().unwrap_or(Err(ErrorCode::InternalError)))
-                    .collect()
-            })
-        };
+        });
         let mut failed_groups = vec![false; groups.len()];
         for ((gi, _), r) in tasks.iter().zip(results) {
             if let Err(e) = r {
@@ -640,6 +797,7 @@ impl TensorReads<'_> {
                 (Err(e), _) => out.push(Err(e.clone())),
                 (Ok(_), None) => out.push(Err(TensorError::invalid("no destination"))),
                 (Ok(plan), Some(TensorDest::Payload(p))) => {
+                    advise_huge_pages(p, plan.output.nbytes);
                     out.push(Ok(plan.output.clone()));
                     live.push((i, p));
                 }

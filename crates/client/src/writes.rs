@@ -34,11 +34,7 @@ impl Client {
     }
 
     /// Write one value into every replica.
-    pub(crate) unsafe fn write_replicas(
-        &self,
-        locs: &[ReplicaLoc],
-        pieces: &Pieces,
-    ) -> Result<(), ErrorCode> {
+    unsafe fn write_replicas(&self, locs: &[ReplicaLoc], pieces: &Pieces) -> Result<(), ErrorCode> {
         if locs.is_empty() {
             return Err(ErrorCode::InvalidReplica);
         }
