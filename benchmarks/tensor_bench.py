@@ -184,15 +184,27 @@ class Side:
         cleanup: Callable[[int], Any],
         nbytes: int,
     ) -> None:
-        """Time ``fn(i)`` (must return 0) per repeat; ``cleanup(i)`` runs untimed."""
+        """Median seconds of ``fn(i)`` (must return 0); each pass writes enough
+        distinct keys to last about ``MIN_PASS_SECS`` (at most 512 MiB), then
+        ``cleanup`` removes them untimed."""
+        t0 = time.perf_counter()
+        rc = fn(-1)
+        once = max(time.perf_counter() - t0, 1e-6)
+        cleanup(-1)
+        if rc != 0:
+            self.row(scenario, op, size, f"rc {rc}")
+            return
+        per_pass = max(1, min(int(MIN_PASS_SECS / once), (512 * MiB) // nbytes, 200))
         times = []
-        for i in range(self.repeats):
+        for p in range(self.repeats):
+            ids = range(p * per_pass, (p + 1) * per_pass)
             t0 = time.perf_counter()
-            rc = fn(i)
-            times.append(time.perf_counter() - t0)
-            cleanup(i)
-            if rc != 0:
-                self.row(scenario, op, size, f"rc {rc}")
+            rcs = [fn(i) for i in ids]
+            times.append((time.perf_counter() - t0) / per_pass)
+            for i in ids:
+                cleanup(i)
+            if any(rcs):
+                self.row(scenario, op, size, f"rc {next(r for r in rcs if r)}")
                 return
         self.row(scenario, op, size, nbytes / statistics.median(times) / 1e9)
 
