@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -198,4 +199,47 @@ def test_reads_from_another_process(master_factory, store_factory, monkeypatch, 
             r = i % 4
             assert torch.equal(g, full[r * rows // 4 : (r + 1) * rows // 4])
     finally:
+        _stop(writer)
+
+
+def test_gil_released_while_a_read_waits_and_leases_are_refreshed(
+    master_factory, store_factory, monkeypatch
+):
+    """A tensor read blocked on a stopped TCP owner leaves the GIL to other
+    threads; once the owner resumes, the expired probe lease is refreshed
+    (a third master RPC) and the read returns the right tensor."""
+    import os
+    import signal
+    import threading
+
+    m = master_factory(default_kv_lease_ttl=300)
+    rows, cols, tp = 64, 256, 4
+    writer = _writer(m, "S", rows, cols, tp)
+    try:
+        monkeypatch.setenv("MC_FORCE_TCP", "1")
+        reader = store_factory(m, global_segment_size=0)
+        full = torch.arange(rows * cols, dtype=torch.float32).reshape(rows, cols)
+        os.kill(writer.pid, signal.SIGSTOP)
+        result: list = []
+        before = rpcs(reader)
+        t = threading.Thread(
+            target=lambda: result.append(
+                reader.get_tensor_with_parallelism("S", ReadTarget(mode="full"))
+            )
+        )
+        t.start()
+        ticks = 0
+        deadline = time.monotonic() + 1.0  # longer than the 300 ms lease
+        while time.monotonic() < deadline:
+            ticks += 1
+        assert t.is_alive(), "the read cannot finish while its owner is stopped"
+        assert ticks > 0
+        os.kill(writer.pid, signal.SIGCONT)
+        t.join(timeout=60)
+        assert not t.is_alive()
+        assert result and torch.equal(result[0], full)
+        # probe lookup, member lookup, lease refresh
+        assert rpcs(reader) - before == 3
+    finally:
+        os.kill(writer.pid, signal.SIGCONT)
         _stop(writer)
