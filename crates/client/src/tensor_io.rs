@@ -66,10 +66,17 @@ const LOCAL_PIECE: u64 = 4 << 20;
 
 /// Threads a large local or same-host copy is spread over.
 fn copy_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 4)
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        std::env::var("MC_TENSOR_COPY_THREADS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(cores)
+            .clamp(1, 4)
+    })
 }
 
 /// Cut `ops` (all against one segment) into `parts` runs of about equal
