@@ -329,3 +329,28 @@ def test_closed_store_returns_errors(store_factory, key, logs):
     assert s.batch_get_tensor([key("a"), key("b")]) == [None, None]
     assert s.get_tensor_with_parallelism(key("a")) is None
     assert s.put_tensor_with_tp(key("a"), t) == -600
+
+
+def test_without_torch_the_extension_imports_and_tensor_methods_raise():
+    """The extension does not link libtorch; torch is imported on first use."""
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None\n"
+        "from mooncake.store import MooncakeDistributedStore\n"
+        "s = MooncakeDistributedStore()\n"
+        "for call in (lambda: s.get_tensor('k'), lambda: s.put_tensor('k', 1),\n"
+        "             lambda: s.batch_get_tensor(['k'])):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except ImportError:\n"
+        "        print('ImportError')\n"
+        "print('torch' in sys.modules and sys.modules['torch'] is not None)\n"
+    )
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["ImportError", "ImportError", "ImportError", "False"]

@@ -180,6 +180,8 @@ impl MooncakeDistributedStore {
     ) -> PyResult<Vec<i32>> {
         let batch = call.batch.is_some();
         let method = call.method;
+        // Tensor methods need torch even when they fail early (spec §0: ImportError).
+        torch::torch(py)?;
         if items.is_empty() {
             return Ok(Vec::new());
         }
@@ -270,6 +272,7 @@ impl MooncakeDistributedStore {
         batch: bool,
     ) -> PyResult<Vec<Option<Bound<'py, PyAny>>>> {
         let n = reqs.len();
+        torch::torch(py)?;
         let Some(client) = self.current() else {
             log_all(
                 py,
