@@ -288,6 +288,7 @@ impl MooncakeDistributedStore {
         }
         let reads = py.allow_threads(|| client.plan_tensor_reads(reqs));
         let mut dests: Vec<Option<TensorDest>> = Vec::with_capacity(n);
+        let mut alloc_errs: Vec<(usize, TensorError)> = Vec::new();
         let mut fresh: Vec<Option<Bound<'py, PyAny>>> = Vec::with_capacity(n);
         for i in 0..n {
             match (reads.output(i), &into) {
@@ -301,10 +302,23 @@ impl MooncakeDistributedStore {
                     fresh.push(None);
                 }
                 (Ok(out), None) => {
-                    let t = torch::empty(py, out.dtype, &out.shape)?;
-                    let ptr = torch::data_ptr(&t)?;
-                    dests.push(Some(TensorDest::Payload(ptr)));
-                    fresh.push(Some(t));
+                    // A result that cannot be allocated fails its item, not the call.
+                    match torch::empty(py, out.dtype, &out.shape)
+                        .and_then(|t| torch::data_ptr(&t).map(|p| (t, p)))
+                    {
+                        Ok((t, ptr)) => {
+                            dests.push(Some(TensorDest::Payload(ptr)));
+                            fresh.push(Some(t));
+                        }
+                        Err(e) => {
+                            alloc_errs.push((
+                                i,
+                                TensorError::invalid(format!("cannot allocate the result: {e}")),
+                            ));
+                            dests.push(None);
+                            fresh.push(None);
+                        }
+                    }
                 }
             }
         }
@@ -314,7 +328,10 @@ impl MooncakeDistributedStore {
         let results = py.allow_threads(|| unsafe { reads.execute(&dests) });
         let mut errs = Vec::new();
         let mut out = Vec::with_capacity(n);
-        for (i, (r, t)) in results.into_iter().zip(fresh).enumerate() {
+        for (i, (mut r, t)) in results.into_iter().zip(fresh).enumerate() {
+            if let Some((_, e)) = alloc_errs.iter().find(|(j, _)| *j == i) {
+                r = Err(e.clone());
+            }
             match r {
                 Err(e) => {
                     errs.push((i, e));
