@@ -167,7 +167,7 @@ def _stop(p) -> None:
 @pytest.mark.parametrize("same_host", ["auto", "off"])
 def test_reads_from_another_process(master_factory, store_factory, monkeypatch, same_host):
     m = master_factory(default_kv_lease_ttl=5000)
-    rows, cols, tp = 256, 1024, 4
+    rows, cols, tp = 4096, 1024, 4  # 16 MiB: large copies are split over threads
     writer = _writer(m, "W", rows, cols, tp)
     try:
         monkeypatch.setenv("MC_STORE_SAME_HOST", same_host)

@@ -543,3 +543,18 @@ def test_read_target_duck_typing(tstore, tp_a, full, logs):
     assert torch.equal(tstore.get_tensor_with_parallelism(k, target), full[2:4])
     assert tstore.put_tensor_with_parallelism(k, full, 5) == -600
     logs.expect("put_tensor_with_parallelism", "must provide axes")
+
+
+def test_large_sets_split_over_threads(tstore, key):
+    """16 MiB tensors (copies big enough to be spread over threads), split along
+    dim 1 into strided runs, written, rebuilt and re-sharded exactly."""
+    big = torch.arange(2048 * 2048, dtype=torch.float32).reshape(2048, 2048)
+    k = key("L")
+    assert tstore.put_tensor_with_tp(k, big, 0, 4, 1) == 0
+    assert torch.equal(tstore.get_tensor_with_parallelism(k, ReadTarget(mode="full")), big)
+    assert torch.equal(tstore.get_tensor_with_tp(k, 2, 8, 1), big[:, 512:768])
+    k2 = key("L2")
+    assert tstore.put_tensor(k2, big) == 0
+    assert torch.equal(tstore.get_tensor(k2), big)
+    got = tstore.get_tensor_with_parallelism(k2, shard(TP(1, 2, 1)))
+    assert torch.equal(got, big[:, 1024:])
