@@ -16,7 +16,7 @@ use std::time::Duration;
 const RPC_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connection pool to one master address.
-pub struct MasterConn {
+pub(crate) struct MasterConn {
     addr: String,
     connect_timeout: Duration,
     idle: Mutex<Vec<TcpStream>>,
@@ -24,7 +24,7 @@ pub struct MasterConn {
 
 impl MasterConn {
     /// A pool for `addr` (`host:port`); nothing is connected yet.
-    pub fn new(addr: &str, connect_timeout: Duration) -> Self {
+    pub(crate) fn new(addr: &str, connect_timeout: Duration) -> Self {
         MasterConn {
             addr: addr.to_string(),
             connect_timeout,
@@ -39,7 +39,7 @@ impl MasterConn {
     }
 
     /// Open a new connection (handshake included).
-    pub fn connect(&self) -> io::Result<TcpStream> {
+    pub(crate) fn connect(&self) -> io::Result<TcpStream> {
         let addr = self.resolve()?;
         let mut s = TcpStream::connect_timeout(&addr, self.connect_timeout)?;
         s.set_nodelay(true)?;
@@ -50,7 +50,7 @@ impl MasterConn {
     }
 
     /// Try to connect until `deadline`, retrying refused connections.
-    pub fn connect_with_retry(&self, total: Duration) -> io::Result<TcpStream> {
+    pub(crate) fn connect_with_retry(&self, total: Duration) -> io::Result<TcpStream> {
         let start = std::time::Instant::now();
         loop {
             match self.connect() {
@@ -66,7 +66,7 @@ impl MasterConn {
     }
 
     /// Put a connection into the pool.
-    pub fn give(&self, s: TcpStream) {
+    pub(crate) fn give(&self, s: TcpStream) {
         let mut g = self.idle.lock();
         if g.len() < 16 {
             g.push(s);
@@ -76,7 +76,7 @@ impl MasterConn {
     /// One request/response on a given stream: the request goes out in one
     /// `write`, and a small response comes back in one `read`, polled briefly
     /// before blocking (see [`spin_read::spin_budget`]).
-    pub fn call_on(s: &mut TcpStream, req: &MasterRequest) -> io::Result<MasterResponse> {
+    pub(crate) fn call_on(s: &mut TcpStream, req: &MasterRequest) -> io::Result<MasterResponse> {
         let mut buf = framing::encode_frame(req)?;
         s.write_all(&buf)?;
         // Strict request/response: nothing follows this response, so a
@@ -114,7 +114,7 @@ impl MasterConn {
     }
 
     /// Send a request; transport errors become RPC_FAIL.
-    pub fn call(&self, req: &MasterRequest) -> Result<MasterResponse, ErrorCode> {
+    pub(crate) fn call(&self, req: &MasterRequest) -> Result<MasterResponse, ErrorCode> {
         let pooled = self.idle.lock().pop();
         let mut s = match pooled {
             Some(s) => s,

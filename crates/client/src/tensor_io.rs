@@ -18,21 +18,19 @@
 //! `mooncake-tensor` or here.
 
 use crate::client::Client;
-use crate::writes::{seg_ref, Pieces};
-use mooncake_common::proto::{
-    MasterRequest, MasterResponse, ObjectInfo, PutStartItem, ReplicaLoc, WriteConfig,
-};
+use crate::config::{ReplicateConfig, WriteKind};
+use crate::error::{Error, Result};
+use crate::ranges::RangeOp;
+use crate::writes::Pieces;
+use mooncake_common::proto::{MasterRequest, MasterResponse, ObjectInfo, PutStartItem, ReplicaLoc};
 use mooncake_common::ErrorCode;
 use mooncake_tensor::{
     plan_write, resolve, Observations, Observed, ReadOutput, ReadPlan, ReadRequest, Step,
-    TensorError, TensorResult, WritePlan, WriteRoute, WriteSource, HEADER_SIZE, PROBE_PREFIX,
+    TensorError, WritePlan, WriteRoute, WriteSource, HEADER_SIZE, PROBE_PREFIX,
 };
-use mooncake_transfer::{Op, Path};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// Total bytes of one local copy above which it is split over two threads.
-const PAR_LOCAL_READ: u64 = 8 << 20;
 /// Fresh result allocations at least this large are advised to use
 /// transparent huge pages before they are filled.
 const HUGE_ADVICE_MIN: u64 = 4 << 20;
@@ -60,74 +58,11 @@ fn advise_huge_pages(ptr: usize, len: u64) {
     }
 }
 
-/// Largest piece one thread copies in one go when a local transfer is split
-/// (below the transfer engine's own two-thread split, so threads do not nest).
-const LOCAL_PIECE: u64 = 4 << 20;
-
-/// Threads a large local or same-host copy is spread over.
-fn copy_threads() -> usize {
-    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *N.get_or_init(|| {
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
-        std::env::var("MC_TENSOR_COPY_THREADS")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .unwrap_or(cores)
-            .clamp(1, 4)
-    })
-}
-
-/// Cut `ops` (all against one segment) into `parts` runs of about equal
-/// bytes, every op cut into pieces of at most [`LOCAL_PIECE`] bytes, so that
-/// each part can be copied by its own thread.
-fn split_ops(ops: &[Op], parts: usize) -> Vec<Vec<Op>> {
-    let total: u64 = ops.iter().map(|o| o.len).sum();
-    let parts = parts.max(1) as u64;
-    let per = total.div_ceil(parts).max(1);
-    let mut out: Vec<Vec<Op>> = vec![Vec::new()];
-    let mut acc = 0u64;
-    for o in ops {
-        let mut o = *o;
-        while o.len > 0 {
-            let take = o.len.min(per - acc).min(LOCAL_PIECE);
-            if let Some(last) = out.last_mut() {
-                last.push(Op {
-                    seg_offset: o.seg_offset,
-                    local_ptr: o.local_ptr,
-                    len: take,
-                });
-            }
-            acc += take;
-            o.seg_offset += take;
-            o.local_ptr += take as usize;
-            o.len -= take;
-            if acc >= per {
-                out.push(Vec::new());
-                acc = 0;
-            }
-        }
+impl From<TensorError> for Error {
+    /// A tensor rule's failure keeps its code and reason.
+    fn from(e: TensorError) -> Self {
+        Error::new(e.code, e.reason)
     }
-    out.retain(|p| !p.is_empty());
-    out
-}
-
-/// Run `f` on every task, on one thread per task when there are several.
-fn run_all<T: Sync, R: Send>(tasks: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    if tasks.len() <= 1 {
-        return tasks.iter().map(&f).collect();
-    }
-    std::thread::scope(|sc| {
-        let f = &f;
-        let hs: Vec<_> = tasks.iter().map(|t| sc.spawn(move || f(t))).collect();
-        hs.into_iter()
-            .map(|h| match h.join() {
-                Ok(r) => r,
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-            .collect()
-    })
 }
 
 /// One tensor write: the source bytes at `ptr` (a tensor's `data_ptr()`, or
@@ -165,21 +100,22 @@ pub enum TensorDest {
 ///
 /// # Safety
 /// When `ptr` is non-zero, `ptr..ptr+min(size, 304)` must be readable.
-pub unsafe fn object_source(ptr: usize, size: u64) -> TensorResult<WriteSource> {
+pub unsafe fn object_source(ptr: usize, size: u64) -> Result<WriteSource> {
     if ptr == 0 {
-        return Err(TensorError::invalid("buffer_ptr is null"));
+        return Err(Error::invalid("buffer_ptr is null"));
     }
     let n = usize::try_from(size.min(HEADER_SIZE as u64)).unwrap_or(HEADER_SIZE);
     // SAFETY: the caller vouches for the first min(size, 304) bytes.
     let prefix = unsafe { std::slice::from_raw_parts(ptr as *const u8, n) };
-    WriteSource::from_object(prefix, size).map(|(src, _)| src)
+    Ok(WriteSource::from_object(prefix, size).map(|(src, _)| src)?)
 }
 
-/// Spec §5 pub check: a non-empty `preferred_segments` must name one segment per replica.
-pub fn check_pub_config(cfg: &WriteConfig) -> TensorResult<()> {
-    let n = cfg.preferred_segments.len();
-    if n != 0 && n != cfg.replica_num as usize {
-        return Err(TensorError::invalid(format!(
+/// Spec §5 pub check: a non-empty `preferred_segments` must name one
+/// segment per replica (`pub_tensor*`, and the FULL route of the unified writes).
+pub fn check_pub_config(cfg: &ReplicateConfig) -> Result<()> {
+    let n = cfg.preferred_segments.len() as u64;
+    if n != 0 && n != cfg.replica_num {
+        return Err(Error::invalid(format!(
             "preferred_segments names {n} segments but replica_num is {}",
             cfg.replica_num
         )));
@@ -189,15 +125,15 @@ pub fn check_pub_config(cfg: &WriteConfig) -> TensorResult<()> {
 
 /// Argument rule of `batch_get_tensor_into` (spec §5, an upstream quirk kept):
 /// list lengths differ or a pointer is null -> every item fails with -600.
-pub fn check_into_lists(keys: usize, ptrs: &[usize], sizes: usize) -> TensorResult<()> {
+pub fn check_into_lists(keys: usize, ptrs: &[usize], sizes: usize) -> Result<()> {
     if keys != ptrs.len() || keys != sizes {
-        return Err(TensorError::invalid(format!(
+        return Err(Error::invalid(format!(
             "keys ({keys}), buffer_ptrs ({}) and sizes ({sizes}) differ in length",
             ptrs.len()
         )));
     }
     if ptrs.contains(&0) {
-        return Err(TensorError::invalid("a buffer_ptr is null"));
+        return Err(Error::invalid("a buffer_ptr is null"));
     }
     Ok(())
 }
@@ -234,16 +170,26 @@ impl Client {
     /// for the duration of the call.
     pub unsafe fn write_tensors(
         &self,
-        items: Vec<TensorResult<TensorWrite>>,
-        cfg: &WriteConfig,
+        items: Vec<Result<TensorWrite>>,
+        cfg: &ReplicateConfig,
         upsert: bool,
-    ) -> Vec<TensorResult<()>> {
+        pub_always: bool,
+    ) -> Result<Vec<Result<()>>> {
         let n = items.len();
-        let mut out: Vec<TensorResult<()>> = vec![Ok(()); n];
+        let mut wcfg = cfg.write_config(WriteKind::Tensor, n)?;
+        let pub_check = check_pub_config(cfg);
+        let mut out: Vec<Result<()>> = vec![Ok(()); n];
         // Plans own the header/manifest bytes the pieces point into; keep them alive.
         let mut plans: Vec<Option<(WritePlan, usize)>> = Vec::with_capacity(n);
         for (i, it) in items.into_iter().enumerate() {
-            match it.and_then(|w| plan_write(&w.key, &w.source, &w.route).map(|p| (p, w.ptr))) {
+            let planned = it.and_then(|w| {
+                let full = matches!(w.route, WriteRoute::Full | WriteRoute::Verbatim { .. });
+                if pub_always || full {
+                    pub_check.clone()?;
+                }
+                Ok((plan_write(&w.key, &w.source, &w.route)?, w.ptr))
+            });
+            match planned {
                 Ok(x) => plans.push(Some(x)),
                 Err(e) => {
                     out[i] = Err(e);
@@ -277,7 +223,7 @@ impl Client {
             }
         }
         if objs.is_empty() {
-            return out;
+            return Ok(out);
         }
         if upsert {
             self.bump_mutations();
@@ -287,10 +233,9 @@ impl Client {
             .iter()
             .map(|o| o.pieces.iter().map(|p| p.1).sum())
             .collect();
-        let mut wcfg = cfg.clone();
         wcfg.writer_host_id = self.engine.host_id().to_string();
-        if wcfg.writer_segment.as_deref() == Some("") {
-            // prefer_alloc_in_same_node: this client's own segment first.
+        if cfg.prefer_alloc_in_same_node {
+            // A placement hint for tensor writes: this client's own segment first.
             wcfg.writer_segment = Some(self.desc.name.clone());
         }
         let started = match self.rpc(MasterRequest::PutStart {
@@ -301,15 +246,15 @@ impl Client {
         }) {
             Ok(MasterResponse::PutStart(v)) if v.len() == keys.len() => v,
             Ok(MasterResponse::Err(e)) | Err(e) => {
-                return fail_planned(out, &item_objs, e, "PutStart failed");
-            }
-            Ok(_) => {
-                return fail_planned(
+                return Ok(fail_planned(
                     out,
                     &item_objs,
-                    ErrorCode::InternalError,
-                    "unexpected PutStart answer",
-                )
+                    Error::from(e).context("PutStart"),
+                ));
+            }
+            Ok(_) => {
+                let e = Error::internal("unexpected PutStart answer");
+                return Ok(fail_planned(out, &item_objs, e));
             }
         };
         let mut status: Vec<Written> = Vec::with_capacity(objs.len());
@@ -324,9 +269,13 @@ impl Client {
                 }
             });
         }
+        let located: Vec<(&Pieces, &[ReplicaLoc])> = jobs
+            .iter()
+            .map(|(j, locs)| (&objs[*j].pieces, locs.as_slice()))
+            .collect();
         // SAFETY: the pieces point into the caller's buffers (vouched for by
         // the caller) and into `plans`, alive until we return.
-        let written = unsafe { self.write_objects(&objs, &jobs) };
+        let written = unsafe { self.write_located(&located) };
         for ((j, _), r) in jobs.iter().zip(written) {
             if let Err(e) = r {
                 tracing::warn!(key = %objs[*j].key, error = %e, "tensor object write failed; revoking");
@@ -392,105 +341,17 @@ impl Client {
                     _ => None,
                 });
             if let Some((j, e)) = first_bad {
-                out[i] = Err(TensorError::store(
-                    e,
-                    format!("writing {:?} failed", objs[j].key),
-                ));
+                out[i] = Err(Error::new(e, format!("writing {:?} failed", objs[j].key)));
             }
         }
-        out
+        Ok(out)
     }
 }
 
-impl Client {
-    /// Write started objects into their replicas: ops grouped per owner
-    /// segment (one request per TCP owner), owners in parallel, big local or
-    /// same-host groups spread over several threads. Returns per job `Ok` or
-    /// the first error of any of its replicas.
-    ///
-    /// # Safety
-    /// Every piece of every job's object must be readable for the duration of the call.
-    unsafe fn write_objects(
-        &self,
-        objs: &[WriteObj],
-        jobs: &[(usize, Vec<ReplicaLoc>)],
-    ) -> Vec<Result<(), ErrorCode>> {
-        let mut out: Vec<Result<(), ErrorCode>> = vec![Ok(()); jobs.len()];
-        struct Group<'a> {
-            rep: &'a ReplicaLoc,
-            ops: Vec<Op>,
-            jobs: Vec<usize>,
-        }
-        let mut groups: Vec<Group> = Vec::new();
-        let mut by_seg: HashMap<&str, usize> = HashMap::new();
-        for (ji, (j, locs)) in jobs.iter().enumerate() {
-            if locs.is_empty() {
-                out[ji] = Err(ErrorCode::InvalidReplica);
-                continue;
-            }
-            for l in locs {
-                let g = *by_seg.entry(l.segment_uuid.as_str()).or_insert_with(|| {
-                    groups.push(Group {
-                        rep: l,
-                        ops: Vec::new(),
-                        jobs: Vec::new(),
-                    });
-                    groups.len() - 1
-                });
-                let mut at = l.offset;
-                for &(ptr, n) in objs[*j].pieces.iter().filter(|p| p.1 > 0) {
-                    groups[g].ops.push(Op {
-                        seg_offset: at,
-                        local_ptr: ptr,
-                        len: n,
-                    });
-                    at += n;
-                }
-                groups[g].jobs.push(ji);
-            }
-        }
-        let mut tasks: Vec<(usize, Vec<Op>)> = Vec::new();
-        for (gi, g) in groups.iter().enumerate() {
-            let bytes: u64 = g.ops.iter().map(|o| o.len).sum();
-            let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
-            if local && bytes >= PAR_LOCAL_READ {
-                tasks.extend(
-                    split_ops(&g.ops, copy_threads())
-                        .into_iter()
-                        .map(|p| (gi, p)),
-                );
-            } else {
-                tasks.push((gi, g.ops.clone()));
-            }
-        }
-        let results = run_all(&tasks, |(gi, part)| -> Result<(), ErrorCode> {
-            let g = &groups[*gi];
-            // SAFETY: sources vouched for by our caller; the master allocated
-            // the destination ranges for these objects.
-            let path = unsafe { self.engine.write(&seg_ref(g.rep), part) }?;
-            self.count_write(path, part.iter().map(|o| o.len).sum());
-            Ok(())
-        });
-        for ((gi, _), r) in tasks.iter().zip(results) {
-            if let Err(e) = r {
-                for &ji in &groups[*gi].jobs {
-                    out[ji] = Err(e);
-                }
-            }
-        }
-        out
-    }
-}
-
-fn fail_planned(
-    mut out: Vec<TensorResult<()>>,
-    item_objs: &[Vec<usize>],
-    code: ErrorCode,
-    why: &str,
-) -> Vec<TensorResult<()>> {
+fn fail_planned(mut out: Vec<Result<()>>, item_objs: &[Vec<usize>], e: Error) -> Vec<Result<()>> {
     for (o, objs) in out.iter_mut().zip(item_objs) {
         if o.is_ok() && !objs.is_empty() {
-            *o = Err(TensorError::store(code, why));
+            *o = Err(e.clone());
         }
     }
     out
@@ -510,23 +371,13 @@ struct Located {
     lease: usize,
 }
 
-/// One ranged copy out of an object.
-#[derive(Clone, Copy)]
-struct RangeOp {
-    /// Index into the key table of the call.
-    key: usize,
-    src: u64,
-    dst: usize,
-    len: u64,
-}
-
 /// Planned reads of a batch, between probing and copying: the output
 /// description of every item (so the caller can allocate) and the replica
 /// locations found while probing. Dropping it without [`TensorReads::execute`]
 /// releases the read leases.
 pub struct TensorReads<'c> {
     client: &'c Client,
-    items: Vec<TensorResult<Box<ReadPlan>>>,
+    items: Vec<Result<Box<ReadPlan>>>,
     located: HashMap<String, Located>,
     leases: Vec<LeaseRec>,
 }
@@ -535,7 +386,7 @@ impl Client {
     /// Resolve a batch of reads: up to two probe rounds, each one
     /// GetReplicaList for the whole batch plus one data round reading the
     /// first 304 bytes of every candidate.
-    pub fn plan_tensor_reads(&self, reqs: Vec<TensorResult<ReadRequest>>) -> TensorReads<'_> {
+    pub fn plan_tensor_reads(&self, reqs: Vec<Result<ReadRequest>>) -> TensorReads<'_> {
         let mut reads = TensorReads {
             client: self,
             items: Vec::with_capacity(reqs.len()),
@@ -550,10 +401,9 @@ impl Client {
             .map(|(i, r)| match r {
                 Ok(r) => {
                     pending.push(i);
-                    reads.items.push(Err(TensorError::store(
-                        ErrorCode::InternalError,
-                        "not planned",
-                    )));
+                    reads
+                        .items
+                        .push(Err(Error::new(ErrorCode::InternalError, "not planned")));
                     Some(r)
                 }
                 Err(e) => {
@@ -577,7 +427,7 @@ impl Client {
                         still.push(i);
                     }
                     Step::Read(plan) => reads.items[i] = Ok(plan),
-                    Step::Fail(e) => reads.items[i] = Err(e),
+                    Step::Fail(e) => reads.items[i] = Err(e.into()),
                 }
             }
             pending = still;
@@ -586,7 +436,7 @@ impl Client {
             }
             if round == 2 {
                 for &i in &pending {
-                    reads.items[i] = Err(TensorError::store(
+                    reads.items[i] = Err(Error::new(
                         ErrorCode::InternalError,
                         "the read planner asked for a third probe round",
                     ));
@@ -642,7 +492,9 @@ impl Client {
         }
         for (i, (key, info)) in keys.iter().zip(lk.infos).enumerate() {
             let o = match (info, failed[i]) {
-                (Err(e), _) => Observed::Missing(TensorError::store(e, e.name())),
+                (Err(e), _) => {
+                    Observed::Missing(TensorError::store(e.code(), e.reason().to_string()))
+                }
                 (Ok(_), Some(e)) => {
                     Observed::Missing(TensorError::store(e, "reading the header failed"))
                 }
@@ -658,111 +510,6 @@ impl Client {
             obs.insert(key.clone(), o);
         }
     }
-
-    /// Read `ops` (ranges of the objects `infos[op.key]`): the first replica
-    /// of each object by path preference, ops batched per owner segment,
-    /// owners in parallel; a failed owner falls back to each object's other
-    /// replicas. Returns per op `None` or the error.
-    ///
-    /// # Safety
-    /// Every `op.dst..+len` must be writable for the duration of the call.
-    unsafe fn read_ranges(&self, infos: &[&ObjectInfo], ops: &[RangeOp]) -> Vec<Option<ErrorCode>> {
-        let mut errs: Vec<Option<ErrorCode>> = vec![None; ops.len()];
-        let chosen: Vec<Option<&ReplicaLoc>> = infos
-            .iter()
-            .map(|i| self.ordered(i).first().copied())
-            .collect();
-        struct Group<'a> {
-            rep: &'a ReplicaLoc,
-            ops: Vec<Op>,
-            idx: Vec<usize>,
-        }
-        let mut groups: Vec<Group> = Vec::new();
-        let mut by_seg: HashMap<&str, usize> = HashMap::new();
-        for (i, op) in ops.iter().enumerate() {
-            let Some(rep) = chosen[op.key] else {
-                errs[i] = Some(ErrorCode::InvalidReplica);
-                continue;
-            };
-            let g = *by_seg.entry(rep.segment_uuid.as_str()).or_insert_with(|| {
-                groups.push(Group {
-                    rep,
-                    ops: Vec::new(),
-                    idx: Vec::new(),
-                });
-                groups.len() - 1
-            });
-            groups[g].ops.push(Op {
-                seg_offset: rep.offset + op.src,
-                local_ptr: op.dst,
-                len: op.len,
-            });
-            groups[g].idx.push(i);
-        }
-        // Spread big local/same-host groups over several threads; a TCP group
-        // is one request (the engine splits it over parallel connections).
-        let mut tasks: Vec<(usize, Vec<Op>)> = Vec::new();
-        for (gi, g) in groups.iter().enumerate() {
-            let bytes: u64 = g.ops.iter().map(|o| o.len).sum();
-            let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
-            if local && bytes >= PAR_LOCAL_READ {
-                tasks.extend(
-                    split_ops(&g.ops, copy_threads())
-                        .into_iter()
-                        .map(|p| (gi, p)),
-                );
-            } else {
-                tasks.push((gi, g.ops.clone()));
-            }
-        }
-        let results = run_all(&tasks, |(gi, part)| -> Result<(), ErrorCode> {
-            let g = &groups[*gi];
-            // SAFETY: destinations vouched for by our caller.
-            let path = unsafe { self.engine.read(&seg_ref(g.rep), part) }?;
-            self.count_read(path, part.iter().map(|o| o.len).sum());
-            Ok(())
-        });
-        let mut failed_groups = vec![false; groups.len()];
-        for ((gi, _), r) in tasks.iter().zip(results) {
-            if let Err(e) = r {
-                tracing::info!(segment = %groups[*gi].rep.segment_name, error = %e, "tensor read failed; trying other replicas");
-                failed_groups[*gi] = true;
-            }
-        }
-        for (gi, g) in groups.iter().enumerate() {
-            if !failed_groups[gi] {
-                continue;
-            }
-            for &i in &g.idx {
-                let op = ops[i];
-                let mut last = ErrorCode::TransferFail;
-                let mut ok = false;
-                for r in self.ordered(infos[op.key]) {
-                    if r.segment_uuid == g.rep.segment_uuid {
-                        continue;
-                    }
-                    let one = [Op {
-                        seg_offset: r.offset + op.src,
-                        local_ptr: op.dst,
-                        len: op.len,
-                    }];
-                    // SAFETY: as above.
-                    match unsafe { self.engine.read(&seg_ref(r), &one) } {
-                        Ok(path) => {
-                            self.count_read(path, op.len);
-                            ok = true;
-                            break;
-                        }
-                        Err(e) => last = e,
-                    }
-                }
-                if !ok {
-                    errs[i] = Some(last);
-                }
-            }
-        }
-        errs
-    }
 }
 
 impl TensorReads<'_> {
@@ -777,11 +524,11 @@ impl TensorReads<'_> {
     }
 
     /// What item `i` will produce, or why it fails.
-    pub fn output(&self, i: usize) -> TensorResult<&ReadOutput> {
+    pub fn output(&self, i: usize) -> Result<&ReadOutput> {
         match self.items.get(i) {
             Some(Ok(plan)) => Ok(&plan.output),
             Some(Err(e)) => Err(e.clone()),
-            None => Err(TensorError::invalid("no such item")),
+            None => Err(Error::invalid("no such item")),
         }
     }
 
@@ -793,16 +540,16 @@ impl TensorReads<'_> {
     /// # Safety
     /// Every destination must be writable for the bytes it is used for: a
     /// `Payload` for the item's `nbytes`, an `Into` for its `size`.
-    pub unsafe fn execute(mut self, dests: &[Option<TensorDest>]) -> Vec<TensorResult<ReadOutput>> {
+    pub unsafe fn execute(mut self, dests: &[Option<TensorDest>]) -> Vec<Result<ReadOutput>> {
         let client = self.client;
         let n = self.items.len();
-        let mut out: Vec<TensorResult<ReadOutput>> = Vec::with_capacity(n);
+        let mut out: Vec<Result<ReadOutput>> = Vec::with_capacity(n);
         let mut live: Vec<(usize, usize)> = Vec::new(); // (item, payload address)
         for i in 0..n {
             let dest = dests.get(i).copied().flatten();
             match (&self.items[i], dest) {
                 (Err(e), _) => out.push(Err(e.clone())),
-                (Ok(_), None) => out.push(Err(TensorError::invalid("no destination"))),
+                (Ok(_), None) => out.push(Err(Error::invalid("no destination"))),
                 (Ok(plan), Some(TensorDest::Payload(p))) => {
                     advise_huge_pages(p, plan.output.nbytes);
                     out.push(Ok(plan.output.clone()));
@@ -811,7 +558,7 @@ impl TensorReads<'_> {
                 (Ok(plan), Some(TensorDest::Into { ptr, size })) => {
                     let need = HEADER_SIZE as u64 + plan.output.nbytes;
                     if ptr == 0 || size < need {
-                        out.push(Err(TensorError::invalid(format!(
+                        out.push(Err(Error::invalid(format!(
                             "buffer of {size} bytes is smaller than the {need} bytes the tensor object needs"
                         ))));
                         continue;
@@ -856,7 +603,7 @@ impl TensorReads<'_> {
                 }
             }
             if let Some(k) = missing {
-                out[i] = Err(TensorError::store(
+                out[i] = Err(Error::new(
                     ErrorCode::InternalError,
                     format!("{k:?} was not located"),
                 ));
@@ -876,13 +623,13 @@ impl TensorReads<'_> {
         let errs = unsafe { client.read_ranges(&infos, &ops) };
         for (e, &i) in errs.iter().zip(&op_item) {
             if let (Some(e), Ok(_)) = (e, &out[i]) {
-                out[i] = Err(TensorError::store(*e, "reading tensor data failed"));
+                out[i] = Err(Error::new(*e, "reading tensor data failed"));
             }
         }
         let now = Instant::now();
         for (i, leases) in item_leases.iter().enumerate() {
             if out[i].is_ok() && leases.iter().any(|&l| now > self.leases[l].deadline) {
-                out[i] = Err(TensorError::store(
+                out[i] = Err(Error::new(
                     ErrorCode::LeaseExpired,
                     "the read lease ran out before the copy finished",
                 ));
@@ -893,7 +640,7 @@ impl TensorReads<'_> {
 
     /// Re-lookup (one RPC) the objects of items whose lease is more than
     /// half used, and fail items whose objects changed size meanwhile.
-    fn refresh_leases(&mut self, live: &[(usize, usize)], out: &mut [TensorResult<ReadOutput>]) {
+    fn refresh_leases(&mut self, live: &[(usize, usize)], out: &mut [Result<ReadOutput>]) {
         let now = Instant::now();
         let stale: Vec<bool> = self
             .leases
@@ -947,7 +694,7 @@ impl TensorReads<'_> {
                 .iter()
                 .any(|s| changed.contains(&s.key.as_str()))
             {
-                out[i] = Err(TensorError::store(
+                out[i] = Err(Error::new(
                     ErrorCode::ObjectNotFound,
                     "a stored object changed or disappeared during the read",
                 ));

@@ -7,28 +7,28 @@
 //! values become INVALID_PARAMS errors (a write returns -600, a read
 //! `None`); validation of the values is `mooncake-tensor`'s.
 
+use mooncake_client::{Error, Result};
 use mooncake_tensor::{
-    Parallelism, RawAxis, RawWriterPartition, ReadMode, ReadRequest, TensorError, TensorResult,
-    WriterPartition,
+    Parallelism, RawAxis, RawWriterPartition, ReadMode, ReadRequest, WriterPartition,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
-fn invalid(why: impl Into<String>) -> TensorError {
-    TensorError::invalid(why)
+fn invalid(why: impl Into<String>) -> Error {
+    Error::invalid(why.into())
 }
 
 fn attr<'py>(obj: &Bound<'py, PyAny>, name: &str) -> Option<Bound<'py, PyAny>> {
     obj.getattr(name).ok()
 }
 
-fn int_field(obj: &Bound<'_, PyAny>, name: &str, what: &str) -> TensorResult<i64> {
+fn int_field(obj: &Bound<'_, PyAny>, name: &str, what: &str) -> Result<i64> {
     let v = attr(obj, name).ok_or_else(|| invalid(format!("{what} has no {name}")))?;
     v.extract::<i64>()
         .map_err(|_| invalid(format!("{what}.{name} must be an int")))
 }
 
-fn opt_int_field(obj: &Bound<'_, PyAny>, name: &str, what: &str) -> TensorResult<Option<i64>> {
+fn opt_int_field(obj: &Bound<'_, PyAny>, name: &str, what: &str) -> Result<Option<i64>> {
     match attr(obj, name) {
         None => Ok(None),
         Some(v) if v.is_none() => Ok(None),
@@ -50,7 +50,7 @@ fn sequence<'py>(obj: &Bound<'py, PyAny>) -> Option<Vec<Bound<'py, PyAny>>> {
     None
 }
 
-fn raw_axis(obj: &Bound<'_, PyAny>) -> TensorResult<RawAxis> {
+fn raw_axis(obj: &Bound<'_, PyAny>) -> Result<RawAxis> {
     let kind = attr(obj, "kind").ok_or_else(|| invalid("parallel axis has no kind"))?;
     let kind: String = kind
         .extract()
@@ -67,7 +67,7 @@ fn raw_axis(obj: &Bound<'_, PyAny>) -> TensorResult<RawAxis> {
 
 /// A parallelism request: any object with `axes`, or (ours) a list/tuple
 /// of axes; validated per spec §4.
-pub(crate) fn parallelism(obj: &Bound<'_, PyAny>) -> TensorResult<Parallelism> {
+pub(crate) fn parallelism(obj: &Bound<'_, PyAny>) -> Result<Parallelism> {
     let axes = match attr(obj, "axes") {
         Some(a) => a,
         None if sequence(obj).is_some() => obj.clone(),
@@ -80,15 +80,12 @@ pub(crate) fn parallelism(obj: &Bound<'_, PyAny>) -> TensorResult<Parallelism> {
                 .map(|it| it.filter_map(Result::ok).collect())
         })
         .ok_or_else(|| invalid("parallelism axes must be a list"))?;
-    let raw = items
-        .iter()
-        .map(raw_axis)
-        .collect::<TensorResult<Vec<_>>>()?;
-    Parallelism::new(&raw)
+    let raw = items.iter().map(raw_axis).collect::<Result<Vec<_>>>()?;
+    Ok(Parallelism::new(&raw)?)
 }
 
 /// An optional parallelism argument (`None` stays `None`).
-pub(crate) fn opt_parallelism(obj: Option<&Bound<'_, PyAny>>) -> TensorResult<Option<Parallelism>> {
+pub(crate) fn opt_parallelism(obj: Option<&Bound<'_, PyAny>>) -> Result<Option<Parallelism>> {
     match obj {
         Some(o) if !o.is_none() => parallelism(o).map(Some),
         _ => Ok(None),
@@ -97,15 +94,13 @@ pub(crate) fn opt_parallelism(obj: Option<&Bound<'_, PyAny>>) -> TensorResult<Op
 
 /// A writer partition: an object with `rank`, `size`, `split_dim`, or
 /// (ours) a dict with those keys or a 3-tuple `(rank, size, split_dim)`.
-pub(crate) fn writer_partition(
-    obj: Option<&Bound<'_, PyAny>>,
-) -> TensorResult<Option<WriterPartition>> {
+pub(crate) fn writer_partition(obj: Option<&Bound<'_, PyAny>>) -> Result<Option<WriterPartition>> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else {
         return Ok(None);
     };
     let what = "writer_partition";
     let raw = if let Ok(d) = obj.downcast::<PyDict>() {
-        let get = |name: &str| -> TensorResult<i64> {
+        let get = |name: &str| -> Result<i64> {
             d.get_item(name)
                 .ok()
                 .flatten()
@@ -124,7 +119,7 @@ pub(crate) fn writer_partition(
                 "{what} tuple must be (rank, size, split_dim)"
             )));
         };
-        let int = |v: &Bound<'_, PyAny>| -> TensorResult<i64> {
+        let int = |v: &Bound<'_, PyAny>| -> Result<i64> {
             v.extract::<i64>()
                 .map_err(|_| invalid(format!("{what} tuple items must be ints")))
         };
@@ -140,15 +135,12 @@ pub(crate) fn writer_partition(
             split_dim: int_field(obj, "split_dim", what)?,
         }
     };
-    WriterPartition::new(raw).map(Some)
+    Ok(Some(WriterPartition::new(raw)?))
 }
 
 /// A read request for `key` and an optional target (any object with `mode`
 /// and `parallelism`); `None` is a plain `get_tensor`.
-pub(crate) fn read_request(
-    key: &str,
-    target: Option<&Bound<'_, PyAny>>,
-) -> TensorResult<ReadRequest> {
+pub(crate) fn read_request(key: &str, target: Option<&Bound<'_, PyAny>>) -> Result<ReadRequest> {
     let Some(t) = target.filter(|t| !t.is_none()) else {
         return Ok(ReadRequest::plain(key));
     };
@@ -177,7 +169,7 @@ pub(crate) fn per_item<'py>(
     obj: Option<&Bound<'py, PyAny>>,
     n: usize,
     name: &str,
-) -> TensorResult<Option<Vec<Bound<'py, PyAny>>>> {
+) -> Result<Option<Vec<Bound<'py, PyAny>>>> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else {
         return Ok(None);
     };

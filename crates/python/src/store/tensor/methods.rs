@@ -5,24 +5,26 @@
 //! `core`; the rules are in `mooncake-tensor` and the client's executor.
 
 use super::args;
-use super::core::{config_or_replica, log_all, RouteArg, Src, WriteCall, WriteItem};
-use crate::store::args::UInt;
+use super::core::{config_or_replica, RouteArg, Src, WriteCall, WriteItem};
+use crate::args::UInt;
+use crate::report::Call;
 use crate::store::class::MooncakeDistributedStore;
 use crate::store::config::ReplicateConfig;
-use mooncake_client::check_into_lists;
-use mooncake_common::ErrorCode;
-use mooncake_tensor::{ReadRequest, TensorError, TensorResult};
+use mooncake_client::{check_into_lists, Error, Result};
+use mooncake_tensor::ReadRequest;
 use pyo3::prelude::*;
 
-const INVALID: i32 = ErrorCode::InvalidParams as i32;
+type Cfg = Option<ReplicateConfig>;
 
-type Cfg<'py> = Option<PyRef<'py, ReplicateConfig>>;
+fn legacy_tp(key: &str, rank: i64, size: i64, split_dim: Option<i64>) -> Result<ReadRequest> {
+    Ok(ReadRequest::legacy_tp(key, rank, size, split_dim)?)
+}
 
 fn tensor_items<'py>(
     keys: &[String],
     tensors: &[Bound<'py, PyAny>],
     mut route: impl FnMut(usize) -> RouteArg<'py>,
-) -> Vec<TensorResult<WriteItem<'py>>> {
+) -> Vec<Result<WriteItem<'py>>> {
     keys.iter()
         .zip(tensors)
         .enumerate()
@@ -41,7 +43,7 @@ fn object_items<'py>(
     ptrs: &[UInt],
     sizes: &[UInt],
     mut route: impl FnMut(usize) -> RouteArg<'py>,
-) -> Vec<TensorResult<WriteItem<'py>>> {
+) -> Vec<Result<WriteItem<'py>>> {
     keys.iter()
         .zip(ptrs.iter().zip(sizes))
         .enumerate()
@@ -64,12 +66,12 @@ fn request_routes<'py>(
     n: usize,
     parallelisms: Option<&Bound<'py, PyAny>>,
     writer_partitions: Option<&Bound<'py, PyAny>>,
-) -> TensorResult<Option<Vec<RouteArg<'py>>>> {
+) -> Result<Option<Vec<RouteArg<'py>>>> {
     let ps = args::per_item(parallelisms, n, "parallelisms")?;
     let ws = args::per_item(writer_partitions, n, "writer_partitions")?;
     Ok(match (ps, ws) {
         (Some(_), Some(_)) => {
-            return Err(TensorError::invalid(
+            return Err(Error::invalid(
                 "parallelisms and writer_partitions are mutually exclusive",
             ))
         }
@@ -93,9 +95,9 @@ fn request_routes<'py>(
     })
 }
 
-fn lengths_differ(n: usize, others: &[usize]) -> Option<TensorError> {
+fn lengths_differ(n: usize, others: &[usize]) -> Option<Error> {
     others.iter().any(|&m| m != n).then(|| {
-        TensorError::invalid(format!(
+        Error::invalid(format!(
             "argument lists differ in length ({n} keys, {others:?})"
         ))
     })
@@ -106,49 +108,48 @@ impl MooncakeDistributedStore {
     fn tensor_write_one<'py>(
         &self,
         py: Python<'py>,
-        method: &str,
+        method: &'static str,
         key: String,
         src: Src<'py>,
         route: RouteArg<'py>,
-        config: Cfg<'py>,
+        config: Cfg,
         upsert: bool,
         pub_always: bool,
-    ) -> PyResult<i32> {
+    ) -> PyResult<i64> {
         let keys = [key.clone()];
         let call = WriteCall {
             method,
             config,
-            batch: None,
+            batch: false,
             upsert,
             pub_always,
         };
         let codes = self.tensor_writes(py, call, vec![Ok(WriteItem { key, src, route })], &keys)?;
-        Ok(codes.first().copied().unwrap_or(INVALID))
+        Ok(codes.first().copied().unwrap_or(-1))
     }
 
     fn tensor_fail_batch(
         &self,
         py: Python<'_>,
-        method: &str,
+        method: &'static str,
         keys: &[String],
-        e: TensorError,
-    ) -> Vec<i32> {
-        log_all(py, method, keys, true, &e);
-        vec![e.code(); keys.len()]
+        e: Error,
+    ) -> Vec<i64> {
+        Call::new(py, method).codes::<()>(keys, Err(e))
     }
 
     #[allow(clippy::too_many_arguments)]
     fn write_tensor_batch<'py>(
         &self,
         py: Python<'py>,
-        method: &str,
+        method: &'static str,
         keys: Vec<String>,
         tensors: Vec<Bound<'py, PyAny>>,
         route: impl FnMut(usize) -> RouteArg<'py>,
-        config: Cfg<'py>,
+        config: Cfg,
         upsert: bool,
         pub_always: bool,
-    ) -> PyResult<Vec<i32>> {
+    ) -> PyResult<Vec<i64>> {
         if let Some(e) = lengths_differ(keys.len(), &[tensors.len()]) {
             return Ok(self.tensor_fail_batch(py, method, &keys, e));
         }
@@ -156,7 +157,7 @@ impl MooncakeDistributedStore {
         let call = WriteCall {
             method,
             config,
-            batch: Some(keys.len()),
+            batch: true,
             upsert,
             pub_always,
         };
@@ -168,11 +169,11 @@ impl MooncakeDistributedStore {
     fn write_object_batch_all_or_nothing<'py>(
         &self,
         py: Python<'py>,
-        method: &str,
+        method: &'static str,
         (keys, ptrs, sizes): (Vec<String>, Vec<UInt>, Vec<UInt>),
-        config: Cfg<'py>,
+        config: Cfg,
         upsert: bool,
-    ) -> PyResult<Vec<i32>> {
+    ) -> PyResult<Vec<i64>> {
         if let Some(e) = lengths_differ(keys.len(), &[ptrs.len(), sizes.len()]) {
             return Ok(self.tensor_fail_batch(py, method, &keys, e));
         }
@@ -187,7 +188,7 @@ impl MooncakeDistributedStore {
         let call = WriteCall {
             method,
             config,
-            batch: Some(keys.len()),
+            batch: true,
             upsert,
             pub_always: false,
         };
@@ -198,14 +199,14 @@ impl MooncakeDistributedStore {
     fn with_parallelism_batch<'py>(
         &self,
         py: Python<'py>,
-        method: &str,
+        method: &'static str,
         keys: Vec<String>,
         tensors: Vec<Bound<'py, PyAny>>,
         parallelisms: Option<Bound<'py, PyAny>>,
-        config: Cfg<'py>,
+        config: Cfg,
         writer_partitions: Option<Bound<'py, PyAny>>,
         upsert: bool,
-    ) -> PyResult<Vec<i32>> {
+    ) -> PyResult<Vec<i64>> {
         if keys.is_empty() && tensors.is_empty() {
             return Ok(Vec::new());
         }
@@ -242,15 +243,15 @@ impl MooncakeDistributedStore {
     fn with_parallelism_from_batch<'py>(
         &self,
         py: Python<'py>,
-        method: &str,
+        method: &'static str,
         keys: Vec<String>,
         ptrs: Vec<UInt>,
         sizes: Vec<UInt>,
         parallelisms: Option<Bound<'py, PyAny>>,
-        config: Cfg<'py>,
+        config: Cfg,
         writer_partitions: Option<Bound<'py, PyAny>>,
         upsert: bool,
-    ) -> PyResult<Vec<i32>> {
+    ) -> PyResult<Vec<i64>> {
         if keys.is_empty() && ptrs.is_empty() && sizes.is_empty() {
             return Ok(Vec::new());
         }
@@ -282,7 +283,7 @@ impl MooncakeDistributedStore {
         let call = WriteCall {
             method,
             config,
-            batch: Some(keys.len()),
+            batch: true,
             upsert,
             pub_always: false,
         };
@@ -292,9 +293,9 @@ impl MooncakeDistributedStore {
     fn tensor_read_one<'py>(
         &self,
         py: Python<'py>,
-        method: &str,
+        method: &'static str,
         key: String,
-        req: TensorResult<ReadRequest>,
+        req: Result<ReadRequest>,
         into: Option<(usize, u64)>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let keys = [key];
@@ -308,11 +309,11 @@ impl MooncakeDistributedStore {
     fn read_into_batch_ints<'py>(
         &self,
         py: Python<'py>,
-        method: &str,
+        method: &'static str,
         keys: Vec<String>,
         ptrs: Vec<UInt>,
         sizes: Vec<UInt>,
-        req: impl Fn(&str) -> TensorResult<ReadRequest>,
+        req: impl Fn(&str) -> Result<ReadRequest>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let raw: Vec<usize> = ptrs.iter().map(|p| p.usize()).collect();
         if let Err(e) = check_into_lists(keys.len(), &raw, sizes.len()) {
@@ -332,7 +333,7 @@ impl MooncakeDistributedStore {
 
     /// Store `tensor` as a FULL object at `key`; 0 or a negative code.
     #[pyo3(signature = (key, tensor))]
-    fn put_tensor(&self, py: Python<'_>, key: String, tensor: Bound<'_, PyAny>) -> PyResult<i32> {
+    fn put_tensor(&self, py: Python<'_>, key: String, tensor: Bound<'_, PyAny>) -> PyResult<i64> {
         self.tensor_write_one(
             py,
             "put_tensor",
@@ -352,7 +353,7 @@ impl MooncakeDistributedStore {
         py: Python<'_>,
         key: String,
         tensor: Bound<'_, PyAny>,
-    ) -> PyResult<i32> {
+    ) -> PyResult<i64> {
         self.tensor_write_one(
             py,
             "upsert_tensor",
@@ -372,8 +373,8 @@ impl MooncakeDistributedStore {
         py: Python<'py>,
         key: String,
         tensor: Bound<'py, PyAny>,
-        config: Cfg<'py>,
-    ) -> PyResult<i32> {
+        config: Cfg,
+    ) -> PyResult<i64> {
         self.tensor_write_one(
             py,
             "pub_tensor",
@@ -393,8 +394,8 @@ impl MooncakeDistributedStore {
         py: Python<'py>,
         key: String,
         tensor: Bound<'py, PyAny>,
-        config: Cfg<'py>,
-    ) -> PyResult<i32> {
+        config: Cfg,
+    ) -> PyResult<i64> {
         self.tensor_write_one(
             py,
             "upsert_pub_tensor",
@@ -414,7 +415,7 @@ impl MooncakeDistributedStore {
         py: Python<'py>,
         keys: Vec<String>,
         tensors_list: Vec<Bound<'py, PyAny>>,
-    ) -> PyResult<Vec<i32>> {
+    ) -> PyResult<Vec<i64>> {
         self.write_tensor_batch(
             py,
             "batch_put_tensor",
@@ -434,7 +435,7 @@ impl MooncakeDistributedStore {
         py: Python<'py>,
         keys: Vec<String>,
         tensors_list: Vec<Bound<'py, PyAny>>,
-    ) -> PyResult<Vec<i32>> {
+    ) -> PyResult<Vec<i64>> {
         self.write_tensor_batch(
             py,
             "batch_upsert_tensor",
@@ -454,8 +455,8 @@ impl MooncakeDistributedStore {
         py: Python<'py>,
         keys: Vec<String>,
         tensors_list: Vec<Bound<'py, PyAny>>,
-        config: Cfg<'py>,
-    ) -> PyResult<Vec<i32>> {
+        config: Cfg,
+    ) -> PyResult<Vec<i64>> {
         self.write_tensor_batch(
             py,
             "batch_pub_tensor",
@@ -475,8 +476,8 @@ impl MooncakeDistributedStore {
         py: Python<'py>,
         keys: Vec<String>,
         tensors_list: Vec<Bound<'py, PyAny>>,
-        config: Cfg<'py>,
-    ) -> PyResult<Vec<i32>> {
+        config: Cfg,
+    ) -> PyResult<Vec<i64>> {
         self.write_tensor_batch(
             py,
             "batch_upsert_pub_tensor",
@@ -497,7 +498,7 @@ impl MooncakeDistributedStore {
         key: String,
         buffer_ptr: UInt,
         size: UInt,
-    ) -> PyResult<i32> {
+    ) -> PyResult<i64> {
         let src = Src::Object {
             ptr: buffer_ptr.usize(),
             size: size.0,
@@ -522,7 +523,7 @@ impl MooncakeDistributedStore {
         key: String,
         buffer_ptr: UInt,
         size: UInt,
-    ) -> PyResult<i32> {
+    ) -> PyResult<i64> {
         let src = Src::Object {
             ptr: buffer_ptr.usize(),
             size: size.0,
@@ -547,7 +548,7 @@ impl MooncakeDistributedStore {
         keys: Vec<String>,
         buffer_ptrs: Vec<UInt>,
         sizes: Vec<UInt>,
-    ) -> PyResult<Vec<i32>> {
+    ) -> PyResult<Vec<i64>> {
         if keys.is_empty() && buffer_ptrs.is_empty() && sizes.is_empty() {
             return Ok(Vec::new());
         }
@@ -568,7 +569,7 @@ impl MooncakeDistributedStore {
         keys: Vec<String>,
         buffer_ptrs: Vec<UInt>,
         sizes: Vec<UInt>,
-    ) -> PyResult<Vec<i32>> {
+    ) -> PyResult<Vec<i64>> {
         if keys.is_empty() && buffer_ptrs.is_empty() && sizes.is_empty() {
             return Ok(Vec::new());
         }
@@ -645,7 +646,7 @@ impl MooncakeDistributedStore {
         tp_rank: i64,
         tp_size: i64,
         split_dim: i64,
-    ) -> PyResult<i32> {
+    ) -> PyResult<i64> {
         let _ = tp_rank;
         let route = RouteArg::Tp {
             size: tp_size,
@@ -673,7 +674,7 @@ impl MooncakeDistributedStore {
         tp_rank: i64,
         tp_size: i64,
         split_dim: i64,
-    ) -> PyResult<Vec<i32>> {
+    ) -> PyResult<Vec<i64>> {
         let _ = tp_rank;
         let route = |_| RouteArg::Tp {
             size: tp_size,
@@ -699,11 +700,11 @@ impl MooncakeDistributedStore {
         py: Python<'py>,
         key: String,
         tensor: Bound<'py, PyAny>,
-        config: Cfg<'py>,
+        config: Cfg,
         tp_rank: i64,
         tp_size: i64,
         split_dim: i64,
-    ) -> PyResult<i32> {
+    ) -> PyResult<i64> {
         let _ = tp_rank;
         let route = RouteArg::Tp {
             size: tp_size,
@@ -729,11 +730,11 @@ impl MooncakeDistributedStore {
         py: Python<'py>,
         base_keys: Vec<String>,
         tensors_list: Vec<Bound<'py, PyAny>>,
-        config: Cfg<'py>,
+        config: Cfg,
         tp_rank: i64,
         tp_size: i64,
         split_dim: i64,
-    ) -> PyResult<Vec<i32>> {
+    ) -> PyResult<Vec<i64>> {
         let _ = tp_rank;
         let route = |_| RouteArg::Tp {
             size: tp_size,
@@ -764,7 +765,7 @@ impl MooncakeDistributedStore {
         tp_rank: i64,
         tp_size: i64,
         split_dim: i64,
-    ) -> PyResult<i32> {
+    ) -> PyResult<i64> {
         let _ = tp_rank;
         let src = Src::Object {
             ptr: buffer_ptr.usize(),
@@ -798,7 +799,7 @@ impl MooncakeDistributedStore {
         tp_rank: i64,
         tp_size: i64,
         split_dim: i64,
-    ) -> PyResult<Vec<i32>> {
+    ) -> PyResult<Vec<i64>> {
         let _ = tp_rank;
         let method = "batch_put_tensor_with_tp_from";
         if let Some(e) = lengths_differ(base_keys.len(), &[buffer_ptrs.len(), sizes.len()]) {
@@ -811,7 +812,7 @@ impl MooncakeDistributedStore {
         let call = WriteCall {
             method,
             config: None,
-            batch: Some(base_keys.len()),
+            batch: true,
             upsert: false,
             pub_always: false,
         };
@@ -829,7 +830,7 @@ impl MooncakeDistributedStore {
         tp_size: i64,
         split_dim: i64,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let req = ReadRequest::legacy_tp(&key, tp_rank, tp_size, Some(split_dim));
+        let req = legacy_tp(&key, tp_rank, tp_size, Some(split_dim));
         self.tensor_read_one(py, "get_tensor_with_tp", key, req, None)
     }
 
@@ -844,7 +845,7 @@ impl MooncakeDistributedStore {
     ) -> PyResult<Vec<Option<Bound<'py, PyAny>>>> {
         let reqs = base_keys
             .iter()
-            .map(|k| ReadRequest::legacy_tp(k, tp_rank, tp_size, None))
+            .map(|k| legacy_tp(k, tp_rank, tp_size, None))
             .collect();
         self.tensor_reads(py, "batch_get_tensor_with_tp", &base_keys, reqs, None, true)
     }
@@ -862,7 +863,7 @@ impl MooncakeDistributedStore {
         tp_size: i64,
         split_dim: i64,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let req = ReadRequest::legacy_tp(&key, tp_rank, tp_size, Some(split_dim));
+        let req = legacy_tp(&key, tp_rank, tp_size, Some(split_dim));
         self.tensor_read_one(
             py,
             "get_tensor_with_tp_into",
@@ -889,7 +890,7 @@ impl MooncakeDistributedStore {
             base_keys,
             buffer_ptrs,
             sizes,
-            |k| ReadRequest::legacy_tp(k, tp_rank, tp_size, None),
+            |k| legacy_tp(k, tp_rank, tp_size, None),
         )
     }
 
@@ -904,10 +905,10 @@ impl MooncakeDistributedStore {
         key: String,
         tensor: Bound<'py, PyAny>,
         parallelism: Option<Bound<'py, PyAny>>,
-        config: Cfg<'py>,
+        config: Cfg,
         writer_partition: Option<Bound<'py, PyAny>>,
-        replica: Cfg<'py>,
-    ) -> PyResult<i32> {
+        replica: Cfg,
+    ) -> PyResult<i64> {
         let config = config_or_replica(config, replica)?;
         let route = RouteArg::Request {
             parallelism,
@@ -934,10 +935,10 @@ impl MooncakeDistributedStore {
         key: String,
         tensor: Bound<'py, PyAny>,
         parallelism: Option<Bound<'py, PyAny>>,
-        config: Cfg<'py>,
+        config: Cfg,
         writer_partition: Option<Bound<'py, PyAny>>,
-        replica: Cfg<'py>,
-    ) -> PyResult<i32> {
+        replica: Cfg,
+    ) -> PyResult<i64> {
         let config = config_or_replica(config, replica)?;
         let route = RouteArg::Request {
             parallelism,
@@ -964,10 +965,10 @@ impl MooncakeDistributedStore {
         keys: Vec<String>,
         tensors_list: Vec<Bound<'py, PyAny>>,
         parallelisms: Option<Bound<'py, PyAny>>,
-        config: Cfg<'py>,
+        config: Cfg,
         writer_partitions: Option<Bound<'py, PyAny>>,
-        replica: Cfg<'py>,
-    ) -> PyResult<Vec<i32>> {
+        replica: Cfg,
+    ) -> PyResult<Vec<i64>> {
         let config = config_or_replica(config, replica)?;
         self.with_parallelism_batch(
             py,
@@ -990,10 +991,10 @@ impl MooncakeDistributedStore {
         keys: Vec<String>,
         tensors_list: Vec<Bound<'py, PyAny>>,
         parallelisms: Option<Bound<'py, PyAny>>,
-        config: Cfg<'py>,
+        config: Cfg,
         writer_partitions: Option<Bound<'py, PyAny>>,
-        replica: Cfg<'py>,
-    ) -> PyResult<Vec<i32>> {
+        replica: Cfg,
+    ) -> PyResult<Vec<i64>> {
         let config = config_or_replica(config, replica)?;
         self.with_parallelism_batch(
             py,
@@ -1018,10 +1019,10 @@ impl MooncakeDistributedStore {
         buffer_ptr: UInt,
         size: UInt,
         parallelism: Option<Bound<'py, PyAny>>,
-        config: Cfg<'py>,
+        config: Cfg,
         writer_partition: Option<Bound<'py, PyAny>>,
-        replica: Cfg<'py>,
-    ) -> PyResult<i32> {
+        replica: Cfg,
+    ) -> PyResult<i64> {
         let config = config_or_replica(config, replica)?;
         let src = Src::Object {
             ptr: buffer_ptr.usize(),
@@ -1053,10 +1054,10 @@ impl MooncakeDistributedStore {
         buffer_ptr: UInt,
         size: UInt,
         parallelism: Option<Bound<'py, PyAny>>,
-        config: Cfg<'py>,
+        config: Cfg,
         writer_partition: Option<Bound<'py, PyAny>>,
-        replica: Cfg<'py>,
-    ) -> PyResult<i32> {
+        replica: Cfg,
+    ) -> PyResult<i64> {
         let config = config_or_replica(config, replica)?;
         let src = Src::Object {
             ptr: buffer_ptr.usize(),
@@ -1088,10 +1089,10 @@ impl MooncakeDistributedStore {
         buffer_ptrs: Vec<UInt>,
         sizes: Vec<UInt>,
         parallelisms: Option<Bound<'py, PyAny>>,
-        config: Cfg<'py>,
+        config: Cfg,
         writer_partitions: Option<Bound<'py, PyAny>>,
-        replica: Cfg<'py>,
-    ) -> PyResult<Vec<i32>> {
+        replica: Cfg,
+    ) -> PyResult<Vec<i64>> {
         let config = config_or_replica(config, replica)?;
         self.with_parallelism_from_batch(
             py,
@@ -1116,10 +1117,10 @@ impl MooncakeDistributedStore {
         buffer_ptrs: Vec<UInt>,
         sizes: Vec<UInt>,
         parallelisms: Option<Bound<'py, PyAny>>,
-        config: Cfg<'py>,
+        config: Cfg,
         writer_partitions: Option<Bound<'py, PyAny>>,
-        replica: Cfg<'py>,
-    ) -> PyResult<Vec<i32>> {
+        replica: Cfg,
+    ) -> PyResult<Vec<i64>> {
         let config = config_or_replica(config, replica)?;
         self.with_parallelism_from_batch(
             py,
@@ -1158,10 +1159,7 @@ impl MooncakeDistributedStore {
     ) -> PyResult<Vec<Option<Bound<'py, PyAny>>>> {
         let method = "batch_get_tensor_with_parallelism";
         let reqs = match args::per_item(targets.as_ref(), keys.len(), "targets") {
-            Err(e) => {
-                log_all(py, method, &keys, true, &e);
-                return Ok(keys.iter().map(|_| None).collect());
-            }
+            Err(e) => return Ok(Call::new(py, method).oks(&keys, Err(e))),
             Ok(None) => keys.iter().map(|k| Ok(ReadRequest::plain(k))).collect(),
             Ok(Some(ts)) => keys
                 .iter()
@@ -1206,11 +1204,8 @@ impl MooncakeDistributedStore {
         let raw: Vec<usize> = buffer_ptrs.iter().map(|p| p.usize()).collect();
         let checked = check_into_lists(keys.len(), &raw, sizes.len())
             .and_then(|()| args::per_item(targets.as_ref(), keys.len(), "targets"));
-        let reqs: Vec<TensorResult<ReadRequest>> = match checked {
-            Err(e) => {
-                log_all(py, method, &keys, true, &e);
-                return Ok(keys.iter().map(|_| None).collect());
-            }
+        let reqs: Vec<Result<ReadRequest>> = match checked {
+            Err(e) => return Ok(Call::new(py, method).oks(&keys, Err(e))),
             Ok(None) => keys.iter().map(|k| Ok(ReadRequest::plain(k))).collect(),
             Ok(Some(ts)) => keys
                 .iter()
