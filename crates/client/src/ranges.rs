@@ -3,6 +3,12 @@
 //! up once (one RPC per call); fragments are batched per source segment so
 //! each owner gets one request (or one mapped memcpy pass) per call.
 //!
+//! The copies run through [`Client::read_ranges`], the batched ranged read
+//! tensor IO lowers onto as well: one replica per object by path preference,
+//! ops batched per owner segment (owners in parallel, big local groups over
+//! several threads), and a failed owner falls back to each object's other
+//! replicas.
+//!
 //! The result always mirrors the shape of `dst_offsets`. Failures, from
 //! the whole call down to one fragment: lists of different lengths fail
 //! every fragment (the outer list keeps one entry per buffer); a buffer
@@ -45,13 +51,17 @@ pub fn ranges_failed(dst_offsets: &[Vec<Vec<u64>>], n_buffers: usize, err: &Erro
         .collect()
 }
 
-/// One ranged copy out of an object.
+/// One ranged copy out of a located object (the unit of
+/// [`Client::read_ranges`]).
 #[derive(Clone, Copy)]
 pub(crate) struct RangeOp {
-    /// Index into the key table of the call.
+    /// Index into the object table of the call.
     pub(crate) key: usize,
+    /// Offset in the object.
     pub(crate) src: u64,
+    /// Destination address.
     pub(crate) dst: usize,
+    /// Bytes.
     pub(crate) len: u64,
 }
 

@@ -13,6 +13,10 @@
 //!   memory, one scatter request per owner segment, owners in parallel. A
 //!   third master RPC refreshes leases only when they are about to run out.
 //!
+//! Both lower onto the store's batched data paths: reads onto
+//! `Client::read_ranges` (`ranges`, the path `get_into_ranges` uses), writes
+//! onto `Client::write_located` (`writes`).
+//!
 //! The Python front converts arguments into [`TensorWrite`] /
 //! [`ReadRequest`] values and allocates result tensors; every rule lives in
 //! `mooncake-tensor` or here.
