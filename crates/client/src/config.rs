@@ -254,6 +254,9 @@ pub enum WriteKind {
     /// Byte and from-buffer writes (`put*`, `upsert*`, `*_from`, Engram
     /// `populate`): `prefer_alloc_in_same_node` is rejected (upstream).
     Bytes,
+    /// Tensor writes (tensor spec): `prefer_alloc_in_same_node` is a
+    /// placement hint, the writer's own segment first.
+    Tensor,
 }
 
 /// Replication, placement and pinning options of a write (upstream's

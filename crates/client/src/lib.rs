@@ -17,11 +17,13 @@ mod error;
 mod locations;
 mod master_conn;
 mod metadata_pub;
+mod parallel;
 mod ranges;
 mod reads;
 mod registered;
 mod staging;
 mod stats;
+mod tensor_io;
 mod writes;
 
 pub use client::{Client, StagedValue, HEALTHY, HEALTH_CLOSED, HEALTH_PING_FAILED};
@@ -36,3 +38,6 @@ pub use mooncake_common::proto::{SoftPin, WriteConfig};
 pub use mooncake_common::ErrorCode;
 pub use mooncake_transfer::{Op, Path};
 pub use ranges::{ranges_failed, Ranges};
+pub use tensor_io::{
+    check_into_lists, check_pub_config, object_source, TensorDest, TensorReads, TensorWrite,
+};

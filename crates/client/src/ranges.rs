@@ -3,6 +3,12 @@
 //! up once (one RPC per call); fragments are batched per source segment so
 //! each owner gets one request (or one mapped memcpy pass) per call.
 //!
+//! The copies run through [`Client::read_ranges`], the batched ranged read
+//! tensor IO lowers onto as well: one replica per object by path preference,
+//! ops batched per owner segment (owners in parallel, big local groups over
+//! several threads), and a failed owner falls back to each object's other
+//! replicas.
+//!
 //! The result always mirrors the shape of `dst_offsets`. Failures, from
 //! the whole call down to one fragment: lists of different lengths fail
 //! every fragment (the outer list keeps one entry per buffer); a buffer
@@ -15,10 +21,11 @@
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::parallel::{copy_threads, run_all, split_ops, PAR_LOCAL};
 use crate::writes::seg_ref;
-use mooncake_common::proto::ReplicaLoc;
+use mooncake_common::proto::{ObjectInfo, ReplicaLoc};
 use mooncake_common::ErrorCode;
-use mooncake_transfer::Op;
+use mooncake_transfer::{Op, Path};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -42,6 +49,20 @@ pub fn ranges_failed(dst_offsets: &[Vec<Vec<u64>>], n_buffers: usize, err: &Erro
                 .unwrap_or_default()
         })
         .collect()
+}
+
+/// One ranged copy out of a located object (the unit of
+/// [`Client::read_ranges`]).
+#[derive(Clone, Copy)]
+pub(crate) struct RangeOp {
+    /// Index into the object table of the call.
+    pub(crate) key: usize,
+    /// Offset in the object.
+    pub(crate) src: u64,
+    /// Destination address.
+    pub(crate) dst: usize,
+    /// Bytes.
+    pub(crate) len: u64,
 }
 
 fn fail_all(slots: &mut [Result<u64>], err: &Error) {
@@ -114,22 +135,21 @@ impl Client {
             return results;
         }
         let lk = self.lookup(&uniq, true);
-        // One replica per key; ops batched per source segment.
-        struct Batch<'a> {
-            seg: &'a ReplicaLoc,
-            ops: Vec<Op>,
-            slots: Vec<(usize, usize, usize)>,
+        // Fragments become ranges of located objects, read in one batch per
+        // owner segment (the path tensor reads are lowered onto).
+        let mut infos: Vec<&ObjectInfo> = Vec::new();
+        let mut info_of: Vec<Option<usize>> = Vec::with_capacity(lk.infos.len());
+        for info in &lk.infos {
+            match info {
+                Ok(x) if !x.replicas.is_empty() => {
+                    info_of.push(Some(infos.len()));
+                    infos.push(x);
+                }
+                _ => info_of.push(None),
+            }
         }
-        let mut batches: HashMap<&str, Batch> = HashMap::new();
-        let chosen: Vec<Option<&ReplicaLoc>> = lk
-            .infos
-            .iter()
-            .map(|i| {
-                i.as_ref()
-                    .ok()
-                    .and_then(|info| self.ordered(info).first().copied())
-            })
-            .collect();
+        let mut ops: Vec<RangeOp> = Vec::new();
+        let mut slots: Vec<(usize, usize, usize)> = Vec::new();
         let out_of_bounds = Error::invalid("fragment outside the registered buffer or the object");
         for i in 0..n {
             let Some(room) = rooms[i] else { continue };
@@ -147,7 +167,7 @@ impl Client {
                         continue;
                     }
                 };
-                let Some(rep) = chosen[ki] else {
+                let Some(at) = info_of[ki] else {
                     fail_all(&mut results[i][j], &ErrorCode::InvalidReplica.into());
                     continue;
                 };
@@ -162,48 +182,143 @@ impl Client {
                         results[i][j][k] = Err(out_of_bounds.clone());
                         continue;
                     }
-                    let b = batches
-                        .entry(rep.segment_uuid.as_str())
-                        .or_insert_with(|| Batch {
-                            seg: rep,
-                            ops: Vec::new(),
-                            slots: Vec::new(),
-                        });
-                    b.ops.push(Op {
-                        seg_offset: rep.offset + s,
-                        local_ptr: buffer_ptrs[i] + d as usize,
+                    ops.push(RangeOp {
+                        key: at,
+                        src: s,
+                        dst: buffer_ptrs[i] + d as usize,
                         len,
                     });
-                    b.slots.push((i, j, k));
+                    slots.push((i, j, k));
                     results[i][j][k] = Ok(len);
                 }
             }
         }
-        for b in batches.values() {
-            // SAFETY: every destination lies inside a registered region
-            // (checked above), which the caller keeps valid.
-            match unsafe { self.engine.read(&seg_ref(b.seg), &b.ops) } {
-                Ok(path) => {
-                    let bytes: u64 = b.ops.iter().map(|o| o.len).sum();
-                    self.count_read(path, bytes);
-                }
-                Err(e) => {
-                    let e = Error::from(e);
-                    for &(i, j, k) in &b.slots {
-                        results[i][j][k] = Err(e.clone());
-                    }
-                }
+        // SAFETY: every destination lies inside a registered region (checked
+        // above), which the caller keeps valid.
+        let errs = unsafe { self.read_ranges(&infos, &ops) };
+        for (e, &(i, j, k)) in errs.iter().zip(&slots) {
+            if let Some(e) = e {
+                results[i][j][k] = Err(Error::from(*e));
             }
         }
         self.read_finished(lk.ticket);
         if Instant::now() > lk.deadline {
             let e = Error::from(ErrorCode::LeaseExpired);
-            for b in batches.values() {
-                for &(i, j, k) in &b.slots {
-                    results[i][j][k] = Err(e.clone());
-                }
+            for &(i, j, k) in &slots {
+                results[i][j][k] = Err(e.clone());
             }
         }
         results
+    }
+}
+
+impl Client {
+    /// Read `ops` (ranges of the objects `infos[op.key]`): the first replica
+    /// of each object by path preference, ops batched per owner segment,
+    /// owners in parallel; a failed owner falls back to each object's other
+    /// replicas. Returns per op `None` or the error.
+    ///
+    /// # Safety
+    /// Every `op.dst..+len` must be writable for the duration of the call.
+    pub(crate) unsafe fn read_ranges(
+        &self,
+        infos: &[&ObjectInfo],
+        ops: &[RangeOp],
+    ) -> Vec<Option<ErrorCode>> {
+        let mut errs: Vec<Option<ErrorCode>> = vec![None; ops.len()];
+        let chosen: Vec<Option<&ReplicaLoc>> = infos
+            .iter()
+            .map(|i| self.ordered(i).first().copied())
+            .collect();
+        struct Group<'a> {
+            rep: &'a ReplicaLoc,
+            ops: Vec<Op>,
+            idx: Vec<usize>,
+        }
+        let mut groups: Vec<Group> = Vec::new();
+        let mut by_seg: HashMap<&str, usize> = HashMap::new();
+        for (i, op) in ops.iter().enumerate() {
+            let Some(rep) = chosen[op.key] else {
+                errs[i] = Some(ErrorCode::InvalidReplica);
+                continue;
+            };
+            let g = *by_seg.entry(rep.segment_uuid.as_str()).or_insert_with(|| {
+                groups.push(Group {
+                    rep,
+                    ops: Vec::new(),
+                    idx: Vec::new(),
+                });
+                groups.len() - 1
+            });
+            groups[g].ops.push(Op {
+                seg_offset: rep.offset + op.src,
+                local_ptr: op.dst,
+                len: op.len,
+            });
+            groups[g].idx.push(i);
+        }
+        // Spread big local/same-host groups over several threads; a TCP group
+        // is one request (the engine splits it over parallel connections).
+        let mut tasks: Vec<(usize, Vec<Op>)> = Vec::new();
+        for (gi, g) in groups.iter().enumerate() {
+            let bytes: u64 = g.ops.iter().map(|o| o.len).sum();
+            let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
+            if local && bytes >= PAR_LOCAL {
+                tasks.extend(
+                    split_ops(&g.ops, copy_threads())
+                        .into_iter()
+                        .map(|p| (gi, p)),
+                );
+            } else {
+                tasks.push((gi, g.ops.clone()));
+            }
+        }
+        let results = run_all(&tasks, |(gi, part)| -> Result<(), ErrorCode> {
+            let g = &groups[*gi];
+            // SAFETY: destinations vouched for by our caller.
+            let path = unsafe { self.engine.read(&seg_ref(g.rep), part) }?;
+            self.count_read(path, part.iter().map(|o| o.len).sum());
+            Ok(())
+        });
+        let mut failed_groups = vec![false; groups.len()];
+        for ((gi, _), r) in tasks.iter().zip(results) {
+            if let Err(e) = r {
+                tracing::info!(segment = %groups[*gi].rep.segment_name, error = %e, "tensor read failed; trying other replicas");
+                failed_groups[*gi] = true;
+            }
+        }
+        for (gi, g) in groups.iter().enumerate() {
+            if !failed_groups[gi] {
+                continue;
+            }
+            for &i in &g.idx {
+                let op = ops[i];
+                let mut last = ErrorCode::TransferFail;
+                let mut ok = false;
+                for r in self.ordered(infos[op.key]) {
+                    if r.segment_uuid == g.rep.segment_uuid {
+                        continue;
+                    }
+                    let one = [Op {
+                        seg_offset: r.offset + op.src,
+                        local_ptr: op.dst,
+                        len: op.len,
+                    }];
+                    // SAFETY: as above.
+                    match unsafe { self.engine.read(&seg_ref(r), &one) } {
+                        Ok(path) => {
+                            self.count_read(path, op.len);
+                            ok = true;
+                            break;
+                        }
+                        Err(e) => last = e,
+                    }
+                }
+                if !ok {
+                    errs[i] = Some(last);
+                }
+            }
+        }
+        errs
     }
 }

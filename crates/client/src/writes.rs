@@ -17,12 +17,13 @@
 use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
+use crate::parallel::{copy_threads, run_all, split_ops, PAR_LOCAL};
 use mooncake_common::proto::{
     MasterRequest, MasterResponse, PutStartItem, ReplicaLoc, WriteConfig,
 };
 use mooncake_common::ErrorCode;
 use mooncake_transfer::{Op, Path, SegmentRef};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
 /// How many times a put whose replica write failed is placed again, on
@@ -425,4 +426,90 @@ fn no_room(bytes: u64) -> Error {
     Error::invalid(format!(
         "the local buffer has no room for {bytes} bytes (local_buffer_size)"
     ))
+}
+
+impl Client {
+    /// Write values into the replicas PutStart allocated: `jobs[i]` is one
+    /// value's pieces and its replicas. Ops are grouped per owner segment
+    /// (one request per TCP owner), owners run in parallel, and big local or
+    /// same-host groups are spread over several threads. Returns per job
+    /// `Ok` or the first error of any of its replicas.
+    ///
+    /// # Safety
+    /// Every piece of every job must be readable for the duration of the call.
+    pub(crate) unsafe fn write_located(
+        &self,
+        jobs: &[(&Pieces, &[ReplicaLoc])],
+    ) -> Vec<std::result::Result<(), ErrorCode>> {
+        let mut out: Vec<std::result::Result<(), ErrorCode>> = vec![Ok(()); jobs.len()];
+        struct Group<'a> {
+            rep: &'a ReplicaLoc,
+            ops: Vec<Op>,
+            jobs: Vec<usize>,
+        }
+        let mut groups: Vec<Group> = Vec::new();
+        // With a cluster token every replica carries its own write ticket,
+        // which covers only that replica's range: such replicas get a request
+        // each; without tickets, all ops for one segment go in one request.
+        let mut by_seg: HashMap<(&str, Option<u64>), usize> = HashMap::new();
+        for (ji, (pieces, locs)) in jobs.iter().enumerate() {
+            if locs.is_empty() {
+                out[ji] = Err(ErrorCode::InvalidReplica);
+                continue;
+            }
+            for l in locs.iter() {
+                let ticket_at = l.ticket.as_ref().map(|t| t.offset);
+                let g = *by_seg
+                    .entry((l.segment_uuid.as_str(), ticket_at))
+                    .or_insert_with(|| {
+                        groups.push(Group {
+                            rep: l,
+                            ops: Vec::new(),
+                            jobs: Vec::new(),
+                        });
+                        groups.len() - 1
+                    });
+                let mut at = l.offset;
+                for &(ptr, n) in pieces.iter().filter(|p| p.1 > 0) {
+                    groups[g].ops.push(Op {
+                        seg_offset: at,
+                        local_ptr: ptr,
+                        len: n,
+                    });
+                    at += n;
+                }
+                groups[g].jobs.push(ji);
+            }
+        }
+        let mut tasks: Vec<(usize, Vec<Op>)> = Vec::new();
+        for (gi, g) in groups.iter().enumerate() {
+            let bytes: u64 = g.ops.iter().map(|o| o.len).sum();
+            let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
+            if local && bytes >= PAR_LOCAL {
+                tasks.extend(
+                    split_ops(&g.ops, copy_threads())
+                        .into_iter()
+                        .map(|p| (gi, p)),
+                );
+            } else {
+                tasks.push((gi, g.ops.clone()));
+            }
+        }
+        let results = run_all(&tasks, |(gi, part)| -> std::result::Result<(), ErrorCode> {
+            let g = &groups[*gi];
+            // SAFETY: sources vouched for by our caller; the master allocated
+            // the destination ranges for these objects.
+            let path = unsafe { self.engine.write(&seg_ref(g.rep), part) }?;
+            self.count_write(path, part.iter().map(|o| o.len).sum());
+            Ok(())
+        });
+        for ((gi, _), r) in tasks.iter().zip(results) {
+            if let Err(e) = r {
+                for &ji in &groups[*gi].jobs {
+                    out[ji] = Err(e);
+                }
+            }
+        }
+        out
+    }
 }

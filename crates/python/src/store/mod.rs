@@ -40,6 +40,7 @@ mod handle;
 mod lifecycle;
 mod removal;
 mod setup;
+mod tensor;
 mod tier2;
 mod zero_copy;
 
@@ -56,5 +57,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<config::ObjectDataType>()?;
     m.add_class::<handle::BufferHandle>()?;
     m.add("ErrorCode", config::error_code_enum(m.py())?)?;
+    tensor::register(m)?;
     Ok(())
 }
