@@ -476,7 +476,7 @@ class MooncakeDistributedStore:
         keys: list[str],
         all_buffer_ptrs: list[list[int]],
         all_sizes: list[list[int]],
-        prefer_alloc_in_same_node: bool = False,
+        prefer_alloc_in_same_node: bool = ...,
     ) -> list[int]: ...
     def batch_put_from_multi_buffer_ranges(
         self,

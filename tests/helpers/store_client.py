@@ -88,6 +88,46 @@ class Client:
         ok = bool(n == size and np.array_equal(arr, pattern_array(size, int(msg.get("seed", 0)))))
         return {"n": n, "match": ok}
 
+    @staticmethod
+    def _scattered(sizes: list[int]) -> tuple[np.ndarray, list[int]]:
+        """One buffer holding pieces of ``sizes`` with 64-byte gaps; their addresses."""
+        arr = np.zeros(sum(sizes) + 64 * (len(sizes) + 1), np.uint8)
+        ptrs, at = [], 64
+        for n in sizes:
+            ptrs.append(int(arr.ctypes.data) + at)
+            at += n + 64
+        return arr, ptrs
+
+    def op_multi_put_pattern(self, msg: dict[str, Any]) -> Any:
+        """batch_put_from_multi_buffers of one key: the pattern cut into ``sizes``."""
+        sizes = [int(n) for n in msg["sizes"]]
+        data = pattern_array(sum(sizes), int(msg.get("seed", 0)))
+        arr, ptrs = self._scattered(sizes)
+        at = 0
+        for p, n in zip(ptrs, sizes):
+            off = p - int(arr.ctypes.data)
+            arr[off : off + n] = data[at : at + n]
+            at += n
+        rcs = self.store.batch_put_from_multi_buffers(
+            [msg["key"]], [ptrs], [sizes], self._config(msg)
+        )
+        return rcs[0]
+
+    def op_multi_check_pattern(self, msg: dict[str, Any]) -> Any:
+        """batch_get_into_multi_buffers of one key into ``sizes``; code and byte match."""
+        sizes = [int(n) for n in msg["sizes"]]
+        arr, ptrs = self._scattered(sizes)
+        n = self.store.batch_get_into_multi_buffers([msg["key"]], [ptrs], [sizes])[0]
+        got = np.concatenate(
+            [
+                arr[p - int(arr.ctypes.data) : p - int(arr.ctypes.data) + k]
+                for p, k in zip(ptrs, sizes)
+            ]
+        )
+        want = pattern_array(sum(sizes), int(msg.get("seed", 0)))
+        gaps_zero = int(arr.sum(dtype=np.uint64)) == int(got.sum(dtype=np.uint64))
+        return {"n": n, "match": bool(np.array_equal(got, want) and gaps_zero)}
+
     def op_is_exist(self, msg: dict[str, Any]) -> Any:
         return self.store.is_exist(msg["key"])
 

@@ -425,8 +425,8 @@ def test_tier2_int_and_list_stubs(
     assert store.batch_put_session_revoke(["a"]) == [-1012]
     assert store.batch_get_session_start(["a", "b"]) == [-1012, -1012]
     assert store.batch_get_session_end(["a"]) == -1012
-    assert store.batch_put_from_multi_buffers(["a"], [[1]], [[1]]) == [-1012]
-    assert store.batch_get_into_multi_buffers(["a"], [[1]], [[1]]) == [-1012]
+    assert store.batch_put_from_multi_buffer_ranges(["a"], [[1]], [[1]], [[0]]) == [-1012]
+    assert store.batch_get_into_multi_buffer_ranges(["a"], [[1]], [[1]], [[0]]) == [-1012]
     assert store.setup_dummy(1024, 1024, "127.0.0.1:1") == -1012
     assert store.get_tensor_into_cuda("k", object()) == -1012
     assert store.batch_get_tensor_into_cuda(["a", "b"], []) == [-1012, -1012]

@@ -257,6 +257,10 @@ pub enum WriteKind {
     /// Tensor writes (tensor spec): `prefer_alloc_in_same_node` is a
     /// placement hint, the writer's own segment first.
     Tensor,
+    /// Multi-buffer writes (`batch_put_from_multi_buffers`):
+    /// `prefer_alloc_in_same_node` is a placement hint, the writer's own
+    /// segment first, and needs `replica_num` 1 (upstream).
+    MultiBuffers,
 }
 
 /// Replication, placement and pinning options of a write (upstream's
@@ -312,7 +316,8 @@ impl ReplicateConfig {
     /// The wire config of a `kind` write of `n_keys` keys, or the
     /// INVALID_PARAMS the spec gives: `replica_num` 0, nof/dfs replicas, a
     /// soft-pin TTL without `SoftPin::Enable`, `prefer_alloc_in_same_node`
-    /// on a byte write, `group_ids` whose length is not `n_keys`. A
+    /// on a byte write (or on a multi-buffer write with more than one
+    /// replica), `group_ids` whose length is not `n_keys`. A
     /// non-empty `preferred_segment` replaces `preferred_segments`.
     pub fn write_config(&self, kind: WriteKind, n_keys: usize) -> Result<WriteConfig> {
         if self.replica_num == 0 {
@@ -331,6 +336,11 @@ impl ReplicateConfig {
         if kind == WriteKind::Bytes && self.prefer_alloc_in_same_node {
             return Err(Error::invalid(
                 "prefer_alloc_in_same_node is not supported for byte writes",
+            ));
+        }
+        if kind == WriteKind::MultiBuffers && self.prefer_alloc_in_same_node && replica_num != 1 {
+            return Err(Error::invalid(
+                "prefer_alloc_in_same_node needs replica_num 1",
             ));
         }
         if let Some(ids) = &self.group_ids {
@@ -558,6 +568,28 @@ mod tests {
             invalid
         );
         assert!(rejected(&|c| c.group_ids = Some(vec!["g".into(), "h".into()]), 2).is_ok());
+    }
+
+    #[test]
+    fn same_node_hint_of_multi_buffer_writes() {
+        let multi = |replicas: u64| {
+            ReplicateConfig {
+                prefer_alloc_in_same_node: true,
+                replica_num: replicas,
+                ..ReplicateConfig::default()
+            }
+            .write_config(WriteKind::MultiBuffers, 1)
+            .map(|w| w.replica_num)
+            .map_err(|e| e.code())
+        };
+        assert_eq!(multi(1), Ok(1));
+        assert_eq!(multi(2), Err(ErrorCode::InvalidParams));
+        // Without the hint any replica count is fine.
+        let plain = ReplicateConfig {
+            replica_num: 3,
+            ..ReplicateConfig::default()
+        };
+        assert!(plain.write_config(WriteKind::MultiBuffers, 1).is_ok());
     }
 
     #[test]

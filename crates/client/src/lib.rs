@@ -17,6 +17,7 @@ mod error;
 mod locations;
 mod master_conn;
 mod metadata_pub;
+mod multi_buffers;
 mod parallel;
 mod ranges;
 mod reads;

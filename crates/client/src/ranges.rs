@@ -283,7 +283,7 @@ impl Client {
         let mut failed_groups = vec![false; groups.len()];
         for ((gi, _), r) in tasks.iter().zip(results) {
             if let Err(e) = r {
-                tracing::info!(segment = %groups[*gi].rep.segment_name, error = %e, "tensor read failed; trying other replicas");
+                tracing::info!(segment = %groups[*gi].rep.segment_name, error = %e, "batched read failed; trying other replicas");
                 failed_groups[*gi] = true;
             }
         }

@@ -10,10 +10,11 @@
 
 use crate::client::{Client, StagedValue};
 use crate::error::{Error, Result};
+use crate::ranges::RangeOp;
 use crate::writes::{check_key, seg_ref};
 use mooncake_common::proto::{MasterRequest, MasterResponse, ObjectInfo, ReplicaLoc};
 use mooncake_common::ErrorCode;
-use mooncake_transfer::{Op, Path};
+use mooncake_transfer::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -120,122 +121,31 @@ impl Client {
         v
     }
 
-    /// Read a whole object into `dst`, trying replicas in order (skipping
-    /// the segment `skip`, which already failed).
-    ///
-    /// # Safety
-    /// `dst..dst+info.size` must be writable for the duration of the call.
-    pub(crate) unsafe fn read_object_skip(
-        &self,
-        info: &ObjectInfo,
-        dst: usize,
-        skip: Option<&str>,
-    ) -> Result<()> {
-        let mut last = ErrorCode::InvalidReplica;
-        for r in self.ordered(info) {
-            if skip == Some(r.segment_uuid.as_str()) {
-                last = ErrorCode::TransferFail;
-                continue;
-            }
-            let ops = [Op {
-                seg_offset: r.offset,
-                local_ptr: dst,
-                len: info.size,
-            }];
-            // SAFETY: the caller vouches for `dst`.
-            match unsafe { self.engine.read(&seg_ref(r), &ops) } {
-                Ok(path) => {
-                    self.count_read(path, info.size);
-                    return Ok(());
-                }
-                Err(e) => {
-                    tracing::info!(segment = %r.segment_name, error = %e, "replica read failed; trying next");
-                    last = e;
-                }
-            }
-        }
-        Err(last.into())
-    }
-
-    /// Read a whole object into `dst`, trying replicas in order.
-    ///
-    /// # Safety
-    /// `dst..dst+info.size` must be writable for the duration of the call.
-    pub(crate) unsafe fn read_object(&self, info: &ObjectInfo, dst: usize) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.read_object_skip(info, dst, None) }
-    }
-
-    /// Read whole objects: `items[i] = (info, dst)`. Objects whose preferred
-    /// replica is on a TCP owner are batched, one scatter/gather request per
-    /// owner, owners in parallel; the rest are copied directly. A failed
-    /// owner request falls back to each object's other replicas.
+    /// Read whole objects: `items[i] = (info, dst)`, through
+    /// [`Client::read_ranges`]: one replica per object by path preference,
+    /// one request (or one mapped copy pass) per owner segment, owners in
+    /// parallel and large local groups over several threads; a failed owner
+    /// falls back to each object's other replicas.
     ///
     /// # Safety
     /// Every `dst..dst+info.size` must be writable for the duration of the call.
     pub(crate) unsafe fn read_objects(&self, items: &[(&ObjectInfo, usize)]) -> Vec<Result<()>> {
-        let mut out: Vec<Result<()>> = vec![Ok(()); items.len()];
-        struct Group<'a> {
-            rep: &'a ReplicaLoc,
-            ops: Vec<Op>,
-            idx: Vec<usize>,
-        }
-        let mut groups: Vec<Group> = Vec::new();
-        for (i, (info, dst)) in items.iter().enumerate() {
-            let first = self.ordered(info).first().copied();
-            match first {
-                Some(r) if self.engine.preferred_path(&seg_ref(r)) == Path::Tcp => {
-                    let op = Op {
-                        seg_offset: r.offset,
-                        local_ptr: *dst,
-                        len: info.size,
-                    };
-                    match groups
-                        .iter_mut()
-                        .find(|g| g.rep.segment_uuid == r.segment_uuid)
-                    {
-                        Some(g) => {
-                            g.ops.push(op);
-                            g.idx.push(i);
-                        }
-                        None => groups.push(Group {
-                            rep: r,
-                            ops: vec![op],
-                            idx: vec![i],
-                        }),
-                    }
-                }
-                // SAFETY: the caller vouches for `dst`.
-                _ => out[i] = unsafe { self.read_object(info, *dst) },
-            }
-        }
-        let run = |g: &Group| -> std::result::Result<(), ErrorCode> {
-            // SAFETY: the caller vouches for every destination.
-            let path = unsafe { self.engine.read(&seg_ref(g.rep), &g.ops)? };
-            self.count_read(path, g.ops.iter().map(|o| o.len).sum());
-            Ok(())
-        };
-        let results: Vec<std::result::Result<(), ErrorCode>> = if groups.len() <= 1 {
-            groups.iter().map(run).collect()
-        } else {
-            std::thread::scope(|sc| {
-                let hs: Vec<_> = groups.iter().map(|g| sc.spawn(move || run(g))).collect();
-                hs.into_iter()
-                    .map(|h| h.join().unwrap_or(Err(ErrorCode::InternalError)))
-                    .collect()
+        let infos: Vec<&ObjectInfo> = items.iter().map(|(info, _)| *info).collect();
+        let ops: Vec<RangeOp> = items
+            .iter()
+            .enumerate()
+            .map(|(key, (info, dst))| RangeOp {
+                key,
+                src: 0,
+                dst: *dst,
+                len: info.size,
             })
-        };
-        for (g, r) in groups.iter().zip(results) {
-            if let Err(e) = r {
-                tracing::info!(segment = %g.rep.segment_name, error = %e, "batched read failed; trying other replicas");
-                for &i in &g.idx {
-                    let (info, dst) = items[i];
-                    // SAFETY: the caller vouches for `dst`.
-                    out[i] = unsafe { self.read_object_skip(info, dst, Some(&g.rep.segment_uuid)) };
-                }
-            }
-        }
-        out
+            .collect();
+        // SAFETY: the caller vouches for every destination.
+        let errs = unsafe { self.read_ranges(&infos, &ops) };
+        errs.into_iter()
+            .map(|e| e.map_or(Ok(()), |e| Err(e.into())))
+            .collect()
     }
 
     fn check_lease(deadline: Instant) -> Result<()> {

@@ -282,7 +282,7 @@ impl Client {
         // the caller) and into `plans`, alive until we return.
         let written = unsafe { self.write_located(&located) };
         for ((j, _), r) in jobs.iter().zip(written) {
-            if let Err(e) = r {
+            if let Err((e, _)) = r {
                 tracing::warn!(key = %objs[*j].key, error = %e, "tensor object write failed; revoking");
                 status[*j] = Written::Failed(ErrorCode::TransferFail, true);
             }

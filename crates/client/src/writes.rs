@@ -75,43 +75,6 @@ impl Client {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Write one value into every replica; on failure, the error and the
-    /// name of the segment that could not be written.
-    ///
-    /// # Safety
-    /// Every piece must be readable for the duration of the call.
-    unsafe fn write_replicas(
-        &self,
-        locs: &[ReplicaLoc],
-        pieces: &Pieces,
-    ) -> std::result::Result<(), (ErrorCode, Option<String>)> {
-        if locs.is_empty() {
-            return Err((ErrorCode::InvalidReplica, None));
-        }
-        for l in locs {
-            let mut at = l.offset;
-            let ops: Vec<Op> = pieces
-                .iter()
-                .filter(|(_, n)| *n > 0)
-                .map(|&(p, n)| {
-                    let o = Op {
-                        seg_offset: at,
-                        local_ptr: p,
-                        len: n,
-                    };
-                    // The data server refuses a range that does not fit.
-                    at = at.saturating_add(n);
-                    o
-                })
-                .collect();
-            // SAFETY: the caller vouches for every piece.
-            let path = unsafe { self.engine.write(&seg_ref(l), &ops) }
-                .map_err(|e| (e, Some(l.segment_name.clone())))?;
-            self.count_write(path, l.size);
-        }
-        Ok(())
-    }
-
     /// PutStart + writes + PutEnd/PutRevoke for a batch; one result per
     /// key. With `report_existing`, a key that already existed is
     /// OBJECT_ALREADY_EXISTS instead of a success. A key whose replica
@@ -163,6 +126,7 @@ impl Client {
             let mut done = Vec::new();
             let mut failed = Vec::new();
             let mut retry = Vec::new();
+            let mut jobs: Vec<(usize, Vec<ReplicaLoc>)> = Vec::new();
             for (&i, item) in pending.iter().zip(items) {
                 match item {
                     PutStartItem::AlreadyExists => {
@@ -173,28 +137,36 @@ impl Client {
                         };
                     }
                     PutStartItem::Err(e) => results[i] = Err(e.into()),
-                    PutStartItem::Write(locs) => {
-                        // SAFETY: the caller vouches for the pieces.
-                        let written = unsafe { self.write_replicas(&locs, &values[i]) };
-                        match written {
-                            Ok(()) => {
-                                results[i] = Ok(());
-                                done.push(i);
+                    PutStartItem::Write(locs) => jobs.push((i, locs)),
+                }
+            }
+            // All values of the batch in one pass: one request per owner,
+            // large local groups over several threads.
+            let located: Vec<(&Pieces, &[ReplicaLoc])> = jobs
+                .iter()
+                .map(|(i, locs)| (&values[*i], locs.as_slice()))
+                .collect();
+            // SAFETY: the caller vouches for the pieces.
+            let written = unsafe { self.write_located(&located) };
+            for ((i, _), w) in jobs.iter().zip(written) {
+                let i = *i;
+                match w {
+                    Ok(()) => {
+                        results[i] = Ok(());
+                        done.push(i);
+                    }
+                    Err((e, seg)) => {
+                        let on = seg.as_deref().unwrap_or("?");
+                        results[i] = Err(Error::new(
+                            ErrorCode::TransferFail,
+                            format!("replica write to {on} failed ({e}); put revoked"),
+                        ));
+                        failed.push(keys[i].clone());
+                        if let Some(seg) = seg {
+                            if !exclude.contains(&seg) {
+                                exclude.push(seg);
                             }
-                            Err((e, seg)) => {
-                                let on = seg.as_deref().unwrap_or("?");
-                                results[i] = Err(Error::new(
-                                    ErrorCode::TransferFail,
-                                    format!("replica write to {on} failed ({e}); put revoked"),
-                                ));
-                                failed.push(keys[i].clone());
-                                if let Some(seg) = seg {
-                                    if !exclude.contains(&seg) {
-                                        exclude.push(seg);
-                                    }
-                                    retry.push(i);
-                                }
-                            }
+                            retry.push(i);
                         }
                     }
                 }
@@ -433,15 +405,17 @@ impl Client {
     /// value's pieces and its replicas. Ops are grouped per owner segment
     /// (one request per TCP owner), owners run in parallel, and big local or
     /// same-host groups are spread over several threads. Returns per job
-    /// `Ok` or the first error of any of its replicas.
+    /// `Ok`, or an error of one of its replicas with the name of the segment
+    /// that could not be written (none for a job without replicas).
     ///
     /// # Safety
     /// Every piece of every job must be readable for the duration of the call.
     pub(crate) unsafe fn write_located(
         &self,
         jobs: &[(&Pieces, &[ReplicaLoc])],
-    ) -> Vec<std::result::Result<(), ErrorCode>> {
-        let mut out: Vec<std::result::Result<(), ErrorCode>> = vec![Ok(()); jobs.len()];
+    ) -> Vec<std::result::Result<(), (ErrorCode, Option<String>)>> {
+        let mut out: Vec<std::result::Result<(), (ErrorCode, Option<String>)>> =
+            vec![Ok(()); jobs.len()];
         struct Group<'a> {
             rep: &'a ReplicaLoc,
             ops: Vec<Op>,
@@ -454,7 +428,7 @@ impl Client {
         let mut by_seg: HashMap<(&str, Option<u64>), usize> = HashMap::new();
         for (ji, (pieces, locs)) in jobs.iter().enumerate() {
             if locs.is_empty() {
-                out[ji] = Err(ErrorCode::InvalidReplica);
+                out[ji] = Err((ErrorCode::InvalidReplica, None));
                 continue;
             }
             for l in locs.iter() {
@@ -476,7 +450,8 @@ impl Client {
                         local_ptr: ptr,
                         len: n,
                     });
-                    at += n;
+                    // The engine refuses a range that does not fit.
+                    at = at.saturating_add(n);
                 }
                 groups[g].jobs.push(ji);
             }
@@ -505,8 +480,9 @@ impl Client {
         });
         for ((gi, _), r) in tasks.iter().zip(results) {
             if let Err(e) = r {
-                for &ji in &groups[*gi].jobs {
-                    out[ji] = Err(e);
+                let g = &groups[*gi];
+                for &ji in &g.jobs {
+                    out[ji] = Err((e, Some(g.rep.segment_name.clone())));
                 }
             }
         }

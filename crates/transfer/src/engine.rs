@@ -177,6 +177,9 @@ impl TransferEngine {
                 // the caller guarantees the source is readable.
                 unsafe {
                     if !mem.write_fresh(o.seg_offset, o.local_ptr as *const u8, o.len) {
+                        // Pages in memory but not mapped here fault in 16 at
+                        // a time instead of one per store.
+                        mem.map_range(o.seg_offset, o.len);
                         copy(
                             o.local_ptr as *const u8,
                             mem.base().add(o.seg_offset as usize),

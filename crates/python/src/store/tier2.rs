@@ -169,34 +169,6 @@ impl MooncakeDistributedStore {
     }
 
     /// Tier 2: -1012 per key.
-    #[pyo3(signature = (keys, all_buffer_ptrs, all_sizes, config=None))]
-    fn batch_put_from_multi_buffers(
-        &self,
-        py: Python<'_>,
-        keys: Vec<String>,
-        all_buffer_ptrs: Vec<Vec<UInt>>,
-        all_sizes: Vec<Vec<UInt>>,
-        config: Option<ReplicateConfig>,
-    ) -> Vec<i64> {
-        let _ = (all_buffer_ptrs, all_sizes, config);
-        unsupported_list(py, "batch_put_from_multi_buffers", &keys)
-    }
-
-    /// Tier 2: -1012 per key.
-    #[pyo3(signature = (keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node=false))]
-    fn batch_get_into_multi_buffers(
-        &self,
-        py: Python<'_>,
-        keys: Vec<String>,
-        all_buffer_ptrs: Vec<Vec<UInt>>,
-        all_sizes: Vec<Vec<UInt>>,
-        prefer_alloc_in_same_node: bool,
-    ) -> Vec<i64> {
-        let _ = (all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node);
-        unsupported_list(py, "batch_get_into_multi_buffers", &keys)
-    }
-
-    /// Tier 2: -1012 per key.
     fn batch_put_from_multi_buffer_ranges(
         &self,
         py: Python<'_>,

@@ -1,6 +1,7 @@
 //! Zero-copy API (store spec, "Zero-copy API"): `register_buffer`,
 //! `unregister_buffer`, `put_from`, `upsert_from`, `get_into`,
-//! `batch_put_from`, `batch_upsert_from`, `batch_get_into` and
+//! `batch_put_from`, `batch_upsert_from`, `batch_get_into`,
+//! `batch_put_from_multi_buffers`, `batch_get_into_multi_buffers` and
 //! `get_into_ranges`.
 //!
 //! Pointers are caller-provided addresses, trusted as upstream does; every
@@ -9,7 +10,7 @@
 
 use super::class::MooncakeDistributedStore;
 use super::config::{options, ReplicateConfig};
-use crate::args::{plain, UInt};
+use crate::args::{plain, Flag, UInt};
 use crate::report::{Call, IntoCode};
 use mooncake_client::ranges_failed;
 use pyo3::prelude::*;
@@ -17,6 +18,11 @@ use pyo3::prelude::*;
 /// Caller addresses or sizes as `usize` (lossless on 64-bit targets).
 fn addrs(v: &[UInt]) -> Vec<usize> {
     v.iter().map(|u| u.usize()).collect()
+}
+
+/// Per-key lists of caller addresses or sizes as `usize`.
+fn addrs2(v: &[Vec<UInt>]) -> Vec<Vec<usize>> {
+    v.iter().map(|l| addrs(l)).collect()
 }
 
 impl MooncakeDistributedStore {
@@ -143,6 +149,44 @@ impl MooncakeDistributedStore {
         // SAFETY: the caller vouches for every `ptr..ptr+size` being writable.
         let r = self.run(py, |c| unsafe { c.batch_get_into(&keys, &ptrs, &sizes) });
         Call::new(py, "batch_get_into").codes(&keys, r)
+    }
+
+    /// Store each key's buffers, concatenated, as its value; 0 or a code per key.
+    #[pyo3(signature = (keys, all_buffer_ptrs, all_sizes, config=None))]
+    fn batch_put_from_multi_buffers(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        all_buffer_ptrs: Vec<Vec<UInt>>,
+        all_sizes: Vec<Vec<UInt>>,
+        config: Option<ReplicateConfig>,
+    ) -> Vec<i64> {
+        let cfg = options(config);
+        let (ptrs, sizes) = (addrs2(&all_buffer_ptrs), addrs2(&all_sizes));
+        // SAFETY: the caller vouches for every buffer (upstream contract).
+        let r = self.run(py, |c| unsafe {
+            c.batch_put_from_multi_buffers(&keys, &ptrs, &sizes, &cfg)
+        });
+        Call::new(py, "batch_put_from_multi_buffers").codes(&keys, r)
+    }
+
+    /// Read each key's value into its buffers, in order; the size or a code per key.
+    #[pyo3(signature = (keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node=Flag(false)))]
+    fn batch_get_into_multi_buffers(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        all_buffer_ptrs: Vec<Vec<UInt>>,
+        all_sizes: Vec<Vec<UInt>>,
+        prefer_alloc_in_same_node: Flag,
+    ) -> Vec<i64> {
+        let (ptrs, sizes) = (addrs2(&all_buffer_ptrs), addrs2(&all_sizes));
+        let same_node = prefer_alloc_in_same_node.0;
+        // SAFETY: the caller vouches for every buffer being writable.
+        let r = self.run(py, |c| unsafe {
+            c.batch_get_into_multi_buffers(&keys, &ptrs, &sizes, same_node)
+        });
+        Call::new(py, "batch_get_into_multi_buffers").codes(&keys, r)
     }
 
     /// Buffer-major ranged reads; the result mirrors `all_dst_offsets`.
