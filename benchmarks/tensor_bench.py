@@ -16,6 +16,9 @@ torch is appended to its ``sys.path`` (``MOONCAKE_TORCH_SITE`` overrides).
 Scenarios:
   ref        this machine's local copy costs: ``t.clone()`` (one copy into a
              fresh tensor) and ``torch.save`` + ``torch.load`` through BytesIO
+  ceiling    bare ``memmove`` of 64 MiB with 1 and 2 threads into memory in
+             place and into fresh pages (4 KiB or transparent huge pages):
+             what one copy can do on this machine
   inproc     one client owns the segment, writes and reads it
   xproc      a writer child owns the data; this process (a pure client) reads
              (the mapped same-host path for ours)
@@ -35,12 +38,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import io
 import json
 import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -207,6 +212,78 @@ class Side:
                 self.row(scenario, op, size, f"rc {next(r for r in rcs if r)}")
                 return
         self.row(scenario, op, size, nbytes / statistics.median(times) / 1e9)
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.mmap.restype = ctypes.c_void_p
+_LIBC.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
+_LIBC.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_LIBC.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+MAP_FAILED = ctypes.c_void_p(-1).value
+MADV_HUGEPAGE = 14
+
+
+def fresh_pages(n: int, huge: bool) -> tuple[int, int, int]:
+    """A new private anonymous mapping of ``n`` bytes, 2 MiB-aligned inside a
+    larger one: (mapping, length, aligned address); ``huge`` advises THP."""
+    length = n + 2 * MiB
+    m = _LIBC.mmap(None, length, 3, 0x22, -1, 0)  # RW, MAP_PRIVATE|MAP_ANONYMOUS
+    if m is None or m == MAP_FAILED:
+        raise OSError(ctypes.get_errno(), "mmap failed")
+    a = (m + 2 * MiB - 1) & ~(2 * MiB - 1)
+    if huge:
+        _LIBC.madvise(a, n, MADV_HUGEPAGE)
+    return m, length, a
+
+
+def memmove_threads(dst: int, src: int, n: int, threads: int) -> None:
+    """``memmove`` of ``n`` bytes cut into ``threads`` parts copied in
+    parallel (ctypes releases the GIL during the call)."""
+    per = (n // threads) & ~63
+    parts = [(i * per, n - i * per if i == threads - 1 else per) for i in range(threads)]
+    ts = [
+        threading.Thread(target=ctypes.memmove, args=(dst + o, src + o, ln)) for o, ln in parts[1:]
+    ]
+    for t in ts:
+        t.start()
+    ctypes.memmove(dst + parts[0][0], src + parts[0][0], parts[0][1])
+    for t in ts:
+        t.join()
+
+
+def ceiling_rows(side: Side) -> None:
+    """This machine's copy ceilings for 64 MiB, in the same run: a bare
+    ``memmove`` into memory already in place (what ``get_tensor_into``
+    needs at least) and into fresh pages (what a read into a new tensor
+    needs at least), 4 KiB pages or transparent huge pages, 1 and 2 threads."""
+    n = 64 * MiB
+    src_t = tensor_of(64)
+    src = src_t.data_ptr()
+    dst_t = torch.empty(n, dtype=torch.uint8)
+    dst = dst_t.data_ptr()
+    for threads in (1, 2):
+        secs = median_secs(lambda th=threads: memmove_threads(dst, src, n, th), side.repeats)
+        side.row("ceiling", f"memcpy-resident/{threads}t", "64MiB", n / secs / 1e9)
+    for huge in (False, True):
+        for threads in (1, 2):
+
+            def fresh(th: int = threads, huge: bool = huge) -> None:
+                m, length, a = fresh_pages(n, huge)
+                try:
+                    memmove_threads(a, src, n, th)
+                finally:
+                    _LIBC.munmap(m, length)
+
+            secs = median_secs(fresh, side.repeats)
+            kind = "thp" if huge else "4k"
+            side.row("ceiling", f"memcpy-fresh-{kind}/{threads}t", "64MiB", n / secs / 1e9)
 
 
 def reference_rows(side: Side) -> None:
@@ -418,6 +495,7 @@ def side_main(args: argparse.Namespace) -> int:
     os.environ["MOONCAKE_MASTER_BIN"] = args.master_bin
     if side.ours:
         reference_rows(side)
+        ceiling_rows(side)
     with running_master(args.master_bin) as (rpc, meta):
         inproc(side, rpc, meta)
     with running_master(args.master_bin) as (rpc, meta):

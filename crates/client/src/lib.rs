@@ -22,6 +22,7 @@ mod parallel;
 mod ranges;
 mod reads;
 mod registered;
+mod result_pool;
 mod staging;
 mod stats;
 mod tensor_io;
@@ -39,6 +40,7 @@ pub use mooncake_common::proto::{SoftPin, WriteConfig};
 pub use mooncake_common::ErrorCode;
 pub use mooncake_transfer::{Op, Path};
 pub use ranges::{ranges_failed, Ranges};
+pub use result_pool::{ResultBlock, POOL_MIN};
 pub use tensor_io::{
     check_into_lists, check_pub_config, object_source, TensorDest, TensorReads, TensorWrite,
 };

@@ -5,11 +5,12 @@
 //! values, one log line per failing call).
 
 use super::args;
+use super::pooled;
 use super::torch;
 use crate::report::Call;
 use crate::store::class::MooncakeDistributedStore;
 use crate::store::config::{options, ReplicateConfig};
-use mooncake_client::{object_source, Error, Result, TensorDest, TensorWrite};
+use mooncake_client::{object_source, Error, Result, ResultBlock, TensorDest, TensorWrite};
 use mooncake_tensor::{
     route_for, route_for_object, route_for_tp, ReadRequest, WriteRoute, HEADER_SIZE,
 };
@@ -106,6 +107,15 @@ fn route_of(route: &RouteArg<'_>, object_size: Option<u64>) -> Result<WriteRoute
         Some(size) => r.for_object(size),
         None => r,
     })
+}
+
+/// The memory a read result is copied into before it becomes a tensor.
+enum Fresh<'py> {
+    /// A fresh `torch.empty` tensor.
+    Tensor(Bound<'py, PyAny>),
+    /// A block of the client's result pool (results of at least
+    /// `mooncake_client::POOL_MIN` bytes); the tensor is built over it.
+    Block(ResultBlock),
 }
 
 /// The one result of a single-item call.
@@ -211,7 +221,7 @@ impl MooncakeDistributedStore {
         }
         let reads = py.allow_threads(|| client.plan_tensor_reads(reqs));
         let mut dests: Vec<Option<TensorDest>> = Vec::with_capacity(n);
-        let mut fresh: Vec<Result<Option<Bound<'py, PyAny>>>> = Vec::with_capacity(n);
+        let mut fresh: Vec<Result<Option<Fresh<'py>>>> = Vec::with_capacity(n);
         for i in 0..n {
             match (reads.output(i), into) {
                 (Err(_), _) => {
@@ -224,13 +234,21 @@ impl MooncakeDistributedStore {
                     fresh.push(Ok(None));
                 }
                 (Ok(out), None) => {
+                    // Large results go into pooled memory (pages already in
+                    // memory when a block is reused); the tensor is built
+                    // over it after the copy.
+                    if let Some(block) = ResultBlock::for_result(out.nbytes) {
+                        dests.push(Some(TensorDest::Payload(block.ptr())));
+                        fresh.push(Ok(Some(Fresh::Block(block))));
+                        continue;
+                    }
                     // A result that cannot be allocated fails its item, not the call.
                     match torch::empty(py, out.dtype, &out.shape)
                         .and_then(|t| torch::data_ptr(&t).map(|p| (t, p)))
                     {
                         Ok((t, ptr)) => {
                             dests.push(Some(TensorDest::Payload(ptr)));
-                            fresh.push(Ok(Some(t)));
+                            fresh.push(Ok(Some(Fresh::Tensor(t))));
                         }
                         Err(e) => {
                             dests.push(None);
@@ -242,8 +260,8 @@ impl MooncakeDistributedStore {
                 }
             }
         }
-        // SAFETY: payload destinations are fresh tensors of exactly the
-        // output size (kept in `fresh`); `_into` buffers are the caller's
+        // SAFETY: payload destinations are fresh tensors or pool blocks of
+        // at least the output size (kept in `fresh`); `_into` buffers are the caller's
         // (upstream contract) and their size is checked by the executor.
         let results = py.allow_threads(|| unsafe { reads.execute(&dests) });
         let mut out = Vec::with_capacity(n);
@@ -257,7 +275,10 @@ impl MooncakeDistributedStore {
                     let v = unsafe { torch::view_of(py, payload, o.nbytes, o.dtype, &o.shape) }?;
                     Ok(v)
                 }
-                (Ok(_), Ok(Some(t)), None) => Ok(t),
+                (Ok(_), Ok(Some(Fresh::Tensor(t))), None) => Ok(t),
+                (Ok(o), Ok(Some(Fresh::Block(b))), None) => {
+                    Ok(pooled::tensor_over(py, b, o.dtype, &o.shape)?)
+                }
                 (Ok(_), Ok(None), None) => Err(Error::internal("no result tensor")),
             });
         }

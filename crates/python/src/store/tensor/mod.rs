@@ -3,12 +3,14 @@
 //! values of `mooncake-tensor` and the client's executor (`tensor_io`),
 //! results back into torch tensors. torch is imported lazily (`torch`); the
 //! duck-typed arguments are read in `args`; `core` holds the two bodies
-//! every method funnels into; `methods` lists upstream's surface.
+//! every method funnels into; `methods` lists upstream's surface; `pooled` builds large results over
+//! the client's result pool.
 
 mod args;
 mod core;
 mod helpers;
 mod methods;
+mod pooled;
 mod torch;
 
 use pyo3::prelude::*;
