@@ -64,19 +64,24 @@ pub(crate) fn split_ops(ops: &[Op], parts: usize) -> Vec<Vec<Op>> {
     out
 }
 
-/// Run `f` on every task, on one thread per task when there are several.
+/// Run `f` on every task, on one thread per task when there are several
+/// (the first on the calling thread, which would otherwise only wait).
 pub(crate) fn run_all<T: Sync, R: Send>(tasks: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    if tasks.len() <= 1 {
-        return tasks.iter().map(&f).collect();
+    let Some((first, rest)) = tasks.split_first() else {
+        return Vec::new();
+    };
+    if rest.is_empty() {
+        return vec![f(first)];
     }
     std::thread::scope(|sc| {
         let f = &f;
-        let hs: Vec<_> = tasks.iter().map(|t| sc.spawn(move || f(t))).collect();
-        hs.into_iter()
-            .map(|h| match h.join() {
-                Ok(r) => r,
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-            .collect()
+        let hs: Vec<_> = rest.iter().map(|t| sc.spawn(move || f(t))).collect();
+        let mut out = Vec::with_capacity(tasks.len());
+        out.push(f(first));
+        out.extend(hs.into_iter().map(|h| match h.join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }));
+        out
     })
 }
