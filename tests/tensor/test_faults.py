@@ -243,3 +243,32 @@ def test_gil_released_while_a_read_waits_and_leases_are_refreshed(
     finally:
         os.kill(writer.pid, signal.SIGCONT)
         _stop(writer)
+
+
+def test_batched_tensor_writes_with_a_cluster_token(
+    master_factory, store_factory, child_factory, monkeypatch, tmp_path
+):
+    """With a cluster token every TCP write needs the master's ticket for its
+    range; a batch whose shards land in one owner's segment is still written
+    (one ticketed request per replica) and reads back byte-exact."""
+    token = tmp_path / "cluster.token"
+    token.write_text("tensor batch token\n")
+    m = master_factory(auth_token_file=str(token))
+    owner = child_factory({"MC_AUTH_TOKEN_FILE": str(token), "MC_STORE_SAME_HOST": "off"})
+    assert owner.setup(m) == 0
+    monkeypatch.setenv("MC_AUTH_TOKEN_FILE", str(token))
+    monkeypatch.setenv("MC_STORE_SAME_HOST", "off")
+    s = store_factory(m, global_segment_size=0)
+    full = torch.arange(64 * 48, dtype=torch.float32).reshape(64, 48)
+    keys = [f"tok{i}" for i in range(4)]
+    rcs = s.batch_put_tensor_with_parallelism(
+        keys, [full] * 4, [P(DP(0, 2), TP(i, 4, 1)) for i in range(4)]
+    )
+    assert rcs == [0, 0, 0, 0]
+    assert s.put_tensor_with_tp("tokG", full, 0, 4, 0) == 0
+    for i, k in enumerate(keys):
+        got = s.get_tensor_with_parallelism(k, ReadTarget("shard", P(DP(0, 2), TP(i, 4, 1))))
+        assert torch.equal(got, full[:, i * 12 : (i + 1) * 12])
+    got = s.get_tensor_with_parallelism("tokG", ReadTarget(mode="full"))
+    assert torch.equal(got, full)
+    assert s.get_client_stats()["bytes_written_tcp"] > 0
