@@ -107,6 +107,39 @@ def test_segment_size_too_small(store_factory: StoreFactory, master: Master) -> 
 
 
 @pytest.mark.ours
+def test_segment_size_above_mappable_rejected(
+    store_factory: StoreFactory, master: Master, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A segment above 2^47 bytes (more than a client can map) is INVALID_PARAMS
+    from the client's own config check, with the reason logged; the master
+    never sees a mount and the store stays usable for a proper setup."""
+    import logging
+
+    s = store_factory.raw()
+    with caplog.at_level(logging.INFO, logger="mooncake.store"):
+        rc = s.setup(
+            "127.0.0.1",
+            master.metadata_url,
+            (1 << 47) + 1,
+            LOCAL_BUFFER_SIZE,
+            "tcp",
+            "",
+            master.rpc_addr,
+        )
+    assert rc == -600
+    recs = [r for r in caplog.records if r.name == "mooncake.store"]
+    assert any(
+        r.levelno == logging.WARNING
+        and "setup" in r.getMessage()
+        and "global_segment_size" in r.getMessage()
+        and str(1 << 47) in r.getMessage()
+        for r in recs
+    ), [r.getMessage() for r in recs]
+    assert master.segments() == []
+    assert s.get_hostname() == ""
+
+
+@pytest.mark.ours
 def test_local_buffer_size_too_small(store_factory: StoreFactory, master: Master) -> None:
     store_factory(master, local_buffer_size=100, expect_rc=-600)
 

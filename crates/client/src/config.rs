@@ -8,8 +8,10 @@
 //!   the checks `setup` does before it contacts the master, in upstream's
 //!   order: a custom transfer engine (-600), SSD offload or a tenant other
 //!   than `"default"` (-1012), an empty `local_hostname` or a bad port
-//!   (-600), a segment below 1024 bytes or a local buffer outside
-//!   [1024, 1 TiB] (-600), a protocol other than `"tcp"` unless
+//!   (-600), a segment below 1024 bytes or above what a client can map
+//!   ([`MAX_SEGMENT_SIZE`], 2^47 bytes: the master refuses larger mounts
+//!   too, but the client must not try to map one first) or a local buffer
+//!   outside [1024, 1 TiB] (-600), a protocol other than `"tcp"` unless
 //!   `MC_FORCE_TCP=1` (-1), a metadata server that is neither `http://…`
 //!   nor `P2PHANDSHAKE` (-1).
 //! * [`ReplicateConfig`]: the replication, placement and pinning options of
@@ -18,7 +20,7 @@
 //!   what the spec rejects with -600.
 
 use crate::error::{Error, Result};
-use mooncake_common::proto::{SoftPin, WriteConfig};
+use mooncake_common::proto::{SoftPin, WriteConfig, MAX_SEGMENT_SIZE};
 use mooncake_common::size::{parse_bool, parse_size};
 
 /// The value `tenant_id` must have: tenants are not supported (Tier 3).
@@ -202,6 +204,11 @@ impl ClientConfig {
         if gs != 0 && gs < MIN_SIZE {
             return Err(Error::invalid(format!(
                 "global_segment_size {gs} is below {MIN_SIZE}"
+            )));
+        }
+        if gs > MAX_SEGMENT_SIZE {
+            return Err(Error::invalid(format!(
+                "global_segment_size {gs} is above {MAX_SEGMENT_SIZE}, the most a client can map"
             )));
         }
         let lb = self.local_buffer_size;
@@ -405,6 +412,21 @@ mod tests {
         );
         assert_eq!(code(&with(&|c| c.global_segment_size = 100), false), -600);
         assert_eq!(code(&with(&|c| c.global_segment_size = 0), false), 0);
+        assert_eq!(
+            code(&with(&|c| c.global_segment_size = MAX_SEGMENT_SIZE), false),
+            0
+        );
+        assert_eq!(
+            code(
+                &with(&|c| c.global_segment_size = MAX_SEGMENT_SIZE + 1),
+                false
+            ),
+            -600
+        );
+        assert_eq!(
+            code(&with(&|c| c.global_segment_size = u64::MAX), false),
+            -600
+        );
         assert_eq!(code(&with(&|c| c.local_buffer_size = 1023), false), -600);
         assert_eq!(
             code(
