@@ -1,10 +1,20 @@
 //! Spreading one batch of copies over threads: large local or same-host
-//! transfers are cut into byte-balanced parts (each op into pieces of at
-//! most [`LOCAL_PIECE`]) and run on up to [`copy_threads`] threads. Shared by
-//! the ranged reads (`ranges`) and the located writes (`writes`), which is
-//! what tensor IO lowers onto.
+//! transfers are cut into parts of about [`SHARE_PIECE`] bytes
+//! ([`share_ops`]) that the calling thread and up to [`copy_threads`] minus one
+//! helper threads claim one at a time ([`run_all`]). Shared by the ranged
+//! reads (`ranges`) and the located writes (`writes`), which is what tensor
+//! IO lowers onto.
+//!
+//! Claiming parts dynamically matters on a busy machine: with fixed halves,
+//! a call waited for its second thread to get a core (several ms with the
+//! reference VM's 2 cores loaded), and was slower than one thread; now the
+//! calling thread takes whatever the helper has not claimed yet.
 
 use mooncake_transfer::Op;
+use parking_lot::{Condvar, Mutex};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Total bytes of one local or same-host group above which it is split
 /// over threads.
@@ -64,24 +74,196 @@ pub(crate) fn split_ops(ops: &[Op], parts: usize) -> Vec<Vec<Op>> {
     out
 }
 
-/// Run `f` on every task, on one thread per task when there are several
-/// (the first on the calling thread, which would otherwise only wait).
-pub(crate) fn run_all<T: Sync, R: Send>(tasks: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let Some((first, rest)) = tasks.split_first() else {
-        return Vec::new();
-    };
-    if rest.is_empty() {
-        return vec![f(first)];
+/// Bytes of one part of a split local copy: parts are shared out
+/// dynamically, so a worker that starts late (waiting for a core on a busy
+/// machine) leaves its share to the others instead of holding up the call.
+pub(crate) const SHARE_PIECE: u64 = 2 << 20;
+
+/// Cut one segment's `ops` for [`run_all`]: parts of about
+/// [`SHARE_PIECE`] bytes (at least [`copy_threads`] parts).
+pub(crate) fn share_ops(ops: &[Op]) -> Vec<Vec<Op>> {
+    let total: u64 = ops.iter().map(|o| o.len).sum();
+    let parts = usize::try_from(total.div_ceil(SHARE_PIECE)).unwrap_or(usize::MAX);
+    split_ops(ops, parts.clamp(copy_threads(), 1024))
+}
+
+/// What the workers of one [`run_all`] call share.
+struct Shared<R> {
+    /// Next unclaimed task.
+    next: AtomicUsize,
+    /// Number of tasks.
+    n: usize,
+    /// Tasks finished, their results, and the first panic.
+    state: Mutex<Done<R>>,
+    /// Signalled when the last task finishes.
+    all_done: Condvar,
+    /// The work of task `i`; lives on the stack of the `run_all` call, which
+    /// returns only once every claimed task has finished.
+    work: *const (dyn Fn(usize) -> R + Sync),
+}
+
+struct Done<R> {
+    finished: usize,
+    results: Vec<Option<R>>,
+    panic: Option<Box<dyn std::any::Any + Send>>,
+}
+
+// SAFETY: `work` points to a `Sync` closure and is called only while the
+// `run_all` call that owns it is waiting (see `drain`); everything else is
+// atomics and locked state of `Send` results.
+unsafe impl<R: Send> Send for Shared<R> {}
+// SAFETY: as for Send.
+unsafe impl<R: Send> Sync for Shared<R> {}
+
+/// Claim and run tasks until none is left.
+fn drain<R>(s: &Shared<R>) {
+    loop {
+        let i = s.next.fetch_add(1, Ordering::AcqRel);
+        if i >= s.n {
+            return;
+        }
+        let run = AssertUnwindSafe(|| {
+            // SAFETY: task `i < n` was claimed by this worker, so the
+            // `run_all` call owning `work` is still waiting: it returns only
+            // after all `n` tasks have finished, and `i` is not finished yet.
+            unsafe { (*s.work)(i) }
+        });
+        let r = std::panic::catch_unwind(run);
+        let mut st = s.state.lock();
+        match r {
+            Ok(r) => st.results[i] = Some(r),
+            Err(p) => {
+                st.panic.get_or_insert(p);
+            }
+        }
+        st.finished += 1;
+        if st.finished == s.n {
+            s.all_done.notify_all();
+        }
     }
-    std::thread::scope(|sc| {
-        let f = &f;
-        let hs: Vec<_> = rest.iter().map(|t| sc.spawn(move || f(t))).collect();
-        let mut out = Vec::with_capacity(tasks.len());
-        out.push(f(first));
-        out.extend(hs.into_iter().map(|h| match h.join() {
-            Ok(r) => r,
-            Err(panic) => std::panic::resume_unwind(panic),
+}
+
+/// Run `f` on every task with up to `workers` workers (the calling thread
+/// and `workers - 1` helper threads); results come back in task order.
+///
+/// Tasks are claimed one at a time, so when a helper thread is slow to
+/// start the calling thread runs its tasks instead, and the call waits only
+/// for tasks already claimed: never for a thread that has not started.
+pub(crate) fn run_all<T: Sync, R: Send + 'static>(
+    tasks: &[T],
+    workers: usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let n = tasks.len();
+    let helpers = workers.min(n).saturating_sub(1);
+    if helpers == 0 {
+        return tasks.iter().map(f).collect();
+    }
+    let work = |i: usize| f(&tasks[i]);
+    let work: &(dyn Fn(usize) -> R + Sync + '_) = &work;
+    // SAFETY: only the lifetime is erased. Workers call `work` only for a
+    // task they claimed, and this function returns (ending the borrow) only
+    // after every task has finished; a helper that starts later claims
+    // nothing and never calls it.
+    let work: *const (dyn Fn(usize) -> R + Sync + 'static) = unsafe {
+        std::mem::transmute::<
+            *const (dyn Fn(usize) -> R + Sync + '_),
+            *const (dyn Fn(usize) -> R + Sync + 'static),
+        >(work)
+    };
+    let shared = Arc::new(Shared {
+        next: AtomicUsize::new(0),
+        n,
+        state: Mutex::new(Done {
+            finished: 0,
+            results: (0..n).map(|_| None).collect(),
+            panic: None,
+        }),
+        all_done: Condvar::new(),
+        work,
+    });
+    for _ in 0..helpers {
+        let s = Arc::clone(&shared);
+        let spawned = std::thread::Builder::new()
+            .name("mc-copy".into())
+            .spawn(move || drain(&s));
+        if spawned.is_err() {
+            // No thread: the calling thread does that share.
+            break;
+        }
+    }
+    drain(&shared);
+    let mut st = shared.state.lock();
+    while st.finished < n {
+        shared.all_done.wait(&mut st);
+    }
+    if let Some(p) = st.panic.take() {
+        drop(st);
+        std::panic::resume_unwind(p);
+    }
+    std::mem::take(&mut st.results)
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| unreachable!("every task finished without a panic")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_keep_task_order_with_any_worker_count() {
+        let tasks: Vec<u64> = (0..37).collect();
+        for workers in [0, 1, 2, 4, 64] {
+            let out = run_all(&tasks, workers, |&t| t * 3);
+            assert_eq!(out, tasks.iter().map(|t| t * 3).collect::<Vec<_>>());
+        }
+        assert!(run_all(&[] as &[u64], 4, |&t| t).is_empty());
+    }
+
+    #[test]
+    fn borrowed_state_is_used_only_during_the_call() {
+        let data: Vec<u64> = (0..1000).collect();
+        let sums = run_all(&[0usize, 250, 500, 750], 4, |&at| {
+            data[at..at + 250].iter().sum::<u64>()
+        });
+        assert_eq!(sums.iter().sum::<u64>(), data.iter().sum::<u64>());
+    }
+
+    #[test]
+    fn a_panicking_task_panics_the_call_after_the_others_finish() {
+        let done = AtomicUsize::new(0);
+        let tasks: Vec<usize> = (0..8).collect();
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            run_all(&tasks, 3, |&t| {
+                if t == 5 {
+                    panic!("task 5");
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+            })
         }));
-        out
-    })
+        assert!(r.is_err());
+        assert_eq!(done.load(Ordering::SeqCst), 7);
+    }
+
+    #[test]
+    fn share_ops_cuts_into_small_balanced_parts() {
+        let ops = [Op {
+            seg_offset: 100,
+            local_ptr: 1 << 30,
+            len: 9 << 20,
+        }];
+        let parts = share_ops(&ops);
+        assert!(parts.len() >= 5);
+        let mut at = 100;
+        for p in &parts {
+            for o in p {
+                assert_eq!(o.seg_offset, at);
+                assert_eq!(o.local_ptr as u64, (1 << 30) + at - 100);
+                assert!(o.len <= SHARE_PIECE);
+                at += o.len;
+            }
+        }
+        assert_eq!(at, 100 + (9 << 20));
+    }
 }

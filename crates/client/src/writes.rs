@@ -17,7 +17,7 @@
 use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
-use crate::parallel::{copy_threads, run_all, split_ops, PAR_LOCAL};
+use crate::parallel::{copy_threads, run_all, share_ops, PAR_LOCAL};
 use mooncake_common::proto::{
     MasterRequest, MasterResponse, PutStartItem, ReplicaLoc, WriteConfig,
 };
@@ -457,27 +457,33 @@ impl Client {
             }
         }
         let mut tasks: Vec<(usize, Vec<Op>)> = Vec::new();
+        let (mut split, mut whole) = (false, 0usize);
         for (gi, g) in groups.iter().enumerate() {
             let bytes: u64 = g.ops.iter().map(|o| o.len).sum();
             let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
             if local && bytes >= PAR_LOCAL {
-                tasks.extend(
-                    split_ops(&g.ops, copy_threads())
-                        .into_iter()
-                        .map(|p| (gi, p)),
-                );
+                tasks.extend(share_ops(&g.ops).into_iter().map(|p| (gi, p)));
+                split = true;
             } else {
                 tasks.push((gi, g.ops.clone()));
+                whole += 1;
             }
         }
-        let results = run_all(&tasks, |(gi, part)| -> std::result::Result<(), ErrorCode> {
-            let g = &groups[*gi];
-            // SAFETY: sources vouched for by our caller; the master allocated
-            // the destination ranges for these objects.
-            let path = unsafe { self.engine.write(&seg_ref(g.rep), part) }?;
-            self.count_write(path, part.iter().map(|o| o.len).sum());
-            Ok(())
-        });
+        // Every unsplit group (a TCP owner, a small group) in flight at once,
+        // plus the copy threads for the split ones.
+        let workers = if split { whole + copy_threads() } else { whole };
+        let results = run_all(
+            &tasks,
+            workers,
+            |(gi, part)| -> std::result::Result<(), ErrorCode> {
+                let g = &groups[*gi];
+                // SAFETY: sources vouched for by our caller; the master allocated
+                // the destination ranges for these objects.
+                let path = unsafe { self.engine.write(&seg_ref(g.rep), part) }?;
+                self.count_write(path, part.iter().map(|o| o.len).sum());
+                Ok(())
+            },
+        );
         for ((gi, _), r) in tasks.iter().zip(results) {
             if let Err(e) = r {
                 let g = &groups[*gi];
