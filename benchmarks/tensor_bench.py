@@ -581,7 +581,7 @@ def print_table(results: dict[str, list[dict[str, Any]] | str]) -> None:
         u = row.get("upstream", {}).get("value")
         num = isinstance(o, (int, float)) and isinstance(u, (int, float)) and u > 0
         ratio = f"{o / u:8.2f}" if num else f"{'-':>8s}"
-        c = clone.get(k[2]) if k[0] != "ref" else None
+        c = clone.get(k[2]) if k[0] not in ("ref", "ceiling") else None
         vs_clone = f"{o / c:7.2f}" if isinstance(o, (int, float)) and c else f"{'-':>7s}"
         rpc = row.get("ours", {}).get("rpc_per_call")
         moved = row.get("ours", {}).get("moved")
