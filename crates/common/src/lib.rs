@@ -4,6 +4,7 @@
 
 pub mod error;
 pub mod framing;
+pub mod ha;
 pub mod hostid;
 pub mod proto;
 pub mod size;

@@ -8,6 +8,7 @@ pub mod config;
 pub mod embedded;
 mod eviction;
 pub mod flags;
+pub mod ha;
 pub mod http_meta;
 pub mod metadata_kv;
 pub mod metrics;
