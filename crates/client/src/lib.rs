@@ -3,7 +3,9 @@
 //! top of the transfer engine.
 
 mod client;
+mod discovery;
 mod done;
+mod ledger;
 mod locations;
 mod master_conn;
 mod metadata_pub;

@@ -6,6 +6,7 @@ pub mod error;
 pub mod framing;
 pub mod ha;
 pub mod hostid;
+pub mod ledger;
 pub mod proto;
 pub mod size;
 pub mod spin_read;
