@@ -38,7 +38,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _run(argv: list[str], check: bool = True, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
+def _run(
+    argv: list[str], check: bool = True, timeout: float = 20.0
+) -> subprocess.CompletedProcess[str]:
     r = subprocess.run(
         argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
     )
@@ -110,7 +112,19 @@ class Net:
             for h in self.hosts.values():
                 ns = h["ns"]
                 _run(["ip", "netns", "add", ns])
-                _run(["ip", "link", "add", h["port"], "type", "veth", "peer", "name", "mctmp" + self.tag])
+                _run(
+                    [
+                        "ip",
+                        "link",
+                        "add",
+                        h["port"],
+                        "type",
+                        "veth",
+                        "peer",
+                        "name",
+                        "mctmp" + self.tag,
+                    ]
+                )
                 _run(["ip", "link", "set", "mctmp" + self.tag, "netns", ns])
                 _run(["ip", "-n", ns, "link", "set", "mctmp" + self.tag, "name", h["dev"]])
                 _run(["ip", "link", "set", h["port"], "master", self.bridge])
@@ -142,7 +156,9 @@ class Net:
         """``argv`` run inside ``host``'s namespace."""
         return ["ip", "netns", "exec", self.ns(host), *argv]
 
-    def exec(self, host: str, argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    def exec(
+        self, host: str, argv: list[str], check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         return _run(self.wrap(host, argv), check=check)
 
     def popen(self, host: str, argv: list[str], **kw: Any) -> subprocess.Popen[Any]:
@@ -167,7 +183,11 @@ class Faults:
             host = next(iter(self.net.hosts))
             dev = self.net.hosts[host]["dev"]
             ok = shutil.which("tc") is not None and (
-                self.net.exec(host, ["tc", "qdisc", "add", "dev", dev, "root", "netem", "delay", "1ms"], check=False).returncode
+                self.net.exec(
+                    host,
+                    ["tc", "qdisc", "add", "dev", dev, "root", "netem", "delay", "1ms"],
+                    check=False,
+                ).returncode
                 == 0
             )
             if ok:
@@ -185,7 +205,9 @@ class Faults:
         dev = self.net.hosts[host]["dev"]
         self._dirty.add(host)
         if self.netem_available():
-            self.net.exec(host, ["tc", "qdisc", "replace", "dev", dev, "root", "netem", "delay", f"{ms}ms"])
+            self.net.exec(
+                host, ["tc", "qdisc", "replace", "dev", dev, "root", "netem", "delay", f"{ms}ms"]
+            )
             self._note(f"netem: {ms} ms delay on {host}")
             return "netem"
         queue = 100 + list(self.net.hosts).index(host)
@@ -205,9 +227,22 @@ class Faults:
         self._delayers[host] = proc
         self.net.exec(
             host,
-            ["iptables", "-A", "OUTPUT", "-o", dev, "-j", "NFQUEUE", "--queue-num", str(queue), "--queue-bypass"],
+            [
+                "iptables",
+                "-A",
+                "OUTPUT",
+                "-o",
+                dev,
+                "-j",
+                "NFQUEUE",
+                "--queue-num",
+                str(queue),
+                "--queue-bypass",
+            ],
         )
-        self._note(f"iptables NFQUEUE + mc_nfq_delay (no sch_netem in this kernel): {ms} ms delay on {host}")
+        self._note(
+            f"iptables NFQUEUE + mc_nfq_delay (no sch_netem in this kernel): {ms} ms delay on {host}"
+        )
         return "nfqueue"
 
     def loss(self, host: str, percent: float) -> str:
@@ -215,15 +250,33 @@ class Faults:
         dev = self.net.hosts[host]["dev"]
         self._dirty.add(host)
         if self.netem_available():
-            self.net.exec(host, ["tc", "qdisc", "replace", "dev", dev, "root", "netem", "loss", f"{percent}%"])
+            self.net.exec(
+                host, ["tc", "qdisc", "replace", "dev", dev, "root", "netem", "loss", f"{percent}%"]
+            )
             self._note(f"netem: {percent}% loss on {host}")
             return "netem"
         p = f"{percent / 100:.4f}"
         self.net.exec(
             host,
-            ["iptables", "-A", "OUTPUT", "-o", dev, "-m", "statistic", "--mode", "random", "--probability", p, "-j", "DROP"],
+            [
+                "iptables",
+                "-A",
+                "OUTPUT",
+                "-o",
+                dev,
+                "-m",
+                "statistic",
+                "--mode",
+                "random",
+                "--probability",
+                p,
+                "-j",
+                "DROP",
+            ],
         )
-        self._note(f"iptables statistic DROP (no sch_netem in this kernel): {percent}% loss on {host}")
+        self._note(
+            f"iptables statistic DROP (no sch_netem in this kernel): {percent}% loss on {host}"
+        )
         return "iptables"
 
     # ------------------------------------------------------------ partitions
