@@ -10,6 +10,7 @@ mod eviction;
 pub mod flags;
 pub mod ha;
 pub mod http_meta;
+mod ledger_push;
 pub mod metadata_kv;
 pub mod metrics;
 mod objects;
