@@ -43,7 +43,7 @@ def _check_workloads(a: Any, b: Any, wa: dict[str, Any], wb: dict[str, Any], siz
 
 @pytest.mark.slow
 def test_10ms_latency(net: Any, masters: Any, clients: Any, faults: Any) -> None:
-    m, a, b = _pair(masters, clients)
+    _m, a, b = _pair(masters, clients)
     seg_a = a.call("hostname")
     assert a.call("put", key="big", size=16 * MiB, seed=3, preferred=seg_a)["rc"] == 0
     how = faults.delay("c2", 10)
@@ -64,7 +64,7 @@ def test_10ms_latency(net: Any, masters: Any, clients: Any, faults: Any) -> None
 
 @pytest.mark.slow
 def test_5_percent_loss(net: Any, masters: Any, clients: Any, faults: Any) -> None:
-    m, a, b = _pair(masters, clients)
+    _m, a, b = _pair(masters, clients)
     how = faults.loss("c2", 5)
     print(f"loss injected with: {how}")
     a.call("workload_start", prefix="xa", size=VALUE)

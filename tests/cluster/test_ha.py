@@ -115,9 +115,7 @@ def test_leader_cut_off_from_etcd_steps_down_before_a_new_leader_serves(
     time.sleep(0.5)
     faults.cut(old.host, "ctl")  # the old leader loses etcd, nothing else
     new = _wait_one_leader(others, 20.0)
-    assert wait_until(
-        lambda: follower.call("put", key="x", size=100, seed=1)["rc"] == 0, 15.0, 0.1
-    )
+    assert wait_until(lambda: follower.call("put", key="x", size=100, seed=1)["rc"] == 0, 15.0, 0.1)
     time.sleep(1.0)
     w = direct.call("workload_stop", with_calls=True)
     faults.clear(old.host)
@@ -204,7 +202,9 @@ def test_client_with_unreachable_etcd_fails_within_the_connect_timeout(
     assert "cannot reach etcd" in c.log_tail(1 << 20)
 
 
-def test_client_with_no_master_registered(net: Any, etcd: Any, clients: Any, cluster_id: str) -> None:
+def test_client_with_no_master_registered(
+    net: Any, etcd: Any, clients: Any, cluster_id: str
+) -> None:
     c = clients("c1", _env(cluster_id))
     r = c.setup(_etcd_addr(etcd))
     assert r["rc"] == -1

@@ -58,7 +58,7 @@ def test_objects_survive_a_master_restart(
         assert a.put(key, value, cfg) == 0
         expect[key] = value
     # In-place upserts (same size) and moving upserts (new size).
-    for i in range(0, 8):
+    for i in range(8):
         key = f"obj{i}"
         value = pattern(len(expect[key]) if i % 2 else len(expect[key]) + 100, 1000 + i)
         assert a.upsert(key, value) == 0
