@@ -86,7 +86,6 @@ mod tests {
             size,
             hard_pin: false,
             soft_pin_until_ms: None,
-            data_type: 0,
         }
     }
 

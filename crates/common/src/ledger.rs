@@ -46,8 +46,6 @@ pub struct LedgerEntry {
     pub hard_pin: bool,
     /// Soft-pin deadline as Unix milliseconds (None: not soft-pinned).
     pub soft_pin_until_ms: Option<u64>,
-    /// Upstream `ObjectDataType` value.
-    pub data_type: u32,
 }
 
 /// One change to an owner's ledger.

@@ -2,6 +2,7 @@
 //! [`MasterRequest`]; the master answers with one [`MasterResponse`].
 
 use crate::error::ErrorCode;
+use crate::ledger::LedgerEntry;
 use serde::{Deserialize, Serialize};
 
 /// A mounted segment as described by its owner.
@@ -161,6 +162,29 @@ pub enum MasterRequest {
     RemoveAll {
         force: bool,
     },
+    /// Mount a segment whose memory already holds objects (the master lost
+    /// its metadata): `entries` is a chunk of the owner's ledger; the segment
+    /// is used only once the chunk with `done` arrived, and the master then
+    /// answers [`MasterResponse::Remounted`].
+    RemountSegment {
+        /// The owning client.
+        client_id: String,
+        /// The segment (same name and memory as before).
+        segment: SegmentDesc,
+        /// A chunk of the owner's ledger.
+        entries: Vec<LedgerEntry>,
+        /// Last chunk.
+        done: bool,
+    },
+    /// Turn this connection into the owner's ledger stream for its segment:
+    /// after the `Ok`, the master sends `LedgerPush` frames and the client
+    /// answers each with a `LedgerAck` (see `ledger`).
+    LedgerStream {
+        /// The owning client.
+        client_id: String,
+        /// Its segment.
+        segment_name: String,
+    },
 }
 
 /// Outcome of one key in a `PutStart` batch.
@@ -183,4 +207,14 @@ pub enum MasterResponse {
     Codes(Vec<i32>),
     Count(i64),
     Err(ErrorCode),
+    /// The remount finished: the owner drops the listed `(offset, version)`
+    /// ledger entries (stale: the master has newer versions of those keys),
+    /// or its whole ledger when `discard_all` (the master had expired the
+    /// segment, and dropped its objects, while the owner was unreachable).
+    Remounted {
+        /// Stale entries.
+        stale: Vec<(u64, u64)>,
+        /// Forget every entry.
+        discard_all: bool,
+    },
 }

@@ -38,6 +38,12 @@ pub struct MasterConfig {
     pub enable_metadata_cleanup_on_timeout: bool,
     /// Log filter for the tracing subscriber (e.g. `warn`, `info`).
     pub log_level: String,
+    /// `--enable_ha`: elect a leader among the masters of `cluster_id` through etcd.
+    pub enable_ha: bool,
+    /// etcd endpoints (`http://host:port`) from `--ha_backend_connstring` or `--etcd_endpoints`.
+    pub ha_endpoints: Vec<String>,
+    /// `--cluster_id`.
+    pub cluster_id: String,
 }
 
 impl Default for MasterConfig {
@@ -66,6 +72,9 @@ impl Default for MasterConfig {
             allocation_strategy: AllocationStrategy::Random,
             enable_metadata_cleanup_on_timeout: false,
             log_level: "warn".into(),
+            enable_ha: false,
+            ha_endpoints: Vec::new(),
+            cluster_id: mooncake_common::ha::DEFAULT_CLUSTER_ID.into(),
         }
     }
 }

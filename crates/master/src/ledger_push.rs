@@ -259,7 +259,6 @@ mod tests {
             size: 10,
             hard_pin: false,
             soft_pin_until_ms: None,
-            data_type: 0,
         })
     }
 

@@ -49,6 +49,9 @@ impl MasterState {
         );
         let mut g = self.inner.lock();
         let mut seen = HashSet::new();
+        // Owners must forget replicas rewritten in place or discarded before
+        // the writer gets the new locations.
+        let mut waits = Vec::new();
         for (key, &size) in keys.iter().zip(sizes) {
             self.metrics.put_start_requests.inc();
             if let Err(e) = self.validate_write(key, size, cfg) {
@@ -98,18 +101,22 @@ impl MasterState {
                                 .iter()
                                 .filter_map(|r| g.replica_loc(r, size))
                                 .collect();
+                            waits.extend(g.forget_in_place(o));
+                            let version = g.next_version();
                             if let Some(o) = g.objects.get_mut(key) {
                                 o.status = ObjStatus::Processing;
                                 o.put_start = now;
                                 o.hard_pin = hard_pin;
                                 o.pending_pin = pin;
+                                o.version = version;
                             }
                             out.push(PutStartItem::Write(locs));
                             continue;
                         }
-                        // Case C: different size, discard old replicas.
+                        // Case C: different size, discard old replicas
+                        // (their space returns once their owners forgot them).
                         if let Some(old) = g.objects.remove(key) {
-                            g.free_replicas(&old.replicas, old.size);
+                            waits.extend(g.forget_replicas(key, &old));
                         }
                     }
                 }
@@ -130,10 +137,12 @@ impl MasterState {
                 .iter()
                 .filter_map(|r| g.replica_loc(r, size))
                 .collect();
+            let version = g.next_version();
             g.objects.insert(
                 key.clone(),
                 Object {
                     size,
+                    version,
                     replicas,
                     status: ObjStatus::Processing,
                     lease_deadline: now,
@@ -146,16 +155,36 @@ impl MasterState {
             );
             out.push(PutStartItem::Write(locs));
         }
+        drop(g);
+        self.await_owners(&waits);
         out
     }
 
     /// Commit writes: replicas become COMPLETE, soft-pin actions apply.
+    /// The owners of the replicas record the commit first (and any forget of
+    /// an earlier incarnation of the key is acknowledged), so a write is
+    /// visible only once it survives the master.
     pub fn put_end(&self, keys: &[String]) {
         let now = Instant::now();
         let mut g = self.inner.lock();
+        let mut waits = Vec::new();
+        let mut commits = Vec::with_capacity(keys.len());
         for k in keys {
+            let Some(o) = g.objects.get(k) else { continue };
+            if o.status != ObjStatus::Processing {
+                continue;
+            }
+            waits.extend(g.commit_replicas(k, o, now));
+            commits.push((k, o.version));
+            waits.extend(g.take_key_forgets(k));
+        }
+        drop(g);
+        self.await_owners(&waits);
+        let now = Instant::now();
+        let mut g = self.inner.lock();
+        for (k, version) in commits {
             if let Some(o) = g.objects.get_mut(k) {
-                if o.status == ObjStatus::Processing {
+                if o.status == ObjStatus::Processing && o.version == version {
                     o.status = ObjStatus::Complete;
                     match o.pending_pin {
                         PendingPin::Keep => {}
@@ -282,11 +311,14 @@ impl MasterState {
             .collect()
     }
 
-    /// Remove keys; see spec §2.6.
+    /// Remove keys; see spec §2.6. Answers once the owners forgot the
+    /// removed replicas (a removed object never comes back with a master).
     pub fn remove(&self, keys: &[String], force: bool) -> Vec<i32> {
         let now = Instant::now();
         let mut g = self.inner.lock();
-        keys.iter()
+        let mut waits = Vec::new();
+        let codes = keys
+            .iter()
             .map(|k| {
                 self.metrics.remove_requests.inc();
                 let code = match g.objects.get(k) {
@@ -301,13 +333,16 @@ impl MasterState {
                     Some(e) => e.code(),
                     None => {
                         if let Some(o) = g.objects.remove(k) {
-                            g.free_replicas(&o.replicas, o.size);
+                            waits.extend(g.forget_replicas(k, &o));
                         }
                         0
                     }
                 }
             })
-            .collect()
+            .collect();
+        drop(g);
+        self.await_owners(&waits);
+        codes
     }
 
     /// Remove every key the pattern matches (search semantics); count, or -600.
@@ -337,11 +372,14 @@ impl MasterState {
             })
             .map(|(k, _)| k.clone())
             .collect();
+        let mut waits = Vec::new();
         for k in &victims {
             if let Some(o) = g.objects.remove(k) {
-                g.free_replicas(&o.replicas, o.size);
+                waits.extend(g.forget_replicas(k, &o));
             }
         }
+        drop(g);
+        self.await_owners(&waits);
         victims.len() as i64
     }
 }

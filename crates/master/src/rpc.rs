@@ -5,18 +5,25 @@
 //! thread each: a request wakes its thread directly out of `read`, without
 //! a reactor hop, which keeps the round trip short on small machines.
 
+use crate::gate::Gate;
+use crate::recovery::Remount;
 use crate::state::MasterState;
 use mooncake_common::framing::{self, Hello, Service, MAX_CONTROL_FRAME};
 use mooncake_common::proto::{MasterRequest, MasterResponse};
 use mooncake_common::spin_read::SpinReader;
 use mooncake_common::ErrorCode;
-use std::io::{self, BufReader, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 
-/// Accept connections forever, one serving thread per connection.
-pub async fn serve(listener: TcpListener, state: Arc<MasterState>) {
+/// How long the master waits for a ledger ack on a ledger stream.
+const LEDGER_ACK_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Accept connections forever, one serving thread per connection; each
+/// request is served by the gate's current term (none: UNAVAILABLE).
+pub async fn serve(listener: TcpListener, state: Arc<Gate>) {
     loop {
         match listener.accept().await {
             Ok((sock, peer)) => {
@@ -62,9 +69,13 @@ fn write_frame(sock: &mut TcpStream, out: &mut Vec<u8>, body: &[u8]) -> io::Resu
     sock.write_all(out)
 }
 
-fn handle_conn(mut sock: TcpStream, state: Arc<MasterState>) -> io::Result<()> {
-    let _ = sock.set_nodelay(state.config().rpc_enable_tcp_no_delay);
-    let idle = state.config().rpc_conn_timeout_seconds;
+fn handle_conn(mut sock: TcpStream, gate: Arc<Gate>) -> io::Result<()> {
+    let cfg = match gate.serving() {
+        Some(t) => t.state.config().clone(),
+        None => crate::config::MasterConfig::default(),
+    };
+    let _ = sock.set_nodelay(cfg.rpc_enable_tcp_no_delay);
+    let idle = cfg.rpc_conn_timeout_seconds;
     if idle > 0 {
         sock.set_read_timeout(Some(std::time::Duration::from_secs(idle as u64)))?;
     }
@@ -79,6 +90,7 @@ fn handle_conn(mut sock: TcpStream, state: Arc<MasterState>) -> io::Result<()> {
         return Err(io::Error::new(io::ErrorKind::InvalidData, e));
     }
     write_frame(&mut sock, &mut out, &ours)?;
+    let mut conn_epoch: Option<u64> = None;
     loop {
         let body = match framing::read_frame(&mut rd, MAX_CONTROL_FRAME) {
             Ok(b) => b,
@@ -94,9 +106,92 @@ fn handle_conn(mut sock: TcpStream, state: Arc<MasterState>) -> io::Result<()> {
             Err(e) => return Err(e),
         };
         let req: MasterRequest = framing::decode(&body)?;
-        let resp = dispatch(&state, req);
+        // A request is served by the term that is serving now; a connection
+        // never outlives its term (the client reconnects and, being unknown
+        // to the new term, remounts).
+        let term = match gate.serving() {
+            Some(t) if conn_epoch.is_none_or(|e| e == t.epoch) => t,
+            _ => {
+                let resp = MasterResponse::Err(ErrorCode::UnavailableInCurrentStatus);
+                sock.write_all(&framing::encode_frame(&resp)?)?;
+                return Ok(());
+            }
+        };
+        conn_epoch = Some(term.epoch);
+        if let MasterRequest::LedgerStream {
+            client_id,
+            segment_name,
+        } = req
+        {
+            return serve_ledger(sock, rd, &term.state, &client_id, &segment_name);
+        }
+        if is_mutation(&req) {
+            gate.status().note_write();
+        }
+        let resp = dispatch(&term.state, req);
         sock.write_all(&framing::encode_frame(&resp)?)?;
     }
+}
+
+/// Requests that change metadata (what a deposed leader must stop accepting).
+fn is_mutation(req: &MasterRequest) -> bool {
+    matches!(
+        req,
+        MasterRequest::PutStart { .. }
+            | MasterRequest::PutEnd { .. }
+            | MasterRequest::PutRevoke { .. }
+            | MasterRequest::Remove { .. }
+            | MasterRequest::RemoveByRegex { .. }
+            | MasterRequest::RemoveAll { .. }
+            | MasterRequest::MountSegment { .. }
+            | MasterRequest::RemountSegment { .. }
+            | MasterRequest::UnmountSegment { .. }
+    ) || matches!(req, MasterRequest::WithDone { req, .. } if is_mutation(req))
+}
+
+/// Reads from the buffered reader, writes to the socket.
+struct Duplex<'a, R> {
+    rd: &'a mut R,
+    wr: &'a mut TcpStream,
+}
+
+impl<R: Read> Read for Duplex<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.rd.read(buf)
+    }
+}
+
+impl<R> Write for Duplex<'_, R> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.wr.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.wr.flush()
+    }
+}
+
+/// Serve the owner's ledger stream of `segment` on this connection.
+fn serve_ledger<R: Read>(
+    mut sock: TcpStream,
+    mut rd: R,
+    state: &Arc<MasterState>,
+    client_id: &str,
+    segment: &str,
+) -> io::Result<()> {
+    let Some((queue, uuid)) = state.ledger_queue(client_id, segment) else {
+        let resp = MasterResponse::Err(ErrorCode::SegmentNotFound);
+        sock.write_all(&framing::encode_frame(&resp)?)?;
+        return Ok(());
+    };
+    sock.write_all(&framing::encode_frame(&MasterResponse::Ok)?)?;
+    sock.set_read_timeout(Some(LEDGER_ACK_READ_TIMEOUT))?;
+    let mut duplex = Duplex {
+        rd: &mut rd,
+        wr: &mut sock,
+    };
+    let st = Arc::clone(state);
+    let (seg, id) = (segment.to_string(), uuid);
+    queue.serve(&mut duplex, &move |ranges| st.release_forgotten(&seg, &id, ranges))
 }
 
 /// Execute one request against the state.
@@ -157,5 +252,19 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
             MasterResponse::Count(state.remove_by_regex(&pattern, force))
         }
         MasterRequest::RemoveAll { force } => MasterResponse::Count(state.remove_all(force)),
+        MasterRequest::RemountSegment {
+            client_id,
+            segment,
+            entries,
+            done,
+        } => match state.remount_segment(&client_id, segment, entries, done) {
+            Ok(Remount::Partial) => MasterResponse::Ok,
+            Ok(Remount::Done { stale, discard_all }) => {
+                MasterResponse::Remounted { stale, discard_all }
+            }
+            Err(e) => MasterResponse::Err(e),
+        },
+        // Only meaningful as the first request of a connection (handled there).
+        MasterRequest::LedgerStream { .. } => MasterResponse::Err(ErrorCode::InvalidParams),
     }
 }

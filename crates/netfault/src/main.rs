@@ -53,7 +53,10 @@ fn parse_args() -> Result<Args, String> {
             }
             "--delay-ms" => {
                 let v = value().ok_or("--delay-ms needs a value")?;
-                delay_ms = Some(v.parse::<u64>().map_err(|e| format!("--delay-ms {v}: {e}"))?);
+                delay_ms = Some(
+                    v.parse::<u64>()
+                        .map_err(|e| format!("--delay-ms {v}: {e}"))?,
+                );
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -69,7 +72,10 @@ fn install_signal_handlers() {
         // SAFETY: `on_signal` only stores to an atomic, which is
         // async-signal-safe; the handler stays valid for the whole process.
         unsafe {
-            libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t);
+            libc::signal(
+                sig,
+                on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
         }
     }
 }
