@@ -6,6 +6,7 @@ mod client;
 mod discovery;
 mod done;
 mod ledger;
+mod ledger_stream;
 mod locations;
 mod master_conn;
 mod metadata_pub;

@@ -1,7 +1,10 @@
 //! Blocking RPC to the master over a small pool of connections. A broken
 //! connection is dropped and the call fails with RPC_FAIL; the next call
 //! reconnects (with a short timeout, so calls during an outage fail fast).
+//! The master's address comes from a [`MasterLocator`]: fixed, or the HA
+//! leader found through etcd (the pool is emptied when the leader changes).
 
+use crate::discovery::MasterLocator;
 use mooncake_common::framing::{self, client_handshake, Service, MAX_CONTROL_FRAME};
 use mooncake_common::proto::{MasterRequest, MasterResponse};
 use mooncake_common::spin_read;
@@ -10,30 +13,44 @@ use parking_lot::Mutex;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// RPC timeout for one request.
 const RPC_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Connection pool to one master address.
+/// Connection pool to the master.
 pub struct MasterConn {
-    addr: String,
+    locator: Arc<MasterLocator>,
     connect_timeout: Duration,
     idle: Mutex<Vec<TcpStream>>,
 }
 
 impl MasterConn {
-    /// A pool for `addr` (`host:port`); nothing is connected yet.
-    pub fn new(addr: &str, connect_timeout: Duration) -> Self {
+    /// A pool for the master `locator` points at; nothing is connected yet.
+    pub(crate) fn new(locator: Arc<MasterLocator>, connect_timeout: Duration) -> Self {
         MasterConn {
-            addr: addr.to_string(),
+            locator,
             connect_timeout,
             idle: Mutex::new(Vec::new()),
         }
     }
 
+    /// The locator (to follow leader changes).
+    pub(crate) fn locator(&self) -> &Arc<MasterLocator> {
+        &self.locator
+    }
+
+    /// Drop every pooled connection (the master changed).
+    pub(crate) fn reset(&self) {
+        self.idle.lock().clear();
+    }
+
     fn resolve(&self) -> io::Result<SocketAddr> {
-        self.addr.to_socket_addrs()?.next().ok_or_else(|| {
+        let addr = self.locator.current().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotConnected, "no master leader known")
+        })?;
+        addr.to_socket_addrs()?.next().ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "cannot resolve master address")
         })
     }
@@ -121,6 +138,8 @@ impl MasterConn {
             None => self.connect().map_err(|_| ErrorCode::RpcFail)?,
         };
         match Self::call_on(&mut s, req) {
+            // A standby (or a deposed leader) closes the connection after this.
+            Ok(resp @ MasterResponse::Err(ErrorCode::UnavailableInCurrentStatus)) => Ok(resp),
             Ok(resp) => {
                 self.give(s);
                 Ok(resp)

@@ -121,7 +121,12 @@ impl Client {
             let _ = self.rpc(MasterRequest::PutRevoke { keys: failed });
         }
         if !done.is_empty() {
-            if let Err(e) = self.rpc(MasterRequest::PutEnd { keys: done.clone() }) {
+            let ended = match self.rpc(MasterRequest::PutEnd { keys: done.clone() }) {
+                Ok(MasterResponse::Ok) => Ok(()),
+                Ok(MasterResponse::Err(e)) | Err(e) => Err(e),
+                Ok(_) => Err(ErrorCode::InternalError),
+            };
+            if let Err(e) = ended {
                 for (i, k) in keys.iter().enumerate() {
                     if done.contains(k) {
                         codes[i] = e.code();

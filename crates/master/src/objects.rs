@@ -164,7 +164,7 @@ impl MasterState {
     /// The owners of the replicas record the commit first (and any forget of
     /// an earlier incarnation of the key is acknowledged), so a write is
     /// visible only once it survives the master.
-    pub fn put_end(&self, keys: &[String]) {
+    pub fn put_end(&self, keys: &[String]) -> Result<(), ErrorCode> {
         let now = Instant::now();
         let mut g = self.inner.lock();
         let mut waits = Vec::new();
@@ -180,6 +180,11 @@ impl MasterState {
         }
         drop(g);
         self.await_owners(&waits);
+        if self.is_stopped() {
+            // The term ended while the owners were being told: this master
+            // may no longer acknowledge writes.
+            return Err(ErrorCode::UnavailableInCurrentStatus);
+        }
         let now = Instant::now();
         let mut g = self.inner.lock();
         for (k, version) in commits {
@@ -197,6 +202,7 @@ impl MasterState {
                 }
             }
         }
+        Ok(())
     }
 
     /// Revoke failed writes: free their replicas and erase the metadata.
@@ -417,7 +423,7 @@ mod tests {
         let keys = vec![key.to_string()];
         let mut items = st.put_start(&keys, &[size], &WriteConfig::default(), upsert);
         if matches!(items[0], PutStartItem::Write(_)) {
-            st.put_end(&keys);
+            st.put_end(&keys).unwrap();
         }
         items.remove(0)
     }

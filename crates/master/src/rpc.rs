@@ -223,10 +223,10 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
             config,
             upsert,
         } => MasterResponse::PutStart(state.put_start(&keys, &sizes, &config, upsert)),
-        MasterRequest::PutEnd { keys } => {
-            state.put_end(&keys);
-            MasterResponse::Ok
-        }
+        MasterRequest::PutEnd { keys } => match state.put_end(&keys) {
+            Ok(()) => MasterResponse::Ok,
+            Err(e) => MasterResponse::Err(e),
+        },
         MasterRequest::PutRevoke { keys } => {
             state.put_revoke(&keys);
             MasterResponse::Ok
