@@ -170,12 +170,14 @@ impl Client {
         }
         let timeout = Duration::from_millis(env_u64("MC_MASTER_CONNECT_TIMEOUT_MS", 5000));
         let started = std::time::Instant::now();
-        let locator =
-            MasterLocator::start(&cfg.master_server_addr, &mooncake_common::ha::client_cluster_id())
-                .map_err(|e| {
-                    tracing::warn!(master = %cfg.master_server_addr, "{e}");
-                    ErrorCode::InternalError
-                })?;
+        let locator = MasterLocator::start(
+            &cfg.master_server_addr,
+            &mooncake_common::ha::client_cluster_id(),
+        )
+        .map_err(|e| {
+            tracing::warn!(master = %cfg.master_server_addr, "{e}");
+            ErrorCode::InternalError
+        })?;
         if locator.is_ha() {
             let leader = locator.wait_leader(timeout).map_err(|e| {
                 tracing::warn!(master = %cfg.master_server_addr, "{e}");
@@ -269,6 +271,9 @@ impl Client {
             ledger_thread: Mutex::new(None),
         });
         client.done.start(&client.master);
+        if client.segment.is_some() {
+            crate::ledger::register(&client.desc.name, &client.ledger);
+        }
         if !client.publish_metadata() {
             client.close();
             return Err(ErrorCode::InternalError);
@@ -460,6 +465,7 @@ impl Client {
         });
         if let Some(s) = &self.segment {
             unregister_local(s.uuid());
+            crate::ledger::unregister(&self.desc.name);
         }
         if let Some(ds) = self.data_server.lock().take() {
             ds.stop();

@@ -99,6 +99,9 @@ impl Client {
         let mut codes = vec![0i32; keys.len()];
         let mut done = Vec::new();
         let mut failed = Vec::new();
+        // Segments of this process among the replicas: their ledgers are
+        // updated here rather than through the master's push.
+        let mut local_segments: Vec<String> = Vec::new();
         for (i, item) in items.into_iter().enumerate() {
             match item {
                 PutStartItem::AlreadyExists => {
@@ -108,7 +111,16 @@ impl Client {
                 }
                 PutStartItem::Err(e) => codes[i] = e.code(),
                 PutStartItem::Write(locs) => match self.write_replicas(&locs, &values[i]) {
-                    Ok(()) => done.push(keys[i].clone()),
+                    Ok(()) => {
+                        for l in &locs {
+                            if !local_segments.contains(&l.segment_name)
+                                && crate::ledger::local(&l.segment_name).is_some()
+                            {
+                                local_segments.push(l.segment_name.clone());
+                            }
+                        }
+                        done.push(keys[i].clone())
+                    }
                     Err(e) => {
                         tracing::warn!(key = %keys[i], error = %e, "replica write failed; revoking put");
                         codes[i] = ErrorCode::TransferFail.code();
@@ -121,8 +133,14 @@ impl Client {
             let _ = self.rpc(MasterRequest::PutRevoke { keys: failed });
         }
         if !done.is_empty() {
-            let ended = match self.rpc(MasterRequest::PutEnd { keys: done.clone() }) {
-                Ok(MasterResponse::Ok) => Ok(()),
+            let ended = match self.rpc(MasterRequest::CommitEnd {
+                keys: done.clone(),
+                local_segments,
+            }) {
+                Ok(MasterResponse::Committed { ops }) => {
+                    record_local(ops);
+                    Ok(())
+                }
                 Ok(MasterResponse::Err(e)) | Err(e) => Err(e),
                 Ok(_) => Err(ErrorCode::InternalError),
             };
@@ -273,5 +291,21 @@ impl Client {
             .map(|(&p, &s)| vec![(p, s as u64)])
             .collect();
         self.put_items_ex(keys, &vs, cfg, false, true)
+    }
+}
+
+/// Record commits the master handed back for segments of this process.
+fn record_local(ops: Vec<(String, mooncake_common::ledger::LedgerOp)>) {
+    let mut by_segment: Vec<(String, Vec<mooncake_common::ledger::LedgerOp>)> = Vec::new();
+    for (seg, op) in ops {
+        match by_segment.iter_mut().find(|(s, _)| *s == seg) {
+            Some((_, v)) => v.push(op),
+            None => by_segment.push((seg, vec![op])),
+        }
+    }
+    for (seg, ops) in by_segment {
+        if let Some(l) = crate::ledger::local(&seg) {
+            l.apply(ops);
+        }
     }
 }

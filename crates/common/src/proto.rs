@@ -176,6 +176,16 @@ pub enum MasterRequest {
         /// Last chunk.
         done: bool,
     },
+    /// Commit writes like `PutEnd`, except that the ledger entries of
+    /// replicas in `local_segments` (segments owned by the writer's own
+    /// process) come back in [`MasterResponse::Committed`] for the writer to
+    /// record, instead of being pushed to their owner and awaited.
+    CommitEnd {
+        /// Keys whose replicas were all written.
+        keys: Vec<String>,
+        /// Segments whose ledgers the writer updates itself.
+        local_segments: Vec<String>,
+    },
     /// Turn this connection into the owner's ledger stream for its segment:
     /// after the `Ok`, the master sends `LedgerPush` frames and the client
     /// answers each with a `LedgerAck` (see `ledger`).
@@ -200,13 +210,20 @@ pub enum PutStartItem {
 /// Master answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MasterResponse {
-    Pong { need_remount: bool },
+    Pong {
+        need_remount: bool,
+    },
     Ok,
     PutStart(Vec<PutStartItem>),
     Objects(Vec<Result<ObjectInfo, ErrorCode>>),
     Codes(Vec<i32>),
     Count(i64),
     Err(ErrorCode),
+    /// `CommitEnd` done: record these `(segment, op)` in the local ledgers.
+    Committed {
+        /// Ledger ops for the writer's own segments.
+        ops: Vec<(String, crate::ledger::LedgerOp)>,
+    },
     /// The remount finished: the owner drops the listed `(offset, version)`
     /// ledger entries (stale: the master has newer versions of those keys),
     /// or its whole ledger when `discard_all` (the master had expired the

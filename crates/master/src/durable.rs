@@ -70,33 +70,48 @@ impl Inner {
     }
 
     /// Record `o` (about to become COMPLETE under `key`) in its owners'
-    /// ledgers, with the soft pin the commit will apply.
-    pub(crate) fn commit_replicas(&self, key: &str, o: &Object, now: Instant) -> Waits {
+    /// ledgers, with the soft pin the commit will apply. Commits for
+    /// segments in `local` are returned instead (the writer's own process
+    /// owns them and records them before its write returns).
+    pub(crate) fn commit_replicas(
+        &self,
+        key: &str,
+        o: &Object,
+        now: Instant,
+        local: &[String],
+    ) -> (Waits, Vec<(String, LedgerOp)>) {
         let now_ms = unix_ms();
-        let to_unix = |d: Instant| now_ms.saturating_add(d.saturating_duration_since(now).as_millis() as u64);
+        let to_unix =
+            |d: Instant| now_ms.saturating_add(d.saturating_duration_since(now).as_millis() as u64);
         let soft_pin_until_ms = match o.pending_pin {
             PendingPin::Keep => o.soft_pin_deadline.filter(|d| *d > now).map(to_unix),
             PendingPin::Set(ms) => Some(now_ms.saturating_add(ms)),
             PendingPin::Clear => None,
         };
         let mut waits = Vec::new();
+        let mut handed = Vec::new();
         for r in &o.replicas {
             if let Some(seg) = self.segments.get(&r.segment) {
                 if seg.desc.uuid == r.segment_uuid {
-                    let q = Arc::clone(&seg.ledger);
-                    let seq = q.push(LedgerOp::Commit(LedgerEntry {
+                    let op = LedgerOp::Commit(LedgerEntry {
                         key: key.to_string(),
                         version: o.version,
                         offset: r.offset,
                         size: o.size,
                         hard_pin: o.hard_pin,
                         soft_pin_until_ms,
-                    }));
-                    waits.push((q, seq));
+                    });
+                    if local.contains(&r.segment) {
+                        handed.push((r.segment.clone(), op));
+                    } else {
+                        let q = Arc::clone(&seg.ledger);
+                        let seq = q.push(op);
+                        waits.push((q, seq));
+                    }
                 }
             }
         }
-        waits
+        (waits, handed)
     }
 
     /// Forgets of `key`'s earlier replicas that may not be acknowledged yet.
@@ -135,7 +150,11 @@ impl MasterState {
     }
 
     /// The ledger queue of `segment` and its memory id, if `client_id` owns it.
-    pub(crate) fn ledger_queue(&self, client_id: &str, segment: &str) -> Option<(Arc<OwnerQueue>, String)> {
+    pub(crate) fn ledger_queue(
+        &self,
+        client_id: &str,
+        segment: &str,
+    ) -> Option<(Arc<OwnerQueue>, String)> {
         let g = self.inner.lock();
         let seg = g.segments.get(segment)?;
         (seg.client_id == client_id).then(|| (Arc::clone(&seg.ledger), seg.desc.uuid.clone()))

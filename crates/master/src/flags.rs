@@ -909,7 +909,12 @@ fn ha_config(fl: &Flags, cfg: &mut MasterConfig, warnings: &mut Vec<String>) -> 
         c => c,
     };
     if !cfg.enable_ha {
-        for name in ["ha_backend_connstring", "etcd_endpoints", "ha_backend_type", "cluster_id"] {
+        for name in [
+            "ha_backend_connstring",
+            "etcd_endpoints",
+            "ha_backend_type",
+            "cluster_id",
+        ] {
             let default = find_flag(name).map(|d| d.default).unwrap_or_default();
             if fl.is_set(name) && fl.raw(name) != default {
                 warnings.push(format!("flag --{name} has no effect without --enable_ha"));
@@ -1315,7 +1320,10 @@ mod tests {
     fn feature_switches_fail_fast() {
         let (code, msg) = exit(&["--enable_oplog=true"]);
         assert_eq!(code, 1);
-        assert!(msg.contains("flag --enable_oplog: this build keeps no operation log"), "{msg}");
+        assert!(
+            msg.contains("flag --enable_oplog: this build keeps no operation log"),
+            "{msg}"
+        );
         assert!(msg.contains("re-report"), "{msg}");
         for name in ["enable_snapshot", "enable_snapshot_restore"] {
             let (code, msg) = exit(&[&format!("--{name}")]);
@@ -1328,7 +1336,11 @@ mod tests {
             assert!(msg.contains(&format!("flag --{name} requires")), "{msg}");
         }
         // Explicitly false is fine.
-        run(&["--enable_ha=false", "--noenable_snapshot", "--noenable_oplog"]);
+        run(&[
+            "--enable_ha=false",
+            "--noenable_snapshot",
+            "--noenable_oplog",
+        ]);
     }
 
     #[test]
@@ -1344,7 +1356,11 @@ mod tests {
         assert_eq!(c.ha_endpoints, vec!["http://h1:2379", "http://h2:2380"]);
         assert_eq!(c.cluster_id, "prod");
         // The legacy alias is used when the connstring is empty.
-        let c = run(&["--enable_ha", "--etcd_endpoints=e:1", "--rpc_address=10.0.0.1"]);
+        let c = run(&[
+            "--enable_ha",
+            "--etcd_endpoints=e:1",
+            "--rpc_address=10.0.0.1",
+        ]);
         assert_eq!(c.ha_endpoints, vec!["http://e:1"]);
         assert_eq!(c.cluster_id, "mooncake_cluster");
         // ... but the connstring wins when both are given.
@@ -1357,26 +1373,50 @@ mod tests {
         assert_eq!(c.ha_endpoints, vec!["http://c:2"]);
         // Bad inputs, each with its reason.
         for (args, needle) in [
-            (vec!["--enable_ha", "--rpc_address=10.0.0.1"], "needs --ha_backend_connstring"),
-            (vec!["--enable_ha", "--etcd_endpoints=e:1"], "needs a reachable --rpc_address"),
+            (
+                vec!["--enable_ha", "--rpc_address=10.0.0.1"],
+                "needs --ha_backend_connstring",
+            ),
+            (
+                vec!["--enable_ha", "--etcd_endpoints=e:1"],
+                "needs a reachable --rpc_address",
+            ),
             (
                 vec!["--enable_ha", "--etcd_endpoints=e:1", "--rpc_address=::"],
                 "needs a reachable --rpc_address",
             ),
             (
-                vec!["--enable_ha", "--ha_backend_type=redis", "--etcd_endpoints=e:1", "--rpc_address=1.2.3.4"],
+                vec![
+                    "--enable_ha",
+                    "--ha_backend_type=redis",
+                    "--etcd_endpoints=e:1",
+                    "--rpc_address=1.2.3.4",
+                ],
                 "supports only the etcd HA backend",
             ),
             (
-                vec!["--enable_ha", "--ha_backend_connstring=nohost", "--rpc_address=1.2.3.4"],
+                vec![
+                    "--enable_ha",
+                    "--ha_backend_connstring=nohost",
+                    "--rpc_address=1.2.3.4",
+                ],
                 "for flag 'ha_backend_connstring'",
             ),
             (
-                vec!["--enable_ha", "--etcd_endpoints=https://h:1", "--rpc_address=1.2.3.4"],
+                vec![
+                    "--enable_ha",
+                    "--etcd_endpoints=https://h:1",
+                    "--rpc_address=1.2.3.4",
+                ],
                 "TLS",
             ),
             (
-                vec!["--enable_ha", "--etcd_endpoints=h:1", "--rpc_address=1.2.3.4", "--cluster_id=a/b"],
+                vec![
+                    "--enable_ha",
+                    "--etcd_endpoints=h:1",
+                    "--rpc_address=1.2.3.4",
+                    "--cluster_id=a/b",
+                ],
                 "for flag 'cluster_id'",
             ),
         ] {
@@ -1387,7 +1427,11 @@ mod tests {
         // Without --enable_ha the HA flags only warn.
         let (c, w) = run_w(&["--etcd_endpoints=a:1"]);
         assert!(!c.enable_ha);
-        assert!(w.iter().any(|w| w.contains("--etcd_endpoints has no effect")), "{w:?}");
+        assert!(
+            w.iter()
+                .any(|w| w.contains("--etcd_endpoints has no effect")),
+            "{w:?}"
+        );
     }
 
     #[test]

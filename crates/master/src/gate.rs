@@ -34,7 +34,10 @@ pub struct Gate {
 
 impl Gate {
     /// A gate that builds each term's state with `make`.
-    pub fn new(status: Arc<HaStatus>, make: impl Fn() -> Arc<MasterState> + Send + Sync + 'static) -> Arc<Gate> {
+    pub fn new(
+        status: Arc<HaStatus>,
+        make: impl Fn() -> Arc<MasterState> + Send + Sync + 'static,
+    ) -> Arc<Gate> {
         Arc::new(Gate {
             status,
             term: RwLock::new(None),

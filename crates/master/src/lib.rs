@@ -5,8 +5,8 @@
 pub mod admin;
 pub mod allocator;
 pub mod config;
-pub mod embedded;
 mod durable;
+pub mod embedded;
 mod eviction;
 pub mod flags;
 pub mod gate;

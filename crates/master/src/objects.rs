@@ -5,6 +5,7 @@ use crate::placement;
 use crate::state::{
     flag_eviction, is_non_ecmascript, pending_pin, MasterState, ObjStatus, Object, PendingPin,
 };
+use mooncake_common::ledger::LedgerOp;
 use mooncake_common::proto::{ObjectInfo, PutStartItem, SoftPin, WriteConfig};
 use mooncake_common::ErrorCode;
 use std::collections::HashSet;
@@ -165,16 +166,30 @@ impl MasterState {
     /// an earlier incarnation of the key is acknowledged), so a write is
     /// visible only once it survives the master.
     pub fn put_end(&self, keys: &[String]) -> Result<(), ErrorCode> {
+        self.commit_end(keys, &[]).map(|_| ())
+    }
+
+    /// [`MasterState::put_end`], except that the ledger commits of replicas
+    /// in `local` (the writer's own process's segments) are returned for the
+    /// writer to record instead of being pushed and awaited.
+    pub fn commit_end(
+        &self,
+        keys: &[String],
+        local: &[String],
+    ) -> Result<Vec<(String, LedgerOp)>, ErrorCode> {
         let now = Instant::now();
         let mut g = self.inner.lock();
         let mut waits = Vec::new();
+        let mut handed = Vec::new();
         let mut commits = Vec::with_capacity(keys.len());
         for k in keys {
             let Some(o) = g.objects.get(k) else { continue };
             if o.status != ObjStatus::Processing {
                 continue;
             }
-            waits.extend(g.commit_replicas(k, o, now));
+            let (w, h) = g.commit_replicas(k, o, now, local);
+            waits.extend(w);
+            handed.extend(h);
             commits.push((k, o.version));
             waits.extend(g.take_key_forgets(k));
         }
@@ -202,7 +217,7 @@ impl MasterState {
                 }
             }
         }
-        Ok(())
+        Ok(handed)
     }
 
     /// Revoke failed writes: free their replicas and erase the metadata.

@@ -20,7 +20,9 @@
 use crate::allocator::OffsetAllocator;
 use crate::durable::Waits;
 use crate::ledger_push::OwnerQueue;
-use crate::state::{ClientEntry, Inner, MasterState, ObjStatus, Object, PendingPin, Replica, SegmentEntry};
+use crate::state::{
+    ClientEntry, Inner, MasterState, ObjStatus, Object, PendingPin, Replica, SegmentEntry,
+};
 use mooncake_common::ledger::{alloc_len, LedgerEntry};
 use mooncake_common::proto::SegmentDesc;
 use mooncake_common::ErrorCode;
@@ -73,7 +75,12 @@ fn unix_ms() -> u64 {
 impl Inner {
     /// Adopt the reported `entries` of the freshly mounted segment `name`.
     /// Returns what changed and the forgets sent for displaced objects.
-    pub(crate) fn adopt(&mut self, name: &str, mut entries: Vec<LedgerEntry>, now: Instant) -> (Adoption, Waits) {
+    pub(crate) fn adopt(
+        &mut self,
+        name: &str,
+        mut entries: Vec<LedgerEntry>,
+        now: Instant,
+    ) -> (Adoption, Waits) {
         let mut out = Adoption::default();
         let mut waits = Vec::new();
         let now_ms = unix_ms();
@@ -87,12 +94,17 @@ impl Inner {
             let uuid = seg.desc.uuid.clone();
             let fits = !e.key.is_empty()
                 && e.size > 0
-                && e.offset.checked_add(alloc_len(e.size)).is_some_and(|end| end <= seg.alloc.capacity());
+                && e.offset
+                    .checked_add(alloc_len(e.size))
+                    .is_some_and(|end| end <= seg.alloc.capacity());
             if !fits {
                 out.stale.push((e.offset, e.version));
                 continue;
             }
-            let existing = self.objects.get(&e.key).map(|o| (o.version, o.status, o.size));
+            let existing = self
+                .objects
+                .get(&e.key)
+                .map(|o| (o.version, o.status, o.size));
             match existing {
                 Some((v, _, _)) if v > e.version => {
                     out.stale.push((e.offset, e.version));
@@ -268,7 +280,9 @@ impl MasterState {
         self.metrics.recovered_segments.inc();
         self.metrics.recovered_objects.inc_by(adoption.objects);
         self.metrics.recovered_replicas.inc_by(adoption.replicas);
-        self.metrics.recovery_stale_entries.inc_by(adoption.stale.len() as u64);
+        self.metrics
+            .recovery_stale_entries
+            .inc_by(adoption.stale.len() as u64);
         tracing::warn!(
             segment = %name,
             reported,
@@ -294,7 +308,11 @@ mod tests {
     use crate::metrics::MasterMetrics;
 
     fn state() -> Arc<MasterState> {
-        MasterState::new(MasterConfig::default(), Arc::new(MasterMetrics::default()), None)
+        MasterState::new(
+            MasterConfig::default(),
+            Arc::new(MasterMetrics::default()),
+            None,
+        )
     }
 
     fn desc(name: &str, uuid: &str) -> SegmentDesc {
@@ -332,7 +350,12 @@ mod tests {
     fn reports_rebuild_objects_and_allocators() {
         let st = state();
         assert_eq!(
-            st.remount_segment("c1", desc("a:1", "ua"), vec![entry("k1", 10, 0, 100)], false),
+            st.remount_segment(
+                "c1",
+                desc("a:1", "ua"),
+                vec![entry("k1", 10, 0, 100)],
+                false
+            ),
             Ok(Remount::Partial)
         );
         // Not usable until the report is complete.
@@ -366,12 +389,20 @@ mod tests {
     #[test]
     fn versions_decide_between_segments() {
         let st = state();
-        let now_us = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as u64;
+        let now_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64;
         let v1 = now_us - 1000;
         let v2 = now_us - 500;
         // a holds k at v1 plus a replica of r; b holds k at v2 and r too.
-        st.remount_segment("ca", desc("a:1", "ua"), vec![entry("k", v1, 0, 64), entry("r", v1, 64, 64)], true)
-            .unwrap();
+        st.remount_segment(
+            "ca",
+            desc("a:1", "ua"),
+            vec![entry("k", v1, 0, 64), entry("r", v1, 64, 64)],
+            true,
+        )
+        .unwrap();
         let r = st.remount_segment(
             "cb",
             desc("b:1", "ub"),
@@ -410,7 +441,10 @@ mod tests {
             Err(ErrorCode::SegmentAlreadyExists)
         );
         // An expired segment comes back empty.
-        st.inner.lock().expired_uuids.insert("ue".into(), Instant::now());
+        st.inner
+            .lock()
+            .expired_uuids
+            .insert("ue".into(), Instant::now());
         assert_eq!(
             st.remount_segment("c3", desc("e:1", "ue"), vec![entry("x", 9, 0, 64)], true),
             Ok(Remount::Done {
@@ -420,7 +454,15 @@ mod tests {
         );
         assert!(!st.inner.lock().objects.contains_key("x"));
         assert_eq!(
-            st.remount_segment("c4", SegmentDesc { size: 0, ..desc("z:1", "uz") }, vec![], true),
+            st.remount_segment(
+                "c4",
+                SegmentDesc {
+                    size: 0,
+                    ..desc("z:1", "uz")
+                },
+                vec![],
+                true
+            ),
             Err(ErrorCode::InvalidParams)
         );
     }

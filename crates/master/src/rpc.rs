@@ -139,6 +139,7 @@ fn is_mutation(req: &MasterRequest) -> bool {
         req,
         MasterRequest::PutStart { .. }
             | MasterRequest::PutEnd { .. }
+            | MasterRequest::CommitEnd { .. }
             | MasterRequest::PutRevoke { .. }
             | MasterRequest::Remove { .. }
             | MasterRequest::RemoveByRegex { .. }
@@ -191,7 +192,9 @@ fn serve_ledger<R: Read>(
     };
     let st = Arc::clone(state);
     let (seg, id) = (segment.to_string(), uuid);
-    queue.serve(&mut duplex, &move |ranges| st.release_forgotten(&seg, &id, ranges))
+    queue.serve(&mut duplex, &move |ranges| {
+        st.release_forgotten(&seg, &id, ranges)
+    })
 }
 
 /// Execute one request against the state.
@@ -225,6 +228,13 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
         } => MasterResponse::PutStart(state.put_start(&keys, &sizes, &config, upsert)),
         MasterRequest::PutEnd { keys } => match state.put_end(&keys) {
             Ok(()) => MasterResponse::Ok,
+            Err(e) => MasterResponse::Err(e),
+        },
+        MasterRequest::CommitEnd {
+            keys,
+            local_segments,
+        } => match state.commit_end(&keys, &local_segments) {
+            Ok(ops) => MasterResponse::Committed { ops },
             Err(e) => MasterResponse::Err(e),
         },
         MasterRequest::PutRevoke { keys } => {

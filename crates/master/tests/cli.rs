@@ -117,7 +117,10 @@ fn unimplemented_feature_fails() {
     let o = run(&["--enable_ha=true"]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--enable_ha needs --ha_backend_connstring"), "{err}");
+    assert!(
+        err.contains("--enable_ha needs --ha_backend_connstring"),
+        "{err}"
+    );
 }
 
 #[test]
