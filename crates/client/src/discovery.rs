@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 /// Why no master address could be found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DiscoveryError {
+pub(crate) enum DiscoveryError {
     /// `master_server_addr` is malformed or names an unsupported backend.
     #[error(transparent)]
     BadAddress(#[from] HaAddrError),

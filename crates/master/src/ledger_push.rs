@@ -23,7 +23,7 @@ use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
 /// How long a mutation waits for an owner's ack before it proceeds unconfirmed.
-pub const ACK_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const ACK_TIMEOUT: Duration = Duration::from_secs(2);
 /// A queue whose stream dropped less than this long ago still makes writers
 /// wait (the owner is probably reconnecting).
 const RECONNECT_GRACE: Duration = Duration::from_secs(2);
@@ -34,7 +34,7 @@ const MAX_BATCH: usize = 4096;
 
 /// Outcome of waiting for an ack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AckWait {
+pub(crate) enum AckWait {
     /// The owner applied the op.
     Acked,
     /// The owner did not answer in time, or has no stream: the op stays
@@ -84,14 +84,14 @@ impl Default for QState {
 
 /// The ordered ledger queue of one segment.
 #[derive(Debug, Default)]
-pub struct OwnerQueue {
+pub(crate) struct OwnerQueue {
     st: Mutex<QState>,
     cv: Condvar,
 }
 
 impl OwnerQueue {
     /// Queue `op`; returns its sequence number.
-    pub fn push(&self, op: LedgerOp) -> u64 {
+    pub(crate) fn push(&self, op: LedgerOp) -> u64 {
         let mut g = self.st.lock();
         g.last_seq += 1;
         let seq = g.last_seq;
@@ -102,7 +102,7 @@ impl OwnerQueue {
     }
 
     /// Queue a forget whose space (`offset`, `size`) is released once acked.
-    pub fn push_forget_then_free(&self, op: LedgerOp, offset: u64, size: u64) -> u64 {
+    pub(crate) fn push_forget_then_free(&self, op: LedgerOp, offset: u64, size: u64) -> u64 {
         let mut g = self.st.lock();
         g.last_seq += 1;
         let seq = g.last_seq;
@@ -114,17 +114,18 @@ impl OwnerQueue {
     }
 
     /// Bytes queued for release once their forgets are acknowledged.
-    pub fn pending_free_bytes(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn pending_free_bytes(&self) -> u64 {
         self.st.lock().frees.iter().map(|&(_, _, s)| s).sum()
     }
 
     /// Highest acknowledged sequence number.
-    pub fn acked(&self) -> u64 {
+    pub(crate) fn acked(&self) -> u64 {
         self.st.lock().acked
     }
 
     /// Wait until `seq` is acknowledged, at most until `deadline`.
-    pub fn wait(&self, seq: u64, deadline: Instant) -> AckWait {
+    pub(crate) fn wait(&self, seq: u64, deadline: Instant) -> AckWait {
         let mut g = self.st.lock();
         loop {
             if g.closed {
@@ -149,7 +150,7 @@ impl OwnerQueue {
     }
 
     /// The segment is gone: wake every waiter, drop what is queued.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         let mut g = self.st.lock();
         g.closed = true;
         g.pending.clear();
@@ -161,7 +162,7 @@ impl OwnerQueue {
     /// Serve one ledger stream of this segment's owner until it breaks, the
     /// segment is closed, or a newer stream replaces it. `release` gets the
     /// `(offset, size)` ranges whose forgets were just acknowledged.
-    pub fn serve<S: Read + Write>(
+    pub(crate) fn serve<S: Read + Write>(
         &self,
         sock: &mut S,
         release: &dyn Fn(Vec<(u64, u64)>),
@@ -202,19 +203,13 @@ impl OwnerQueue {
                 if g.closed || g.stream_gen != gen {
                     return Ok(());
                 }
-                let ops: Vec<LedgerOp> = g
-                    .pending
-                    .iter()
-                    .take(MAX_BATCH)
-                    .map(|(_, op)| op.clone())
-                    .collect();
-                let seq = g
-                    .pending
-                    .iter()
-                    .take(MAX_BATCH)
-                    .last()
-                    .map(|(s, _)| *s)
-                    .unwrap_or(g.acked);
+                let n = g.pending.len().min(MAX_BATCH);
+                let ops: Vec<LedgerOp> =
+                    g.pending.iter().take(n).map(|(_, op)| op.clone()).collect();
+                let seq = match n {
+                    0 => g.acked,
+                    n => g.pending.get(n - 1).map(|(s, _)| *s).unwrap_or(g.acked),
+                };
                 LedgerPush { seq, ops }
             };
             sock.write_all(&framing::encode_frame(&push)?)?;

@@ -85,7 +85,7 @@ impl Inner {
         let mut waits = Vec::new();
         let now_ms = unix_ms();
         // Highest version first, so that duplicate keys keep their newest entry.
-        entries.sort_by(|a, b| b.version.cmp(&a.version));
+        entries.sort_by_key(|e| std::cmp::Reverse(e.version));
         for e in entries {
             let Some(seg) = self.segments.get(name) else {
                 out.stale.push((e.offset, e.version));

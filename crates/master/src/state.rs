@@ -379,7 +379,7 @@ impl Inner {
     /// A new object version: above every version assigned or adopted so
     /// far, and at least the wall clock in microseconds (so versions keep
     /// growing across master restarts and failovers).
-    pub fn next_version(&mut self) -> u64 {
+    pub(crate) fn next_version(&mut self) -> u64 {
         let now_us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)

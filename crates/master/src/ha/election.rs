@@ -48,7 +48,7 @@ pub enum HaError {
     },
     /// An etcd request failed.
     #[error("etcd request failed: {0}")]
-    Etcd(#[from] etcd_client::Error),
+    Etcd(String),
 }
 
 /// What the master does when a term starts or ends.
@@ -150,7 +150,8 @@ impl HaRuntime {
                     endpoints: self.cfg.endpoints.join(";"),
                     secs: REQUEST_TIMEOUT.as_secs(),
                     reason: "member registration: no answer".into(),
-                })??;
+                })?
+                .map_err(|e| HaError::Etcd(e.to_string()))?;
             if resp.succeeded() {
                 return Ok(());
             }
