@@ -214,27 +214,34 @@ impl OwnerQueue {
             };
             sock.write_all(&framing::encode_frame(&push)?)?;
             let ack: LedgerAck = framing::decode(&framing::read_frame(sock, MAX_CONTROL_FRAME)?)?;
-            let freed = {
+            // Release the space of acknowledged forgets first, then publish
+            // the ack: a caller woken by it finds the space free already.
+            let (freed, acked) = {
                 let mut g = self.st.lock();
-                if ack.seq > g.acked && ack.seq <= g.last_seq {
-                    g.acked = ack.seq;
-                }
-                let acked = g.acked;
-                while g.pending.front().is_some_and(|(s, _)| *s <= acked) {
-                    g.pending.pop_front();
-                }
+                let acked = if ack.seq > g.acked && ack.seq <= g.last_seq {
+                    ack.seq
+                } else {
+                    g.acked
+                };
                 let mut freed = Vec::new();
                 while g.frees.front().is_some_and(|(s, _, _)| *s <= acked) {
                     if let Some((_, off, size)) = g.frees.pop_front() {
                         freed.push((off, size));
                     }
                 }
-                freed
+                (freed, acked)
             };
-            self.cv.notify_all();
             if !freed.is_empty() {
                 release(freed);
             }
+            {
+                let mut g = self.st.lock();
+                g.acked = g.acked.max(acked);
+                while g.pending.front().is_some_and(|(s, _)| *s <= acked) {
+                    g.pending.pop_front();
+                }
+            }
+            self.cv.notify_all();
         }
     }
 }
