@@ -13,7 +13,7 @@ use crate::ledger::Ledger;
 use crate::master_conn::MasterConn;
 use mooncake_common::framing::{self, MAX_CONTROL_FRAME};
 use mooncake_common::ledger::{LedgerAck, LedgerPush};
-use mooncake_common::proto::{MasterRequest, MasterResponse};
+use mooncake_common::proto::{encode_request, MasterRequest, MasterResponse};
 use std::io::{self, BufReader, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -81,7 +81,7 @@ fn serve_once(ctx: &StreamCtx, failures: &mut u32) -> io::Result<()> {
         client_id: ctx.client_id.clone(),
         segment_name: ctx.segment.clone(),
     };
-    sock.write_all(&framing::encode_frame(&req)?)?;
+    sock.write_all(&encode_request(&req, &[])?)?;
     let mut rd = BufReader::new(sock.try_clone()?);
     match framing::decode::<MasterResponse>(&framing::read_frame(&mut rd, MAX_CONTROL_FRAME)?)? {
         MasterResponse::Ok => *failures = 0,

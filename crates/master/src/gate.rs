@@ -7,6 +7,7 @@
 //! status through the gate.
 
 use crate::admin::{AdminView, GaugeSnapshot, ReplicaView, HEALTH_BODY};
+use crate::config::MasterConfig;
 use crate::ha::{HaStatus, Role, Terms};
 use crate::state::MasterState;
 use mooncake_common::ErrorCode;
@@ -28,18 +29,21 @@ type Factory = Box<dyn Fn() -> Arc<MasterState> + Send + Sync>;
 /// The serving term and the HA status.
 pub struct Gate {
     status: Arc<HaStatus>,
+    cfg: MasterConfig,
     term: RwLock<Option<Term>>,
     make: Factory,
 }
 
 impl Gate {
-    /// A gate that builds each term's state with `make`.
+    /// A gate that builds each term's state with `make` (from `cfg`).
     pub fn new(
         status: Arc<HaStatus>,
+        cfg: MasterConfig,
         make: impl Fn() -> Arc<MasterState> + Send + Sync + 'static,
     ) -> Arc<Gate> {
         Arc::new(Gate {
             status,
+            cfg,
             term: RwLock::new(None),
             make: Box::new(make),
         })
@@ -47,7 +51,7 @@ impl Gate {
 
     /// A gate serving `state` for good (no HA).
     pub fn single(state: Arc<MasterState>) -> Arc<Gate> {
-        let gate = Gate::new(Arc::new(HaStatus::single()), {
+        let gate = Gate::new(Arc::new(HaStatus::single()), state.config().clone(), {
             let st = Arc::clone(&state);
             move || Arc::clone(&st)
         });
@@ -67,6 +71,11 @@ impl Gate {
     /// The HA status.
     pub fn status(&self) -> &Arc<HaStatus> {
         &self.status
+    }
+
+    /// The master's configuration (the same for every term).
+    pub fn config(&self) -> &MasterConfig {
+        &self.cfg
     }
 
     fn state(&self) -> Option<Arc<MasterState>> {

@@ -15,7 +15,7 @@
 //! unconfirmed instead (the owner is unreachable from the master, and will be
 //! expired by the client TTL if it stays so).
 
-use mooncake_common::framing::{self, MAX_CONTROL_FRAME};
+use mooncake_common::framing;
 use mooncake_common::ledger::{LedgerAck, LedgerOp, LedgerPush};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
@@ -31,6 +31,8 @@ const RECONNECT_GRACE: Duration = Duration::from_secs(2);
 const KEEPALIVE: Duration = Duration::from_millis(1000);
 /// Largest batch of ops in one push.
 const MAX_BATCH: usize = 4096;
+/// Largest ack frame accepted (an ack is a sequence number).
+const MAX_ACK_FRAME: usize = 64;
 
 /// Outcome of waiting for an ack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,7 +215,7 @@ impl OwnerQueue {
                 LedgerPush { seq, ops }
             };
             sock.write_all(&framing::encode_frame(&push)?)?;
-            let ack: LedgerAck = framing::decode(&framing::read_frame(sock, MAX_CONTROL_FRAME)?)?;
+            let ack: LedgerAck = framing::decode(&framing::read_frame(sock, MAX_ACK_FRAME)?)?;
             // Release the space of acknowledged forgets first, then publish
             // the ack: a caller woken by it finds the space free already.
             let (freed, acked) = {
@@ -267,7 +269,7 @@ mod tests {
     /// An owner that applies pushes into a Vec and acks them.
     fn owner(mut s: TcpStream, seen: Arc<Mutex<Vec<LedgerOp>>>, stop_after: usize) {
         let mut n = 0;
-        while let Ok(body) = framing::read_frame(&mut s, MAX_CONTROL_FRAME) {
+        while let Ok(body) = framing::read_frame(&mut s, framing::MAX_CONTROL_FRAME) {
             let push: LedgerPush = framing::decode(&body).unwrap();
             seen.lock().extend(push.ops);
             n += 1;

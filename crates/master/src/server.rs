@@ -30,7 +30,7 @@ pub const REPORT_INTERVAL: Duration = Duration::from_secs(10);
 pub fn run_master(args: Vec<String>) -> i32 {
     let (outcome, warnings) = parse_master_args_with_warnings(&args);
     let cfg = match outcome {
-        FlagOutcome::Run(cfg) => cfg,
+        FlagOutcome::Run(cfg) => *cfg,
         FlagOutcome::Exit { code, message } => {
             if message.starts_with("ERROR") {
                 eprintln!("{message}");
@@ -131,7 +131,8 @@ pub fn config_summary(cfg: &MasterConfig) -> String {
          eviction_high_watermark_ratio={} eviction_ratio={} client_ttl={} \
          put_start_discard_timeout_sec={} put_start_release_timeout_sec={} \
          allocation_strategy={} enable_metadata_cleanup_on_timeout={} log_level={} \
-         enable_ha={} ha_backend_connstring={} cluster_id={}",
+         auth={} max_connections={} max_connections_per_peer={} \
+         idle_connection_timeout_sec={} enable_ha={} ha_backend_connstring={} cluster_id={}",
         cfg.rpc_address,
         cfg.rpc_port,
         cfg.rpc_thread_num,
@@ -155,6 +156,10 @@ pub fn config_summary(cfg: &MasterConfig) -> String {
         strategy_name(cfg.allocation_strategy),
         cfg.enable_metadata_cleanup_on_timeout,
         cfg.log_level,
+        if cfg.auth.is_some() { "token" } else { "off" },
+        cfg.max_connections,
+        cfg.max_connections_per_peer,
+        cfg.idle_connection_timeout_sec,
         cfg.enable_ha,
         cfg.ha_endpoints.join(";"),
         cfg.cluster_id,
@@ -240,9 +245,16 @@ async fn run_async(mut cfg: MasterConfig, threads: usize) -> i32 {
         config_summary(&cfg)
     );
 
+    if cfg.auth.is_none() {
+        tracing::warn!(
+            "no --auth_token_file: any peer that reaches the RPC, metadata or data ports is trusted"
+        );
+    }
     let metrics = Arc::new(MasterMetrics::default());
     let metadata = meta_listener.as_ref().map(|_| Arc::new(MetadataKv::new()));
     let reporting = cfg.enable_metric_reporting;
+    let http_limits = cfg.http_limits();
+    let auth = cfg.auth.clone();
     let mut ha_task = None;
     let gate = match ha {
         None => {
@@ -251,8 +263,8 @@ async fn run_async(mut cfg: MasterConfig, threads: usize) -> i32 {
             Gate::single(state)
         }
         Some((rt, status)) => {
-            let (c, m, md) = (cfg, metrics.clone(), metadata.clone());
-            let gate = Gate::new(status, move || {
+            let (c, m, md) = (cfg.clone(), metrics.clone(), metadata.clone());
+            let gate = Gate::new(status, cfg, move || {
                 MasterState::new(c.clone(), Arc::clone(&m), md.clone())
             });
             let terms: Arc<dyn Terms> = gate.clone();
@@ -264,10 +276,15 @@ async fn run_async(mut cfg: MasterConfig, threads: usize) -> i32 {
 
     tokio::spawn(crate::rpc::serve(rpc_listener, gate.clone()));
     if let (Some(l), Some(kv)) = (meta_listener, metadata) {
-        tokio::spawn(serve_metadata(l, kv));
+        tokio::spawn(serve_metadata(l, kv, auth, http_limits));
     }
     let view: Arc<dyn AdminView> = gate.clone();
-    tokio::spawn(serve_admin(admin_listener, view.clone(), metrics));
+    tokio::spawn(serve_admin(
+        admin_listener,
+        view.clone(),
+        metrics,
+        http_limits,
+    ));
     if reporting {
         tokio::spawn(report_loop(view));
     }
@@ -318,6 +335,7 @@ mod tests {
         let s = config_summary(&cfg);
         assert!(s.contains("default_kv_lease_ttl=2000 "), "{s}");
         assert!(s.contains("allocation_strategy=random "), "{s}");
+        assert!(s.contains(" auth=off "), "{s}");
         assert!(!s.contains('\n'));
     }
 
