@@ -199,33 +199,61 @@ impl MasterConn {
         self.call_with_done(req, &[])
     }
 
-    /// Send a request with finished read tickets riding along.
+    /// Send a request with finished read tickets riding along. A pooled
+    /// connection that turns out dead (the master restarted or the HA
+    /// leader changed since it was last used) is replaced by a fresh one
+    /// once: the request never reached a live master on it.
     pub(crate) fn call_with_done(
         &self,
         req: &MasterRequest,
         done: &[u64],
     ) -> Result<MasterResponse, ErrorCode> {
-        let mut s = match self.pooled() {
-            Some(s) => s,
-            None => self.connect().map_err(|e| {
-                if e.kind() == io::ErrorKind::PermissionDenied {
-                    tracing::warn!(error = %e, "master refused the connection");
-                }
-                ErrorCode::RpcFail
-            })?,
+        let (mut s, mut pooled) = match self.pooled() {
+            Some(s) => (s, true),
+            None => (self.connect_or_fail()?, false),
         };
-        match Self::call_on_with(&mut s, req, done) {
-            // A standby (or a deposed leader) closes the connection after this.
-            Ok(resp @ MasterResponse::Err(ErrorCode::UnavailableInCurrentStatus)) => Ok(resp),
-            Ok(resp) => {
-                self.give(s);
-                Ok(resp)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "master rpc failed");
-                self.idle.lock().clear();
-                Err(ErrorCode::RpcFail)
+        loop {
+            match Self::call_on_with(&mut s, req, done) {
+                // A standby (or a deposed leader) closes the connection after this.
+                Ok(resp @ MasterResponse::Err(ErrorCode::UnavailableInCurrentStatus)) => {
+                    return Ok(resp)
+                }
+                Ok(resp) => {
+                    self.give(s);
+                    return Ok(resp);
+                }
+                Err(e) if pooled && is_dead_peer(&e) => {
+                    self.idle.lock().clear();
+                    s = self.connect_or_fail()?;
+                    pooled = false;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "master rpc failed");
+                    self.idle.lock().clear();
+                    return Err(ErrorCode::RpcFail);
+                }
             }
         }
     }
+
+    fn connect_or_fail(&self) -> Result<TcpStream, ErrorCode> {
+        self.connect().map_err(|e| {
+            if e.kind() == io::ErrorKind::PermissionDenied {
+                tracing::warn!(error = %e, "master refused the connection");
+            }
+            ErrorCode::RpcFail
+        })
+    }
+}
+
+/// Whether `e` says the peer of a pooled connection is gone (closed or
+/// reset), rather than slow.
+fn is_dead_peer(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+    )
 }
