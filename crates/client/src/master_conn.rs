@@ -60,9 +60,10 @@ impl MasterConn {
     }
 
     fn resolve(&self) -> io::Result<SocketAddr> {
-        let addr = self.locator.current().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotConnected, "no master leader known")
-        })?;
+        let addr = self
+            .locator
+            .current()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no master leader known"))?;
         addr.to_socket_addrs()?.next().ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "cannot resolve master address")
         })

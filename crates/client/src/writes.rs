@@ -18,10 +18,10 @@ use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
 use crate::parallel::{copy_threads, run_all, split_ops, PAR_LOCAL};
+use mooncake_common::ledger::LedgerOp;
 use mooncake_common::proto::{
     MasterRequest, MasterResponse, PutStartItem, ReplicaLoc, WriteConfig,
 };
-use mooncake_common::ledger::LedgerOp;
 use mooncake_common::ErrorCode;
 use mooncake_transfer::{Op, Path, SegmentRef};
 use std::collections::{HashMap, HashSet};

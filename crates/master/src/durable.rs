@@ -72,14 +72,15 @@ impl Inner {
     /// Record `o` (about to become COMPLETE under `key`) in its owners'
     /// ledgers, with the soft pin the commit will apply. Commits for
     /// segments in `local` are returned instead (the writer's own process
-    /// owns them and records them before its write returns).
+    /// owns them and records them before its write returns). The waits are
+    /// tagged with their replica's segment.
     pub(crate) fn commit_replicas(
         &self,
         key: &str,
         o: &Object,
         now: Instant,
         local: &[String],
-    ) -> (Waits, Vec<(String, LedgerOp)>) {
+    ) -> (Vec<(String, Arc<OwnerQueue>, u64)>, Vec<(String, LedgerOp)>) {
         let now_ms = unix_ms();
         let to_unix =
             |d: Instant| now_ms.saturating_add(d.saturating_duration_since(now).as_millis() as u64);
@@ -106,12 +107,40 @@ impl Inner {
                     } else {
                         let q = Arc::clone(&seg.ledger);
                         let seq = q.push(op);
-                        waits.push((q, seq));
+                        waits.push((r.segment.clone(), q, seq));
                     }
                 }
             }
         }
         (waits, handed)
+    }
+
+    /// Drop the replicas of `key` that live in `segments` (their owners did
+    /// not confirm the commit): each owner is told to forget it (after the
+    /// commit still queued for it) and the space returns on that ack.
+    pub(crate) fn drop_unconfirmed(&mut self, key: &str, segments: &[String]) {
+        let Some(mut o) = self.objects.remove(key) else {
+            return;
+        };
+        let (gone, keep): (Vec<_>, Vec<_>) = o
+            .replicas
+            .drain(..)
+            .partition(|r| segments.contains(&r.segment));
+        o.replicas = keep;
+        for r in gone {
+            if let Some(seg) = self.segments.get(&r.segment) {
+                if seg.desc.uuid == r.segment_uuid {
+                    let op = LedgerOp::Forget {
+                        offset: r.offset,
+                        version: o.version,
+                    };
+                    seg.ledger.push_forget_then_free(op, r.offset, o.size);
+                }
+            }
+        }
+        if !o.replicas.is_empty() {
+            self.objects.insert(key.to_string(), o);
+        }
     }
 
     /// Forgets of `key`'s earlier replicas that may not be acknowledged yet.

@@ -121,6 +121,12 @@ impl OwnerQueue {
         self.st.lock().frees.iter().map(|&(_, _, s)| s).sum()
     }
 
+    /// Make the owner look long gone (tests).
+    #[cfg(test)]
+    pub(crate) fn mark_unreachable(&self) {
+        self.st.lock().disconnected_at = Some(Instant::now() - RECONNECT_GRACE);
+    }
+
     /// Highest acknowledged sequence number.
     pub(crate) fn acked(&self) -> u64 {
         self.st.lock().acked

@@ -1,6 +1,7 @@
 //! Object operations on the master: put/upsert start-end-revoke, replica
 //! lookup with leases, existence checks and removal.
 
+use crate::ledger_push::{AckWait, ACK_TIMEOUT};
 use crate::placement;
 use crate::state::{
     flag_eviction, is_non_ecmascript, pending_pin, MasterState, ObjStatus, Object, PendingPin,
@@ -221,8 +222,9 @@ impl MasterState {
     ) -> Result<Vec<(String, LedgerOp)>, ErrorCode> {
         let now = Instant::now();
         let mut g = self.inner.lock();
-        let mut waits = Vec::new();
+        let mut forgets = Vec::new();
         let mut handed = Vec::new();
+        // (key, version, commit waits tagged with their segment)
         let mut commits = Vec::with_capacity(keys.len());
         for k in keys {
             let Some(o) = g.objects.get(k) else { continue };
@@ -230,13 +232,25 @@ impl MasterState {
                 continue;
             }
             let (w, h) = g.commit_replicas(k, o, now, local);
-            waits.extend(w);
             handed.extend(h);
-            commits.push((k, o.version));
-            waits.extend(g.take_key_forgets(k));
+            commits.push((k, o.version, w));
+            forgets.extend(g.take_key_forgets(k));
         }
         drop(g);
-        self.await_owners(&waits);
+        // Wait for the owners; a replica whose owner did not confirm in time
+        // is dropped, so no acknowledged write relies on an unrecorded copy.
+        let deadline = Instant::now() + ACK_TIMEOUT;
+        let mut unconfirmed: Vec<Vec<String>> = Vec::with_capacity(commits.len());
+        for (_, _, waits) in &commits {
+            let mut missing = Vec::new();
+            for (seg, q, seq) in waits {
+                if q.wait(*seq, deadline) == AckWait::Unconfirmed {
+                    missing.push(seg.clone());
+                }
+            }
+            unconfirmed.push(missing);
+        }
+        self.await_owners(&forgets);
         if self.is_stopped() {
             // The term ended while the owners were being told: this master
             // may no longer acknowledge writes.
@@ -244,20 +258,36 @@ impl MasterState {
         }
         let now = Instant::now();
         let mut g = self.inner.lock();
-        for (k, version) in commits {
-            if let Some(o) = g.objects.get_mut(k) {
-                if o.status == ObjStatus::Processing && o.version == version {
-                    o.status = ObjStatus::Complete;
-                    match o.pending_pin {
-                        PendingPin::Keep => {}
-                        PendingPin::Clear => o.soft_pin_deadline = None,
-                        PendingPin::Set(ms) => {
-                            o.soft_pin_deadline = Some(now + Duration::from_millis(ms))
-                        }
-                    }
-                    o.pending_pin = PendingPin::Keep;
-                }
+        let mut lost = 0usize;
+        for ((k, version, _), missing) in commits.into_iter().zip(unconfirmed) {
+            let current = g
+                .objects
+                .get(k)
+                .is_some_and(|o| o.status == ObjStatus::Processing && o.version == version);
+            if !current {
+                continue;
             }
+            if !missing.is_empty() {
+                self.metrics.ledger_unconfirmed.inc_by(missing.len() as u64);
+                tracing::warn!(key = %k, segments = ?missing, "owners did not confirm the commit; dropping those replicas");
+                g.drop_unconfirmed(k, &missing);
+            }
+            let Some(o) = g.objects.get_mut(k) else {
+                lost += 1;
+                continue;
+            };
+            o.status = ObjStatus::Complete;
+            match o.pending_pin {
+                PendingPin::Keep => {}
+                PendingPin::Clear => o.soft_pin_deadline = None,
+                PendingPin::Set(ms) => o.soft_pin_deadline = Some(now + Duration::from_millis(ms)),
+            }
+            o.pending_pin = PendingPin::Keep;
+        }
+        if lost > 0 {
+            // No owner of any replica confirmed: the write is not durable
+            // and was revoked.
+            return Err(ErrorCode::RpcTimeout);
         }
         Ok(handed)
     }
@@ -480,7 +510,8 @@ mod tests {
         let keys = vec![key.to_string()];
         let mut items = st.put_start(&keys, &[size], &WriteConfig::default(), upsert);
         if matches!(items[0], PutStartItem::Write(_)) {
-            st.put_end(&keys).unwrap();
+            // The test plays the owner of "h:1": its commits come back here.
+            st.commit_end(&keys, &["h:1".to_string()]).unwrap();
         }
         items.remove(0)
     }
@@ -522,6 +553,57 @@ mod tests {
         assert!(matches!(put(&st, "k", 100, false), PutStartItem::Write(_)));
         assert!(matches!(put(&st, "k", 100, true), PutStartItem::Write(_)));
         st.reads_done(&[t2]);
+    }
+
+    #[test]
+    fn unconfirmed_replicas_are_dropped_and_a_write_without_any_fails() {
+        let st = state_with_segment();
+        let desc = SegmentDesc {
+            name: "h:2".into(),
+            uuid: "u2".into(),
+            size: 1 << 20,
+            base_addr: 0,
+            host_id: "host".into(),
+            pid: 2,
+            endpoint: "h:2".into(),
+            socket_name: String::new(),
+        };
+        st.mount_segment("c2", desc).unwrap();
+        for seg in ["h:1", "h:2"] {
+            st.inner.lock().segments[seg].ledger.mark_unreachable();
+        }
+        let cfg = WriteConfig {
+            replica_num: 2,
+            ..WriteConfig::default()
+        };
+        // Two replicas; only h:1's owner (the caller) records its commit.
+        let keys = vec!["two".to_string()];
+        assert!(
+            matches!(st.put_start(&keys, &[100], &cfg, false)[0], PutStartItem::Write(ref l) if l.len() == 2)
+        );
+        let ops = st.commit_end(&keys, &["h:1".to_string()]).unwrap();
+        assert_eq!(ops.len(), 1);
+        {
+            let g = st.inner.lock();
+            let o = &g.objects["two"];
+            assert_eq!(o.replicas.len(), 1, "the unconfirmed replica is dropped");
+            assert_eq!(o.replicas[0].segment, "h:1");
+            // Its space returns only once its owner forgot it.
+            assert_eq!(g.segments["h:2"].ledger.pending_free_bytes(), 100);
+        }
+        assert_eq!(st.metrics.ledger_unconfirmed.get(), 1);
+        // No owner confirms: the write fails and nothing is left of it.
+        let keys = vec!["none".to_string()];
+        assert!(matches!(
+            st.put_start(&keys, &[100], &WriteConfig::default(), false)[0],
+            PutStartItem::Write(_)
+        ));
+        assert_eq!(st.commit_end(&keys, &[]), Err(ErrorCode::RpcTimeout));
+        assert!(!st.inner.lock().objects.contains_key("none"));
+        assert_eq!(
+            st.get_replica_list(&keys, false)[0],
+            Err(ErrorCode::ObjectNotFound)
+        );
     }
 
     #[test]

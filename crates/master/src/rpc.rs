@@ -149,10 +149,16 @@ fn handle_conn(
         {
             return serve_ledger(sock, rd, &term.state, &client_id, &segment_name);
         }
-        if is_mutation(&frame.req) {
+        let mutation = is_mutation(&frame.req);
+        if mutation {
             gate.status().note_write();
         }
-        let resp = dispatch(&term.state, frame.req);
+        let mut resp = dispatch(&term.state, frame.req);
+        // A leader that lost its lease while serving a mutation (PutEnd
+        // waits for the segment owners) must not acknowledge it.
+        if mutation && gate.serving().is_none_or(|t| t.epoch != term.epoch) {
+            resp = MasterResponse::Err(ErrorCode::UnavailableInCurrentStatus);
+        }
         sock.write_all(&framing::encode_frame(&resp)?)?;
     }
 }
@@ -216,7 +222,9 @@ fn serve_ledger<R: Read>(
     };
     let st = Arc::clone(state);
     let (seg, id) = (segment.to_string(), uuid);
-    queue.serve(&mut duplex, &move |ranges| st.release_forgotten(&seg, &id, ranges))
+    queue.serve(&mut duplex, &move |ranges| {
+        st.release_forgotten(&seg, &id, ranges)
+    })
 }
 
 /// Execute one request against the state.
