@@ -376,6 +376,7 @@ impl Client {
                         spare = me.master.spare_socket().ok();
                     }
                     let resp = conn.as_mut().map(|s| {
+                        let _tracked = me.master.track(s);
                         MasterConn::call_on(
                             s,
                             &MasterRequest::Ping {

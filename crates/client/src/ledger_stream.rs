@@ -77,6 +77,8 @@ fn run(ctx: StreamCtx) {
 fn serve_once(ctx: &StreamCtx, failures: &mut u32) -> io::Result<()> {
     let mut sock = ctx.master.connect()?;
     sock.set_read_timeout(Some(READ_TIMEOUT))?;
+    // A leader change shuts the stream down: reconnect to the new leader.
+    let _tracked = ctx.master.track(&sock);
     let req = MasterRequest::LedgerStream {
         client_id: ctx.client_id.clone(),
         segment_name: ctx.segment.clone(),

@@ -2,20 +2,26 @@
 //! connection is dropped and the call fails with RPC_FAIL; the next call
 //! reconnects (with a short timeout, so calls during an outage fail fast).
 //! A pooled connection idle longer than [`POOL_IDLE_MAX`], or closed by the
-//! master meanwhile (its idle timeout), is not reused. The master's address
+//! master meanwhile (its idle timeout, a restart), is not reused: that is
+//! checked before every reuse, because a request is never sent twice once
+//! it may have reached a master (a `PutEnd` re-sent to a restarted master or
+//! a new leader would be acknowledged for a put that master never saw).
+//! The master's address
 //! comes from a [`MasterLocator`]: fixed, or the HA leader found through
 //! etcd (the pool is emptied when the leader changes).
 
 use crate::discovery::MasterLocator;
 use mooncake_common::framing::{self, client_handshake, Service, MAX_CONTROL_FRAME};
-use mooncake_common::limits::reusable;
+use mooncake_common::limits::peer_closed;
 use mooncake_common::proto::{encode_request, MasterRequest, MasterResponse};
 use mooncake_common::spin_read;
 use mooncake_common::{AuthKey, ErrorCode};
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,6 +37,25 @@ pub(crate) struct MasterConn {
     connect_timeout: Duration,
     key: Option<AuthKey>,
     idle: Mutex<Vec<(TcpStream, Instant)>>,
+    /// HA only: connections with a call in flight (and other long-lived
+    /// ones: heartbeat, ledger stream), shut down when the leader changes so
+    /// that nothing waits for a deposed or unreachable leader.
+    tracked: Mutex<HashMap<u64, TcpStream>>,
+    next_tracked: AtomicU64,
+}
+
+/// A tracked connection; untracked when dropped.
+pub(crate) struct Tracked<'a> {
+    conn: &'a MasterConn,
+    id: u64,
+}
+
+impl Drop for Tracked<'_> {
+    fn drop(&mut self) {
+        if self.id != 0 {
+            self.conn.tracked.lock().remove(&self.id);
+        }
+    }
 }
 
 impl MasterConn {
@@ -46,6 +71,8 @@ impl MasterConn {
             connect_timeout,
             key,
             idle: Mutex::new(Vec::new()),
+            tracked: Mutex::new(HashMap::new()),
+            next_tracked: AtomicU64::new(1),
         }
     }
 
@@ -57,6 +84,22 @@ impl MasterConn {
     /// Drop every pooled connection (the master changed).
     pub(crate) fn reset(&self) {
         self.idle.lock().clear();
+        for (_, s) in self.tracked.lock().drain() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Track `s` until the guard drops (HA mode only; no cost otherwise):
+    /// a leader change shuts it down, so a blocked read returns at once.
+    pub(crate) fn track(&self, s: &TcpStream) -> Tracked<'_> {
+        if !self.locator.is_ha() {
+            return Tracked { conn: self, id: 0 };
+        }
+        let id = self.next_tracked.fetch_add(1, Ordering::Relaxed);
+        if let Ok(c) = s.try_clone() {
+            self.tracked.lock().insert(id, c);
+        }
+        Tracked { conn: self, id }
     }
 
     fn resolve(&self) -> io::Result<SocketAddr> {
@@ -134,7 +177,9 @@ impl MasterConn {
     fn pooled(&self) -> Option<TcpStream> {
         loop {
             let (s, since) = self.idle.lock().pop()?;
-            if reusable(&s, since, POOL_IDLE_MAX) {
+            // Always asked (one poll): a connection the master closed must
+            // not carry a request that then could not be safely re-sent.
+            if since.elapsed() < POOL_IDLE_MAX && !peer_closed(&s) {
                 return Some(s);
             }
         }
@@ -153,8 +198,19 @@ impl MasterConn {
         req: &MasterRequest,
         done: &[u64],
     ) -> io::Result<MasterResponse> {
-        let mut buf = encode_request(req, done)?;
+        let buf = Self::send(s, req, done)?;
+        Self::receive(s, buf)
+    }
+
+    /// Write one request frame; returns the buffer for the answer.
+    fn send(s: &mut TcpStream, req: &MasterRequest, done: &[u64]) -> io::Result<Vec<u8>> {
+        let buf = encode_request(req, done)?;
         s.write_all(&buf)?;
+        Ok(buf)
+    }
+
+    /// Read one response frame (reusing `buf`).
+    fn receive(s: &mut TcpStream, mut buf: Vec<u8>) -> io::Result<MasterResponse> {
         // Strict request/response: nothing follows this response, so a
         // larger first read cannot take bytes of another frame.
         buf.clear();
@@ -201,9 +257,12 @@ impl MasterConn {
     }
 
     /// Send a request with finished read tickets riding along. A pooled
-    /// connection that turns out dead (the master restarted or the HA
-    /// leader changed since it was last used) is replaced by a fresh one
-    /// once: the request never reached a live master on it.
+    /// connection whose write fails as dead (the master restarted since it
+    /// was last used) is replaced by a fresh one once: a request whose
+    /// write failed was not read by any master. Once the request is out, a
+    /// failure is RPC_FAIL and it is never re-sent: the master may have
+    /// acted on it (an acknowledgment for a `PutEnd` re-sent to a master
+    /// that never saw the put would report a write nobody recorded).
     pub(crate) fn call_with_done(
         &self,
         req: &MasterRequest,
@@ -214,7 +273,20 @@ impl MasterConn {
             None => (self.connect_or_fail()?, false),
         };
         loop {
-            match Self::call_on_with(&mut s, req, done) {
+            let guard = self.track(&s);
+            let r = match Self::send(&mut s, req, done) {
+                Ok(buf) => Self::receive(&mut s, buf),
+                Err(e) if pooled && is_dead_peer(&e) => {
+                    drop(guard);
+                    self.idle.lock().clear();
+                    s = self.connect_or_fail()?;
+                    pooled = false;
+                    continue;
+                }
+                Err(e) => Err(e),
+            };
+            drop(guard);
+            match r {
                 // A standby (or a deposed leader) closes the connection after this.
                 Ok(resp @ MasterResponse::Err(ErrorCode::UnavailableInCurrentStatus)) => {
                     return Ok(resp)
@@ -222,11 +294,6 @@ impl MasterConn {
                 Ok(resp) => {
                     self.give(s);
                     return Ok(resp);
-                }
-                Err(e) if pooled && is_dead_peer(&e) => {
-                    self.idle.lock().clear();
-                    s = self.connect_or_fail()?;
-                    pooled = false;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "master rpc failed");
@@ -247,8 +314,8 @@ impl MasterConn {
     }
 }
 
-/// Whether `e` says the peer of a pooled connection is gone (closed or
-/// reset), rather than slow.
+/// Whether a write error `e` says the peer of a pooled connection is gone
+/// (closed or reset), rather than slow.
 fn is_dead_peer(e: &io::Error) -> bool {
     matches!(
         e.kind(),

@@ -168,7 +168,13 @@ impl MasterState {
             if replicas.is_empty() {
                 self.metrics.put_start_failures.inc();
                 self.metrics.put_start_alloc_failures.inc();
-                flag_eviction(self);
+                // With no segment mounted (a restarted master or a new
+                // leader before the remounts) space is not the reason:
+                // flagging then would evict just-recovered objects as soon
+                // as the first segment comes back.
+                if g.usage().1 > 0 {
+                    flag_eviction(self);
+                }
                 out.push(PutStartItem::Err(ErrorCode::NoAvailableHandle));
                 continue;
             }
