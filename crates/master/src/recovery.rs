@@ -425,6 +425,34 @@ mod tests {
     }
 
     #[test]
+    fn a_put_before_any_remount_does_not_evict_recovered_objects() {
+        use mooncake_common::proto::{PutStartItem, WriteConfig};
+        let st = state();
+        // A put reaching a restarted master (or a new leader) before any
+        // segment came back fails for want of a segment, not of space...
+        let items = st.put_start(
+            &["early".to_string()],
+            &[64],
+            &WriteConfig::default(),
+            false,
+        );
+        assert!(matches!(
+            items[0],
+            PutStartItem::Err(ErrorCode::NoAvailableHandle)
+        ));
+        assert!(!st.need_eviction.load(std::sync::atomic::Ordering::Relaxed));
+        // ...so the objects the first remount brings back are not evicted.
+        let entries: Vec<_> = (0..8)
+            .map(|i| entry(&format!("k{i}"), 10 + i, i * 128, 64))
+            .collect();
+        st.remount_segment("c1", desc("a:1", "ua"), entries, true)
+            .unwrap();
+        st.eviction_pass();
+        assert_eq!(st.inner.lock().objects.len(), 8);
+        assert_eq!(st.metrics.evicted_key_count.get(), 0);
+    }
+
+    #[test]
     fn retries_conflicts_and_expired_segments() {
         let st = state();
         st.remount_segment("c1", desc("a:1", "ua"), vec![entry("k", 5, 0, 64)], true)
