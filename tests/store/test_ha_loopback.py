@@ -142,7 +142,9 @@ def test_health_and_metrics_of_leader_and_standbys(trio: tuple[str, list[HaMaste
     # A standby refuses client RPCs: a client pointed at it directly cannot set up.
     standby = next(m for m in ms if m is not leader)
     s = _store()
-    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", f"127.0.0.1:{standby.rpc}")
+    rc = s.setup(
+        "127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", f"127.0.0.1:{standby.rpc}"
+    )
     assert rc != 0
     s.close()
 
@@ -189,7 +191,9 @@ def test_clients_follow_the_leader_across_two_failovers(
     monkeypatch.setenv("MC_STORE_CLUSTER_ID", cluster)
     first = _leader(ms)
     s = _store()
-    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 32 << 20, 16 << 20, "tcp", "", f"etcd://{etcd}") == 0
+    assert (
+        s.setup("127.0.0.1", "P2PHANDSHAKE", 32 << 20, 16 << 20, "tcp", "", f"etcd://{etcd}") == 0
+    )
     try:
         expect = {}
         for round_ in range(2):
@@ -200,7 +204,8 @@ def test_clients_follow_the_leader_across_two_failovers(
             leader = _leader(ms)
             leader.kill()
             t0 = time.monotonic()
-            assert wait_until(lambda: s.put(f"after{round_}", b"x") == 0, 15.0, 0.05)
+            after = f"after{round_}"
+            assert wait_until(lambda after=after: s.put(after, b"x") == 0, 15.0, 0.05)
             print(f"failover {round_ + 1}: writes again after {time.monotonic() - t0:.2f}s")
             # Nothing acknowledged is lost, and every value is the right one.
             assert wait_until(lambda: all(s.get(k) == v for k, v in expect.items()), 10.0, 0.1)
