@@ -70,7 +70,7 @@ impl OffsetAllocator {
     /// as allocated, if all of it is free and `off` is aligned. Used to
     /// rebuild a segment's allocator from the replicas its owner reports.
     pub fn reserve(&mut self, off: u64, size: u64) -> bool {
-        if size == 0 || off % ALIGN != 0 {
+        if size == 0 || !off.is_multiple_of(ALIGN) {
             return false;
         }
         let Some(need) = round_up(size) else {

@@ -13,6 +13,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Ops to wait for: each owner queue and the sequence number to reach.
 pub(crate) type Waits = Vec<(Arc<OwnerQueue>, u64)>;
+/// Waits of commits, each tagged with its replica's segment.
+pub(crate) type TaggedWaits = Vec<(String, Arc<OwnerQueue>, u64)>;
+/// Ledger commits handed back to the writer, with their segments.
+pub(crate) type Handed = Vec<(String, LedgerOp)>;
 
 fn unix_ms() -> u64 {
     SystemTime::now()
@@ -80,7 +84,7 @@ impl Inner {
         o: &Object,
         now: Instant,
         local: &[String],
-    ) -> (Vec<(String, Arc<OwnerQueue>, u64)>, Vec<(String, LedgerOp)>) {
+    ) -> (TaggedWaits, Handed) {
         let now_ms = unix_ms();
         let to_unix =
             |d: Instant| now_ms.saturating_add(d.saturating_duration_since(now).as_millis() as u64);
