@@ -6,9 +6,9 @@
 //! checked before every reuse, because a request is never sent twice once
 //! it may have reached a master (a `PutEnd` re-sent to a restarted master or
 //! a new leader would be acknowledged for a put that master never saw).
-//! The master's address
-//! comes from a [`MasterLocator`]: fixed, or the HA leader found through
-//! etcd (the pool is emptied when the leader changes).
+//! The master's address comes from a [`MasterLocator`]: fixed, or the HA
+//! leader found through etcd (the pool is emptied when the leader changes,
+//! and connections in use are shut down so no call waits for the old one).
 
 use crate::discovery::MasterLocator;
 use mooncake_common::framing::{self, client_handshake, Service, MAX_CONTROL_FRAME};
@@ -42,6 +42,9 @@ pub(crate) struct MasterConn {
     /// that nothing waits for a deposed or unreachable leader.
     tracked: Mutex<HashMap<u64, TcpStream>>,
     next_tracked: AtomicU64,
+    /// Bumped by every [`MasterConn::reset`]: a connection taken from the
+    /// pool before a reset but tracked after it is shut down too.
+    generation: AtomicU64,
 }
 
 /// A tracked connection; untracked when dropped.
@@ -73,6 +76,7 @@ impl MasterConn {
             idle: Mutex::new(Vec::new()),
             tracked: Mutex::new(HashMap::new()),
             next_tracked: AtomicU64::new(1),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -83,6 +87,7 @@ impl MasterConn {
 
     /// Drop every pooled connection (the master changed).
     pub(crate) fn reset(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
         self.idle.lock().clear();
         for (_, s) in self.tracked.lock().drain() {
             let _ = s.shutdown(std::net::Shutdown::Both);
@@ -268,19 +273,36 @@ impl MasterConn {
         req: &MasterRequest,
         done: &[u64],
     ) -> Result<MasterResponse, ErrorCode> {
+        let mut generation = self.generation.load(Ordering::Acquire);
         let (mut s, mut pooled) = match self.pooled() {
             Some(s) => (s, true),
             None => (self.connect_or_fail()?, false),
         };
+        // One replacement connection at most, and only before anything
+        // was sent on the first one.
+        let mut replaced = false;
         loop {
             let guard = self.track(&s);
+            let now = self.generation.load(Ordering::Acquire);
+            if now != generation && !replaced {
+                // The leader changed while this connection was being taken
+                // (after the reset that shuts tracked ones down): it may
+                // point at the old leader. Nothing was sent on it yet.
+                drop(guard);
+                generation = now;
+                s = self.connect_or_fail()?;
+                pooled = false;
+                replaced = true;
+                continue;
+            }
             let r = match Self::send(&mut s, req, done) {
                 Ok(buf) => Self::receive(&mut s, buf),
-                Err(e) if pooled && is_dead_peer(&e) => {
+                Err(e) if pooled && !replaced && is_dead_peer(&e) => {
                     drop(guard);
                     self.idle.lock().clear();
                     s = self.connect_or_fail()?;
                     pooled = false;
+                    replaced = true;
                     continue;
                 }
                 Err(e) => Err(e),
