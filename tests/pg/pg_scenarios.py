@@ -798,7 +798,7 @@ def options_forms(rank: int, world: int, port: int) -> None:
     )
     expect(ValueError, lambda: MooncakeBackendOptions(max_group_size=65), "capacity > 64")
     o = MooncakeBackendOptions(
-        8, False, auto_deactivate_on_failure=False, auto_sync_on_failure=True
+        8, False, auto_deactivate_on_failure=False, auto_sync_on_failure=False
     )
     assert o.max_world_size == 8 and not o.auto_deactivate_on_failure
     o.set_host_ip("127.0.0.1")
@@ -810,8 +810,13 @@ def options_forms(rank: int, world: int, port: int) -> None:
     expect(TypeError, lambda: mpg.set_transfer_engine(object()), "bad engine")
     mpg.set_transfer_engine(None)
     dist.destroy_process_group()
-    wrong = MooncakeBackendOptions(torch.zeros(world + 3, dtype=torch.int32), False, world + 1)
-    expect(Exception, lambda: init(rank, world, port, wrong), "mask length")
+    expect(
+        ValueError,
+        lambda: MooncakeBackendOptions(torch.zeros(world + 3, dtype=torch.int32), False, world + 1),
+        "mask length vs max_group_size",
+    )
+    wrong = MooncakeBackendOptions(torch.zeros(world + 3, dtype=torch.int32), False)
+    expect(Exception, lambda: init(rank, world, port, wrong), "mask length vs group size")
     hub_barrier("end", rank, world)  # rank 0 hosts the store the others dial
 
 

@@ -75,7 +75,33 @@ FAULTS: list[Step] = [
     for s in pair
 ]
 
-LAUNCHES = {"main": (MAIN, 8), "faults": (FAULTS, 12)}
+
+# Elastic membership: two lanes of seven processes, one per transport. Steps
+# on q0-q3 and q4-q6 run side by side; the steps that kill or freeze a
+# process come last in each process's plan.
+ADMISSION_ENV = {"MOONCAKE_PG_ADMISSION_TIMEOUT_US": "2000000"}
+
+
+def _elastic_lane(t: str, q: list[int]) -> list[Step]:
+    return [
+        Step("scale_up", 4, q[:4], t),
+        Step("racing_threads", 3, q[4:7], t),
+        Step("scale_down", 4, q[:4], t),
+        Step("subgroups_ext", 4, q[:4], t),
+        Step("elastic_bad_input", 4, q[:4], t, ADMISSION_ENV),
+        Step("failure_modes", 4, q[:4], t, dies=[q[3]]),
+        Step("replace", 4, [q[0], q[1], q[2], q[4], q[5]], t, ranks=[0, 1, 2, 3, 101], dies=[q[1]]),
+        Step("sigstop", 3, [q[0], q[2], q[6]], t, FAULT_ENV, freezes=[q[6]]),
+    ]
+
+
+ELASTIC: list[Step] = [
+    s
+    for pair in zip(_elastic_lane("auto", list(range(7))), _elastic_lane("tcp", list(range(7, 14))))
+    for s in pair
+]
+
+LAUNCHES = {"main": (MAIN, 8), "faults": (FAULTS, 12), "elastic": (ELASTIC, 14)}
 
 
 @functools.cache
@@ -89,7 +115,9 @@ def _params(name: str) -> list[object]:
     return [pytest.param(name, s.id, id=s.id) for s in steps]
 
 
-@pytest.mark.parametrize(("launch", "step"), _params("main") + _params("faults"))
+@pytest.mark.parametrize(
+    ("launch", "step"), _params("main") + _params("faults") + _params("elastic")
+)
 def test_scenario(launch: str, step: str) -> None:
     _launch(launch).check(step)
 

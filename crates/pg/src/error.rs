@@ -155,6 +155,36 @@ pub enum PgError {
     /// The group was shut down.
     #[error("process group has been shut down")]
     Shutdown,
+    /// The membership coordinator's session ended (its process is gone).
+    #[error("lost the membership coordinator at {endpoint}")]
+    CoordinatorLost {
+        /// Where it was.
+        endpoint: String,
+    },
+    /// The membership coordinator did not answer in time.
+    #[error("the membership coordinator did not answer within {secs:.1}s")]
+    CoordinatorTimeout {
+        /// The deadline in seconds.
+        secs: f64,
+    },
+    /// The coordinator refused a registration or request.
+    #[error("{reason}")]
+    Membership {
+        /// The coordinator's reason.
+        reason: String,
+    },
+    /// `join_group` was called on a member that cannot join.
+    #[error("join_group: {reason}")]
+    NotJoinable {
+        /// Why.
+        reason: &'static str,
+    },
+    /// `join_group` ran out of time before an activation committed.
+    #[error("join_group: no activation committed within {secs:.1}s (call activate_ranks/recover_ranks on a healthy rank)")]
+    JoinTimeout {
+        /// The deadline in seconds.
+        secs: f64,
+    },
     /// Operating-system error.
     #[error("{context}: {source}")]
     Io {
@@ -193,7 +223,9 @@ impl PgError {
             | SplitCount { .. }
             | DuplicateGroup
             | FaultRule { .. } => ErrorKind::InvalidArgument,
-            ConnectTimeout { .. } => ErrorKind::Timeout,
+            ConnectTimeout { .. } | CoordinatorTimeout { .. } | JoinTimeout { .. } => {
+                ErrorKind::Timeout
+            }
             Mismatch { .. }
             | AbortedByPeer { .. }
             | TooFewSlots { .. }
@@ -202,6 +234,9 @@ impl PgError {
             | RecvSizeMismatch { .. }
             | BadSegment { .. }
             | Shutdown
+            | CoordinatorLost { .. }
+            | Membership { .. }
+            | NotJoinable { .. }
             | Io { .. } => ErrorKind::Runtime,
         }
     }
