@@ -204,3 +204,40 @@ def test_codes_come_from_the_core() -> None:
         assert _codes.op_code(getattr(dist.ReduceOp, name)) == code
     with pytest.raises(ValueError):
         _codes.op_code("not an op")
+
+
+def _run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
+
+
+def test_elastic_serving_example() -> None:
+    """examples/elastic_serving.py: a rank is SIGKILLed, the survivors keep
+    serving, a replacement joins and the loop is back to four ranks."""
+    out = _run(["examples/elastic_serving.py", "--steps", "3", "--kill-at", "3"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    assert "SIGKILL" in text and "lost rank(s) [2]" in text, text
+    assert "join_group returned, epoch 2" in text, text
+    assert "activate_ranks([2]) -> Applied, epoch 2" in text, text
+    assert "served by 4 ranks" in text.split("join_group returned")[1], text
+    assert "back to 4 ranks" in text, text
+
+
+def test_elastic_bench_smoke() -> None:
+    """python -m mooncake.pg.elastic_bench prints kill-to-continue and join
+    latency rows with figures for every trial."""
+    out = _run(["-m", "mooncake.pg.elastic_bench", "--trials", "2", "--skip-collectives"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {line.split("|")[1].strip(): line for line in out.stdout.splitlines() if "|" in line}
+    kill = next(v for k, v in rows.items() if k.startswith("kill-to-continue"))
+    join = next(v for k, v in rows.items() if k.startswith("join latency"))
+    assert kill.rstrip(" |").endswith("2"), kill
+    assert join.rstrip(" |").endswith("1"), join
