@@ -171,8 +171,21 @@ class Master:
         self.flags.update(flags)
         self.tmpdir = tmpdir
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = tmpdir / f"master-{self.rpc_port}.log"
-        self.start()
+        # A port found free can be taken (by another process's outgoing
+        # connection) before the master binds it: pick new ports and retry.
+        for attempt in range(3):
+            self.log_path = tmpdir / f"master-{self.rpc_port}.log"
+            try:
+                self.start()
+                return
+            except AssertionError:
+                if attempt == 2 or "Address already in use" not in self.log_text():
+                    raise
+            self.rpc_port, self.http_port, self.metrics_port = (
+                free_port(),
+                free_port(),
+                free_port(),
+            )
 
     @property
     def rpc_addr(self) -> str:

@@ -25,6 +25,9 @@ __all__ = [
     "ReplicateConfig",
     "SoftPinAction",
     "__version__",
+    "_deserialize_tensor",
+    "_serialize_tensor",
+    "_tensor_metadata_size",
     "pg_clear_faults",
     "pg_dtype_codes",
     "pg_fault_stats",
@@ -37,6 +40,9 @@ __all__ = [
 ]
 
 def run_master(argv: list[str]) -> int: ...
+def _tensor_metadata_size() -> int: ...
+def _serialize_tensor(t: Any) -> tuple[bytes, int, int, Any]: ...
+def _deserialize_tensor(b: bytes) -> Any: ...
 
 # --- mooncake.store -------------------------------------------------------
 
@@ -221,6 +227,219 @@ class MooncakeDistributedStore:
     def remove_by_regex(self, /, regex_pattern: str, force: bool | None = None) -> int: ...
     def remove_all(self, /, force: bool | None = None) -> int: ...
     def batch_remove(self, /, keys: list[str], force: bool | None = None) -> list[int]: ...
+    # tensor IO (spec tensor-io): plain API
+    def put_tensor(self, /, key: str, tensor: Any) -> int: ...
+    def upsert_tensor(self, /, key: str, tensor: Any) -> int: ...
+    def pub_tensor(
+        self, /, key: str, tensor: Any, config: ReplicateConfig | None = None
+    ) -> int: ...
+    def upsert_pub_tensor(
+        self, /, key: str, tensor: Any, config: ReplicateConfig | None = None
+    ) -> int: ...
+    def batch_put_tensor(self, /, keys: list[str], tensors_list: list[Any]) -> list[int]: ...
+    def batch_upsert_tensor(self, /, keys: list[str], tensors_list: list[Any]) -> list[int]: ...
+    def batch_pub_tensor(
+        self, /, keys: list[str], tensors_list: list[Any], config: ReplicateConfig | None = None
+    ) -> list[int]: ...
+    def batch_upsert_pub_tensor(
+        self, /, keys: list[str], tensors_list: list[Any], config: ReplicateConfig | None = None
+    ) -> list[int]: ...
+    def put_tensor_from(self, /, key: str, buffer_ptr: int, size: int) -> int: ...
+    def upsert_tensor_from(self, /, key: str, buffer_ptr: int, size: int) -> int: ...
+    def batch_put_tensor_from(
+        self, /, keys: list[str], buffer_ptrs: list[int], sizes: list[int]
+    ) -> list[int]: ...
+    def batch_upsert_tensor_from(
+        self, /, keys: list[str], buffer_ptrs: list[int], sizes: list[int]
+    ) -> list[int]: ...
+    def get_tensor(self, /, key: str) -> Any: ...
+    def batch_get_tensor(self, /, keys: list[str]) -> list[Any]: ...
+    def get_tensor_into(self, /, key: str, buffer_ptr: int, size: int) -> Any: ...
+    def batch_get_tensor_into(
+        self, /, keys: list[str], buffer_ptrs: list[int], sizes: list[int]
+    ) -> list[Any]: ...
+    # tensor IO: legacy TP wrappers
+    def put_tensor_with_tp(
+        self, /, key: str, tensor: Any, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> int: ...
+    def batch_put_tensor_with_tp(
+        self,
+        /,
+        base_keys: list[str],
+        tensors_list: list[Any],
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> list[int]: ...
+    def pub_tensor_with_tp(
+        self,
+        /,
+        key: str,
+        tensor: Any,
+        config: ReplicateConfig | None = None,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> int: ...
+    def batch_pub_tensor_with_tp(
+        self,
+        /,
+        base_keys: list[str],
+        tensors_list: list[Any],
+        config: ReplicateConfig | None = None,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> list[int]: ...
+    def put_tensor_with_tp_from(
+        self,
+        /,
+        key: str,
+        buffer_ptr: int,
+        size: int,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> int: ...
+    def batch_put_tensor_with_tp_from(
+        self,
+        /,
+        base_keys: list[str],
+        buffer_ptrs: list[int],
+        sizes: list[int],
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> list[int]: ...
+    def get_tensor_with_tp(
+        self, /, key: str, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> Any: ...
+    def batch_get_tensor_with_tp(
+        self, /, base_keys: list[str], tp_rank: int = 0, tp_size: int = 1
+    ) -> list[Any]: ...
+    def get_tensor_with_tp_into(
+        self,
+        /,
+        key: str,
+        buffer_ptr: int,
+        size: int,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> Any: ...
+    def batch_get_tensor_with_tp_into(
+        self,
+        /,
+        base_keys: list[str],
+        buffer_ptrs: list[int],
+        sizes: list[int],
+        tp_rank: int = 0,
+        tp_size: int = 1,
+    ) -> list[Any]: ...
+    # tensor IO: unified writes
+    def put_tensor_with_parallelism(
+        self,
+        /,
+        key: str,
+        tensor: Any,
+        parallelism: Any = None,
+        config: ReplicateConfig | None = None,
+        writer_partition: Any = None,
+        *,
+        replica: ReplicateConfig | None = None,
+    ) -> int: ...
+    def upsert_tensor_with_parallelism(
+        self,
+        /,
+        key: str,
+        tensor: Any,
+        parallelism: Any = None,
+        config: ReplicateConfig | None = None,
+        writer_partition: Any = None,
+        *,
+        replica: ReplicateConfig | None = None,
+    ) -> int: ...
+    def batch_put_tensor_with_parallelism(
+        self,
+        /,
+        keys: list[str],
+        tensors_list: list[Any],
+        parallelisms: Any = None,
+        config: ReplicateConfig | None = None,
+        writer_partitions: Any = None,
+        *,
+        replica: ReplicateConfig | None = None,
+    ) -> list[int]: ...
+    def batch_upsert_tensor_with_parallelism(
+        self,
+        /,
+        keys: list[str],
+        tensors_list: list[Any],
+        parallelisms: Any = None,
+        config: ReplicateConfig | None = None,
+        writer_partitions: Any = None,
+        *,
+        replica: ReplicateConfig | None = None,
+    ) -> list[int]: ...
+    def put_tensor_with_parallelism_from(
+        self,
+        /,
+        key: str,
+        buffer_ptr: int,
+        size: int,
+        parallelism: Any = None,
+        config: ReplicateConfig | None = None,
+        writer_partition: Any = None,
+        *,
+        replica: ReplicateConfig | None = None,
+    ) -> int: ...
+    def upsert_tensor_with_parallelism_from(
+        self,
+        /,
+        key: str,
+        buffer_ptr: int,
+        size: int,
+        parallelism: Any = None,
+        config: ReplicateConfig | None = None,
+        writer_partition: Any = None,
+        *,
+        replica: ReplicateConfig | None = None,
+    ) -> int: ...
+    def batch_put_tensor_with_parallelism_from(
+        self,
+        /,
+        keys: list[str],
+        buffer_ptrs: list[int],
+        sizes: list[int],
+        parallelisms: Any = None,
+        config: ReplicateConfig | None = None,
+        writer_partitions: Any = None,
+        *,
+        replica: ReplicateConfig | None = None,
+    ) -> list[int]: ...
+    def batch_upsert_tensor_with_parallelism_from(
+        self,
+        /,
+        keys: list[str],
+        buffer_ptrs: list[int],
+        sizes: list[int],
+        parallelisms: Any = None,
+        config: ReplicateConfig | None = None,
+        writer_partitions: Any = None,
+        *,
+        replica: ReplicateConfig | None = None,
+    ) -> list[int]: ...
+    # tensor IO: unified reads
+    def get_tensor_with_parallelism(self, /, key: str, target: Any = None) -> Any: ...
+    def batch_get_tensor_with_parallelism(
+        self, /, keys: list[str], targets: Any = None
+    ) -> list[Any]: ...
+    def get_tensor_with_parallelism_into(
+        self, /, key: str, buffer_ptr: int, size: int, target: Any = None
+    ) -> Any: ...
+    def batch_get_tensor_with_parallelism_into(
+        self, /, keys: list[str], buffer_ptrs: list[int], sizes: list[int], targets: Any = None
+    ) -> list[Any]: ...
     # Tier 2/3 (return NOT_SUPPORTED or raise NotImplementedError)
     def get_replica_desc(self, /, key: str) -> Any: ...
     def batch_get_replica_desc(self, /, keys: list[str]) -> Any: ...

@@ -451,3 +451,32 @@ def test_float16_populate_rounds_like_numpy(client: Any) -> None:
     e2 = make_store(client, "float16")
     e2.populate(t64)
     assert client.get(e2.get_store_keys()[2]) == t64[2].astype(np.float16).tobytes()
+
+
+def test_lookup_into_rejects_a_non_native_byte_order(populated: Any) -> None:
+    # '>f4' is not float32: the gather would write native-order values into it.
+    _, e, _ = populated
+    out = np.full((2, 2, 4, 8), 7.0, ">f4")
+    with pytest.raises(RuntimeError, match="and dtype float32$"):
+        e.lookup_into(IDS, out)
+    assert (out == 7.0).all()
+
+
+def test_float16_and_bfloat16_raw_inputs_and_outputs(client: Any) -> None:
+    # float16 tables given as float16 arrays, bfloat16 tables given as raw
+    # uint16 bits; lookup_into their raw dtypes returns the stored bits.
+    t = make_tables()
+    e16 = make_store(client, "float16")
+    e16.populate([x.astype(np.float16) for x in t])
+    out16 = np.empty((2, 2, 4, 8), np.float16)
+    assert e16.lookup_into(IDS, out16) is out16
+    assert np.array_equal(out16, expected([x.astype(np.float16) for x in t], IDS))
+    bits = [(x.view(np.uint32) >> 16).astype(np.uint16) for x in t]  # truncated bf16
+    eb = make_store(client, "bfloat16")
+    eb.populate(bits)
+    raw = np.empty((2, 2, 4, 8), np.uint16)
+    eb.lookup_into(IDS, raw)
+    assert np.array_equal(raw, expected(bits, IDS))
+    wide = eb.lookup(IDS)
+    assert wide.dtype == np.float32
+    assert np.array_equal(wide.view(np.uint32) >> 16, expected(bits, IDS).astype(np.uint32))

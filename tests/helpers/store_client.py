@@ -104,8 +104,32 @@ class Client:
     def op_getenv(self, msg: dict[str, Any]) -> Any:
         return os.environ.get(msg["name"])
 
+    def op_fd_count(self, msg: dict[str, Any]) -> Any:
+        return len(os.listdir("/proc/self/fd"))
+
+    def op_hog_fds(self, msg: dict[str, Any]) -> Any:
+        """Open /dev/null until the descriptor limit is hit; keep them all."""
+        self.hogged = getattr(self, "hogged", [])
+        while True:
+            try:
+                self.hogged.append(os.open("/dev/null", os.O_RDONLY))
+            except OSError:
+                return len(self.hogged)
+
+    def op_release_fds(self, msg: dict[str, Any]) -> Any:
+        for fd in getattr(self, "hogged", []):
+            os.close(fd)
+        self.hogged = []
+        return 0
+
 
 def main() -> int:
+    nofile = os.environ.get("MC_TEST_NOFILE")
+    if nofile:
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (int(nofile), hard))
     client = Client()
     out = sys.stdout
     out.write(json.dumps({"ready": True}) + "\n")

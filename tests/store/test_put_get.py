@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 from collections.abc import Callable
 from typing import Any
 
@@ -449,3 +450,21 @@ def test_failures_are_logged(store: Any, key: K, caplog: pytest.LogCaptureFixtur
     nf = [r for r in recs if missing in r.getMessage()]
     assert nf and nf[0].levelno == logging.INFO and "get" in nf[0].getMessage()
     assert any(r.levelno == logging.WARNING and "put" in r.getMessage() for r in recs)
+
+
+@pytest.mark.ours
+@pytest.mark.parametrize(
+    "value",
+    [
+        np.arange(6, dtype=">f4"),
+        np.float32(1.5),
+        np.arange(12, dtype=np.float64).reshape(3, 4),
+        np.arange(12, dtype=np.int16).reshape(3, 4).T,
+        array.array("d", [1.0, 2.5]),
+    ],
+    ids=["big-endian", "numpy-scalar", "2d-float64", "transposed", "array.array"],
+)
+def test_any_format_value_stores_its_c_order_bytes(store: Any, key: K, value: Any) -> None:
+    k = key("fmt")
+    assert store.put(k, value) == 0
+    assert store.get(k) == np.ascontiguousarray(value).tobytes()

@@ -457,3 +457,16 @@ def test_tier2_raising_stubs(
         getattr(store, method)(*args)
     records = store_records(store_log)
     assert len(records) == 1 and method in records[0].getMessage()
+
+
+def test_empty_batches_answer_empty_and_log_nothing(
+    store: MooncakeDistributedStore, store_log: pytest.LogCaptureFixture
+) -> None:
+    # Not set up: an empty batch has no item to fail.
+    assert store.batch_is_exist([]) == []
+    assert store.batch_remove([]) == []
+    assert store.batch_get_buffer([]) == []
+    assert store.batch_put_from([], [], []) == []
+    assert store.batch_get_into([], [], []) == []
+    assert store.get_into_ranges([], [], [], [], []) == []
+    assert store_records(store_log) == []

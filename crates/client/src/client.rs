@@ -1,41 +1,32 @@
 //! `Client`: one store client instance (what `MooncakeDistributedStore.setup`
-//! creates): master connection, mounted segment, data server, heartbeat.
+//! creates): master connection, mounted segment, data server, heartbeat,
+//! and the registered-buffer table. Setup applies [`ClientConfig::check`]
+//! first, so a Rust caller gets the same argument rules as Python.
 
+use crate::config::ClientConfig;
 use crate::done::DoneQueue;
+use crate::error::{Error, Result};
 use crate::master_conn::MasterConn;
 use crate::metadata_pub::MetadataUrl;
 use crate::registered::Regions;
 use crate::staging::StagingArea;
 use crate::stats::ClientStats;
 use mooncake_common::proto::{MasterRequest, MasterResponse, SegmentDesc};
-use mooncake_common::ErrorCode;
+use mooncake_common::{AuthKey, ErrorCode};
 use mooncake_transfer::data_server::DataServer;
 use mooncake_transfer::same_host::{socket_name, MappingServer};
 use mooncake_transfer::segment::{register_local, unregister_local, Segment};
 use mooncake_transfer::TransferEngine;
 use parking_lot::Mutex;
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Arguments of `setup` after the Python layer has parsed them.
-#[derive(Debug, Clone)]
-pub struct ClientConfig {
-    /// `host` or `host:port`.
-    pub local_hostname: String,
-    /// `http://h:p/path`, `P2PHANDSHAKE`, or anything else (unsupported -> -1).
-    pub metadata_server: String,
-    pub global_segment_size: u64,
-    pub local_buffer_size: u64,
-    pub protocol: String,
-    /// `host:port` of the master RPC service.
-    pub master_server_addr: String,
-}
-
 /// A value read through the staging (local) buffer; owns its bytes and
 /// holds its staging reservation until dropped.
 pub struct StagedValue {
+    /// The value's bytes.
     pub data: Vec<u8>,
     pub(crate) _reservation: Option<crate::staging::Reservation>,
 }
@@ -62,6 +53,13 @@ pub struct Client {
     done: Arc<DoneQueue>,
 }
 
+/// `health_check()`: healthy (store spec, "Lifecycle").
+pub const HEALTHY: i32 = 0;
+/// `health_check()`: not set up, or closed.
+pub const HEALTH_CLOSED: i32 = 1;
+/// `health_check()`: the most recent heartbeat ping failed.
+pub const HEALTH_PING_FAILED: i32 = 2;
+
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -69,12 +67,10 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn bind_data_port(host: &str, explicit: Option<u16>) -> Result<TcpListener, ErrorCode> {
+fn bind_data_port(host: &str, explicit: Option<u16>) -> Result<TcpListener> {
     if let Some(p) = explicit {
-        return TcpListener::bind((host, p)).map_err(|e| {
-            tracing::warn!(host, port = p, error = %e, "cannot bind data port");
-            ErrorCode::InvalidParams
-        });
+        return TcpListener::bind((host, p))
+            .map_err(|e| Error::invalid(format!("cannot bind data port {host}:{p}: {e}")));
     }
     let lo = env_u64("MC_STORE_CLIENT_MIN_PORT", 12300) as u16;
     let hi = (env_u64("MC_STORE_CLIENT_MAX_PORT", 14300) as u16).max(lo);
@@ -87,77 +83,69 @@ fn bind_data_port(host: &str, explicit: Option<u16>) -> Result<TcpListener, Erro
             return Ok(l);
         }
     }
-    Err(ErrorCode::InternalError)
+    Err(Error::internal(format!(
+        "no free data port on {host} in [{lo}, {hi}] after {tries} tries"
+    )))
 }
 
 impl Client {
     /// Connect to the master, allocate and mount the segment, start the data
-    /// server and heartbeat. Errors are the `setup` return codes of spec §2.3
-    /// (-600 bad sizes/duplicate segment, -1 master unreachable/bad protocol/metadata).
-    pub fn setup(cfg: ClientConfig) -> Result<Arc<Client>, ErrorCode> {
-        let gs = cfg.global_segment_size;
-        if gs != 0 && gs < 1024 {
-            return Err(ErrorCode::InvalidParams);
-        }
-        let lb = cfg.local_buffer_size;
-        if lb != 0 && !(1024..=(1u64 << 40)).contains(&lb) {
-            return Err(ErrorCode::InvalidParams);
-        }
-        let force_tcp = std::env::var("MC_FORCE_TCP")
-            .map(|v| v == "1")
-            .unwrap_or(false);
-        if !cfg.protocol.eq_ignore_ascii_case("tcp") && !force_tcp {
-            tracing::warn!(protocol = %cfg.protocol, "only the tcp protocol is supported");
-            return Err(ErrorCode::InternalError);
-        }
+    /// server and heartbeat. The errors are `setup`'s return codes (store
+    /// spec, "Lifecycle"): those of [`ClientConfig::check`], -600 for a
+    /// segment name a live client already mounted, -1 for an unreachable
+    /// master or metadata server.
+    pub fn setup(cfg: ClientConfig) -> Result<Arc<Client>> {
+        cfg.check(&mut Vec::new())?;
+        let (host, port) = cfg.host_and_port()?;
+        let (gs, lb) = (cfg.global_segment_size, cfg.local_buffer_size);
+        // The cluster token (MC_AUTH_TOKEN / MC_AUTH_TOKEN_FILE), if any.
+        let auth = AuthKey::from_env()
+            .map_err(|e| Error::internal(format!("cannot load the cluster token: {e}")))?;
         let metadata = if cfg.metadata_server == "P2PHANDSHAKE" {
             None
         } else {
-            match MetadataUrl::parse(&cfg.metadata_server) {
-                Some(u) => Some(u),
-                None => {
-                    tracing::warn!(server = %cfg.metadata_server, "unsupported metadata server");
-                    return Err(ErrorCode::InternalError);
-                }
-            }
+            Some(
+                MetadataUrl::parse(&cfg.metadata_server)
+                    .ok_or_else(|| {
+                        Error::internal(format!(
+                            "cannot parse metadata server URL {:?}",
+                            cfg.metadata_server
+                        ))
+                    })?
+                    .with_auth(auth.clone()),
+            )
         };
-        let (host, port) = match cfg.local_hostname.rsplit_once(':') {
-            Some((h, p)) if !h.is_empty() => match p.parse::<u16>() {
-                Ok(p) => (h.to_string(), Some(p)),
-                Err(_) => return Err(ErrorCode::InvalidParams),
-            },
-            _ => (cfg.local_hostname.clone(), None),
-        };
-        if host.is_empty() {
-            return Err(ErrorCode::InvalidParams);
-        }
         let timeout = Duration::from_millis(env_u64("MC_MASTER_CONNECT_TIMEOUT_MS", 5000));
         let master = Arc::new(MasterConn::new(
             &cfg.master_server_addr,
             Duration::from_millis(1000),
+            auth.clone(),
         ));
         let first = master.connect_with_retry(timeout).map_err(|e| {
-            tracing::warn!(master = %cfg.master_server_addr, error = %e, "master unreachable");
-            ErrorCode::InternalError
+            Error::internal(format!(
+                "master {} unreachable as {}: {e}",
+                cfg.master_server_addr, cfg.local_hostname
+            ))
         })?;
-        master.give(first);
+        // The heartbeat's own path: this connection, and a socket made now
+        // for reconnecting, before any data connection can take descriptors.
+        let spare = master.spare_socket().ok();
 
         let listener = bind_data_port(&host, port)?;
         let bound = listener
             .local_addr()
-            .map_err(|_| ErrorCode::InternalError)?
+            .map_err(|e| Error::internal(format!("data port: {e}")))?
             .port();
         let name = format!("{host}:{bound}");
         let segment = if gs > 0 {
             let seg = Segment::create(gs).map_err(|e| {
-                tracing::warn!(error = %e, "cannot allocate segment");
-                ErrorCode::InternalError
+                Error::internal(format!("cannot allocate a segment of {gs} bytes: {e}"))
             })?;
             Some(seg)
         } else {
             None
         };
-        let engine = TransferEngine::new();
+        let engine = TransferEngine::new().with_auth(auth.clone());
         let desc = SegmentDesc {
             name: name.clone(),
             uuid: segment
@@ -174,26 +162,30 @@ impl Client {
                 .map(|s| socket_name(s.uuid()))
                 .unwrap_or_default(),
         };
-        let data_server =
-            DataServer::start(listener, segment.clone()).map_err(|_| ErrorCode::InternalError)?;
+        let data_server = DataServer::start(listener, segment.clone(), auth.clone())
+            .map_err(|e| Error::internal(format!("cannot start the data server: {e}")))?;
         let mapping_server = match &segment {
-            Some(s) => MappingServer::start(Arc::clone(s))
+            Some(s) => MappingServer::start(Arc::clone(s), auth.clone())
                 .map_err(|e| tracing::info!(error = %e, "same-host mapping server unavailable"))
                 .ok(),
             None => None,
         };
         let client_id = uuid::Uuid::new_v4().to_string();
-        match master.call(&MasterRequest::MountSegment {
-            client_id: client_id.clone(),
-            segment: desc.clone(),
-        })? {
+        let mount = master
+            .call(&MasterRequest::MountSegment {
+                client_id: client_id.clone(),
+                segment: desc.clone(),
+            })
+            .map_err(|e| Error::from(e).context("mount segment"))?;
+        match mount {
             MasterResponse::Ok => {}
             MasterResponse::Err(ErrorCode::SegmentAlreadyExists) => {
-                tracing::warn!(segment = %name, "segment name already mounted by a live client");
-                return Err(ErrorCode::InvalidParams);
+                return Err(Error::invalid(format!(
+                    "segment {name} is already mounted by a live client"
+                )));
             }
-            MasterResponse::Err(e) => return Err(e),
-            _ => return Err(ErrorCode::InternalError),
+            MasterResponse::Err(e) => return Err(Error::from(e).context("mount segment")),
+            _ => return Err(Error::internal("mount segment: unexpected master response")),
         }
         if let Some(s) = &segment {
             register_local(s);
@@ -211,7 +203,7 @@ impl Client {
             mapping_server: Mutex::new(mapping_server),
             metadata,
             closed: Arc::new(AtomicBool::new(false)),
-            health: Arc::new(AtomicI32::new(0)),
+            health: Arc::new(AtomicI32::new(HEALTHY)),
             heartbeat: Mutex::new(None),
             mutations: std::sync::atomic::AtomicU64::new(0),
             done: Arc::new(DoneQueue::default()),
@@ -219,9 +211,12 @@ impl Client {
         client.done.start(&client.master);
         if !client.publish_metadata() {
             client.close();
-            return Err(ErrorCode::InternalError);
+            return Err(Error::internal(format!(
+                "cannot publish the segment descriptor to {}",
+                cfg.metadata_server
+            )));
         }
-        client.start_heartbeat();
+        client.start_heartbeat(first, spare);
         Ok(client)
     }
 
@@ -251,13 +246,17 @@ impl Client {
         ok
     }
 
-    fn start_heartbeat(self: &Arc<Self>) {
+    /// Ping the master every second on a connection of its own (`conn`,
+    /// reconnecting through the `spare` socket made at setup), so that
+    /// data connections never starve the heartbeat of descriptors.
+    fn start_heartbeat(self: &Arc<Self>, conn: TcpStream, spare: Option<socket2::Socket>) {
         let weak = Arc::downgrade(self);
         let closed = Arc::clone(&self.closed);
         let h = std::thread::Builder::new()
             .name("mc-heartbeat".into())
             .spawn(move || {
-                let mut conn = None;
+                let mut conn = Some(conn);
+                let mut spare = spare;
                 let mut failures = 0u32;
                 while !closed.load(Ordering::Acquire) {
                     // Sleep 1 s in small steps so close() is prompt.
@@ -269,7 +268,13 @@ impl Client {
                     }
                     let Some(me) = weak.upgrade() else { return };
                     if conn.is_none() {
-                        conn = me.master.connect().ok();
+                        conn = match spare.take() {
+                            Some(sp) => me.master.connect_spare(sp).ok(),
+                            None => me.master.connect().ok(),
+                        };
+                    }
+                    if spare.is_none() {
+                        spare = me.master.spare_socket().ok();
                     }
                     let resp = conn.as_mut().map(|s| {
                         MasterConn::call_on(
@@ -282,15 +287,17 @@ impl Client {
                     match resp {
                         Some(Ok(MasterResponse::Pong { need_remount })) => {
                             failures = 0;
-                            me.health.store(0, Ordering::Release);
+                            me.health.store(HEALTHY, Ordering::Release);
                             if need_remount {
-                                me.remount();
+                                if let Some(c) = conn.as_mut() {
+                                    me.remount(c);
+                                }
                             }
                         }
                         _ => {
                             failures += 1;
                             conn = None;
-                            me.health.store(2, Ordering::Release);
+                            me.health.store(HEALTH_PING_FAILED, Ordering::Release);
                             if failures == 3 {
                                 tracing::warn!("master heartbeat failed 3 times; reconnecting");
                             }
@@ -302,12 +309,16 @@ impl Client {
         *self.heartbeat.lock() = h;
     }
 
-    fn remount(&self) {
+    /// Remount on the heartbeat's connection `conn`.
+    fn remount(&self, conn: &mut TcpStream) {
         tracing::warn!(segment = %self.desc.name, "master asked for remount (restarted?); remounting");
-        let r = self.master.call(&MasterRequest::MountSegment {
-            client_id: self.client_id.clone(),
-            segment: self.desc.clone(),
-        });
+        let r = MasterConn::call_on(
+            conn,
+            &MasterRequest::MountSegment {
+                client_id: self.client_id.clone(),
+                segment: self.desc.clone(),
+            },
+        );
         if !matches!(r, Ok(MasterResponse::Ok)) {
             tracing::warn!(result = ?r, "remount failed");
             return;
@@ -315,10 +326,10 @@ impl Client {
         self.publish_metadata();
     }
 
-    /// Unmount, stop serving, unpublish metadata. Idempotent; returns 0.
-    pub fn close(&self) -> i32 {
+    /// Unmount, stop serving, unpublish metadata. Idempotent.
+    pub fn close(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
-            return 0;
+            return;
         }
         self.done.stop();
         let done = self.done.take();
@@ -345,7 +356,6 @@ impl Client {
         // The heartbeat thread notices `closed` within 100 ms; it is not
         // joined because the last reference may be dropped on that thread.
         drop(self.heartbeat.lock().take());
-        0
     }
 
     /// Whether `close` was called.
@@ -358,10 +368,11 @@ impl Client {
         self.desc.name.clone()
     }
 
-    /// 0 healthy, 2 the last heartbeat failed (1 is for closed, decided by the caller).
+    /// `health_check()`'s value: [`HEALTHY`], [`HEALTH_CLOSED`] after
+    /// `close`, or [`HEALTH_PING_FAILED`] when the last heartbeat failed.
     pub fn health(&self) -> i32 {
         if self.is_closed() {
-            return 1;
+            return HEALTH_CLOSED;
         }
         self.health.load(Ordering::Acquire)
     }
@@ -378,16 +389,13 @@ impl Client {
     }
 
     /// One master RPC, counted. Finished read tickets ride along.
-    pub(crate) fn rpc(&self, req: MasterRequest) -> Result<MasterResponse, ErrorCode> {
+    pub(crate) fn rpc(&self, req: MasterRequest) -> std::result::Result<MasterResponse, ErrorCode> {
         self.stats.master_rpcs.fetch_add(1, Ordering::Relaxed);
         let done = self.done.take();
         if done.is_empty() {
             return self.master.call(&req);
         }
-        let r = self.master.call(&MasterRequest::WithDone {
-            done: done.clone(),
-            req: Box::new(req),
-        });
+        let r = self.master.call_with_done(&req, &done);
         if r.is_err() {
             // Reporting twice is harmless; losing them only delays the end.
             for t in done {
@@ -402,21 +410,26 @@ impl Client {
         self.done.push(ticket);
     }
 
-    /// Register `[ptr, ptr+size)`; -600 on overlap or size 0.
-    pub fn register_buffer(&self, ptr: usize, size: usize) -> i32 {
+    /// Register `[ptr, ptr+size)` for `get_into_ranges`; INVALID_PARAMS
+    /// when empty or overlapping a registered region.
+    pub fn register_buffer(&self, ptr: usize, size: usize) -> Result<()> {
         if self.regions.register(ptr, size) {
-            0
+            Ok(())
         } else {
-            ErrorCode::InvalidParams.code()
+            Err(Error::invalid(format!(
+                "buffer {ptr:#x} size {size} is empty or overlaps a registered region"
+            )))
         }
     }
 
-    /// Unregister the region starting at `ptr`; -600 if none starts there.
-    pub fn unregister_buffer(&self, ptr: usize) -> i32 {
+    /// Unregister the region starting at `ptr`; INVALID_PARAMS if none starts there.
+    pub fn unregister_buffer(&self, ptr: usize) -> Result<()> {
         if self.regions.unregister(ptr) {
-            0
+            Ok(())
         } else {
-            ErrorCode::InvalidParams.code()
+            Err(Error::invalid(format!(
+                "no registered buffer starts at {ptr:#x}"
+            )))
         }
     }
 }

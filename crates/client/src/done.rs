@@ -1,4 +1,4 @@
-//! Read-ticket completion reports (spec §3.3, upsert returns
+//! Read-ticket completion reports (store spec, "Upsert": an upsert returns
 //! OBJECT_REPLICA_BUSY while a replica is being read).
 //!
 //! Every read lookup gets a ticket from the master, which counts the found
@@ -39,7 +39,7 @@ pub(crate) struct DoneQueue {
 
 impl DoneQueue {
     /// Queue a finished ticket (0 = no ticket).
-    pub fn push(&self, ticket: u64) {
+    pub(crate) fn push(&self, ticket: u64) {
         if ticket == 0 {
             return;
         }
@@ -52,7 +52,7 @@ impl DoneQueue {
     }
 
     /// Take everything queued (to piggyback on an RPC).
-    pub fn take(&self) -> Vec<u64> {
+    pub(crate) fn take(&self) -> Vec<u64> {
         let mut g = self.pending.lock();
         if g.is_empty() {
             Vec::new()
@@ -67,7 +67,7 @@ impl DoneQueue {
     }
 
     /// Start the background flusher (holds only weak references).
-    pub fn start(self: &Arc<Self>, master: &Arc<MasterConn>) {
+    pub(crate) fn start(self: &Arc<Self>, master: &Arc<MasterConn>) {
         let q: Weak<DoneQueue> = Arc::downgrade(self);
         let m: Weak<MasterConn> = Arc::downgrade(master);
         let h = std::thread::Builder::new()
@@ -79,7 +79,7 @@ impl DoneQueue {
     }
 
     /// Stop the flusher (it exits at its next wake-up).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.closed.store(true, Ordering::Release);
         if let Some(t) = self.flusher.lock().take() {
             t.unpark();

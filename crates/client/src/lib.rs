@@ -1,22 +1,43 @@
 //! The store client: connects to the master, mounts this process's segment,
 //! serves it to peers, and implements put/get/batch/ranges/upsert/remove on
 //! top of the transfer engine.
+//!
+//! This crate is the one home of the store's client-side rules (store
+//! spec, `shared/spec/store.md`): `setup`'s argument checks and the dict
+//! form ([`ClientConfig`]), the write config and its validation
+//! ([`ReplicateConfig`]), per-key and per-batch argument rules, and the
+//! shape of batch results. Every failure is an [`Error`] carrying the
+//! upstream [`ErrorCode`] and its reason; the Python binding only converts
+//! arguments and maps errors to return codes and log lines.
 
 mod client;
+mod config;
 mod done;
+mod error;
 mod locations;
 mod master_conn;
 mod metadata_pub;
+mod parallel;
 mod ranges;
 mod reads;
 mod registered;
 mod staging;
 mod stats;
+mod tensor_io;
 mod writes;
 
-pub use client::{Client, ClientConfig, StagedValue};
+pub use client::{Client, StagedValue, HEALTHY, HEALTH_CLOSED, HEALTH_PING_FAILED};
+pub use config::{
+    force_tcp, ClientConfig, ReplicateConfig, WriteKind, DEFAULT_CLIENT_HTTP_PORT,
+    DEFAULT_DICT_SIZE, DEFAULT_MASTER, DEFAULT_TENANT, MAX_LOCAL_BUFFER, MIN_SIZE,
+};
+pub use error::{Error, Result};
 pub use locations::{Locations, ObjectLocation};
 pub use mooncake_common::proto::ReplicaLoc;
 pub use mooncake_common::proto::{SoftPin, WriteConfig};
 pub use mooncake_common::ErrorCode;
 pub use mooncake_transfer::{Op, Path};
+pub use ranges::{ranges_failed, Ranges};
+pub use tensor_io::{
+    check_into_lists, check_pub_config, object_source, TensorDest, TensorReads, TensorWrite,
+};

@@ -4,6 +4,7 @@
 //! cached replica.
 
 use crate::client::Client;
+use crate::error::{Error, Result};
 use crate::writes::seg_ref;
 use mooncake_common::proto::ReplicaLoc;
 use mooncake_common::ErrorCode;
@@ -14,7 +15,9 @@ use std::time::{Duration, Instant};
 /// (own segment, then same-host mapped segment, then a TCP owner).
 #[derive(Debug, Clone)]
 pub struct ObjectLocation {
+    /// Object size in bytes.
     pub size: u64,
+    /// The preferred replica.
     pub replica: ReplicaLoc,
     /// The path a read of `replica` takes first.
     pub path: Path,
@@ -24,7 +27,7 @@ pub struct ObjectLocation {
 #[derive(Debug, Clone)]
 pub struct Locations {
     /// One entry per key, in order.
-    pub items: Vec<Result<ObjectLocation, ErrorCode>>,
+    pub items: Vec<Result<ObjectLocation>>,
     /// When the granted leases run out.
     pub deadline: Instant,
     /// The lease length the master granted.
@@ -47,7 +50,7 @@ impl Client {
                     .ordered(&info)
                     .first()
                     .map(|r| (*r).clone())
-                    .ok_or(ErrorCode::InvalidReplica)?;
+                    .ok_or_else(|| Error::from(ErrorCode::InvalidReplica))?;
                 let path = self.engine.preferred_path(&seg_ref(&rep));
                 Ok(ObjectLocation {
                     size: info.size,
@@ -69,8 +72,9 @@ impl Client {
     ///
     /// # Safety
     /// Every `op.local_ptr..+len` must be writable for the duration of the call.
-    pub unsafe fn read_ops(&self, replica: &ReplicaLoc, ops: &[Op]) -> Result<Path, ErrorCode> {
-        let path = self.engine.read(&seg_ref(replica), ops)?;
+    pub unsafe fn read_ops(&self, replica: &ReplicaLoc, ops: &[Op]) -> Result<Path> {
+        // SAFETY: the caller vouches for every destination.
+        let path = unsafe { self.engine.read(&seg_ref(replica), ops)? };
         self.count_read(path, ops.iter().map(|o| o.len).sum());
         Ok(path)
     }

@@ -1,30 +1,82 @@
-//! `get_into_ranges`: buffer-major ranged reads. Every distinct key is looked
+//! `get_into_ranges`: buffer-major ranged reads (store spec, "Zero-copy API",
+//! `get_into_ranges` and its failure table). Every distinct key is looked
 //! up once (one RPC per call); fragments are batched per source segment so
 //! each owner gets one request (or one mapped memcpy pass) per call.
+//!
+//! The copies run through [`Client::read_ranges`], the batched ranged read
+//! tensor IO lowers onto as well: one replica per object by path preference,
+//! ops batched per owner segment (owners in parallel, big local groups over
+//! several threads), and a failed owner falls back to each object's other
+//! replicas.
+//!
+//! The result always mirrors the shape of `dst_offsets`. Failures, from
+//! the whole call down to one fragment: lists of different lengths fail
+//! every fragment (the outer list keeps one entry per buffer); a buffer
+//! whose key/offset/size lists differ in length from its `dst_offsets`, or
+//! that does not start inside a registered region, fails all its
+//! fragments; a group whose three fragment lists differ in length, or
+//! whose key is empty, fails that group; a missing key fails its groups
+//! with the master's code; a fragment that ends past the registered
+//! region or past the object fails alone; a size-0 fragment reads 0.
 
 use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::parallel::{copy_threads, run_all, split_ops, PAR_LOCAL};
 use crate::writes::seg_ref;
+use mooncake_common::proto::{ObjectInfo, ReplicaLoc};
 use mooncake_common::ErrorCode;
-use mooncake_transfer::Op;
+use mooncake_transfer::{Op, Path};
 use std::collections::HashMap;
 use std::time::Instant;
 
-const INVALID: i64 = ErrorCode::InvalidParams as i64;
+/// Per buffer, per key group, per fragment: the bytes read or the failure.
+pub type Ranges = Vec<Vec<Vec<Result<u64>>>>;
 
-/// Result shape mirroring `dst_offsets`, filled with one value.
-fn filled(dst: &[Vec<Vec<u64>>], v: i64) -> Vec<Vec<Vec<i64>>> {
-    dst.iter()
-        .map(|g| g.iter().map(|f| vec![v; f.len()]).collect())
+/// `err` in every fragment slot of `dst_offsets` (one outer entry per
+/// buffer of `n_buffers`; a buffer with no `dst_offsets` entry has no
+/// groups) — the answer of a call that failed as a whole.
+pub fn ranges_failed(dst_offsets: &[Vec<Vec<u64>>], n_buffers: usize, err: &Error) -> Ranges {
+    (0..n_buffers)
+        .map(|i| {
+            dst_offsets
+                .get(i)
+                .map(|groups| {
+                    groups
+                        .iter()
+                        .map(|f| vec![Err(err.clone()); f.len()])
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
         .collect()
 }
 
+/// One ranged copy out of a located object (the unit of
+/// [`Client::read_ranges`]).
+#[derive(Clone, Copy)]
+pub(crate) struct RangeOp {
+    /// Index into the object table of the call.
+    pub(crate) key: usize,
+    /// Offset in the object.
+    pub(crate) src: u64,
+    /// Destination address.
+    pub(crate) dst: usize,
+    /// Bytes.
+    pub(crate) len: u64,
+}
+
+fn fail_all(slots: &mut [Result<u64>], err: &Error) {
+    slots.iter_mut().for_each(|r| *r = Err(err.clone()));
+}
+
 impl Client {
-    /// Buffer-major ranged reads (spec §2.5 `get_into_ranges`). Destinations
-    /// must lie in a registered region; results mirror `dst_offsets`.
+    /// Buffer-major ranged reads; see the module doc for the rules.
+    /// Destinations must lie in a region registered with
+    /// [`Client::register_buffer`].
     ///
     /// # Safety
-    /// Registered regions must stay valid (the caller registered them).
-    #[allow(clippy::type_complexity)]
+    /// Registered regions must stay valid and writable (the caller
+    /// registered them).
     pub unsafe fn get_into_ranges(
         &self,
         buffer_ptrs: &[usize],
@@ -32,29 +84,44 @@ impl Client {
         dst_offsets: &[Vec<Vec<u64>>],
         src_offsets: &[Vec<Vec<u64>>],
         sizes: &[Vec<Vec<u64>>],
-    ) -> Vec<Vec<Vec<i64>>> {
+    ) -> Ranges {
         let n = buffer_ptrs.len();
         if keys.len() != n || dst_offsets.len() != n || src_offsets.len() != n || sizes.len() != n {
-            let mut out = filled(&dst_offsets[..dst_offsets.len().min(n)], INVALID);
-            out.resize(n, Vec::new());
-            return out;
+            let e =
+                Error::invalid("buffer_ptrs, all_keys and the offset/size lists differ in length");
+            return ranges_failed(dst_offsets, n, &e);
         }
-        let mut results = filled(dst_offsets, 0);
-        // Distinct keys that have at least one well-formed group.
+        let mut results: Ranges = dst_offsets
+            .iter()
+            .map(|g| g.iter().map(|f| vec![Ok(0); f.len()]).collect())
+            .collect();
+        let bad_buffer = Error::invalid("a buffer's key/offset/size lists differ in length");
+        let unregistered = Error::invalid("buffer is not inside a registered region");
+        let bad_group = Error::invalid("empty key, or fragment lists differ in length");
+        // Distinct keys of the groups that are well formed.
         let mut key_index: HashMap<&str, usize> = HashMap::new();
         let mut uniq: Vec<String> = Vec::new();
         let mut rooms: Vec<Option<usize>> = Vec::with_capacity(n);
         for i in 0..n {
+            let groups = dst_offsets[i].len();
+            if keys[i].len() != groups || src_offsets[i].len() != groups || sizes[i].len() != groups
+            {
+                results[i].iter_mut().for_each(|g| fail_all(g, &bad_buffer));
+                rooms.push(None);
+                continue;
+            }
             let room = self.regions.room_from(buffer_ptrs[i]);
             rooms.push(room);
-            for j in 0..dst_offsets[i].len() {
-                let ok_shape = j < keys[i].len()
-                    && j < src_offsets[i].len()
-                    && j < sizes[i].len()
-                    && src_offsets[i][j].len() == dst_offsets[i][j].len()
-                    && sizes[i][j].len() == dst_offsets[i][j].len();
-                if room.is_none() || !ok_shape {
-                    results[i][j].iter_mut().for_each(|r| *r = INVALID);
+            if room.is_none() {
+                results[i]
+                    .iter_mut()
+                    .for_each(|g| fail_all(g, &unregistered));
+                continue;
+            }
+            for j in 0..groups {
+                let d = dst_offsets[i][j].len();
+                if keys[i][j].is_empty() || src_offsets[i][j].len() != d || sizes[i][j].len() != d {
+                    fail_all(&mut results[i][j], &bad_group);
                     continue;
                 }
                 let k = keys[i][j].as_str();
@@ -68,95 +135,190 @@ impl Client {
             return results;
         }
         let lk = self.lookup(&uniq, true);
-        // Choose one replica per key; batch ops per source segment.
-        struct Batch<'a> {
-            seg: &'a mooncake_common::proto::ReplicaLoc,
-            ops: Vec<Op>,
-            slots: Vec<(usize, usize, usize)>,
+        // Fragments become ranges of located objects, read in one batch per
+        // owner segment (the path tensor reads are lowered onto).
+        let mut infos: Vec<&ObjectInfo> = Vec::new();
+        let mut info_of: Vec<Option<usize>> = Vec::with_capacity(lk.infos.len());
+        for info in &lk.infos {
+            match info {
+                Ok(x) if !x.replicas.is_empty() => {
+                    info_of.push(Some(infos.len()));
+                    infos.push(x);
+                }
+                _ => info_of.push(None),
+            }
         }
-        let mut batches: HashMap<&str, Batch> = HashMap::new();
-        let chosen: Vec<Option<&mooncake_common::proto::ReplicaLoc>> = lk
-            .infos
-            .iter()
-            .map(|i| {
-                i.as_ref()
-                    .ok()
-                    .and_then(|info| self.ordered(info).first().copied())
-            })
-            .collect();
+        let mut ops: Vec<RangeOp> = Vec::new();
+        let mut slots: Vec<(usize, usize, usize)> = Vec::new();
+        let out_of_bounds = Error::invalid("fragment outside the registered buffer or the object");
         for i in 0..n {
             let Some(room) = rooms[i] else { continue };
             for j in 0..dst_offsets[i].len() {
-                if results[i][j].first() == Some(&INVALID) {
-                    continue;
-                }
                 let Some(&ki) = key_index.get(keys[i][j].as_str()) else {
                     continue;
                 };
+                if results[i][j].first().is_some_and(|r| r.is_err()) {
+                    continue;
+                }
                 let info = match &lk.infos[ki] {
                     Ok(info) => info,
                     Err(e) => {
-                        results[i][j].iter_mut().for_each(|r| *r = e.code() as i64);
+                        fail_all(&mut results[i][j], e);
                         continue;
                     }
                 };
-                let Some(rep) = chosen[ki] else {
-                    results[i][j]
-                        .iter_mut()
-                        .for_each(|r| *r = ErrorCode::InvalidReplica.code() as i64);
+                let Some(at) = info_of[ki] else {
+                    fail_all(&mut results[i][j], &ErrorCode::InvalidReplica.into());
                     continue;
                 };
                 for k in 0..dst_offsets[i][j].len() {
                     let (d, s, len) = (dst_offsets[i][j][k], src_offsets[i][j][k], sizes[i][j][k]);
                     if len == 0 {
-                        results[i][j][k] = 0;
                         continue;
                     }
                     let dst_ok = d.checked_add(len).is_some_and(|e| e <= room as u64);
                     let src_ok = s.checked_add(len).is_some_and(|e| e <= info.size);
                     if !dst_ok || !src_ok {
-                        results[i][j][k] = INVALID;
+                        results[i][j][k] = Err(out_of_bounds.clone());
                         continue;
                     }
-                    let b = batches
-                        .entry(rep.segment_uuid.as_str())
-                        .or_insert_with(|| Batch {
-                            seg: rep,
-                            ops: Vec::new(),
-                            slots: Vec::new(),
-                        });
-                    b.ops.push(Op {
-                        seg_offset: rep.offset + s,
-                        local_ptr: buffer_ptrs[i] + d as usize,
+                    ops.push(RangeOp {
+                        key: at,
+                        src: s,
+                        dst: buffer_ptrs[i] + d as usize,
                         len,
                     });
-                    b.slots.push((i, j, k));
-                    results[i][j][k] = len as i64;
+                    slots.push((i, j, k));
+                    results[i][j][k] = Ok(len);
                 }
             }
         }
-        for b in batches.values() {
-            match self.engine.read(&seg_ref(b.seg), &b.ops) {
-                Ok(path) => {
-                    let bytes: u64 = b.ops.iter().map(|o| o.len).sum();
-                    self.count_read(path, bytes);
-                }
-                Err(e) => {
-                    tracing::warn!(segment = %b.seg.segment_name, error = %e, "ranged read failed");
-                    for &(i, j, k) in &b.slots {
-                        results[i][j][k] = e.code() as i64;
-                    }
-                }
+        // SAFETY: every destination lies inside a registered region (checked
+        // above), which the caller keeps valid.
+        let errs = unsafe { self.read_ranges(&infos, &ops) };
+        for (e, &(i, j, k)) in errs.iter().zip(&slots) {
+            if let Some(e) = e {
+                results[i][j][k] = Err(Error::from(*e));
             }
         }
         self.read_finished(lk.ticket);
         if Instant::now() > lk.deadline {
-            for b in batches.values() {
-                for &(i, j, k) in &b.slots {
-                    results[i][j][k] = ErrorCode::LeaseExpired.code() as i64;
-                }
+            let e = Error::from(ErrorCode::LeaseExpired);
+            for &(i, j, k) in &slots {
+                results[i][j][k] = Err(e.clone());
             }
         }
         results
+    }
+}
+
+impl Client {
+    /// Read `ops` (ranges of the objects `infos[op.key]`): the first replica
+    /// of each object by path preference, ops batched per owner segment,
+    /// owners in parallel; a failed owner falls back to each object's other
+    /// replicas. Returns per op `None` or the error.
+    ///
+    /// # Safety
+    /// Every `op.dst..+len` must be writable for the duration of the call.
+    pub(crate) unsafe fn read_ranges(
+        &self,
+        infos: &[&ObjectInfo],
+        ops: &[RangeOp],
+    ) -> Vec<Option<ErrorCode>> {
+        let mut errs: Vec<Option<ErrorCode>> = vec![None; ops.len()];
+        let chosen: Vec<Option<&ReplicaLoc>> = infos
+            .iter()
+            .map(|i| self.ordered(i).first().copied())
+            .collect();
+        struct Group<'a> {
+            rep: &'a ReplicaLoc,
+            ops: Vec<Op>,
+            idx: Vec<usize>,
+        }
+        let mut groups: Vec<Group> = Vec::new();
+        let mut by_seg: HashMap<&str, usize> = HashMap::new();
+        for (i, op) in ops.iter().enumerate() {
+            let Some(rep) = chosen[op.key] else {
+                errs[i] = Some(ErrorCode::InvalidReplica);
+                continue;
+            };
+            let g = *by_seg.entry(rep.segment_uuid.as_str()).or_insert_with(|| {
+                groups.push(Group {
+                    rep,
+                    ops: Vec::new(),
+                    idx: Vec::new(),
+                });
+                groups.len() - 1
+            });
+            groups[g].ops.push(Op {
+                seg_offset: rep.offset + op.src,
+                local_ptr: op.dst,
+                len: op.len,
+            });
+            groups[g].idx.push(i);
+        }
+        // Spread big local/same-host groups over several threads; a TCP group
+        // is one request (the engine splits it over parallel connections).
+        let mut tasks: Vec<(usize, Vec<Op>)> = Vec::new();
+        for (gi, g) in groups.iter().enumerate() {
+            let bytes: u64 = g.ops.iter().map(|o| o.len).sum();
+            let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
+            if local && bytes >= PAR_LOCAL {
+                tasks.extend(
+                    split_ops(&g.ops, copy_threads())
+                        .into_iter()
+                        .map(|p| (gi, p)),
+                );
+            } else {
+                tasks.push((gi, g.ops.clone()));
+            }
+        }
+        let results = run_all(&tasks, |(gi, part)| -> Result<(), ErrorCode> {
+            let g = &groups[*gi];
+            // SAFETY: destinations vouched for by our caller.
+            let path = unsafe { self.engine.read(&seg_ref(g.rep), part) }?;
+            self.count_read(path, part.iter().map(|o| o.len).sum());
+            Ok(())
+        });
+        let mut failed_groups = vec![false; groups.len()];
+        for ((gi, _), r) in tasks.iter().zip(results) {
+            if let Err(e) = r {
+                tracing::info!(segment = %groups[*gi].rep.segment_name, error = %e, "tensor read failed; trying other replicas");
+                failed_groups[*gi] = true;
+            }
+        }
+        for (gi, g) in groups.iter().enumerate() {
+            if !failed_groups[gi] {
+                continue;
+            }
+            for &i in &g.idx {
+                let op = ops[i];
+                let mut last = ErrorCode::TransferFail;
+                let mut ok = false;
+                for r in self.ordered(infos[op.key]) {
+                    if r.segment_uuid == g.rep.segment_uuid {
+                        continue;
+                    }
+                    let one = [Op {
+                        seg_offset: r.offset + op.src,
+                        local_ptr: op.dst,
+                        len: op.len,
+                    }];
+                    // SAFETY: as above.
+                    match unsafe { self.engine.read(&seg_ref(r), &one) } {
+                        Ok(path) => {
+                            self.count_read(path, op.len);
+                            ok = true;
+                            break;
+                        }
+                        Err(e) => last = e,
+                    }
+                }
+                if !ok {
+                    errs[i] = Some(last);
+                }
+            }
+        }
+        errs
     }
 }

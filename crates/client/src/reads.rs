@@ -1,9 +1,16 @@
 //! Read paths: replica lookup (one RPC per call, granting leases), replica
 //! choice (own segment, same host, remote), staged and direct reads, and
-//! the lease-deadline check after each copy.
+//! the lease-deadline check after each copy; existence queries and removal.
+//!
+//! Per-key rules of the store's read and remove methods live here (store
+//! spec, "Byte-value API", "Zero-copy API", "Removal"): an empty key fails
+//! its item with INVALID_PARAMS and is never sent to the master; a
+//! destination smaller than the object fails with INVALID_PARAMS and stays
+//! untouched; a copy that ends after the lease ran out is LEASE_EXPIRED.
 
 use crate::client::{Client, StagedValue};
-use crate::writes::seg_ref;
+use crate::error::{Error, Result};
+use crate::writes::{check_key, seg_ref};
 use mooncake_common::proto::{MasterRequest, MasterResponse, ObjectInfo, ReplicaLoc};
 use mooncake_common::ErrorCode;
 use mooncake_transfer::{Op, Path};
@@ -12,10 +19,52 @@ use std::time::{Duration, Instant};
 
 /// Replica lookups with the instant the lease runs out.
 pub(crate) struct Lookup {
-    pub infos: Vec<Result<ObjectInfo, ErrorCode>>,
-    pub deadline: Instant,
+    /// One entry per key asked for.
+    pub(crate) infos: Vec<Result<ObjectInfo>>,
+    /// When the granted leases run out.
+    pub(crate) deadline: Instant,
     /// Read ticket to report when the copies are done (0 = none).
-    pub ticket: u64,
+    pub(crate) ticket: u64,
+}
+
+/// Run `f` on the non-empty keys of `keys` only, and answer an empty key
+/// with INVALID_PARAMS in its place (no RPC at all when none is left).
+pub(crate) fn per_key<T>(
+    keys: &[String],
+    f: impl FnOnce(&[String]) -> Vec<Result<T>>,
+) -> Vec<Result<T>> {
+    if !keys.iter().any(String::is_empty) {
+        return f(keys);
+    }
+    let sent: Vec<String> = keys.iter().filter(|k| !k.is_empty()).cloned().collect();
+    let mut answers = if sent.is_empty() {
+        Vec::new()
+    } else {
+        f(&sent)
+    }
+    .into_iter();
+    keys.iter()
+        .map(|k| match k.is_empty() {
+            true => Err(Error::invalid("empty key")),
+            false => answers
+                .next()
+                .unwrap_or_else(|| Err(Error::internal("missing answer"))),
+        })
+        .collect()
+}
+
+/// One result per key from the per-key codes of an Exist/Remove answer.
+fn from_codes<T>(codes: Vec<i32>, ok: impl Fn(i32) -> T) -> Vec<Result<T>> {
+    codes
+        .into_iter()
+        .map(|c| {
+            if c >= 0 {
+                Ok(ok(c))
+            } else {
+                Err(ErrorCode::from_code(c).into())
+            }
+        })
+        .collect()
 }
 
 impl Client {
@@ -28,18 +77,23 @@ impl Client {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// One GetReplicaList RPC for `keys`. With `track`, the found objects
-    /// count as being read until [`Client::read_finished`] gets the ticket.
+    /// One GetReplicaList RPC for the non-empty `keys` (an empty key is
+    /// INVALID_PARAMS in its place). With `track`, the found objects count
+    /// as being read until [`Client::read_finished`] gets the ticket.
     pub(crate) fn lookup(&self, keys: &[String], track: bool) -> Lookup {
         let t0 = Instant::now();
-        let infos = match self.rpc(MasterRequest::GetReplicaList {
-            keys: keys.to_vec(),
-            track,
-        }) {
-            Ok(MasterResponse::Objects(v)) if v.len() == keys.len() => v,
-            Ok(MasterResponse::Err(e)) | Err(e) => keys.iter().map(|_| Err(e)).collect(),
-            Ok(_) => keys.iter().map(|_| Err(ErrorCode::InternalError)).collect(),
-        };
+        let infos = per_key(keys, |keys| {
+            match self.rpc(MasterRequest::GetReplicaList {
+                keys: keys.to_vec(),
+                track,
+            }) {
+                Ok(MasterResponse::Objects(v)) if v.len() == keys.len() => {
+                    v.into_iter().map(|i| i.map_err(Error::from)).collect()
+                }
+                Ok(MasterResponse::Err(e)) | Err(e) => vec![Err(e.into()); keys.len()],
+                Ok(_) => vec![Err(Error::internal("unexpected replica list")); keys.len()],
+            }
+        });
         let ttl = infos
             .iter()
             .find_map(|i| i.as_ref().ok().map(|o| o.lease_ttl_ms))
@@ -68,12 +122,15 @@ impl Client {
 
     /// Read a whole object into `dst`, trying replicas in order (skipping
     /// the segment `skip`, which already failed).
+    ///
+    /// # Safety
+    /// `dst..dst+info.size` must be writable for the duration of the call.
     pub(crate) unsafe fn read_object_skip(
         &self,
         info: &ObjectInfo,
         dst: usize,
         skip: Option<&str>,
-    ) -> Result<(), ErrorCode> {
+    ) -> Result<()> {
         let mut last = ErrorCode::InvalidReplica;
         for r in self.ordered(info) {
             if skip == Some(r.segment_uuid.as_str()) {
@@ -85,7 +142,8 @@ impl Client {
                 local_ptr: dst,
                 len: info.size,
             }];
-            match self.engine.read(&seg_ref(r), &ops) {
+            // SAFETY: the caller vouches for `dst`.
+            match unsafe { self.engine.read(&seg_ref(r), &ops) } {
                 Ok(path) => {
                     self.count_read(path, info.size);
                     return Ok(());
@@ -96,27 +154,27 @@ impl Client {
                 }
             }
         }
-        Err(last)
+        Err(last.into())
     }
 
     /// Read a whole object into `dst`, trying replicas in order.
-    pub(crate) unsafe fn read_object(
-        &self,
-        info: &ObjectInfo,
-        dst: usize,
-    ) -> Result<(), ErrorCode> {
-        self.read_object_skip(info, dst, None)
+    ///
+    /// # Safety
+    /// `dst..dst+info.size` must be writable for the duration of the call.
+    pub(crate) unsafe fn read_object(&self, info: &ObjectInfo, dst: usize) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.read_object_skip(info, dst, None) }
     }
 
     /// Read whole objects: `items[i] = (info, dst)`. Objects whose preferred
     /// replica is on a TCP owner are batched, one scatter/gather request per
     /// owner, owners in parallel; the rest are copied directly. A failed
     /// owner request falls back to each object's other replicas.
-    pub(crate) unsafe fn read_objects(
-        &self,
-        items: &[(&ObjectInfo, usize)],
-    ) -> Vec<Result<(), ErrorCode>> {
-        let mut out: Vec<Result<(), ErrorCode>> = vec![Ok(()); items.len()];
+    ///
+    /// # Safety
+    /// Every `dst..dst+info.size` must be writable for the duration of the call.
+    pub(crate) unsafe fn read_objects(&self, items: &[(&ObjectInfo, usize)]) -> Vec<Result<()>> {
+        let mut out: Vec<Result<()>> = vec![Ok(()); items.len()];
         struct Group<'a> {
             rep: &'a ReplicaLoc,
             ops: Vec<Op>,
@@ -147,15 +205,17 @@ impl Client {
                         }),
                     }
                 }
-                _ => out[i] = self.read_object(info, *dst),
+                // SAFETY: the caller vouches for `dst`.
+                _ => out[i] = unsafe { self.read_object(info, *dst) },
             }
         }
-        let run = |g: &Group| -> Result<(), ErrorCode> {
-            let path = self.engine.read(&seg_ref(g.rep), &g.ops)?;
+        let run = |g: &Group| -> std::result::Result<(), ErrorCode> {
+            // SAFETY: the caller vouches for every destination.
+            let path = unsafe { self.engine.read(&seg_ref(g.rep), &g.ops)? };
             self.count_read(path, g.ops.iter().map(|o| o.len).sum());
             Ok(())
         };
-        let results: Vec<Result<(), ErrorCode>> = if groups.len() <= 1 {
+        let results: Vec<std::result::Result<(), ErrorCode>> = if groups.len() <= 1 {
             groups.iter().map(run).collect()
         } else {
             std::thread::scope(|sc| {
@@ -170,30 +230,32 @@ impl Client {
                 tracing::info!(segment = %g.rep.segment_name, error = %e, "batched read failed; trying other replicas");
                 for &i in &g.idx {
                     let (info, dst) = items[i];
-                    out[i] = self.read_object_skip(info, dst, Some(&g.rep.segment_uuid));
+                    // SAFETY: the caller vouches for `dst`.
+                    out[i] = unsafe { self.read_object_skip(info, dst, Some(&g.rep.segment_uuid)) };
                 }
             }
         }
         out
     }
 
-    fn check_lease(deadline: Instant) -> Result<(), ErrorCode> {
+    fn check_lease(deadline: Instant) -> Result<()> {
         if Instant::now() > deadline {
-            Err(ErrorCode::LeaseExpired)
+            Err(ErrorCode::LeaseExpired.into())
         } else {
             Ok(())
         }
     }
 
-    /// Staged read (get/get_buffer): needs local-buffer space for the value.
-    pub fn get(&self, key: &str) -> Result<StagedValue, ErrorCode> {
+    /// Staged read (`get`/`get_buffer`): needs local-buffer room for the value.
+    pub fn get(&self, key: &str) -> Result<StagedValue> {
+        check_key(key)?;
         self.get_batch(&[key.to_string()])
             .pop()
-            .unwrap_or(Err(ErrorCode::InternalError))
+            .unwrap_or_else(|| Err(Error::internal("no result")))
     }
 
-    /// Staged batch read into owned vectors.
-    pub fn get_batch(&self, keys: &[String]) -> Vec<Result<StagedValue, ErrorCode>> {
+    /// Staged batch read into owned vectors; one result per key.
+    pub fn get_batch(&self, keys: &[String]) -> Vec<Result<StagedValue>> {
         let mut bufs: Vec<Option<Vec<u8>>> = Vec::new();
         let (res, reservations) = self.staged_with(keys, |sizes| {
             sizes
@@ -217,7 +279,7 @@ impl Client {
             .zip(bufs)
             .map(|((r, resv), buf)| {
                 let n = r?;
-                let mut data = buf.ok_or(ErrorCode::InternalError)?;
+                let mut data = buf.ok_or_else(|| Error::internal("no destination"))?;
                 // SAFETY: `n` bytes were written into the reserved capacity.
                 unsafe { data.set_len(n as usize) };
                 Ok(StagedValue {
@@ -230,15 +292,15 @@ impl Client {
 
     /// Staged batch read into memory the caller allocates once the sizes
     /// are known: `alloc` gets one size (or error) per key and returns one
-    /// destination per key (None = skip that key; it reports -600). Each
-    /// value reserves local-buffer space for the duration of the call.
-    /// Returns per key the size read or a code.
+    /// destination per key (None = skip that key; it fails with
+    /// INVALID_PARAMS). Each value reserves local-buffer space for the
+    /// duration of the call. Returns per key the size read or the failure.
     ///
     /// The destinations returned by `alloc` must be writable for their
     /// key's size until this call returns.
-    pub fn get_batch_with<A>(&self, keys: &[String], alloc: A) -> Vec<Result<u64, ErrorCode>>
+    pub fn get_batch_with<A>(&self, keys: &[String], alloc: A) -> Vec<Result<u64>>
     where
-        A: FnOnce(&[Result<u64, ErrorCode>]) -> Vec<Option<usize>>,
+        A: FnOnce(&[Result<u64>]) -> Vec<Option<usize>>,
     {
         self.staged_with(keys, alloc).0
     }
@@ -248,23 +310,20 @@ impl Client {
         &self,
         keys: &[String],
         alloc: A,
-    ) -> (
-        Vec<Result<u64, ErrorCode>>,
-        Vec<Option<crate::staging::Reservation>>,
-    )
+    ) -> (Vec<Result<u64>>, Vec<Option<crate::staging::Reservation>>)
     where
-        A: FnOnce(&[Result<u64, ErrorCode>]) -> Vec<Option<usize>>,
+        A: FnOnce(&[Result<u64>]) -> Vec<Option<usize>>,
     {
         let lk = self.lookup(keys, true);
         let mut reservations: Vec<Option<crate::staging::Reservation>> =
             Vec::with_capacity(keys.len());
-        let sizes: Vec<Result<u64, ErrorCode>> = lk
+        let sizes: Vec<Result<u64>> = lk
             .infos
             .iter()
             .map(|i| match i {
                 Err(e) => {
                     reservations.push(None);
-                    Err(*e)
+                    Err(e.clone())
                 }
                 Ok(info) => match self.staging.reserve(info.size) {
                     Some(r) => {
@@ -273,7 +332,10 @@ impl Client {
                     }
                     None => {
                         reservations.push(None);
-                        Err(ErrorCode::InvalidParams)
+                        Err(Error::invalid(format!(
+                            "the local buffer has no room for {} bytes (local_buffer_size)",
+                            info.size
+                        )))
                     }
                 },
             })
@@ -282,16 +344,16 @@ impl Client {
         dsts.resize(keys.len(), None);
         let mut items: Vec<(&ObjectInfo, usize)> = Vec::new();
         let mut slot: Vec<usize> = Vec::new();
-        let mut out: Vec<Result<u64, ErrorCode>> = Vec::with_capacity(keys.len());
-        for (i, s) in sizes.iter().enumerate() {
+        let mut out: Vec<Result<u64>> = Vec::with_capacity(keys.len());
+        for (i, s) in sizes.into_iter().enumerate() {
             match (s, &lk.infos[i], dsts[i]) {
                 (Ok(n), Ok(info), Some(d)) => {
-                    out.push(Ok(*n));
+                    out.push(Ok(n));
                     items.push((info, d));
                     slot.push(i);
                 }
-                (Err(e), _, _) => out.push(Err(*e)),
-                _ => out.push(Err(ErrorCode::InvalidParams)),
+                (Err(e), _, _) => out.push(Err(e)),
+                _ => out.push(Err(Error::invalid("no destination for the value"))),
             }
         }
         // SAFETY: `alloc` vouches for each destination.
@@ -299,7 +361,7 @@ impl Client {
         let lease = Self::check_lease(lk.deadline);
         self.read_finished(lk.ticket);
         for (r, i) in res.into_iter().zip(slot) {
-            if let Err(e) = r.and(lease) {
+            if let Err(e) = r.and(lease.clone()) {
                 out[i] = Err(e);
             }
         }
@@ -311,17 +373,21 @@ impl Client {
         (out, reservations)
     }
 
-    /// Read into caller memory; returns the object size or a negative code
-    /// (-600 when `size` is smaller than the object, buffer untouched).
+    /// Read `key` into caller memory; the object size. A `size` smaller
+    /// than the object is INVALID_PARAMS (the buffer stays untouched).
     ///
     /// # Safety
     /// `ptr..ptr+size` must be writable for the duration of the call.
-    pub unsafe fn get_into(&self, key: &str, ptr: usize, size: usize) -> i64 {
-        self.batch_get_into(&[key.to_string()], &[ptr], &[size])[0]
+    pub unsafe fn get_into(&self, key: &str, ptr: usize, size: usize) -> Result<u64> {
+        check_key(key)?;
+        // SAFETY: forwarded from the caller.
+        let mut r = unsafe { self.batch_get_into(&[key.to_string()], &[ptr], &[size])? };
+        r.pop().unwrap_or_else(|| Err(Error::internal("no result")))
     }
 
-    /// Batch read into caller memory; per item as `get_into`. Objects on
-    /// the same TCP owner travel in one request.
+    /// Batch read into caller memory; per item as [`Client::get_into`].
+    /// Lists of different lengths fail the whole call. Objects on the same
+    /// TCP owner travel in one request.
     ///
     /// # Safety
     /// Every `ptrs[i]..+sizes[i]` must be writable for the duration of the call.
@@ -330,76 +396,93 @@ impl Client {
         keys: &[String],
         ptrs: &[usize],
         sizes: &[usize],
-    ) -> Vec<i64> {
+    ) -> Result<Vec<Result<u64>>> {
         if keys.len() != ptrs.len() || keys.len() != sizes.len() {
-            return vec![ErrorCode::InvalidParams.code() as i64; keys.len()];
+            return Err(Error::invalid(
+                "keys, buffer_ptrs and sizes differ in length",
+            ));
         }
         if keys.is_empty() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let lk = self.lookup(keys, true);
-        let mut out: Vec<i64> = Vec::with_capacity(keys.len());
+        let mut out: Vec<Result<u64>> = Vec::with_capacity(keys.len());
         let mut items: Vec<(&ObjectInfo, usize)> = Vec::new();
         let mut slot: Vec<usize> = Vec::new();
         for (i, info) in lk.infos.iter().enumerate() {
             match info {
-                Err(e) => out.push(e.code() as i64),
-                Ok(x) if (sizes[i] as u64) < x.size || ptrs[i] == 0 => {
-                    out.push(ErrorCode::InvalidParams.code() as i64)
-                }
+                Err(e) => out.push(Err(e.clone())),
+                Ok(x) if (sizes[i] as u64) < x.size => out.push(Err(Error::invalid(format!(
+                    "buffer of {} bytes is smaller than the object ({} bytes)",
+                    sizes[i], x.size
+                )))),
+                Ok(_) if ptrs[i] == 0 => out.push(Err(Error::invalid("null buffer pointer"))),
                 Ok(x) => {
-                    out.push(x.size as i64);
+                    out.push(Ok(x.size));
                     items.push((x, ptrs[i]));
                     slot.push(i);
                 }
             }
         }
-        let res = self.read_objects(&items);
+        // SAFETY: the caller vouches for every destination.
+        let res = unsafe { self.read_objects(&items) };
         let lease = Self::check_lease(lk.deadline);
         self.read_finished(lk.ticket);
         for (r, i) in res.into_iter().zip(slot) {
-            if let Err(e) = r.and(lease) {
-                out[i] = e.code() as i64;
+            if let Err(e) = r.and(lease.clone()) {
+                out[i] = Err(e);
             }
         }
-        out
+        Ok(out)
     }
 
-    /// Object size (grants a lease) or a negative code.
-    pub fn get_size(&self, key: &str) -> i64 {
+    /// Object size (grants a lease).
+    pub fn get_size(&self, key: &str) -> Result<u64> {
+        check_key(key)?;
         match self.lookup(&[key.to_string()], false).infos.pop() {
-            Some(Ok(i)) => i.size as i64,
-            Some(Err(e)) => e.code() as i64,
-            None => ErrorCode::InternalError.code() as i64,
+            Some(r) => r.map(|i| i.size),
+            None => Err(Error::internal("no result")),
         }
     }
 
-    /// 1/0 per key, negative on error (grants a lease on 1).
-    pub fn is_exist(&self, keys: &[String]) -> Vec<i32> {
-        if keys.is_empty() {
-            return Vec::new();
-        }
-        self.codes_rpc(
-            MasterRequest::Exist {
+    /// Whether `key` has a complete replica (grants a lease when it has).
+    pub fn is_exist(&self, key: &str) -> Result<bool> {
+        check_key(key)?;
+        self.batch_is_exist(&[key.to_string()])
+            .pop()
+            .unwrap_or_else(|| Err(Error::internal("no result")))
+    }
+
+    /// [`Client::is_exist`] per key.
+    pub fn batch_is_exist(&self, keys: &[String]) -> Vec<Result<bool>> {
+        per_key(keys, |keys| {
+            let req = MasterRequest::Exist {
                 keys: keys.to_vec(),
-            },
-            keys.len(),
-        )
+            };
+            from_codes(self.codes_rpc(req, keys.len()), |c| c == 1)
+        })
     }
 
-    /// Remove per key (0, -704, -706, -703).
-    pub fn remove(&self, keys: &[String], force: bool) -> Vec<i32> {
-        if keys.is_empty() {
-            return Vec::new();
-        }
-        self.bump_mutations();
-        self.codes_rpc(
-            MasterRequest::Remove {
+    /// Remove `key`: OBJECT_NOT_FOUND if missing, OBJECT_HAS_LEASE while a
+    /// lease is active and not `force`, REPLICA_IS_NOT_READY if a replica
+    /// is not complete (even with `force`).
+    pub fn remove(&self, key: &str, force: bool) -> Result<()> {
+        check_key(key)?;
+        self.batch_remove(&[key.to_string()], force)
+            .pop()
+            .unwrap_or_else(|| Err(Error::internal("no result")))
+    }
+
+    /// [`Client::remove`] per key (one RPC).
+    pub fn batch_remove(&self, keys: &[String], force: bool) -> Vec<Result<()>> {
+        per_key(keys, |keys| {
+            self.bump_mutations();
+            let req = MasterRequest::Remove {
                 keys: keys.to_vec(),
                 force,
-            },
-            keys.len(),
-        )
+            };
+            from_codes(self.codes_rpc(req, keys.len()), |_| ())
+        })
     }
 
     /// An RPC answered with one code per key; errors fill every slot.
@@ -411,25 +494,29 @@ impl Client {
         }
     }
 
-    fn count_rpc(&self, req: MasterRequest) -> i64 {
+    fn count_rpc(&self, req: MasterRequest) -> Result<u64> {
         match self.rpc(req) {
-            Ok(MasterResponse::Count(n)) => n,
-            Ok(MasterResponse::Err(e)) | Err(e) => e.code() as i64,
-            Ok(_) => ErrorCode::InternalError.code() as i64,
+            Ok(MasterResponse::Count(n)) => {
+                u64::try_from(n).map_err(|_| ErrorCode::from_code(n as i32).into())
+            }
+            Ok(MasterResponse::Err(e)) | Err(e) => Err(e.into()),
+            Ok(_) => Err(Error::internal("unexpected master response")),
         }
     }
 
-    /// Count removed, or -600 for an invalid pattern.
-    pub fn remove_by_regex(&self, pattern: &str, force: bool) -> i64 {
+    /// Remove the keys matching `pattern` (ECMAScript syntax, search
+    /// semantics); the count removed. An invalid pattern is INVALID_PARAMS.
+    pub fn remove_by_regex(&self, pattern: &str, force: bool) -> Result<u64> {
         self.bump_mutations();
         self.count_rpc(MasterRequest::RemoveByRegex {
             pattern: pattern.to_string(),
             force,
         })
+        .map_err(|e| e.context(format!("pattern {pattern:?}")))
     }
 
-    /// Count removed.
-    pub fn remove_all(&self, force: bool) -> i64 {
+    /// Remove every removable object; the count removed.
+    pub fn remove_all(&self, force: bool) -> Result<u64> {
         self.bump_mutations();
         self.count_rpc(MasterRequest::RemoveAll { force })
     }

@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 
 /// Non-overlapping registered regions: start -> length.
 #[derive(Debug, Default)]
-pub struct Regions {
+pub(crate) struct Regions {
     map: RwLock<BTreeMap<usize, usize>>,
 }
 
 impl Regions {
     /// Register; false when empty or overlapping an existing region.
-    pub fn register(&self, ptr: usize, size: usize) -> bool {
+    pub(crate) fn register(&self, ptr: usize, size: usize) -> bool {
         let Some(end) = ptr.checked_add(size) else {
             return false;
         };
@@ -30,12 +30,12 @@ impl Regions {
     }
 
     /// Unregister the region starting at `ptr`.
-    pub fn unregister(&self, ptr: usize) -> bool {
+    pub(crate) fn unregister(&self, ptr: usize) -> bool {
         self.map.write().remove(&ptr).is_some()
     }
 
     /// Bytes available from `ptr` to the end of the region containing it.
-    pub fn room_from(&self, ptr: usize) -> Option<usize> {
+    pub(crate) fn room_from(&self, ptr: usize) -> Option<usize> {
         let m = self.map.read();
         let (&s, &l) = m.range(..=ptr).next_back()?;
         (ptr < s + l).then(|| s + l - ptr)

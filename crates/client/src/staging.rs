@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 /// Capacity accounting for the local buffer.
 #[derive(Debug)]
-pub struct StagingArea {
+pub(crate) struct StagingArea {
     capacity: u64,
     used: Mutex<u64>,
 }
 
 impl StagingArea {
     /// A staging area of `capacity` bytes.
-    pub fn new(capacity: u64) -> Arc<Self> {
+    pub(crate) fn new(capacity: u64) -> Arc<Self> {
         Arc::new(StagingArea {
             capacity,
             used: Mutex::new(0),
@@ -22,7 +22,7 @@ impl StagingArea {
     }
 
     /// Reserve `size` bytes, or None when they do not fit.
-    pub fn reserve(self: &Arc<Self>, size: u64) -> Option<Reservation> {
+    pub(crate) fn reserve(self: &Arc<Self>, size: u64) -> Option<Reservation> {
         let mut u = self.used.lock();
         if size == 0 || size > self.capacity.saturating_sub(*u) {
             return None;
@@ -37,7 +37,7 @@ impl StagingArea {
 
 /// A staging reservation, released on drop.
 #[derive(Debug)]
-pub struct Reservation {
+pub(crate) struct Reservation {
     area: Arc<StagingArea>,
     size: u64,
 }

@@ -4,20 +4,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters; tests assert on their deltas.
 #[derive(Debug, Default)]
-pub struct ClientStats {
-    pub bytes_read_local: AtomicU64,
-    pub bytes_read_same_host: AtomicU64,
-    pub bytes_read_tcp: AtomicU64,
-    pub bytes_written_local: AtomicU64,
-    pub bytes_written_same_host: AtomicU64,
-    pub bytes_written_tcp: AtomicU64,
-    pub master_rpcs: AtomicU64,
-    pub same_host_mappings: AtomicU64,
+pub(crate) struct ClientStats {
+    pub(crate) bytes_read_local: AtomicU64,
+    pub(crate) bytes_read_same_host: AtomicU64,
+    pub(crate) bytes_read_tcp: AtomicU64,
+    pub(crate) bytes_written_local: AtomicU64,
+    pub(crate) bytes_written_same_host: AtomicU64,
+    pub(crate) bytes_written_tcp: AtomicU64,
+    pub(crate) master_rpcs: AtomicU64,
+    pub(crate) same_host_mappings: AtomicU64,
 }
 
 impl ClientStats {
     /// Snapshot as (name, value) pairs.
-    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+    pub(crate) fn snapshot(&self) -> Vec<(&'static str, u64)> {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         vec![
             ("bytes_read_local", l(&self.bytes_read_local)),

@@ -1,14 +1,34 @@
 //! Write paths: staged puts (local-buffer capped), direct `*_from` puts and
 //! their upsert forms. Each batch is one PutStart RPC, the replica writes,
 //! then one PutEnd (and one PutRevoke for failures).
+//!
+//! A key whose replica write fails is revoked and placed again within the
+//! same call, away from the segments that failed (issue 10: the segment of
+//! an owner that died stays mounted until its client expires).
+//!
+//! The argument rules of the store's write methods live here (store spec,
+//! "Byte-value API" and "Zero-copy API"): an empty key or an empty value is
+//! INVALID_PARAMS; `put_parts` of zero bytes and `put_from` of size 0 store
+//! nothing and succeed; a batch whose lists differ in length fails whole;
+//! in a staged batch the first value of a duplicated key wins; a staged
+//! write needs local-buffer room for its bytes. The config is checked by
+//! [`ReplicateConfig::write_config`].
 
 use crate::client::Client;
+use crate::config::{ReplicateConfig, WriteKind};
+use crate::error::{Error, Result};
+use crate::parallel::{copy_threads, run_all, split_ops, PAR_LOCAL};
 use mooncake_common::proto::{
     MasterRequest, MasterResponse, PutStartItem, ReplicaLoc, WriteConfig,
 };
 use mooncake_common::ErrorCode;
 use mooncake_transfer::{Op, Path, SegmentRef};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
+
+/// How many times a put whose replica write failed is placed again, on
+/// other segments, within one call.
+pub(crate) const PLACEMENT_RETRIES: usize = 2;
 
 /// Source of one value: (pointer, length) pieces, concatenated.
 pub(crate) type Pieces = Vec<(usize, u64)>;
@@ -20,6 +40,28 @@ pub(crate) fn seg_ref(l: &ReplicaLoc) -> SegmentRef<'_> {
         host_id: &l.host_id,
         socket_name: &l.socket_name,
         size: l.segment_size,
+        ticket: l.ticket.as_ref(),
+    }
+}
+
+/// INVALID_PARAMS for an empty key.
+pub(crate) fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        Err(Error::invalid("empty key"))
+    } else {
+        Ok(())
+    }
+}
+
+/// The first failure of a batch, with the key it belongs to.
+fn first_failure(keys: &[String], results: Vec<Result<()>>) -> Result<()> {
+    match keys
+        .iter()
+        .zip(results)
+        .find_map(|(k, r)| r.err().map(|e| (k, e)))
+    {
+        Some((k, e)) => Err(e.context(format!("first failing key {k:?}"))),
+        None => Ok(()),
     }
 }
 
@@ -33,10 +75,18 @@ impl Client {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Write one value into every replica.
-    unsafe fn write_replicas(&self, locs: &[ReplicaLoc], pieces: &Pieces) -> Result<(), ErrorCode> {
+    /// Write one value into every replica; on failure, the error and the
+    /// name of the segment that could not be written.
+    ///
+    /// # Safety
+    /// Every piece must be readable for the duration of the call.
+    unsafe fn write_replicas(
+        &self,
+        locs: &[ReplicaLoc],
+        pieces: &Pieces,
+    ) -> std::result::Result<(), (ErrorCode, Option<String>)> {
         if locs.is_empty() {
-            return Err(ErrorCode::InvalidReplica);
+            return Err((ErrorCode::InvalidReplica, None));
         }
         for l in locs {
             let mut at = l.offset;
@@ -49,138 +99,212 @@ impl Client {
                         local_ptr: p,
                         len: n,
                     };
-                    at += n;
+                    // The data server refuses a range that does not fit.
+                    at = at.saturating_add(n);
                     o
                 })
                 .collect();
-            let path = self.engine.write(&seg_ref(l), &ops)?;
+            // SAFETY: the caller vouches for every piece.
+            let path = unsafe { self.engine.write(&seg_ref(l), &ops) }
+                .map_err(|e| (e, Some(l.segment_name.clone())))?;
             self.count_write(path, l.size);
         }
         Ok(())
     }
 
-    /// PutStart + writes + PutEnd/PutRevoke for a batch; one code per key.
+    /// PutStart + writes + PutEnd/PutRevoke for a batch; one result per
+    /// key. With `report_existing`, a key that already existed is
+    /// OBJECT_ALREADY_EXISTS instead of a success. A key whose replica
+    /// write fails is revoked and placed again, away from every segment
+    /// that failed in this call, up to [`PLACEMENT_RETRIES`] times.
+    ///
+    /// # Safety
+    /// Every piece of `values` must be readable for the duration of the call.
     pub(crate) unsafe fn put_items(
         &self,
         keys: &[String],
         values: &[Pieces],
         cfg: &WriteConfig,
         upsert: bool,
-    ) -> Vec<i32> {
-        self.put_items_ex(keys, values, cfg, upsert, false)
-    }
-
-    /// `put_items`; with `report_existing`, a key that already existed
-    /// yields -705 instead of 0.
-    pub(crate) unsafe fn put_items_ex(
-        &self,
-        keys: &[String],
-        values: &[Pieces],
-        cfg: &WriteConfig,
-        upsert: bool,
         report_existing: bool,
-    ) -> Vec<i32> {
+    ) -> Vec<Result<()>> {
         if upsert {
             self.bump_mutations();
         }
         let sizes: Vec<u64> = values.iter().map(|v| v.iter().map(|p| p.1).sum()).collect();
         let mut cfg = cfg.clone();
         cfg.writer_host_id = self.engine.host_id().to_string();
-        let items = match self.rpc(MasterRequest::PutStart {
-            keys: keys.to_vec(),
-            sizes,
-            config: cfg,
-            upsert,
-        }) {
-            Ok(MasterResponse::PutStart(items)) if items.len() == keys.len() => items,
-            Ok(MasterResponse::Err(e)) | Err(e) => return vec![e.code(); keys.len()],
-            Ok(_) => return vec![ErrorCode::InternalError.code(); keys.len()],
-        };
-        let mut codes = vec![0i32; keys.len()];
-        let mut done = Vec::new();
-        let mut failed = Vec::new();
-        for (i, item) in items.into_iter().enumerate() {
-            match item {
-                PutStartItem::AlreadyExists => {
-                    if report_existing {
-                        codes[i] = ErrorCode::ObjectAlreadyExists.code();
+        let mut results: Vec<Result<()>> = vec![Ok(()); keys.len()];
+        let mut pending: Vec<usize> = (0..keys.len()).collect();
+        let mut exclude: Vec<String> = Vec::new();
+        for attempt in 0..=PLACEMENT_RETRIES {
+            let items = match self.rpc(MasterRequest::PutStart {
+                keys: pending.iter().map(|&i| keys[i].clone()).collect(),
+                sizes: pending.iter().map(|&i| sizes[i]).collect(),
+                config: cfg.clone(),
+                upsert,
+                exclude: exclude.clone(),
+            }) {
+                Ok(MasterResponse::PutStart(items)) if items.len() == pending.len() => items,
+                Ok(MasterResponse::Err(e)) | Err(e) => {
+                    for &i in &pending {
+                        results[i] = Err(e.into());
+                    }
+                    return results;
+                }
+                Ok(_) => {
+                    let e = Error::internal("unexpected PutStart response");
+                    for &i in &pending {
+                        results[i] = Err(e.clone());
+                    }
+                    return results;
+                }
+            };
+            let mut done = Vec::new();
+            let mut failed = Vec::new();
+            let mut retry = Vec::new();
+            for (&i, item) in pending.iter().zip(items) {
+                match item {
+                    PutStartItem::AlreadyExists => {
+                        results[i] = if report_existing {
+                            Err(ErrorCode::ObjectAlreadyExists.into())
+                        } else {
+                            Ok(())
+                        };
+                    }
+                    PutStartItem::Err(e) => results[i] = Err(e.into()),
+                    PutStartItem::Write(locs) => {
+                        // SAFETY: the caller vouches for the pieces.
+                        let written = unsafe { self.write_replicas(&locs, &values[i]) };
+                        match written {
+                            Ok(()) => {
+                                results[i] = Ok(());
+                                done.push(i);
+                            }
+                            Err((e, seg)) => {
+                                let on = seg.as_deref().unwrap_or("?");
+                                results[i] = Err(Error::new(
+                                    ErrorCode::TransferFail,
+                                    format!("replica write to {on} failed ({e}); put revoked"),
+                                ));
+                                failed.push(keys[i].clone());
+                                if let Some(seg) = seg {
+                                    if !exclude.contains(&seg) {
+                                        exclude.push(seg);
+                                    }
+                                    retry.push(i);
+                                }
+                            }
+                        }
                     }
                 }
-                PutStartItem::Err(e) => codes[i] = e.code(),
-                PutStartItem::Write(locs) => match self.write_replicas(&locs, &values[i]) {
-                    Ok(()) => done.push(keys[i].clone()),
-                    Err(e) => {
-                        tracing::warn!(key = %keys[i], error = %e, "replica write failed; revoking put");
-                        codes[i] = ErrorCode::TransferFail.code();
-                        failed.push(keys[i].clone());
-                    }
-                },
             }
-        }
-        if !failed.is_empty() {
-            let _ = self.rpc(MasterRequest::PutRevoke { keys: failed });
-        }
-        if !done.is_empty() {
-            if let Err(e) = self.rpc(MasterRequest::PutEnd { keys: done.clone() }) {
-                for (i, k) in keys.iter().enumerate() {
-                    if done.contains(k) {
-                        codes[i] = e.code();
+            if !failed.is_empty() {
+                let _ = self.rpc(MasterRequest::PutRevoke { keys: failed });
+            }
+            if !done.is_empty() {
+                let keys_done = done.iter().map(|&i| keys[i].clone()).collect();
+                if let Err(e) = self.rpc(MasterRequest::PutEnd { keys: keys_done }) {
+                    for &i in &done {
+                        results[i] = Err(Error::from(e).context("PutEnd"));
                     }
                 }
             }
+            if retry.is_empty() || attempt == PLACEMENT_RETRIES {
+                break;
+            }
+            tracing::info!(keys = retry.len(), avoiding = ?exclude, "placing failed writes again");
+            pending = retry;
         }
-        codes
+        results
     }
 
-    /// Staged write of the concatenation of `parts` (put/put_parts/upsert/upsert_parts).
-    /// Needs local-buffer space for the total size (else -600). Empty total -> -600.
-    pub fn put_parts(&self, key: &str, parts: &[&[u8]], cfg: &WriteConfig, upsert: bool) -> i32 {
-        let total: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        if key.is_empty() || total == 0 {
-            return ErrorCode::InvalidParams.code();
+    /// Staged write of `value` under `key` (`put`/`upsert`). An empty key or
+    /// value is INVALID_PARAMS, as is a value the local buffer has no room for.
+    pub fn put(&self, key: &str, value: &[u8], cfg: &ReplicateConfig, upsert: bool) -> Result<()> {
+        check_key(key)?;
+        if value.is_empty() {
+            return Err(Error::invalid("empty value"));
         }
-        let Some(_r) = self.staging.reserve(total) else {
-            return ErrorCode::InvalidParams.code();
-        };
+        self.put_parts(key, &[value], cfg, upsert).map(|_| ())
+    }
+
+    /// Staged write of the concatenation of `parts`
+    /// (`put_parts`/`upsert_parts`); the bytes stored. Zero bytes in all
+    /// store nothing and return `Ok(0)` (upstream). An empty key, an
+    /// invalid config, or a value the local buffer has no room for is
+    /// INVALID_PARAMS.
+    pub fn put_parts(
+        &self,
+        key: &str,
+        parts: &[&[u8]],
+        cfg: &ReplicateConfig,
+        upsert: bool,
+    ) -> Result<u64> {
+        check_key(key)?;
+        let total: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        if total == 0 {
+            return Ok(0);
+        }
+        let wire = cfg.write_config(WriteKind::Bytes, 1)?;
+        let _room = self.staging.reserve(total).ok_or_else(|| no_room(total))?;
         let pieces: Pieces = parts
             .iter()
             .map(|p| (p.as_ptr() as usize, p.len() as u64))
             .collect();
         // SAFETY: the slices are borrowed for the duration of the call.
-        unsafe { self.put_items(&[key.to_string()], &[pieces], cfg, upsert)[0] }
+        let mut r = unsafe { self.put_items(&[key.to_string()], &[pieces], &wire, upsert, false) };
+        r.pop()
+            .unwrap_or_else(|| Err(Error::internal("no result")))
+            .map(|()| total)
     }
 
-    /// Staged batch write (put_batch/upsert_batch): 0 or the first failing code.
+    /// Staged batch write (`put_batch`/`upsert_batch`): `Ok` when every item
+    /// succeeded, else the first failure (items that succeeded stay). No
+    /// items is `Ok`. Lists of different lengths, an empty key or value,
+    /// an invalid config, or values the local buffer has no room for fail
+    /// the whole batch with INVALID_PARAMS before anything is written. A
+    /// key given twice is written once, with its first value.
     pub fn put_batch(
         &self,
         keys: &[String],
         values: &[&[u8]],
-        cfg: &WriteConfig,
+        cfg: &ReplicateConfig,
         upsert: bool,
-    ) -> i32 {
-        if keys.is_empty() && values.is_empty() {
-            return 0;
+    ) -> Result<()> {
+        if keys.len() != values.len() {
+            return Err(Error::invalid("keys and values differ in length"));
         }
-        if keys.len() != values.len()
-            || values.iter().any(|v| v.is_empty())
-            || keys.iter().any(|k| k.is_empty())
-        {
-            return ErrorCode::InvalidParams.code();
+        if keys.is_empty() {
+            return Ok(());
         }
-        let total: u64 = values.iter().map(|v| v.len() as u64).sum();
-        let Some(_r) = self.staging.reserve(total) else {
-            return ErrorCode::InvalidParams.code();
-        };
-        let pieces: Vec<Pieces> = values
-            .iter()
-            .map(|v| vec![(v.as_ptr() as usize, v.len() as u64)])
-            .collect();
+        if keys.iter().any(String::is_empty) {
+            return Err(Error::invalid("empty key"));
+        }
+        if values.iter().any(|v| v.is_empty()) {
+            return Err(Error::invalid("empty value"));
+        }
+        let wire = cfg.write_config(WriteKind::Bytes, keys.len())?;
+        let mut seen = HashSet::with_capacity(keys.len());
+        let mut batch_keys = Vec::with_capacity(keys.len());
+        let mut pieces: Vec<Pieces> = Vec::with_capacity(keys.len());
+        for (k, v) in keys.iter().zip(values) {
+            if seen.insert(k.as_str()) {
+                batch_keys.push(k.clone());
+                pieces.push(vec![(v.as_ptr() as usize, v.len() as u64)]);
+            }
+        }
+        let total: u64 = pieces.iter().map(|p| p[0].1).sum();
+        let _room = self.staging.reserve(total).ok_or_else(|| no_room(total))?;
         // SAFETY: the slices are borrowed for the duration of the call.
-        let codes = unsafe { self.put_items(keys, &pieces, cfg, upsert) };
-        codes.into_iter().find(|c| *c != 0).unwrap_or(0)
+        let results = unsafe { self.put_items(&batch_keys, &pieces, &wire, upsert, false) };
+        first_failure(&batch_keys, results)
     }
 
-    /// Direct write from caller memory (put_from/upsert_from). `size == 0` -> 0, nothing stored.
+    /// Direct write of `size` bytes at `ptr` (`put_from`/`upsert_from`;
+    /// no staging). An empty key or an invalid config is INVALID_PARAMS;
+    /// then `size == 0` stores nothing and succeeds (upstream), and a null
+    /// `ptr` is INVALID_PARAMS.
     ///
     /// # Safety
     /// `ptr..ptr+size` must be readable for the duration of the call.
@@ -189,19 +313,27 @@ impl Client {
         key: &str,
         ptr: usize,
         size: usize,
-        cfg: &WriteConfig,
+        cfg: &ReplicateConfig,
         upsert: bool,
-    ) -> i32 {
+    ) -> Result<()> {
+        check_key(key)?;
+        let wire = cfg.write_config(WriteKind::Bytes, 1)?;
         if size == 0 {
-            return 0;
+            return Ok(());
         }
-        if key.is_empty() || ptr == 0 {
-            return ErrorCode::InvalidParams.code();
+        if ptr == 0 {
+            return Err(Error::invalid("null buffer pointer"));
         }
-        self.put_items(&[key.to_string()], &[vec![(ptr, size as u64)]], cfg, upsert)[0]
+        let pieces = vec![(ptr, size as u64)];
+        // SAFETY: the caller vouches for `ptr..ptr+size`.
+        let mut r = unsafe { self.put_items(&[key.to_string()], &[pieces], &wire, upsert, false) };
+        r.pop().unwrap_or_else(|| Err(Error::internal("no result")))
     }
 
-    /// Direct batch write; one code per item (a size of 0 -> -600 for that item).
+    /// Direct batch write (`batch_put_from`/`batch_upsert_from`): one result
+    /// per item. Lists of different lengths or an invalid config fail the
+    /// whole call; an empty key, a size of 0 or a null pointer fail that
+    /// item with INVALID_PARAMS.
     ///
     /// # Safety
     /// Every `ptrs[i]..+sizes[i]` must be readable for the duration of the call.
@@ -210,38 +342,50 @@ impl Client {
         keys: &[String],
         ptrs: &[usize],
         sizes: &[usize],
-        cfg: &WriteConfig,
+        cfg: &ReplicateConfig,
         upsert: bool,
-    ) -> Vec<i32> {
+    ) -> Result<Vec<Result<()>>> {
         if keys.len() != ptrs.len() || keys.len() != sizes.len() {
-            return vec![ErrorCode::InvalidParams.code(); keys.len()];
+            return Err(Error::invalid(
+                "keys, buffer_ptrs and sizes differ in length",
+            ));
         }
-        let mut codes = vec![0i32; keys.len()];
+        let wire = cfg.write_config(WriteKind::Bytes, keys.len())?;
+        let mut results: Vec<Result<()>> = Vec::with_capacity(keys.len());
         let mut idx = Vec::new();
         for i in 0..keys.len() {
-            if sizes[i] == 0 || ptrs[i] == 0 || keys[i].is_empty() {
-                codes[i] = ErrorCode::InvalidParams.code();
+            let r = if keys[i].is_empty() {
+                Err(Error::invalid("empty key"))
+            } else if sizes[i] == 0 {
+                Err(Error::invalid("size 0"))
+            } else if ptrs[i] == 0 {
+                Err(Error::invalid("null buffer pointer"))
             } else {
                 idx.push(i);
-            }
+                Ok(())
+            };
+            results.push(r);
         }
         if idx.is_empty() {
-            return codes;
+            return Ok(results);
         }
         let ks: Vec<String> = idx.iter().map(|&i| keys[i].clone()).collect();
         let vs: Vec<Pieces> = idx
             .iter()
             .map(|&i| vec![(ptrs[i], sizes[i] as u64)])
             .collect();
-        let res = self.put_items(&ks, &vs, cfg, upsert);
-        for (j, &i) in idx.iter().enumerate() {
-            codes[i] = res[j];
+        // SAFETY: the caller vouches for every range.
+        let sent = unsafe { self.put_items(&ks, &vs, &wire, upsert, false) };
+        for (i, r) in idx.into_iter().zip(sent) {
+            results[i] = r;
         }
-        codes
+        Ok(results)
     }
 
-    /// Create-only direct batch write: like `batch_put_from` (no upsert) but
-    /// a key that already exists yields -705 and is left untouched.
+    /// Create-only direct batch write (Engram `populate`): like
+    /// [`Client::batch_put_from`] without upsert, but a key that already
+    /// exists is OBJECT_ALREADY_EXISTS and left untouched, and any empty
+    /// key, size of 0 or null pointer fails the whole call.
     ///
     /// # Safety
     /// Every `ptrs[i]..+sizes[i]` must be readable for the duration of the call.
@@ -250,23 +394,122 @@ impl Client {
         keys: &[String],
         ptrs: &[usize],
         sizes: &[usize],
-        cfg: &WriteConfig,
-    ) -> Vec<i32> {
-        if keys.len() != ptrs.len()
-            || keys.len() != sizes.len()
-            || sizes.iter().zip(ptrs).any(|(s, p)| *s == 0 || *p == 0)
-            || keys.iter().any(|k| k.is_empty())
-        {
-            return vec![ErrorCode::InvalidParams.code(); keys.len()];
+        cfg: &ReplicateConfig,
+    ) -> Result<Vec<Result<()>>> {
+        if keys.len() != ptrs.len() || keys.len() != sizes.len() {
+            return Err(Error::invalid(
+                "keys, buffer_ptrs and sizes differ in length",
+            ));
         }
+        if keys.iter().any(String::is_empty) {
+            return Err(Error::invalid("empty key"));
+        }
+        if sizes.iter().zip(ptrs).any(|(s, p)| *s == 0 || *p == 0) {
+            return Err(Error::invalid("a value is empty or has a null pointer"));
+        }
+        let wire = cfg.write_config(WriteKind::Bytes, keys.len())?;
         if keys.is_empty() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let vs: Vec<Pieces> = ptrs
             .iter()
             .zip(sizes)
             .map(|(&p, &s)| vec![(p, s as u64)])
             .collect();
-        self.put_items_ex(keys, &vs, cfg, false, true)
+        // SAFETY: the caller vouches for every range.
+        Ok(unsafe { self.put_items(keys, &vs, &wire, false, true) })
+    }
+}
+
+/// INVALID_PARAMS for a staged value the local buffer has no room for.
+fn no_room(bytes: u64) -> Error {
+    Error::invalid(format!(
+        "the local buffer has no room for {bytes} bytes (local_buffer_size)"
+    ))
+}
+
+impl Client {
+    /// Write values into the replicas PutStart allocated: `jobs[i]` is one
+    /// value's pieces and its replicas. Ops are grouped per owner segment
+    /// (one request per TCP owner), owners run in parallel, and big local or
+    /// same-host groups are spread over several threads. Returns per job
+    /// `Ok` or the first error of any of its replicas.
+    ///
+    /// # Safety
+    /// Every piece of every job must be readable for the duration of the call.
+    pub(crate) unsafe fn write_located(
+        &self,
+        jobs: &[(&Pieces, &[ReplicaLoc])],
+    ) -> Vec<std::result::Result<(), ErrorCode>> {
+        let mut out: Vec<std::result::Result<(), ErrorCode>> = vec![Ok(()); jobs.len()];
+        struct Group<'a> {
+            rep: &'a ReplicaLoc,
+            ops: Vec<Op>,
+            jobs: Vec<usize>,
+        }
+        let mut groups: Vec<Group> = Vec::new();
+        // With a cluster token every replica carries its own write ticket,
+        // which covers only that replica's range: such replicas get a request
+        // each; without tickets, all ops for one segment go in one request.
+        let mut by_seg: HashMap<(&str, Option<u64>), usize> = HashMap::new();
+        for (ji, (pieces, locs)) in jobs.iter().enumerate() {
+            if locs.is_empty() {
+                out[ji] = Err(ErrorCode::InvalidReplica);
+                continue;
+            }
+            for l in locs.iter() {
+                let ticket_at = l.ticket.as_ref().map(|t| t.offset);
+                let g = *by_seg
+                    .entry((l.segment_uuid.as_str(), ticket_at))
+                    .or_insert_with(|| {
+                        groups.push(Group {
+                            rep: l,
+                            ops: Vec::new(),
+                            jobs: Vec::new(),
+                        });
+                        groups.len() - 1
+                    });
+                let mut at = l.offset;
+                for &(ptr, n) in pieces.iter().filter(|p| p.1 > 0) {
+                    groups[g].ops.push(Op {
+                        seg_offset: at,
+                        local_ptr: ptr,
+                        len: n,
+                    });
+                    at += n;
+                }
+                groups[g].jobs.push(ji);
+            }
+        }
+        let mut tasks: Vec<(usize, Vec<Op>)> = Vec::new();
+        for (gi, g) in groups.iter().enumerate() {
+            let bytes: u64 = g.ops.iter().map(|o| o.len).sum();
+            let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
+            if local && bytes >= PAR_LOCAL {
+                tasks.extend(
+                    split_ops(&g.ops, copy_threads())
+                        .into_iter()
+                        .map(|p| (gi, p)),
+                );
+            } else {
+                tasks.push((gi, g.ops.clone()));
+            }
+        }
+        let results = run_all(&tasks, |(gi, part)| -> std::result::Result<(), ErrorCode> {
+            let g = &groups[*gi];
+            // SAFETY: sources vouched for by our caller; the master allocated
+            // the destination ranges for these objects.
+            let path = unsafe { self.engine.write(&seg_ref(g.rep), part) }?;
+            self.count_write(path, part.iter().map(|o| o.len).sum());
+            Ok(())
+        });
+        for ((gi, _), r) in tasks.iter().zip(results) {
+            if let Err(e) = r {
+                for &ji in &groups[*gi].jobs {
+                    out[ji] = Err(e);
+                }
+            }
+        }
+        out
     }
 }

@@ -6,50 +6,73 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
 #[repr(i32)]
 pub enum ErrorCode {
+    /// Unexpected failure (also: setup could not reach the master).
     #[error("INTERNAL_ERROR")]
     InternalError = -1,
+    /// A buffer was too small.
     #[error("BUFFER_OVERFLOW")]
     BufferOverflow = -10,
+    /// No such segment (or the uuid does not match).
     #[error("SEGMENT_NOT_FOUND")]
     SegmentNotFound = -101,
+    /// The segment name is mounted by another live client.
     #[error("SEGMENT_ALREADY_EXISTS")]
     SegmentAlreadyExists = -102,
+    /// The master does not know this client.
     #[error("CLIENT_NOT_FOUND")]
     ClientNotFound = -103,
+    /// No segment has room for the value.
     #[error("NO_AVAILABLE_HANDLE")]
     NoAvailableHandle = -200,
+    /// The key is not acceptable.
     #[error("INVALID_KEY")]
     InvalidKey = -400,
+    /// An argument is out of range or inconsistent.
     #[error("INVALID_PARAMS")]
     InvalidParams = -600,
+    /// The client does not own what it tried to change.
     #[error("ILLEGAL_CLIENT")]
     IllegalClient = -601,
+    /// A replica descriptor is unusable.
     #[error("INVALID_REPLICA")]
     InvalidReplica = -702,
+    /// The object has no COMPLETE replica yet.
     #[error("REPLICA_IS_NOT_READY")]
     ReplicaIsNotReady = -703,
+    /// No such key.
     #[error("OBJECT_NOT_FOUND")]
     ObjectNotFound = -704,
+    /// The key exists (write-once put).
     #[error("OBJECT_ALREADY_EXISTS")]
     ObjectAlreadyExists = -705,
+    /// A read lease protects the object.
     #[error("OBJECT_HAS_LEASE")]
     ObjectHasLease = -706,
+    /// The read finished after its lease ran out.
     #[error("LEASE_EXPIRED")]
     LeaseExpired = -707,
+    /// A replication task holds the object.
     #[error("OBJECT_HAS_REPLICATION_TASK")]
     ObjectHasReplicationTask = -708,
+    /// A replica is being read; the upsert cannot replace it now.
     #[error("OBJECT_REPLICA_BUSY")]
     ObjectReplicaBusy = -714,
+    /// Moving bytes to or from a replica failed.
     #[error("TRANSFER_FAIL")]
     TransferFail = -800,
+    /// Data did not match its checksum.
     #[error("CHECKSUM_MISMATCH")]
     ChecksumMismatch = -801,
+    /// The master could not be reached or the call broke.
     #[error("RPC_FAIL")]
     RpcFail = -900,
+    /// The master did not answer in time.
     #[error("RPC_TIMEOUT")]
     RpcTimeout = -901,
+    /// Not possible in the current state.
     #[error("UNAVAILABLE_IN_CURRENT_STATUS")]
     UnavailableInCurrentStatus = -1010,
+    /// Not implemented by this build.
     #[error("NOT_SUPPORTED")]
     NotSupported = -1012,
 }

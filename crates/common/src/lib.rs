@@ -1,12 +1,21 @@
 //! Shared foundation for every Mooncake crate: upstream-compatible error
-//! codes, the length-prefixed wire framing used between our own processes,
-//! the client<->master protocol messages, and small parsing helpers.
+//! codes, the length-prefixed wire framing and handshake used between our
+//! own processes, the client<->master protocol messages, the optional
+//! cluster-secret authentication, connection admission limits, and small
+//! parsing helpers.
 
+pub mod auth;
 pub mod error;
 pub mod framing;
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;
+#[cfg(test)]
+mod fuzz_targets;
 pub mod hostid;
+pub mod limits;
 pub mod proto;
 pub mod size;
 pub mod spin_read;
 
+pub use auth::{AuthKey, WriteTicket};
 pub use error::{ErrorCode, McResult};

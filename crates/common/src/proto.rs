@@ -1,8 +1,26 @@
 //! Client <-> master RPC messages. Each request frame carries one
-//! [`MasterRequest`]; the master answers with one [`MasterResponse`].
+//! [`RequestFrame`] (a [`MasterRequest`] plus the read tickets the client
+//! finished); the master answers with one [`MasterResponse`].
+//!
+//! No message type contains itself, so decoding a frame never recurses
+//! deeper than the fixed nesting of these types, whatever its bytes say
+//! (issue 10: a request nested thousands of levels deep used to overflow
+//! the master's stack).
 
+use crate::auth::WriteTicket;
 use crate::error::ErrorCode;
 use serde::{Deserialize, Serialize};
+
+/// Largest segment a client can map: the user address space of x86-64 and
+/// aarch64 with 4-level page tables (128 TiB). The master refuses larger
+/// mounts with INVALID_PARAMS, as it refuses any mount whose size would
+/// overflow its capacity sum.
+pub const MAX_SEGMENT_SIZE: u64 = 1 << 47;
+
+/// How often a client pings the master. The master counts a client whose
+/// last ping is older than one and a half intervals as suspect: new
+/// replicas go elsewhere while any other segment fits.
+pub const HEARTBEAT_INTERVAL_MS: u64 = 1000;
 
 /// A mounted segment as described by its owner.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,18 +46,24 @@ pub struct SegmentDesc {
 /// Soft-pin action carried by a write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SoftPin {
+    /// Keep the object's current soft pin (none for a new object).
     Preserve,
+    /// Pin until now + the TTL (the master default when none is given).
     Enable,
+    /// Remove the soft pin.
     Disable,
 }
 
 /// Write placement/pin configuration (validated client-side and master-side).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WriteConfig {
+    /// Replicas wanted, each on a distinct segment (best effort, at least 1).
     pub replica_num: u32,
+    /// Soft-pin action applied when the write commits.
     pub soft_pin: SoftPin,
     /// None means the master default TTL.
     pub soft_pin_ttl_ms: Option<u64>,
+    /// Never evict the object (sticky across upserts).
     pub hard_pin: bool,
     /// Segment names tried first, in order.
     pub preferred_segments: Vec<String>,
@@ -47,6 +71,7 @@ pub struct WriteConfig {
     pub writer_host_id: String,
     /// Segment of the writer (placement hint for tensor writes).
     pub writer_segment: Option<String>,
+    /// Upstream `ObjectDataType` value, recorded with the object.
     pub data_type: u32,
 }
 
@@ -68,24 +93,38 @@ impl Default for WriteConfig {
 /// Where one replica of an object lives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaLoc {
+    /// Name (`host:port`) of the segment holding the replica.
     pub segment_name: String,
+    /// Id of the segment's memory.
     pub segment_uuid: String,
+    /// TCP endpoint of the owner's data server.
     pub endpoint: String,
+    /// Same-host identity of the owner.
     pub host_id: String,
+    /// Abstract socket name of the owner's mapping server.
     pub socket_name: String,
+    /// Size of the whole segment.
     pub segment_size: u64,
+    /// Address of the segment in its owner's address space.
     pub base_addr: u64,
     /// Offset of the value inside the segment.
     pub offset: u64,
+    /// Size of the value.
     pub size: u64,
+    /// With a cluster token: the master's grant to write this replica's
+    /// range (only on the replicas of a put in progress).
+    pub ticket: Option<WriteTicket>,
 }
 
 /// Result of a read lookup: the object's size, its complete replicas, and
 /// the lease the master granted (ms from when the master answered).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectInfo {
+    /// Value size in bytes.
     pub size: u64,
+    /// COMPLETE replicas.
     pub replicas: Vec<ReplicaLoc>,
+    /// Lease granted by this lookup, in ms from when the master answered.
     pub lease_ttl_ms: u64,
     /// Read ticket of this lookup (0 = none): the master counts the object
     /// as being read until the client reports the ticket done (or the
@@ -98,69 +137,107 @@ pub struct ObjectInfo {
 pub enum MasterRequest {
     /// Heartbeat; the answer says whether the client must remount.
     Ping {
+        /// The client's id (random per `setup`).
         client_id: String,
     },
     /// Mount (or remount) a segment for a client.
     MountSegment {
+        /// The owning client.
         client_id: String,
+        /// The segment.
         segment: SegmentDesc,
     },
     /// Unmount a client's segment (its replicas are dropped).
     UnmountSegment {
+        /// The owning client.
         client_id: String,
+        /// The segment's name.
         segment_name: String,
     },
     /// The client is going away.
     Disconnect {
+        /// The client leaving.
         client_id: String,
     },
     /// Begin writes for a batch of keys; `upsert` selects upsert semantics.
     PutStart {
+        /// Keys to write.
         keys: Vec<String>,
+        /// Value size per key.
         sizes: Vec<u64>,
+        /// Placement and pins.
         config: WriteConfig,
+        /// Upsert (replace) instead of write-once put.
         upsert: bool,
+        /// Segments not to place replicas on: the writer failed to write
+        /// there earlier in the same call (it retries elsewhere).
+        exclude: Vec<String>,
     },
     /// Commit writes that succeeded.
     PutEnd {
+        /// Keys whose replicas were all written.
         keys: Vec<String>,
     },
     /// Revoke writes that failed.
     PutRevoke {
+        /// Keys whose writes failed.
         keys: Vec<String>,
     },
     /// Look up complete replicas (grants a lease per found key). With
     /// `track`, the found objects are marked as being read under a new
     /// read ticket (see [`ObjectInfo::read_ticket`]).
     GetReplicaList {
+        /// Keys to look up.
         keys: Vec<String>,
+        /// Mark the found objects as being read.
         track: bool,
     },
     /// The reads of these tickets finished.
     ReadsDone {
+        /// Finished read tickets.
         tickets: Vec<u64>,
-    },
-    /// Finished read tickets piggybacked on another request; the master
-    /// applies them before `req`.
-    WithDone {
-        done: Vec<u64>,
-        req: Box<MasterRequest>,
     },
     /// Existence check (grants a lease when it answers 1).
     Exist {
+        /// Keys to check.
         keys: Vec<String>,
     },
+    /// Remove keys (spec: removal rules).
     Remove {
+        /// Keys to remove.
         keys: Vec<String>,
+        /// Ignore read leases.
         force: bool,
     },
+    /// Remove every key an ECMAScript-style pattern finds.
     RemoveByRegex {
+        /// The pattern (search semantics).
         pattern: String,
+        /// Ignore read leases.
         force: bool,
     },
+    /// Remove every removable key.
     RemoveAll {
+        /// Ignore read leases.
         force: bool,
     },
+}
+
+/// What a client sends in one request frame: the request, plus finished
+/// read tickets riding along (the master applies them first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestFrame {
+    /// Read tickets whose reads finished (see [`ObjectInfo::read_ticket`]).
+    pub done: Vec<u64>,
+    /// The request.
+    pub req: MasterRequest,
+}
+
+/// Encode a whole request frame (length prefix included) for `req` with
+/// the finished tickets `done`, without copying the request.
+pub fn encode_request(req: &MasterRequest, done: &[u64]) -> std::io::Result<Vec<u8>> {
+    // A (slice, request) tuple has the same bincode layout as RequestFrame.
+    crate::framing::encode_frame(&(done, req))
 }
 
 /// Outcome of one key in a `PutStart` batch.
@@ -170,17 +247,60 @@ pub enum PutStartItem {
     Write(Vec<ReplicaLoc>),
     /// Write-once put of an existing key: the old value is kept, report success.
     AlreadyExists,
+    /// The key cannot be written.
     Err(ErrorCode),
 }
 
 /// Master answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MasterResponse {
-    Pong { need_remount: bool },
+    /// Answer to `Ping`.
+    Pong {
+        /// The master does not know the client (it restarted): remount.
+        need_remount: bool,
+    },
+    /// Success without a payload.
     Ok,
+    /// One item per key of a `PutStart`.
     PutStart(Vec<PutStartItem>),
+    /// One lookup result per key of a `GetReplicaList`.
     Objects(Vec<Result<ObjectInfo, ErrorCode>>),
+    /// One code per key (`Exist`: 1/0; `Remove`: 0 or an error code).
     Codes(Vec<i32>),
+    /// A count (`RemoveByRegex`, `RemoveAll`), or a negative code.
     Count(i64),
+    /// The whole request failed.
     Err(ErrorCode),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framing;
+
+    #[test]
+    fn request_frames_roundtrip() {
+        let req = MasterRequest::Remove {
+            keys: vec!["a".into()],
+            force: true,
+        };
+        let frame = encode_request(&req, &[7, 9]).expect("encode");
+        let body = framing::read_frame(&mut &frame[..], 1024).expect("frame");
+        let got: RequestFrame = framing::decode(&body).expect("decode");
+        assert_eq!(got.done, vec![7, 9]);
+        assert_eq!(got.req, req);
+    }
+
+    #[test]
+    fn old_nested_envelope_is_refused_not_recursed() {
+        // Protocol 2's WithDone (variant 9) nested 100 000 deep.
+        let mut body = 0u64.to_le_bytes().to_vec();
+        for _ in 0..100_000 {
+            body.extend_from_slice(&9u32.to_le_bytes());
+            body.extend_from_slice(&0u64.to_le_bytes());
+        }
+        body.extend_from_slice(&13u32.to_le_bytes());
+        body.push(0);
+        assert!(framing::decode::<RequestFrame>(&body).is_err());
+    }
 }

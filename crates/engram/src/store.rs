@@ -10,12 +10,14 @@
 //! parallel, received straight into the output. A read
 //! failure or size mismatch drops the cache, refreshes once and retries.
 
-use crate::config::{store_key, Layout, TableDtype};
-use crate::convert::{bf16_to_f32, f16_to_f32};
-use mooncake_client::{Client, ErrorCode, ObjectLocation, Op, Path, WriteConfig};
+use crate::config::{store_key, Layout, OutKind, TableDtype};
+use crate::convert::{bf16_to_f32_slice, f16_to_f32_slice, f32_to_bf16_slice, f32_to_f16_slice};
+use crate::error::{Error, Result};
+use mooncake_client::{
+    Client, Error as ClientError, ErrorCode, ObjectLocation, Op, Path, ReplicaLoc, ReplicateConfig,
+};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
@@ -24,28 +26,6 @@ const PAR_BYTES: usize = 1 << 20;
 /// Most threads used to fill one output.
 const MAX_THREADS: usize = 4;
 
-/// The one lookup failure the API reports (`EngramStore lookup failed`);
-/// the reason is logged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LookupError;
-
-impl fmt::Display for LookupError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("EngramStore lookup failed")
-    }
-}
-
-impl std::error::Error for LookupError {}
-
-/// Element type of a lookup output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutKind {
-    /// The table dtype itself (raw bits for bfloat16).
-    Raw,
-    /// float32 (converted from half-precision tables).
-    Float32,
-}
-
 /// A caller-owned output buffer: `[B, L, H, D]` elements of `kind`, C order.
 #[derive(Debug, Clone, Copy)]
 pub struct OutBuf {
@@ -53,7 +33,41 @@ pub struct OutBuf {
     pub ptr: usize,
     /// Length in bytes.
     pub len: usize,
+    /// Element type written.
     pub kind: OutKind,
+}
+
+/// One table handed to [`EngramCore::populate`], row-major `[N_h, D]`.
+#[derive(Debug, Clone, Copy)]
+pub enum Table<'a> {
+    /// The table's bytes, already in the table dtype.
+    Raw(&'a [u8]),
+    /// Half-precision bits of a float16 or bfloat16 table.
+    Bits(&'a [u16]),
+    /// float32 values: a float32 table, or narrowed to a half-precision
+    /// table dtype here.
+    F32(&'a [f32]),
+}
+
+impl Table<'_> {
+    /// Bytes this table takes in `dtype`.
+    fn stored_bytes(&self, dtype: TableDtype) -> usize {
+        match self {
+            Table::Raw(b) => b.len(),
+            Table::Bits(v) => v.len() * 2,
+            Table::F32(v) => v.len() * dtype.itemsize(),
+        }
+    }
+}
+
+/// A client that is set up and not closed, or the failure `wrap` makes of
+/// "no usable store" (INVALID_PARAMS).
+fn usable(client: Option<&Arc<Client>>, wrap: fn(ClientError) -> Error) -> Result<&Arc<Client>> {
+    client.filter(|c| !c.is_closed()).ok_or_else(|| {
+        wrap(ClientError::invalid(
+            "no usable store (none, not set up, or closed)",
+        ))
+    })
 }
 
 /// Cached table locations, valid for one client until `refresh_at`.
@@ -65,6 +79,11 @@ struct Cache {
 }
 
 /// One layer's tables (layout, keys) and its location cache.
+///
+/// Every operation takes the client to use at call time (`None` for a
+/// metadata-only layer or a store that is not set up), so a store set up
+/// after the layer was built is used from then on (engram spec: the client
+/// is resolved at call time).
 pub struct EngramCore {
     layer_id: i32,
     layout: Layout,
@@ -106,101 +125,143 @@ impl EngramCore {
         *self.cache.lock() = None;
     }
 
-    /// Upload one table per head (`tables[h]` = pointer and byte length of
-    /// a row-major table in the table dtype). Create-only: fails without
-    /// writing if any key exists; on a partial failure removes the keys this
-    /// call created. Returns `false` on failure (reason logged).
-    ///
-    /// # Safety
-    /// Every `tables[h]` range must be readable for the duration of the call.
-    pub unsafe fn populate(
+    /// Upload one table per head (create-only, with rollback; engram spec,
+    /// "populate"): the tables must match the layout; float32 tables bound
+    /// for a half-precision layer are narrowed here. If any key exists, or
+    /// the existence query fails, nothing is written. If any write fails,
+    /// the keys this call created are force-removed (a key another writer
+    /// created meanwhile is left alone). On success the location cache is
+    /// refreshed.
+    pub fn populate(
         &self,
-        client: &Arc<Client>,
-        tables: &[(usize, usize)],
-        cfg: &WriteConfig,
-    ) -> bool {
+        client: Option<&Arc<Client>>,
+        tables: &[Table<'_>],
+        cfg: &ReplicateConfig,
+    ) -> Result<()> {
         self.invalidate();
-        let h_n = self.layout.num_heads();
-        if tables.len() != h_n {
-            return false;
-        }
-        for (h, &(_, len)) in tables.iter().enumerate() {
+        self.layout.check_table_count(tables.len())?;
+        let dtype = self.layout.dtype;
+        for (h, t) in tables.iter().enumerate() {
+            let len = t.stored_bytes(dtype);
             if len as u64 != self.layout.table_bytes(h) {
-                tracing::warn!(
-                    head = h,
-                    len,
-                    "EngramStore populate: table has the wrong size"
-                );
-                return false;
+                return Err(Error::populate(
+                    ErrorCode::InvalidParams,
+                    format!(
+                        "table {h} has {len} bytes, the layout needs {}",
+                        self.layout.table_bytes(h)
+                    ),
+                ));
             }
         }
-        let exist = client.is_exist(&self.keys);
-        for (k, &c) in self.keys.iter().zip(&exist) {
-            if c == 1 {
-                tracing::warn!(
-                    "EngramStore populate requires empty destination key '{k}'. Remove the existing layer first."
-                );
-                return false;
-            }
-            if c != 0 {
-                tracing::warn!(key = %k, rc = c, "EngramStore populate: existence query failed");
-                return false;
-            }
-        }
-        let ptrs: Vec<usize> = tables.iter().map(|t| t.0).collect();
-        let sizes: Vec<usize> = tables.iter().map(|t| t.1).collect();
-        let codes = client.batch_create_from(&self.keys, &ptrs, &sizes, cfg);
-        if codes.iter().any(|&c| c != 0) {
-            let created: Vec<String> = self
-                .keys
-                .iter()
-                .zip(&codes)
-                .filter(|(_, &c)| c == 0)
-                .map(|(k, _)| k.clone())
-                .collect();
-            for (k, &c) in self.keys.iter().zip(&codes) {
-                if c != 0 {
-                    tracing::warn!(key = %k, rc = c, "EngramStore populate: put failed");
+        let client = usable(client, Error::Populate)?;
+        for (k, r) in self.keys.iter().zip(client.batch_is_exist(&self.keys)) {
+            match r {
+                Ok(false) => {}
+                Ok(true) => {
+                    return Err(Error::populate(
+                        ErrorCode::ObjectAlreadyExists,
+                        format!(
+                            "EngramStore populate requires empty destination key '{k}'. Remove the existing layer first."
+                        ),
+                    ))
+                }
+                Err(e) => {
+                    return Err(Error::Populate(
+                        e.context(format!("existence query for key '{k}'")),
+                    ))
                 }
             }
-            if !created.is_empty() {
-                let rc = client.remove(&created, true);
-                tracing::warn!(keys = ?created, rc = ?rc, "EngramStore populate: rolled back");
-            }
-            return false;
         }
-        // Refresh the location cache now (one batched query).
+        // Narrow float32 tables for half-precision layers (without the GIL:
+        // the binding releases it around the whole call).
+        let narrowed: Vec<Option<Vec<u16>>> = tables
+            .iter()
+            .map(|t| match (t, dtype) {
+                (Table::F32(v), TableDtype::Float16 | TableDtype::BFloat16) => {
+                    let mut bits = vec![0u16; v.len()];
+                    if dtype == TableDtype::Float16 {
+                        f32_to_f16_slice(v, &mut bits);
+                    } else {
+                        f32_to_bf16_slice(v, &mut bits);
+                    }
+                    Some(bits)
+                }
+                _ => None,
+            })
+            .collect();
+        let (ptrs, sizes): (Vec<usize>, Vec<usize>) = tables
+            .iter()
+            .zip(&narrowed)
+            .map(|(t, n)| match (n, t) {
+                (Some(bits), _) => (bits.as_ptr() as usize, bits.len() * 2),
+                (None, Table::Raw(b)) => (b.as_ptr() as usize, b.len()),
+                (None, Table::Bits(v)) => (v.as_ptr() as usize, v.len() * 2),
+                (None, Table::F32(v)) => (v.as_ptr() as usize, v.len() * 4),
+            })
+            .unzip();
+        // SAFETY: every range is a borrowed slice (`tables`) or a vector of
+        // `narrowed`, all alive until the call returns.
+        let results = unsafe { client.batch_create_from(&self.keys, &ptrs, &sizes, cfg) }
+            .map_err(Error::Populate)?;
+        let mut first: Option<ClientError> = None;
+        let mut created = Vec::new();
+        for (k, r) in self.keys.iter().zip(results) {
+            match r {
+                Ok(()) => created.push(k.clone()),
+                Err(e) => {
+                    first.get_or_insert_with(|| e.context(format!("put of key '{k}'")));
+                }
+            }
+        }
+        if let Some(e) = first {
+            let mut e = e;
+            if !created.is_empty() {
+                let undone = client
+                    .batch_remove(&created, true)
+                    .iter()
+                    .filter(|r| r.is_ok())
+                    .count();
+                e = e.context(format!(
+                    "rolled back {undone} of the {} keys this call created",
+                    created.len()
+                ));
+            }
+            return Err(Error::Populate(e));
+        }
+        // Refresh the location cache now (one batched query); a failure
+        // here only means the next lookup queries again.
         let _ = self.plan(client, true);
-        true
+        Ok(())
     }
 
-    /// Remove all H tables with one batched remove. `Ok(removed)` or the
-    /// first error code in head order (-704 is not an error).
-    pub fn remove(&self, client: &Arc<Client>, force: bool) -> Result<usize, i32> {
+    /// Remove all H tables with one batched remove; the number removed.
+    /// OBJECT_NOT_FOUND is not a failure; every key is attempted, and the
+    /// first other failure in head order is returned. No usable store is
+    /// INVALID_PARAMS.
+    pub fn remove(&self, client: Option<&Arc<Client>>, force: bool) -> Result<usize> {
         self.invalidate();
-        let codes = client.remove(&self.keys, force);
+        let client = usable(client, Error::Remove)?;
         let mut removed = 0;
-        let mut first_err = None;
-        for (k, &c) in self.keys.iter().zip(&codes) {
-            match c {
-                0 => removed += 1,
-                -704 => {}
-                e => {
-                    tracing::warn!(key = %k, rc = e, "EngramStore remove_from_store failed for key");
-                    first_err.get_or_insert(e);
+        let mut first: Option<ClientError> = None;
+        for (k, r) in self.keys.iter().zip(client.batch_remove(&self.keys, force)) {
+            match r {
+                Ok(()) => removed += 1,
+                Err(e) if e.code() == ErrorCode::ObjectNotFound => {}
+                Err(e) => {
+                    first.get_or_insert_with(|| e.context(format!("remove of key '{k}'")));
                 }
             }
         }
         self.invalidate();
-        match first_err {
-            Some(e) => Err(e),
+        match first {
+            Some(e) => Err(Error::Remove(e)),
             None => Ok(removed),
         }
     }
 
     /// The cached plan, refreshed when missing, stale, for another client,
     /// or after this client mutated keys; `force` always refreshes.
-    fn plan(&self, client: &Arc<Client>, force: bool) -> Result<Arc<Cache>, LookupError> {
+    fn plan(&self, client: &Arc<Client>, force: bool) -> Result<Arc<Cache>> {
         let now = Instant::now();
         if !force {
             if let Some(c) = self.cache.lock().as_ref() {
@@ -219,19 +280,21 @@ impl EngramCore {
             match item {
                 Ok(loc) if loc.size == self.layout.table_bytes(h) => locs.push(loc),
                 Ok(loc) => {
-                    tracing::warn!(
-                        key = %self.keys[h],
-                        size = loc.size,
-                        expected = self.layout.table_bytes(h),
-                        "EngramStore lookup: table size does not match the layout"
-                    );
                     self.invalidate();
-                    return Err(LookupError);
+                    return Err(Error::lookup(
+                        ErrorCode::InvalidParams,
+                        format!(
+                            "table '{}' has {} bytes, the layout needs {}",
+                            self.keys[h],
+                            loc.size,
+                            self.layout.table_bytes(h)
+                        ),
+                    ));
                 }
                 Err(e) => {
-                    tracing::warn!(key = %self.keys[h], error = %e, "EngramStore lookup: table unavailable");
                     self.invalidate();
-                    return Err(LookupError);
+                    let e = e.context(format!("table '{}' unavailable", self.keys[h]));
+                    return Err(Error::Lookup(e));
                 }
             }
         }
@@ -246,30 +309,29 @@ impl EngramCore {
     }
 
     /// Validate `ids` (`[B, L, H]`, flat) against the vocab sizes.
-    fn check_ids(&self, ids: &[i64], b: usize, l: usize) -> Result<(), LookupError> {
+    fn check_ids(&self, ids: &[i64], b: usize, l: usize) -> Result<()> {
         let h_n = self.layout.num_heads();
         if b == 0 || l == 0 || ids.len() != b * l * h_n {
-            tracing::warn!(
-                b,
-                l,
-                n = ids.len(),
-                "EngramStore lookup: empty or mis-sized row_ids"
-            );
-            return Err(LookupError);
+            return Err(Error::lookup(
+                ErrorCode::InvalidParams,
+                format!(
+                    "row_ids are empty or mis-sized: B={b}, L={l}, {} ids",
+                    ids.len()
+                ),
+            ));
         }
         for (i, chunk) in ids.chunks_exact(h_n).enumerate() {
             for (h, &id) in chunk.iter().enumerate() {
                 let n_h = self.layout.vocab_sizes[h];
-                if id < 0 || id as u64 >= n_h {
-                    tracing::warn!(
-                        b = i / l,
-                        l = i % l,
-                        h,
-                        id,
-                        n_h,
-                        "EngramStore lookup: row id out of range"
-                    );
-                    return Err(LookupError);
+                if u64::try_from(id).map_or(true, |v| v >= n_h) {
+                    return Err(Error::lookup(
+                        ErrorCode::InvalidParams,
+                        format!(
+                            "row id out of range: (b, l, h, id, N_h) = ({}, {}, {h}, {id}, {n_h})",
+                            i / l,
+                            i % l
+                        ),
+                    ));
                 }
             }
         }
@@ -277,8 +339,8 @@ impl EngramCore {
     }
 
     /// Gather `out[b,l,h,:] = table_h[ids[b,l,h], :]` into `out` (which
-    /// holds `[B, L, H, D]` elements of `out.kind`, C order). On failure `out` is
-    /// zero-filled.
+    /// holds `[B, L, H, D]` elements of `out.kind`, C order). On failure
+    /// `out` is zero-filled (engram spec, "lookup_into").
     ///
     /// # Safety
     /// `out.ptr..+out.len` must be writable for the duration of the call.
@@ -289,14 +351,18 @@ impl EngramCore {
         b: usize,
         l: usize,
         out: OutBuf,
-    ) -> Result<(), LookupError> {
-        let r = self.lookup_inner(client, ids, b, l, out);
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        let r = unsafe { self.lookup_inner(client, ids, b, l, out) };
         if r.is_err() && out.ptr != 0 {
-            std::ptr::write_bytes(out.ptr as *mut u8, 0, out.len);
+            // SAFETY: the caller vouches for `out`.
+            unsafe { std::ptr::write_bytes(out.ptr as *mut u8, 0, out.len) };
         }
         r
     }
 
+    /// # Safety
+    /// As [`EngramCore::lookup_into`].
     unsafe fn lookup_inner(
         &self,
         client: Option<&Arc<Client>>,
@@ -304,7 +370,7 @@ impl EngramCore {
         b: usize,
         l: usize,
         buf: OutBuf,
-    ) -> Result<(), LookupError> {
+    ) -> Result<()> {
         let OutBuf {
             ptr: out,
             len: out_len,
@@ -321,41 +387,48 @@ impl EngramCore {
             raw_item
         };
         if out == 0 || out_len != n * d * out_item {
-            tracing::warn!(out_len, "EngramStore lookup: output has the wrong size");
-            return Err(LookupError);
+            return Err(Error::lookup(
+                ErrorCode::InvalidParams,
+                format!(
+                    "the output has {out_len} bytes, the lookup needs {}",
+                    n * d * out_item
+                ),
+            ));
         }
-        let Some(client) = client.filter(|c| !c.is_closed()) else {
-            tracing::warn!("EngramStore lookup: no usable store");
-            return Err(LookupError);
-        };
+        let client = usable(client, Error::Lookup)?;
         // Half-precision rows bound for a float32 output are gathered into
         // the upper half of `out` and widened in place (no scratch buffer).
         let dst = if convert { out + n * d * 2 } else { out };
         let mut cache = self.plan(client, false)?;
-        if let Err(e) = self.gather(client, &cache, ids, dst) {
+        // SAFETY: `dst` spans the rows' bytes inside `out` (caller's).
+        if let Err(e) = unsafe { self.gather(client, &cache, ids, dst) } {
             tracing::info!(error = %e, "EngramStore lookup: read failed; refreshing locations");
             self.invalidate();
             cache = self.plan(client, true)?;
-            if let Err(e) = self.gather(client, &cache, ids, dst) {
-                tracing::warn!(error = %e, "EngramStore lookup: read failed after refresh");
+            // SAFETY: as above.
+            if let Err(e) = unsafe { self.gather(client, &cache, ids, dst) } {
                 self.invalidate();
-                return Err(LookupError);
+                return Err(Error::Lookup(e.context("read failed after a refresh")));
             }
         }
         if convert {
-            widen_in_place(out, n * d, self.layout.dtype);
+            // SAFETY: `out` holds `4 * n * d` bytes with the rows in its upper half.
+            unsafe { widen_in_place(out, n * d, self.layout.dtype) };
         }
         Ok(())
     }
 
     /// Copy the rows into `dst` (`[B, L, H, D]` in the table dtype).
+    ///
+    /// # Safety
+    /// `dst` must be writable for `ids.len() * row_bytes` bytes.
     unsafe fn gather(
         &self,
         client: &Arc<Client>,
         cache: &Cache,
         ids: &[i64],
         dst: usize,
-    ) -> Result<(), ErrorCode> {
+    ) -> std::result::Result<(), ClientError> {
         let h_n = self.layout.num_heads();
         let rb = self.layout.row_bytes();
         // Heads grouped by source segment; memory-mapped vs TCP.
@@ -383,7 +456,8 @@ impl EngramCore {
                     });
                 }
             }
-            read_parallel(client, rep, &ops, ops.len() * rb)?;
+            // SAFETY: every op writes one row slot of `dst`.
+            unsafe { read_parallel(client, rep, &ops, ops.len() * rb)? };
         }
         if tcp_groups.is_empty() {
             return Ok(());
@@ -395,7 +469,7 @@ impl EngramCore {
         // a token's heads are adjacent in `dst`, so they form one receive
         // iovec); repeated rows are copied locally afterwards.
         let mut dups: Vec<(usize, usize)> = Vec::new();
-        let per_owner: Vec<(&mooncake_client::ReplicaLoc, Vec<Op>)> = tcp_groups
+        let per_owner: Vec<(&ReplicaLoc, Vec<Op>)> = tcp_groups
             .values()
             .map(|heads| {
                 let rep = &cache.locs[heads[0]].replica;
@@ -435,11 +509,12 @@ impl EngramCore {
         };
         if per_owner.len() == 1 {
             let (rep, ops) = &per_owner[0];
-            client.read_ops(rep, ops)?;
+            // SAFETY: every op writes one row slot of `dst`.
+            unsafe { client.read_ops(rep, ops)? };
             copy_dups();
             return Ok(());
         }
-        let results: Vec<Result<(), ErrorCode>> = std::thread::scope(|sc| {
+        let results: Vec<std::result::Result<(), ClientError>> = std::thread::scope(|sc| {
             let handles: Vec<_> = per_owner
                 .iter()
                 .map(|(rep, ops)| {
@@ -449,61 +524,76 @@ impl EngramCore {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or(Err(ErrorCode::InternalError)))
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(ClientError::internal("reader thread panicked")))
+                })
                 .collect()
         });
-        results.into_iter().collect::<Result<(), ErrorCode>>()?;
+        results
+            .into_iter()
+            .collect::<std::result::Result<(), ClientError>>()?;
         copy_dups();
         Ok(())
     }
 }
 
 /// Widen `count` half-precision values stored at `out + 2*count` into
-/// `count` float32 values at `out`, front to back, in blocks of `BLOCK`.
-/// Block `k` of outputs ends at byte `4*BLOCK*(k+1)`, never past the start
-/// of the inputs still unread (`2*count + 2*BLOCK*(k+1)`), and each block
-/// is read before it is written.
+/// `count` float32 values at `out`, front to back, in blocks of `BLOCK`:
+/// each block's inputs are copied out before its outputs are written, and
+/// the outputs of values `..i+m` end at byte `4*(i+m)`, never past the
+/// first input still unread (byte `2*count + 2*(i+m)`, as `i+m <= count`).
 ///
 /// # Safety
 /// `out..out+4*count` must be writable and hold the inputs in its upper half.
 unsafe fn widen_in_place(out: usize, count: usize, dtype: TableDtype) {
-    const BLOCK: usize = 64;
+    // One monomorphised loop per dtype, so the conversion inlines.
+    if dtype == TableDtype::BFloat16 {
+        // SAFETY: forwarded from the caller.
+        unsafe { widen_with(out, count, bf16_to_f32_slice) }
+    } else {
+        // SAFETY: forwarded from the caller.
+        unsafe { widen_with(out, count, f16_to_f32_slice) }
+    }
+}
+
+/// [`widen_in_place`] with the conversion `widen`.
+///
+/// # Safety
+/// As [`widen_in_place`].
+unsafe fn widen_with(out: usize, count: usize, widen: impl Fn(&[u16], &mut [f32])) {
+    const BLOCK: usize = 1024;
     let src = (out + 2 * count) as *const u16;
     let dst = out as *mut f32;
+    let mut bits = [0u16; BLOCK];
+    let mut vals = [0f32; BLOCK];
     let mut i = 0;
     while i < count {
         let m = BLOCK.min(count - i);
-        let mut buf = [0u16; BLOCK];
-        std::ptr::copy_nonoverlapping(src.add(i), buf.as_mut_ptr(), m);
-        let mut vals = [0f32; BLOCK];
-        // One arm per dtype so the conversion inlines and vectorises.
-        match dtype {
-            TableDtype::BFloat16 => {
-                for (v, &b) in vals.iter_mut().zip(&buf) {
-                    *v = bf16_to_f32(b);
-                }
-            }
-            _ => {
-                for (v, &b) in vals.iter_mut().zip(&buf) {
-                    *v = f16_to_f32(b);
-                }
-            }
-        }
-        std::ptr::copy_nonoverlapping(vals.as_ptr(), dst.add(i), m);
+        // SAFETY: inputs `i..i+m` lie in the upper half and are not yet
+        // overwritten (see above); `bits` holds `BLOCK >= m` values.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(i), bits.as_mut_ptr(), m) };
+        widen(&bits[..m], &mut vals[..m]);
+        // SAFETY: outputs `i..i+m` lie inside `out`; `vals` is a local copy.
+        unsafe { std::ptr::copy_nonoverlapping(vals.as_ptr(), dst.add(i), m) };
         i += m;
     }
 }
 
 /// Run `ops` against one replica, split over up to `MAX_THREADS` threads
 /// when `bytes` reaches `PAR_BYTES`.
+///
+/// # Safety
+/// Every op's destination must be writable for the duration of the call.
 unsafe fn read_parallel(
     client: &Client,
-    rep: &mooncake_client::ReplicaLoc,
+    rep: &ReplicaLoc,
     ops: &[Op],
     bytes: usize,
-) -> Result<(), ErrorCode> {
+) -> std::result::Result<(), ClientError> {
     if bytes < PAR_BYTES {
-        return client.read_ops(rep, ops).map(|_| ());
+        // SAFETY: forwarded from the caller.
+        return unsafe { client.read_ops(rep, ops) }.map(|_| ());
     }
     // `available_parallelism` reads cgroup files: query it once.
     static CORES: OnceLock<usize> = OnceLock::new();
@@ -514,10 +604,11 @@ unsafe fn read_parallel(
     });
     let threads = MAX_THREADS.min(cores);
     if threads < 2 || ops.len() < threads {
-        return client.read_ops(rep, ops).map(|_| ());
+        // SAFETY: forwarded from the caller.
+        return unsafe { client.read_ops(rep, ops) }.map(|_| ());
     }
     let per = ops.len().div_ceil(threads);
-    let results: Vec<Result<Path, ErrorCode>> = std::thread::scope(|sc| {
+    let results: Vec<std::result::Result<Path, ClientError>> = std::thread::scope(|sc| {
         let handles: Vec<_> = ops
             .chunks(per)
             .map(|part| {
@@ -527,7 +618,10 @@ unsafe fn read_parallel(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or(Err(ErrorCode::InternalError)))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(ClientError::internal("reader thread panicked")))
+            })
             .collect()
     });
     for r in results {
@@ -539,32 +633,36 @@ unsafe fn read_parallel(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::convert::f32_to_bf16;
+    use half::{bf16, f16};
 
     #[test]
     fn widen_in_place_matches_out_of_place() {
-        for count in [1usize, 7, 8, 9, 13, 64, 1001] {
+        for count in [1usize, 7, 8, 9, 13, 64, 65, 1001, 1024, 1025, 5000] {
             let vals: Vec<f32> = (0..count).map(|i| i as f32 * 0.37 - 11.0).collect();
-            // bfloat16
-            let mut buf = vec![0f32; count];
-            let bits: Vec<u16> = vals.iter().map(|&v| f32_to_bf16(v)).collect();
-            unsafe {
-                let upper = (buf.as_mut_ptr() as *mut u16).add(count);
-                std::ptr::copy_nonoverlapping(bits.as_ptr(), upper, count);
-                widen_in_place(buf.as_mut_ptr() as usize, count, TableDtype::BFloat16);
+            for dtype in [TableDtype::BFloat16, TableDtype::Float16] {
+                let bits: Vec<u16> = vals
+                    .iter()
+                    .map(|&v| match dtype {
+                        TableDtype::BFloat16 => bf16::from_f32(v).to_bits(),
+                        _ => f16::from_f32(v).to_bits(),
+                    })
+                    .collect();
+                let mut buf = vec![0f32; count];
+                // SAFETY: `buf` holds `4 * count` bytes; the bits go to its upper half.
+                unsafe {
+                    let upper = (buf.as_mut_ptr() as *mut u16).add(count);
+                    std::ptr::copy_nonoverlapping(bits.as_ptr(), upper, count);
+                    widen_in_place(buf.as_mut_ptr() as usize, count, dtype);
+                }
+                let want: Vec<f32> = bits
+                    .iter()
+                    .map(|&b| match dtype {
+                        TableDtype::BFloat16 => bf16::from_bits(b).to_f32(),
+                        _ => f16::from_bits(b).to_f32(),
+                    })
+                    .collect();
+                assert_eq!(buf, want, "{dtype} count {count}");
             }
-            let want: Vec<f32> = bits.iter().map(|&b| bf16_to_f32(b)).collect();
-            assert_eq!(buf, want, "bf16 count {count}");
-            // float16 (bits of small integers: exact)
-            let h: Vec<u16> = (0..count).map(|i| 0x3C00 + (i as u16 % 512)).collect();
-            let mut buf = vec![0f32; count];
-            unsafe {
-                let upper = (buf.as_mut_ptr() as *mut u16).add(count);
-                std::ptr::copy_nonoverlapping(h.as_ptr(), upper, count);
-                widen_in_place(buf.as_mut_ptr() as usize, count, TableDtype::Float16);
-            }
-            let want: Vec<f32> = h.iter().map(|&b| f16_to_f32(b)).collect();
-            assert_eq!(buf, want, "f16 count {count}");
         }
     }
 }

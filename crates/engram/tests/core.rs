@@ -2,8 +2,8 @@
 //! populate (create-only, rollback), lookup (cache, invalidation, size
 //! check, zero-fill), remove, and the create-only client put.
 
-use mooncake_client::{Client, ClientConfig, WriteConfig};
-use mooncake_engram::{validate_layout, EngramCore, OutBuf, OutKind};
+use mooncake_client::{Client, ClientConfig, ErrorCode, ReplicateConfig};
+use mooncake_engram::{validate_layout, EngramCore, Error, OutBuf, OutKind, Table};
 use mooncake_master::config::MasterConfig;
 use std::sync::Arc;
 
@@ -21,10 +21,10 @@ fn client(master: &str, seg: u64) -> Arc<Client> {
         metadata_server: "P2PHANDSHAKE".into(),
         global_segment_size: seg,
         local_buffer_size: 16 << 20,
-        protocol: "tcp".into(),
         master_server_addr: master.into(),
+        ..ClientConfig::default()
     })
-    .unwrap()
+    .expect("client setup")
 }
 
 const VOCAB: [i64; 3] = [5, 7, 11];
@@ -42,25 +42,25 @@ fn tables(offset: f32) -> Vec<Vec<f32>> {
         .collect()
 }
 
-fn spans(t: &[Vec<f32>]) -> Vec<(usize, usize)> {
-    t.iter()
-        .map(|v| (v.as_ptr() as usize, v.len() * 4))
-        .collect()
+fn spans(t: &[Vec<f32>]) -> Vec<Table<'_>> {
+    t.iter().map(|v| Table::F32(v)).collect()
 }
 
-fn lookup(core: &EngramCore, c: &Arc<Client>, ids: &[i64], b: usize) -> Result<Vec<f32>, ()> {
+fn lookup(core: &EngramCore, c: &Arc<Client>, ids: &[i64], b: usize) -> Result<Vec<f32>, String> {
     let mut out = vec![1.0f32; ids.len() * D];
     let buf = OutBuf {
         ptr: out.as_mut_ptr() as usize,
         len: out.len() * 4,
         kind: OutKind::Float32,
     };
+    // SAFETY: `out` is writable for `buf.len` bytes.
     let r = unsafe { core.lookup_into(Some(c), ids, b, 1, buf) };
     match r {
         Ok(()) => Ok(out),
-        Err(_) => {
+        Err(e) => {
             assert!(out.iter().all(|&x| x == 0.0), "zero-filled on failure");
-            Err(())
+            assert_eq!(e.message(), "EngramStore lookup failed");
+            Err(e.to_string())
         }
     }
 }
@@ -79,101 +79,202 @@ fn expect(t: &[Vec<f32>], ids: &[i64]) -> Vec<f32> {
 fn populate_lookup_remove() {
     let m = start_master(500);
     let a = client(&m, 16 << 20);
-    let layout = validate_layout(&VOCAB, D as i64, "float32").unwrap();
+    let layout = validate_layout(&VOCAB, D as i64, "float32").expect("layout");
     let core = EngramCore::new(3, layout);
     let t = tables(0.0);
-    let cfg = WriteConfig::default();
-    assert!(unsafe { core.populate(&a, &spans(&t), &cfg) });
+    let cfg = ReplicateConfig::default();
+    assert_eq!(core.populate(Some(&a), &spans(&t), &cfg), Ok(()));
     // Create-only: a second populate fails and leaves the data.
-    assert!(!unsafe { core.populate(&a, &spans(&tables(0.5)), &cfg) });
+    let again = core.populate(Some(&a), &spans(&tables(0.5)), &cfg);
+    assert!(
+        matches!(&again, Err(Error::Populate(e)) if e.code() == ErrorCode::ObjectAlreadyExists)
+    );
+    assert!(again
+        .expect_err("exists")
+        .reason()
+        .contains("requires empty destination key"));
     let ids = [0, 6, 10, 4, 0, 0, 4, 6, 10];
-    assert_eq!(lookup(&core, &a, &ids, 3).unwrap(), expect(&t, &ids));
+    assert_eq!(lookup(&core, &a, &ids, 3), Ok(expect(&t, &ids)));
     // Out of range -> failure, zero-filled.
     assert!(lookup(&core, &a, &[5, 0, 0], 1).is_err());
     assert!(lookup(&core, &a, &[-1, 0, 0], 1).is_err());
     // Cached: no master RPC per lookup.
-    let rpcs = |c: &Client| c.stats().iter().find(|e| e.0 == "master_rpcs").unwrap().1;
+    let rpcs = |c: &Client| {
+        c.stats()
+            .iter()
+            .find(|e| e.0 == "master_rpcs")
+            .map_or(0, |e| e.1)
+    };
     let before = rpcs(&a);
     for _ in 0..20 {
-        lookup(&core, &a, &ids, 3).unwrap();
+        lookup(&core, &a, &ids, 3).expect("lookup");
     }
     assert!(rpcs(&a) - before <= 1);
     // A forced remove through the same client invalidates the cache.
-    assert_eq!(a.remove(&[core.keys()[1].clone()], true), vec![0]);
+    assert_eq!(a.remove(&core.keys()[1], true), Ok(()));
     assert!(lookup(&core, &a, &ids, 3).is_err());
-    assert_eq!(core.remove(&a, true), Ok(2));
-    assert_eq!(core.remove(&a, true), Ok(0));
+    assert_eq!(core.remove(Some(&a), true), Ok(2));
+    assert_eq!(core.remove(Some(&a), true), Ok(0));
     // Repopulate with new values: the next lookup sees them.
     let t2 = tables(0.5);
-    assert!(unsafe { core.populate(&a, &spans(&t2), &cfg) });
-    assert_eq!(lookup(&core, &a, &ids, 3).unwrap(), expect(&t2, &ids));
+    assert_eq!(core.populate(Some(&a), &spans(&t2), &cfg), Ok(()));
+    assert_eq!(lookup(&core, &a, &ids, 3), Ok(expect(&t2, &ids)));
     // Non-forced remove right after a lookup hits the lease.
-    assert_eq!(core.remove(&a, false), Err(-706));
+    let leased = core.remove(Some(&a), false).expect_err("leased");
+    assert_eq!(leased.message(), "remove_from_store failed, rc=-706");
+    // No store: metadata-only failures.
+    assert_eq!(
+        core.remove(None, true).expect_err("no store").message(),
+        "remove_from_store failed, rc=-600"
+    );
+    assert!(matches!(
+        core.populate(None, &spans(&t2), &cfg),
+        Err(Error::Populate(_))
+    ));
+}
+
+#[test]
+fn populate_rejects_an_invalid_replicate_config() {
+    let m = start_master(500);
+    let a = client(&m, 16 << 20);
+    let core = EngramCore::new(
+        6,
+        validate_layout(&VOCAB, D as i64, "float32").expect("layout"),
+    );
+    let t = tables(0.0);
+    // A soft-pin TTL without SoftPin::Enable and a group_ids list that does
+    // not have one entry per head are rejected as for any batch write.
+    for cfg in [
+        ReplicateConfig {
+            soft_pin_ttl_ms: Some(1000),
+            ..ReplicateConfig::default()
+        },
+        ReplicateConfig {
+            group_ids: Some(vec!["g".into()]),
+            ..ReplicateConfig::default()
+        },
+        ReplicateConfig {
+            replica_num: 0,
+            ..ReplicateConfig::default()
+        },
+    ] {
+        let e = core
+            .populate(Some(&a), &spans(&t), &cfg)
+            .expect_err("rejected");
+        assert_eq!(e.code(), ErrorCode::InvalidParams, "{cfg:?}");
+        assert_eq!(e.message(), "populate failed");
+    }
+    let keys = core.keys().to_vec();
+    let exists: Vec<bool> = a
+        .batch_is_exist(&keys)
+        .into_iter()
+        .map(|r| r.expect("exist query"))
+        .collect();
+    assert_eq!(exists, vec![false; VOCAB.len()], "nothing was written");
+    let groups = ReplicateConfig {
+        group_ids: Some(vec!["g".into(); VOCAB.len()]),
+        ..ReplicateConfig::default()
+    };
+    assert_eq!(core.populate(Some(&a), &spans(&t), &groups), Ok(()));
 }
 
 #[test]
 fn create_only_put_reports_existing_and_rollback_keeps_it() {
     let m = start_master(500);
     let a = client(&m, 16 << 20);
-    let layout = validate_layout(&VOCAB, D as i64, "float32").unwrap();
+    let layout = validate_layout(&VOCAB, D as i64, "float32").expect("layout");
     let core = EngramCore::new(4, layout);
     let t = tables(0.0);
-    let cfg = WriteConfig::default();
+    let cfg = ReplicateConfig::default();
     let other = vec![9u8; VOCAB[2] as usize * D * 4];
     let key = core.keys()[2].clone();
-    let codes = unsafe {
-        a.batch_create_from(
-            std::slice::from_ref(&key),
-            &[other.as_ptr() as usize],
-            &[other.len()],
-            &cfg,
-        )
+    let create = || {
+        // SAFETY: `other` outlives the call.
+        unsafe {
+            a.batch_create_from(
+                std::slice::from_ref(&key),
+                &[other.as_ptr() as usize],
+                &[other.len()],
+                &cfg,
+            )
+        }
     };
-    assert_eq!(codes, vec![0]);
-    let again = unsafe {
-        a.batch_create_from(
-            std::slice::from_ref(&key),
-            &[other.as_ptr() as usize],
-            &[other.len()],
-            &cfg,
-        )
-    };
-    assert_eq!(again, vec![-705]);
+    assert_eq!(create(), Ok(vec![Ok(())]));
+    let again = create().expect("call");
+    assert_eq!(
+        again[0].as_ref().map_err(|e| e.code()),
+        Err(ErrorCode::ObjectAlreadyExists)
+    );
     // Populate refuses (key exists), writes nothing, keeps the other table.
-    assert!(!unsafe { core.populate(&a, &spans(&t), &cfg) });
+    assert!(core.populate(Some(&a), &spans(&t), &cfg).is_err());
     let keys = core.keys().to_vec();
-    assert_eq!(a.is_exist(&keys), vec![0, 0, 1]);
-    assert_eq!(a.get(&key).unwrap().data, other);
+    let exists: Vec<bool> = a
+        .batch_is_exist(&keys)
+        .into_iter()
+        .map(|r| r.expect("exist query"))
+        .collect();
+    assert_eq!(exists, vec![false, false, true]);
+    assert_eq!(a.get(&key).expect("get").data, other);
 }
 
 #[test]
 fn size_check_and_half_tables() {
     let m = start_master(500);
     let a = client(&m, 16 << 20);
-    let cfg = WriteConfig::default();
-    // A bf16 layer over the same keys has half-size tables.
-    let bf = EngramCore::new(5, validate_layout(&VOCAB, D as i64, "bfloat16").unwrap());
-    let bits: Vec<Vec<u16>> = tables(0.0)
-        .iter()
-        .map(|t| {
-            t.iter()
-                .map(|&x| mooncake_engram::convert::f32_to_bf16(x))
-                .collect()
-        })
-        .collect();
-    let sp: Vec<(usize, usize)> = bits
-        .iter()
-        .map(|v| (v.as_ptr() as usize, v.len() * 2))
-        .collect();
-    assert!(unsafe { bf.populate(&a, &sp, &cfg) });
+    let cfg = ReplicateConfig::default();
+    // A bf16 layer over the same keys has half-size tables; float32 input
+    // is narrowed by populate.
+    let bf = EngramCore::new(
+        5,
+        validate_layout(&VOCAB, D as i64, "bfloat16").expect("layout"),
+    );
+    let t = tables(0.0);
+    assert_eq!(bf.populate(Some(&a), &spans(&t), &cfg), Ok(()));
+    let stored = a.get(&bf.keys()[0]).expect("get").data;
+    assert_eq!(stored.len(), VOCAB[0] as usize * D * 2);
     let ids = [1, 2, 3];
-    let out = lookup(&bf, &a, &ids, 1).unwrap();
-    let exp: Vec<f32> = expect(&tables(0.0), &ids)
+    let out = lookup(&bf, &a, &ids, 1).expect("lookup");
+    let exp: Vec<f32> = expect(&t, &ids)
         .iter()
-        .map(|&x| mooncake_engram::convert::bf16_to_f32(mooncake_engram::convert::f32_to_bf16(x)))
+        .map(|&x| half::bf16::from_f32(x).to_f32())
         .collect();
     assert_eq!(out, exp);
     // A float32 layer over the bf16-sized tables fails the size check.
-    let f32core = EngramCore::new(5, validate_layout(&VOCAB, D as i64, "float32").unwrap());
+    let f32core = EngramCore::new(
+        5,
+        validate_layout(&VOCAB, D as i64, "float32").expect("layout"),
+    );
     assert!(lookup(&f32core, &a, &ids, 1).is_err());
+    // A float16 layer given raw bits of the wrong size is refused before
+    // anything is written.
+    let f16core = EngramCore::new(
+        7,
+        validate_layout(&VOCAB, D as i64, "float16").expect("layout"),
+    );
+    let short = vec![0u8; 6];
+    let raw: Vec<Table<'_>> = (0..VOCAB.len()).map(|_| Table::Raw(&short)).collect();
+    let e = f16core
+        .populate(Some(&a), &raw, &cfg)
+        .expect_err("wrong size");
+    assert!(e.reason().contains("the layout needs"), "{e}");
+    let f16t: Vec<Vec<u16>> = t
+        .iter()
+        .map(|v| {
+            v.iter()
+                .map(|&x| half::f16::from_f32(x).to_bits())
+                .collect()
+        })
+        .collect();
+    let bytes: Vec<Vec<u8>> = f16t
+        .iter()
+        .map(|v| v.iter().flat_map(|b| b.to_le_bytes()).collect())
+        .collect();
+    let raw: Vec<Table<'_>> = bytes.iter().map(|b| Table::Raw(b)).collect();
+    assert_eq!(f16core.populate(Some(&a), &raw, &cfg), Ok(()));
+    let out = lookup(&f16core, &a, &ids, 1).expect("lookup");
+    let exp: Vec<f32> = expect(&t, &ids)
+        .iter()
+        .map(|&x| half::f16::from_f32(x).to_f32())
+        .collect();
+    assert_eq!(out, exp);
 }

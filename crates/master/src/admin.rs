@@ -15,7 +15,9 @@ use axum::Router;
 use mooncake_common::ErrorCode;
 use serde::Serialize;
 
+use crate::listener::LimitedListener;
 use crate::metrics::{MasterMetrics, PROMETHEUS_CONTENT_TYPE};
+use mooncake_common::limits::ConnLimits;
 
 /// One COMPLETE memory replica as shown by `/query_key`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,13 +187,16 @@ pub fn admin_router(view: Arc<dyn AdminView>, metrics: Arc<MasterMetrics>) -> Ro
         .with_state(AdminState { view, metrics })
 }
 
-/// Serve the admin API on an already-bound listener until the task is
-/// dropped (runtime shutdown) or the listener fails.
+/// Serve the admin API on an already-bound listener, admitting connections
+/// against `limits`, until the task is dropped (runtime shutdown) or the
+/// listener fails.
 pub async fn serve_admin(
     listener: tokio::net::TcpListener,
     view: Arc<dyn AdminView>,
     metrics: Arc<MasterMetrics>,
+    limits: ConnLimits,
 ) {
+    let listener = LimitedListener::new(listener, limits, "admin");
     if let Err(e) = axum::serve(listener, admin_router(view, metrics)).await {
         tracing::error!("admin HTTP server stopped: {e}");
     }
@@ -200,7 +205,11 @@ pub async fn serve_admin(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_http::{request, spawn};
+    use crate::test_http::{call, Reply};
+
+    async fn request(app: &Router, method: &str, uri: &str) -> Reply {
+        call(app, method, uri, &[], b"").await
+    }
 
     struct Fake;
 
@@ -255,14 +264,13 @@ mod tests {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test]
     async fn admin_api() {
         let metrics = Arc::new(MasterMetrics::default());
         metrics.ping_requests.inc();
-        let m = metrics.clone();
-        let addr = spawn(|l| serve_admin(l, Arc::new(Fake), m)).await;
+        let app = admin_router(Arc::new(Fake), metrics);
 
-        let r = request(addr, "GET", "/metrics", b"").await;
+        let r = request(&app, "GET", "/metrics").await;
         assert_eq!(r.status, 200);
         assert_eq!(
             r.header("content-type").as_deref(),
@@ -273,55 +281,51 @@ mod tests {
         assert!(text.lines().any(|l| l == "master_ping_requests_total 1"));
         assert!(text.contains("# HELP master_allocated_bytes"));
 
-        let r = request(addr, "GET", "/health", b"").await;
+        let r = request(&app, "GET", "/health").await;
         assert_eq!((r.status, r.body_str()), (200, HEALTH_BODY.to_string()));
         assert_eq!(
             r.header("content-type").as_deref(),
             Some("application/json")
         );
 
-        let r = request(addr, "GET", "/query_key?key=k1", b"").await;
+        let r = request(&app, "GET", "/query_key?key=k1").await;
         assert_eq!(r.status, 200);
         assert_eq!(
             r.body_str(),
             r#"{"success":true,"data":[{"size_":5,"buffer_address_":140000000000000,"protocol_":"tcp","transport_endpoint_":"127.0.0.1:12345"},{"size_":5,"buffer_address_":64,"protocol_":"tcp","transport_endpoint_":"127.0.0.1:12346"}]}"#
         );
-        let r = request(addr, "GET", "/query_key?key=missing", b"").await;
+        let r = request(&app, "GET", "/query_key?key=missing").await;
         assert_eq!(r.status, 404);
         assert_eq!(
             r.body_str(),
             r#"{"success":false,"error_code":-704,"error_message":"OBJECT_NOT_FOUND"}"#
         );
-        let r = request(addr, "GET", "/query_key?key=busy", b"").await;
+        let r = request(&app, "GET", "/query_key?key=busy").await;
         assert_eq!(r.status, 404);
         assert!(r.body_str().contains("\"error_code\":-703"));
-        let r = request(addr, "GET", "/query_key", b"").await;
+        let r = request(&app, "GET", "/query_key").await;
         assert_eq!(r.status, 400);
         assert!(r.body_str().contains("\"error_code\":-600"));
 
-        let r = request(addr, "GET", "/get_all_keys", b"").await;
+        let r = request(&app, "GET", "/get_all_keys").await;
         assert_eq!((r.status, r.body_str()), (200, "k1\nk2\n".into()));
         assert!(r
             .header("content-type")
             .is_some_and(|c| c.starts_with("text/plain")));
-        let r = request(addr, "GET", "/get_all_segments", b"").await;
+        let r = request(&app, "GET", "/get_all_segments").await;
         assert_eq!((r.status, r.body_str()), (200, "127.0.0.1:12345\n".into()));
 
-        assert_eq!(request(addr, "GET", "/nope", b"").await.status, 404);
-        assert_eq!(request(addr, "POST", "/metrics", b"").await.status, 404);
-        assert_eq!(
-            request(addr, "DELETE", "/get_all_keys", b"").await.status,
-            404
-        );
+        assert_eq!(request(&app, "GET", "/nope").await.status, 404);
+        assert_eq!(request(&app, "POST", "/metrics").await.status, 404);
+        assert_eq!(request(&app, "DELETE", "/get_all_keys").await.status, 404);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test]
     async fn empty_master() {
-        let addr =
-            spawn(|l| serve_admin(l, Arc::new(Empty), Arc::new(MasterMetrics::default()))).await;
-        let r = request(addr, "GET", "/get_all_keys", b"").await;
+        let app = admin_router(Arc::new(Empty), Arc::new(MasterMetrics::default()));
+        let r = request(&app, "GET", "/get_all_keys").await;
         assert_eq!((r.status, r.body_str()), (200, String::new()));
-        let r = request(addr, "GET", "/metrics", b"").await;
+        let r = request(&app, "GET", "/metrics").await;
         assert!(r.body_str().lines().any(|l| l == "master_key_count 0"));
     }
 }

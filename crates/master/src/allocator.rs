@@ -77,21 +77,24 @@ impl OffsetAllocator {
         if len > need {
             self.insert_free(off + need, len - need);
         }
-        self.used += need;
+        self.used = self.used.saturating_add(need);
         Some(off)
     }
 
-    /// Free an allocation made with `alloc(size)` at `off`.
+    /// Free an allocation made with `alloc(size)` at `off` (a range outside
+    /// the managed space is ignored).
     pub fn free(&mut self, off: u64, size: u64) {
         let Some(need) = round_up(size) else {
             return;
         };
-        let end = off + need;
+        let Some(end) = off.checked_add(need).filter(|e| *e <= self.capacity) else {
+            return;
+        };
         let mut len = need;
         let mut start = off;
         self.used = self.used.saturating_sub(need);
         if let Some((&poff, &plen)) = self.by_offset.range(..off).next_back() {
-            if poff + plen == off {
+            if poff.checked_add(plen) == Some(off) {
                 self.remove_free(poff, plen);
                 start = poff;
                 len += plen;
@@ -153,5 +156,10 @@ mod tests {
         assert_eq!(a.alloc(0), None);
         assert_eq!(a.alloc(u64::MAX), None);
         assert_eq!(a.alloc(2048), None);
+        // Frees outside the managed space change nothing.
+        a.free(u64::MAX - 10, 64);
+        a.free(1000, 64);
+        assert_eq!(a.used(), 0);
+        assert_eq!(a.alloc(1024), Some(0));
     }
 }

@@ -1,5 +1,7 @@
 //! Effective master configuration (what the flag parser produces).
 
+use mooncake_common::AuthKey;
+
 /// How the allocator picks segments for replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AllocationStrategy {
@@ -14,30 +16,66 @@ pub enum AllocationStrategy {
 /// Every setting the master acts on. Durations are in milliseconds unless named `_sec`.
 #[derive(Debug, Clone)]
 pub struct MasterConfig {
+    /// RPC bind address.
     pub rpc_address: String,
+    /// RPC port.
     pub rpc_port: u16,
+    /// Tokio worker threads (0 = automatic).
     pub rpc_thread_num: u32,
+    /// Idle RPC connection timeout in seconds; 0 means the master's own
+    /// default ([`MasterConfig::idle_connection_timeout_sec`]).
     pub rpc_conn_timeout_seconds: u32,
+    /// Set `TCP_NODELAY` on RPC connections.
     pub rpc_enable_tcp_no_delay: bool,
+    /// Run the embedded HTTP metadata server.
     pub enable_http_metadata_server: bool,
+    /// Metadata server bind host.
     pub http_metadata_server_host: String,
+    /// Metadata server port.
     pub http_metadata_server_port: u16,
+    /// Admin server bind host.
     pub metrics_host: String,
+    /// Admin server port.
     pub metrics_port: u16,
+    /// Log a one-line summary periodically.
     pub enable_metric_reporting: bool,
+    /// Read lease granted by every read.
     pub default_kv_lease_ttl_ms: u64,
+    /// Soft-pin duration when a write asks for one without a TTL.
     pub default_kv_soft_pin_ttl_ms: u64,
+    /// Longest soft pin a write may ask for.
     pub max_kv_soft_pin_ttl_ms: u64,
+    /// Evict soft-pinned objects when unpinned ones do not suffice.
     pub allow_evict_soft_pinned_objects: bool,
+    /// Usage ratio that triggers eviction.
     pub eviction_high_watermark_ratio: f64,
+    /// Fraction of objects evicted per round.
     pub eviction_ratio: f64,
+    /// Seconds without a ping before a client expires.
     pub client_ttl_sec: i64,
+    /// Seconds before an unfinished put may be discarded.
     pub put_start_discard_timeout_sec: u64,
+    /// Seconds before a discarded put's space is released.
     pub put_start_release_timeout_sec: u64,
+    /// How replicas are placed.
     pub allocation_strategy: AllocationStrategy,
+    /// Delete `mooncake/ram/<segment>` when a client expires.
     pub enable_metadata_cleanup_on_timeout: bool,
     /// Log filter for the tracing subscriber (e.g. `warn`, `info`).
     pub log_level: String,
+    /// File the cluster token was read from (`--auth_token_file`; empty: none).
+    pub auth_token_file: String,
+    /// The cluster secret (issue 10): with it, every RPC connection and
+    /// every metadata write must prove the secret, and puts hand out
+    /// signed write tickets. `None`: today's behaviour, for trusted
+    /// networks only.
+    pub auth: Option<AuthKey>,
+    /// Most open connections per listener (RPC, metadata, admin).
+    pub max_connections: u32,
+    /// Most open connections per peer address and listener.
+    pub max_connections_per_peer: u32,
+    /// Close a connection silent this long (seconds; 0 = never).
+    pub idle_connection_timeout_sec: u32,
 }
 
 impl Default for MasterConfig {
@@ -66,6 +104,38 @@ impl Default for MasterConfig {
             allocation_strategy: AllocationStrategy::Random,
             enable_metadata_cleanup_on_timeout: false,
             log_level: "warn".into(),
+            auth_token_file: String::new(),
+            auth: None,
+            max_connections: 4096,
+            max_connections_per_peer: 1024,
+            idle_connection_timeout_sec: 60,
+        }
+    }
+}
+
+impl MasterConfig {
+    /// Admission limits of the RPC listener: the caps, and as idle timeout
+    /// `rpc_conn_timeout_seconds` when set, else the master-wide one.
+    pub fn rpc_limits(&self) -> mooncake_common::limits::ConnLimits {
+        let idle = if self.rpc_conn_timeout_seconds > 0 {
+            self.rpc_conn_timeout_seconds
+        } else {
+            self.idle_connection_timeout_sec
+        };
+        self.limits_with_idle(idle)
+    }
+
+    /// Admission limits of the HTTP listeners (metadata and admin).
+    pub fn http_limits(&self) -> mooncake_common::limits::ConnLimits {
+        self.limits_with_idle(self.idle_connection_timeout_sec)
+    }
+
+    fn limits_with_idle(&self, idle_sec: u32) -> mooncake_common::limits::ConnLimits {
+        mooncake_common::limits::ConnLimits {
+            max_total: self.max_connections.max(1) as usize,
+            max_per_peer: self.max_connections_per_peer.max(1) as usize,
+            idle_timeout: Some(std::time::Duration::from_secs(u64::from(idle_sec)))
+                .filter(|d| !d.is_zero()),
         }
     }
 }

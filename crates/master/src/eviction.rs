@@ -55,7 +55,7 @@ impl MasterState {
         let mut bytes = 0u64;
         for k in &victims {
             if let Some(o) = g.objects.remove(k) {
-                bytes += o.size * o.replicas.len() as u64;
+                bytes = bytes.saturating_add(o.size.saturating_mul(o.replicas.len() as u64));
                 g.free_replicas(&o.replicas, o.size);
             }
         }

@@ -7,16 +7,16 @@
 //! parsed values into the effective [`MasterConfig`].
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::CStr;
 use std::net::Ipv4Addr;
 
 use crate::config::{AllocationStrategy, MasterConfig};
+use mooncake_common::AuthKey;
 
 /// Result of parsing the master command line.
 #[derive(Debug)]
 pub enum FlagOutcome {
     /// Start the master with this effective configuration.
-    Run(MasterConfig),
+    Run(Box<MasterConfig>),
     /// Exit immediately. Messages starting with `ERROR` belong on stderr;
     /// anything else (help, version) belongs on stdout.
     Exit {
@@ -125,7 +125,7 @@ pub static FLAGS: &[FlagDef] = &[
     f("rpc_thread_num", Int32, "0", Core, "worker threads; 0 = automatic (2-4)"),
     f("max_threads", Int32, "16", Core, "deprecated: use --rpc_thread_num"),
     f("rpc_interface", Str, "", Core, "network interface whose IPv4 address overrides --rpc_address"),
-    f("rpc_conn_timeout_seconds", Int32, "0", Core, "idle RPC connection timeout in seconds (0 = none)"),
+    f("rpc_conn_timeout_seconds", Int32, "0", Core, "idle RPC connection timeout in seconds (0 = --idle_connection_timeout_sec)"),
     f("rpc_enable_tcp_no_delay", Bool, "true", Core, "set TCP_NODELAY on RPC connections"),
     f("enable_http_metadata_server", Bool, "false", Core, "run the embedded HTTP metadata server"),
     f("http_metadata_server_host", Str, "0.0.0.0", Core, "HTTP metadata server bind host"),
@@ -145,6 +145,11 @@ pub static FLAGS: &[FlagDef] = &[
     f("memory_allocator", Str, "offset", Core, "segment allocator: offset (cachelib accepted, uses offset)"),
     f("allocation_strategy", Str, "random", Core, "random | free_ratio_first | local_first"),
     f("enable_metadata_cleanup_on_timeout", Bool, "false", Core, "delete mooncake/ram/<segment> when a client expires"),
+    // ---- ours (issue 10): authentication and connection limits ----
+    f("auth_token_file", Str, "", Core, "file holding the cluster token; clients must prove it (MC_AUTH_TOKEN / MC_AUTH_TOKEN_FILE)"),
+    f("max_connections", Uint32, "4096", Core, "most open connections per listener (RPC, metadata, admin)"),
+    f("max_connections_per_peer", Uint32, "1024", Core, "most open connections per peer address and listener"),
+    f("idle_connection_timeout_sec", Uint32, "60", Core, "close connections silent this long (0 = never); --rpc_conn_timeout_seconds overrides it for RPC"),
     // ---- glog flags mapped to our logger ----
     f("v", Int32, "0", Log, "verbose logging (>0 = debug, >1 = trace)"),
     f("logtostderr", Bool, "false", Log, "log everything (from --minloglevel) to stderr"),
@@ -792,7 +797,7 @@ pub fn parse_master_args_with_warnings(args: &[String]) -> (FlagOutcome, Vec<Str
         return (exit_err(errors), warnings);
     }
     match build_config(&flags, &mut warnings) {
-        Ok(cfg) => (FlagOutcome::Run(cfg), warnings),
+        Ok(cfg) => (FlagOutcome::Run(Box::new(cfg)), warnings),
         Err(e) => (exit_err(vec![e]), warnings),
     }
 }
@@ -883,6 +888,21 @@ fn build_config(fl: &Flags, warnings: &mut Vec<String>) -> Result<MasterConfig, 
         }
     };
     cfg.enable_metadata_cleanup_on_timeout = fl.bool("enable_metadata_cleanup_on_timeout");
+    cfg.auth_token_file = fl.string("auth_token_file");
+    if !cfg.auth_token_file.is_empty() {
+        let key = AuthKey::from_file(std::path::Path::new(&cfg.auth_token_file)).map_err(|e| {
+            format!(
+                "{}: {e}",
+                failed_validation("auth_token_file", &fl.raw("auth_token_file"))
+            )
+        })?;
+        cfg.auth = Some(key);
+    }
+    cfg.max_connections = u32::try_from(fl.uint("max_connections").max(1)).unwrap_or(u32::MAX);
+    cfg.max_connections_per_peer =
+        u32::try_from(fl.uint("max_connections_per_peer").max(1)).unwrap_or(u32::MAX);
+    cfg.idle_connection_timeout_sec =
+        u32::try_from(fl.uint("idle_connection_timeout_sec")).unwrap_or(u32::MAX);
     cfg.log_level = log_level(fl, warnings);
     Ok(cfg)
 }
@@ -916,33 +936,17 @@ fn log_level(fl: &Flags, warnings: &mut Vec<String>) -> String {
     level.to_string()
 }
 
-/// IPv4 address of a network interface, via `getifaddrs`.
+/// IPv4 address of a network interface.
 pub fn interface_ipv4(name: &str) -> Option<Ipv4Addr> {
-    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `ifap` with a list we free below; we only read
-    // entries while the list is alive and check every pointer for null.
-    unsafe {
-        if libc::getifaddrs(&mut ifap) != 0 {
-            return None;
-        }
-        let mut found = None;
-        let mut cur = ifap;
-        while !cur.is_null() {
-            let ifa = &*cur;
-            if !ifa.ifa_addr.is_null()
-                && !ifa.ifa_name.is_null()
-                && i32::from((*ifa.ifa_addr).sa_family) == libc::AF_INET
-                && CStr::from_ptr(ifa.ifa_name).to_bytes() == name.as_bytes()
-            {
-                let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
-                found = Some(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
-                break;
-            }
-            cur = ifa.ifa_next;
-        }
-        libc::freeifaddrs(ifap);
-        found
-    }
+    nix::ifaddrs::getifaddrs()
+        .ok()?
+        .filter(|ifa| ifa.interface_name == name)
+        .find_map(|ifa| {
+            ifa.address
+                .as_ref()
+                .and_then(|a| a.as_sockaddr_in())
+                .map(|sin| sin.ip())
+        })
 }
 
 #[cfg(test)]
@@ -958,14 +962,14 @@ mod tests {
 
     fn run(list: &[&str]) -> MasterConfig {
         match parse_master_args(&args(list)) {
-            FlagOutcome::Run(c) => c,
+            FlagOutcome::Run(c) => *c,
             FlagOutcome::Exit { code, message } => panic!("exit {code}: {message}"),
         }
     }
 
     fn run_w(list: &[&str]) -> (MasterConfig, Vec<String>) {
         match parse_master_args_with_warnings(&args(list)) {
-            (FlagOutcome::Run(c), w) => (c, w),
+            (FlagOutcome::Run(c), w) => (*c, w),
             (FlagOutcome::Exit { code, message }, _) => panic!("exit {code}: {message}"),
         }
     }
@@ -1321,6 +1325,49 @@ mod tests {
         let (c, w) = run_w(&["--log_dir=/tmp"]);
         assert_eq!(c.log_level, "warn");
         assert_eq!(w.len(), 1);
+    }
+
+    #[test]
+    fn auth_and_connection_limits() {
+        let d = run(&[]);
+        assert!(d.auth.is_none() && d.auth_token_file.is_empty());
+        assert_eq!(
+            (
+                d.max_connections,
+                d.max_connections_per_peer,
+                d.idle_connection_timeout_sec
+            ),
+            (4096, 1024, 60)
+        );
+        let token = tmp("token", "s3cret\n");
+        let c = run(&[
+            &format!("--auth_token_file={token}"),
+            "--max_connections=10",
+            "--max_connections_per_peer=3",
+            "--idle_connection_timeout_sec=0",
+        ]);
+        let key = c.auth.clone().expect("key loaded");
+        assert_eq!(
+            key.fingerprint(),
+            AuthKey::new("s3cret").expect("key").fingerprint()
+        );
+        let l = c.rpc_limits();
+        assert_eq!((l.max_total, l.max_per_peer, l.idle_timeout), (10, 3, None));
+        let c = run(&["--rpc_conn_timeout_seconds=5"]);
+        assert_eq!(
+            c.rpc_limits().idle_timeout,
+            Some(std::time::Duration::from_secs(5))
+        );
+        assert_eq!(
+            c.http_limits().idle_timeout,
+            Some(std::time::Duration::from_secs(60))
+        );
+        for bad in ["/nonexistent/token", &tmp("empty-token", " \n")] {
+            let (code, msg) = exit(&[&format!("--auth_token_file={bad}")]);
+            assert_eq!(code, 1, "{msg}");
+            assert!(msg.contains("auth_token_file"), "{msg}");
+        }
+        assert_eq!(exit(&["--max_connections=-1"]).0, 1);
     }
 
     #[test]

@@ -1,22 +1,82 @@
 //! The embedded HTTP metadata server (`--enable_http_metadata_server`,
 //! spec §6.1): `GET/PUT/DELETE /metadata?key=K` over a [`MetadataKv`], plus
 //! `GET /health`. Every other method or path answers 404.
+//!
+//! With a cluster token (`--auth_token_file`, issue 10) writes are signed
+//! by challenge-response: `GET /auth/challenge` hands out a one-time nonce
+//! (hex, valid [`NONCE_TTL`]); a `PUT` or `DELETE` then carries the header
+//! `X-Mooncake-Auth: <nonce hex>:<MAC hex>` with the MAC over the method,
+//! the key, the body and the nonce ([`mooncake_common::auth::DOMAIN_HTTP`]).
+//! A write without a valid, unused nonce and MAC answers 401. Reads stay
+//! open (upstream transfer engines read descriptors unauthenticated).
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use mooncake_common::auth::{self, from_hex, to_hex, AuthKey, Nonce, HTTP_AUTH_HEADER};
+use mooncake_common::limits::ConnLimits;
+use parking_lot::Mutex;
 
+use crate::listener::LimitedListener;
 use crate::metadata_kv::{MetadataKv, PutOutcome};
 
-/// Largest accepted PUT body (segment descriptors can list many buffers).
-pub const MAX_METADATA_BODY: usize = 64 << 20;
+/// Largest accepted PUT body (a segment descriptor is a few hundred bytes;
+/// upstream's descriptors with many buffers stay far below this).
+pub const MAX_METADATA_BODY: usize = 16 << 20;
+/// How long a challenge nonce stays valid.
+pub const NONCE_TTL: Duration = Duration::from_secs(30);
+/// Most outstanding challenge nonces (the oldest give way beyond this).
+pub const MAX_NONCES: usize = 4096;
+
+/// Outstanding one-time challenge nonces.
+#[derive(Debug, Default)]
+struct Nonces {
+    issued: HashMap<Nonce, Instant>,
+}
+
+impl Nonces {
+    fn issue(&mut self, now: Instant) -> Nonce {
+        if self.issued.len() >= MAX_NONCES {
+            self.issued
+                .retain(|_, at| now.duration_since(*at) < NONCE_TTL);
+        }
+        if self.issued.len() >= MAX_NONCES {
+            if let Some(oldest) = self
+                .issued
+                .iter()
+                .min_by_key(|(_, at)| **at)
+                .map(|(n, _)| *n)
+            {
+                self.issued.remove(&oldest);
+            }
+        }
+        let n = auth::nonce();
+        self.issued.insert(n, now);
+        n
+    }
+
+    /// Consume `n`: true when it was issued, unused and unexpired.
+    fn take(&mut self, n: &Nonce, now: Instant) -> bool {
+        self.issued
+            .remove(n)
+            .is_some_and(|at| now.duration_since(at) < NONCE_TTL)
+    }
+}
+
+#[derive(Clone)]
+struct MetaState {
+    kv: Arc<MetadataKv>,
+    auth: Option<AuthKey>,
+    nonces: Arc<Mutex<Nonces>>,
+}
 
 type KeyQuery = Result<Query<HashMap<String, String>>, QueryRejection>;
 
@@ -34,11 +94,58 @@ async fn not_found() -> Response {
     (StatusCode::NOT_FOUND, "Not Found").into_response()
 }
 
-async fn get_metadata(State(kv): State<Arc<MetadataKv>>, q: KeyQuery) -> Response {
+/// Check a write's signature; `Err` is the reason for a 401.
+fn check_write(
+    st: &MetaState,
+    method: &Method,
+    headers: &HeaderMap,
+    key: &str,
+    body: &[u8],
+) -> Result<(), &'static str> {
+    let Some(auth) = &st.auth else {
+        return Ok(());
+    };
+    let unauthorized = |msg: &'static str| {
+        tracing::warn!(key = %key, %method, "refused metadata write: {msg}");
+        msg
+    };
+    let Some(value) = headers.get(HTTP_AUTH_HEADER).and_then(|v| v.to_str().ok()) else {
+        return Err(unauthorized("authentication required"));
+    };
+    let parsed = value
+        .split_once(':')
+        .and_then(|(n, m)| Some((from_hex::<32>(n.trim())?, from_hex::<32>(m.trim())?)));
+    let Some((nonce, mac)) = parsed else {
+        return Err(unauthorized("malformed authentication header"));
+    };
+    if !st.nonces.lock().take(&nonce, Instant::now()) {
+        return Err(unauthorized("unknown, used or expired challenge"));
+    }
+    let ok = auth.verify(
+        auth::DOMAIN_HTTP,
+        &[method.as_str().as_bytes(), key.as_bytes(), body, &nonce],
+        &mac,
+    );
+    // (The same MAC as auth::http_write_proof, checked in constant time.)
+    if !ok {
+        return Err(unauthorized("authentication failed"));
+    }
+    Ok(())
+}
+
+async fn challenge(State(st): State<MetaState>) -> Response {
+    if st.auth.is_none() {
+        return (StatusCode::NOT_FOUND, "authentication is not configured").into_response();
+    }
+    let n = st.nonces.lock().issue(Instant::now());
+    (StatusCode::OK, to_hex(&n)).into_response()
+}
+
+async fn get_metadata(State(st): State<MetaState>, q: KeyQuery) -> Response {
     let Some(key) = key_param(q) else {
         return missing_key();
     };
-    match kv.get(&key) {
+    match st.kv.get(&key) {
         Some(v) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],
@@ -49,11 +156,19 @@ async fn get_metadata(State(kv): State<Arc<MetadataKv>>, q: KeyQuery) -> Respons
     }
 }
 
-async fn put_metadata(State(kv): State<Arc<MetadataKv>>, q: KeyQuery, body: Bytes) -> Response {
+async fn put_metadata(
+    State(st): State<MetaState>,
+    headers: HeaderMap,
+    q: KeyQuery,
+    body: Bytes,
+) -> Response {
     let Some(key) = key_param(q) else {
         return missing_key();
     };
-    match kv.put(&key, body.to_vec()) {
+    if let Err(why) = check_write(&st, &Method::PUT, &headers, &key, &body) {
+        return (StatusCode::UNAUTHORIZED, why).into_response();
+    }
+    match st.kv.put(&key, body.to_vec()) {
         PutOutcome::Updated => (StatusCode::OK, "metadata updated").into_response(),
         PutOutcome::Unchanged => (StatusCode::OK, "metadata unchanged").into_response(),
         PutOutcome::DuplicateRpcMeta => {
@@ -67,19 +182,23 @@ async fn put_metadata(State(kv): State<Arc<MetadataKv>>, q: KeyQuery, body: Byte
     }
 }
 
-async fn delete_metadata(State(kv): State<Arc<MetadataKv>>, q: KeyQuery) -> Response {
+async fn delete_metadata(State(st): State<MetaState>, headers: HeaderMap, q: KeyQuery) -> Response {
     let Some(key) = key_param(q) else {
         return missing_key();
     };
-    if kv.delete(&key) {
+    if let Err(why) = check_write(&st, &Method::DELETE, &headers, &key, b"") {
+        return (StatusCode::UNAUTHORIZED, why).into_response();
+    }
+    if st.kv.delete(&key) {
         (StatusCode::OK, "metadata deleted").into_response()
     } else {
         (StatusCode::NOT_FOUND, "metadata not found").into_response()
     }
 }
 
-/// The metadata server's routes (exposed for embedding and tests).
-pub fn metadata_router(kv: Arc<MetadataKv>) -> Router {
+/// The metadata server's routes (exposed for embedding and tests); with
+/// `auth`, writes must be signed (see the module documentation).
+pub fn metadata_router(kv: Arc<MetadataKv>, auth: Option<AuthKey>) -> Router {
     Router::new()
         .route(
             "/metadata",
@@ -88,16 +207,28 @@ pub fn metadata_router(kv: Arc<MetadataKv>) -> Router {
                 .delete(delete_metadata)
                 .fallback(not_found),
         )
+        .route("/auth/challenge", get(challenge).fallback(not_found))
         .route("/health", get(|| async { "OK" }).fallback(not_found))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_METADATA_BODY))
-        .with_state(kv)
+        .with_state(MetaState {
+            kv,
+            auth,
+            nonces: Arc::new(Mutex::new(Nonces::default())),
+        })
 }
 
-/// Serve the metadata HTTP API on an already-bound listener until the task is
-/// dropped (runtime shutdown) or the listener fails.
-pub async fn serve_metadata(listener: tokio::net::TcpListener, kv: Arc<MetadataKv>) {
-    if let Err(e) = axum::serve(listener, metadata_router(kv)).await {
+/// Serve the metadata HTTP API on an already-bound listener, admitting
+/// connections against `limits`, until the task is dropped (runtime
+/// shutdown) or the listener fails.
+pub async fn serve_metadata(
+    listener: tokio::net::TcpListener,
+    kv: Arc<MetadataKv>,
+    auth: Option<AuthKey>,
+    limits: ConnLimits,
+) {
+    let listener = LimitedListener::new(listener, limits, "metadata");
+    if let Err(e) = axum::serve(listener, metadata_router(kv, auth)).await {
         tracing::error!("HTTP metadata server stopped: {e}");
     }
 }
@@ -105,46 +236,50 @@ pub async fn serve_metadata(listener: tokio::net::TcpListener, kv: Arc<MetadataK
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_http::{request, spawn};
+    use crate::test_http::{call, Reply};
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn req(app: &Router, method: &str, uri: &str, body: &[u8]) -> Reply {
+        call(app, method, uri, &[], body).await
+    }
+
+    #[tokio::test]
     async fn metadata_api() {
         let kv = Arc::new(MetadataKv::new());
-        let addr = spawn(|l| serve_metadata(l, kv.clone())).await;
+        let app = metadata_router(kv.clone(), None);
 
-        let r = request(addr, "GET", "/metadata?key=x", b"").await;
+        let r = req(&app, "GET", "/metadata?key=x", b"").await;
         assert_eq!((r.status, r.body_str()), (404, "metadata not found".into()));
 
-        let r = request(addr, "PUT", "/metadata?key=k", br#"{"a":1}"#).await;
+        let r = req(&app, "PUT", "/metadata?key=k", br#"{"a":1}"#).await;
         assert_eq!((r.status, r.body_str()), (200, "metadata updated".into()));
-        let r = request(addr, "GET", "/metadata?key=k", b"").await;
+        let r = req(&app, "GET", "/metadata?key=k", b"").await;
         assert_eq!((r.status, r.body_str()), (200, r#"{"a":1}"#.into()));
         assert_eq!(
             r.header("content-type").as_deref(),
             Some("application/json")
         );
 
-        let r = request(addr, "DELETE", "/metadata?key=k", b"").await;
+        let r = req(&app, "DELETE", "/metadata?key=k", b"").await;
         assert_eq!((r.status, r.body_str()), (200, "metadata deleted".into()));
-        let r = request(addr, "DELETE", "/metadata?key=k", b"").await;
+        let r = req(&app, "DELETE", "/metadata?key=k", b"").await;
         assert_eq!((r.status, r.body_str()), (404, "metadata not found".into()));
 
         for m in ["GET", "PUT", "DELETE"] {
-            let r = request(addr, m, "/metadata", b"").await;
+            let r = req(&app, m, "/metadata", b"").await;
             assert_eq!(
                 (r.status, r.body_str()),
                 (400, "Missing key parameter".into()),
                 "{m}"
             );
-            let r = request(addr, m, "/metadata?key=", b"").await;
+            let r = req(&app, m, "/metadata?key=", b"").await;
             assert_eq!(r.status, 400, "{m}");
         }
 
         let k = "/metadata?key=mooncake/rpc_meta/h";
-        assert_eq!(request(addr, "PUT", k, b"one").await.status, 200);
-        let r = request(addr, "PUT", k, b"one").await;
+        assert_eq!(req(&app, "PUT", k, b"one").await.status, 200);
+        let r = req(&app, "PUT", k, b"one").await;
         assert_eq!((r.status, r.body_str()), (200, "metadata unchanged".into()));
-        let r = request(addr, "PUT", k, b"two").await;
+        let r = req(&app, "PUT", k, b"two").await;
         assert_eq!(
             (r.status, r.body_str()),
             (400, "Duplicate rpc_meta key not allowed".into())
@@ -152,34 +287,105 @@ mod tests {
 
         // Percent-encoded keys are decoded.
         assert_eq!(
-            request(addr, "PUT", "/metadata?key=a%2Fb", b"v")
-                .await
-                .status,
+            req(&app, "PUT", "/metadata?key=a%2Fb", b"v").await.status,
             200
         );
         assert_eq!(kv.get("a/b").as_deref(), Some(&b"v"[..]));
 
-        let r = request(addr, "GET", "/health", b"").await;
+        let r = req(&app, "GET", "/health", b"").await;
         assert_eq!((r.status, r.body_str()), (200, "OK".into()));
-        assert_eq!(
-            request(addr, "POST", "/metadata?key=k", b"").await.status,
-            404
-        );
-        assert_eq!(request(addr, "GET", "/nope", b"").await.status, 404);
-        assert_eq!(request(addr, "POST", "/health", b"").await.status, 404);
+        assert_eq!(req(&app, "POST", "/metadata?key=k", b"").await.status, 404);
+        assert_eq!(req(&app, "GET", "/nope", b"").await.status, 404);
+        assert_eq!(req(&app, "POST", "/health", b"").await.status, 404);
+        // Without a token there is nothing to authenticate.
+        assert_eq!(req(&app, "GET", "/auth/challenge", b"").await.status, 404);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test]
     async fn large_body() {
         let kv = Arc::new(MetadataKv::new());
-        let addr = spawn(|l| serve_metadata(l, kv.clone())).await;
+        let app = metadata_router(kv.clone(), None);
         let body = vec![b'x'; 4 << 20];
         assert_eq!(
-            request(addr, "PUT", "/metadata?key=big", &body)
-                .await
-                .status,
+            req(&app, "PUT", "/metadata?key=big", &body).await.status,
             200
         );
         assert_eq!(kv.get("big").map(|v| v.len()), Some(4 << 20));
+        let body = vec![b'x'; MAX_METADATA_BODY + 1];
+        assert_eq!(
+            req(&app, "PUT", "/metadata?key=huge", &body).await.status,
+            413
+        );
+        assert_eq!(kv.get("huge"), None);
+    }
+
+    async fn signed(app: &Router, auth: &AuthKey, method: &str, key: &str, body: &[u8]) -> Reply {
+        let r = req(app, "GET", "/auth/challenge", b"").await;
+        assert_eq!(r.status, 200);
+        let nonce = from_hex::<32>(&r.body_str()).expect("hex nonce");
+        let mac = auth::http_write_proof(auth, method, key, body, &nonce);
+        let value = format!("{}:{}", to_hex(&nonce), to_hex(&mac));
+        let uri = format!("/metadata?key={key}");
+        call(app, method, &uri, &[(HTTP_AUTH_HEADER, &value)], body).await
+    }
+
+    #[tokio::test]
+    async fn writes_need_a_signed_challenge_with_a_token() {
+        let kv = Arc::new(MetadataKv::new());
+        let key = AuthKey::new("cluster").expect("key");
+        let app = metadata_router(kv.clone(), Some(key.clone()));
+        assert_eq!(req(&app, "PUT", "/metadata?key=k", b"v").await.status, 401);
+        assert_eq!(
+            req(&app, "DELETE", "/metadata?key=k", b"").await.status,
+            401
+        );
+        assert_eq!(signed(&app, &key, "PUT", "k", b"v").await.status, 200);
+        assert_eq!(req(&app, "GET", "/metadata?key=k", b"").await.body, b"v");
+        // Wrong secret, wrong body, wrong method, garbage and replays: 401.
+        let other = AuthKey::new("other").expect("key");
+        assert_eq!(signed(&app, &other, "PUT", "k", b"x").await.status, 401);
+        let r = req(&app, "GET", "/auth/challenge", b"").await;
+        let nonce = from_hex::<32>(&r.body_str()).expect("nonce");
+        let mac = auth::http_write_proof(&key, "PUT", "k", b"v", &nonce);
+        let value = format!("{}:{}", to_hex(&nonce), to_hex(&mac));
+        let h = [(HTTP_AUTH_HEADER, value.as_str())];
+        assert_eq!(
+            call(&app, "PUT", "/metadata?key=k", &h, b"evil")
+                .await
+                .status,
+            401
+        );
+        // The nonce was consumed by the failed attempt.
+        assert_eq!(
+            call(&app, "PUT", "/metadata?key=k", &h, b"v").await.status,
+            401
+        );
+        for bad in ["", "zz", "00:00", &"g".repeat(129)] {
+            let h = [(HTTP_AUTH_HEADER, bad)];
+            assert_eq!(
+                call(&app, "PUT", "/metadata?key=k", &h, b"v").await.status,
+                401
+            );
+        }
+        assert_eq!(kv.get("k").as_deref(), Some(&b"v"[..]));
+        assert_eq!(signed(&app, &key, "DELETE", "k", b"").await.status, 200);
+        assert_eq!(kv.get("k"), None);
+    }
+
+    #[test]
+    fn nonces_are_bounded_and_single_use() {
+        let mut n = Nonces::default();
+        let now = Instant::now();
+        let first = n.issue(now);
+        for _ in 0..MAX_NONCES {
+            n.issue(now);
+        }
+        assert!(n.issued.len() <= MAX_NONCES);
+        let fresh = n.issue(now);
+        assert!(n.take(&fresh, now));
+        assert!(!n.take(&fresh, now));
+        let _ = first;
+        let late = n.issue(now);
+        assert!(!n.take(&late, now + NONCE_TTL + Duration::from_secs(1)));
     }
 }

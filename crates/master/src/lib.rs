@@ -1,6 +1,8 @@
 //! The `mooncake_master` metadata service: client registry, segments with
 //! per-segment allocators, objects and replicas, leases, pins, eviction, the
-//! RPC server, the embedded HTTP metadata server and the admin server.
+//! RPC server, the embedded HTTP metadata server and the admin server, with
+//! connection admission limits and optional cluster-token authentication
+//! on every listener (issue 10).
 
 pub mod admin;
 pub mod allocator;
@@ -9,6 +11,7 @@ pub mod embedded;
 mod eviction;
 pub mod flags;
 pub mod http_meta;
+pub mod listener;
 pub mod metadata_kv;
 pub mod metrics;
 mod objects;

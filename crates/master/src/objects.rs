@@ -5,8 +5,9 @@ use crate::placement;
 use crate::state::{
     flag_eviction, is_non_ecmascript, pending_pin, MasterState, ObjStatus, Object, PendingPin,
 };
-use mooncake_common::proto::{ObjectInfo, PutStartItem, SoftPin, WriteConfig};
-use mooncake_common::ErrorCode;
+use mooncake_common::auth::unix_ms;
+use mooncake_common::proto::{ObjectInfo, PutStartItem, ReplicaLoc, SoftPin, WriteConfig};
+use mooncake_common::{ErrorCode, WriteTicket};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -24,6 +25,31 @@ impl MasterState {
         Ok(())
     }
 
+    /// With a cluster token, sign each replica's range for the writer (a
+    /// [`WriteTicket`] the owner's data server checks). The grant lasts as
+    /// long as the put may stay in progress (`put_start_discard_timeout_sec`,
+    /// at least 10 s).
+    fn grant(&self, locs: &mut [ReplicaLoc]) {
+        let Some(key) = &self.cfg.auth else {
+            return;
+        };
+        let life_ms = self
+            .cfg
+            .put_start_discard_timeout_sec
+            .max(10)
+            .saturating_mul(1000);
+        let expires = unix_ms().saturating_add(life_ms);
+        for l in locs {
+            l.ticket = Some(WriteTicket::sign(
+                key,
+                &l.segment_uuid,
+                l.offset,
+                l.size,
+                expires,
+            ));
+        }
+    }
+
     /// Begin writes; see spec §3.1 (put) and §3.3 (upsert).
     pub fn put_start(
         &self,
@@ -31,6 +57,19 @@ impl MasterState {
         sizes: &[u64],
         cfg: &WriteConfig,
         upsert: bool,
+    ) -> Vec<PutStartItem> {
+        self.put_start_excluding(keys, sizes, cfg, upsert, &[])
+    }
+
+    /// [`MasterState::put_start`], never placing a new replica on a
+    /// segment named in `exclude` (the writer failed to reach it).
+    pub fn put_start_excluding(
+        &self,
+        keys: &[String],
+        sizes: &[u64],
+        cfg: &WriteConfig,
+        upsert: bool,
+        exclude: &[String],
     ) -> Vec<PutStartItem> {
         let mut out = Vec::with_capacity(keys.len());
         if keys.len() != sizes.len() {
@@ -93,11 +132,12 @@ impl MasterState {
                         soft_deadline = o.soft_pin_deadline;
                         if o.size == size {
                             // Case B: in place.
-                            let locs: Vec<_> = o
+                            let mut locs: Vec<_> = o
                                 .replicas
                                 .iter()
                                 .filter_map(|r| g.replica_loc(r, size))
                                 .collect();
+                            self.grant(&mut locs);
                             if let Some(o) = g.objects.get_mut(key) {
                                 o.status = ObjStatus::Processing;
                                 o.put_start = now;
@@ -114,7 +154,8 @@ impl MasterState {
                     }
                 }
             }
-            let replicas = placement::allocate(&mut g, size, cfg, self.cfg.allocation_strategy);
+            let replicas =
+                placement::allocate(&mut g, size, cfg, self.cfg.allocation_strategy, exclude);
             if replicas.is_empty() {
                 self.metrics.put_start_failures.inc();
                 self.metrics.put_start_alloc_failures.inc();
@@ -126,10 +167,11 @@ impl MasterState {
                 self.metrics.put_start_partial_allocations.inc();
                 tracing::warn!(key = %key, wanted = cfg.replica_num, got = replicas.len(), "partial replica allocation");
             }
-            let locs: Vec<_> = replicas
+            let mut locs: Vec<_> = replicas
                 .iter()
                 .filter_map(|r| g.replica_loc(r, size))
                 .collect();
+            self.grant(&mut locs);
             g.objects.insert(
                 key.clone(),
                 Object {

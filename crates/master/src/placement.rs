@@ -1,26 +1,36 @@
 //! Replica placement: choose distinct segments with enough free space,
-//! preferred segments first, then by the configured strategy.
+//! preferred segments first, then by the configured strategy. Segments the
+//! writer just failed to reach (`exclude`) are never chosen; segments whose
+//! owner missed a heartbeat (suspect) only when nothing else fits (issue
+//! 10: puts avoid segments whose owner stopped heartbeating).
 
 use crate::config::AllocationStrategy;
 use crate::state::{Inner, Replica};
 use mooncake_common::proto::WriteConfig;
 use rand::seq::SliceRandom;
+use std::time::Instant;
 
-/// Allocate up to `cfg.replica_num` replicas of `size` bytes on distinct segments.
+/// Allocate up to `cfg.replica_num` replicas of `size` bytes on distinct
+/// segments, none of them in `exclude`.
 pub(crate) fn allocate(
     inner: &mut Inner,
     size: u64,
     cfg: &WriteConfig,
     strategy: AllocationStrategy,
+    exclude: &[String],
 ) -> Vec<Replica> {
     let want = cfg.replica_num as usize;
+    let now = Instant::now();
     let mut chosen: Vec<String> = Vec::new();
     let fits = |inner: &Inner, name: &str| {
-        inner
-            .segments
-            .get(name)
-            .is_some_and(|s| s.alloc.largest_free() >= size)
+        !exclude.iter().any(|e| e == name)
+            && inner
+                .segments
+                .get(name)
+                .is_some_and(|s| s.alloc.largest_free() >= size)
     };
+    // Preferred segments are the caller's explicit choice: tried even when
+    // suspect (a failed write there is retried elsewhere by the writer).
     for p in &cfg.preferred_segments {
         if chosen.len() >= want {
             break;
@@ -30,12 +40,12 @@ pub(crate) fn allocate(
         }
     }
     if chosen.len() < want {
-        let mut rest: Vec<String> = inner
+        let (mut rest, mut suspect): (Vec<String>, Vec<String>) = inner
             .segments
             .keys()
             .filter(|n| !chosen.contains(n) && fits(inner, n))
             .cloned()
-            .collect();
+            .partition(|n| !inner.is_suspect(n, now));
         rest.shuffle(&mut rand::thread_rng());
         match strategy {
             AllocationStrategy::Random => {}
@@ -63,7 +73,8 @@ pub(crate) fn allocate(
                 rest.insert(0, w);
             }
         }
-        for n in rest {
+        suspect.shuffle(&mut rand::thread_rng());
+        for n in rest.into_iter().chain(suspect) {
             if chosen.len() >= want {
                 break;
             }

@@ -1,88 +1,109 @@
 //! The master's RPC server: length-prefixed bincode frames over TCP, one
-//! request/response at a time per connection, a version handshake first.
+//! request/response at a time per connection, the version (and, with a
+//! cluster token, authentication) handshake first.
 //!
 //! Connections are accepted on the tokio runtime but served on one blocking
 //! thread each: a request wakes its thread directly out of `read`, without
 //! a reactor hop, which keeps the round trip short on small machines.
+//!
+//! Every connection is admitted against the listener's caps (in total and
+//! per peer address); a connection silent for the idle timeout is closed;
+//! the handshake must complete within [`HANDSHAKE_TIMEOUT`]; a request frame
+//! is read against [`MAX_REQUEST_FRAME`] and decoded without recursion
+//! (issue 10). When the process runs out of descriptors the accept loop
+//! backs off instead of spinning.
 
 use crate::state::MasterState;
-use mooncake_common::framing::{self, Hello, Service, MAX_CONTROL_FRAME};
-use mooncake_common::proto::{MasterRequest, MasterResponse};
+use mooncake_common::framing::{self, server_handshake, Service, MAX_REQUEST_FRAME};
+use mooncake_common::limits::{AcceptBackoff, ConnPermit, ConnTracker};
+use mooncake_common::proto::{MasterRequest, MasterResponse, RequestFrame};
 use mooncake_common::spin_read::SpinReader;
-use mooncake_common::ErrorCode;
 use std::io::{self, BufReader, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 
-/// Accept connections forever, one serving thread per connection.
+/// Time a new connection has to complete the handshake (the idle timeout
+/// when that is shorter).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accept connections until the task is dropped, one serving thread per
+/// admitted connection.
 pub async fn serve(listener: TcpListener, state: Arc<MasterState>) {
+    let tracker = ConnTracker::new(state.config().rpc_limits());
+    let mut backoff = AcceptBackoff::default();
     loop {
-        match listener.accept().await {
-            Ok((sock, peer)) => {
-                let sock = match sock.into_std().and_then(|s| {
-                    s.set_nonblocking(false)?;
-                    Ok(s)
-                }) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::warn!(%peer, error = %e, "cannot take over rpc connection");
-                        continue;
-                    }
-                };
-                let st = Arc::clone(&state);
-                let spawned = std::thread::Builder::new()
-                    .name("mc-master-rpc".into())
-                    .spawn(move || {
-                        if let Err(e) = handle_conn(sock, st) {
-                            if e.kind() != io::ErrorKind::UnexpectedEof {
-                                tracing::warn!(%peer, error = %e, "rpc connection closed");
-                            }
-                        }
-                    });
-                if let Err(e) = spawned {
-                    tracing::warn!(%peer, error = %e, "cannot spawn rpc thread");
-                }
+        let (sock, peer) = match listener.accept().await {
+            Ok(c) => {
+                backoff.on_success();
+                c
             }
             Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                if let Some(pause) = backoff.on_error(&e) {
+                    tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "rpc accept failed; backing off");
+                    tokio::time::sleep(pause).await;
+                }
+                continue;
             }
+        };
+        let permit = match tracker.try_acquire(peer.ip()) {
+            Ok(p) => p,
+            Err(why) => {
+                tracing::warn!(%peer, reason = %why, "refusing rpc connection");
+                drop(sock);
+                continue;
+            }
+        };
+        let sock = match sock.into_std().and_then(|s| {
+            s.set_nonblocking(false)?;
+            Ok(s)
+        }) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "cannot take over rpc connection");
+                continue;
+            }
+        };
+        let st = Arc::clone(&state);
+        let idle = tracker.limits().idle_timeout;
+        let spawned = std::thread::Builder::new()
+            .name("mc-master-rpc".into())
+            .spawn(move || {
+                if let Err(e) = handle_conn(sock, st, idle, permit) {
+                    match e.kind() {
+                        io::ErrorKind::UnexpectedEof => {}
+                        io::ErrorKind::PermissionDenied => {
+                            tracing::warn!(%peer, error = %e, "rpc peer refused")
+                        }
+                        _ => tracing::warn!(%peer, error = %e, "rpc connection closed"),
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(%peer, error = %e, "cannot spawn rpc thread");
         }
     }
 }
 
-/// Write one frame (length prefix + body) with a single `write`.
-fn write_frame(sock: &mut TcpStream, out: &mut Vec<u8>, body: &[u8]) -> io::Result<()> {
-    let len = u32::try_from(body.len())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "response too large"))?;
-    out.clear();
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(body);
-    sock.write_all(out)
-}
-
-fn handle_conn(mut sock: TcpStream, state: Arc<MasterState>) -> io::Result<()> {
+fn handle_conn(
+    mut sock: TcpStream,
+    state: Arc<MasterState>,
+    idle: Option<Duration>,
+    _permit: ConnPermit,
+) -> io::Result<()> {
     let _ = sock.set_nodelay(state.config().rpc_enable_tcp_no_delay);
-    let idle = state.config().rpc_conn_timeout_seconds;
-    if idle > 0 {
-        sock.set_read_timeout(Some(std::time::Duration::from_secs(idle as u64)))?;
-    }
+    let hs = idle.map_or(HANDSHAKE_TIMEOUT, |d| d.min(HANDSHAKE_TIMEOUT));
+    sock.set_read_timeout(Some(hs))?;
+    sock.set_write_timeout(Some(hs))?;
+    server_handshake(&mut sock, Service::Master, state.config().auth.as_ref())?;
+    sock.set_read_timeout(idle)?;
+    sock.set_write_timeout(None)?;
     let mut rd = BufReader::with_capacity(64 << 10, SpinReader::new(sock.try_clone()?));
-    let mut out: Vec<u8> = Vec::with_capacity(4096);
-    let hello_body = framing::read_frame(&mut rd, 1024)?;
-    let hello: Hello = framing::decode(&hello_body)?;
-    let ours = framing::encode(&Hello::new(Service::Master))?;
-    if let Err(e) = hello.check(Service::Master) {
-        tracing::warn!(error = %e, "refusing rpc connection");
-        let _ = write_frame(&mut sock, &mut out, &ours);
-        return Err(io::Error::new(io::ErrorKind::InvalidData, e));
-    }
-    write_frame(&mut sock, &mut out, &ours)?;
     loop {
-        let body = match framing::read_frame(&mut rd, MAX_CONTROL_FRAME) {
+        let body = match framing::read_frame(&mut rd, MAX_REQUEST_FRAME) {
             Ok(b) => b,
-            // The idle timeout (`rpc_conn_timeout_seconds`) ran out.
+            // The idle timeout ran out.
             Err(e)
                 if matches!(
                     e.kind(),
@@ -93,8 +114,10 @@ fn handle_conn(mut sock: TcpStream, state: Arc<MasterState>) -> io::Result<()> {
             }
             Err(e) => return Err(e),
         };
-        let req: MasterRequest = framing::decode(&body)?;
-        let resp = dispatch(&state, req);
+        let frame: RequestFrame = framing::decode(&body)?;
+        drop(body);
+        state.reads_done(&frame.done);
+        let resp = dispatch(&state, frame.req);
         sock.write_all(&framing::encode_frame(&resp)?)?;
     }
 }
@@ -127,7 +150,10 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
             sizes,
             config,
             upsert,
-        } => MasterResponse::PutStart(state.put_start(&keys, &sizes, &config, upsert)),
+            exclude,
+        } => MasterResponse::PutStart(
+            state.put_start_excluding(&keys, &sizes, &config, upsert, &exclude),
+        ),
         MasterRequest::PutEnd { keys } => {
             state.put_end(&keys);
             MasterResponse::Ok
@@ -142,14 +168,6 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
         MasterRequest::ReadsDone { tickets } => {
             state.reads_done(&tickets);
             MasterResponse::Ok
-        }
-        MasterRequest::WithDone { done, req } => {
-            state.reads_done(&done);
-            match *req {
-                // No nesting: one envelope per request.
-                MasterRequest::WithDone { .. } => MasterResponse::Err(ErrorCode::InvalidParams),
-                inner => dispatch(state, inner),
-            }
         }
         MasterRequest::Exist { keys } => MasterResponse::Codes(state.exist(&keys)),
         MasterRequest::Remove { keys, force } => MasterResponse::Codes(state.remove(&keys, force)),

@@ -28,7 +28,7 @@ pub const REPORT_INTERVAL: Duration = Duration::from_secs(10);
 pub fn run_master(args: Vec<String>) -> i32 {
     let (outcome, warnings) = parse_master_args_with_warnings(&args);
     let cfg = match outcome {
-        FlagOutcome::Run(cfg) => cfg,
+        FlagOutcome::Run(cfg) => *cfg,
         FlagOutcome::Exit { code, message } => {
             if message.starts_with("ERROR") {
                 eprintln!("{message}");
@@ -128,7 +128,9 @@ pub fn config_summary(cfg: &MasterConfig) -> String {
          default_kv_soft_pin_ttl={} max_kv_soft_pin_ttl={} allow_evict_soft_pinned_objects={} \
          eviction_high_watermark_ratio={} eviction_ratio={} client_ttl={} \
          put_start_discard_timeout_sec={} put_start_release_timeout_sec={} \
-         allocation_strategy={} enable_metadata_cleanup_on_timeout={} log_level={}",
+         allocation_strategy={} enable_metadata_cleanup_on_timeout={} log_level={} \
+         auth={} max_connections={} max_connections_per_peer={} \
+         idle_connection_timeout_sec={}",
         cfg.rpc_address,
         cfg.rpc_port,
         cfg.rpc_thread_num,
@@ -152,6 +154,10 @@ pub fn config_summary(cfg: &MasterConfig) -> String {
         strategy_name(cfg.allocation_strategy),
         cfg.enable_metadata_cleanup_on_timeout,
         cfg.log_level,
+        if cfg.auth.is_some() { "token" } else { "off" },
+        cfg.max_connections,
+        cfg.max_connections_per_peer,
+        cfg.idle_connection_timeout_sec,
     )
 }
 
@@ -213,18 +219,30 @@ async fn run_async(mut cfg: MasterConfig, threads: usize) -> i32 {
         config_summary(&cfg)
     );
 
+    if cfg.auth.is_none() {
+        tracing::warn!(
+            "no --auth_token_file: any peer that reaches the RPC, metadata or data ports is trusted"
+        );
+    }
     let metrics = Arc::new(MasterMetrics::default());
     let metadata = meta_listener.as_ref().map(|_| Arc::new(MetadataKv::new()));
     let reporting = cfg.enable_metric_reporting;
+    let http_limits = cfg.http_limits();
+    let auth = cfg.auth.clone();
     let state = MasterState::new(cfg, metrics.clone(), metadata.clone());
     state.start_background();
 
     tokio::spawn(crate::rpc::serve(rpc_listener, state.clone()));
     if let (Some(l), Some(kv)) = (meta_listener, metadata) {
-        tokio::spawn(serve_metadata(l, kv));
+        tokio::spawn(serve_metadata(l, kv, auth, http_limits));
     }
     let view: Arc<dyn AdminView> = state.clone();
-    tokio::spawn(serve_admin(admin_listener, view.clone(), metrics));
+    tokio::spawn(serve_admin(
+        admin_listener,
+        view.clone(),
+        metrics,
+        http_limits,
+    ));
     if reporting {
         tokio::spawn(report_loop(view));
     }
@@ -270,6 +288,7 @@ mod tests {
         let s = config_summary(&cfg);
         assert!(s.contains("default_kv_lease_ttl=2000 "), "{s}");
         assert!(s.contains("allocation_strategy=random "), "{s}");
+        assert!(s.contains(" auth=off "), "{s}");
         assert!(!s.contains('\n'));
     }
 

@@ -8,7 +8,9 @@ use crate::allocator::OffsetAllocator;
 use crate::config::MasterConfig;
 use crate::metadata_kv::MetadataKv;
 use crate::metrics::MasterMetrics;
-use mooncake_common::proto::{ReplicaLoc, SegmentDesc, SoftPin};
+use mooncake_common::proto::{
+    ReplicaLoc, SegmentDesc, SoftPin, HEARTBEAT_INTERVAL_MS, MAX_SEGMENT_SIZE,
+};
 use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -16,11 +18,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A client silent this long has missed a heartbeat: its segments are
+/// suspect (placement avoids them while others fit).
+pub(crate) const SUSPECT_AFTER: Duration = Duration::from_millis(HEARTBEAT_INTERVAL_MS * 3 / 2);
+
 /// A registered client.
 #[derive(Debug)]
 pub(crate) struct ClientEntry {
     pub last_ping: Instant,
     pub segments: Vec<String>,
+}
+
+impl ClientEntry {
+    /// Whether the client has missed a heartbeat at `now`.
+    pub(crate) fn is_suspect(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last_ping) > SUSPECT_AFTER
+    }
 }
 
 /// A mounted segment and its allocator.
@@ -75,7 +88,7 @@ pub(crate) struct Object {
 
 impl Object {
     /// Whether a read of this object may be in flight at `now`.
-    pub fn being_read(&self, now: Instant) -> bool {
+    pub(crate) fn being_read(&self, now: Instant) -> bool {
         self.readers.iter().any(|(_, exp)| *exp > now)
     }
 }
@@ -169,17 +182,35 @@ impl MasterState {
         }
     }
 
-    /// Mount (or remount) a segment for a client.
+    /// Mount (or remount) a segment for a client. A size no client can
+    /// map ([`MAX_SEGMENT_SIZE`]), or one that would overflow the total
+    /// capacity, is refused with INVALID_PARAMS.
     pub fn mount_segment(&self, client_id: &str, desc: SegmentDesc) -> Result<(), ErrorCode> {
         self.metrics.mount_segment_requests.inc();
+        if desc.size > MAX_SEGMENT_SIZE {
+            tracing::warn!(segment = %desc.name, size = desc.size, "refused a segment larger than any client can map");
+            return Err(ErrorCode::InvalidParams);
+        }
         let mut g = self.inner.lock();
-        if let Some(existing) = g.segments.get(&desc.name) {
-            if existing.client_id != client_id {
-                return Err(ErrorCode::SegmentAlreadyExists);
+        // A remount with new memory replaces the old segment of that name.
+        let replaced = match g.segments.get(&desc.name) {
+            Some(existing) if existing.client_id != client_id => {
+                return Err(ErrorCode::SegmentAlreadyExists)
             }
-            if existing.desc.uuid == desc.uuid {
-                return Ok(());
-            }
+            Some(existing) if existing.desc.uuid == desc.uuid => return Ok(()),
+            Some(existing) => Some(existing.alloc.capacity()),
+            None => None,
+        };
+        let fits = g
+            .total_capacity()
+            .and_then(|t| t.checked_sub(replaced.unwrap_or(0)))
+            .and_then(|t| t.checked_add(desc.size))
+            .is_some();
+        if !fits {
+            tracing::warn!(segment = %desc.name, size = desc.size, "refused a segment that overflows the capacity sum");
+            return Err(ErrorCode::InvalidParams);
+        }
+        if replaced.is_some() {
             let name = desc.name.clone();
             g.drop_segment(&name);
         }
@@ -306,15 +337,39 @@ impl MasterState {
 }
 
 impl Inner {
-    /// Used and total bytes over all segments.
-    pub fn usage(&self) -> (u64, u64) {
+    /// Used and total bytes over all segments (mounts keep the sum in
+    /// range; saturating all the same).
+    pub(crate) fn usage(&self) -> (u64, u64) {
         self.segments.values().fold((0, 0), |(u, t), s| {
-            (u + s.alloc.used(), t + s.alloc.capacity())
+            (
+                u.saturating_add(s.alloc.used()),
+                t.saturating_add(s.alloc.capacity()),
+            )
         })
     }
 
+    /// Sum of mounted capacities, `None` if it does not fit a `u64`.
+    pub(crate) fn total_capacity(&self) -> Option<u64> {
+        self.segments
+            .values()
+            .try_fold(0u64, |t, s| t.checked_add(s.alloc.capacity()))
+    }
+
+    /// Whether the owner of segment `name` has missed a heartbeat at `now`
+    /// (an unknown owner counts as suspect).
+    pub(crate) fn is_suspect(&self, name: &str, now: Instant) -> bool {
+        match self
+            .segments
+            .get(name)
+            .and_then(|s| self.clients.get(&s.client_id))
+        {
+            Some(c) => c.is_suspect(now),
+            None => true,
+        }
+    }
+
     /// Remove a segment: drop its replicas, erase objects left without one.
-    pub fn drop_segment(&mut self, name: &str) {
+    pub(crate) fn drop_segment(&mut self, name: &str) {
         self.segments.remove(name);
         self.deferred.retain(|d| d.segment != name);
         let mut empty = Vec::new();
@@ -331,7 +386,7 @@ impl Inner {
     }
 
     /// Free an object's replicas now.
-    pub fn free_replicas(&mut self, replicas: &[Replica], size: u64) {
+    pub(crate) fn free_replicas(&mut self, replicas: &[Replica], size: u64) {
         for r in replicas {
             if let Some(seg) = self.segments.get_mut(&r.segment) {
                 if seg.desc.uuid == r.segment_uuid {
@@ -342,7 +397,7 @@ impl Inner {
     }
 
     /// Discard a stale PROCESSING object; its space is released later.
-    pub fn discard_processing(&mut self, key: &str, release: Duration) {
+    pub(crate) fn discard_processing(&mut self, key: &str, release: Duration) {
         if let Some(o) = self.objects.remove(key) {
             let at = o.put_start + release;
             for r in o.replicas {
@@ -358,7 +413,7 @@ impl Inner {
     }
 
     /// Describe a replica for a client.
-    pub fn replica_loc(&self, r: &Replica, size: u64) -> Option<ReplicaLoc> {
+    pub(crate) fn replica_loc(&self, r: &Replica, size: u64) -> Option<ReplicaLoc> {
         let seg = self.segments.get(&r.segment)?;
         Some(ReplicaLoc {
             segment_name: seg.desc.name.clone(),
@@ -370,6 +425,7 @@ impl Inner {
             base_addr: seg.desc.base_addr,
             offset: r.offset,
             size,
+            ticket: None,
         })
     }
 }
@@ -395,7 +451,7 @@ impl AdminView for MasterState {
                 .into_iter()
                 .map(|r| ReplicaView {
                     size: r.size,
-                    buffer_address: r.base_addr + r.offset,
+                    buffer_address: r.base_addr.wrapping_add(r.offset),
                     transport_endpoint: r.endpoint,
                 })
                 .collect()),

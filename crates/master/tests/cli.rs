@@ -1,7 +1,7 @@
 //! End-to-end tests of the `mooncake_master` binary: flag errors, startup,
 //! the metadata and admin HTTP servers, the config log line and SIGTERM.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
@@ -40,27 +40,35 @@ struct Reply {
     body: String,
 }
 
+/// One HTTP request (over `ureq`); header names and values lower-cased,
+/// one `name: value` per line.
 fn http(port: u16, method: &str, path: &str, body: &str) -> Reply {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("write");
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).expect("read");
-    let (head, body) = raw.split_once("\r\n\r\n").expect("header end");
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into();
+    let url = format!("http://127.0.0.1:{port}{path}");
+    let resp = match method {
+        "GET" => agent.get(&url).call(),
+        "DELETE" => agent.delete(&url).call(),
+        "PUT" => agent.put(&url).send(body),
+        other => panic!("unsupported method {other}"),
+    }
+    .expect("HTTP request");
+    let status = resp.status().as_u16();
+    let headers = resp
+        .headers()
+        .iter()
+        .map(|(k, v)| format!("{}: {}", k.as_str(), v.to_str().unwrap_or("")))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .to_ascii_lowercase();
+    let body = resp.into_body().read_to_string().expect("response body");
     Reply {
         status,
-        headers: head.to_ascii_lowercase(),
-        body: body.to_string(),
+        headers,
+        body,
     }
 }
 

@@ -1,29 +1,31 @@
-//! PyO3 surface of EngramStore: `EngramStoreConfig` and `EngramStore`
-//! (`populate`, `lookup`, `lookup_into`, `remove_from_store`, getters).
+//! PyO3 surface of EngramStore (engram spec, `shared/spec/engram.md`):
+//! `EngramStoreConfig` and `EngramStore` (`populate`, `lookup`,
+//! `lookup_into`, `remove_from_store`, getters).
 //!
-//! The store client is read at call time from the store object's
-//! `_get_pyclient_capsule()` (a `PyCapsule` named
-//! `mooncake.PyClient.shared_ptr` holding an `Arc<Client>`). Arrays are
-//! accessed through the buffer protocol; outputs are allocated with
-//! `numpy.empty`. The whole gather (id validation through the last copy)
-//! runs with the GIL released.
+//! Conversion only: NumPy arrays, torch tensors and nested lists become
+//! ids, tables and outputs; the rules (defaults, layout checks, populate
+//! casts, output dtypes, messages) are `mooncake-engram`'s, and its errors
+//! are raised by [`OrRaise`] with the spec's exact messages. The store
+//! client is resolved at call time from the `store` argument
+//! ([`store_client`]). The whole populate and gather (id validation through
+//! the last copy) run with the GIL released.
 
-use mooncake_client::{Client, WriteConfig};
-use mooncake_engram::convert::{f32_to_bf16, f32_to_f16};
-use mooncake_engram::{validate_layout, EngramCore, OutBuf, OutKind, TableDtype};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use crate::buffer::{elements, half_bits, typed, typed_out, Half};
+use crate::report::{raise, Call, OrRaise};
+use crate::store::capsule::store_client;
+use crate::store::{options, MooncakeDistributedStore, ReplicateConfig};
+use mooncake_client::{Client, ErrorCode};
+use mooncake_engram::{
+    empty_ids, ids_kind_ok, ids_not_integer_array, ids_not_integers, not_an_array, EngramConfig,
+    EngramCore, Error, OutBuf, OutKind, Table, TableDtype,
+};
+use pyo3::buffer::{Element, PyBuffer};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::{PyCapsule, PyFloat, PyInt, PyString, PyType};
-use std::ffi::CStr;
+use pyo3::types::{PyFloat, PyInt, PyString, PyType};
 use std::sync::Arc;
-
-/// Name of the capsule that carries an `Arc<Client>`.
-pub const CAPSULE_NAME: &CStr = c"mooncake.PyClient.shared_ptr";
-
-const LOOKUP_FAILED: &str = "EngramStore lookup failed";
-const POPULATE_FAILED: &str = "populate failed";
 
 static NUMPY: GILOnceCell<Py<PyModule>> = GILOnceCell::new();
 
@@ -32,40 +34,6 @@ fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     Ok(NUMPY
         .get_or_try_init(py, || py.import("numpy").map(Bound::unbind))?
         .bind(py))
-}
-
-/// A C-contiguous buffer-protocol view, released (with the GIL) on drop.
-struct RawBuffer {
-    view: Box<ffi::Py_buffer>,
-}
-
-impl RawBuffer {
-    /// Request a C-contiguous (and optionally writable) view of `obj`.
-    fn get(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Self> {
-        // SAFETY: Py_buffer is plain data; all-zero is a valid initial value.
-        let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
-        let flags = ffi::PyBUF_C_CONTIGUOUS | if writable { ffi::PyBUF_WRITABLE } else { 0 };
-        // SAFETY: `obj` is a live object and `view` a valid, pinned (boxed) target.
-        if unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) } != 0 {
-            return Err(PyErr::fetch(obj.py()));
-        }
-        Ok(RawBuffer { view })
-    }
-
-    fn ptr(&self) -> usize {
-        self.view.buf as usize
-    }
-
-    fn len(&self) -> usize {
-        self.view.len.max(0) as usize
-    }
-}
-
-impl Drop for RawBuffer {
-    fn drop(&mut self) {
-        // SAFETY: the view was filled by PyObject_GetBuffer and is released once.
-        Python::with_gil(|_| unsafe { ffi::PyBuffer_Release(&mut *self.view) });
-    }
 }
 
 /// Whether `obj` is a `torch.Tensor` (checked by type module, no import).
@@ -140,13 +108,29 @@ fn extract_i32(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i32> {
         .map_err(|_| PyTypeError::new_err(format!("{what} must be an int within int32")))
 }
 
-/// Physical layout of one EngramStore layer.
+/// The element type name of a NumPy dtype (`float32`, `float16`,
+/// `uint16`, ...); a non-native byte order is another type, named with its
+/// byte-order prefix (`>float32` is not float32). `dtype.name` costs
+/// microseconds, so the types a lookup writes are named from `dtype.char`.
+fn element_name(descr: &Bound<'_, PyAny>) -> PyResult<String> {
+    let mut name = match descr.getattr("char")?.extract::<String>()?.as_str() {
+        "f" => "float32".to_string(),
+        "e" => "float16".to_string(),
+        "H" => "uint16".to_string(),
+        _ => descr.getattr("name")?.extract()?,
+    };
+    if !descr.getattr("isnative")?.extract::<bool>()? {
+        name.insert_str(0, &descr.getattr("byteorder")?.extract::<String>()?);
+    }
+    Ok(name)
+}
+
+/// Physical layout of one EngramStore layer (its values are validated
+/// only when an `EngramStore` is built from it).
 #[pyclass(module = "mooncake.store", name = "EngramStoreConfig")]
 #[derive(Clone)]
-pub struct PyEngramStoreConfig {
-    vocab: Vec<i64>,
-    dim: i32,
-    dtype: String,
+pub(crate) struct PyEngramStoreConfig {
+    inner: EngramConfig,
 }
 
 #[pymethods]
@@ -160,18 +144,16 @@ impl PyEngramStoreConfig {
         table_dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut c = PyEngramStoreConfig {
-            vocab: vec![1024],
-            dim: 64,
-            dtype: "float32".into(),
+            inner: EngramConfig::default(),
         };
         if let Some(v) = table_vocab_sizes {
-            c.vocab = extract_int_list(v)?;
+            c.set_table_vocab_sizes(v)?;
         }
         if let Some(d) = embedding_dim {
-            c.dim = extract_i32(d, "embedding_dim")?;
+            c.set_embedding_dim(d)?;
         }
         if let Some(t) = table_dtype {
-            c.dtype = dtype_name(t)?;
+            c.set_table_dtype(t)?;
         }
         Ok(c)
     }
@@ -179,117 +161,46 @@ impl PyEngramStoreConfig {
     /// Per-head row counts (a copy).
     #[getter]
     fn get_table_vocab_sizes(&self) -> Vec<i64> {
-        self.vocab.clone()
+        self.inner.table_vocab_sizes.clone()
     }
 
     #[setter]
     fn set_table_vocab_sizes(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.vocab = extract_int_list(v)?;
+        self.inner.table_vocab_sizes = extract_int_list(v)?;
         Ok(())
     }
 
     /// Row width D.
     #[getter]
     fn get_embedding_dim(&self) -> i32 {
-        self.dim
+        self.inner.embedding_dim
     }
 
     #[setter]
     fn set_embedding_dim(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.dim = extract_i32(v, "embedding_dim")?;
+        self.inner.embedding_dim = extract_i32(v, "embedding_dim")?;
         Ok(())
     }
 
     /// Table element type name.
     #[getter]
     fn get_table_dtype(&self) -> String {
-        self.dtype.clone()
+        self.inner.table_dtype.clone()
     }
 
     #[setter]
     fn set_table_dtype(&mut self, v: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.dtype = dtype_name(v)?;
+        self.inner.table_dtype = dtype_name(v)?;
         Ok(())
     }
 
+    /// `EngramStoreConfig(table_vocab_sizes=[...], embedding_dim=D, table_dtype='...')`.
     fn __repr__(&self) -> String {
         format!(
             "EngramStoreConfig(table_vocab_sizes={:?}, embedding_dim={}, table_dtype='{}')",
-            self.vocab, self.dim, self.dtype
+            self.inner.table_vocab_sizes, self.inner.embedding_dim, self.inner.table_dtype
         )
     }
-}
-
-/// Outcome of calling a store object's `_get_pyclient_capsule()`.
-enum Resolved {
-    /// No client (not set up): metadata-only.
-    None,
-    Client(Arc<Client>),
-}
-
-/// Call `store._get_pyclient_capsule()` and read the client out of the capsule.
-fn resolve_store(store: &Bound<'_, PyAny>) -> PyResult<Resolved> {
-    let cap = store.call_method0("_get_pyclient_capsule").map_err(|e| {
-        let msg = e
-            .value(store.py())
-            .str()
-            .map(|s| s.to_string())
-            .unwrap_or_default();
-        PyRuntimeError::new_err(format!(
-            "Failed to unwrap store wrapper for EngramStore: {msg}"
-        ))
-    })?;
-    if cap.is_none() {
-        return Ok(Resolved::None);
-    }
-    let Ok(cap) = cap.downcast::<PyCapsule>() else {
-        return Err(PyRuntimeError::new_err(
-            "store wrapper returned a non-capsule PyClient handle",
-        ));
-    };
-    if cap.name()? != Some(CAPSULE_NAME) {
-        return Err(PyRuntimeError::new_err(
-            "store wrapper returned an unexpected PyClient capsule type",
-        ));
-    }
-    let ptr = cap.pointer() as *const Arc<Client>;
-    if ptr.is_null() {
-        return Ok(Resolved::None);
-    }
-    // SAFETY: a capsule with this name holds an `Arc<Client>` as its first
-    // field (pyo3 `PyCapsule::new` layout); the capsule is alive while we clone.
-    let client = unsafe { Arc::clone(&*ptr) };
-    if client.is_closed() {
-        return Ok(Resolved::None);
-    }
-    Ok(Resolved::Client(client))
-}
-
-/// Read the replication attributes of a `ReplicateConfig`-like object.
-fn write_config(rc: Option<&Bound<'_, PyAny>>) -> PyResult<WriteConfig> {
-    let mut cfg = WriteConfig::default();
-    let Some(rc) = rc.filter(|r| !r.is_none()) else {
-        return Ok(cfg);
-    };
-    if let Ok(n) = rc.getattr("replica_num") {
-        cfg.replica_num = n.extract()?;
-    }
-    if let Ok(p) = rc.getattr("preferred_segments") {
-        if let Ok(v) = p.extract::<Vec<String>>() {
-            cfg.preferred_segments = v;
-        }
-    }
-    if let Ok(p) = rc.getattr("preferred_segment") {
-        if let Ok(s) = p.extract::<String>() {
-            if !s.is_empty() && !cfg.preferred_segments.contains(&s) {
-                cfg.preferred_segments.insert(0, s);
-            }
-        }
-    }
-    if let Ok(p) = rc.getattr("with_hard_pin") {
-        cfg.hard_pin = p.extract().unwrap_or(false);
-    }
-    Ok(cfg)
 }
 
 /// Row ids parsed into `[B, L, H]` int64 (flat).
@@ -301,16 +212,60 @@ struct Ids {
 
 /// One EngramStore layer: per-head tables `engram:l{layer}:h{h}`.
 #[pyclass(module = "mooncake.store", name = "EngramStore", frozen)]
-pub struct PyEngramStore {
+pub(crate) struct PyEngramStore {
     core: Arc<EngramCore>,
-    vocab: Vec<i64>,
     store: Option<Py<PyAny>>,
-    write_cfg: WriteConfig,
+    options: mooncake_client::ReplicateConfig,
+}
+
+/// A populate input or lookup output kept alive (and its memory exported)
+/// while the GIL is released: float32 values, float16 values, or raw
+/// bfloat16 bits (`uint16`).
+enum Array {
+    F32(PyBuffer<f32>),
+    F16(PyBuffer<Half>),
+    U16(PyBuffer<u16>),
+}
+
+/// A C-contiguous `T` export of `arr` (`write`: as a writable output), its
+/// address and byte length.
+fn export<T: Element>(
+    arr: &Bound<'_, PyAny>,
+    write: bool,
+) -> PyResult<(PyBuffer<T>, usize, usize)> {
+    if write {
+        return typed_out::<T>(arr);
+    }
+    let b = typed::<T>(arr)?;
+    let (p, n) = (b.buf_ptr() as usize, b.len_bytes());
+    Ok((b, p, n))
+}
+
+impl Array {
+    /// A C-contiguous array of element type `dtype` (`float32`, `float16`,
+    /// else `uint16`), read or (`write`) written in place; with its address
+    /// and byte length.
+    fn of(arr: &Bound<'_, PyAny>, dtype: &str, write: bool) -> PyResult<(Array, usize, usize)> {
+        Ok(match dtype {
+            "float32" => export::<f32>(arr, write).map(|(b, p, n)| (Array::F32(b), p, n))?,
+            "float16" => export::<Half>(arr, write).map(|(b, p, n)| (Array::F16(b), p, n))?,
+            _ => export::<u16>(arr, write).map(|(b, p, n)| (Array::U16(b), p, n))?,
+        })
+    }
+
+    /// This array as a populate table.
+    fn table(&self) -> Table<'_> {
+        match self {
+            Array::F32(b) => Table::F32(elements(b)),
+            Array::F16(b) => Table::Bits(half_bits(b)),
+            Array::U16(b) => Table::Bits(elements(b)),
+        }
+    }
 }
 
 impl PyEngramStore {
     fn heads(&self) -> usize {
-        self.vocab.len()
+        self.core.layout().num_heads()
     }
 
     fn dtype(&self) -> TableDtype {
@@ -320,14 +275,11 @@ impl PyEngramStore {
     /// The usable client now, or None (metadata-only, not set up, closed).
     fn client(&self, py: Python<'_>) -> Option<Arc<Client>> {
         let store = self.store.as_ref()?.bind(py);
-        match resolve_store(store) {
-            Ok(Resolved::Client(c)) => Some(c),
-            Ok(Resolved::None) => None,
-            Err(e) => {
-                tracing::warn!(error = %e, "EngramStore: cannot resolve the store client");
-                None
-            }
-        }
+        store_client(store).unwrap_or_else(|e| {
+            let note = format!("cannot resolve the store client: {e}");
+            Call::new(py, "EngramStore").note(&note);
+            None
+        })
     }
 
     /// Parse `row_ids` (NumPy integer array, torch tensor or nested sequence).
@@ -414,44 +366,22 @@ impl PyEngramStore {
     fn parse_ids_array(&self, np: &Bound<'_, PyModule>, arr: &Bound<'_, PyAny>) -> PyResult<Ids> {
         let dtype = arr.getattr("dtype")?;
         let kind: String = dtype.getattr("kind")?.extract()?;
-        if kind != "i" && kind != "u" {
-            return Err(PyRuntimeError::new_err(format!(
-                "row_ids must be an integer array (got dtype {}); EngramStore does not truncate floating-point ids",
-                dtype.str()?
-            )));
+        if !ids_kind_ok(&kind) {
+            let name = dtype.str()?.to_string();
+            return Err(raise(arr.py(), "lookup", ids_not_integer_array(&name)));
         }
         let arr = np.call_method1("ascontiguousarray", (arr, np.getattr("int64")?))?;
         let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
-        if shape.len() != 3 {
-            return Err(PyRuntimeError::new_err(
-                "row_ids array must have shape [B, L, H]",
-            ));
-        }
-        if shape[2] != self.heads() {
-            return Err(PyRuntimeError::new_err(
-                "row_ids last dimension must match num_heads",
-            ));
-        }
-        let n = shape[0] * shape[1] * shape[2];
-        let mut data = vec![0i64; n];
-        if n > 0 {
-            let buf = RawBuffer::get(&arr, false)?;
-            if buf.len() != n * 8 {
-                return Err(PyRuntimeError::new_err(LOOKUP_FAILED));
-            }
-            // SAFETY: the view covers n int64 values; unaligned-safe byte copy.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    buf.ptr() as *const u8,
-                    data.as_mut_ptr() as *mut u8,
-                    n * 8,
-                )
-            };
-        }
+        let (b, l) = self
+            .core
+            .layout()
+            .ids_shape(&shape)
+            .or_raise(arr.py(), "lookup")?;
+        let ids = typed::<i64>(&arr)?;
         Ok(Ids {
-            data,
-            b: shape[0],
-            l: shape[1],
+            data: elements(&ids).to_vec(),
+            b,
+            l,
         })
     }
 
@@ -460,8 +390,10 @@ impl PyEngramStore {
         np: &Bound<'_, PyModule>,
         row_ids: &Bound<'_, PyAny>,
     ) -> PyResult<Ids> {
-        let failed = || PyRuntimeError::new_err(LOOKUP_FAILED);
-        let empty = || PyRuntimeError::new_err("row_ids must not be empty");
+        let py = row_ids.py();
+        let ragged =
+            |why: String| raise(py, "lookup", Error::lookup(ErrorCode::InvalidParams, why));
+        let empty = || raise(py, "lookup", empty_ids());
         let outer: Vec<Bound<'_, PyAny>> = row_ids.try_iter()?.collect::<PyResult<_>>()?;
         if outer.is_empty() {
             return Err(empty());
@@ -472,12 +404,17 @@ impl PyEngramStore {
         let mut l_n = None;
         for (bi, row) in outer.iter().enumerate() {
             let mut count_l = 0usize;
-            let it = row.try_iter().map_err(|_| failed())?;
+            let it = row
+                .try_iter()
+                .map_err(|_| ragged(format!("row_ids[{bi}] is not a sequence")))?;
             for item in it {
                 let item = item?;
                 count_l += 1;
                 let mut count_h = 0usize;
-                for x in item.try_iter().map_err(|_| failed())? {
+                let xs = item.try_iter().map_err(|_| {
+                    ragged(format!("row_ids[{bi}][{}] is not a sequence", count_l - 1))
+                })?;
+                for x in xs {
                     let x = x?;
                     count_h += 1;
                     let v = if let Ok(i) = x.downcast::<PyInt>() {
@@ -485,24 +422,25 @@ impl PyEngramStore {
                     } else if x.is_instance(&np_integer)? {
                         x.extract::<i64>().unwrap_or(-1)
                     } else {
-                        return Err(PyRuntimeError::new_err(format!(
-                            "row_ids elements must be integers (got {})",
-                            x.get_type().name()?
-                        )));
+                        let name = x.get_type().name()?.to_string();
+                        return Err(raise(py, "lookup", ids_not_integers(&name)));
                     };
                     data.push(v);
                 }
                 if count_h != h_n {
-                    tracing::warn!(b = bi, h = count_h, "EngramStore lookup: ragged row_ids");
-                    return Err(failed());
+                    return Err(ragged(format!(
+                        "ragged row_ids: row_ids[{bi}][{}] has {count_h} ids, not H={h_n}",
+                        count_l - 1
+                    )));
                 }
             }
             match l_n {
                 None if count_l == 0 => return Err(empty()),
                 None => l_n = Some(count_l),
                 Some(l) if l != count_l => {
-                    tracing::warn!(b = bi, "EngramStore lookup: ragged row_ids");
-                    return Err(failed());
+                    return Err(ragged(format!(
+                        "ragged row_ids: row_ids[{bi}] has {count_l} rows, not L={l}"
+                    )));
                 }
                 Some(_) => {}
             }
@@ -514,113 +452,61 @@ impl PyEngramStore {
         })
     }
 
-    /// Gather into a raw output with the GIL released.
-    fn gather(&self, py: Python<'_>, ids: &Ids, out: &RawBuffer, kind: OutKind) -> PyResult<()> {
+    /// Gather into `out` (an output of `dtype`, written as `kind`) with the
+    /// GIL released.
+    fn gather(
+        &self,
+        py: Python<'_>,
+        ids: &Ids,
+        out: &Bound<'_, PyAny>,
+        dtype: &str,
+        kind: OutKind,
+    ) -> PyResult<()> {
         let client = self.client(py);
-        let core = Arc::clone(&self.core);
-        let buf = OutBuf {
-            ptr: out.ptr(),
-            len: out.len(),
-            kind,
-        };
-        let r = py.allow_threads(|| {
-            // SAFETY: the buffer view stays alive (held by the caller) and is writable.
-            unsafe { core.lookup_into(client.as_ref(), &ids.data, ids.b, ids.l, buf) }
+        let (_export, ptr, len) = Array::of(out, dtype, true)?;
+        let buf = OutBuf { ptr, len, kind };
+        // SAFETY: `_export` keeps the writable output alive and exported
+        // until after the call.
+        let r = py.allow_threads(|| unsafe {
+            self.core
+                .lookup_into(client.as_ref(), &ids.data, ids.b, ids.l, buf)
         });
-        r.map_err(|_| PyRuntimeError::new_err(LOOKUP_FAILED))
+        r.or_raise(py, "lookup")
     }
 
-    /// Convert one populate input to a contiguous array (or bf16 bits) in
-    /// the table dtype; errors carry the exact spec messages.
-    fn table_bytes<'py>(
+    /// One populate input as a contiguous array the engram core takes:
+    /// the table's bytes, or float32 values it narrows. Errors carry the
+    /// spec's messages.
+    fn table_source(
         &self,
-        np: &Bound<'py, PyModule>,
+        np: &Bound<'_, PyModule>,
         h: usize,
-        item: &Bound<'py, PyAny>,
-    ) -> PyResult<TableSource<'py>> {
+        item: &Bound<'_, PyAny>,
+    ) -> PyResult<Array> {
+        let py = item.py();
         let mut arr = item.clone();
         if is_torch_tensor(&arr) {
-            arr = torch_to_numpy(&arr)
-                .map_err(|_| PyRuntimeError::new_err("embedding_buffers must be NumPy arrays"))?;
+            arr = torch_to_numpy(&arr).map_err(|_| raise(py, "populate", not_an_array()))?;
         }
         if !arr.is_instance(&np.getattr("ndarray")?)? {
-            return Err(PyRuntimeError::new_err(
-                "embedding_buffers must be NumPy arrays",
-            ));
+            return Err(raise(py, "populate", not_an_array()));
         }
         let dt = self.dtype();
-        let dtype_err =
-            || PyRuntimeError::new_err(format!("embedding_buffers must be {dt} arrays"));
         let adtype = arr.getattr("dtype")?;
         let kind: String = adtype.getattr("kind")?.extract()?;
-        if !"biufc".contains(kind.as_str()) || kind.len() != 1 {
-            return Err(dtype_err());
-        }
-        let ndim: usize = arr.getattr("ndim")?.extract()?;
-        if ndim != 2 {
-            return Err(PyRuntimeError::new_err(
-                "each embedding buffer must be 2D [N_h, D]",
-            ));
-        }
-        let shape: (i64, i64) = arr.getattr("shape")?.extract()?;
-        if shape != (self.vocab[h], self.core.layout().dim as i64) {
-            return Err(PyRuntimeError::new_err(
-                "embedding buffer shape does not match get_table_vocab_sizes()/get_embedding_dim()",
-            ));
-        }
-        let target = match dt {
-            TableDtype::Float32 => "float32",
-            // float32 input is narrowed in Rust without the GIL (NumPy's
-            // cast holds it and is slow); other dtypes are cast by NumPy.
-            TableDtype::Float16 => {
-                if adtype.getattr("name")?.extract::<String>()? == "float32" {
-                    "float32"
-                } else {
-                    "float16"
-                }
-            }
-            TableDtype::BFloat16 => {
-                if adtype.getattr("name")?.extract::<String>()? == "uint16" {
-                    "uint16"
-                } else {
-                    "float32"
-                }
-            }
-        };
+        dt.check_input_kind(&kind).or_raise(py, "populate")?;
+        let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
+        self.core
+            .layout()
+            .check_table_shape(h, &shape)
+            .or_raise(py, "populate")?;
+        let input = element_name(&adtype)?;
+        let target = dt.populate_cast(&input);
         let c = np
             .call_method1("ascontiguousarray", (&arr, np.getattr(target)?))
-            .map_err(|_| dtype_err())?;
-        let buf = RawBuffer::get(&c, false)?;
-        if dt == TableDtype::BFloat16 && target == "float32" {
-            return Ok(TableSource::ToBf16(buf, std::marker::PhantomData));
-        }
-        if dt == TableDtype::Float16 && target == "float32" {
-            return Ok(TableSource::ToF16(buf, std::marker::PhantomData));
-        }
-        Ok(TableSource::View(buf, std::marker::PhantomData))
+            .map_err(|_| raise(py, "populate", dt.not_castable()))?;
+        Ok(Array::of(&c, target, false)?.0)
     }
-}
-
-/// One table as handed to `populate` (the views hold references to the
-/// arrays, so they stay valid while the GIL is released).
-enum TableSource<'py> {
-    /// A contiguous array in the table dtype.
-    View(RawBuffer, std::marker::PhantomData<&'py ()>),
-    /// A contiguous float32 array, converted to bfloat16 bits without the GIL.
-    ToBf16(RawBuffer, std::marker::PhantomData<&'py ()>),
-    /// A contiguous float32 array, converted to float16 bits without the GIL.
-    ToF16(RawBuffer, std::marker::PhantomData<&'py ()>),
-}
-
-/// `f` (a round-to-nearest-even narrowing) of the `len / 4` float32 values
-/// at `ptr` (read unaligned).
-///
-/// # Safety
-/// `ptr..ptr+len` must be readable.
-unsafe fn half_bits(ptr: usize, len: usize, f: impl Fn(f32) -> u16) -> Vec<u16> {
-    (0..len / 4)
-        .map(|i| f(std::ptr::read_unaligned((ptr as *const f32).add(i))))
-        .collect()
 }
 
 #[pymethods]
@@ -632,90 +518,53 @@ impl PyEngramStore {
         layer_id: &Bound<'_, PyAny>,
         config: &Bound<'_, PyAny>,
         store: Option<&Bound<'_, PyAny>>,
-        replicate_config: Option<&Bound<'_, PyAny>>,
+        replicate_config: Option<ReplicateConfig>,
     ) -> PyResult<Self> {
+        let py = layer_id.py();
         let layer_id = extract_i32(layer_id, "layer_id")?;
-        let cfg: PyEngramStoreConfig = config
+        let cfg = config
             .downcast::<PyEngramStoreConfig>()
             .map_err(|_| PyTypeError::new_err("config must be an EngramStoreConfig"))?
             .borrow()
+            .inner
             .clone();
-        let layout = validate_layout(&cfg.vocab, cfg.dim as i64, &cfg.dtype)
-            .map_err(PyValueError::new_err)?;
+        let layout = cfg.layout().or_raise(py, "__init__")?;
         let store = match store.filter(|s| !s.is_none()) {
             None => None,
             Some(s) => {
-                if !s.hasattr("_get_pyclient_capsule")? {
+                if !s.is_instance_of::<MooncakeDistributedStore>()
+                    && !s.hasattr("_get_pyclient_capsule")?
+                {
                     return Err(PyRuntimeError::new_err(
                         "EngramStore store parameter must be a PyClient or store wrapper that implements _get_pyclient_capsule()",
                     ));
                 }
-                resolve_store(s)?;
+                store_client(s)?;
                 Some(s.clone().unbind())
             }
         };
         Ok(PyEngramStore {
             core: Arc::new(EngramCore::new(layer_id, layout)),
-            vocab: cfg.vocab,
             store,
-            write_cfg: write_config(replicate_config)?,
+            options: options(replicate_config),
         })
     }
 
     /// Upload one `[N_h, D]` table per head (create-only, rolled back on failure).
     fn populate(&self, py: Python<'_>, embedding_buffers: &Bound<'_, PyAny>) -> PyResult<()> {
         let np = numpy(py)?;
-        if embedding_buffers.len()? != self.heads() {
-            return Err(PyRuntimeError::new_err(
-                "embedding_buffers size must match num_heads",
-            ));
-        }
-        let mut sources = Vec::with_capacity(self.heads());
-        for h in 0..self.heads() {
-            let item = embedding_buffers.get_item(h)?;
-            sources.push(self.table_bytes(np, h, &item)?);
-        }
-        let Some(client) = self.client(py) else {
-            tracing::warn!("EngramStore populate: no usable store");
-            return Err(PyRuntimeError::new_err(POPULATE_FAILED));
-        };
-        // (conversion, pointer, bytes); conversion 1 = bfloat16, 2 = float16.
-        let raw: Vec<(u8, usize, usize)> = sources
-            .iter()
-            .map(|s| match s {
-                TableSource::View(b, _) => (0, b.ptr(), b.len()),
-                TableSource::ToBf16(b, _) => (1, b.ptr(), b.len()),
-                TableSource::ToF16(b, _) => (2, b.ptr(), b.len()),
-            })
-            .collect();
-        let core = Arc::clone(&self.core);
-        let cfg = self.write_cfg.clone();
-        // SAFETY: `sources` keeps every array alive until after the call.
-        let ok = py.allow_threads(|| unsafe {
-            let converted: Vec<Option<Vec<u16>>> = raw
-                .iter()
-                .map(|&(conv, p, n)| match conv {
-                    1 => Some(half_bits(p, n, f32_to_bf16)),
-                    2 => Some(half_bits(p, n, f32_to_f16)),
-                    _ => None,
-                })
-                .collect();
-            let spans: Vec<(usize, usize)> = raw
-                .iter()
-                .zip(&converted)
-                .map(|(&(_, p, n), c)| match c {
-                    Some(v) => (v.as_ptr() as usize, v.len() * 2),
-                    None => (p, n),
-                })
-                .collect();
-            core.populate(&client, &spans, &cfg)
-        });
-        drop(sources);
-        if ok {
-            Ok(())
-        } else {
-            Err(PyRuntimeError::new_err(POPULATE_FAILED))
-        }
+        let n = embedding_buffers.len()?;
+        self.core
+            .layout()
+            .check_table_count(n)
+            .or_raise(py, "populate")?;
+        let sources = (0..n)
+            .map(|h| self.table_source(np, h, &embedding_buffers.get_item(h)?))
+            .collect::<PyResult<Vec<Array>>>()?;
+        let client = self.client(py);
+        let tables: Vec<Table<'_>> = sources.iter().map(Array::table).collect();
+        let r = py.allow_threads(|| self.core.populate(client.as_ref(), &tables, &self.options));
+        r.or_raise(py, "populate")
     }
 
     /// Gather rows: `[B, L, H]` ids -> new `[B, L, H, D]` array.
@@ -726,16 +575,10 @@ impl PyEngramStore {
     ) -> PyResult<Bound<'py, PyAny>> {
         let ids = self.parse_ids(row_ids)?;
         let np = numpy(py)?;
-        let (dtype, kind) = match self.dtype() {
-            TableDtype::Float16 => ("float16", OutKind::Raw),
-            _ => ("float32", OutKind::Float32),
-        };
+        let (dtype, kind) = self.dtype().lookup_output();
         let shape = (ids.b, ids.l, self.heads(), self.core.layout().dim);
         let out = np.call_method1("empty", (shape, np.getattr(dtype)?))?;
-        {
-            let buf = RawBuffer::get(&out, true)?;
-            self.gather(py, &ids, &buf, kind)?;
-        }
+        self.gather(py, &ids, &out, dtype, kind)?;
         Ok(out)
     }
 
@@ -748,70 +591,49 @@ impl PyEngramStore {
     ) -> PyResult<Bound<'py, PyAny>> {
         let ids = self.parse_ids(row_ids)?;
         let np = numpy(py)?;
-        let dim = self.core.layout().dim;
-        let expected = (ids.b, ids.l, self.heads(), dim);
-        let allowed: &[&str] = match self.dtype() {
-            TableDtype::Float32 => &["float32"],
-            TableDtype::Float16 => &["float16", "float32"],
-            TableDtype::BFloat16 => &["uint16", "float32"],
+        let layout = self.core.layout();
+        let rejected = || {
+            layout
+                .check_output((ids.b, ids.l), &[], "", false, false)
+                .map(|_| ())
+                .or_raise(py, "lookup_into")
         };
-        let bad = || {
-            PyRuntimeError::new_err(format!(
-                "out must be a C-contiguous writable array of shape (B, L, H, D)=({}, {}, {}, {}) and dtype {}",
-                expected.0,
-                expected.1,
-                expected.2,
-                expected.3,
-                allowed.join(" or ")
-            ))
-        };
-        let arr = if is_torch_tensor(out) {
-            torch_to_numpy(out).map_err(|_| bad())?
-        } else {
-            out.clone()
+        let arr = match is_torch_tensor(out) {
+            true => match torch_to_numpy(out) {
+                Ok(a) => a,
+                Err(_) => return rejected().map(|()| out.clone()),
+            },
+            false => out.clone(),
         };
         if !arr.is_instance(&np.getattr("ndarray")?)? {
-            return Err(bad());
+            return rejected().map(|()| out.clone());
         }
         let flags = arr.getattr("flags")?;
-        let contiguous: bool = flags.getattr("c_contiguous")?.extract()?;
-        let writable: bool = flags.getattr("writeable")?.extract()?;
-        let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
-        let dname: String = arr.getattr("dtype")?.getattr("name")?.extract()?;
-        if !contiguous
-            || !writable
-            || shape != [expected.0, expected.1, expected.2, expected.3]
-            || !allowed.contains(&dname.as_str())
-        {
-            return Err(bad());
-        }
-        let kind = if dname == "float32" {
-            OutKind::Float32
-        } else {
-            OutKind::Raw
-        };
-        {
-            let buf = RawBuffer::get(&arr, true)?;
-            self.gather(py, &ids, &buf, kind)?;
-        }
+        let dtype = element_name(&arr.getattr("dtype")?)?;
+        let kind = layout
+            .check_output(
+                (ids.b, ids.l),
+                &arr.getattr("shape")?.extract::<Vec<usize>>()?,
+                &dtype,
+                flags.getattr("c_contiguous")?.extract()?,
+                flags.getattr("writeable")?.extract()?,
+            )
+            .or_raise(py, "lookup_into")?;
+        self.gather(py, &ids, &arr, &dtype, kind)?;
         Ok(out.clone())
     }
 
     /// Remove all H tables (one batched remove); returns the number removed.
     #[pyo3(signature = (force=false))]
     fn remove_from_store(&self, py: Python<'_>, force: bool) -> PyResult<usize> {
-        let Some(client) = self.client(py) else {
-            self.core.invalidate();
-            return Err(PyRuntimeError::new_err("remove_from_store failed, rc=-600"));
-        };
-        let core = Arc::clone(&self.core);
-        py.allow_threads(|| core.remove(&client, force))
-            .map_err(|rc| PyRuntimeError::new_err(format!("remove_from_store failed, rc={rc}")))
+        let client = self.client(py);
+        let r = py.allow_threads(|| self.core.remove(client.as_ref(), force));
+        r.or_raise(py, "remove_from_store")
     }
 
     /// Per-head row counts (a copy).
-    fn get_table_vocab_sizes(&self) -> Vec<i64> {
-        self.vocab.clone()
+    fn get_table_vocab_sizes(&self) -> Vec<u64> {
+        self.core.layout().vocab_sizes.clone()
     }
 
     /// Store keys, head order.
@@ -839,6 +661,7 @@ impl PyEngramStore {
         self.core.layer_id()
     }
 
+    /// `EngramStore(layer_id=.., num_heads=.., embedding_dim=.., table_dtype='..')`.
     fn __repr__(&self) -> String {
         format!(
             "EngramStore(layer_id={}, num_heads={}, embedding_dim={}, table_dtype='{}')",
@@ -851,7 +674,7 @@ impl PyEngramStore {
 }
 
 /// Register the EngramStore classes on the extension module.
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEngramStoreConfig>()?;
     m.add_class::<PyEngramStore>()?;
     Ok(())

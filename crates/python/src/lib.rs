@@ -1,9 +1,26 @@
 //! PyO3 bindings: the single extension module `mooncake._native` shared by
 //! `mooncake.store`, `mooncake.pg` and the `mooncake_master` entry point.
+//!
+//! This crate converts only: Python arguments into the domain crates'
+//! types, and their results into upstream's return values, log lines and
+//! exceptions. Every rule (defaults, validation, config semantics, batch
+//! result shapes) lives once in `mooncake-client`, `mooncake-engram` or
+//! `mooncake-pg`. The shared helpers:
+//!
+//! - `args`: argument types (`UInt`, `Flag`, `arg0`/`key` aliases);
+//! - `buffer`: buffer-protocol input and output through `PyBuffer`;
+//! - `report`: a domain error to a return code plus one log line
+//!   (store), or to the spec's exception (EngramStore);
+//! - `store::capsule`: the client capsule shared with EngramStore.
 
 use pyo3::prelude::*;
 
-pub mod store;
+mod args;
+mod buffer;
+mod engram;
+mod pg;
+mod report;
+mod store;
 
 /// Run the master in this process with `argv` (program name first) and
 /// return its exit code. The GIL is released for the whole run.
@@ -11,8 +28,6 @@ pub mod store;
 fn run_master(py: Python<'_>, argv: Vec<String>) -> i32 {
     py.allow_threads(|| mooncake_master::server::run_master(argv))
 }
-mod engram;
-mod pg;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -2,68 +2,91 @@
 //! this client's segment over TCP, one thread per connection (blocking IO,
 //! no busy polling). Malformed requests drop the connection; the server
 //! keeps serving everyone else.
+//!
+//! Hardening (issue 10): connections are admitted against caps in total
+//! and per peer address scaled to the descriptor limit (so data connections
+//! can never take the descriptors the client's heartbeat needs), must
+//! complete the handshake within [`HANDSHAKE_TIMEOUT`] and are closed after
+//! the idle timeout; each costs one descriptor. The accept loop backs off
+//! when descriptors run out. With a cluster token, peers must prove it, and
+//! writes land only inside ranges the master granted ([`WriteTicket`]).
+//! Settings: `MC_DATA_MAX_CONNS`, `MC_DATA_MAX_CONNS_PER_PEER`,
+//! `MC_DATA_IDLE_TIMEOUT_S`.
 
-use crate::data_proto::{RequestHeader, OP_READ};
+use crate::data_proto::{RequestHeader, OP_READ, OP_WRITE_TICKET};
 use crate::segment::Segment;
 use crate::sockio::{iov, send_all, sendfile_all, IOV_MAX};
+use mooncake_common::auth::unix_ms;
 use mooncake_common::framing::{server_handshake, Service};
+use mooncake_common::limits::{AcceptBackoff, ConnLimits, ConnPermit, ConnTracker};
 use mooncake_common::spin_read::SpinReader;
-use mooncake_common::ErrorCode;
+use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use parking_lot::Mutex;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// Time a new connection has to complete the handshake (the idle timeout
+/// when that is shorter).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The data server's admission limits: at most 1024 connections (a
+/// quarter of the descriptor limit when that is lower), half of them from
+/// one peer, idle ones closed after 60 s; `MC_DATA_*` variables override.
+pub fn data_limits() -> ConnLimits {
+    ConnLimits::scaled_to_fd_limit(1024, 512, Duration::from_secs(60)).with_env("MC_DATA")
+}
 
 /// A running data server; [`DataServer::stop`] closes the listener and every connection.
 pub struct DataServer {
     addr: std::net::SocketAddr,
     stopped: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
+    conns: Arc<Mutex<Vec<Weak<TcpStream>>>>,
+}
+
+/// What every connection of one server shares.
+struct Shared {
+    segment: Option<Arc<Segment>>,
+    key: Option<AuthKey>,
+    idle: Option<Duration>,
 }
 
 impl DataServer {
-    /// Serve `segment` (may be None for a pure client) on an already bound listener.
-    pub fn start(listener: TcpListener, segment: Option<Arc<Segment>>) -> io::Result<DataServer> {
+    /// Serve `segment` (may be None for a pure client) on an already bound
+    /// listener; with `key`, peers must prove the cluster token and writes
+    /// need a master-signed ticket.
+    pub fn start(
+        listener: TcpListener,
+        segment: Option<Arc<Segment>>,
+        key: Option<AuthKey>,
+    ) -> io::Result<DataServer> {
+        Self::start_with(listener, segment, key, data_limits())
+    }
+
+    /// [`DataServer::start`] with explicit admission limits.
+    pub fn start_with(
+        listener: TcpListener,
+        segment: Option<Arc<Segment>>,
+        key: Option<AuthKey>,
+        limits: ConnLimits,
+    ) -> io::Result<DataServer> {
         let addr = listener.local_addr()?;
         let stopped = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::new(Mutex::new(Vec::new()));
+        let conns: Arc<Mutex<Vec<Weak<TcpStream>>>> = Arc::new(Mutex::new(Vec::new()));
         let st = Arc::clone(&stopped);
         let cs = Arc::clone(&conns);
+        let tracker = ConnTracker::new(limits);
+        let shared = Arc::new(Shared {
+            segment,
+            key,
+            idle: limits.idle_timeout,
+        });
         std::thread::Builder::new()
             .name("mc-data-accept".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if st.load(Ordering::Acquire) {
-                        break;
-                    }
-                    let Ok(sock) = conn else { continue };
-                    let _ = sock.set_nodelay(true);
-                    if let Ok(c) = sock.try_clone() {
-                        let mut g = cs.lock();
-                        g.retain(|s| s.peer_addr().is_ok());
-                        g.push(c);
-                    }
-                    let seg = segment.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("mc-data-conn".into())
-                        .spawn(move || {
-                            let closer = sock.try_clone();
-                            let r = serve_conn(sock, seg);
-                            // The server keeps a clone for stop(); shut the
-                            // socket down so the peer sees the drop now.
-                            if let Ok(c) = closer {
-                                let _ = c.shutdown(Shutdown::Both);
-                            }
-                            if let Err(e) = r {
-                                if e.kind() != io::ErrorKind::UnexpectedEof {
-                                    tracing::info!(error = %e, "data connection dropped");
-                                }
-                            }
-                        });
-                }
-            })?;
+            .spawn(move || accept_loop(listener, st, cs, tracker, shared))?;
         Ok(DataServer {
             addr,
             stopped,
@@ -83,7 +106,9 @@ impl DataServer {
         }
         let _ = TcpStream::connect(self.addr);
         for c in self.conns.lock().drain(..) {
-            let _ = c.shutdown(Shutdown::Both);
+            if let Some(c) = c.upgrade() {
+                let _ = c.shutdown(Shutdown::Both);
+            }
         }
     }
 }
@@ -91,6 +116,66 @@ impl DataServer {
 impl Drop for DataServer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    stopped: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<Weak<TcpStream>>>>,
+    tracker: Arc<ConnTracker>,
+    shared: Arc<Shared>,
+) {
+    let mut backoff = AcceptBackoff::default();
+    loop {
+        let accepted = listener.accept();
+        if stopped.load(Ordering::Acquire) {
+            break;
+        }
+        let (sock, peer) = match accepted {
+            Ok(c) => {
+                backoff.on_success();
+                c
+            }
+            Err(e) => {
+                if let Some(pause) = backoff.on_error(&e) {
+                    tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "data server accept failed; backing off");
+                    std::thread::sleep(pause);
+                }
+                continue;
+            }
+        };
+        let permit = match tracker.try_acquire(peer.ip()) {
+            Ok(p) => p,
+            Err(why) => {
+                tracing::info!(%peer, reason = %why, "refusing data connection");
+                continue;
+            }
+        };
+        let _ = sock.set_nodelay(true);
+        let sock = Arc::new(sock);
+        {
+            let mut g = conns.lock();
+            g.retain(|w| w.strong_count() > 0);
+            g.push(Arc::downgrade(&sock));
+        }
+        let sh = Arc::clone(&shared);
+        let _ = std::thread::Builder::new()
+            .name("mc-data-conn".into())
+            .spawn(move || {
+                let r = serve_conn(&sock, &sh, permit);
+                // stop() may hold a reference; shut the socket down so the
+                // peer sees the drop now.
+                let _ = sock.shutdown(Shutdown::Both);
+                if let Err(e) = r {
+                    match e.kind() {
+                        io::ErrorKind::UnexpectedEof
+                        | io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut => {}
+                        _ => tracing::info!(%peer, error = %e, "data connection dropped"),
+                    }
+                }
+            });
     }
 }
 
@@ -199,16 +284,48 @@ fn send_ranges(
     Ok(())
 }
 
-fn serve_conn(mut sock: TcpStream, seg: Option<Arc<Segment>>) -> io::Result<()> {
-    server_handshake(&mut sock, Service::Data)?;
-    let mut rd = io::BufReader::with_capacity(64 << 10, SpinReader::new(sock.try_clone()?));
+/// Check a write request against the cluster token: it must carry a
+/// valid ticket for this segment covering every range.
+fn authorize_write(key: &AuthKey, seg: &Segment, h: &RequestHeader) -> Result<(), String> {
+    let Some(t) = h.ticket.as_ref().filter(|_| h.op == OP_WRITE_TICKET) else {
+        return Err("write without a ticket".into());
+    };
+    check_ticket(key, seg, t, &h.ranges)
+}
+
+fn check_ticket(
+    key: &AuthKey,
+    seg: &Segment,
+    t: &WriteTicket,
+    ranges: &[(u64, u64)],
+) -> Result<(), String> {
+    t.check(key, seg.uuid(), unix_ms())
+        .map_err(|e| e.to_string())?;
+    if ranges.iter().all(|(o, l)| t.covers(*o, *l)) {
+        Ok(())
+    } else {
+        Err("write outside the ticket's range".into())
+    }
+}
+
+fn serve_conn(sock: &Arc<TcpStream>, sh: &Shared, _permit: ConnPermit) -> io::Result<()> {
+    let mut s: &TcpStream = sock;
+    let hs = sh
+        .idle
+        .map_or(HANDSHAKE_TIMEOUT, |d| d.min(HANDSHAKE_TIMEOUT));
+    s.set_read_timeout(Some(hs))?;
+    s.set_write_timeout(Some(hs))?;
+    server_handshake(&mut s, Service::Data, sh.key.as_ref())?;
+    s.set_read_timeout(sh.idle)?;
+    s.set_write_timeout(None)?;
+    let mut rd = io::BufReader::with_capacity(64 << 10, SpinReader::new(Arc::clone(sock)));
     let mut stage: Vec<u8> = Vec::with_capacity(STAGE_BYTES);
     loop {
         let h = RequestHeader::read_from(&mut rd)?;
-        let seg = match &seg {
-            Some(s) if s.uuid() == h.uuid => s,
+        let seg = match &sh.segment {
+            Some(seg) if seg.uuid() == h.uuid => seg,
             _ => {
-                sock.write_all(&ErrorCode::SegmentNotFound.code().to_le_bytes())?;
+                s.write_all(&ErrorCode::SegmentNotFound.code().to_le_bytes())?;
                 if h.op == OP_READ {
                     continue;
                 }
@@ -221,25 +338,38 @@ fn serve_conn(mut sock: TcpStream, seg: Option<Arc<Segment>>) -> io::Result<()> 
         let valid = h.ranges.iter().all(|(o, l)| seg.check_range(*o, *l));
         if h.op == OP_READ {
             if !valid {
-                sock.write_all(&ErrorCode::InvalidParams.code().to_le_bytes())?;
+                s.write_all(&ErrorCode::InvalidParams.code().to_le_bytes())?;
                 continue;
             }
-            send_ranges(&sock, seg, &h.ranges, &mut stage)?;
-        } else {
-            if !valid {
+            send_ranges(sock, seg, &h.ranges, &mut stage)?;
+            continue;
+        }
+        if !valid {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "write out of range",
+            ));
+        }
+        if let Some(key) = &sh.key {
+            if let Err(why) = authorize_write(key, seg, &h) {
+                // The payload that follows cannot be skipped safely: answer
+                // and close.
+                let _ = s.write_all(&ErrorCode::IllegalClient.code().to_le_bytes());
+                return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
+            }
+        }
+        for (o, l) in &h.ranges {
+            let (Ok(at), Ok(len)) = (usize::try_from(*o), usize::try_from(*l)) else {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
-                    "write out of range",
+                    "range too large",
                 ));
-            }
-            for (o, l) in &h.ranges {
-                // SAFETY: range checked against the segment above.
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut(seg.base().add(*o as usize), *l as usize)
-                };
-                rd.read_exact(dst)?;
-            }
-            sock.write_all(&0i32.to_le_bytes())?;
+            };
+            // SAFETY: `check_range` accepted the range, so it lies inside
+            // the segment's mapping, which lives as long as `seg`.
+            let dst = unsafe { std::slice::from_raw_parts_mut(seg.base().add(at), len) };
+            rd.read_exact(dst)?;
         }
+        s.write_all(&0i32.to_le_bytes())?;
     }
 }

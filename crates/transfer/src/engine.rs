@@ -5,7 +5,7 @@
 use crate::same_host::{MapLookup, MappingCache};
 use crate::segment::{local_segment, Segment};
 use crate::tcp_pool::TcpPool;
-use mooncake_common::ErrorCode;
+use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -16,25 +16,36 @@ pub struct Op {
     pub seg_offset: u64,
     /// Address in this process.
     pub local_ptr: usize,
+    /// Bytes to copy.
     pub len: u64,
 }
 
 /// Which data path a transfer took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Path {
+    /// The segment is this process's own: `memcpy`.
     Local,
+    /// Another process on this host: `memcpy` through a shared mapping.
     SameHost,
+    /// Another host (or mapping unavailable): the owner's data server.
     Tcp,
 }
 
 /// Where a segment lives (from the master's replica descriptor).
 #[derive(Debug, Clone, Copy)]
 pub struct SegmentRef<'a> {
+    /// Id of the segment's memory.
     pub uuid: &'a str,
+    /// The owner's data server (`host:port`).
     pub endpoint: &'a str,
+    /// The owner's same-host identity.
     pub host_id: &'a str,
+    /// The owner's mapping socket name.
     pub socket_name: &'a str,
+    /// Segment size.
     pub size: u64,
+    /// The master's grant for a write over TCP (with a cluster token).
+    pub ticket: Option<&'a WriteTicket>,
 }
 
 /// Bytes above which a TCP transfer is split across connections.
@@ -46,6 +57,7 @@ const PAR_COPY: u64 = 8 << 20;
 pub struct TransferEngine {
     host_id: String,
     same_host: bool,
+    auth: Option<AuthKey>,
     /// Mappings this engine created (for `same_host_mappings`).
     pub mappings_created: AtomicU64,
 }
@@ -69,8 +81,16 @@ impl TransferEngine {
         TransferEngine {
             host_id: mooncake_common::hostid::host_id(),
             same_host,
+            auth: None,
             mappings_created: AtomicU64::new(0),
         }
+    }
+
+    /// Authenticate to peers (data servers, mapping servers) with the
+    /// cluster token `key`.
+    pub fn with_auth(mut self, key: Option<AuthKey>) -> Self {
+        self.auth = key;
+        self
     }
 
     /// This host's id.
@@ -94,9 +114,17 @@ impl TransferEngine {
             return Ok(Some((s, Path::Local)));
         }
         if self.same_host && seg.host_id == self.host_id {
-            match MappingCache::global().get(seg.uuid, seg.socket_name, seg.size, || {
+            let created = || {
                 self.mappings_created.fetch_add(1, Ordering::Relaxed);
-            }) {
+            };
+            let cache = MappingCache::global();
+            match cache.get(
+                seg.uuid,
+                seg.socket_name,
+                seg.size,
+                self.auth.as_ref(),
+                created,
+            ) {
                 MapLookup::Mapped(s) => return Ok(Some((s, Path::SameHost))),
                 MapLookup::OwnerDead => return Err(ErrorCode::TransferFail),
                 MapLookup::UseTcp => {}
@@ -115,16 +143,22 @@ impl TransferEngine {
                 if !mem.check_range(o.seg_offset, o.len) {
                     return Err(ErrorCode::InvalidParams);
                 }
-                copy(
-                    mem.base().add(o.seg_offset as usize),
-                    o.local_ptr as *mut u8,
-                    o.len,
-                );
+                // SAFETY: the range lies in the mapping (checked above) and
+                // the caller guarantees the destination is writable.
+                unsafe {
+                    copy(
+                        mem.base().add(o.seg_offset as usize),
+                        o.local_ptr as *mut u8,
+                        o.len,
+                    )
+                };
             }
             return Ok(path);
         }
+        let key = self.auth.as_ref();
         tcp_parallel(ops, |part| {
-            TcpPool::global().read(seg.endpoint, seg.uuid, part)
+            // SAFETY: `part` is a piece of the caller's writable destinations.
+            unsafe { TcpPool::global().read(seg.endpoint, seg.uuid, part, key) }
         })?;
         Ok(Path::Tcp)
     }
@@ -139,28 +173,39 @@ impl TransferEngine {
                 if !mem.check_range(o.seg_offset, o.len) {
                     return Err(ErrorCode::InvalidParams);
                 }
-                if !mem.write_fresh(o.seg_offset, o.local_ptr as *const u8, o.len) {
-                    copy(
-                        o.local_ptr as *const u8,
-                        mem.base().add(o.seg_offset as usize),
-                        o.len,
-                    );
+                // SAFETY: the range lies in the mapping (checked above) and
+                // the caller guarantees the source is readable.
+                unsafe {
+                    if !mem.write_fresh(o.seg_offset, o.local_ptr as *const u8, o.len) {
+                        copy(
+                            o.local_ptr as *const u8,
+                            mem.base().add(o.seg_offset as usize),
+                            o.len,
+                        );
+                    }
                 }
             }
             return Ok(path);
         }
+        let key = self.auth.as_ref();
         tcp_parallel(ops, |part| {
-            TcpPool::global().write(seg.endpoint, seg.uuid, part)
+            // SAFETY: `part` is a piece of the caller's readable sources.
+            unsafe { TcpPool::global().write(seg.endpoint, seg.uuid, part, key, seg.ticket) }
         })?;
         Ok(Path::Tcp)
     }
 }
 
 /// memcpy, using two threads for large copies.
+///
+/// # Safety
+/// `src..+len` must be readable, `dst..+len` writable, and the two must
+/// not overlap.
 unsafe fn copy(src: *const u8, dst: *mut u8, len: u64) {
     let n = len as usize;
     if len < PAR_COPY {
-        std::ptr::copy_nonoverlapping(src, dst, n);
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
         return;
     }
     let half = (n / 2) & !63;
@@ -170,7 +215,8 @@ unsafe fn copy(src: *const u8, dst: *mut u8, len: u64) {
             // SAFETY: disjoint second half of the same valid ranges.
             unsafe { std::ptr::copy_nonoverlapping(s2 as *const u8, d2 as *mut u8, n - half) }
         });
-        std::ptr::copy_nonoverlapping(src, dst, half);
+        // SAFETY: first half of the caller's valid, disjoint ranges.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, half) };
     });
 }
 

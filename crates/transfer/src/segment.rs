@@ -89,12 +89,15 @@ fn page_size() -> usize {
 unsafe fn pwrite_all(fd: RawFd, src: *const u8, len: u64, offset: u64) -> u64 {
     let mut done = 0u64;
     while done < len {
-        let r = libc::pwrite(
-            fd,
-            src.add(done as usize) as *const libc::c_void,
-            (len - done) as usize,
-            (offset + done) as libc::off_t,
-        );
+        // SAFETY: `src + done .. src + len` is inside the caller's readable range.
+        let r = unsafe {
+            libc::pwrite(
+                fd,
+                src.add(done as usize) as *const libc::c_void,
+                (len - done) as usize,
+                (offset + done) as libc::off_t,
+            )
+        };
         if r > 0 {
             done += r as u64;
         } else if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
@@ -206,13 +209,18 @@ impl Segment {
         if len < PWRITE_MIN || !pwrite_enabled() || self.any_resident(offset, len) {
             return false;
         }
-        let done = pwrite_all(self.file.as_raw_fd(), src, len, offset);
+        // SAFETY: the caller guarantees `src..+len` is readable.
+        let done = unsafe { pwrite_all(self.file.as_raw_fd(), src, len, offset) };
         if done < len {
-            std::ptr::copy_nonoverlapping(
-                src.add(done as usize),
-                self.base().add((offset + done) as usize),
-                (len - done) as usize,
-            );
+            // SAFETY: the rest of the caller's readable source, into the
+            // rest of a range the caller guarantees lies in the segment.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.add(done as usize),
+                    self.base().add((offset + done) as usize),
+                    (len - done) as usize,
+                )
+            };
         }
         true
     }
@@ -237,6 +245,8 @@ impl Segment {
 // SAFETY: the mapping is plain shared memory; concurrent access is coordinated
 // by the store protocol (the master hands out disjoint ranges).
 unsafe impl Send for Segment {}
+// SAFETY: as for Send: `&Segment` only hands out the base address and the
+// descriptor; who writes where is decided by the master's allocations.
 unsafe impl Sync for Segment {}
 
 fn registry() -> &'static RwLock<HashMap<String, Arc<Segment>>> {
@@ -284,13 +294,16 @@ mod tests {
         let s = Segment::create_with(len as u64, true).unwrap();
         let page = page_size();
         let mut resident = vec![0u8; len.div_ceil(page)];
+        // SAFETY: the mapping is `len` bytes; one status byte per page.
         let r = unsafe { libc::mincore(s.base().cast(), len, resident.as_mut_ptr()) };
         assert_eq!(r, 0);
         assert!(resident.iter().all(|&v| v & 1 == 1));
+        // SAFETY: the mapping is `len` bytes and nobody writes it meanwhile.
         let mem = unsafe { std::slice::from_raw_parts(s.base(), len) };
         assert!(mem.iter().all(|&b| b == 0));
         // Committed pages are filled through the mapping, not pwrite.
         let src = vec![9u8; (PWRITE_MIN * 2) as usize];
+        // SAFETY: `src` is readable and the range lies in the segment.
         assert!(!unsafe { s.write_fresh(0, src.as_ptr(), src.len() as u64) });
         let lazy = Segment::create_with(len as u64, false).unwrap();
         assert!(!lazy.any_resident(0, len as u64));
@@ -306,14 +319,20 @@ mod tests {
         let off = 4096 * 3 + 17;
         assert!(s.check_range(off as u64, len as u64));
         assert!(!s.any_resident(off as u64, len as u64));
-        assert!(!unsafe { s.write_fresh(0, src.as_ptr(), PWRITE_MIN - 1) });
-        assert!(unsafe { s.write_fresh(off as u64, src.as_ptr(), len as u64) });
+        let fresh = |at: usize, n: u64| {
+            // SAFETY: `src` is readable for the lengths used below and the
+            // ranges lie in the segment.
+            unsafe { s.write_fresh(at as u64, src.as_ptr(), n) }
+        };
+        assert!(!fresh(0, PWRITE_MIN - 1));
+        assert!(fresh(off, len as u64));
+        // SAFETY: the whole mapping, not written meanwhile.
         let mem = unsafe { std::slice::from_raw_parts(s.base(), s.size() as usize) };
         assert!(mem[..off].iter().all(|&b| b == 0));
         assert!(mem[off..off + len] == src[..]);
         assert!(mem[off + len..].iter().all(|&b| b == 0));
         // Now resident: left to the caller.
         assert!(s.any_resident(off as u64, len as u64));
-        assert!(!unsafe { s.write_fresh(off as u64, src.as_ptr(), len as u64) });
+        assert!(!fresh(off, len as u64));
     }
 }

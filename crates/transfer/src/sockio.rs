@@ -74,7 +74,10 @@ pub unsafe fn send_all(fd: RawFd, iovs: &mut [libc::iovec], more: bool) -> io::R
         if more || start + IOV_MAX < iovs.len() {
             flags |= libc::MSG_MORE;
         }
-        let Some(n) = moved(libc::sendmsg(fd, &m, flags), io::ErrorKind::WriteZero)? else {
+        // SAFETY: the header points into `iovs`, which describe readable
+        // memory (the caller's contract).
+        let sent = unsafe { libc::sendmsg(fd, &m, flags) };
+        let Some(n) = moved(sent, io::ErrorKind::WriteZero)? else {
             continue;
         };
         advance(iovs, &mut start, n);
@@ -107,11 +110,10 @@ pub unsafe fn recv_all(fd: RawFd, iovs: &mut [libc::iovec]) -> io::Result<()> {
     advance(iovs, &mut start, 0);
     while start < iovs.len() {
         let mut m = msghdr(&mut iovs[start..]);
-        let Some(n) = moved(
-            libc::recvmsg(fd, &mut m, libc::MSG_WAITALL),
-            io::ErrorKind::UnexpectedEof,
-        )?
-        else {
+        // SAFETY: the header points into `iovs`, which describe writable
+        // memory (the caller's contract).
+        let got = unsafe { libc::recvmsg(fd, &mut m, libc::MSG_WAITALL) };
+        let Some(n) = moved(got, io::ErrorKind::UnexpectedEof)? else {
             continue;
         };
         advance(iovs, &mut start, n);
@@ -135,15 +137,18 @@ pub unsafe fn recv_status_then(fd: RawFd, data: &mut [libc::iovec]) -> io::Resul
         first.extend(data.iter().take(IOV_MAX - 1).copied());
         loop {
             let mut m = msghdr(&mut first);
-            if let Some(n) = moved(libc::recvmsg(fd, &mut m, 0), io::ErrorKind::UnexpectedEof)? {
+            // SAFETY: `first` describes `st` and the caller's writable memory.
+            let r = unsafe { libc::recvmsg(fd, &mut m, 0) };
+            if let Some(n) = moved(r, io::ErrorKind::UnexpectedEof)? {
                 got = n;
                 break;
             }
         }
     }
     if got < 4 {
-        let mut rest = [iov(st.as_mut_ptr().add(got), 4 - got)];
-        recv_all(fd, &mut rest)?;
+        let mut rest = [iov(st[got..].as_mut_ptr(), 4 - got)];
+        // SAFETY: `rest` describes the unread tail of `st`.
+        unsafe { recv_all(fd, &mut rest)? };
         got = 4;
     }
     let status = i32::from_le_bytes(st);
@@ -159,7 +164,8 @@ pub unsafe fn recv_status_then(fd: RawFd, data: &mut [libc::iovec]) -> io::Resul
     }
     let mut start = 0usize;
     advance(data, &mut start, extra);
-    recv_all(fd, &mut data[start..])?;
+    // SAFETY: the rest of the caller's writable iovecs.
+    unsafe { recv_all(fd, &mut data[start..])? };
     Ok(0)
 }
 
@@ -183,6 +189,7 @@ mod tests {
                 .collect();
             let mut a = a;
             a.write_all(&0i32.to_le_bytes()).unwrap();
+            // SAFETY: the iovecs point into `src`, alive here.
             unsafe { send_all(a.as_raw_fd(), &mut iovs, false) }.unwrap();
             a.write_all(&7i32.to_le_bytes()).unwrap();
         });
@@ -191,12 +198,14 @@ mod tests {
             .map(|i| iov(dst[i * 1000..].as_mut_ptr(), 1000))
             .collect();
         assert_eq!(
+            // SAFETY: the iovecs point into `dst`, alive and unused meanwhile.
             unsafe { recv_status_then(b.as_raw_fd(), &mut d) }.unwrap(),
             0
         );
         assert_eq!(dst, src);
         let mut none = Vec::new();
         assert_eq!(
+            // SAFETY: no iovecs.
             unsafe { recv_status_then(b.as_raw_fd(), &mut none) }.unwrap(),
             7
         );

@@ -1,30 +1,46 @@
 //! Client side of the data protocol: pooled TCP connections per peer and
 //! scatter/gather read/write batches, one round trip per batch.
+//!
+//! Connections are pooled per peer and per cluster token; an idle pooled
+//! connection is reused only while younger than [`POOL_IDLE_MAX`] and not
+//! closed by the peer (data servers close connections idle for 60 s).
 
 use crate::data_proto::{encode_header, OP_READ, OP_WRITE};
 use crate::engine::Op;
 use crate::sockio::{iov, recv_status_then, send_all};
 use mooncake_common::framing::{client_handshake, Service};
+use mooncake_common::limits::reusable;
 use mooncake_common::spin_read::{spin_budget, spin_until_readable};
-use mooncake_common::ErrorCode;
+use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Idle connections kept per peer.
 const MAX_IDLE: usize = 8;
 /// Socket IO timeout: a peer that stops answering fails the transfer.
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// A pooled connection idle longer than this is closed rather than
+/// reused (well inside the data servers' idle timeout).
+pub const POOL_IDLE_MAX: Duration = Duration::from_secs(30);
 
-/// Pool of data connections keyed by `host:port`.
+/// The fingerprint of the token a connection authenticated with (0: none).
+fn token_id(key: Option<&AuthKey>) -> u64 {
+    key.map_or(0, |k| k.fingerprint())
+}
+
+/// An idle connection: the stream, when it went idle, its token's id.
+type Idle = (TcpStream, Instant, u64);
+
+/// Pool of data connections keyed by `host:port` (and cluster token).
 #[derive(Default)]
 pub struct TcpPool {
-    idle: Mutex<HashMap<String, Vec<TcpStream>>>,
+    idle: Mutex<HashMap<String, Vec<Idle>>>,
 }
 
 impl TcpPool {
@@ -34,9 +50,19 @@ impl TcpPool {
         P.get_or_init(TcpPool::default)
     }
 
-    fn take(&self, endpoint: &str) -> io::Result<TcpStream> {
-        if let Some(s) = self.idle.lock().get_mut(endpoint).and_then(|v| v.pop()) {
-            return Ok(s);
+    fn take(&self, endpoint: &str, key: Option<&AuthKey>) -> io::Result<TcpStream> {
+        let id = token_id(key);
+        loop {
+            let found = self.idle.lock().get_mut(endpoint).and_then(|v| {
+                let at = v.iter().rposition(|c| c.2 == id)?;
+                Some(v.swap_remove(at))
+            });
+            let Some((s, since, _)) = found else {
+                break;
+            };
+            if reusable(&s, since, POOL_IDLE_MAX) {
+                return Ok(s);
+            }
         }
         let addr = endpoint
             .to_socket_addrs()?
@@ -46,15 +72,18 @@ impl TcpPool {
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(IO_TIMEOUT))?;
         s.set_write_timeout(Some(IO_TIMEOUT))?;
-        client_handshake(&mut s, Service::Data)?;
+        client_handshake(&mut s, Service::Data, key)?;
         Ok(s)
     }
 
-    fn give(&self, endpoint: &str, s: TcpStream) {
+    fn give(&self, endpoint: &str, key: Option<&AuthKey>, s: TcpStream) {
         let mut g = self.idle.lock();
-        let v = g.entry(endpoint.to_string()).or_default();
-        if v.len() < MAX_IDLE {
-            v.push(s);
+        let entry = match g.get_mut(endpoint) {
+            Some(v) => v,
+            None => g.entry(endpoint.to_string()).or_default(),
+        };
+        if entry.len() < MAX_IDLE {
+            entry.push((s, Instant::now(), token_id(key)));
         }
     }
 
@@ -63,19 +92,36 @@ impl TcpPool {
         self.idle.lock().remove(endpoint);
     }
 
-    /// Read the ranges of `ops` from the peer's segment into local memory.
+    fn connect(&self, endpoint: &str, key: Option<&AuthKey>) -> Result<TcpStream, ErrorCode> {
+        self.take(endpoint, key).map_err(|e| {
+            if e.kind() == io::ErrorKind::PermissionDenied {
+                tracing::warn!(peer = endpoint, error = %e, "data peer refused");
+            }
+            ErrorCode::TransferFail
+        })
+    }
+
+    /// Read the ranges of `ops` from the peer's segment into local memory,
+    /// authenticating with `key` on a new connection.
     ///
     /// # Safety
     /// Every `op.local_ptr..+len` must be writable.
-    pub unsafe fn read(&self, endpoint: &str, uuid: &str, ops: &[Op]) -> Result<(), ErrorCode> {
-        let mut s = self.take(endpoint).map_err(|_| ErrorCode::TransferFail)?;
-        match read_on(&mut s, uuid, ops) {
+    pub unsafe fn read(
+        &self,
+        endpoint: &str,
+        uuid: &str,
+        ops: &[Op],
+        key: Option<&AuthKey>,
+    ) -> Result<(), ErrorCode> {
+        let mut s = self.connect(endpoint, key)?;
+        // SAFETY: the caller guarantees the destinations are writable.
+        match unsafe { read_on(&mut s, uuid, ops) } {
             Ok(Ok(())) => {
-                self.give(endpoint, s);
+                self.give(endpoint, key, s);
                 Ok(())
             }
             Ok(Err(code)) => {
-                self.give(endpoint, s);
+                self.give(endpoint, key, s);
                 Err(code)
             }
             Err(e) => {
@@ -86,15 +132,24 @@ impl TcpPool {
         }
     }
 
-    /// Write local memory into the ranges of the peer's segment.
+    /// Write local memory into the ranges of the peer's segment, under the
+    /// master's `ticket` when the cluster has a token.
     ///
     /// # Safety
     /// Every `op.local_ptr..+len` must be readable.
-    pub unsafe fn write(&self, endpoint: &str, uuid: &str, ops: &[Op]) -> Result<(), ErrorCode> {
-        let mut s = self.take(endpoint).map_err(|_| ErrorCode::TransferFail)?;
-        match write_on(&mut s, uuid, ops) {
+    pub unsafe fn write(
+        &self,
+        endpoint: &str,
+        uuid: &str,
+        ops: &[Op],
+        key: Option<&AuthKey>,
+        ticket: Option<&WriteTicket>,
+    ) -> Result<(), ErrorCode> {
+        let mut s = self.connect(endpoint, key)?;
+        // SAFETY: the caller guarantees the sources are readable.
+        match unsafe { write_on(&mut s, uuid, ops, ticket) } {
             Ok(Ok(())) => {
-                self.give(endpoint, s);
+                self.give(endpoint, key, s);
                 Ok(())
             }
             Ok(Err(code)) => Err(code),
@@ -107,8 +162,8 @@ impl TcpPool {
     }
 }
 
-fn header(op: u8, uuid: &str, ops: &[Op]) -> Vec<u8> {
-    encode_header(op, uuid, ops.iter().map(|o| (o.seg_offset, o.len)))
+fn header(op: u8, uuid: &str, ticket: Option<&WriteTicket>, ops: &[Op]) -> Vec<u8> {
+    encode_header(op, uuid, ticket, ops.iter().map(|o| (o.seg_offset, o.len)))
 }
 
 /// iovecs over the local side of `ops`, adjacent destinations merged.
@@ -136,23 +191,39 @@ fn read_status(s: &mut TcpStream) -> io::Result<i32> {
     Ok(i32::from_le_bytes(st))
 }
 
+/// One read request on `s`.
+///
+/// # Safety
+/// Every `op.local_ptr..+len` must be writable.
 unsafe fn read_on(s: &mut TcpStream, uuid: &str, ops: &[Op]) -> io::Result<Result<(), ErrorCode>> {
-    s.write_all(&header(OP_READ, uuid, ops))?;
+    s.write_all(&header(OP_READ, uuid, None, ops))?;
     let mut dst = local_iovs(ops);
     spin_until_readable(s.as_raw_fd(), spin_budget());
-    let st = recv_status_then(s.as_raw_fd(), &mut dst)?;
+    // SAFETY: the iovecs describe the caller's writable destinations.
+    let st = unsafe { recv_status_then(s.as_raw_fd(), &mut dst)? };
     if st != 0 {
         return Ok(Err(ErrorCode::from_code(st)));
     }
     Ok(Ok(()))
 }
 
-unsafe fn write_on(s: &mut TcpStream, uuid: &str, ops: &[Op]) -> io::Result<Result<(), ErrorCode>> {
-    let head = header(OP_WRITE, uuid, ops);
+/// One write request on `s`.
+///
+/// # Safety
+/// Every `op.local_ptr..+len` must be readable.
+unsafe fn write_on(
+    s: &mut TcpStream,
+    uuid: &str,
+    ops: &[Op],
+    ticket: Option<&WriteTicket>,
+) -> io::Result<Result<(), ErrorCode>> {
+    let head = header(OP_WRITE, uuid, ticket, ops);
     let mut iovs = Vec::with_capacity(ops.len() + 1);
     iovs.push(iov(head.as_ptr(), head.len()));
     iovs.extend(local_iovs(ops));
-    send_all(s.as_raw_fd(), &mut iovs, false)?;
+    // SAFETY: the header lives until the call returns; the other iovecs
+    // describe the caller's readable sources.
+    unsafe { send_all(s.as_raw_fd(), &mut iovs, false)? };
     let st = read_status(s)?;
     if st != 0 {
         return Ok(Err(ErrorCode::from_code(st)));

@@ -2,7 +2,9 @@
 
 Re-exports the store classes of the ``mooncake._native`` extension module and
 the tensor-IO parallelism descriptors (``ParallelAxis``, ``TensorParallelism``,
-``ReadTarget`` and the ``TP``/``DP``/``EP``/``PP`` helpers).
+``ReadTarget`` and the ``TP``/``DP``/``EP``/``PP`` helpers), and the tensor
+object helpers ``_tensor_metadata_size``, ``_serialize_tensor`` and
+``_deserialize_tensor``.
 ``ObjectDataType`` members are also available at module level (upstream
 behaviour); ``SoftPinAction`` members are not.
 """
@@ -16,6 +18,9 @@ from mooncake._native import (
     ObjectDataType,
     ReplicateConfig,
     SoftPinAction,
+    _deserialize_tensor,
+    _serialize_tensor,
+    _tensor_metadata_size,
 )
 from mooncake.store._parallelism import (
     DP,
@@ -64,4 +69,7 @@ __all__ = [
     "ReplicateConfig",
     "SoftPinAction",
     "TensorParallelism",
+    "_deserialize_tensor",
+    "_serialize_tensor",
+    "_tensor_metadata_size",
 ]

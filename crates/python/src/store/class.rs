@@ -1,12 +1,12 @@
 //! The `MooncakeDistributedStore` class: holds the optional set-up client.
 //!
 //! Its methods live in the sibling modules (one `#[pymethods]` block each).
-//! Every method first takes a clone of the client `Arc` (so a concurrent
-//! `close` cannot free it mid-call), then releases the GIL for the call.
+//! Every call goes through [`MooncakeDistributedStore::run`]: it takes a
+//! clone of the client `Arc` (so a concurrent `close` cannot free it
+//! mid-call), answers a store that is not set up with
+//! [`Error::not_set_up`], and releases the GIL for the client call.
 
-use super::log;
-use mooncake_client::Client;
-use mooncake_common::ErrorCode;
+use mooncake_client::{Client, Error, Result};
 use parking_lot::RwLock;
 use pyo3::prelude::*;
 use std::sync::Arc;
@@ -17,43 +17,25 @@ pub struct MooncakeDistributedStore {
     client: RwLock<Option<Arc<Client>>>,
 }
 
-/// The code every `int` method returns on a store that is not set up.
-pub const NOT_SET_UP: i32 = ErrorCode::InvalidParams as i32;
-/// Detail text for log lines about a store that is not set up.
-pub const NOT_SET_UP_DETAIL: &str = "store is not set up (or closed)";
-
 impl MooncakeDistributedStore {
     /// The current client, if set up.
-    pub fn current(&self) -> Option<Arc<Client>> {
+    pub(crate) fn current(&self) -> Option<Arc<Client>> {
         self.client.read().clone()
     }
 
-    /// The current client, or log the not-set-up failure for `method`/`key`
-    /// and return `None`.
-    pub fn client_or_log(
-        &self,
-        py: Python<'_>,
-        method: &str,
-        key: Option<&str>,
-    ) -> Option<Arc<Client>> {
-        let client = self.current();
-        if client.is_none() {
-            log::fail(py, method, key, NOT_SET_UP as i64, NOT_SET_UP_DETAIL);
-        }
-        client
-    }
-
-    /// Like [`Self::client_or_log`] for batch methods with `n` items.
-    pub fn client_or_log_all(&self, py: Python<'_>, method: &str, n: usize) -> Option<Arc<Client>> {
-        let client = self.current();
-        if client.is_none() {
-            log::fail_all(py, method, n, NOT_SET_UP as i64, NOT_SET_UP_DETAIL);
-        }
-        client
+    /// Run `f` on the client with the GIL released; `Err(not set up)` when
+    /// there is none.
+    pub(crate) fn run<T, F>(&self, py: Python<'_>, f: F) -> Result<T>
+    where
+        T: Send,
+        F: FnOnce(&Client) -> Result<T> + Send,
+    {
+        let client = self.current().ok_or_else(Error::not_set_up)?;
+        py.allow_threads(|| f(&client))
     }
 
     /// Replace the client, returning the previous one (to be closed by the caller).
-    pub fn replace(&self, client: Option<Arc<Client>>) -> Option<Arc<Client>> {
+    pub(crate) fn replace(&self, client: Option<Arc<Client>>) -> Option<Arc<Client>> {
         std::mem::replace(&mut *self.client.write(), client)
     }
 }

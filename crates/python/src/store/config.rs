@@ -1,10 +1,15 @@
-//! Configuration types: `SoftPinAction`, `ObjectDataType`, `ReplicateConfig`
-//! (with its validation into the client's `WriteConfig`) and the `ErrorCode`
-//! IntEnum.
+//! Configuration types (store spec, "Configuration types"): the
+//! `SoftPinAction` and `ObjectDataType` enums, `ReplicateConfig`, and the
+//! `ErrorCode` IntEnum.
+//!
+//! `ReplicateConfig` is a Python view of the client's
+//! [`mooncake_client::ReplicateConfig`], which holds the defaults and the
+//! validation; this module converts field types and renders upstream's
+//! exact `str()` form. Store methods take `config: Option<ReplicateConfig>`
+//! and pass [`options`] of it to the client.
 
-use super::args::{Flag, UInt};
-use mooncake_common::proto::{SoftPin, WriteConfig};
-use mooncake_common::ErrorCode;
+use crate::args::{Flag, UInt};
+use mooncake_client::{ErrorCode, SoftPin};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple, PyType};
@@ -27,10 +32,10 @@ macro_rules! upstream_enum {
 
         impl $ty {
             /// Every member, in value order.
-            pub const ALL: &'static [$ty] = &[$(Self::$variant),+];
+            pub(crate) const ALL: &'static [$ty] = &[$(Self::$variant),+];
 
             /// Upstream member name.
-            pub fn name(self) -> &'static str {
+            pub(crate) fn name(self) -> &'static str {
                 match self {
                     $(Self::$variant => $pyname,)+
                 }
@@ -62,6 +67,7 @@ macro_rules! upstream_enum {
                 *self as i64
             }
 
+            /// The integer value (`operator.index`).
             fn __index__(&self) -> i64 {
                 *self as i64
             }
@@ -71,14 +77,17 @@ macro_rules! upstream_enum {
                 *self as u64
             }
 
+            /// `Type.NAME`.
             fn __str__(&self) -> String {
                 format!("{}.{}", stringify!($ty), self.name())
             }
 
+            /// `<Type.NAME: value>`.
             fn __repr__(&self) -> String {
                 format!("<{}.{}: {}>", stringify!($ty), self.name(), *self as i64)
             }
 
+            /// Pickle as `Type(value)`.
             fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
                 let value = *slf.get() as i64;
                 PyTuple::new(
@@ -113,12 +122,22 @@ upstream_enum! {
     }
 }
 
-impl SoftPinAction {
-    fn to_proto(self) -> SoftPin {
-        match self {
-            Self::Preserve => SoftPin::Preserve,
-            Self::Enable => SoftPin::Enable,
-            Self::Disable => SoftPin::Disable,
+impl From<SoftPinAction> for SoftPin {
+    fn from(a: SoftPinAction) -> SoftPin {
+        match a {
+            SoftPinAction::Preserve => SoftPin::Preserve,
+            SoftPinAction::Enable => SoftPin::Enable,
+            SoftPinAction::Disable => SoftPin::Disable,
+        }
+    }
+}
+
+impl From<SoftPin> for SoftPinAction {
+    fn from(p: SoftPin) -> SoftPinAction {
+        match p {
+            SoftPin::Preserve => SoftPinAction::Preserve,
+            SoftPin::Enable => SoftPinAction::Enable,
+            SoftPin::Disable => SoftPinAction::Disable,
         }
     }
 }
@@ -139,126 +158,81 @@ upstream_enum! {
     }
 }
 
-/// What kind of write a `ReplicateConfig` is validated for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteKind {
-    /// `put*`, `upsert*`, `*_from`: `prefer_alloc_in_same_node` is rejected.
-    Bytes,
+impl ObjectDataType {
+    /// The member with value `v` (UNKNOWN for values outside the enum).
+    fn from_value(v: u32) -> Self {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|m| *m as u32 == v)
+            .unwrap_or(ObjectDataType::Unknown)
+    }
 }
 
-/// A rejected configuration: the code to return and why.
-pub type Rejection = (ErrorCode, &'static str);
-
-/// Replication / placement / pinning options of a write.
+/// Replication / placement / pinning options of a write: the Python view
+/// of [`mooncake_client::ReplicateConfig`] (whose `Default` gives the
+/// defaults and whose `write_config` the rules).
 ///
 /// Upstream takes no constructor arguments; we also accept keyword
 /// arguments for any field. List fields return copies.
-#[pyclass(module = "mooncake.store", subclass)]
+#[pyclass(module = "mooncake.store", subclass, get_all, set_all)]
 #[derive(Clone, Debug)]
-pub struct ReplicateConfig {
-    replica_num: u64,
+pub(crate) struct ReplicateConfig {
+    replica_num: UInt,
     soft_pin_action: SoftPinAction,
-    soft_pin_ttl_ms: Option<u64>,
-    with_hard_pin: bool,
+    soft_pin_ttl_ms: Option<UInt>,
+    with_hard_pin: Flag,
     preferred_segments: Vec<String>,
     preferred_segment: String,
-    prefer_alloc_in_same_node: bool,
+    prefer_alloc_in_same_node: Flag,
     group_ids: Option<Vec<String>>,
     data_type: ObjectDataType,
-    nof_replica_num: u64,
-    dfs_replica_num: u64,
+    nof_replica_num: UInt,
+    dfs_replica_num: UInt,
     preferred_nof_segments: Vec<String>,
 }
 
-impl Default for ReplicateConfig {
-    fn default() -> Self {
+impl From<mooncake_client::ReplicateConfig> for ReplicateConfig {
+    fn from(c: mooncake_client::ReplicateConfig) -> Self {
         ReplicateConfig {
-            replica_num: 1,
-            soft_pin_action: SoftPinAction::Preserve,
-            soft_pin_ttl_ms: None,
-            with_hard_pin: false,
-            preferred_segments: Vec::new(),
-            preferred_segment: String::new(),
-            prefer_alloc_in_same_node: false,
-            group_ids: None,
-            data_type: ObjectDataType::Unknown,
-            nof_replica_num: 0,
-            dfs_replica_num: 0,
-            preferred_nof_segments: Vec::new(),
+            replica_num: UInt(c.replica_num),
+            soft_pin_action: c.soft_pin.into(),
+            soft_pin_ttl_ms: c.soft_pin_ttl_ms.map(UInt),
+            with_hard_pin: Flag(c.with_hard_pin),
+            preferred_segments: c.preferred_segments,
+            preferred_segment: c.preferred_segment,
+            prefer_alloc_in_same_node: Flag(c.prefer_alloc_in_same_node),
+            group_ids: c.group_ids,
+            data_type: ObjectDataType::from_value(c.data_type),
+            nof_replica_num: UInt(c.nof_replica_num),
+            dfs_replica_num: UInt(c.dfs_replica_num),
+            preferred_nof_segments: c.preferred_nof_segments,
         }
     }
 }
 
-impl ReplicateConfig {
-    /// Validate for a write of `n_keys` keys (`None` for a single-key write)
-    /// and build the client's `WriteConfig`.
-    ///
-    /// Client-side rules only; the master checks the soft-pin TTL maximum.
-    pub fn to_write_config(
-        &self,
-        kind: WriteKind,
-        n_keys: Option<usize>,
-    ) -> Result<WriteConfig, Rejection> {
-        let invalid = |why| Err((ErrorCode::InvalidParams, why));
-        if self.replica_num == 0 {
-            return invalid("replica_num is 0");
+impl From<ReplicateConfig> for mooncake_client::ReplicateConfig {
+    fn from(c: ReplicateConfig) -> Self {
+        mooncake_client::ReplicateConfig {
+            replica_num: c.replica_num.0,
+            soft_pin: c.soft_pin_action.into(),
+            soft_pin_ttl_ms: c.soft_pin_ttl_ms.map(|u| u.0),
+            with_hard_pin: c.with_hard_pin.0,
+            preferred_segments: c.preferred_segments,
+            preferred_segment: c.preferred_segment,
+            prefer_alloc_in_same_node: c.prefer_alloc_in_same_node.0,
+            group_ids: c.group_ids,
+            data_type: c.data_type as u32,
+            nof_replica_num: c.nof_replica_num.0,
+            dfs_replica_num: c.dfs_replica_num.0,
+            preferred_nof_segments: c.preferred_nof_segments,
         }
-        let Ok(replica_num) = u32::try_from(self.replica_num) else {
-            return invalid("replica_num is too large");
-        };
-        if self.nof_replica_num != 0 || self.dfs_replica_num != 0 {
-            return invalid("nof/dfs replicas are not supported");
-        }
-        if self.soft_pin_ttl_ms.is_some() && self.soft_pin_action != SoftPinAction::Enable {
-            return invalid("soft_pin_ttl_ms is only valid with SoftPinAction.ENABLE");
-        }
-        if kind == WriteKind::Bytes && self.prefer_alloc_in_same_node {
-            return invalid("prefer_alloc_in_same_node is not supported for byte writes");
-        }
-        if let Some(ids) = &self.group_ids {
-            let expected = n_keys.unwrap_or(1);
-            if ids.len() != expected {
-                return invalid("group_ids length does not match the number of keys");
-            }
-        }
-        let preferred_segments = if self.preferred_segment.is_empty() {
-            self.preferred_segments.clone()
-        } else {
-            vec![self.preferred_segment.clone()]
-        };
-        Ok(WriteConfig {
-            replica_num,
-            soft_pin: self.soft_pin_action.to_proto(),
-            soft_pin_ttl_ms: self.soft_pin_ttl_ms,
-            hard_pin: self.with_hard_pin,
-            preferred_segments,
-            data_type: self.data_type as u32,
-            ..WriteConfig::default()
-        })
     }
+}
 
-    fn set_field(&mut self, name: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        match name {
-            "replica_num" => self.set_replica_num(value.extract()?),
-            "soft_pin_action" => self.set_soft_pin_action(value.extract()?),
-            "soft_pin_ttl_ms" => self.set_soft_pin_ttl_ms(value.extract()?),
-            "with_hard_pin" => self.set_with_hard_pin(value.extract()?),
-            "preferred_segments" => self.set_preferred_segments(value.extract()?),
-            "preferred_segment" => self.set_preferred_segment(value.extract()?),
-            "prefer_alloc_in_same_node" => self.set_prefer_alloc_in_same_node(value.extract()?),
-            "group_ids" => self.set_group_ids(value.extract()?),
-            "data_type" => self.set_data_type(value.extract()?),
-            "nof_replica_num" => self.set_nof_replica_num(value.extract()?),
-            "dfs_replica_num" => self.set_dfs_replica_num(value.extract()?),
-            "preferred_nof_segments" => self.set_preferred_nof_segments(value.extract()?),
-            other => {
-                return Err(PyTypeError::new_err(format!(
-                    "ReplicateConfig() got an unexpected keyword argument '{other}'"
-                )))
-            }
-        }
-        Ok(())
-    }
+/// The client config of a `config` argument (`None`: the default config).
+pub(crate) fn options(config: Option<ReplicateConfig>) -> mooncake_client::ReplicateConfig {
+    config.map(Into::into).unwrap_or_default()
 }
 
 fn list_text(items: &[String]) -> String {
@@ -271,166 +245,76 @@ impl ReplicateConfig {
     #[new]
     #[pyo3(signature = (**kwargs))]
     fn py_new(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        let mut cfg = ReplicateConfig::default();
-        if let Some(kwargs) = kwargs {
-            for (k, v) in kwargs.iter() {
-                let name: String = k.extract()?;
-                cfg.set_field(&name, &v)?;
+        let mut cfg = ReplicateConfig::from(mooncake_client::ReplicateConfig::default());
+        for (k, v) in kwargs.into_iter().flat_map(|k| k.iter()) {
+            let name: String = k.extract()?;
+            match name.as_str() {
+                "replica_num" => cfg.replica_num = v.extract()?,
+                "soft_pin_action" => cfg.soft_pin_action = v.extract()?,
+                "soft_pin_ttl_ms" => cfg.soft_pin_ttl_ms = v.extract()?,
+                "with_hard_pin" => cfg.with_hard_pin = v.extract()?,
+                "preferred_segments" => cfg.preferred_segments = v.extract()?,
+                "preferred_segment" => cfg.preferred_segment = v.extract()?,
+                "prefer_alloc_in_same_node" => cfg.prefer_alloc_in_same_node = v.extract()?,
+                "group_ids" => cfg.group_ids = v.extract()?,
+                "data_type" => cfg.data_type = v.extract()?,
+                "nof_replica_num" => cfg.nof_replica_num = v.extract()?,
+                "dfs_replica_num" => cfg.dfs_replica_num = v.extract()?,
+                "preferred_nof_segments" => cfg.preferred_nof_segments = v.extract()?,
+                other => {
+                    return Err(PyTypeError::new_err(format!(
+                        "ReplicateConfig() got an unexpected keyword argument '{other}'"
+                    )))
+                }
             }
         }
         Ok(cfg)
     }
 
-    #[getter]
-    fn get_replica_num(&self) -> u64 {
-        self.replica_num
-    }
-    #[setter]
-    fn set_replica_num(&mut self, v: UInt) {
-        self.replica_num = v.0;
-    }
-
-    #[getter]
-    fn get_soft_pin_action(&self) -> SoftPinAction {
-        self.soft_pin_action
-    }
-    #[setter]
-    fn set_soft_pin_action(&mut self, v: SoftPinAction) {
-        self.soft_pin_action = v;
-    }
-
-    #[getter]
-    fn get_soft_pin_ttl_ms(&self) -> Option<u64> {
-        self.soft_pin_ttl_ms
-    }
-    #[setter]
-    fn set_soft_pin_ttl_ms(&mut self, v: Option<UInt>) {
-        self.soft_pin_ttl_ms = v.map(|u| u.0);
-    }
-
-    #[getter]
-    fn get_with_hard_pin(&self) -> bool {
-        self.with_hard_pin
-    }
-    #[setter]
-    fn set_with_hard_pin(&mut self, v: Flag) {
-        self.with_hard_pin = v.0;
-    }
-
-    #[getter]
-    fn get_preferred_segments(&self) -> Vec<String> {
-        self.preferred_segments.clone()
-    }
-    #[setter]
-    fn set_preferred_segments(&mut self, v: Vec<String>) {
-        self.preferred_segments = v;
-    }
-
-    #[getter]
-    fn get_preferred_segment(&self) -> String {
-        self.preferred_segment.clone()
-    }
-    #[setter]
-    fn set_preferred_segment(&mut self, v: String) {
-        self.preferred_segment = v;
-    }
-
-    #[getter]
-    fn get_prefer_alloc_in_same_node(&self) -> bool {
-        self.prefer_alloc_in_same_node
-    }
-    #[setter]
-    fn set_prefer_alloc_in_same_node(&mut self, v: Flag) {
-        self.prefer_alloc_in_same_node = v.0;
-    }
-
-    #[getter]
-    fn get_group_ids(&self) -> Option<Vec<String>> {
-        self.group_ids.clone()
-    }
-    #[setter]
-    fn set_group_ids(&mut self, v: Option<Vec<String>>) {
-        self.group_ids = v;
-    }
-
-    #[getter]
-    fn get_data_type(&self) -> ObjectDataType {
-        self.data_type
-    }
-    #[setter]
-    fn set_data_type(&mut self, v: ObjectDataType) {
-        self.data_type = v;
-    }
-
-    #[getter]
-    fn get_nof_replica_num(&self) -> u64 {
-        self.nof_replica_num
-    }
-    #[setter]
-    fn set_nof_replica_num(&mut self, v: UInt) {
-        self.nof_replica_num = v.0;
-    }
-
-    #[getter]
-    fn get_dfs_replica_num(&self) -> u64 {
-        self.dfs_replica_num
-    }
-    #[setter]
-    fn set_dfs_replica_num(&mut self, v: UInt) {
-        self.dfs_replica_num = v.0;
-    }
-
-    #[getter]
-    fn get_preferred_nof_segments(&self) -> Vec<String> {
-        self.preferred_nof_segments.clone()
-    }
-    #[setter]
-    fn set_preferred_nof_segments(&mut self, v: Vec<String>) {
-        self.preferred_nof_segments = v;
-    }
-
     /// Upstream's exact text form.
     fn __str__(&self) -> String {
-        let ttl = self
+        let c = mooncake_client::ReplicateConfig::from(self.clone());
+        let ttl = c
             .soft_pin_ttl_ms
             .map_or_else(|| "default".to_string(), |t| t.to_string());
         let mut s = format!(
             "ReplicateConfig: {{ replica_num: {}, nof_replica_num: {}, dfs_replica_num: {}, \
              soft_pin_action: {}, soft_pin_ttl_ms: {}, with_hard_pin: {}, preferred_segments: {}",
-            self.replica_num,
-            self.nof_replica_num,
-            self.dfs_replica_num,
-            self.soft_pin_action.name(),
+            c.replica_num,
+            c.nof_replica_num,
+            c.dfs_replica_num,
+            SoftPinAction::from(c.soft_pin).name(),
             ttl,
-            u8::from(self.with_hard_pin),
-            list_text(&self.preferred_segments),
+            u8::from(c.with_hard_pin),
+            list_text(&c.preferred_segments),
         );
-        if !self.preferred_segment.is_empty() {
+        if !c.preferred_segment.is_empty() {
             s.push_str(&format!(
                 ", preferred_segment (deprecated): {}",
-                self.preferred_segment
+                c.preferred_segment
             ));
         }
         s.push_str(&format!(
             ", preferred_nof_segments: {}, prefer_alloc_in_same_node: {}, data_type: {}",
-            list_text(&self.preferred_nof_segments),
-            u8::from(self.prefer_alloc_in_same_node),
-            self.data_type.name(),
+            list_text(&c.preferred_nof_segments),
+            u8::from(c.prefer_alloc_in_same_node),
+            ObjectDataType::from_value(c.data_type).name(),
         ));
-        if let Some(ids) = &self.group_ids {
+        if let Some(ids) = &c.group_ids {
             s.push_str(&format!(", group_ids: {}", list_text(ids)));
         }
         s.push_str(" }");
         s
     }
 
+    /// Same as `str()`.
     fn __repr__(&self) -> String {
         self.__str__()
     }
 }
 
 /// Build `mooncake.store.ErrorCode`, an `IntEnum` of the upstream codes plus `OK = 0`.
-pub fn error_code_enum(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+pub(crate) fn error_code_enum(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     let mut members: Vec<(String, i32)> = vec![("OK".to_string(), 0)];
     members.extend(ErrorCode::ALL.iter().map(|c| (c.name(), c.code())));
     let kwargs = PyDict::new(py);

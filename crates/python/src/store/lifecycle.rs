@@ -1,16 +1,14 @@
 //! Lifecycle methods: `setup`, `close`, `get_hostname`, `health_check`,
-//! `_get_pyclient_capsule` and `get_client_stats`.
+//! `_get_pyclient_capsule` and `get_client_stats` (store spec, "Lifecycle").
 
+use super::capsule::client_capsule;
 use super::class::MooncakeDistributedStore;
-use super::{log, setup, CLIENT_CAPSULE_NAME};
-use mooncake_client::Client;
+use super::setup;
+use crate::report::Call;
+use mooncake_client::{Client, Error, HEALTH_CLOSED};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
-use std::ffi::CString;
 use std::sync::Arc;
-
-/// `health_check()` value for a store that is not set up or closed.
-const HEALTH_NOT_SET_UP: i32 = 1;
 
 fn close_client(py: Python<'_>, client: Option<Arc<Client>>) {
     if let Some(c) = client {
@@ -33,31 +31,23 @@ impl MooncakeDistributedStore {
         py: Python<'_>,
         args: &Bound<'_, PyTuple>,
         kwargs: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<i32> {
-        let parsed = setup::parse(py, args, kwargs)?;
+    ) -> PyResult<i64> {
+        let call = Call::new(py, "setup");
+        let mut notes = Vec::new();
+        let parsed = setup::parse(args, kwargs, &mut notes)?;
         close_client(py, self.replace(None));
-        let cfg = match parsed {
-            Ok(cfg) => cfg,
-            Err((code, why)) => {
-                log::fail(py, "setup", None, code as i64, &why);
-                return Ok(code);
-            }
-        };
-        let target = format!(
-            "master {} as {}",
-            cfg.master_server_addr, cfg.local_hostname
-        );
-        match py.allow_threads(|| Client::setup(cfg)) {
-            Ok(client) => {
+        let checked = parsed.and_then(|cfg| cfg.check(&mut notes).map(|()| cfg));
+        for note in &notes {
+            call.note(note);
+        }
+        let result = checked.and_then(|cfg| py.allow_threads(|| Client::setup(cfg)));
+        Ok(call.code(
+            None,
+            result.map(|client| {
                 // A concurrent setup may have installed another client meanwhile.
                 close_client(py, self.replace(Some(client)));
-                Ok(0)
-            }
-            Err(e) => {
-                log::fail(py, "setup", None, e.code() as i64, &target);
-                Ok(e.code())
-            }
-        }
+            }),
+        ))
     }
 
     /// Unmount and disconnect; idempotent, returns 0.
@@ -68,15 +58,18 @@ impl MooncakeDistributedStore {
 
     /// The segment name `host:port`, or `""` when not set up.
     fn get_hostname(&self, py: Python<'_>) -> String {
-        match self.client_or_log(py, "get_hostname", None) {
-            Some(c) => c.hostname(),
-            None => String::new(),
-        }
+        let r = self
+            .current()
+            .map(|c| c.hostname())
+            .ok_or_else(Error::not_set_up);
+        Call::new(py, "get_hostname")
+            .ok(None, r)
+            .unwrap_or_default()
     }
 
     /// 0 healthy, 1 not set up or closed, 2 the last heartbeat failed.
     fn health_check(&self) -> i32 {
-        self.current().map_or(HEALTH_NOT_SET_UP, |c| c.health())
+        self.current().map_or(HEALTH_CLOSED, |c| c.health())
     }
 
     /// A `PyCapsule` named `mooncake.PyClient.shared_ptr` holding a reference
@@ -85,18 +78,15 @@ impl MooncakeDistributedStore {
         &self,
         py: Python<'py>,
     ) -> PyResult<Option<Bound<'py, PyCapsule>>> {
-        let Some(client) = self.current() else {
-            return Ok(None);
-        };
-        let name = CString::new(CLIENT_CAPSULE_NAME)?;
-        PyCapsule::new(py, client, Some(name)).map(Some)
+        self.current().map(|c| client_capsule(py, c)).transpose()
     }
 
     /// Cumulative client counters (`bytes_read_local`, ..., `master_rpcs`,
     /// `same_host_mappings`); `{}` when not set up.
     fn get_client_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        if let Some(c) = self.client_or_log(py, "get_client_stats", None) {
+        let r = self.current().ok_or_else(Error::not_set_up);
+        if let Some(c) = Call::new(py, "get_client_stats").ok(None, r) {
             for (name, value) in c.stats() {
                 d.set_item(name, value)?;
             }

@@ -1,71 +1,62 @@
-//! `mooncake.store` bindings: `MooncakeDistributedStore` and its companion
-//! types (`ReplicateConfig`, `SoftPinAction`, `ObjectDataType`,
-//! `BufferHandle`, `ErrorCode`).
+//! `mooncake.store` bindings (store spec, `shared/spec/store.md`):
+//! `MooncakeDistributedStore` and its companion types (`ReplicateConfig`,
+//! `SoftPinAction`, `ObjectDataType`, `BufferHandle`, `ErrorCode`).
 //!
 //! The store class is split over several modules, one `#[pymethods]` block
 //! each (pyo3 `multiple-pymethods`): lifecycle, byte-value API, zero-copy
-//! API, removal and the Tier 2/3 stubs.
+//! API, removal and the Tier 2/3 stubs. Each method converts its arguments,
+//! runs the client call with the GIL released
+//! ([`MooncakeDistributedStore::run`]) and turns the result into upstream's
+//! return value and log line ([`crate::report::Call`]); the rules are the
+//! client crate's.
+//!
+//! A new method, in four steps:
+//!
+//! 1. Convert arguments only: `String`/`Vec<String>` keys, [`crate::args::UInt`]
+//!    for pointers and sizes, [`crate::args::Flag`] for booleans,
+//!    `config: Option<ReplicateConfig>` passed on as [`options`]`(config)`,
+//!    [`crate::buffer::ByteView`] for any bytes-like value, or
+//!    [`crate::buffer::typed`] for a typed array. A wrong type raises
+//!    `TypeError`; nothing else raises.
+//! 2. Put every rule (defaults, validation, per-item checks, result shape)
+//!    in `mooncake-client`, returning `Result<T>` (one item) or
+//!    `Result<Vec<Result<T>>>` (a per-item batch; the outer error fails
+//!    the whole call) with an `Error` that carries the code and reason.
+//! 3. Call it through `self.run(py, |c| c.method(..))`: the GIL is released
+//!    and a store that is not set up answers -600 by itself. Only `Send`
+//!    data crosses (slices of a `ByteView`, `usize` addresses); a call that
+//!    writes through a caller address is `unsafe` in the client, and the
+//!    closure says why it is sound in its `// SAFETY:` comment.
+//! 4. Return through a `Call::new(py, "method")`: `.code(Some(&key), r)`
+//!    for an `int` (0, a size, a count, 1/0, or the code), `.ok(..)` for a
+//!    value or `None`, `.codes(&keys, r)` / `.oks(&keys, r)` for per-item
+//!    lists. Each logs exactly one line per failing call.
 
-mod args;
-mod batch;
-mod buffer;
 mod bytes_api;
+pub(crate) mod capsule;
 mod class;
 mod config;
+mod handle;
 mod lifecycle;
-mod log;
 mod removal;
 mod setup;
+mod tensor;
 mod tier2;
 mod zero_copy;
 
-use mooncake_client::Client;
 use pyo3::prelude::*;
-use pyo3::types::PyCapsule;
-use std::sync::Arc;
 
-pub use buffer::BufferHandle;
-pub use class::MooncakeDistributedStore;
-pub use config::{ObjectDataType, ReplicateConfig, SoftPinAction};
-
-/// Name of the capsule returned by `_get_pyclient_capsule()` (upstream's name).
-pub const CLIENT_CAPSULE_NAME: &str = "mooncake.PyClient.shared_ptr";
+pub(crate) use class::MooncakeDistributedStore;
+pub(crate) use config::{options, ReplicateConfig};
 
 /// Add the store classes (and the `ErrorCode` IntEnum) to the extension module.
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<MooncakeDistributedStore>()?;
     m.add_class::<ReplicateConfig>()?;
-    m.add_class::<SoftPinAction>()?;
-    m.add_class::<ObjectDataType>()?;
-    m.add_class::<BufferHandle>()?;
+    m.add_class::<config::SoftPinAction>()?;
+    m.add_class::<config::ObjectDataType>()?;
+    m.add_class::<handle::BufferHandle>()?;
     m.add("ErrorCode", config::error_code_enum(m.py())?)?;
+    tensor::register(m)?;
     Ok(())
-}
-
-/// The set-up client behind a store object, for other bindings (e.g. `EngramStore`).
-///
-/// Accepts a `MooncakeDistributedStore` directly, or any object whose
-/// `_get_pyclient_capsule()` returns a capsule named
-/// [`CLIENT_CAPSULE_NAME`]. Returns `None` when the store is not set up,
-/// when the object is neither, or when the wrapper method fails; callers
-/// that need to tell these apart should inspect the object themselves.
-pub fn client_from_store(obj: &Bound<'_, PyAny>) -> Option<Arc<Client>> {
-    if let Ok(store) = obj.downcast::<MooncakeDistributedStore>() {
-        return store.get().current();
-    }
-    let capsule = obj.call_method0("_get_pyclient_capsule").ok()?;
-    client_from_capsule(capsule.downcast::<PyCapsule>().ok()?)
-}
-
-/// The client held by a capsule made by `_get_pyclient_capsule()`, or `None`
-/// if the capsule has another name.
-pub fn client_from_capsule(capsule: &Bound<'_, PyCapsule>) -> Option<Arc<Client>> {
-    let name = capsule.name().ok()??;
-    if name.to_bytes() != CLIENT_CAPSULE_NAME.as_bytes() {
-        return None;
-    }
-    // SAFETY: only `_get_pyclient_capsule` creates capsules with this name in
-    // this extension, and it always stores an `Arc<Client>`.
-    let client: &Arc<Client> = unsafe { capsule.reference::<Arc<Client>>() };
-    Some(Arc::clone(client))
 }

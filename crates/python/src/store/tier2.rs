@@ -1,50 +1,32 @@
-//! Tier 2/3 methods that exist but are not implemented yet (spec §0 Tiers).
-//!
-//! `int` methods return -1012 (NOT_SUPPORTED), `list[int]` methods -1012 per
-//! item, everything else raises `NotImplementedError`; each logs the method
-//! name. Signatures follow upstream so callers fail on the result, not on
+//! Tier 2/3 methods that exist but are not implemented yet (store spec,
+//! "Tiers": until implemented, a method returning `int` or `list[int]`
+//! returns -1012 NOT_SUPPORTED (per item), any other raises
+//! `NotImplementedError`, and either way logs the method name).
+//! Signatures follow upstream so callers fail on the result, not on
 //! argument binding.
 
-use super::args::UInt;
 use super::class::MooncakeDistributedStore;
 use super::config::ReplicateConfig;
-use super::log;
-use mooncake_common::ErrorCode;
+use crate::args::UInt;
+use crate::report::Call;
+use mooncake_client::Error;
 use pyo3::exceptions::PyNotImplementedError;
 use pyo3::prelude::*;
 
-const NOT_SUPPORTED: i32 = ErrorCode::NotSupported as i32;
-
-fn unsupported_int(py: Python<'_>, method: &str) -> i32 {
-    log::fail(
-        py,
-        method,
-        None,
-        NOT_SUPPORTED as i64,
-        "not implemented (Tier 2/3)",
-    );
-    NOT_SUPPORTED
+fn not_implemented() -> Error {
+    Error::not_supported("not implemented (Tier 2/3)")
 }
 
-fn unsupported_list(py: Python<'_>, method: &str, n: usize) -> Vec<i32> {
-    log::fail_all(
-        py,
-        method,
-        n,
-        NOT_SUPPORTED as i64,
-        "not implemented (Tier 2/3)",
-    );
-    vec![NOT_SUPPORTED; n]
+fn unsupported_int(py: Python<'_>, method: &'static str) -> i64 {
+    Call::new(py, method).code::<()>(None, Err(not_implemented()))
 }
 
-fn unsupported_raise<T>(py: Python<'_>, method: &str) -> PyResult<T> {
-    log::fail(
-        py,
-        method,
-        None,
-        NOT_SUPPORTED as i64,
-        "not implemented (Tier 2/3)",
-    );
+fn unsupported_list(py: Python<'_>, method: &'static str, keys: &[String]) -> Vec<i64> {
+    Call::new(py, method).codes::<()>(keys, Err(not_implemented()))
+}
+
+fn unsupported_raise<T>(py: Python<'_>, method: &'static str) -> PyResult<T> {
+    Call::new(py, method).fail(None, &not_implemented());
     Err(PyNotImplementedError::new_err(format!(
         "MooncakeDistributedStore.{method} is not implemented"
     )))
@@ -128,7 +110,7 @@ impl MooncakeDistributedStore {
         py: Python<'_>,
         segment_ids: Vec<String>,
         grace_period_seconds: UInt,
-    ) -> i32 {
+    ) -> i64 {
         let _ = (segment_ids, grace_period_seconds);
         unsupported_int(py, "unmount_segment")
     }
@@ -140,14 +122,14 @@ impl MooncakeDistributedStore {
         py: Python<'_>,
         segment_ids: Vec<String>,
         grace_period_seconds: UInt,
-    ) -> i32 {
+    ) -> i64 {
         let _ = (segment_ids, grace_period_seconds);
         unsupported_int(py, "unmount_and_free_segment")
     }
 
     /// Tier 3 (SSD offload): returns -1012.
     #[pyo3(signature = (grace_period_seconds=UInt(0)))]
-    fn unmount_local_disk_segment(&self, py: Python<'_>, grace_period_seconds: UInt) -> i32 {
+    fn unmount_local_disk_segment(&self, py: Python<'_>, grace_period_seconds: UInt) -> i64 {
         let _ = grace_period_seconds;
         unsupported_int(py, "unmount_local_disk_segment")
     }
@@ -159,29 +141,29 @@ impl MooncakeDistributedStore {
         py: Python<'_>,
         keys: Vec<String>,
         sizes: Vec<UInt>,
-        config: Option<PyRef<'_, ReplicateConfig>>,
-    ) -> Vec<i32> {
+        config: Option<ReplicateConfig>,
+    ) -> Vec<i64> {
         let _ = (sizes, config);
-        unsupported_list(py, "batch_put_session_start", keys.len())
+        unsupported_list(py, "batch_put_session_start", &keys)
     }
 
     /// Tier 2: -1012 per key.
-    fn batch_put_session_end(&self, py: Python<'_>, keys: Vec<String>) -> Vec<i32> {
-        unsupported_list(py, "batch_put_session_end", keys.len())
+    fn batch_put_session_end(&self, py: Python<'_>, keys: Vec<String>) -> Vec<i64> {
+        unsupported_list(py, "batch_put_session_end", &keys)
     }
 
     /// Tier 2: -1012 per key.
-    fn batch_put_session_revoke(&self, py: Python<'_>, keys: Vec<String>) -> Vec<i32> {
-        unsupported_list(py, "batch_put_session_revoke", keys.len())
+    fn batch_put_session_revoke(&self, py: Python<'_>, keys: Vec<String>) -> Vec<i64> {
+        unsupported_list(py, "batch_put_session_revoke", &keys)
     }
 
     /// Tier 2: -1012 per key.
-    fn batch_get_session_start(&self, py: Python<'_>, keys: Vec<String>) -> Vec<i32> {
-        unsupported_list(py, "batch_get_session_start", keys.len())
+    fn batch_get_session_start(&self, py: Python<'_>, keys: Vec<String>) -> Vec<i64> {
+        unsupported_list(py, "batch_get_session_start", &keys)
     }
 
     /// Tier 2: returns -1012.
-    fn batch_get_session_end(&self, py: Python<'_>, keys: Vec<String>) -> i32 {
+    fn batch_get_session_end(&self, py: Python<'_>, keys: Vec<String>) -> i64 {
         let _ = keys;
         unsupported_int(py, "batch_get_session_end")
     }
@@ -194,10 +176,10 @@ impl MooncakeDistributedStore {
         keys: Vec<String>,
         all_buffer_ptrs: Vec<Vec<UInt>>,
         all_sizes: Vec<Vec<UInt>>,
-        config: Option<PyRef<'_, ReplicateConfig>>,
-    ) -> Vec<i32> {
+        config: Option<ReplicateConfig>,
+    ) -> Vec<i64> {
         let _ = (all_buffer_ptrs, all_sizes, config);
-        unsupported_list(py, "batch_put_from_multi_buffers", keys.len())
+        unsupported_list(py, "batch_put_from_multi_buffers", &keys)
     }
 
     /// Tier 2: -1012 per key.
@@ -209,9 +191,9 @@ impl MooncakeDistributedStore {
         all_buffer_ptrs: Vec<Vec<UInt>>,
         all_sizes: Vec<Vec<UInt>>,
         prefer_alloc_in_same_node: bool,
-    ) -> Vec<i32> {
+    ) -> Vec<i64> {
         let _ = (all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node);
-        unsupported_list(py, "batch_get_into_multi_buffers", keys.len())
+        unsupported_list(py, "batch_get_into_multi_buffers", &keys)
     }
 
     /// Tier 2: -1012 per key.
@@ -222,9 +204,9 @@ impl MooncakeDistributedStore {
         all_buffer_ptrs: Vec<Vec<UInt>>,
         all_sizes: Vec<Vec<UInt>>,
         all_dst_offsets: Vec<Vec<UInt>>,
-    ) -> Vec<i32> {
+    ) -> Vec<i64> {
         let _ = (all_buffer_ptrs, all_sizes, all_dst_offsets);
-        unsupported_list(py, "batch_put_from_multi_buffer_ranges", keys.len())
+        unsupported_list(py, "batch_put_from_multi_buffer_ranges", &keys)
     }
 
     /// Tier 2: -1012 per key.
@@ -235,9 +217,9 @@ impl MooncakeDistributedStore {
         all_buffer_ptrs: Vec<Vec<UInt>>,
         all_sizes: Vec<Vec<UInt>>,
         all_src_offsets: Vec<Vec<UInt>>,
-    ) -> Vec<i32> {
+    ) -> Vec<i64> {
         let _ = (all_buffer_ptrs, all_sizes, all_src_offsets);
-        unsupported_list(py, "batch_get_into_multi_buffer_ranges", keys.len())
+        unsupported_list(py, "batch_get_into_multi_buffer_ranges", &keys)
     }
 
     /// Tier 3: returns -1012.
@@ -247,13 +229,13 @@ impl MooncakeDistributedStore {
         mem_pool_size: UInt,
         local_buffer_size: UInt,
         server_address: String,
-    ) -> i32 {
+    ) -> i64 {
         let _ = (mem_pool_size, local_buffer_size, server_address);
         unsupported_int(py, "setup_dummy")
     }
 
     /// Tier 3 (CUDA IPC): returns -1012.
-    fn get_tensor_into_cuda(&self, py: Python<'_>, key: String, tensor: &Bound<'_, PyAny>) -> i32 {
+    fn get_tensor_into_cuda(&self, py: Python<'_>, key: String, tensor: &Bound<'_, PyAny>) -> i64 {
         let _ = (key, tensor);
         unsupported_int(py, "get_tensor_into_cuda")
     }
@@ -264,25 +246,25 @@ impl MooncakeDistributedStore {
         py: Python<'_>,
         keys: Vec<String>,
         tensors_list: &Bound<'_, PyAny>,
-    ) -> Vec<i32> {
+    ) -> Vec<i64> {
         let _ = tensors_list;
-        unsupported_list(py, "batch_get_tensor_into_cuda", keys.len())
+        unsupported_list(py, "batch_get_tensor_into_cuda", &keys)
     }
 
     /// Deprecated upstream entry point: returns -1012.
-    fn init_all(&self, py: Python<'_>, arg0: String, arg1: String, arg2: UInt) -> i32 {
+    fn init_all(&self, py: Python<'_>, arg0: String, arg1: String, arg2: UInt) -> i64 {
         let _ = (arg0, arg1, arg2);
         unsupported_int(py, "init_all")
     }
 
     /// Tier 3 (memory pool): returns -1012.
-    fn alloc_from_mem_pool(&self, py: Python<'_>, arg0: UInt) -> i32 {
+    fn alloc_from_mem_pool(&self, py: Python<'_>, arg0: UInt) -> i64 {
         let _ = arg0;
         unsupported_int(py, "alloc_from_mem_pool")
     }
 
     /// Tier 3 (SSD offload): returns -1012.
-    fn get_offload_rpc_read_count(&self, py: Python<'_>) -> i32 {
+    fn get_offload_rpc_read_count(&self, py: Python<'_>) -> i64 {
         unsupported_int(py, "get_offload_rpc_read_count")
     }
 
@@ -297,8 +279,8 @@ impl MooncakeDistributedStore {
         metadata_buffer_ptr: UInt,
         size: UInt,
         metadata_size: UInt,
-        config: Option<PyRef<'_, ReplicateConfig>>,
-    ) -> i32 {
+        config: Option<ReplicateConfig>,
+    ) -> i64 {
         let _ = (
             key,
             buffer_ptr,

@@ -1,18 +1,18 @@
-//! Argument extraction helpers shared by the store methods.
-//!
-//! Only argument *type* problems raise (`TypeError`); everything else is
-//! reported through return codes.
+//! Argument types shared by the bindings (store spec, "Return
+//! conventions": only argument-type errors raise `TypeError`, as upstream's
+//! binding does; everything else is a return code).
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
+use std::convert::Infallible;
 
 /// A non-negative integer below 2**64 (pointers, sizes, offsets).
 ///
 /// Negative or too large values raise `TypeError` (as upstream's unsigned
 /// arguments do) instead of pyo3's default `OverflowError`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UInt(pub u64);
+pub(crate) struct UInt(pub(crate) u64);
 
 impl<'py> FromPyObject<'py> for UInt {
     fn extract_bound(ob: &Bound<'py, PyAny>) -> PyResult<Self> {
@@ -26,16 +26,26 @@ impl<'py> FromPyObject<'py> for UInt {
     }
 }
 
+impl<'py> IntoPyObject<'py> for UInt {
+    type Target = PyInt;
+    type Output = Bound<'py, PyInt>;
+    type Error = Infallible;
+
+    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        self.0.into_pyobject(py)
+    }
+}
+
 impl UInt {
     /// The value as `usize` (lossless on 64-bit targets).
-    pub fn usize(self) -> usize {
+    pub(crate) fn usize(self) -> usize {
         self.0 as usize
     }
 }
 
 /// A boolean flag: `bool`, `int` (non-zero is true) or `numpy.bool_`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Flag(pub bool);
+pub(crate) struct Flag(pub(crate) bool);
 
 impl<'py> FromPyObject<'py> for Flag {
     fn extract_bound(ob: &Bound<'py, PyAny>) -> PyResult<Self> {
@@ -52,8 +62,18 @@ impl<'py> FromPyObject<'py> for Flag {
     }
 }
 
+impl<'py> IntoPyObject<'py> for Flag {
+    type Target = PyBool;
+    type Output = Borrowed<'py, 'py, PyBool>;
+    type Error = Infallible;
+
+    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        self.0.into_pyobject(py)
+    }
+}
+
 /// `repr(ob)` limited to a readable length, for error messages.
-pub fn short_repr(ob: &Bound<'_, PyAny>) -> String {
+pub(crate) fn short_repr(ob: &Bound<'_, PyAny>) -> String {
     let text = ob
         .repr()
         .map(|r| r.to_string())
@@ -68,7 +88,12 @@ pub fn short_repr(ob: &Bound<'_, PyAny>) -> String {
 
 /// Resolve upstream's positional-only `arg0` and our `key`/`keys` keyword
 /// alias into the one value (`TypeError` if both or neither are given).
-pub fn one_of<T>(method: &str, arg0: Option<T>, alias: Option<T>, alias_name: &str) -> PyResult<T> {
+pub(crate) fn one_of<T>(
+    method: &str,
+    arg0: Option<T>,
+    alias: Option<T>,
+    alias_name: &str,
+) -> PyResult<T> {
     match (arg0, alias) {
         (Some(v), None) | (None, Some(v)) => Ok(v),
         (Some(_), Some(_)) => Err(PyTypeError::new_err(format!(
@@ -81,6 +106,6 @@ pub fn one_of<T>(method: &str, arg0: Option<T>, alias: Option<T>, alias_name: &s
 }
 
 /// Convert a list of `UInt` to plain values.
-pub fn plain(v: &[UInt]) -> Vec<u64> {
+pub(crate) fn plain(v: &[UInt]) -> Vec<u64> {
     v.iter().map(|u| u.0).collect()
 }

@@ -1,0 +1,66 @@
+//! `Client::setup` applies `setup`'s argument rules itself (issue 9: the
+//! binding and the client used to disagree): the protocol must be exactly
+//! `"tcp"` (store spec, "Lifecycle"; upstream compares the name as given),
+//! and `MC_FORCE_TCP` counts when its trimmed value is `1`, as the Python
+//! `setup` always treated it. One test in its own binary: it sets
+//! `MC_FORCE_TCP` for the whole process.
+
+use mooncake_client::{Client, ClientConfig, ErrorCode};
+use mooncake_master::config::MasterConfig;
+
+fn config(master: &str, protocol: &str) -> ClientConfig {
+    ClientConfig {
+        local_hostname: "127.0.0.1".into(),
+        metadata_server: "P2PHANDSHAKE".into(),
+        global_segment_size: 0,
+        local_buffer_size: 1 << 20,
+        protocol: protocol.into(),
+        master_server_addr: master.into(),
+        ..ClientConfig::default()
+    }
+}
+
+fn setup_code(master: &str, protocol: &str) -> i32 {
+    match Client::setup(config(master, protocol)) {
+        Ok(c) => {
+            c.close();
+            0
+        }
+        Err(e) => e.code().code(),
+    }
+}
+
+#[test]
+fn protocol_and_force_tcp_rules() {
+    let m = mooncake_master::embedded::spawn_loopback(MasterConfig::default()).expect("master");
+    std::env::remove_var("MC_FORCE_TCP");
+    assert_eq!(setup_code(&m, "tcp"), 0);
+    // Only the exact name is accepted: "TCP" is as unsupported as "rdma".
+    assert_eq!(setup_code(&m, "TCP"), ErrorCode::InternalError.code());
+    assert_eq!(setup_code(&m, "rdma"), ErrorCode::InternalError.code());
+    // MC_FORCE_TCP=1 makes any protocol tcp; surrounding whitespace is ignored.
+    std::env::set_var("MC_FORCE_TCP", " 1\n");
+    assert_eq!(setup_code(&m, "rdma"), 0);
+    assert_eq!(setup_code(&m, "TCP"), 0);
+    std::env::set_var("MC_FORCE_TCP", "0");
+    assert_eq!(setup_code(&m, "rdma"), ErrorCode::InternalError.code());
+    std::env::remove_var("MC_FORCE_TCP");
+    // The other checks before the master is contacted, with their codes.
+    let rejected = |f: &dyn Fn(&mut ClientConfig)| {
+        let mut c = config(&m, "tcp");
+        f(&mut c);
+        Client::setup(c).map(|_| ()).map_err(|e| e.code())
+    };
+    assert_eq!(
+        rejected(&|c| c.tenant_id = "t".into()),
+        Err(ErrorCode::NotSupported)
+    );
+    assert_eq!(
+        rejected(&|c| c.local_buffer_size = 10),
+        Err(ErrorCode::InvalidParams)
+    );
+    assert_eq!(
+        rejected(&|c| c.metadata_server = "etcd://x".into()),
+        Err(ErrorCode::InternalError)
+    );
+}

@@ -1,0 +1,317 @@
+//! Connection admission for every listener of the stack (issue 10): a cap
+//! on open connections in total and per peer, an idle timeout, the back-off
+//! an accept loop takes when the process runs out of descriptors, and the
+//! check a connection pool makes before reusing an idle connection.
+//!
+//! It lives here, beside the framing, because the master (RPC and HTTP),
+//! the data server and the same-host mapping server all apply the same
+//! rules; each listener picks its own numbers.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Caps of one listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Most connections open at once.
+    pub max_total: usize,
+    /// Most connections open at once from one peer address.
+    pub max_per_peer: usize,
+    /// Close a connection that stays silent this long (`None`: never).
+    pub idle_timeout: Option<Duration>,
+}
+
+impl ConnLimits {
+    /// Caps scaled to this process's descriptor limit (`RLIMIT_NOFILE`),
+    /// so that one listener can never take more than a quarter of the
+    /// descriptors, nor one peer more than half of the listener's share;
+    /// `max_total` and `max_per_peer` bound them from above.
+    pub fn scaled_to_fd_limit(max_total: usize, max_per_peer: usize, idle: Duration) -> ConnLimits {
+        let share = (fd_limit() / 4).max(8);
+        let total = max_total.min(share).max(1);
+        ConnLimits {
+            max_total: total,
+            max_per_peer: max_per_peer.min((total / 2).max(1)).max(1),
+            idle_timeout: Some(idle).filter(|d| !d.is_zero()),
+        }
+    }
+
+    /// Override the caps from environment variables `<prefix>_MAX_CONNS`,
+    /// `<prefix>_MAX_CONNS_PER_PEER` and `<prefix>_IDLE_TIMEOUT_S` (0 = no
+    /// idle timeout); unparsable values are ignored.
+    pub fn with_env(mut self, prefix: &str) -> ConnLimits {
+        let num = |name: &str| -> Option<u64> {
+            std::env::var(format!("{prefix}_{name}"))
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+        };
+        if let Some(n) = num("MAX_CONNS").filter(|n| *n > 0) {
+            self.max_total = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(n) = num("MAX_CONNS_PER_PEER").filter(|n| *n > 0) {
+            self.max_per_peer = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(s) = num("IDLE_TIMEOUT_S") {
+            self.idle_timeout = Some(Duration::from_secs(s)).filter(|d| !d.is_zero());
+        }
+        self
+    }
+}
+
+/// This process's soft descriptor limit (1024 if it cannot be read).
+pub fn fd_limit() -> usize {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we pass.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    if rc != 0 || r.rlim_cur == libc::RLIM_INFINITY {
+        return if rc != 0 { 1024 } else { usize::MAX / 8 };
+    }
+    usize::try_from(r.rlim_cur).unwrap_or(usize::MAX / 8)
+}
+
+/// A pooled connection idle for less than this is reused without asking
+/// the kernel whether the peer closed it (listeners close connections only
+/// after tens of seconds of silence; this keeps a syscall off hot paths).
+pub const POOL_RECHECK_AFTER: Duration = Duration::from_secs(1);
+
+/// Whether a connection idle in a pool since `since` may be reused: younger
+/// than `max_idle`, and, once idle for [`POOL_RECHECK_AFTER`], not closed
+/// by its peer meanwhile.
+pub fn reusable<S: std::os::fd::AsRawFd>(
+    sock: &S,
+    since: std::time::Instant,
+    max_idle: Duration,
+) -> bool {
+    let idle = since.elapsed();
+    idle < max_idle && (idle < POOL_RECHECK_AFTER || !peer_closed(sock))
+}
+
+/// Whether the peer of an idle pooled connection has closed it (or sent
+/// something unexpected): a pool checks this before reusing a connection.
+pub fn peer_closed<S: std::os::fd::AsRawFd>(sock: &S) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd and a zero timeout.
+    let r = unsafe { libc::poll(&mut pfd, 1, 0) };
+    r != 0
+}
+
+/// Why a connection was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The listener has `max_total` connections open.
+    #[error("connection limit reached")]
+    Total,
+    /// This peer has `max_per_peer` connections open.
+    #[error("per-peer connection limit reached")]
+    PerPeer,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    total: usize,
+    per_peer: HashMap<IpAddr, usize>,
+}
+
+/// Counts the open connections of one listener.
+#[derive(Debug)]
+pub struct ConnTracker {
+    limits: ConnLimits,
+    counts: Mutex<Counts>,
+}
+
+impl ConnTracker {
+    /// A tracker enforcing `limits`.
+    pub fn new(limits: ConnLimits) -> Arc<ConnTracker> {
+        Arc::new(ConnTracker {
+            limits,
+            counts: Mutex::new(Counts::default()),
+        })
+    }
+
+    /// The caps this tracker enforces.
+    pub fn limits(&self) -> ConnLimits {
+        self.limits
+    }
+
+    fn counts(&self) -> MutexGuard<'_, Counts> {
+        // Counting cannot leave the map inconsistent; a panic elsewhere
+        // while holding the lock does not make the numbers wrong.
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Admit one connection from `peer`; the permit releases the slot when
+    /// dropped (when the connection closes).
+    pub fn try_acquire(self: &Arc<Self>, peer: IpAddr) -> Result<ConnPermit, Refusal> {
+        let mut c = self.counts();
+        if c.total >= self.limits.max_total {
+            return Err(Refusal::Total);
+        }
+        let n = c.per_peer.entry(peer).or_insert(0);
+        if *n >= self.limits.max_per_peer {
+            return Err(Refusal::PerPeer);
+        }
+        *n += 1;
+        c.total += 1;
+        Ok(ConnPermit {
+            tracker: Arc::clone(self),
+            peer,
+        })
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.counts().total
+    }
+}
+
+/// One admitted connection; dropping it frees the slot.
+#[derive(Debug)]
+pub struct ConnPermit {
+    tracker: Arc<ConnTracker>,
+    peer: IpAddr,
+}
+
+impl Drop for ConnPermit {
+    fn drop(&mut self) {
+        let mut c = self.tracker.counts();
+        c.total = c.total.saturating_sub(1);
+        if let Some(n) = c.per_peer.get_mut(&self.peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                c.per_peer.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// The pause an accept loop takes after an error: growing from 10 ms to
+/// 1 s while the process is out of descriptors or memory (`EMFILE`,
+/// `ENFILE`, `ENOBUFS`, `ENOMEM`), none after an error of one connection.
+#[derive(Debug, Clone, Default)]
+pub struct AcceptBackoff {
+    delay: Option<Duration>,
+}
+
+impl AcceptBackoff {
+    const FIRST: Duration = Duration::from_millis(10);
+    const MAX: Duration = Duration::from_secs(1);
+
+    /// How long to sleep after `e` before accepting again (`None`: retry now).
+    pub fn on_error(&mut self, e: &io::Error) -> Option<Duration> {
+        let starved = matches!(
+            e.raw_os_error(),
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+        );
+        if !starved {
+            return None;
+        }
+        let next = match self.delay {
+            None => Self::FIRST,
+            Some(d) => (d * 2).min(Self::MAX),
+        };
+        self.delay = Some(next);
+        Some(next)
+    }
+
+    /// An accept succeeded: the next error starts the back-off afresh.
+    pub fn on_success(&mut self) {
+        self.delay = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([127, 0, 0, last])
+    }
+
+    #[test]
+    fn caps_total_and_per_peer_and_releases_on_drop() {
+        let t = ConnTracker::new(ConnLimits {
+            max_total: 3,
+            max_per_peer: 2,
+            idle_timeout: None,
+        });
+        let a1 = t.try_acquire(ip(1)).expect("a1");
+        let _a2 = t.try_acquire(ip(1)).expect("a2");
+        assert_eq!(t.try_acquire(ip(1)).err(), Some(Refusal::PerPeer));
+        let b1 = t.try_acquire(ip(2)).expect("b1");
+        assert_eq!(t.try_acquire(ip(3)).err(), Some(Refusal::Total));
+        assert_eq!(t.open(), 3);
+        drop(a1);
+        let _a3 = t.try_acquire(ip(1)).expect("a3");
+        drop(b1);
+        assert_eq!(t.open(), 2);
+        let _c = t.try_acquire(ip(3)).expect("c");
+    }
+
+    #[test]
+    fn scaled_limits_leave_descriptors_free() {
+        let l = ConnLimits::scaled_to_fd_limit(1 << 20, 1 << 20, Duration::from_secs(60));
+        assert!(l.max_total <= fd_limit() / 4 || l.max_total == 8);
+        assert!(l.max_per_peer <= l.max_total);
+        assert_eq!(l.idle_timeout, Some(Duration::from_secs(60)));
+        let l = ConnLimits::scaled_to_fd_limit(10, 100, Duration::ZERO);
+        assert!(l.max_total <= 10 && l.max_per_peer <= 5);
+        assert_eq!(l.idle_timeout, None);
+    }
+
+    #[test]
+    fn closed_peers_are_noticed() {
+        use std::io::Write;
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().expect("pair");
+        assert!(!peer_closed(&b));
+        a.write_all(b"x").expect("write");
+        assert!(peer_closed(&b), "unexpected data also disqualifies");
+        let (a, b) = std::os::unix::net::UnixStream::pair().expect("pair");
+        drop(a);
+        assert!(peer_closed(&b));
+    }
+
+    #[test]
+    fn pooled_connections_are_rechecked_once_idle_a_while() {
+        let now = std::time::Instant::now();
+        let Some(old) = now.checked_sub(POOL_RECHECK_AFTER * 2) else {
+            return;
+        };
+        let max = Duration::from_secs(30);
+        let (a, b) = std::os::unix::net::UnixStream::pair().expect("pair");
+        assert!(reusable(&b, now, max) && reusable(&b, old, max));
+        assert!(!reusable(&b, old, POOL_RECHECK_AFTER));
+        drop(a);
+        // Just used: trusted without a syscall; idle a while: checked.
+        assert!(reusable(&b, now, max));
+        assert!(!reusable(&b, old, max));
+    }
+
+    #[test]
+    fn backoff_grows_only_when_starved() {
+        let mut b = AcceptBackoff::default();
+        let aborted = io::Error::from_raw_os_error(libc::ECONNABORTED);
+        assert_eq!(b.on_error(&aborted), None);
+        let emfile = io::Error::from_raw_os_error(libc::EMFILE);
+        assert_eq!(b.on_error(&emfile), Some(Duration::from_millis(10)));
+        assert_eq!(b.on_error(&emfile), Some(Duration::from_millis(20)));
+        for _ in 0..20 {
+            b.on_error(&emfile);
+        }
+        assert_eq!(
+            b.on_error(&io::Error::from_raw_os_error(libc::ENFILE)),
+            Some(Duration::from_secs(1))
+        );
+        b.on_success();
+        assert_eq!(b.on_error(&emfile), Some(Duration::from_millis(10)));
+    }
+}

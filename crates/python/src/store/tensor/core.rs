@@ -1,0 +1,266 @@
+//! The two bodies every tensor method funnels into: a batch of writes and a
+//! batch of reads. They convert arguments (torch tensors, buffers,
+//! duck-typed requests), call the client's executor with the GIL released,
+//! build the result tensors, and report through [`Call`] (upstream's return
+//! values, one log line per failing call).
+
+use super::args;
+use super::torch;
+use crate::report::Call;
+use crate::store::class::MooncakeDistributedStore;
+use crate::store::config::{options, ReplicateConfig};
+use mooncake_client::{object_source, Error, Result, TensorDest, TensorWrite};
+use mooncake_tensor::{
+    route_for, route_for_object, route_for_tp, ReadRequest, WriteRoute, HEADER_SIZE,
+};
+use pyo3::prelude::*;
+
+/// Where a write item's bytes come from.
+pub(crate) enum Src<'py> {
+    /// A torch tensor.
+    Tensor(Bound<'py, PyAny>),
+    /// A caller buffer holding one whole tensor object (`_from` writes).
+    Object {
+        /// Buffer address.
+        ptr: usize,
+        /// Buffer size.
+        size: u64,
+    },
+}
+
+/// The route a write method asks for, before validation.
+pub(crate) enum RouteArg<'py> {
+    /// A FULL object (plain put/upsert/pub).
+    Full,
+    /// Legacy `*_with_tp`: every `K_tp_i` from the full tensor.
+    Tp {
+        /// `tp_size` (<= 1: a FULL write).
+        size: i64,
+        /// `split_dim`.
+        split_dim: i64,
+    },
+    /// `*_with_parallelism`: a parallelism and/or a writer partition.
+    Request {
+        /// `parallelism` argument.
+        parallelism: Option<Bound<'py, PyAny>>,
+        /// `writer_partition` argument.
+        writer: Option<Bound<'py, PyAny>>,
+    },
+}
+
+/// One write item.
+pub(crate) struct WriteItem<'py> {
+    /// Base key.
+    pub(crate) key: String,
+    /// Source bytes.
+    pub(crate) src: Src<'py>,
+    /// Route.
+    pub(crate) route: RouteArg<'py>,
+}
+
+/// How a write call is configured.
+pub(crate) struct WriteCall {
+    /// Method name for logs.
+    pub(crate) method: &'static str,
+    /// `config` (or its `replica` alias).
+    pub(crate) config: Option<ReplicateConfig>,
+    /// A batch method (one result per key, `group_ids` per key).
+    pub(crate) batch: bool,
+    /// Upsert instead of put.
+    pub(crate) upsert: bool,
+    /// The pub `preferred_segments` check applies to every route (the
+    /// `pub_*` methods), not only the FULL one.
+    pub(crate) pub_always: bool,
+}
+
+/// Resolve `config` and its `replica=` alias (spec §0 "Keyword alias").
+pub(crate) fn config_or_replica(
+    config: Option<ReplicateConfig>,
+    replica: Option<ReplicateConfig>,
+) -> PyResult<Option<ReplicateConfig>> {
+    match (config, replica) {
+        (Some(_), Some(_)) => Err(pyo3::exceptions::PyTypeError::new_err(
+            "pass either config= or its alias replica=, not both",
+        )),
+        (c, r) => Ok(c.or(r)),
+    }
+}
+
+fn route_of(route: &RouteArg<'_>, object_size: Option<u64>) -> Result<WriteRoute> {
+    let r = match route {
+        RouteArg::Full => WriteRoute::Full,
+        RouteArg::Tp { size, split_dim } => route_for_tp(*size, *split_dim)?,
+        RouteArg::Request {
+            parallelism,
+            writer,
+        } => {
+            let p = args::opt_parallelism(parallelism.as_ref())?;
+            let w = args::writer_partition(writer.as_ref())?;
+            return Ok(match object_size {
+                Some(size) => route_for_object(p, w, size)?,
+                None => route_for(p, w)?,
+            });
+        }
+    };
+    Ok(match object_size {
+        Some(size) => r.for_object(size),
+        None => r,
+    })
+}
+
+/// The one result of a single-item call.
+fn single<T>(r: Result<Vec<Result<T>>>) -> Result<T> {
+    r.and_then(|mut v| v.pop().unwrap_or_else(|| Err(Error::internal("no result"))))
+}
+
+impl MooncakeDistributedStore {
+    /// Write a batch of items (a single write is a batch of one): one code
+    /// per item, failures logged once.
+    pub(crate) fn tensor_writes<'py>(
+        &self,
+        py: Python<'py>,
+        call: WriteCall,
+        items: Vec<Result<WriteItem<'py>>>,
+        keys: &[String],
+    ) -> PyResult<Vec<i64>> {
+        // Tensor methods need torch even when they fail early (spec §0: ImportError).
+        torch::torch(py)?;
+        let report = Call::new(py, call.method);
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let cfg = options(call.config);
+        let mut keep: Vec<Bound<'py, PyAny>> = Vec::new();
+        let mut writes: Vec<Result<TensorWrite>> = Vec::with_capacity(items.len());
+        for item in items {
+            let item = match item {
+                Ok(item) => item,
+                Err(e) => {
+                    writes.push(Err(e));
+                    continue;
+                }
+            };
+            let converted = match &item.src {
+                Src::Tensor(t) => torch::tensor_in(t)?.map_err(Error::from).map(|t| {
+                    let (src, ptr) = (t.source.clone(), t.ptr);
+                    keep.push(t.keep);
+                    (src, ptr, None)
+                }),
+                Src::Object { ptr, size } => {
+                    // SAFETY: the caller vouches for `ptr..ptr+size` (upstream contract).
+                    let src = unsafe { object_source(*ptr, *size) };
+                    src.map(|src| (src, *ptr, Some(*size)))
+                }
+            };
+            writes.push(converted.and_then(|(source, ptr, object_size)| {
+                Ok(TensorWrite {
+                    key: item.key,
+                    source,
+                    ptr,
+                    route: route_of(&item.route, object_size)?,
+                })
+            }));
+        }
+        let (upsert, pub_always) = (call.upsert, call.pub_always);
+        // SAFETY: every source pointer is a live tensor in `keep` or a caller
+        // buffer (upstream contract); both outlive the call.
+        let r = self.run(py, |c| unsafe {
+            c.write_tensors(writes, &cfg, upsert, pub_always)
+        });
+        drop(keep);
+        Ok(if call.batch {
+            report.codes(keys, r)
+        } else {
+            vec![report.code(keys.first().map(String::as_str), single(r))]
+        })
+    }
+
+    /// Read a batch of requests; `into` gives each item's caller buffer
+    /// (`_into` forms). A tensor or `None` per item, failures logged once.
+    pub(crate) fn tensor_reads<'py>(
+        &self,
+        py: Python<'py>,
+        method: &'static str,
+        keys: &[String],
+        reqs: Vec<Result<ReadRequest>>,
+        into: Option<Vec<(usize, u64)>>,
+        batch: bool,
+    ) -> PyResult<Vec<Option<Bound<'py, PyAny>>>> {
+        torch::torch(py)?;
+        let report = Call::new(py, method);
+        let results = self.read_tensors(py, reqs, into.as_deref())?;
+        Ok(if batch {
+            report.oks(keys, results)
+        } else {
+            vec![report.ok(keys.first().map(String::as_str), single(results))]
+        })
+    }
+
+    fn read_tensors<'py>(
+        &self,
+        py: Python<'py>,
+        reqs: Vec<Result<ReadRequest>>,
+        into: Option<&[(usize, u64)]>,
+    ) -> PyResult<Result<Vec<Result<Bound<'py, PyAny>>>>> {
+        let n = reqs.len();
+        let Some(client) = self.current() else {
+            return Ok(Err(Error::not_set_up()));
+        };
+        if n == 0 {
+            return Ok(Ok(Vec::new()));
+        }
+        let reads = py.allow_threads(|| client.plan_tensor_reads(reqs));
+        let mut dests: Vec<Option<TensorDest>> = Vec::with_capacity(n);
+        let mut fresh: Vec<Result<Option<Bound<'py, PyAny>>>> = Vec::with_capacity(n);
+        for i in 0..n {
+            match (reads.output(i), into) {
+                (Err(_), _) => {
+                    dests.push(None);
+                    fresh.push(Ok(None));
+                }
+                (Ok(_), Some(bufs)) => {
+                    let (ptr, size) = bufs[i];
+                    dests.push(Some(TensorDest::Into { ptr, size }));
+                    fresh.push(Ok(None));
+                }
+                (Ok(out), None) => {
+                    // A result that cannot be allocated fails its item, not the call.
+                    match torch::empty(py, out.dtype, &out.shape)
+                        .and_then(|t| torch::data_ptr(&t).map(|p| (t, p)))
+                    {
+                        Ok((t, ptr)) => {
+                            dests.push(Some(TensorDest::Payload(ptr)));
+                            fresh.push(Ok(Some(t)));
+                        }
+                        Err(e) => {
+                            dests.push(None);
+                            fresh.push(Err(Error::invalid(format!(
+                                "cannot allocate the result: {e}"
+                            ))));
+                        }
+                    }
+                }
+            }
+        }
+        // SAFETY: payload destinations are fresh tensors of exactly the
+        // output size (kept in `fresh`); `_into` buffers are the caller's
+        // (upstream contract) and their size is checked by the executor.
+        let results = py.allow_threads(|| unsafe { reads.execute(&dests) });
+        let mut out = Vec::with_capacity(n);
+        for (i, (r, t)) in results.into_iter().zip(fresh).enumerate() {
+            out.push(match (r, t, into) {
+                (_, Err(e), _) | (Err(e), _, _) => Err(e),
+                (Ok(o), Ok(_), Some(bufs)) => {
+                    let payload = bufs[i].0 + HEADER_SIZE;
+                    // SAFETY: the payload was just written into the caller's
+                    // buffer, which the caller keeps alive (spec §0 "Results").
+                    let v = unsafe { torch::view_of(py, payload, o.nbytes, o.dtype, &o.shape) }?;
+                    Ok(v)
+                }
+                (Ok(_), Ok(Some(t)), None) => Ok(t),
+                (Ok(_), Ok(None), None) => Err(Error::internal("no result tensor")),
+            });
+        }
+        Ok(Ok(out))
+    }
+}

@@ -1,0 +1,243 @@
+//! Box geometry over C-contiguous tensors: where a shard sits in the global
+//! index space, and the contiguous byte runs that copy the overlap of two
+//! boxes from one C-ordered buffer to another. Narrowing a tensor along a dim
+//! (a write shard) and assembling a target from stored shards (a read) are
+//! both expressed as these runs, so the executor gathers and scatters
+//! directly between user memory and store objects without a staging copy.
+
+use crate::error::{TensorError, TensorResult};
+
+/// A box in a tensor's global index space: `origin[i] .. origin[i] + extent[i]`.
+/// The data of a box is stored C-contiguously with shape `extent`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Region {
+    /// First index per dim.
+    pub origin: Vec<u64>,
+    /// Extent per dim (the stored shape).
+    pub extent: Vec<u64>,
+}
+
+/// One contiguous copy between two buffers, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CopyRun {
+    /// Offset in the source buffer.
+    pub src: u64,
+    /// Offset in the destination buffer.
+    pub dst: u64,
+    /// Length.
+    pub len: u64,
+}
+
+/// Number of elements of a shape (`None` on overflow).
+pub fn numel(shape: &[u64]) -> Option<u64> {
+    shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
+}
+
+fn strides(extent: &[u64]) -> Vec<u64> {
+    let mut s = vec![1u64; extent.len()];
+    for i in (0..extent.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1].saturating_mul(extent[i + 1]);
+    }
+    s
+}
+
+impl Region {
+    /// The whole of a tensor of `shape`.
+    pub fn whole(shape: &[u64]) -> Region {
+        Region {
+            origin: vec![0; shape.len()],
+            extent: shape.to_vec(),
+        }
+    }
+
+    /// Number of elements.
+    pub fn volume(&self) -> u64 {
+        numel(&self.extent).unwrap_or(u64::MAX)
+    }
+
+    /// This box cut to the `rank`-th of `count` uniform pieces along `dim`.
+    /// Fails when `dim` is out of range or the extent is not divisible.
+    pub fn split(&self, dim: usize, rank: u32, count: u32) -> TensorResult<Region> {
+        let Some(&e) = self.extent.get(dim) else {
+            return Err(TensorError::invalid(format!(
+                "split_dim {dim} is outside the tensor's {} dims",
+                self.extent.len()
+            )));
+        };
+        let count = u64::from(count);
+        if count == 0 || e % count != 0 {
+            return Err(TensorError::invalid(format!(
+                "only uniform sharding is supported: dim {dim} of extent {e} does not split into {count} equal parts"
+            )));
+        }
+        let part = e / count;
+        let mut r = self.clone();
+        r.origin[dim] += part * u64::from(rank);
+        r.extent[dim] = part;
+        Ok(r)
+    }
+
+    /// The overlap of two boxes of the same rank (`None` when disjoint or of
+    /// different rank). 0-d boxes overlap in their single element.
+    pub fn intersect(&self, other: &Region) -> Option<Region> {
+        if self.extent.len() != other.extent.len() {
+            return None;
+        }
+        let mut origin = Vec::with_capacity(self.extent.len());
+        let mut extent = Vec::with_capacity(self.extent.len());
+        for i in 0..self.extent.len() {
+            let lo = self.origin[i].max(other.origin[i]);
+            let hi = (self.origin[i] + self.extent[i]).min(other.origin[i] + other.extent[i]);
+            if hi <= lo {
+                return None;
+            }
+            origin.push(lo);
+            extent.push(hi - lo);
+        }
+        Some(Region { origin, extent })
+    }
+}
+
+/// Append to `out` the runs copying the overlap of `src` and `dst` (each
+/// stored C-contiguously with its own extent, elements of `itemsize` bytes)
+/// from the source buffer to the destination buffer. Runs come out in
+/// increasing destination order. Returns the number of elements covered.
+pub fn copy_runs(itemsize: u64, src: &Region, dst: &Region, out: &mut Vec<CopyRun>) -> u64 {
+    let Some(inter) = src.intersect(dst) else {
+        return 0;
+    };
+    let nd = inter.extent.len();
+    let (ss, ds) = (strides(&src.extent), strides(&dst.extent));
+    // Merge trailing dims fully covered in both boxes into one run; the
+    // first dim (from the inside) that is not adds its extent and stops it.
+    let mut run = 1u64;
+    let mut k = nd;
+    while k > 0 {
+        let j = k - 1;
+        run *= inter.extent[j];
+        k = j;
+        if !(inter.extent[j] == src.extent[j] && inter.extent[j] == dst.extent[j]) {
+            break;
+        }
+    }
+    let base = |o: &Region, st: &[u64]| -> u64 {
+        (0..nd)
+            .map(|i| (inter.origin[i] - o.origin[i]) * st[i])
+            .sum()
+    };
+    let (sb, db) = (base(src, &ss), base(dst, &ds));
+    let outer = &inter.extent[..k];
+    let total = numel(outer).unwrap_or(0);
+    out.reserve(usize::try_from(total).unwrap_or(0));
+    let mut idx = vec![0u64; k];
+    for _ in 0..total {
+        let so: u64 = sb + (0..k).map(|i| idx[i] * ss[i]).sum::<u64>();
+        let d_o: u64 = db + (0..k).map(|i| idx[i] * ds[i]).sum::<u64>();
+        out.push(CopyRun {
+            src: so * itemsize,
+            dst: d_o * itemsize,
+            len: run * itemsize,
+        });
+        for i in (0..k).rev() {
+            idx[i] += 1;
+            if idx[i] < outer[i] {
+                break;
+            }
+            idx[i] = 0;
+        }
+    }
+    total * run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Apply runs to byte buffers.
+    fn apply(runs: &[CopyRun], src: &[u8], dst: &mut [u8]) {
+        for r in runs {
+            let (s, d, n) = (r.src as usize, r.dst as usize, r.len as usize);
+            dst[d..d + n].copy_from_slice(&src[s..s + n]);
+        }
+    }
+
+    #[test]
+    fn narrow_along_dim0_is_one_run() {
+        let full = Region::whole(&[4, 6]);
+        let shard = full.split(0, 1, 2).expect("uniform");
+        let mut runs = Vec::new();
+        assert_eq!(copy_runs(4, &full, &shard, &mut runs), 12);
+        assert_eq!(
+            runs,
+            vec![CopyRun {
+                src: 48,
+                dst: 0,
+                len: 48
+            }]
+        );
+    }
+
+    #[test]
+    fn narrow_along_dim1_is_strided_rows() {
+        let full = Region::whole(&[4, 6]);
+        let shard = full.split(1, 1, 3).expect("uniform");
+        let mut runs = Vec::new();
+        copy_runs(1, &full, &shard, &mut runs);
+        assert_eq!(runs.len(), 4);
+        assert_eq!(
+            runs[0],
+            CopyRun {
+                src: 2,
+                dst: 0,
+                len: 2
+            }
+        );
+        assert_eq!(
+            runs[3],
+            CopyRun {
+                src: 20,
+                dst: 6,
+                len: 2
+            }
+        );
+        let src: Vec<u8> = (0..24).collect();
+        let mut dst = vec![0u8; 8];
+        apply(&runs, &src, &mut dst);
+        assert_eq!(dst, vec![2, 3, 8, 9, 14, 15, 20, 21]);
+    }
+
+    #[test]
+    fn non_uniform_split_is_rejected() {
+        let e = Region::whole(&[4, 2]).split(1, 1, 3).unwrap_err();
+        assert!(e.reason.contains("only uniform sharding is supported"));
+        assert!(Region::whole(&[4]).split(1, 0, 2).is_err());
+    }
+
+    #[test]
+    fn zero_d_and_empty() {
+        let mut runs = Vec::new();
+        assert_eq!(
+            copy_runs(8, &Region::whole(&[]), &Region::whole(&[]), &mut runs),
+            1
+        );
+        assert_eq!(
+            runs,
+            vec![CopyRun {
+                src: 0,
+                dst: 0,
+                len: 8
+            }]
+        );
+        runs.clear();
+        assert_eq!(
+            copy_runs(
+                4,
+                &Region::whole(&[0, 4]),
+                &Region::whole(&[0, 4]),
+                &mut runs
+            ),
+            0
+        );
+        assert!(runs.is_empty());
+    }
+}

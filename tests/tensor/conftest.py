@@ -1,0 +1,81 @@
+"""Fixtures of the tensor IO suite (spec tensor-io.md §12).
+
+Setup per the spec: one master and a client with a 256 MiB segment and a
+128 MiB local buffer (``tstore``); tests use ``key()`` prefixes so they can
+share the module's master. Helpers list stored keys, count master RPCs and
+check log records on ``mooncake.store``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def tstore(store_factory: Any) -> Any:
+    """A set-up store with the spec §12 sizes on the module's shared master."""
+    return store_factory(global_segment_size=256 * MiB, local_buffer_size=128 * MiB)
+
+
+@pytest.fixture
+def full() -> Any:
+    """``torch.arange(24, dtype=torch.float32).reshape(4, 6)`` (spec §12)."""
+    return torch.arange(24, dtype=torch.float32).reshape(4, 6)
+
+
+def stored_keys(master: Any, prefix: str) -> list[str]:
+    """Keys from the master's ``/get_all_keys`` that start with ``prefix``."""
+    status, body, _ = master.admin_get("/get_all_keys")
+    assert status == 200
+    return sorted(k for k in body.decode().splitlines() if k.startswith(prefix))
+
+
+def rpcs(store: Any) -> int:
+    """Cumulative master RPCs of a client."""
+    return int(store.get_client_stats()["master_rpcs"])
+
+
+class LogCheck:
+    """Records of the ``mooncake.store`` logger, captured per test."""
+
+    def __init__(self, caplog: pytest.LogCaptureFixture) -> None:
+        self.caplog = caplog
+        caplog.set_level(logging.INFO, logger="mooncake.store")
+
+    def clear(self) -> None:
+        self.caplog.clear()
+
+    def records(self) -> list[logging.LogRecord]:
+        return [r for r in self.caplog.records if r.name == "mooncake.store"]
+
+    def expect(self, method: str, *fragments: str) -> logging.LogRecord:
+        """Assert one record names ``method`` and contains every fragment; clear."""
+        for r in self.records():
+            msg = r.getMessage()
+            if msg.startswith(method + ":") and all(f in msg for f in fragments):
+                self.clear()
+                return r
+        seen = [r.getMessage() for r in self.records()]
+        raise AssertionError(f"no {method} log line with {fragments}; got {seen}")
+
+    def none(self) -> None:
+        assert self.records() == [], [r.getMessage() for r in self.records()]
+
+
+@pytest.fixture
+def logs(caplog: pytest.LogCaptureFixture) -> Iterator[LogCheck]:
+    yield LogCheck(caplog)
+
+
+@pytest.fixture
+def keys_of(shared_master: Any) -> Callable[[str], list[str]]:
+    """``keys_of(prefix)``: the stored keys starting with ``prefix``."""
+    return lambda prefix: stored_keys(shared_master, prefix)
