@@ -60,6 +60,9 @@ def serve_loop(rank: int, steps: int, kill_at: int | None, events: Any) -> None:
     from mooncake import pg
 
     group = dist.group.WORLD
+    # Safety cap only: a replacement's interpreter and torch import can take
+    # tens of seconds on a loaded machine, so the cap is wall-clock and long.
+    give_up = time.monotonic() + 180
     step = 0
     degraded = False  # rank 0: saw fewer than four ranks serve
     back = 0  # rank 0: steps served by four ranks since then
@@ -70,7 +73,7 @@ def serve_loop(rank: int, steps: int, kill_at: int | None, events: Any) -> None:
             events.join_thread()
             os.kill(os.getpid(), signal.SIGKILL)
         # [1, stop]: the sum counts the ranks that served; rank 0 ends the run.
-        stop = rank == 0 and (back >= steps or step >= 50 * steps)
+        stop = rank == 0 and (back >= steps or time.monotonic() > give_up)
         t = torch.tensor([1.0, 1.0 if stop else 0.0])
         work = dist.all_reduce(t, async_op=True)
         work.wait()

@@ -33,8 +33,8 @@ __all__ = [
     "pg_fault_stats",
     "pg_inject_fault",
     "pg_reduce_op_codes",
-    "pg_set_fault_reconciliation_window_us",
     "pg_set_collective_timeout_us",
+    "pg_set_fault_reconciliation_window_us",
     "pg_set_p2p_timeout_us",
     "run_master",
 ]

@@ -38,6 +38,9 @@ def _pairs(scenario: str, world: int, groups: list[list[int]], **kw: object) -> 
     ]
 
 
+# A cluster token for every rank of a step (issue 10: PG ranks likewise).
+TOKEN_ENV = {"MC_AUTH_TOKEN": "pg-cluster-secret"}
+
 LO4, HI4 = [0, 1, 2, 3], [4, 5, 6, 7]
 MAIN: list[Step] = [
     *_pairs("collectives", 4, [LO4, HI4]),
@@ -54,6 +57,8 @@ MAIN: list[Step] = [
     # Only rank 0 of a 2-rank group ever starts.
     *_pairs("never_joins", 2, [[2], [3]]),
     *_pairs("refused_connect", 2, [[4, 5], [6, 7]]),
+    # Issue 10, PG ranks: every link and coordinator session authenticated.
+    *_pairs("cluster_token", 3, [[0, 1, 2], [4, 5, 6]], env=TOKEN_ENV),
 ]
 
 

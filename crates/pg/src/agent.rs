@@ -11,6 +11,7 @@ use crate::control::{self, ToAgent, ToCoord};
 use crate::engine;
 use crate::error::PgError;
 use crate::handshake;
+use mooncake_common::AuthKey;
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::HashMap;
 use std::io::BufReader;
@@ -51,6 +52,8 @@ pub(crate) trait GroupSink: Send + Sync {
 
 struct Core {
     endpoint: String,
+    /// Fingerprint of the cluster secret the session proved.
+    auth: Option<u64>,
     writer: Mutex<TcpStream>,
     closer: TcpStream,
     alive: AtomicBool,
@@ -70,22 +73,29 @@ static AGENTS: Mutex<Vec<Weak<Agent>>> = parking_lot::const_mutex(Vec::new());
 impl Agent {
     /// The process's session with the coordinator at `endpoint`, opened on
     /// first use.
-    pub(crate) fn connect(endpoint: &str, timeout: Duration) -> Result<Arc<Agent>, PgError> {
+    /// The session proves `auth` (the group's cluster secret, if any); a
+    /// session opened with another secret is not shared.
+    pub(crate) fn connect(
+        endpoint: &str,
+        auth: Option<&AuthKey>,
+        timeout: Duration,
+    ) -> Result<Arc<Agent>, PgError> {
+        let fingerprint = auth.map(AuthKey::fingerprint);
         let mut all = AGENTS.lock();
         all.retain(|w| w.strong_count() > 0);
         for w in all.iter() {
             if let Some(a) = w.upgrade() {
-                if a.core.endpoint == endpoint && a.is_alive() {
+                if a.core.endpoint == endpoint && a.core.auth == fingerprint && a.is_alive() {
                     return Ok(a);
                 }
             }
         }
-        let a = Arc::new(Self::dial(endpoint, timeout)?);
+        let a = Arc::new(Self::dial(endpoint, auth, timeout)?);
         all.push(Arc::downgrade(&a));
         Ok(a)
     }
 
-    fn dial(endpoint: &str, timeout: Duration) -> Result<Agent, PgError> {
+    fn dial(endpoint: &str, auth: Option<&AuthKey>, timeout: Duration) -> Result<Agent, PgError> {
         let ctx = || format!("connect to the membership coordinator at {endpoint}");
         let addr = endpoint
             .to_socket_addrs()
@@ -109,12 +119,21 @@ impl Agent {
         s.set_read_timeout(Some(timeout.max(Duration::from_secs(1))))
             .map_err(io)?;
         let instance = engine::engine()?.instance_id();
-        handshake::control_dial(&mut s, instance).map_err(io)?;
+        handshake::control_dial(&mut s, instance, auth).map_err(|e| {
+            if handshake::is_auth_refusal(&e) {
+                PgError::Auth {
+                    reason: format!("the membership coordinator at {endpoint}: {e}"),
+                }
+            } else {
+                io(e)
+            }
+        })?;
         s.set_read_timeout(None).map_err(io)?;
         let reader = s.try_clone().map_err(io)?;
         let closer = s.try_clone().map_err(io)?;
         let core = Arc::new(Core {
             endpoint: endpoint.to_string(),
+            auth: auth.map(AuthKey::fingerprint),
             writer: Mutex::new(s),
             closer,
             alive: AtomicBool::new(true),

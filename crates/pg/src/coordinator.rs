@@ -30,6 +30,7 @@ use crate::config;
 use crate::control::{self, MemberRec, ProposalStatus, SyncStatus, ToAgent, ToCoord};
 use crate::error::PgError;
 use crate::handshake;
+use mooncake_common::AuthKey;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::BufReader;
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -62,6 +63,7 @@ impl Coordinator {
     /// Starts a coordinator listening on all interfaces; peers reach it at
     /// `advertise:port`.
     pub(crate) fn start(advertise: &str) -> Result<Arc<Coordinator>, PgError> {
+        let auth = PgError::load_auth()?;
         let listener = TcpListener::bind(("0.0.0.0", 0))
             .map_err(|e| PgError::io("bind the membership coordinator", e))?;
         let port = listener
@@ -73,7 +75,7 @@ impl Coordinator {
         let (acc_tx, acc_stop) = (tx.clone(), stopped.clone());
         std::thread::Builder::new()
             .name("mcpg-coord-acc".into())
-            .spawn(move || accept_loop(listener, acc_tx, acc_stop))
+            .spawn(move || accept_loop(listener, auth, acc_tx, acc_stop))
             .map_err(|e| PgError::io("spawn coordinator acceptor", e))?;
         std::thread::Builder::new()
             .name("mcpg-coord".into())
@@ -148,7 +150,12 @@ impl CoordinatorHandle {
     }
 }
 
-fn accept_loop(listener: TcpListener, tx: Sender<Event>, stopped: Arc<AtomicBool>) {
+fn accept_loop(
+    listener: TcpListener,
+    auth: Option<AuthKey>,
+    tx: Sender<Event>,
+    stopped: Arc<AtomicBool>,
+) {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     for conn in listener.incoming() {
         if stopped.load(Ordering::Acquire) {
@@ -156,8 +163,16 @@ fn accept_loop(listener: TcpListener, tx: Sender<Event>, stopped: Arc<AtomicBool
         }
         let Ok(mut s) = conn else { continue };
         let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        if !matches!(handshake::control_accept(&mut s), Ok(Some(_))) {
-            continue;
+        match handshake::control_accept(&mut s, auth.as_ref()) {
+            Ok(Some(_)) => {}
+            Ok(None) => continue,
+            Err(e) => {
+                if handshake::is_auth_refusal(&e) {
+                    let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+                    eprintln!("mooncake-pg: membership coordinator refused {peer}: {e}");
+                }
+                continue;
+            }
         }
         let _ = s.set_read_timeout(None);
         let _ = s.set_nodelay(true);

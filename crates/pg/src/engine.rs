@@ -4,10 +4,13 @@
 //! registered group whether it expects that member, acknowledges or refuses
 //! (the connector then retries), and hands admitted connections over. Links
 //! can therefore arrive at any time: at construction, and later from
-//! joining or replacement members.
+//! joining or replacement members. Each registration carries its group's
+//! cluster secret (if any), which the admitted dialer must prove before the
+//! link is handed over (see `handshake`).
 
 use crate::error::PgError;
-use crate::handshake::{self, LinkHello};
+use crate::handshake::{self, Accepted, LinkHello};
+use mooncake_common::AuthKey;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
@@ -30,10 +33,13 @@ pub(crate) trait LinkHandler: Send + Sync {
     fn admit(&self, slot: u32, member_id: u64) -> bool;
     /// Takes over an admitted connection.
     fn attach(&self, inc: Incoming);
+    /// An expected member at `slot` failed the authentication step.
+    fn auth_failed(&self, slot: u32, reason: String);
 }
 
 struct Registration {
     member_id: u64,
+    auth: Option<AuthKey>,
     handler: Arc<dyn LinkHandler>,
 }
 
@@ -87,18 +93,27 @@ impl Engine {
         self.instance_id
     }
 
-    /// Registers a group member; incoming links for it go to `handler`.
+    /// Registers a group member; incoming links for it go to `handler`
+    /// once the dialer proved `auth` (the group's cluster secret, if any).
     pub(crate) fn register(
         &self,
         key: u64,
         member_id: u64,
+        auth: Option<AuthKey>,
         handler: Arc<dyn LinkHandler>,
     ) -> Result<(), PgError> {
         let mut reg = self.registry.lock();
         if reg.contains_key(&key) {
             return Err(PgError::DuplicateGroup);
         }
-        reg.insert(key, Registration { member_id, handler });
+        reg.insert(
+            key,
+            Registration {
+                member_id,
+                auth,
+                handler,
+            },
+        );
         Ok(())
     }
 
@@ -110,11 +125,11 @@ impl Engine {
         }
     }
 
-    fn lookup(&self, key: u64) -> Option<(u64, Arc<dyn LinkHandler>)> {
+    fn lookup(&self, key: u64) -> Option<(u64, Option<AuthKey>, Arc<dyn LinkHandler>)> {
         self.registry
             .lock()
             .get(&key)
-            .map(|r| (r.member_id, r.handler.clone()))
+            .map(|r| (r.member_id, r.auth.clone(), r.handler.clone()))
     }
 }
 
@@ -124,16 +139,24 @@ fn accept_loop(listener: TcpListener, eng: std::sync::Weak<Engine>) {
         let Ok(mut s) = conn else { continue };
         let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
         let mut target: Option<Arc<dyn LinkHandler>> = None;
-        let admitted = handshake::link_accept(&mut s, |h: &LinkHello| {
-            let (me, handler) = eng.lookup(h.key)?;
+        let accepted = handshake::link_accept(&mut s, |h: &LinkHello| {
+            let (me, auth, handler) = eng.lookup(h.key)?;
             if !handler.admit(h.slot, h.member_id) {
                 return None;
             }
             target = Some(handler);
-            Some(me)
+            Some((me, auth))
         });
-        let (Ok(Some(hello)), Some(handler)) = (admitted, target) else {
+        let (accepted, Some(handler)) = (accepted, target) else {
             continue;
+        };
+        let hello = match accepted {
+            Ok(Accepted::Admitted(hello)) => hello,
+            Ok(Accepted::AuthFailed(hello, e)) => {
+                handler.auth_failed(hello.slot, e.to_string());
+                continue;
+            }
+            Ok(Accepted::Refused) | Err(_) => continue,
         };
         let _ = s.set_read_timeout(None);
         let _ = s.set_nodelay(true);
@@ -145,12 +168,15 @@ fn accept_loop(listener: TcpListener, eng: std::sync::Weak<Engine>) {
     }
 }
 
-/// Connects to `endpoint` for group `key`; `Ok(None)` means the peer refused
-/// (it does not expect us yet) and the caller should retry.
+/// Connects to `endpoint` for group `key`, proving `auth` (the group's
+/// cluster secret, if any); `Ok(None)` means the peer refused (it does not
+/// expect us yet) and the caller should retry. An authentication refusal is
+/// an error for which `handshake::is_auth_refusal` holds.
 pub(crate) fn dial(
     endpoint: &str,
     hello: &LinkHello,
     expect_member: u64,
+    auth: Option<&AuthKey>,
     timeout: Duration,
 ) -> Result<Option<TcpStream>, std::io::Error> {
     use std::net::ToSocketAddrs;
@@ -161,7 +187,7 @@ pub(crate) fn dial(
     let mut s = TcpStream::connect_timeout(&addr, timeout.max(Duration::from_millis(10)))?;
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    if !handshake::link_dial(&mut s, hello, expect_member)? {
+    if !handshake::link_dial(&mut s, hello, expect_member, auth)? {
         return Ok(None);
     }
     s.set_read_timeout(None)?;

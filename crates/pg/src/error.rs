@@ -3,6 +3,7 @@
 //! Python binding maps [`PgError::kind`] to an exception class in one place.
 
 use crate::dtype::{DType, ReduceOp};
+use mooncake_common::AuthKey;
 use std::sync::Arc;
 
 /// How a failure is surfaced to Python: `ValueError`, `TimeoutError` or
@@ -185,6 +186,14 @@ pub enum PgError {
         /// The deadline in seconds.
         secs: f64,
     },
+    /// The cluster-token authentication of a rank link or of the session
+    /// with the membership coordinator failed, or the token could not be
+    /// loaded (`MC_AUTH_TOKEN` / `MC_AUTH_TOKEN_FILE`).
+    #[error("authentication failed: {reason}")]
+    Auth {
+        /// Who refused whom and why.
+        reason: String,
+    },
     /// Operating-system error.
     #[error("{context}: {source}")]
     Io {
@@ -196,6 +205,14 @@ pub enum PgError {
 }
 
 impl PgError {
+    /// The cluster secret configured for this process, if any (the token
+    /// variables are read when a group or coordinator is created).
+    pub(crate) fn load_auth() -> Result<Option<AuthKey>, PgError> {
+        AuthKey::from_env().map_err(|e| PgError::Auth {
+            reason: format!("cannot load the cluster token: {e}"),
+        })
+    }
+
     /// Wraps an I/O error with context.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         PgError::Io {
@@ -237,6 +254,7 @@ impl PgError {
             | CoordinatorLost { .. }
             | Membership { .. }
             | NotJoinable { .. }
+            | Auth { .. }
             | Io { .. } => ErrorKind::Runtime,
         }
     }

@@ -21,7 +21,7 @@ use crate::error::PgError;
 use crate::executor::executor_loop;
 use crate::fault;
 use crate::futex::Doorbell;
-use crate::handshake::LinkHello;
+use crate::handshake::{self, LinkHello};
 use crate::member::{attach_link, offer_shm, Acceptor};
 use crate::p2p::{self, P2p, PostedRecv};
 use crate::plan::{kind_code, OpKind};
@@ -32,7 +32,7 @@ use crate::syncer::sync_loop;
 use crate::watchdog::watchdog_loop;
 use crate::wire::{Hdr, KIND_BYE};
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
@@ -133,6 +133,7 @@ impl Group {
         }
         let cfg = Config::from_env();
         fault::load_env()?;
+        let auth = PgError::load_auth()?;
         static SWEEP: Once = Once::new();
         SWEEP.call_once(shm::sweep_stale);
         let engine = engine::engine()?;
@@ -170,6 +171,8 @@ impl Group {
             syncer: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             key,
+            auth: auth.clone(),
+            auth_failures: Mutex::new(HashMap::new()),
             member_id,
             mask: AtomicU64::new(mask),
             links: RwLock::new(Arc::new(vec![None; p.capacity])),
@@ -191,7 +194,12 @@ impl Group {
             watch_cv: Condvar::new(),
             cfg,
         });
-        engine.register(key, member_id, Arc::new(Acceptor(Arc::downgrade(&shared))))?;
+        engine.register(
+            key,
+            member_id,
+            auth,
+            Arc::new(Acceptor(Arc::downgrade(&shared))),
+        )?;
         let g = Group {
             shared,
             engine,
@@ -312,7 +320,7 @@ impl Group {
         timeout: Duration,
     ) -> Result<(), PgError> {
         let sh = &self.shared;
-        let agent = Agent::connect(coordinator, timeout)?;
+        let agent = Agent::connect(coordinator, sh.auth.as_ref(), timeout)?;
         let sink: Arc<dyn GroupSink> = sh.clone();
         agent.attach_group(sh.key, Arc::downgrade(&sink));
         let rec = MemberRec {
@@ -438,11 +446,19 @@ impl Group {
                     &rec.endpoint,
                     &hello,
                     rec.member_id,
+                    sh.auth.as_ref(),
                     left.min(Duration::from_secs(2)),
                 ) {
                     Ok(Some(s)) => {
                         attach_link(sh, rec.slot, rec.member_id, s, None)?;
                         break;
+                    }
+                    // The peer is the one we expect but the cluster
+                    // secrets differ: retrying cannot help.
+                    Err(e) if handshake::is_auth_refusal(&e) => {
+                        return Err(PgError::Auth {
+                            reason: format!("rank {} at {}: {e}", rec.slot, rec.endpoint),
+                        });
                     }
                     _ => {
                         std::thread::sleep(backoff.min(left));
@@ -462,6 +478,20 @@ impl Group {
         drop(ctrl);
         let missing: Vec<usize> = recs.iter().filter(|r| !linked(r)).map(|r| r.slot).collect();
         if !missing.is_empty() {
+            let failures = sh.auth_failures.lock();
+            let refused: Vec<String> = missing
+                .iter()
+                .filter_map(|r| failures.get(r).map(|why| format!("rank {r}: {why}")))
+                .collect();
+            if !refused.is_empty() {
+                return Err(PgError::Auth {
+                    reason: format!(
+                        "timed out after {:.1}s connecting to rank(s) {missing:?}; refused {}",
+                        timeout.as_secs_f64(),
+                        refused.join("; ")
+                    ),
+                });
+            }
             return Err(PgError::ConnectTimeout {
                 secs: timeout.as_secs_f64(),
                 missing,
@@ -624,8 +654,14 @@ impl Group {
             if fault::fail_connect(&sh.label, rec.slot) {
                 continue;
             }
-            if let Ok(Some(s)) = engine::dial(&rec.endpoint, &hello, rec.member_id, each) {
-                let _ = attach_link(sh, rec.slot, rec.member_id, s, Some(&rec));
+            match engine::dial(&rec.endpoint, &hello, rec.member_id, sh.auth.as_ref(), each) {
+                Ok(Some(s)) => {
+                    let _ = attach_link(sh, rec.slot, rec.member_id, s, Some(&rec));
+                }
+                Err(e) if handshake::is_auth_refusal(&e) => {
+                    sh.auth_failures.lock().insert(rec.slot, e.to_string());
+                }
+                _ => {}
             }
         }
     }

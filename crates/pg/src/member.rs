@@ -34,6 +34,12 @@ impl LinkHandler for Acceptor {
         let rec = sh.known(slot);
         let _ = attach_link(&sh, slot, inc.member_id, inc.stream, rec.as_ref());
     }
+
+    fn auth_failed(&self, slot: u32, reason: String) {
+        let Some(sh) = self.0.upgrade() else { return };
+        sh.auth_failures.lock().insert(slot as usize, reason);
+        sh.ctrl_cv.notify_all();
+    }
 }
 
 impl Shared {

@@ -14,8 +14,9 @@ use crate::link::PeerLink;
 use crate::p2p::{P2p, PostedRecv};
 use crate::plan::OpKind;
 use crate::shm::Segment;
+use mooncake_common::AuthKey;
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -117,6 +118,12 @@ pub(crate) struct Shared {
     pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,
     /// Hash of the group key (connection preambles).
     pub(crate) key: u64,
+    /// The cluster secret every link and control session of this member
+    /// proves (`MC_AUTH_TOKEN` / `MC_AUTH_TOKEN_FILE` when it was created).
+    pub(crate) auth: Option<AuthKey>,
+    /// Why the last link attempt from each slot failed authentication (the
+    /// reason a connect timeout reports).
+    pub(crate) auth_failures: Mutex<HashMap<usize, String>>,
     /// Our member id.
     pub(crate) member_id: u64,
     /// Active mask.

@@ -7,6 +7,7 @@ synchronously, before anything is submitted.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -171,7 +172,11 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             coordinator = self._coordinator_endpoint(store, rank, opts, host)
             self._native.attach(coordinator, f"{host}:{self._native.port()}", self._timeout)
             self._rendezvous(store, rank, size, opts, group_id, host)
-        except BaseException:
+        except BaseException as e:
+            # Tell the peers waiting for this rank why it will not come (for
+            # example a cluster token the coordinator refused), best effort.
+            with contextlib.suppress(Exception):  # the store may be gone too
+                store.set(f"{self._key_prefix}/failed/{rank}", f"{type(e).__name__}: {e}")
             self._native.shutdown()
             if self._coordinator is not None:
                 self._coordinator.shutdown()
@@ -277,9 +282,14 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             store.wait(list(keys.values()), datetime.timedelta(seconds=self._timeout))
         except Exception as e:  # torch raises DistStoreError / RuntimeError
             missing = [r for r, k in keys.items() if not store.check([k])]
+            why = "".join(
+                f"; rank {r} failed: {bytes(store.get(f)).decode(errors='replace')}"
+                for r in missing
+                if store.check([f := f"{self._key_prefix}/failed/{r}"])
+            )
             raise RuntimeError(
                 f"{self._name}: timed out after {self._timeout:.1f}s waiting for rank(s) "
-                f"{missing} to join process group '{group_id}'"
+                f"{missing} to join process group '{group_id}'{why}"
             ) from e
         peers = []
         for r, k in keys.items():
