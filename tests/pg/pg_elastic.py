@@ -423,6 +423,9 @@ def failure_modes(rank: int, world: int, port: int) -> None:
     assert s == survivors and mpg.get_local_success(w)
     r = mpg.sync_after_failure(WORLD())
     assert r.status == SyncAfterFailureStatus.NoPending, r
+    # Rank 0 hosts the coordinator: nobody tears down before every survivor
+    # is done asking it.
+    hub_barrier("synced", rank, 3)
     dist.destroy_process_group(manual)
     dist.destroy_process_group(deferred)
     dist.destroy_process_group()
