@@ -26,11 +26,14 @@
 //! Everything runs on one thread fed by a channel (sessions' reader threads
 //! and the acceptor post events), so the state needs no locks.
 
+use crate::admission;
 use crate::config;
 use crate::control::{self, MemberRec, ProposalStatus, SyncStatus, ToAgent, ToCoord};
 use crate::error::PgError;
 use crate::handshake;
+use mooncake_common::limits::ConnPermit;
 use mooncake_common::AuthKey;
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::BufReader;
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -156,47 +159,51 @@ fn accept_loop(
     tx: Sender<Event>,
     stopped: Arc<AtomicBool>,
 ) {
+    let tx = Mutex::new(tx);
+    admission::serve(
+        listener,
+        "mcpg-coord-rd",
+        move || stopped.load(Ordering::Acquire),
+        move |s, permit| {
+            let tx = tx.lock().clone();
+            serve_session(s, permit, auth.as_ref(), tx);
+        },
+    );
+}
+
+/// One control session: its handshake (on its own thread, see
+/// `admission`), then this thread reads the agent's messages until the
+/// session closes.
+fn serve_session(mut s: TcpStream, permit: ConnPermit, auth: Option<&AuthKey>, tx: Sender<Event>) {
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    for conn in listener.incoming() {
-        if stopped.load(Ordering::Acquire) {
-            return;
-        }
-        let Ok(mut s) = conn else { continue };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        match handshake::control_accept(&mut s, auth.as_ref()) {
-            Ok(Some(_)) => {}
-            Ok(None) => continue,
-            Err(e) => {
-                if handshake::is_auth_refusal(&e) {
-                    let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-                    eprintln!("mooncake-pg: membership coordinator refused {peer}: {e}");
-                }
-                continue;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let shook = handshake::control_accept(&mut s, auth);
+    drop(permit);
+    match shook {
+        Ok(Some(_)) => {}
+        Ok(None) => return,
+        Err(e) => {
+            if handshake::is_auth_refusal(&e) {
+                let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+                eprintln!("mooncake-pg: membership coordinator refused {peer}: {e}");
             }
-        }
-        let _ = s.set_read_timeout(None);
-        let _ = s.set_nodelay(true);
-        let Ok(reader) = s.try_clone() else { continue };
-        let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        if tx.send(Event::Open(id, s)).is_err() {
             return;
-        }
-        let rtx = tx.clone();
-        let spawned = std::thread::Builder::new()
-            .name("mcpg-coord-rd".into())
-            .spawn(move || {
-                let mut r = BufReader::new(reader);
-                while let Ok(msg) = control::read_msg::<ToCoord>(&mut r) {
-                    if rtx.send(Event::Msg(id, msg)).is_err() {
-                        return;
-                    }
-                }
-                let _ = rtx.send(Event::Closed(id));
-            });
-        if spawned.is_err() {
-            let _ = tx.send(Event::Closed(id));
         }
     }
+    let _ = s.set_read_timeout(None);
+    let _ = s.set_nodelay(true);
+    let Ok(reader) = s.try_clone() else { return };
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    if tx.send(Event::Open(id, s)).is_err() {
+        return;
+    }
+    let mut r = BufReader::new(reader);
+    while let Ok(msg) = control::read_msg::<ToCoord>(&mut r) {
+        if tx.send(Event::Msg(id, msg)).is_err() {
+            return;
+        }
+    }
+    let _ = tx.send(Event::Closed(id));
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,8 +8,10 @@
 //! cluster secret (if any), which the admitted dialer must prove before the
 //! link is handed over (see `handshake`).
 
+use crate::admission;
 use crate::error::PgError;
 use crate::handshake::{self, Accepted, LinkHello};
+use mooncake_common::limits::ConnPermit;
 use mooncake_common::AuthKey;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -134,38 +136,51 @@ impl Engine {
 }
 
 fn accept_loop(listener: TcpListener, eng: std::sync::Weak<Engine>) {
-    for conn in listener.incoming() {
-        let Some(eng) = eng.upgrade() else { return };
-        let Ok(mut s) = conn else { continue };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        let mut target: Option<Arc<dyn LinkHandler>> = None;
-        let accepted = handshake::link_accept(&mut s, |h: &LinkHello| {
-            let (me, auth, handler) = eng.lookup(h.key)?;
-            if !handler.admit(h.slot, h.member_id) {
-                return None;
+    let alive = eng.clone();
+    admission::serve(
+        listener,
+        "mcpg-link-acc",
+        move || alive.strong_count() == 0,
+        move |s, permit| {
+            if let Some(eng) = eng.upgrade() {
+                admit_link(&eng, s, permit);
             }
-            target = Some(handler);
-            Some((me, auth))
-        });
-        let (accepted, Some(handler)) = (accepted, target) else {
-            continue;
-        };
-        let hello = match accepted {
-            Ok(Accepted::Admitted(hello)) => hello,
-            Ok(Accepted::AuthFailed(hello, e)) => {
-                handler.auth_failed(hello.slot, e.to_string());
-                continue;
-            }
-            Ok(Accepted::Refused) | Err(_) => continue,
-        };
-        let _ = s.set_read_timeout(None);
-        let _ = s.set_nodelay(true);
-        handler.attach(Incoming {
-            slot: hello.slot,
-            member_id: hello.member_id,
-            stream: s,
-        });
-    }
+        },
+    );
+}
+
+/// One incoming link: its handshake (on its own thread, see `admission`),
+/// then the hand-over to the group that expects it.
+fn admit_link(eng: &Engine, mut s: TcpStream, permit: ConnPermit) {
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut target: Option<Arc<dyn LinkHandler>> = None;
+    let accepted = handshake::link_accept(&mut s, |h: &LinkHello| {
+        let (me, auth, handler) = eng.lookup(h.key)?;
+        if !handler.admit(h.slot, h.member_id) {
+            return None;
+        }
+        target = Some(handler);
+        Some((me, auth))
+    });
+    drop(permit);
+    let (accepted, Some(handler)) = (accepted, target) else {
+        return;
+    };
+    let hello = match accepted {
+        Ok(Accepted::Admitted(hello)) => hello,
+        Ok(Accepted::AuthFailed(hello, e)) => {
+            handler.auth_failed(hello.slot, e.to_string());
+            return;
+        }
+        Ok(Accepted::Refused) | Err(_) => return,
+    };
+    let _ = s.set_read_timeout(None);
+    let _ = s.set_nodelay(true);
+    handler.attach(Incoming {
+        slot: hello.slot,
+        member_id: hello.member_id,
+        stream: s,
+    });
 }
 
 /// Connects to `endpoint` for group `key`, proving `auth` (the group's

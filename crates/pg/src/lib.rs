@@ -21,13 +21,15 @@
 //! - `shared`: the state those threads share;
 //! - membership control plane: `coordinator` (one per process tree, in the
 //!   store-hosting process), `agent` (a process's session with it),
-//!   `control` (its messages), `handshake` (connection admission);
+//!   `control` (its messages), `handshake` (connection admission),
+//!   `admission` (per-connection handshake threads, caps, accept back-off);
 //! - `link` (one peer connection), `p2p` (matching), `engine` (listener and
 //!   handshake), `plan` (algorithms as phases), `reduce`/`dtype` (kernels,
 //!   codes), `shm`/`futex` (same-host rings, doorbells), `wire` (framing),
 //!   `copy`, `clock`, `completion`, `config`, `fault` (fault injection),
 //!   `error`.
 
+mod admission;
 mod agent;
 mod clock;
 mod completion;
