@@ -5,6 +5,8 @@
 //! what tensor IO lowers onto.
 
 use mooncake_transfer::Op;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Total bytes of one local or same-host group above which it is split
 /// over threads.
@@ -64,19 +66,77 @@ pub(crate) fn split_ops(ops: &[Op], parts: usize) -> Vec<Vec<Op>> {
     out
 }
 
-/// Run `f` on every task, on one thread per task when there are several.
+/// Run `f` on every task, as many at once as there are tasks: the calling
+/// thread and one helper thread per further task each claim the next task
+/// not yet started until none is left. Results are in task order.
+///
+/// The calling thread works too, and tasks are claimed rather than
+/// assigned, so when the machine is busy and a helper is scheduled late the
+/// caller runs the tasks that helper would have run instead of waiting for
+/// it (the call then waits only for a helper's current task).
 pub(crate) fn run_all<T: Sync, R: Send>(tasks: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     if tasks.len() <= 1 {
         return tasks.iter().map(&f).collect();
     }
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<R>>> = tasks.iter().map(|_| Mutex::new(None)).collect();
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(t) = tasks.get(i) else { break };
+        let r = f(t);
+        *slots[i].lock() = Some(r);
+    };
     std::thread::scope(|sc| {
-        let f = &f;
-        let hs: Vec<_> = tasks.iter().map(|t| sc.spawn(move || f(t))).collect();
-        hs.into_iter()
-            .map(|h| match h.join() {
-                Ok(r) => r,
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-            .collect()
-    })
+        let hs: Vec<_> = (1..tasks.len()).map(|_| sc.spawn(work)).collect();
+        work();
+        for h in hs {
+            if let Err(panic) = h.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
+    slots
+        .into_iter()
+        .map(|s| match s.into_inner() {
+            Some(r) => r,
+            // Every index below tasks.len() is claimed by exactly one worker,
+            // which stores its result before claiming again; a worker that
+            // panicked was re-raised above.
+            None => unreachable!("a claimed task always stores its result"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_all_keeps_task_order_and_runs_each_once() {
+        let ran = AtomicUsize::new(0);
+        let tasks: Vec<u64> = (0..7).collect();
+        let out = run_all(&tasks, |&t| {
+            ran.fetch_add(1, Ordering::Relaxed);
+            t * 10
+        });
+        assert_eq!(out, vec![0, 10, 20, 30, 40, 50, 60]);
+        assert_eq!(ran.load(Ordering::Relaxed), 7);
+        assert_eq!(run_all(&[3u64], |&t| t + 1), vec![4]);
+        assert!(run_all(&[] as &[u64], |&t| t).is_empty());
+    }
+
+    #[test]
+    fn run_all_runs_tasks_at_once() {
+        // Two tasks that each wait for the other to start: they finish only
+        // if they run at the same time (the caller and one helper).
+        let started = AtomicUsize::new(0);
+        let out = run_all(&[0u8, 1u8], |&t| {
+            started.fetch_add(1, Ordering::SeqCst);
+            while started.load(Ordering::SeqCst) < 2 {
+                std::thread::yield_now();
+            }
+            t
+        });
+        assert_eq!(out, vec![0, 1]);
+    }
 }
