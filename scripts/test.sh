@@ -11,6 +11,11 @@ export MC_FUZZ_SECS="${MC_FUZZ_SECS:-30}"
 cargo test -p mooncake-common -p mooncake-transfer -p mooncake-master -p mooncake-client -p mooncake-engram -p mooncake-pg -p mooncake-tensor 2>&1
 # Each suite has its own conftest helpers, so each runs in its own pytest process.
 python -m pytest tests/store tests/store_binding -q -p no:cacheprovider --timeout=300 "$@"
+# Multi-host suite (issue 13): hosts as network namespaces, a real etcd, HA
+# masters and fault injection; needs root, iproute2, iptables and etcd
+# (installed by .ci/run), skips with the reason otherwise. About 1 min.
+cargo build --release -q -p mooncake-netfault
+python -m pytest tests/cluster -q -p no:cacheprovider --timeout=300 "$@"
 python -m pytest tests/engram -q -p no:cacheprovider --timeout=300 "$@"
 # Tensor IO (needs torch; skips with a reason without it).
 python -m pytest tests/tensor -q -p no:cacheprovider --timeout=300 "$@"

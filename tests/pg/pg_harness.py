@@ -104,6 +104,8 @@ def run_launch(steps: list[Step], nprocs: int, timeout: float = 400.0) -> Launch
             )
         )
     frozen = {p for s in steps for p in s.freezes}
+    # Processes a step kills: their exit status is not a failure.
+    doomed = {p for s in steps for p in s.dies}
     deadline = time.monotonic() + timeout
     failed_at: float | None = None
     timed_out = False
@@ -113,7 +115,9 @@ def run_launch(steps: list[Step], nprocs: int, timeout: float = 400.0) -> Launch
         if not live:
             break
         now = time.monotonic()
-        if failed_at is None and any(rc not in (None, 0) for rc in rcs):
+        if failed_at is None and any(
+            rc not in (None, 0) and i not in doomed for i, rc in enumerate(rcs)
+        ):
             failed_at = now
         if now > deadline or (failed_at is not None and now - failed_at > 20):
             timed_out = now > deadline

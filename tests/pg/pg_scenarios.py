@@ -798,7 +798,7 @@ def options_forms(rank: int, world: int, port: int) -> None:
     )
     expect(ValueError, lambda: MooncakeBackendOptions(max_group_size=65), "capacity > 64")
     o = MooncakeBackendOptions(
-        8, False, auto_deactivate_on_failure=False, auto_sync_on_failure=True
+        8, False, auto_deactivate_on_failure=False, auto_sync_on_failure=False
     )
     assert o.max_world_size == 8 and not o.auto_deactivate_on_failure
     o.set_host_ip("127.0.0.1")
@@ -810,8 +810,13 @@ def options_forms(rank: int, world: int, port: int) -> None:
     expect(TypeError, lambda: mpg.set_transfer_engine(object()), "bad engine")
     mpg.set_transfer_engine(None)
     dist.destroy_process_group()
-    wrong = MooncakeBackendOptions(torch.zeros(world + 3, dtype=torch.int32), False, world + 1)
-    expect(Exception, lambda: init(rank, world, port, wrong), "mask length")
+    expect(
+        ValueError,
+        lambda: MooncakeBackendOptions(torch.zeros(world + 3, dtype=torch.int32), False, world + 1),
+        "mask length vs max_group_size",
+    )
+    wrong = MooncakeBackendOptions(torch.zeros(world + 3, dtype=torch.int32), False)
+    expect(Exception, lambda: init(rank, world, port, wrong), "mask length vs group size")
     hub_barrier("end", rank, world)  # rank 0 hosts the store the others dial
 
 
@@ -1118,3 +1123,68 @@ def refused_connect(rank: int, world: int, port: int) -> None:
     dist.all_reduce(t)
     eq(t, 2.0, "after clearing the rule")
     dist.destroy_process_group()
+
+
+# ------------------------------------------------------------ cluster token
+def _token_round(rank: int, world: int, port: int) -> None:
+    """Collectives, a P2P ring and a subgroup on a group whose links and
+    coordinator session were admitted by the cluster-token handshake."""
+    init(rank, world, port)
+    check_transport(world)
+    t = torch.full((1000,), float(rank + 1))
+    dist.all_reduce(t)
+    eq(t, float(world * (world + 1) // 2), "all_reduce with a token")
+    y = torch.zeros(3)
+    ws = dist.batch_isend_irecv(
+        [
+            dist.P2POp(dist.isend, torch.full((3,), float(rank)), (rank + 1) % world),
+            dist.P2POp(dist.irecv, y, (rank - 1) % world),
+        ]
+    )
+    for w in ws:
+        w.wait()
+    eq(y, float((rank - 1) % world), "P2P ring with a token")
+    sub = dist.new_group([0, 1])
+    if rank < 2:
+        s = torch.ones(4)
+        dist.all_reduce(s, group=sub)
+        eq(s, 2.0, "subgroup with a token")
+    dist.destroy_process_group()
+
+
+def cluster_token(rank: int, world: int, port: int) -> None:
+    """Issue 10 for PG ranks: with MC_AUTH_TOKEN on every rank the group
+    works; a rank with a wrong or missing token is refused with a clear
+    error, its peers fail within their timeout naming it and why, nobody
+    hangs or crashes, and the same processes then form a group again."""
+    token = os.environ["MC_AUTH_TOKEN"]
+    assert token, "the step sets MC_AUTH_TOKEN"
+    _token_round(rank, world, port)
+    top = world - 1
+    for i, (bad, why) in enumerate(
+        [("not-the-cluster-token", "tokens differ"), (None, "MC_AUTH_TOKEN")]
+    ):
+        hub_barrier(f"bad/{i}", rank, world)
+        if rank == top:
+            if bad is None:
+                del os.environ["MC_AUTH_TOKEN"]
+            else:
+                os.environ["MC_AUTH_TOKEN"] = bad
+        t0 = time.monotonic()
+        try:
+            init(rank, world, port, timeout=6.0)
+        except Exception as e:  # noqa: BLE001 - torch may wrap it in DistBackendError
+            msg = str(e)
+        else:
+            raise AssertionError(f"init succeeded with rank {top} holding token {bad!r}")
+        assert time.monotonic() - t0 < 60, "a refused rank must not hang its group"
+        if rank == top:
+            assert "authentication failed" in msg and why in msg, msg
+            assert token not in msg, "the secret must not appear in errors"
+        else:
+            # Peers name the missing rank and, from its note, the refusal.
+            assert str(top) in msg and "timed out" in msg, msg
+            assert "authentication failed" in msg, msg
+        os.environ["MC_AUTH_TOKEN"] = token
+    hub_barrier("restored", rank, world)
+    _token_round(rank, world, port)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import mooncake.pg as mpg
+import pg_elastic
 import pg_scenarios
 import torch
 import torch.distributed as dist
@@ -57,7 +59,9 @@ def main() -> None:
         os.environ["MCPG_TEST_STEP"] = sid
         t0 = time.monotonic()
         try:
-            getattr(pg_scenarios, step["scenario"])(rank, step["world"], port)
+            name = step["scenario"]
+            scenario = getattr(pg_scenarios, name, None) or getattr(pg_elastic, name)
+            scenario(rank, step["world"], port)
         except BaseException:  # noqa: BLE001 - reported, then the process ends
             print(f"@@STEP {sid} FAIL", flush=True)
             traceback.print_exc()
@@ -66,6 +70,13 @@ def main() -> None:
             os._exit(1)
         if dist.is_initialized():
             dist.destroy_process_group()
+        # A failed init_process_group leaves torch's group counter advanced;
+        # the next step must start from group id "0" like its peers.
+        dist.distributed_c10d._world.group_count = 0
+        # Process-wide settings a scenario may have changed.
+        mpg.set_collective_timeout_us(0)
+        mpg.set_p2p_timeout_us(0)
+        mpg.set_fault_reconciliation_window_us(0)
         pg_scenarios.STEP_STORES.clear()
         print(f"@@STEP {sid} ok {time.monotonic() - t0:.1f}", flush=True)
     sys.stdout.flush()

@@ -38,6 +38,9 @@ def _pairs(scenario: str, world: int, groups: list[list[int]], **kw: object) -> 
     ]
 
 
+# A cluster token for every rank of a step (issue 10: PG ranks likewise).
+TOKEN_ENV = {"MC_AUTH_TOKEN": "pg-cluster-secret"}
+
 LO4, HI4 = [0, 1, 2, 3], [4, 5, 6, 7]
 MAIN: list[Step] = [
     *_pairs("collectives", 4, [LO4, HI4]),
@@ -54,6 +57,8 @@ MAIN: list[Step] = [
     # Only rank 0 of a 2-rank group ever starts.
     *_pairs("never_joins", 2, [[2], [3]]),
     *_pairs("refused_connect", 2, [[4, 5], [6, 7]]),
+    # Issue 10, PG ranks: every link and coordinator session authenticated.
+    *_pairs("cluster_token", 3, [[0, 1, 2], [4, 5, 6]], env=TOKEN_ENV),
 ]
 
 
@@ -75,7 +80,33 @@ FAULTS: list[Step] = [
     for s in pair
 ]
 
-LAUNCHES = {"main": (MAIN, 8), "faults": (FAULTS, 12)}
+
+# Elastic membership: two lanes of seven processes, one per transport. Steps
+# on q0-q3 and q4-q6 run side by side; the steps that kill or freeze a
+# process come last in each process's plan.
+ADMISSION_ENV = {"MOONCAKE_PG_ADMISSION_TIMEOUT_US": "2000000"}
+
+
+def _elastic_lane(t: str, q: list[int]) -> list[Step]:
+    return [
+        Step("scale_up", 4, q[:4], t),
+        Step("racing_threads", 3, q[4:7], t),
+        Step("scale_down", 4, q[:4], t),
+        Step("subgroups_ext", 4, q[:4], t),
+        Step("elastic_bad_input", 4, q[:4], t, ADMISSION_ENV),
+        Step("failure_modes", 4, q[:4], t, dies=[q[3]]),
+        Step("replace", 4, [q[0], q[1], q[2], q[4], q[5]], t, ranks=[0, 1, 2, 3, 101], dies=[q[1]]),
+        Step("sigstop", 3, [q[0], q[2], q[6]], t, FAULT_ENV, freezes=[q[6]]),
+    ]
+
+
+ELASTIC: list[Step] = [
+    s
+    for pair in zip(_elastic_lane("auto", list(range(7))), _elastic_lane("tcp", list(range(7, 14))))
+    for s in pair
+]
+
+LAUNCHES = {"main": (MAIN, 8), "faults": (FAULTS, 12), "elastic": (ELASTIC, 14)}
 
 
 @functools.cache
@@ -89,7 +120,9 @@ def _params(name: str) -> list[object]:
     return [pytest.param(name, s.id, id=s.id) for s in steps]
 
 
-@pytest.mark.parametrize(("launch", "step"), _params("main") + _params("faults"))
+@pytest.mark.parametrize(
+    ("launch", "step"), _params("main") + _params("faults") + _params("elastic")
+)
 def test_scenario(launch: str, step: str) -> None:
     _launch(launch).check(step)
 
@@ -176,3 +209,40 @@ def test_codes_come_from_the_core() -> None:
         assert _codes.op_code(getattr(dist.ReduceOp, name)) == code
     with pytest.raises(ValueError):
         _codes.op_code("not an op")
+
+
+def _run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
+
+
+def test_elastic_serving_example() -> None:
+    """examples/elastic_serving.py: a rank is SIGKILLed, the survivors keep
+    serving, a replacement joins and the loop is back to four ranks."""
+    out = _run(["examples/elastic_serving.py", "--steps", "3", "--kill-at", "3"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    assert "SIGKILL" in text and "lost rank(s) [2]" in text, text
+    assert "join_group returned, epoch 2" in text, text
+    assert "activate_ranks([2]) -> Applied, epoch 2" in text, text
+    assert "served by 4 ranks" in text.split("join_group returned")[1], text
+    assert "back to 4 ranks" in text, text
+
+
+def test_elastic_bench_smoke() -> None:
+    """python -m mooncake.pg.elastic_bench prints kill-to-continue and join
+    latency rows with figures for every trial."""
+    out = _run(["-m", "mooncake.pg.elastic_bench", "--trials", "2", "--skip-collectives"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {line.split("|")[1].strip(): line for line in out.stdout.splitlines() if "|" in line}
+    kill = next(v for k, v in rows.items() if k.startswith("kill-to-continue"))
+    join = next(v for k, v in rows.items() if k.startswith("join latency"))
+    assert kill.rstrip(" |").endswith("2"), kill
+    assert join.rstrip(" |").endswith("1"), join

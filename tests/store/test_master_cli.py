@@ -43,13 +43,43 @@ def test_bad_int_value_exits_1() -> None:
 
 
 @pytest.mark.ours
-def test_enable_ha_not_implemented() -> None:
-    r = run_master(["--enable_ha=true", f"--rpc_port={free_port()}"])
+def test_unimplemented_feature_switch_fails_fast() -> None:
+    r = run_master(["--enable_offload=true", f"--rpc_port={free_port()}"])
     assert r.returncode == 1
-    # spec §4.2: "flag --enable_ha requires <feature>, which this build does not implement"
+    # spec §4.2: "flag --X requires <feature>, which this build does not implement"
     text = (r.stderr + r.stdout).lower()
     assert "not implement" in text
-    assert "enable_ha" in text
+    assert "enable_offload" in text
+
+
+@pytest.mark.ours
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--enable_ha=true"], "--enable_ha needs --ha_backend_connstring"),
+        (
+            ["--enable_ha=true", "--etcd_endpoints=127.0.0.1:2379"],
+            "needs a reachable --rpc_address",
+        ),
+        (
+            [
+                "--enable_ha=true",
+                "--ha_backend_type=redis",
+                "--ha_backend_connstring=127.0.0.1:6379",
+                "--rpc_address=127.0.0.1",
+            ],
+            "supports only the etcd ha backend",
+        ),
+        (
+            ["--enable_ha=true", "--ha_backend_connstring=nohost", "--rpc_address=127.0.0.1"],
+            "ha_backend_connstring",
+        ),
+    ],
+)
+def test_ha_flags_bad_input(args: list[str], needle: str) -> None:
+    r = run_master([*args, f"--rpc_port={free_port()}"])
+    assert r.returncode == 1
+    assert needle in r.stderr.lower() or needle in r.stderr, r.stderr
 
 
 def test_version_flag() -> None:

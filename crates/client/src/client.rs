@@ -2,22 +2,32 @@
 //! creates): master connection, mounted segment, data server, heartbeat,
 //! and the registered-buffer table. Setup applies [`ClientConfig::check`]
 //! first, so a Rust caller gets the same argument rules as Python.
+//!
+//! The master is found through a locator: a fixed `host:port`, or the HA
+//! leader named by `etcd://...` and followed across failovers. The segment
+//! comes with a replica ledger; when the master does not know this client
+//! (it restarted, or a new HA leader took over), the heartbeat remounts the
+//! segment and reports the ledger, so the objects in the segment survive
+//! the master (issue 13).
 
 use crate::config::ClientConfig;
+use crate::discovery::MasterLocator;
 use crate::done::DoneQueue;
 use crate::error::{Error, Result};
+use crate::ledger::Ledger;
 use crate::master_conn::MasterConn;
 use crate::metadata_pub::MetadataUrl;
 use crate::registered::Regions;
 use crate::staging::StagingArea;
 use crate::stats::ClientStats;
+use mooncake_common::ledger::REPORT_CHUNK;
 use mooncake_common::proto::{MasterRequest, MasterResponse, SegmentDesc};
 use mooncake_common::{AuthKey, ErrorCode};
 use mooncake_transfer::data_server::DataServer;
 use mooncake_transfer::same_host::{socket_name, MappingServer};
 use mooncake_transfer::segment::{register_local, unregister_local, Segment};
 use mooncake_transfer::TransferEngine;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
@@ -51,6 +61,35 @@ pub struct Client {
     pub(crate) mutations: std::sync::atomic::AtomicU64,
     /// Finished read tickets to report to the master.
     done: Arc<DoneQueue>,
+    /// Committed replicas in this client's segment (reported on remount).
+    pub(crate) ledger: Arc<Ledger>,
+    /// Wakes the heartbeat early (leader change, broken ledger stream).
+    wake: Arc<Wake>,
+    ledger_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// A flag a thread can sleep on until it is set or a timeout passes.
+#[derive(Default)]
+pub(crate) struct Wake {
+    set: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Wake {
+    /// Set the flag and wake the sleeper.
+    pub(crate) fn notify(&self) {
+        *self.set.lock() = true;
+        self.cv.notify_all();
+    }
+
+    /// Sleep until notified or `timeout`; clears the flag. True if notified.
+    pub(crate) fn wait(&self, timeout: Duration) -> bool {
+        let mut g = self.set.lock();
+        if !*g {
+            let _ = self.cv.wait_for(&mut g, timeout);
+        }
+        std::mem::take(&mut *g)
+    }
 }
 
 /// `health_check()`: healthy (store spec, "Lifecycle").
@@ -116,12 +155,25 @@ impl Client {
             )
         };
         let timeout = Duration::from_millis(env_u64("MC_MASTER_CONNECT_TIMEOUT_MS", 5000));
-        let master = Arc::new(MasterConn::new(
+        let started = std::time::Instant::now();
+        let locator = MasterLocator::start(
             &cfg.master_server_addr,
+            &mooncake_common::ha::client_cluster_id(),
+        )
+        .map_err(|e| Error::internal(e.to_string()))?;
+        if locator.is_ha() {
+            let leader = locator
+                .wait_leader(timeout)
+                .map_err(|e| Error::internal(e.to_string()))?;
+            tracing::info!(leader = %leader, "master leader found through etcd");
+        }
+        let master = Arc::new(MasterConn::new(
+            locator,
             Duration::from_millis(1000),
             auth.clone(),
         ));
-        let first = master.connect_with_retry(timeout).map_err(|e| {
+        let left = timeout.saturating_sub(started.elapsed());
+        let first = master.connect_with_retry(left).map_err(|e| {
             Error::internal(format!(
                 "master {} unreachable as {}: {e}",
                 cfg.master_server_addr, cfg.local_hostname
@@ -207,8 +259,14 @@ impl Client {
             heartbeat: Mutex::new(None),
             mutations: std::sync::atomic::AtomicU64::new(0),
             done: Arc::new(DoneQueue::default()),
+            ledger: Arc::new(Ledger::default()),
+            wake: Arc::new(Wake::default()),
+            ledger_thread: Mutex::new(None),
         });
         client.done.start(&client.master);
+        if client.segment.is_some() {
+            crate::ledger::register(&client.desc.name, &client.ledger);
+        }
         if !client.publish_metadata() {
             client.close();
             return Err(Error::internal(format!(
@@ -216,8 +274,36 @@ impl Client {
                 cfg.metadata_server
             )));
         }
+        client.start_ledger_stream();
         client.start_heartbeat(first, spare);
+        // Follow HA leader changes at once: drop the old leader's
+        // connections and let the heartbeat remount on the new one.
+        let weak = Arc::downgrade(&client);
+        client.master.locator().on_change(move |_| {
+            if let Some(c) = weak.upgrade() {
+                c.master.reset();
+                c.wake.notify();
+            }
+        });
         Ok(client)
+    }
+
+    fn start_ledger_stream(&self) {
+        if self.segment.is_none() {
+            return;
+        }
+        let ctx = crate::ledger_stream::StreamCtx {
+            master: Arc::clone(&self.master),
+            ledger: Arc::clone(&self.ledger),
+            client_id: self.client_id.clone(),
+            segment: self.desc.name.clone(),
+            closed: Arc::clone(&self.closed),
+            wake: Arc::clone(&self.wake),
+        };
+        match crate::ledger_stream::start(ctx) {
+            Ok(h) => *self.ledger_thread.lock() = Some(h),
+            Err(e) => tracing::warn!(error = %e, "cannot start the ledger stream"),
+        }
     }
 
     fn metadata_key(&self) -> String {
@@ -249,9 +335,14 @@ impl Client {
     /// Ping the master every second on a connection of its own (`conn`,
     /// reconnecting through the `spare` socket made at setup), so that
     /// data connections never starve the heartbeat of descriptors.
+    ///
+    /// It pings every 200 ms while the master is away (so a restarted
+    /// master sees the remount quickly), and at once when the HA leader
+    /// changed or the ledger stream broke.
     fn start_heartbeat(self: &Arc<Self>, conn: TcpStream, spare: Option<socket2::Socket>) {
         let weak = Arc::downgrade(self);
         let closed = Arc::clone(&self.closed);
+        let wake = Arc::clone(&self.wake);
         let h = std::thread::Builder::new()
             .name("mc-heartbeat".into())
             .spawn(move || {
@@ -259,12 +350,20 @@ impl Client {
                 let mut spare = spare;
                 let mut failures = 0u32;
                 while !closed.load(Ordering::Acquire) {
-                    // Sleep 1 s in small steps so close() is prompt.
-                    for _ in 0..10 {
+                    // In small steps so close() is prompt.
+                    let steps = if failures > 0 { 2 } else { 10 };
+                    for _ in 0..steps {
                         if closed.load(Ordering::Acquire) {
                             return;
                         }
-                        std::thread::sleep(Duration::from_millis(100));
+                        if wake.wait(Duration::from_millis(100)) {
+                            // Possibly a new leader: reconnect.
+                            conn = None;
+                            break;
+                        }
+                    }
+                    if closed.load(Ordering::Acquire) {
+                        return;
                     }
                     let Some(me) = weak.upgrade() else { return };
                     if conn.is_none() {
@@ -277,6 +376,7 @@ impl Client {
                         spare = me.master.spare_socket().ok();
                     }
                     let resp = conn.as_mut().map(|s| {
+                        let _tracked = me.master.track(s);
                         MasterConn::call_on(
                             s,
                             &MasterRequest::Ping {
@@ -309,19 +409,57 @@ impl Client {
         *self.heartbeat.lock() = h;
     }
 
-    /// Remount on the heartbeat's connection `conn`.
+    /// Remount on the heartbeat's connection `conn`, reporting the ledger
+    /// (in chunks) so that the master adopts the objects the segment holds.
     fn remount(&self, conn: &mut TcpStream) {
-        tracing::warn!(segment = %self.desc.name, "master asked for remount (restarted?); remounting");
-        let r = MasterConn::call_on(
-            conn,
-            &MasterRequest::MountSegment {
-                client_id: self.client_id.clone(),
-                segment: self.desc.clone(),
-            },
-        );
-        if !matches!(r, Ok(MasterResponse::Ok)) {
-            tracing::warn!(result = ?r, "remount failed");
+        tracing::warn!(segment = %self.desc.name, entries = self.ledger.len(), "master asked for remount (restarted or new leader); remounting");
+        if self.segment.is_none() {
+            let r = MasterConn::call_on(
+                conn,
+                &MasterRequest::MountSegment {
+                    client_id: self.client_id.clone(),
+                    segment: self.desc.clone(),
+                },
+            );
+            if !matches!(r, Ok(MasterResponse::Ok)) {
+                tracing::warn!(result = ?r, "remount failed");
+                return;
+            }
+            self.publish_metadata();
             return;
+        }
+        let entries = self.ledger.snapshot();
+        let chunks: Vec<_> = entries.chunks(REPORT_CHUNK).collect();
+        let last = chunks.len().saturating_sub(1);
+        let mut outcome = None;
+        for i in 0..chunks.len().max(1) {
+            let r = MasterConn::call_on(
+                conn,
+                &MasterRequest::RemountSegment {
+                    client_id: self.client_id.clone(),
+                    segment: self.desc.clone(),
+                    entries: chunks.get(i).map(|c| c.to_vec()).unwrap_or_default(),
+                    done: i == last,
+                },
+            );
+            match r {
+                Ok(MasterResponse::Ok) if i < last => {}
+                Ok(MasterResponse::Remounted { stale, discard_all }) if i == last => {
+                    outcome = Some((stale, discard_all));
+                }
+                other => {
+                    tracing::warn!(result = ?other, "remount failed");
+                    return;
+                }
+            }
+        }
+        if let Some((stale, discard_all)) = outcome {
+            if discard_all {
+                tracing::warn!(segment = %self.desc.name, "the master had expired this segment; its objects are gone");
+                self.ledger.clear();
+            } else {
+                self.ledger.drop_listed(&stale);
+            }
         }
         self.publish_metadata();
     }
@@ -343,6 +481,7 @@ impl Client {
         });
         if let Some(s) = &self.segment {
             unregister_local(s.uuid());
+            crate::ledger::unregister(&self.desc.name);
         }
         if let Some(ds) = self.data_server.lock().take() {
             ds.stop();
@@ -377,7 +516,8 @@ impl Client {
         self.health.load(Ordering::Acquire)
     }
 
-    /// Cumulative counters.
+    /// Cumulative counters, plus `ledger_entries` (committed replicas
+    /// this client's segment holds, as its ledger says).
     pub fn stats(&self) -> Vec<(&'static str, u64)> {
         let mut v = self.stats.snapshot();
         for e in v.iter_mut() {
@@ -385,6 +525,7 @@ impl Client {
                 e.1 = self.engine.mappings_created.load(Ordering::Relaxed);
             }
         }
+        v.push(("ledger_entries", self.ledger.len() as u64));
         v
     }
 

@@ -12,8 +12,11 @@
 
 mod client;
 mod config;
+mod discovery;
 mod done;
 mod error;
+mod ledger;
+mod ledger_stream;
 mod locations;
 mod master_conn;
 mod metadata_pub;

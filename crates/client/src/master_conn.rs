@@ -2,17 +2,27 @@
 //! connection is dropped and the call fails with RPC_FAIL; the next call
 //! reconnects (with a short timeout, so calls during an outage fail fast).
 //! A pooled connection idle longer than [`POOL_IDLE_MAX`], or closed by the
-//! master meanwhile (its idle timeout), is not reused.
+//! master meanwhile (its idle timeout, a restart), is not reused: that is
+//! checked before every reuse, because a request is never sent twice once
+//! it may have reached a master (a `PutEnd` re-sent to a restarted master or
+//! a new leader would be acknowledged for a put that master never saw).
+//! The master's address comes from a [`MasterLocator`]: fixed, or the HA
+//! leader found through etcd (the pool is emptied when the leader changes,
+//! and connections in use are shut down so no call waits for the old one).
 
+use crate::discovery::MasterLocator;
 use mooncake_common::framing::{self, client_handshake, Service, MAX_CONTROL_FRAME};
-use mooncake_common::limits::reusable;
+use mooncake_common::limits::peer_closed;
 use mooncake_common::proto::{encode_request, MasterRequest, MasterResponse};
 use mooncake_common::spin_read;
 use mooncake_common::{AuthKey, ErrorCode};
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// RPC timeout for one request.
@@ -21,28 +31,88 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(10);
 /// inside the master's default idle timeout of 60 s).
 const POOL_IDLE_MAX: Duration = Duration::from_secs(30);
 
-/// Connection pool to one master address.
+/// Connection pool to the master.
 pub(crate) struct MasterConn {
-    addr: String,
+    locator: Arc<MasterLocator>,
     connect_timeout: Duration,
     key: Option<AuthKey>,
     idle: Mutex<Vec<(TcpStream, Instant)>>,
+    /// HA only: connections with a call in flight (and other long-lived
+    /// ones: heartbeat, ledger stream), shut down when the leader changes so
+    /// that nothing waits for a deposed or unreachable leader.
+    tracked: Mutex<HashMap<u64, TcpStream>>,
+    next_tracked: AtomicU64,
+    /// Bumped by every [`MasterConn::reset`]: a connection taken from the
+    /// pool before a reset but tracked after it is shut down too.
+    generation: AtomicU64,
+}
+
+/// A tracked connection; untracked when dropped.
+pub(crate) struct Tracked<'a> {
+    conn: &'a MasterConn,
+    id: u64,
+}
+
+impl Drop for Tracked<'_> {
+    fn drop(&mut self) {
+        if self.id != 0 {
+            self.conn.tracked.lock().remove(&self.id);
+        }
+    }
 }
 
 impl MasterConn {
-    /// A pool for `addr` (`host:port`), authenticating with the cluster
-    /// token `key`; nothing is connected yet.
-    pub(crate) fn new(addr: &str, connect_timeout: Duration, key: Option<AuthKey>) -> Self {
+    /// A pool for the master `locator` points at, authenticating with the
+    /// cluster token `key`; nothing is connected yet.
+    pub(crate) fn new(
+        locator: Arc<MasterLocator>,
+        connect_timeout: Duration,
+        key: Option<AuthKey>,
+    ) -> Self {
         MasterConn {
-            addr: addr.to_string(),
+            locator,
             connect_timeout,
             key,
             idle: Mutex::new(Vec::new()),
+            tracked: Mutex::new(HashMap::new()),
+            next_tracked: AtomicU64::new(1),
+            generation: AtomicU64::new(0),
         }
     }
 
+    /// The locator (to follow leader changes).
+    pub(crate) fn locator(&self) -> &Arc<MasterLocator> {
+        &self.locator
+    }
+
+    /// Drop every pooled connection (the master changed).
+    pub(crate) fn reset(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.idle.lock().clear();
+        for (_, s) in self.tracked.lock().drain() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Track `s` until the guard drops (HA mode only; no cost otherwise):
+    /// a leader change shuts it down, so a blocked read returns at once.
+    pub(crate) fn track(&self, s: &TcpStream) -> Tracked<'_> {
+        if !self.locator.is_ha() {
+            return Tracked { conn: self, id: 0 };
+        }
+        let id = self.next_tracked.fetch_add(1, Ordering::Relaxed);
+        if let Ok(c) = s.try_clone() {
+            self.tracked.lock().insert(id, c);
+        }
+        Tracked { conn: self, id }
+    }
+
     fn resolve(&self) -> io::Result<SocketAddr> {
-        self.addr.to_socket_addrs()?.next().ok_or_else(|| {
+        let addr = self
+            .locator
+            .current()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no master leader known"))?;
+        addr.to_socket_addrs()?.next().ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "cannot resolve master address")
         })
     }
@@ -112,7 +182,9 @@ impl MasterConn {
     fn pooled(&self) -> Option<TcpStream> {
         loop {
             let (s, since) = self.idle.lock().pop()?;
-            if reusable(&s, since, POOL_IDLE_MAX) {
+            // Always asked (one poll): a connection the master closed must
+            // not carry a request that then could not be safely re-sent.
+            if since.elapsed() < POOL_IDLE_MAX && !peer_closed(&s) {
                 return Some(s);
             }
         }
@@ -131,8 +203,19 @@ impl MasterConn {
         req: &MasterRequest,
         done: &[u64],
     ) -> io::Result<MasterResponse> {
-        let mut buf = encode_request(req, done)?;
+        let buf = Self::send(s, req, done)?;
+        Self::receive(s, buf)
+    }
+
+    /// Write one request frame; returns the buffer for the answer.
+    fn send(s: &mut TcpStream, req: &MasterRequest, done: &[u64]) -> io::Result<Vec<u8>> {
+        let buf = encode_request(req, done)?;
         s.write_all(&buf)?;
+        Ok(buf)
+    }
+
+    /// Read one response frame (reusing `buf`).
+    fn receive(s: &mut TcpStream, mut buf: Vec<u8>) -> io::Result<MasterResponse> {
         // Strict request/response: nothing follows this response, so a
         // larger first read cannot take bytes of another frame.
         buf.clear();
@@ -178,31 +261,89 @@ impl MasterConn {
         self.call_with_done(req, &[])
     }
 
-    /// Send a request with finished read tickets riding along.
+    /// Send a request with finished read tickets riding along. A pooled
+    /// connection whose write fails as dead (the master restarted since it
+    /// was last used) is replaced by a fresh one once: a request whose
+    /// write failed was not read by any master. Once the request is out, a
+    /// failure is RPC_FAIL and it is never re-sent: the master may have
+    /// acted on it (an acknowledgment for a `PutEnd` re-sent to a master
+    /// that never saw the put would report a write nobody recorded).
     pub(crate) fn call_with_done(
         &self,
         req: &MasterRequest,
         done: &[u64],
     ) -> Result<MasterResponse, ErrorCode> {
-        let mut s = match self.pooled() {
-            Some(s) => s,
-            None => self.connect().map_err(|e| {
-                if e.kind() == io::ErrorKind::PermissionDenied {
-                    tracing::warn!(error = %e, "master refused the connection");
-                }
-                ErrorCode::RpcFail
-            })?,
+        let mut generation = self.generation.load(Ordering::Acquire);
+        let (mut s, mut pooled) = match self.pooled() {
+            Some(s) => (s, true),
+            None => (self.connect_or_fail()?, false),
         };
-        match Self::call_on_with(&mut s, req, done) {
-            Ok(resp) => {
-                self.give(s);
-                Ok(resp)
+        // One replacement connection at most, and only before anything
+        // was sent on the first one.
+        let mut replaced = false;
+        loop {
+            let guard = self.track(&s);
+            let now = self.generation.load(Ordering::Acquire);
+            if now != generation && !replaced {
+                // The leader changed while this connection was being taken
+                // (after the reset that shuts tracked ones down): it may
+                // point at the old leader. Nothing was sent on it yet.
+                drop(guard);
+                generation = now;
+                s = self.connect_or_fail()?;
+                pooled = false;
+                replaced = true;
+                continue;
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "master rpc failed");
-                self.idle.lock().clear();
-                Err(ErrorCode::RpcFail)
+            let r = match Self::send(&mut s, req, done) {
+                Ok(buf) => Self::receive(&mut s, buf),
+                Err(e) if pooled && !replaced && is_dead_peer(&e) => {
+                    drop(guard);
+                    self.idle.lock().clear();
+                    s = self.connect_or_fail()?;
+                    pooled = false;
+                    replaced = true;
+                    continue;
+                }
+                Err(e) => Err(e),
+            };
+            drop(guard);
+            match r {
+                // A standby (or a deposed leader) closes the connection after this.
+                Ok(resp @ MasterResponse::Err(ErrorCode::UnavailableInCurrentStatus)) => {
+                    return Ok(resp)
+                }
+                Ok(resp) => {
+                    self.give(s);
+                    return Ok(resp);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "master rpc failed");
+                    self.idle.lock().clear();
+                    return Err(ErrorCode::RpcFail);
+                }
             }
         }
     }
+
+    fn connect_or_fail(&self) -> Result<TcpStream, ErrorCode> {
+        self.connect().map_err(|e| {
+            if e.kind() == io::ErrorKind::PermissionDenied {
+                tracing::warn!(error = %e, "master refused the connection");
+            }
+            ErrorCode::RpcFail
+        })
+    }
+}
+
+/// Whether a write error `e` says the peer of a pooled connection is gone
+/// (closed or reset), rather than slow.
+fn is_dead_peer(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+    )
 }

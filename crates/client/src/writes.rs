@@ -18,6 +18,7 @@ use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
 use crate::parallel::{copy_threads, run_all, split_ops, PAR_LOCAL};
+use mooncake_common::ledger::LedgerOp;
 use mooncake_common::proto::{
     MasterRequest, MasterResponse, PutStartItem, ReplicaLoc, WriteConfig,
 };
@@ -127,6 +128,8 @@ impl Client {
             let mut failed = Vec::new();
             let mut retry = Vec::new();
             let mut jobs: Vec<(usize, Vec<ReplicaLoc>)> = Vec::new();
+            // Segments the replicas of `done` live in.
+            let mut segments: Vec<String> = Vec::new();
             for (&i, item) in pending.iter().zip(items) {
                 match item {
                     PutStartItem::AlreadyExists => {
@@ -148,12 +151,17 @@ impl Client {
                 .collect();
             // SAFETY: the caller vouches for the pieces.
             let written = unsafe { self.write_located(&located) };
-            for ((i, _), w) in jobs.iter().zip(written) {
+            for ((i, locs), w) in jobs.iter().zip(written) {
                 let i = *i;
                 match w {
                     Ok(()) => {
                         results[i] = Ok(());
                         done.push(i);
+                        for l in locs {
+                            if !segments.contains(&l.segment_name) {
+                                segments.push(l.segment_name.clone());
+                            }
+                        }
                     }
                     Err((e, seg)) => {
                         let on = seg.as_deref().unwrap_or("?");
@@ -176,7 +184,7 @@ impl Client {
             }
             if !done.is_empty() {
                 let keys_done = done.iter().map(|&i| keys[i].clone()).collect();
-                if let Err(e) = self.rpc(MasterRequest::PutEnd { keys: keys_done }) {
+                if let Err(e) = self.end_puts(keys_done, &segments) {
                     for &i in &done {
                         results[i] = Err(Error::from(e).context("PutEnd"));
                     }
@@ -394,6 +402,52 @@ impl Client {
 }
 
 /// INVALID_PARAMS for a staged value the local buffer has no room for.
+impl Client {
+    /// Commit written keys (PutEnd). The master acknowledges once the owners
+    /// of the replicas recorded the commit in their ledgers; for replicas in
+    /// `segments` owned by this process, it hands the entries back and they
+    /// are recorded here, which saves the round trip through the owner's
+    /// ledger stream (see `ledger`).
+    pub(crate) fn end_puts(
+        &self,
+        keys: Vec<String>,
+        segments: &[String],
+    ) -> std::result::Result<(), ErrorCode> {
+        let local_segments: Vec<String> = segments
+            .iter()
+            .filter(|s| crate::ledger::local(s).is_some())
+            .cloned()
+            .collect();
+        match self.rpc(MasterRequest::CommitEnd {
+            keys,
+            local_segments,
+        }) {
+            Ok(MasterResponse::Committed { ops }) => {
+                record_local(ops);
+                Ok(())
+            }
+            Ok(MasterResponse::Err(e)) | Err(e) => Err(e),
+            Ok(_) => Err(ErrorCode::InternalError),
+        }
+    }
+}
+
+/// Record commits the master handed back for segments of this process.
+fn record_local(ops: Vec<(String, LedgerOp)>) {
+    let mut by_segment: Vec<(String, Vec<LedgerOp>)> = Vec::new();
+    for (seg, op) in ops {
+        match by_segment.iter_mut().find(|(s, _)| *s == seg) {
+            Some((_, v)) => v.push(op),
+            None => by_segment.push((seg, vec![op])),
+        }
+    }
+    for (seg, ops) in by_segment {
+        if let Some(l) = crate::ledger::local(&seg) {
+            l.apply(ops);
+        }
+    }
+}
+
 fn no_room(bytes: u64) -> Error {
     Error::invalid(format!(
         "the local buffer has no room for {bytes} bytes (local_buffer_size)"

@@ -238,7 +238,7 @@ pub fn client_handshake<S: Read + Write>(
         }
         (Some(_), false) => {
             return Err(denied(format!(
-                "the {service:?} peer has no cluster token configured but this process has one;                  refusing an unauthenticated peer"
+                "the {service:?} peer has no cluster token configured but this process has one; refusing an unauthenticated peer"
             )))
         }
         (Some(k), true) => k,

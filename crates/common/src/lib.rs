@@ -11,7 +11,9 @@ pub mod framing;
 pub mod fuzz;
 #[cfg(test)]
 mod fuzz_targets;
+pub mod ha;
 pub mod hostid;
+pub mod ledger;
 pub mod limits;
 pub mod proto;
 pub mod size;

@@ -9,6 +9,7 @@
 
 use crate::auth::WriteTicket;
 use crate::error::ErrorCode;
+use crate::ledger::LedgerEntry;
 use serde::{Deserialize, Serialize};
 
 /// Largest segment a client can map: the user address space of x86-64 and
@@ -221,6 +222,39 @@ pub enum MasterRequest {
         /// Ignore read leases.
         force: bool,
     },
+    /// Mount a segment whose memory already holds objects (the master lost
+    /// its metadata): `entries` is a chunk of the owner's ledger; the segment
+    /// is used only once the chunk with `done` arrived, and the master then
+    /// answers [`MasterResponse::Remounted`].
+    RemountSegment {
+        /// The owning client.
+        client_id: String,
+        /// The segment (same name and memory as before).
+        segment: SegmentDesc,
+        /// A chunk of the owner's ledger.
+        entries: Vec<LedgerEntry>,
+        /// Last chunk.
+        done: bool,
+    },
+    /// Commit writes like `PutEnd`, except that the ledger entries of
+    /// replicas in `local_segments` (segments owned by the writer's own
+    /// process) come back in [`MasterResponse::Committed`] for the writer to
+    /// record, instead of being pushed to their owner and awaited.
+    CommitEnd {
+        /// Keys whose replicas were all written.
+        keys: Vec<String>,
+        /// Segments whose ledgers the writer updates itself.
+        local_segments: Vec<String>,
+    },
+    /// Turn this connection into the owner's ledger stream for its segment:
+    /// after the `Ok`, the master sends `LedgerPush` frames and the client
+    /// answers each with a `LedgerAck` (see `ledger`).
+    LedgerStream {
+        /// The owning client.
+        client_id: String,
+        /// Its segment.
+        segment_name: String,
+    },
 }
 
 /// What a client sends in one request frame: the request, plus finished
@@ -271,6 +305,21 @@ pub enum MasterResponse {
     Count(i64),
     /// The whole request failed.
     Err(ErrorCode),
+    /// `CommitEnd` done: record these `(segment, op)` in the local ledgers.
+    Committed {
+        /// Ledger ops for the writer's own segments.
+        ops: Vec<(String, crate::ledger::LedgerOp)>,
+    },
+    /// The remount finished: the owner drops the listed `(offset, version)`
+    /// ledger entries (stale: the master has newer versions of those keys),
+    /// or its whole ledger when `discard_all` (the master had expired the
+    /// segment, and dropped its objects, while the owner was unreachable).
+    Remounted {
+        /// Stale entries.
+        stale: Vec<(u64, u64)>,
+        /// Forget every entry.
+        discard_all: bool,
+    },
 }
 
 #[cfg(test)]

@@ -43,6 +43,16 @@ pub struct GaugeSnapshot {
     pub soft_pin_key_count: u64,
     /// Number of live clients.
     pub active_clients: u64,
+    /// 1 while serving (HA leader, or a master without HA).
+    pub ha_is_leader: u64,
+    /// HA term served or last served.
+    pub ha_epoch: u64,
+    /// Elections won by this process.
+    pub ha_elections: u64,
+    /// Step-downs of this process.
+    pub ha_step_downs: u64,
+    /// Leader changes observed in etcd.
+    pub ha_leader_changes: u64,
 }
 
 /// What the admin server needs from the master state.
@@ -55,6 +65,10 @@ pub trait AdminView: Send + Sync + 'static {
     fn all_segments(&self) -> Vec<String>;
     /// Current gauge values.
     fn gauges(&self) -> GaugeSnapshot;
+    /// Body of `GET /health`.
+    fn health(&self) -> String {
+        HEALTH_BODY.to_string()
+    }
 }
 
 /// Body of `GET /health` (upstream's shape; we are always the serving leader).
@@ -128,8 +142,8 @@ async fn metrics(State(s): State<AdminState>) -> Response {
         .into_response()
 }
 
-async fn health() -> Response {
-    json(StatusCode::OK, HEALTH_BODY.to_string())
+async fn health(State(s): State<AdminState>) -> Response {
+    json(StatusCode::OK, s.view.health())
 }
 
 async fn query_key(

@@ -66,6 +66,37 @@ impl OffsetAllocator {
             .unwrap_or(0)
     }
 
+    /// Mark the range an allocation of `size` bytes at `off` would occupy
+    /// as allocated, if all of it is free and `off` is aligned. Used to
+    /// rebuild a segment's allocator from the replicas its owner reports.
+    pub fn reserve(&mut self, off: u64, size: u64) -> bool {
+        if size == 0 || !off.is_multiple_of(ALIGN) {
+            return false;
+        }
+        let Some(need) = round_up(size) else {
+            return false;
+        };
+        let Some(end) = off.checked_add(need) else {
+            return false;
+        };
+        let Some((&foff, &flen)) = self.by_offset.range(..=off).next_back() else {
+            return false;
+        };
+        let fend = foff.saturating_add(flen);
+        if end > fend {
+            return false;
+        }
+        self.remove_free(foff, flen);
+        if foff < off {
+            self.insert_free(foff, off - foff);
+        }
+        if end < fend {
+            self.insert_free(end, fend - end);
+        }
+        self.used = self.used.saturating_add(need);
+        true
+    }
+
     /// Allocate `size` bytes; returns the offset.
     pub fn alloc(&mut self, size: u64) -> Option<u64> {
         if size == 0 {
@@ -148,6 +179,26 @@ mod tests {
         a.free(offs[2], 64);
         a.free(offs[5], 128);
         assert_eq!(a.largest_free(), 640);
+    }
+
+    #[test]
+    fn reserve_carves_exact_ranges() {
+        let mut a = OffsetAllocator::new(64 * 8);
+        assert!(a.reserve(128, 100)); // [128, 256)
+        assert!(!a.reserve(192, 64), "overlaps the first reservation");
+        assert!(!a.reserve(100, 64), "unaligned");
+        assert!(!a.reserve(448, 128), "past the end");
+        assert!(!a.reserve(0, 0));
+        assert!(a.reserve(0, 64));
+        assert_eq!(a.used(), 64 + 128);
+        // The rest stays allocatable and frees coalesce back to one extent.
+        assert_eq!(a.alloc(64), Some(64));
+        assert_eq!(a.largest_free(), 64 * 4);
+        a.free(128, 100);
+        a.free(0, 64);
+        a.free(64, 64);
+        assert_eq!(a.used(), 0);
+        assert_eq!(a.alloc(64 * 8), Some(0));
     }
 
     #[test]

@@ -76,6 +76,12 @@ pub struct MasterConfig {
     pub max_connections_per_peer: u32,
     /// Close a connection silent this long (seconds; 0 = never).
     pub idle_connection_timeout_sec: u32,
+    /// `--enable_ha`: elect a leader among the masters of `cluster_id` through etcd.
+    pub enable_ha: bool,
+    /// etcd endpoints (`http://host:port`) from `--ha_backend_connstring` or `--etcd_endpoints`.
+    pub ha_endpoints: Vec<String>,
+    /// `--cluster_id`.
+    pub cluster_id: String,
 }
 
 impl Default for MasterConfig {
@@ -104,6 +110,9 @@ impl Default for MasterConfig {
             allocation_strategy: AllocationStrategy::Random,
             enable_metadata_cleanup_on_timeout: false,
             log_level: "warn".into(),
+            enable_ha: false,
+            ha_endpoints: Vec::new(),
+            cluster_id: mooncake_common::ha::DEFAULT_CLUSTER_ID.into(),
             auth_token_file: String::new(),
             auth: None,
             max_connections: 4096,

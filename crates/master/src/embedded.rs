@@ -31,7 +31,7 @@ pub fn spawn_loopback(cfg: MasterConfig) -> io::Result<String> {
                 };
                 let st = MasterState::new(cfg, Arc::new(MasterMetrics::default()), None);
                 st.start_background();
-                crate::rpc::serve(l, st).await;
+                crate::rpc::serve(l, crate::gate::Gate::single(st)).await;
             })
         })?;
     Ok(addr)

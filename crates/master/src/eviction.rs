@@ -56,7 +56,8 @@ impl MasterState {
         for k in &victims {
             if let Some(o) = g.objects.remove(k) {
                 bytes = bytes.saturating_add(o.size.saturating_mul(o.replicas.len() as u64));
-                g.free_replicas(&o.replicas, o.size);
+                // The space returns when the owners acknowledge the forget.
+                let _ = g.forget_replicas(k, &o);
             }
         }
         if !victims.is_empty() {

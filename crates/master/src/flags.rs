@@ -73,6 +73,9 @@ pub enum FlagRole {
     Log,
     /// Feature switch of an unimplemented feature: `true` fails fast.
     Feature(&'static str),
+    /// Feature switch whose guarantee this build provides by another
+    /// mechanism (named in the text): `true` fails fast with that text.
+    Replaced(&'static str),
     /// Recognised and type-checked; a non-default value only warns.
     Ignored,
     /// gflags built-in handled by the parser itself (help, flagfile, …).
@@ -110,10 +113,13 @@ const fn f(
     }
 }
 
-use FlagRole::{Builtin, Core, Feature, Ignored, Log};
+use FlagRole::{Builtin, Core, Feature, Ignored, Log, Replaced};
 use FlagType::{Bool, Double, Duration, Int32, Int64, Str, Uint32, Uint64};
 
 const IGN: &str = "not implemented by this build; accepted and ignored";
+const NO_LOG: &str = "this build keeps no operation log and takes no snapshots: metadata \
+survives a master restart or failover because the clients re-report the replicas their segments \
+hold when they remount (README, 'HA and durability')";
 
 /// Every flag the master recognises.
 #[rustfmt::skip]
@@ -158,10 +164,10 @@ pub static FLAGS: &[FlagDef] = &[
     f("stderrthreshold", Int32, "2", Log, "severity copied to stderr"),
     f("log_dir", Str, "", Log, "ignored: logs always go to stderr"),
     // ---- feature switches that fail fast (§4.2) ----
-    f("enable_ha", Bool, "false", Feature("high availability (etcd leader election)"), "high availability"),
-    f("enable_oplog", Bool, "false", Feature("the operation log"), "operation log"),
-    f("enable_snapshot", Bool, "false", Feature("metadata snapshots"), "metadata snapshots"),
-    f("enable_snapshot_restore", Bool, "false", Feature("snapshot restore"), "restore from snapshot"),
+    f("enable_ha", Bool, "false", Core, "HA: masters elect one leader through etcd; clients use etcd://<connstring>"),
+    f("enable_oplog", Bool, "false", Replaced(NO_LOG), "operation log"),
+    f("enable_snapshot", Bool, "false", Replaced(NO_LOG), "metadata snapshots"),
+    f("enable_snapshot_restore", Bool, "false", Replaced(NO_LOG), "restore from snapshot"),
     f("enable_offload", Bool, "false", Feature("SSD/DFS offload"), "offload to storage"),
     f("enable_cxl", Bool, "false", Feature("CXL memory"), "CXL memory"),
     f("enable_multi_tenants", Bool, "false", Feature("multi-tenancy"), "multi-tenancy"),
@@ -170,7 +176,7 @@ pub static FLAGS: &[FlagDef] = &[
     f("promotion_on_hit", Bool, "false", Feature("promotion from the offload tier"), "promote on hit"),
     // ---- recognised but unimplemented (§4.4) ----
     f("batch_oplog_retry_timeout_sec", Uint32, "180", Ignored, IGN),
-    f("cluster_id", Str, "mooncake_cluster", Ignored, IGN),
+    f("cluster_id", Str, "mooncake_cluster", Core, "HA cluster name (etcd key prefix); clients set MC_STORE_CLUSTER_ID to match"),
     f("cxl_path", Str, "/dev/dax0.0", Ignored, IGN),
     f("cxl_size", Uint64, "8589934592", Ignored, IGN),
     f("dynamic_replication_admission_qps_threshold", Double, "0.8", Ignored, IGN),
@@ -178,10 +184,10 @@ pub static FLAGS: &[FlagDef] = &[
     f("dynamic_replication_max_memory_replicas", Uint64, "2", Ignored, IGN),
     f("dynamic_replication_mode", Str, "off", Ignored, IGN),
     f("enable_disk_eviction", Bool, "true", Ignored, IGN),
-    f("etcd_endpoints", Str, "", Ignored, IGN),
+    f("etcd_endpoints", Str, "", Core, "legacy alias of --ha_backend_connstring, used when that is empty"),
     f("global_file_segment_size", Int64, "9223372036854775807", Ignored, IGN),
-    f("ha_backend_connstring", Str, "", Ignored, IGN),
-    f("ha_backend_type", Str, "etcd", Ignored, IGN),
+    f("ha_backend_connstring", Str, "", Core, "HA backend endpoints: etcd h1:2379;h2:2379"),
+    f("ha_backend_type", Str, "etcd", Core, "HA backend: etcd (redis and k8s are not supported by this build)"),
     f("kv_events_additional_salt", Str, "", Ignored, IGN),
     f("kv_events_backend_id", Str, "", Ignored, IGN),
     f("kv_events_bind_endpoint", Str, "", Ignored, IGN),
@@ -620,6 +626,7 @@ pub fn help_text(filter: &str) -> String {
     for d in FLAGS.iter().filter(|d| d.name.contains(filter)) {
         let help = match d.role {
             Feature(feat) => format!("requires {feat}, which this build does not implement"),
+            Replaced(why) => format!("refused when true: {why}"),
             _ => d.help.to_string(),
         };
         s.push_str(&format!(
@@ -780,6 +787,9 @@ pub fn parse_master_args_with_warnings(args: &[String]) -> (FlagOutcome, Vec<Str
                     def.name
                 ));
             }
+            Replaced(why) if s.value == Value::Bool(true) => {
+                errors.push(format!("ERROR: flag --{}: {why}", def.name));
+            }
             Ignored if parse_value(def, def.default).ok().as_ref() != Some(&s.value) => {
                 let origin = match s.source {
                     Source::CommandLine => "",
@@ -903,8 +913,74 @@ fn build_config(fl: &Flags, warnings: &mut Vec<String>) -> Result<MasterConfig, 
         u32::try_from(fl.uint("max_connections_per_peer").max(1)).unwrap_or(u32::MAX);
     cfg.idle_connection_timeout_sec =
         u32::try_from(fl.uint("idle_connection_timeout_sec")).unwrap_or(u32::MAX);
+    ha_config(fl, &mut cfg, warnings)?;
     cfg.log_level = log_level(fl, warnings);
     Ok(cfg)
+}
+
+/// The HA flags (upstream's names and forms): `--enable_ha`,
+/// `--ha_backend_type` (etcd only), `--ha_backend_connstring` (or the legacy
+/// `--etcd_endpoints` when it is empty), `--cluster_id`.
+fn ha_config(fl: &Flags, cfg: &mut MasterConfig, warnings: &mut Vec<String>) -> Result<(), String> {
+    cfg.enable_ha = fl.bool("enable_ha");
+    cfg.cluster_id = fl.string("cluster_id");
+    let conn = match fl.string("ha_backend_connstring") {
+        c if c.trim().is_empty() => fl.string("etcd_endpoints"),
+        c => c,
+    };
+    if !cfg.enable_ha {
+        for name in [
+            "ha_backend_connstring",
+            "etcd_endpoints",
+            "ha_backend_type",
+            "cluster_id",
+        ] {
+            let default = find_flag(name).map(|d| d.default).unwrap_or_default();
+            if fl.is_set(name) && fl.raw(name) != default {
+                warnings.push(format!("flag --{name} has no effect without --enable_ha"));
+            }
+        }
+        return Ok(());
+    }
+    let ty = fl.string("ha_backend_type");
+    if ty != "etcd" {
+        return Err(format!(
+            "ERROR: --ha_backend_type={ty}: this build supports only the etcd HA backend"
+        ));
+    }
+    if conn.trim().is_empty() {
+        return Err(
+            "ERROR: --enable_ha needs --ha_backend_connstring=h1:2379;h2:2379 (or the legacy --etcd_endpoints)"
+                .into(),
+        );
+    }
+    cfg.ha_endpoints = mooncake_common::ha::parse_etcd_endpoints(&conn).map_err(|e| {
+        let name = if fl.string("ha_backend_connstring").trim().is_empty() {
+            "etcd_endpoints"
+        } else {
+            "ha_backend_connstring"
+        };
+        format!("{}: {e}", failed_validation(name, &conn))
+    })?;
+    if cfg.cluster_id.is_empty() || cfg.cluster_id.contains('/') {
+        return Err(format!(
+            "{}: a cluster id is a non-empty name without '/'",
+            failed_validation("cluster_id", &cfg.cluster_id)
+        ));
+    }
+    let unspecified = cfg
+        .rpc_address
+        .trim_matches(['[', ']'])
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified());
+    if unspecified || cfg.rpc_address.is_empty() {
+        return Err(format!(
+            "ERROR: --enable_ha needs a reachable --rpc_address (or --rpc_interface), not '{}': \
+             the leader publishes rpc_address:rpc_port for the clients",
+            cfg.rpc_address
+        ));
+    }
+    Ok(())
 }
 
 /// Map the glog flags onto a tracing level. Without any log flag: `warn`.
@@ -1001,15 +1077,14 @@ mod tests {
                 "bad default for {}",
                 d.name
             );
-            if let Feature(_) = d.role {
+            if let Feature(_) | Replaced(_) = d.role {
                 assert_eq!(d.ty, FlagType::Bool);
             }
         }
+        for name in ["enable_oplog", "enable_snapshot", "enable_snapshot_restore"] {
+            assert!(matches!(find_flag(name).map(|d| d.role), Some(Replaced(_))));
+        }
         for name in [
-            "enable_ha",
-            "enable_oplog",
-            "enable_snapshot",
-            "enable_snapshot_restore",
             "enable_offload",
             "enable_cxl",
             "enable_multi_tenants",
@@ -1247,30 +1322,129 @@ mod tests {
 
     #[test]
     fn feature_switches_fail_fast() {
-        let (code, msg) = exit(&["--enable_ha=true"]);
+        let (code, msg) = exit(&["--enable_oplog=true"]);
         assert_eq!(code, 1);
-        assert!(msg.contains("flag --enable_ha requires"));
-        assert!(msg.contains("which this build does not implement"));
+        assert!(
+            msg.contains("flag --enable_oplog: this build keeps no operation log"),
+            "{msg}"
+        );
+        assert!(msg.contains("re-report"), "{msg}");
+        for name in ["enable_snapshot", "enable_snapshot_restore"] {
+            let (code, msg) = exit(&[&format!("--{name}")]);
+            assert_eq!(code, 1);
+            assert!(msg.contains(&format!("flag --{name}: ")), "{msg}");
+        }
         for name in ["enable_offload", "promotion_on_hit", "enable_kv_events"] {
             let (code, msg) = exit(&[&format!("--{name}")]);
             assert_eq!(code, 1);
             assert!(msg.contains(&format!("flag --{name} requires")), "{msg}");
         }
         // Explicitly false is fine.
-        run(&["--enable_ha=false", "--noenable_snapshot"]);
+        run(&[
+            "--enable_ha=false",
+            "--noenable_snapshot",
+            "--noenable_oplog",
+        ]);
+    }
+
+    #[test]
+    fn ha_flags() {
+        let c = run(&[
+            "--enable_ha=true",
+            "--ha_backend_type=etcd",
+            "--ha_backend_connstring=h1:2379;h2:2380",
+            "--rpc_address=10.0.0.1",
+            "--cluster_id=prod",
+        ]);
+        assert!(c.enable_ha);
+        assert_eq!(c.ha_endpoints, vec!["http://h1:2379", "http://h2:2380"]);
+        assert_eq!(c.cluster_id, "prod");
+        // The legacy alias is used when the connstring is empty.
+        let c = run(&[
+            "--enable_ha",
+            "--etcd_endpoints=e:1",
+            "--rpc_address=10.0.0.1",
+        ]);
+        assert_eq!(c.ha_endpoints, vec!["http://e:1"]);
+        assert_eq!(c.cluster_id, "mooncake_cluster");
+        // ... but the connstring wins when both are given.
+        let c = run(&[
+            "--enable_ha",
+            "--etcd_endpoints=e:1",
+            "--ha_backend_connstring=c:2",
+            "--rpc_address=10.0.0.1",
+        ]);
+        assert_eq!(c.ha_endpoints, vec!["http://c:2"]);
+        // Bad inputs, each with its reason.
+        for (args, needle) in [
+            (
+                vec!["--enable_ha", "--rpc_address=10.0.0.1"],
+                "needs --ha_backend_connstring",
+            ),
+            (
+                vec!["--enable_ha", "--etcd_endpoints=e:1"],
+                "needs a reachable --rpc_address",
+            ),
+            (
+                vec!["--enable_ha", "--etcd_endpoints=e:1", "--rpc_address=::"],
+                "needs a reachable --rpc_address",
+            ),
+            (
+                vec![
+                    "--enable_ha",
+                    "--ha_backend_type=redis",
+                    "--etcd_endpoints=e:1",
+                    "--rpc_address=1.2.3.4",
+                ],
+                "supports only the etcd HA backend",
+            ),
+            (
+                vec![
+                    "--enable_ha",
+                    "--ha_backend_connstring=nohost",
+                    "--rpc_address=1.2.3.4",
+                ],
+                "for flag 'ha_backend_connstring'",
+            ),
+            (
+                vec![
+                    "--enable_ha",
+                    "--etcd_endpoints=https://h:1",
+                    "--rpc_address=1.2.3.4",
+                ],
+                "TLS",
+            ),
+            (
+                vec![
+                    "--enable_ha",
+                    "--etcd_endpoints=h:1",
+                    "--rpc_address=1.2.3.4",
+                    "--cluster_id=a/b",
+                ],
+                "for flag 'cluster_id'",
+            ),
+        ] {
+            let (code, msg) = exit(&args);
+            assert_eq!(code, 1, "{args:?}");
+            assert!(msg.contains(needle), "{args:?}: {msg}");
+        }
+        // Without --enable_ha the HA flags only warn.
+        let (c, w) = run_w(&["--etcd_endpoints=a:1"]);
+        assert!(!c.enable_ha);
+        assert!(
+            w.iter()
+                .any(|w| w.contains("--etcd_endpoints has no effect")),
+            "{w:?}"
+        );
     }
 
     #[test]
     fn unimplemented_flags_warn_only_when_non_default() {
         let (_, w) = run_w(&["--cluster_id=mooncake_cluster", "--max_retry_attempts=10"]);
         assert!(w.is_empty(), "{w:?}");
-        let (_, w) = run_w(&[
-            "--cluster_id=other",
-            "--etcd_endpoints=a:1",
-            "--vmodule=x=2",
-        ]);
-        assert_eq!(w.len(), 3, "{w:?}");
-        assert!(w[0].contains("--cluster_id=other"));
+        let (_, w) = run_w(&["--max_retry_attempts=3", "--vmodule=x=2"]);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("--max_retry_attempts=3"));
         // Type checked nonetheless.
         assert_eq!(exit(&["--max_retry_attempts=x"]).0, 1);
         assert_eq!(exit(&["--enable_disk_eviction=x"]).0, 1);
@@ -1430,10 +1604,10 @@ mod tests {
         let (code, msg) = exit(&[&format!("--config_path={bad}")]);
         assert_eq!(code, 1);
         assert!(msg.starts_with("ERROR: illegal value 'abc' specified for int32 flag 'rpc_port'"));
-        let feat = tmp("feat.json", r#"{"enable_ha": true}"#);
+        let feat = tmp("feat.json", r#"{"enable_offload": true}"#);
         assert!(exit(&[&format!("--config_path={feat}")])
             .1
-            .contains("enable_ha requires"));
+            .contains("enable_offload requires"));
         let notobj = tmp("arr.json", "[1,2]");
         assert_eq!(exit(&[&format!("--config_path={notobj}")]).0, 1);
         assert_eq!(exit(&["--config_path=/nonexistent/x.json"]).0, 1);

@@ -46,11 +46,24 @@ pub struct MasterMetrics {
     pub evicted_key_count: Counter,
     /// Bytes evicted (`master_evicted_size_bytes`).
     pub evicted_size_bytes: Counter,
+    /// Segments remounted with a ledger report after this master lost (or
+    /// never had) their metadata (`master_recovered_segments_total`).
+    pub recovered_segments: Counter,
+    /// Objects rebuilt from ledger reports (`master_recovered_objects_total`).
+    pub recovered_objects: Counter,
+    /// Replicas adopted from ledger reports (`master_recovered_replicas_total`).
+    pub recovered_replicas: Counter,
+    /// Reported ledger entries dropped as stale or invalid
+    /// (`master_recovery_stale_entries_total`).
+    pub recovery_stale_entries: Counter,
+    /// Commits or forgets acknowledged to the caller without the segment
+    /// owner's ack (owner unreachable; `master_ledger_unconfirmed_total`).
+    pub ledger_unconfirmed: Counter,
 }
 
 impl MasterMetrics {
     /// The counters as (exported name, help, counter).
-    fn counters(&self) -> [(&'static str, &'static str, &Counter); 13] {
+    fn counters(&self) -> [(&'static str, &'static str, &Counter); 18] {
         [
             (
                 "master_put_start_requests_total",
@@ -117,6 +130,31 @@ impl MasterMetrics {
                 "Total bytes evicted",
                 &self.evicted_size_bytes,
             ),
+            (
+                "master_recovered_segments_total",
+                "Segments remounted with a report of the objects they hold",
+                &self.recovered_segments,
+            ),
+            (
+                "master_recovered_objects_total",
+                "Objects rebuilt from segment owners' reports",
+                &self.recovered_objects,
+            ),
+            (
+                "master_recovered_replicas_total",
+                "Replicas adopted from segment owners' reports",
+                &self.recovered_replicas,
+            ),
+            (
+                "master_recovery_stale_entries_total",
+                "Reported replicas dropped as stale (a newer version exists) or invalid",
+                &self.recovery_stale_entries,
+            ),
+            (
+                "master_ledger_unconfirmed_total",
+                "Writes or removals acknowledged without the segment owner's ack",
+                &self.ledger_unconfirmed,
+            ),
         ]
     }
 
@@ -146,10 +184,45 @@ impl MasterMetrics {
                 g.active_clients,
             ),
         ];
-        for (name, help, v) in gauges {
+        let ha_gauges = [
+            (
+                "master_ha_is_leader",
+                "1 while this master serves (the HA leader, or a master without HA)",
+                g.ha_is_leader,
+            ),
+            (
+                "master_ha_epoch",
+                "HA term this master serves or last served (etcd revision; 0 without HA)",
+                g.ha_epoch,
+            ),
+        ];
+        for (name, help, v) in gauges.into_iter().chain(ha_gauges) {
             let _ = write!(
                 out,
                 "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"
+            );
+        }
+        let ha_counters = [
+            (
+                "master_ha_leader_elections_total",
+                "Elections this master won",
+                g.ha_elections,
+            ),
+            (
+                "master_ha_step_downs_total",
+                "Times this master stopped serving (lost its etcd lease or leadership)",
+                g.ha_step_downs,
+            ),
+            (
+                "master_ha_leader_changes_total",
+                "Leader changes this master observed in etcd",
+                g.ha_leader_changes,
+            ),
+        ];
+        for (name, help, v) in ha_counters {
+            let _ = write!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"
             );
         }
         for (name, help, c) in self.counters() {
@@ -194,6 +267,7 @@ mod tests {
             key_count: 1,
             soft_pin_key_count: 0,
             active_clients: 2,
+            ..Default::default()
         };
         let text = m.encode(&g);
         for line in [

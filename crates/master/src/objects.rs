@@ -1,11 +1,13 @@
 //! Object operations on the master: put/upsert start-end-revoke, replica
 //! lookup with leases, existence checks and removal.
 
+use crate::ledger_push::{AckWait, ACK_TIMEOUT};
 use crate::placement;
 use crate::state::{
     flag_eviction, is_non_ecmascript, pending_pin, MasterState, ObjStatus, Object, PendingPin,
 };
 use mooncake_common::auth::unix_ms;
+use mooncake_common::ledger::LedgerOp;
 use mooncake_common::proto::{ObjectInfo, PutStartItem, ReplicaLoc, SoftPin, WriteConfig};
 use mooncake_common::{ErrorCode, WriteTicket};
 use std::collections::HashSet;
@@ -88,6 +90,9 @@ impl MasterState {
         );
         let mut g = self.inner.lock();
         let mut seen = HashSet::new();
+        // Owners must forget replicas rewritten in place or discarded before
+        // the writer gets the new locations.
+        let mut waits = Vec::new();
         for (key, &size) in keys.iter().zip(sizes) {
             self.metrics.put_start_requests.inc();
             if let Err(e) = self.validate_write(key, size, cfg) {
@@ -138,18 +143,22 @@ impl MasterState {
                                 .filter_map(|r| g.replica_loc(r, size))
                                 .collect();
                             self.grant(&mut locs);
+                            waits.extend(g.forget_in_place(o));
+                            let version = g.next_version();
                             if let Some(o) = g.objects.get_mut(key) {
                                 o.status = ObjStatus::Processing;
                                 o.put_start = now;
                                 o.hard_pin = hard_pin;
                                 o.pending_pin = pin;
+                                o.version = version;
                             }
                             out.push(PutStartItem::Write(locs));
                             continue;
                         }
-                        // Case C: different size, discard old replicas.
+                        // Case C: different size, discard old replicas
+                        // (their space returns once their owners forgot them).
                         if let Some(old) = g.objects.remove(key) {
-                            g.free_replicas(&old.replicas, old.size);
+                            waits.extend(g.forget_replicas(key, &old));
                         }
                     }
                 }
@@ -159,7 +168,13 @@ impl MasterState {
             if replicas.is_empty() {
                 self.metrics.put_start_failures.inc();
                 self.metrics.put_start_alloc_failures.inc();
-                flag_eviction(self);
+                // With no segment mounted (a restarted master or a new
+                // leader before the remounts) space is not the reason:
+                // flagging then would evict just-recovered objects as soon
+                // as the first segment comes back.
+                if g.usage().1 > 0 {
+                    flag_eviction(self);
+                }
                 out.push(PutStartItem::Err(ErrorCode::NoAvailableHandle));
                 continue;
             }
@@ -172,10 +187,12 @@ impl MasterState {
                 .filter_map(|r| g.replica_loc(r, size))
                 .collect();
             self.grant(&mut locs);
+            let version = g.next_version();
             g.objects.insert(
                 key.clone(),
                 Object {
                     size,
+                    version,
                     replicas,
                     status: ObjStatus::Processing,
                     lease_deadline: now,
@@ -188,28 +205,97 @@ impl MasterState {
             );
             out.push(PutStartItem::Write(locs));
         }
+        drop(g);
+        self.await_owners(&waits);
         out
     }
 
     /// Commit writes: replicas become COMPLETE, soft-pin actions apply.
-    pub fn put_end(&self, keys: &[String]) {
+    /// The owners of the replicas record the commit first (and any forget of
+    /// an earlier incarnation of the key is acknowledged), so a write is
+    /// visible only once it survives the master.
+    pub fn put_end(&self, keys: &[String]) -> Result<(), ErrorCode> {
+        self.commit_end(keys, &[]).map(|_| ())
+    }
+
+    /// [`MasterState::put_end`], except that the ledger commits of replicas
+    /// in `local` (the writer's own process's segments) are returned for the
+    /// writer to record instead of being pushed and awaited.
+    pub fn commit_end(
+        &self,
+        keys: &[String],
+        local: &[String],
+    ) -> Result<Vec<(String, LedgerOp)>, ErrorCode> {
         let now = Instant::now();
         let mut g = self.inner.lock();
+        let mut forgets = Vec::new();
+        let mut handed = Vec::new();
+        // (key, version, commit waits tagged with their segment)
+        let mut commits = Vec::with_capacity(keys.len());
         for k in keys {
-            if let Some(o) = g.objects.get_mut(k) {
-                if o.status == ObjStatus::Processing {
-                    o.status = ObjStatus::Complete;
-                    match o.pending_pin {
-                        PendingPin::Keep => {}
-                        PendingPin::Clear => o.soft_pin_deadline = None,
-                        PendingPin::Set(ms) => {
-                            o.soft_pin_deadline = Some(now + Duration::from_millis(ms))
-                        }
-                    }
-                    o.pending_pin = PendingPin::Keep;
+            let Some(o) = g.objects.get(k) else { continue };
+            if o.status != ObjStatus::Processing {
+                continue;
+            }
+            let (w, h) = g.commit_replicas(k, o, now, local);
+            handed.extend(h);
+            commits.push((k, o.version, w));
+            forgets.extend(g.take_key_forgets(k));
+        }
+        drop(g);
+        // Wait for the owners; a replica whose owner did not confirm in time
+        // is dropped, so no acknowledged write relies on an unrecorded copy.
+        let deadline = Instant::now() + ACK_TIMEOUT;
+        let mut unconfirmed: Vec<Vec<String>> = Vec::with_capacity(commits.len());
+        for (_, _, waits) in &commits {
+            let mut missing = Vec::new();
+            for (seg, q, seq) in waits {
+                if q.wait(*seq, deadline) == AckWait::Unconfirmed {
+                    missing.push(seg.clone());
                 }
             }
+            unconfirmed.push(missing);
         }
+        self.await_owners(&forgets);
+        if self.is_stopped() {
+            // The term ended while the owners were being told: this master
+            // may no longer acknowledge writes.
+            return Err(ErrorCode::UnavailableInCurrentStatus);
+        }
+        let now = Instant::now();
+        let mut g = self.inner.lock();
+        let mut lost = 0usize;
+        for ((k, version, _), missing) in commits.into_iter().zip(unconfirmed) {
+            let current = g
+                .objects
+                .get(k)
+                .is_some_and(|o| o.status == ObjStatus::Processing && o.version == version);
+            if !current {
+                continue;
+            }
+            if !missing.is_empty() {
+                self.metrics.ledger_unconfirmed.inc_by(missing.len() as u64);
+                tracing::warn!(key = %k, segments = ?missing, "owners did not confirm the commit; dropping those replicas");
+                g.drop_unconfirmed(k, &missing);
+            }
+            let Some(o) = g.objects.get_mut(k) else {
+                lost += 1;
+                continue;
+            };
+            o.status = ObjStatus::Complete;
+            match o.pending_pin {
+                PendingPin::Keep => {}
+                PendingPin::Clear => o.soft_pin_deadline = None,
+                PendingPin::Set(ms) => o.soft_pin_deadline = Some(now + Duration::from_millis(ms)),
+            }
+            o.pending_pin = PendingPin::Keep;
+        }
+        if lost > 0 {
+            // No owner of any replica confirmed: the write is not durable
+            // and was revoked.
+            return Err(ErrorCode::RpcTimeout);
+        }
+        Ok(handed)
     }
 
     /// Revoke failed writes: free their replicas and erase the metadata.
@@ -324,11 +410,14 @@ impl MasterState {
             .collect()
     }
 
-    /// Remove keys; see spec §2.6.
+    /// Remove keys; see spec §2.6. Answers once the owners forgot the
+    /// removed replicas (a removed object never comes back with a master).
     pub fn remove(&self, keys: &[String], force: bool) -> Vec<i32> {
         let now = Instant::now();
         let mut g = self.inner.lock();
-        keys.iter()
+        let mut waits = Vec::new();
+        let codes = keys
+            .iter()
             .map(|k| {
                 self.metrics.remove_requests.inc();
                 let code = match g.objects.get(k) {
@@ -343,13 +432,16 @@ impl MasterState {
                     Some(e) => e.code(),
                     None => {
                         if let Some(o) = g.objects.remove(k) {
-                            g.free_replicas(&o.replicas, o.size);
+                            waits.extend(g.forget_replicas(k, &o));
                         }
                         0
                     }
                 }
             })
-            .collect()
+            .collect();
+        drop(g);
+        self.await_owners(&waits);
+        codes
     }
 
     /// Remove every key the pattern matches (search semantics); count, or -600.
@@ -379,11 +471,14 @@ impl MasterState {
             })
             .map(|(k, _)| k.clone())
             .collect();
+        let mut waits = Vec::new();
         for k in &victims {
             if let Some(o) = g.objects.remove(k) {
-                g.free_replicas(&o.replicas, o.size);
+                waits.extend(g.forget_replicas(k, &o));
             }
         }
+        drop(g);
+        self.await_owners(&waits);
         victims.len() as i64
     }
 }
@@ -421,7 +516,8 @@ mod tests {
         let keys = vec![key.to_string()];
         let mut items = st.put_start(&keys, &[size], &WriteConfig::default(), upsert);
         if matches!(items[0], PutStartItem::Write(_)) {
-            st.put_end(&keys);
+            // The test plays the owner of "h:1": its commits come back here.
+            st.commit_end(&keys, &["h:1".to_string()]).unwrap();
         }
         items.remove(0)
     }
@@ -463,6 +559,57 @@ mod tests {
         assert!(matches!(put(&st, "k", 100, false), PutStartItem::Write(_)));
         assert!(matches!(put(&st, "k", 100, true), PutStartItem::Write(_)));
         st.reads_done(&[t2]);
+    }
+
+    #[test]
+    fn unconfirmed_replicas_are_dropped_and_a_write_without_any_fails() {
+        let st = state_with_segment();
+        let desc = SegmentDesc {
+            name: "h:2".into(),
+            uuid: "u2".into(),
+            size: 1 << 20,
+            base_addr: 0,
+            host_id: "host".into(),
+            pid: 2,
+            endpoint: "h:2".into(),
+            socket_name: String::new(),
+        };
+        st.mount_segment("c2", desc).unwrap();
+        for seg in ["h:1", "h:2"] {
+            st.inner.lock().segments[seg].ledger.mark_unreachable();
+        }
+        let cfg = WriteConfig {
+            replica_num: 2,
+            ..WriteConfig::default()
+        };
+        // Two replicas; only h:1's owner (the caller) records its commit.
+        let keys = vec!["two".to_string()];
+        assert!(
+            matches!(st.put_start(&keys, &[100], &cfg, false)[0], PutStartItem::Write(ref l) if l.len() == 2)
+        );
+        let ops = st.commit_end(&keys, &["h:1".to_string()]).unwrap();
+        assert_eq!(ops.len(), 1);
+        {
+            let g = st.inner.lock();
+            let o = &g.objects["two"];
+            assert_eq!(o.replicas.len(), 1, "the unconfirmed replica is dropped");
+            assert_eq!(o.replicas[0].segment, "h:1");
+            // Its space returns only once its owner forgot it.
+            assert_eq!(g.segments["h:2"].ledger.pending_free_bytes(), 100);
+        }
+        assert_eq!(st.metrics.ledger_unconfirmed.get(), 1);
+        // No owner confirms: the write fails and nothing is left of it.
+        let keys = vec!["none".to_string()];
+        assert!(matches!(
+            st.put_start(&keys, &[100], &WriteConfig::default(), false)[0],
+            PutStartItem::Write(_)
+        ));
+        assert_eq!(st.commit_end(&keys, &[]), Err(ErrorCode::RpcTimeout));
+        assert!(!st.inner.lock().objects.contains_key("none"));
+        assert_eq!(
+            st.get_replica_list(&keys, false)[0],
+            Err(ErrorCode::ObjectNotFound)
+        );
     }
 
     #[test]

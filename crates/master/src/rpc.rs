@@ -12,13 +12,22 @@
 //! is read against [`MAX_REQUEST_FRAME`] and decoded without recursion
 //! (issue 10). When the process runs out of descriptors the accept loop
 //! backs off instead of spinning.
+//!
+//! Requests are served by the gate's current term (issue 13): a standby (or
+//! a leader whose etcd lease clock ran out) answers
+//! UNAVAILABLE_IN_CURRENT_STATUS and closes the connection, and a
+//! connection never outlives its term. A `LedgerStream` request turns the
+//! connection into the owner's ledger stream of its segment.
 
+use crate::gate::Gate;
+use crate::recovery::Remount;
 use crate::state::MasterState;
 use mooncake_common::framing::{self, server_handshake, Service, MAX_REQUEST_FRAME};
 use mooncake_common::limits::{AcceptBackoff, ConnPermit, ConnTracker};
 use mooncake_common::proto::{MasterRequest, MasterResponse, RequestFrame};
 use mooncake_common::spin_read::SpinReader;
-use std::io::{self, BufReader, Write};
+use mooncake_common::ErrorCode;
+use std::io::{self, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,9 +37,12 @@ use tokio::net::TcpListener;
 /// when that is shorter).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long the master waits for a ledger ack on a ledger stream.
+const LEDGER_ACK_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Accept connections until the task is dropped, one serving thread per
 /// admitted connection.
-pub async fn serve(listener: TcpListener, state: Arc<MasterState>) {
+pub async fn serve(listener: TcpListener, state: Arc<Gate>) {
     let tracker = ConnTracker::new(state.config().rpc_limits());
     let mut backoff = AcceptBackoff::default();
     loop {
@@ -88,18 +100,19 @@ pub async fn serve(listener: TcpListener, state: Arc<MasterState>) {
 
 fn handle_conn(
     mut sock: TcpStream,
-    state: Arc<MasterState>,
+    gate: Arc<Gate>,
     idle: Option<Duration>,
     _permit: ConnPermit,
 ) -> io::Result<()> {
-    let _ = sock.set_nodelay(state.config().rpc_enable_tcp_no_delay);
+    let _ = sock.set_nodelay(gate.config().rpc_enable_tcp_no_delay);
     let hs = idle.map_or(HANDSHAKE_TIMEOUT, |d| d.min(HANDSHAKE_TIMEOUT));
     sock.set_read_timeout(Some(hs))?;
     sock.set_write_timeout(Some(hs))?;
-    server_handshake(&mut sock, Service::Master, state.config().auth.as_ref())?;
+    server_handshake(&mut sock, Service::Master, gate.config().auth.as_ref())?;
     sock.set_read_timeout(idle)?;
     sock.set_write_timeout(None)?;
     let mut rd = BufReader::with_capacity(64 << 10, SpinReader::new(sock.try_clone()?));
+    let mut conn_epoch: Option<u64> = None;
     loop {
         let body = match framing::read_frame(&mut rd, MAX_REQUEST_FRAME) {
             Ok(b) => b,
@@ -116,10 +129,102 @@ fn handle_conn(
         };
         let frame: RequestFrame = framing::decode(&body)?;
         drop(body);
-        state.reads_done(&frame.done);
-        let resp = dispatch(&state, frame.req);
+        // A request is served by the term that is serving now; a connection
+        // never outlives its term (the client reconnects and, being unknown
+        // to the new term, remounts).
+        let term = match gate.serving() {
+            Some(t) if conn_epoch.is_none_or(|e| e == t.epoch) => t,
+            _ => {
+                let resp = MasterResponse::Err(ErrorCode::UnavailableInCurrentStatus);
+                sock.write_all(&framing::encode_frame(&resp)?)?;
+                return Ok(());
+            }
+        };
+        conn_epoch = Some(term.epoch);
+        term.state.reads_done(&frame.done);
+        if let MasterRequest::LedgerStream {
+            client_id,
+            segment_name,
+        } = frame.req
+        {
+            return serve_ledger(sock, rd, &term.state, &client_id, &segment_name);
+        }
+        let mutation = is_mutation(&frame.req);
+        if mutation {
+            gate.status().note_write();
+        }
+        let mut resp = dispatch(&term.state, frame.req);
+        // A leader that lost its lease while serving a mutation (PutEnd
+        // waits for the segment owners) must not acknowledge it.
+        if mutation && gate.serving().is_none_or(|t| t.epoch != term.epoch) {
+            resp = MasterResponse::Err(ErrorCode::UnavailableInCurrentStatus);
+        }
         sock.write_all(&framing::encode_frame(&resp)?)?;
     }
+}
+
+/// Requests that change metadata (what a deposed leader must stop accepting).
+fn is_mutation(req: &MasterRequest) -> bool {
+    matches!(
+        req,
+        MasterRequest::PutStart { .. }
+            | MasterRequest::PutEnd { .. }
+            | MasterRequest::CommitEnd { .. }
+            | MasterRequest::PutRevoke { .. }
+            | MasterRequest::Remove { .. }
+            | MasterRequest::RemoveByRegex { .. }
+            | MasterRequest::RemoveAll { .. }
+            | MasterRequest::MountSegment { .. }
+            | MasterRequest::RemountSegment { .. }
+            | MasterRequest::UnmountSegment { .. }
+    )
+}
+
+/// Reads from the buffered reader, writes to the socket.
+struct Duplex<'a, R> {
+    rd: &'a mut R,
+    wr: &'a mut TcpStream,
+}
+
+impl<R: Read> Read for Duplex<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.rd.read(buf)
+    }
+}
+
+impl<R> Write for Duplex<'_, R> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.wr.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.wr.flush()
+    }
+}
+
+/// Serve the owner's ledger stream of `segment` on this connection.
+fn serve_ledger<R: Read>(
+    mut sock: TcpStream,
+    mut rd: R,
+    state: &Arc<MasterState>,
+    client_id: &str,
+    segment: &str,
+) -> io::Result<()> {
+    let Some((queue, uuid)) = state.ledger_queue(client_id, segment) else {
+        let resp = MasterResponse::Err(ErrorCode::SegmentNotFound);
+        sock.write_all(&framing::encode_frame(&resp)?)?;
+        return Ok(());
+    };
+    sock.write_all(&framing::encode_frame(&MasterResponse::Ok)?)?;
+    sock.set_read_timeout(Some(LEDGER_ACK_READ_TIMEOUT))?;
+    let mut duplex = Duplex {
+        rd: &mut rd,
+        wr: &mut sock,
+    };
+    let st = Arc::clone(state);
+    let (seg, id) = (segment.to_string(), uuid);
+    queue.serve(&mut duplex, &move |ranges| {
+        st.release_forgotten(&seg, &id, ranges)
+    })
 }
 
 /// Execute one request against the state.
@@ -154,10 +259,17 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
         } => MasterResponse::PutStart(
             state.put_start_excluding(&keys, &sizes, &config, upsert, &exclude),
         ),
-        MasterRequest::PutEnd { keys } => {
-            state.put_end(&keys);
-            MasterResponse::Ok
-        }
+        MasterRequest::PutEnd { keys } => match state.put_end(&keys) {
+            Ok(()) => MasterResponse::Ok,
+            Err(e) => MasterResponse::Err(e),
+        },
+        MasterRequest::CommitEnd {
+            keys,
+            local_segments,
+        } => match state.commit_end(&keys, &local_segments) {
+            Ok(ops) => MasterResponse::Committed { ops },
+            Err(e) => MasterResponse::Err(e),
+        },
         MasterRequest::PutRevoke { keys } => {
             state.put_revoke(&keys);
             MasterResponse::Ok
@@ -175,5 +287,19 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
             MasterResponse::Count(state.remove_by_regex(&pattern, force))
         }
         MasterRequest::RemoveAll { force } => MasterResponse::Count(state.remove_all(force)),
+        MasterRequest::RemountSegment {
+            client_id,
+            segment,
+            entries,
+            done,
+        } => match state.remount_segment(&client_id, segment, entries, done) {
+            Ok(Remount::Partial) => MasterResponse::Ok,
+            Ok(Remount::Done { stale, discard_all }) => {
+                MasterResponse::Remounted { stale, discard_all }
+            }
+            Err(e) => MasterResponse::Err(e),
+        },
+        // Only meaningful as a connection's request (handled there).
+        MasterRequest::LedgerStream { .. } => MasterResponse::Err(ErrorCode::InvalidParams),
     }
 }

@@ -12,6 +12,8 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::admin::{serve_admin, AdminView};
 use crate::config::{AllocationStrategy, MasterConfig};
 use crate::flags::{parse_master_args_with_warnings, FlagOutcome};
+use crate::gate::Gate;
+use crate::ha::{lease_ttl_from_env, HaConfig, HaRuntime, HaStatus, Terms};
 use crate::http_meta::serve_metadata;
 use crate::metadata_kv::MetadataKv;
 use crate::metrics::MasterMetrics;
@@ -130,7 +132,7 @@ pub fn config_summary(cfg: &MasterConfig) -> String {
          put_start_discard_timeout_sec={} put_start_release_timeout_sec={} \
          allocation_strategy={} enable_metadata_cleanup_on_timeout={} log_level={} \
          auth={} max_connections={} max_connections_per_peer={} \
-         idle_connection_timeout_sec={}",
+         idle_connection_timeout_sec={} enable_ha={} ha_backend_connstring={} cluster_id={}",
         cfg.rpc_address,
         cfg.rpc_port,
         cfg.rpc_thread_num,
@@ -158,6 +160,9 @@ pub fn config_summary(cfg: &MasterConfig) -> String {
         cfg.max_connections,
         cfg.max_connections_per_peer,
         cfg.idle_connection_timeout_sec,
+        cfg.enable_ha,
+        cfg.ha_endpoints.join(";"),
+        cfg.cluster_id,
     )
 }
 
@@ -173,6 +178,27 @@ async fn run_async(mut cfg: MasterConfig, threads: usize) -> i32 {
             eprintln!("ERROR: failed to install signal handlers: {e}");
             return 1;
         }
+    };
+
+    // HA: reach etcd and register this master's address before binding
+    // anything, so a bad backend fails fast (within 5 s) with its reason.
+    let ha = if cfg.enable_ha {
+        let status = Arc::new(HaStatus::ha(&cfg.cluster_id));
+        let hcfg = HaConfig {
+            endpoints: cfg.ha_endpoints.clone(),
+            cluster_id: cfg.cluster_id.clone(),
+            advertise: host_port(&cfg.rpc_address, cfg.rpc_port),
+            lease_ttl: lease_ttl_from_env(),
+        };
+        match HaRuntime::connect(hcfg, Arc::clone(&status)).await {
+            Ok(rt) => Some((rt, status)),
+            Err(e) => {
+                eprintln!("ERROR: --enable_ha: {e}");
+                return 1;
+            }
+        }
+    } else {
+        None
     };
 
     // Bind order: RPC, metadata (if enabled), admin.
@@ -229,14 +255,30 @@ async fn run_async(mut cfg: MasterConfig, threads: usize) -> i32 {
     let reporting = cfg.enable_metric_reporting;
     let http_limits = cfg.http_limits();
     let auth = cfg.auth.clone();
-    let state = MasterState::new(cfg, metrics.clone(), metadata.clone());
-    state.start_background();
+    let mut ha_task = None;
+    let gate = match ha {
+        None => {
+            let state = MasterState::new(cfg, metrics.clone(), metadata.clone());
+            state.start_background();
+            Gate::single(state)
+        }
+        Some((rt, status)) => {
+            let (c, m, md) = (cfg.clone(), metrics.clone(), metadata.clone());
+            let gate = Gate::new(status, cfg, move || {
+                MasterState::new(c.clone(), Arc::clone(&m), md.clone())
+            });
+            let terms: Arc<dyn Terms> = gate.clone();
+            let stop = rt.stopper();
+            ha_task = Some((tokio::spawn(rt.run(terms)), stop));
+            gate
+        }
+    };
 
-    tokio::spawn(crate::rpc::serve(rpc_listener, state.clone()));
+    tokio::spawn(crate::rpc::serve(rpc_listener, gate.clone()));
     if let (Some(l), Some(kv)) = (meta_listener, metadata) {
         tokio::spawn(serve_metadata(l, kv, auth, http_limits));
     }
-    let view: Arc<dyn AdminView> = state.clone();
+    let view: Arc<dyn AdminView> = gate.clone();
     tokio::spawn(serve_admin(
         admin_listener,
         view.clone(),
@@ -253,7 +295,12 @@ async fn run_async(mut cfg: MasterConfig, threads: usize) -> i32 {
         _ = sigint.recv() => "SIGINT",
     };
     tracing::info!("received {sig}; shutting down");
-    drop(state);
+    if let Some((task, stop)) = ha_task {
+        // A leader resigns, so that a standby takes over at once.
+        stop.notify_one();
+        let _ = tokio::time::timeout(Duration::from_secs(3), task).await;
+    }
+    drop(gate);
     0
 }
 

@@ -6,6 +6,7 @@
 use crate::admin::{AdminView, GaugeSnapshot, ReplicaView};
 use crate::allocator::OffsetAllocator;
 use crate::config::MasterConfig;
+use crate::ledger_push::OwnerQueue;
 use crate::metadata_kv::MetadataKv;
 use crate::metrics::MasterMetrics;
 use mooncake_common::proto::{
@@ -42,6 +43,8 @@ pub(crate) struct SegmentEntry {
     pub desc: SegmentDesc,
     pub client_id: String,
     pub alloc: OffsetAllocator,
+    /// Ledger ops for the owner (commits and forgets of replicas here).
+    pub ledger: Arc<OwnerQueue>,
 }
 
 /// Lifecycle of an object's replicas.
@@ -71,6 +74,8 @@ pub(crate) enum PendingPin {
 #[derive(Debug)]
 pub(crate) struct Object {
     pub size: u64,
+    /// Master-assigned version (see `mooncake_common::ledger`).
+    pub version: u64,
     pub replicas: Vec<Replica>,
     pub status: ObjStatus,
     pub lease_deadline: Instant,
@@ -112,6 +117,16 @@ pub(crate) struct Inner {
     pub deferred: Vec<DeferredFree>,
     /// Open read tickets: the keys each marked and when it expires.
     pub tickets: HashMap<u64, (Vec<String>, Instant)>,
+    /// Highest object version assigned or adopted.
+    pub last_version: u64,
+    /// Segments being remounted with a ledger report, not yet usable.
+    pub pending_mounts: HashMap<String, crate::recovery::PendingMount>,
+    /// Memory ids of segments this master expired (their owners' ledgers
+    /// are discarded if they come back), with when.
+    pub expired_uuids: HashMap<String, Instant>,
+    /// Forgets of a key's earlier replicas not yet known to be acked: a new
+    /// write of the key is acknowledged only after them.
+    pub key_forgets: HashMap<String, Vec<(Arc<OwnerQueue>, u64)>>,
 }
 
 /// The master's shared state.
@@ -123,6 +138,8 @@ pub struct MasterState {
     pub(crate) need_eviction: AtomicBool,
     /// Source of read-ticket ids (0 is never used).
     pub(crate) next_ticket: std::sync::atomic::AtomicU64,
+    /// Set when this state's term ended: background loops exit.
+    pub(crate) stopped: AtomicBool,
 }
 
 impl MasterState {
@@ -139,6 +156,7 @@ impl MasterState {
             inner: Mutex::new(Inner::default()),
             need_eviction: AtomicBool::new(false),
             next_ticket: std::sync::atomic::AtomicU64::new(1),
+            stopped: AtomicBool::new(false),
         })
     }
 
@@ -147,13 +165,14 @@ impl MasterState {
         &self.cfg
     }
 
-    /// Spawn the periodic tasks: eviction (10 ms), client TTL and discard sweep.
+    /// Spawn the periodic tasks: eviction (10 ms), client TTL and discard
+    /// sweep. They end when [`MasterState::stop`] is called.
     pub fn start_background(self: &Arc<Self>) {
         let me = Arc::clone(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(10));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
+            while !me.is_stopped() {
                 tick.tick().await;
                 me.eviction_pass();
             }
@@ -161,12 +180,27 @@ impl MasterState {
         let me = Arc::clone(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(200));
-            loop {
+            while !me.is_stopped() {
                 tick.tick().await;
                 me.expire_clients();
                 me.sweep_discarded();
             }
         });
+    }
+
+    /// End this state's life (its HA term ended): background tasks stop and
+    /// every ledger stream and waiter is released.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        let g = self.inner.lock();
+        for seg in g.segments.values() {
+            seg.ledger.close();
+        }
+    }
+
+    /// Whether [`MasterState::stop`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
     }
 
     /// Heartbeat. Returns true when the client is unknown and must remount.
@@ -221,6 +255,7 @@ impl MasterState {
                     alloc: OffsetAllocator::new(desc.size),
                     desc: desc.clone(),
                     client_id: client_id.to_string(),
+                    ledger: Arc::new(OwnerQueue::default()),
                 },
             );
         }
@@ -281,11 +316,19 @@ impl MasterState {
                 if let Some(c) = g.clients.remove(&id) {
                     tracing::warn!(client = %id, segments = ?c.segments, "client expired after missing heartbeats");
                     for s in c.segments {
+                        if let Some(seg) = g.segments.get(&s) {
+                            let uuid = seg.desc.uuid.clone();
+                            g.expired_uuids.insert(uuid, now);
+                        }
                         g.drop_segment(&s);
                         expired_segments.push(s);
                     }
+                    g.pending_mounts.retain(|_, p| p.client_id != id);
                 }
             }
+            // Remember expired segments for a day at most.
+            g.expired_uuids
+                .retain(|_, at| now.duration_since(*at) < Duration::from_secs(86_400));
         }
         if self.cfg.enable_metadata_cleanup_on_timeout {
             if let Some(kv) = &self.metadata {
@@ -370,7 +413,10 @@ impl Inner {
 
     /// Remove a segment: drop its replicas, erase objects left without one.
     pub(crate) fn drop_segment(&mut self, name: &str) {
-        self.segments.remove(name);
+        if let Some(seg) = self.segments.remove(name) {
+            seg.ledger.close();
+        }
+        self.pending_mounts.remove(name);
         self.deferred.retain(|d| d.segment != name);
         let mut empty = Vec::new();
         for (k, o) in self.objects.iter_mut() {
@@ -383,6 +429,19 @@ impl Inner {
         for k in empty {
             self.objects.remove(&k);
         }
+    }
+
+    /// A new object version: above every version assigned or adopted so
+    /// far, and at least the wall clock in microseconds (so versions keep
+    /// growing across master restarts and failovers).
+    pub(crate) fn next_version(&mut self) -> u64 {
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        let v = self.last_version.saturating_add(1).max(now_us);
+        self.last_version = v;
+        v
     }
 
     /// Free an object's replicas now.
@@ -486,6 +545,7 @@ impl AdminView for MasterState {
                 .filter(|o| o.soft_pin_deadline.is_some_and(|d| d > now))
                 .count() as u64,
             active_clients: g.clients.len() as u64,
+            ..Default::default()
         }
     }
 }

@@ -3,6 +3,7 @@
 //! the master or empty the store.
 
 use mooncake_common::framing::{self, client_handshake, Service};
+use mooncake_common::ledger::{LedgerAck, LedgerPush};
 use mooncake_common::proto::{
     encode_request, MasterRequest, MasterResponse, SegmentDesc, WriteConfig,
 };
@@ -69,6 +70,30 @@ fn try_connect(port: u16, key: Option<&AuthKey>) -> std::io::Result<TcpStream> {
 
 fn connect(port: u16) -> TcpStream {
     try_connect(port, None).expect("connect and handshake")
+}
+
+/// Play the owner of `segment`: keep its ledger stream and acknowledge
+/// every push, as a real client does (the master waits for that before it
+/// acknowledges a put). Runs until the master closes the stream.
+fn serve_ledger(port: u16, client_id: &str, segment: &str) {
+    let mut s = connect(port);
+    let req = MasterRequest::LedgerStream {
+        client_id: client_id.into(),
+        segment_name: segment.into(),
+    };
+    assert_eq!(call(&mut s, &req), MasterResponse::Ok);
+    std::thread::spawn(move || loop {
+        let Ok(body) = framing::read_frame(&mut s, 1 << 20) else {
+            return;
+        };
+        let Ok(push) = framing::decode::<LedgerPush>(&body) else {
+            return;
+        };
+        let ack = framing::encode_frame(&LedgerAck { seq: push.seq }).expect("encode ack");
+        if s.write_all(&ack).is_err() {
+            return;
+        }
+    });
 }
 
 fn call(s: &mut TcpStream, req: &MasterRequest) -> MasterResponse {
@@ -159,6 +184,7 @@ fn segment_size_that_wraps_the_capacity_sum_is_rejected() {
         ),
         MasterResponse::Ok
     );
+    serve_ledger(m.rpc_port, "honest", "127.0.0.1:1");
     let keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
     let resp = call(
         &mut s,

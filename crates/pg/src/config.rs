@@ -101,6 +101,42 @@ fn pick(over: &AtomicU64, dflt: Duration) -> Duration {
     }
 }
 
+/// The collective silence timeout T in force for new work in this process
+/// (the coordinator waits this long for a view-change acknowledgement).
+pub(crate) fn collective_timeout() -> Duration {
+    pick(
+        &COLL_TIMEOUT_US,
+        env_timeout("MOONCAKE_PG_COLLECTIVE_TIMEOUT_US"),
+    )
+}
+
+/// Default reconciliation window (upstream's default).
+const DEFAULT_WINDOW: Duration = Duration::from_secs(30);
+
+static WINDOW_US: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the membership coordinator's fault-reconciliation window (0 restores
+/// the default, 30 s). It bounds how long the coordinator hosted in this
+/// process waits for link reports once a failure is reported; it decides
+/// earlier when every member it did not hear suspected has reported.
+pub fn set_fault_reconciliation_window_us(us: u64) {
+    WINDOW_US.store(us, Ordering::Relaxed);
+}
+
+/// The reconciliation window in force.
+pub(crate) fn reconciliation_window() -> Duration {
+    pick(&WINDOW_US, DEFAULT_WINDOW)
+}
+
+/// How long an activation waits for its targets to call `join_group`
+/// (`MOONCAKE_PG_ADMISSION_TIMEOUT_US`, default 60 s).
+pub(crate) fn admission_timeout() -> Duration {
+    match env_usize("MOONCAKE_PG_ADMISSION_TIMEOUT_US", 0) {
+        0 => Duration::from_secs(60),
+        us => Duration::from_micros(us as u64),
+    }
+}
+
 fn env_timeout(name: &str) -> Duration {
     match env_usize(name, 0) {
         0 => DEFAULT_TIMEOUT,

@@ -1,15 +1,21 @@
 //! Process-wide TCP endpoint: one listener and one acceptor thread shared by
-//! every group in the process. Incoming connections carry a preamble naming
-//! the group (by key) and the connecting slot; the acceptor hands them to the
-//! registered group or refuses them (NACK) so the connector retries.
+//! every group in the process. Incoming connections name the group (by key)
+//! and the connecting slot (see `handshake`); the acceptor asks the
+//! registered group whether it expects that member, acknowledges or refuses
+//! (the connector then retries), and hands admitted connections over. Links
+//! can therefore arrive at any time: at construction, and later from
+//! joining or replacement members. Each registration carries its group's
+//! cluster secret (if any), which the admitted dialer must prove before the
+//! link is handed over (see `handshake`).
 
+use crate::admission;
 use crate::error::PgError;
-use crate::wire::{self, PREAMBLE_LEN, REPLY_LEN};
+use crate::handshake::{self, Accepted, LinkHello};
+use mooncake_common::limits::ConnPermit;
+use mooncake_common::AuthKey;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -19,13 +25,24 @@ pub(crate) struct Incoming {
     pub(crate) slot: u32,
     /// The connector's member id.
     pub(crate) member_id: u64,
-    /// The connected socket (preamble already consumed, reply sent).
+    /// The connected socket (preamble consumed, acknowledgement sent).
     pub(crate) stream: TcpStream,
+}
+
+/// What a registered group does with incoming links.
+pub(crate) trait LinkHandler: Send + Sync {
+    /// Whether the group expects member `member_id` at `slot` now.
+    fn admit(&self, slot: u32, member_id: u64) -> bool;
+    /// Takes over an admitted connection.
+    fn attach(&self, inc: Incoming);
+    /// An expected member at `slot` failed the authentication step.
+    fn auth_failed(&self, slot: u32, reason: String);
 }
 
 struct Registration {
     member_id: u64,
-    tx: Sender<Incoming>,
+    auth: Option<AuthKey>,
+    handler: Arc<dyn LinkHandler>,
 }
 
 /// The process-wide listener.
@@ -78,15 +95,28 @@ impl Engine {
         self.instance_id
     }
 
-    /// Registers a group; incoming connections for it arrive on the receiver.
-    pub(crate) fn register(&self, key: u64, member_id: u64) -> Result<Receiver<Incoming>, PgError> {
+    /// Registers a group member; incoming links for it go to `handler`
+    /// once the dialer proved `auth` (the group's cluster secret, if any).
+    pub(crate) fn register(
+        &self,
+        key: u64,
+        member_id: u64,
+        auth: Option<AuthKey>,
+        handler: Arc<dyn LinkHandler>,
+    ) -> Result<(), PgError> {
         let mut reg = self.registry.lock();
         if reg.contains_key(&key) {
             return Err(PgError::DuplicateGroup);
         }
-        let (tx, rx) = channel();
-        reg.insert(key, Registration { member_id, tx });
-        Ok(rx)
+        reg.insert(
+            key,
+            Registration {
+                member_id,
+                auth,
+                handler,
+            },
+        );
+        Ok(())
     }
 
     /// Removes a group registration.
@@ -96,51 +126,72 @@ impl Engine {
             reg.remove(&key);
         }
     }
-}
 
-fn accept_loop(listener: TcpListener, eng: std::sync::Weak<Engine>) {
-    for conn in listener.incoming() {
-        let Some(eng) = eng.upgrade() else { return };
-        let Ok(mut s) = conn else { continue };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        let mut pre = [0u8; PREAMBLE_LEN];
-        if s.read_exact(&mut pre).is_err() {
-            continue;
-        }
-        let Some((key, slot, member)) = wire::parse_preamble(&pre) else {
-            continue;
-        };
-        let reg = eng.registry.lock();
-        let mut reply = [0u8; REPLY_LEN];
-        match reg.get(&key) {
-            Some(r) => {
-                reply[0] = 1;
-                reply[8..16].copy_from_slice(&r.member_id.to_le_bytes());
-                if s.write_all(&reply).is_ok() {
-                    let _ = s.set_read_timeout(None);
-                    let _ = s.set_nodelay(true);
-                    let _ = r.tx.send(Incoming {
-                        slot,
-                        member_id: member,
-                        stream: s,
-                    });
-                }
-            }
-            None => {
-                let _ = s.write_all(&reply);
-            }
-        }
+    fn lookup(&self, key: u64) -> Option<(u64, Option<AuthKey>, Arc<dyn LinkHandler>)> {
+        self.registry
+            .lock()
+            .get(&key)
+            .map(|r| (r.member_id, r.auth.clone(), r.handler.clone()))
     }
 }
 
-/// Connects to `endpoint` for group `key`; `Ok(None)` means the peer refused
-/// (not registered yet) and the caller should retry.
+fn accept_loop(listener: TcpListener, eng: std::sync::Weak<Engine>) {
+    let alive = eng.clone();
+    admission::serve(
+        listener,
+        "mcpg-link-acc",
+        move || alive.strong_count() == 0,
+        move |s, permit| {
+            if let Some(eng) = eng.upgrade() {
+                admit_link(&eng, s, permit);
+            }
+        },
+    );
+}
+
+/// One incoming link: its handshake (on its own thread, see `admission`),
+/// then the hand-over to the group that expects it.
+fn admit_link(eng: &Engine, mut s: TcpStream, permit: ConnPermit) {
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut target: Option<Arc<dyn LinkHandler>> = None;
+    let accepted = handshake::link_accept(&mut s, |h: &LinkHello| {
+        let (me, auth, handler) = eng.lookup(h.key)?;
+        if !handler.admit(h.slot, h.member_id) {
+            return None;
+        }
+        target = Some(handler);
+        Some((me, auth))
+    });
+    drop(permit);
+    let (accepted, Some(handler)) = (accepted, target) else {
+        return;
+    };
+    let hello = match accepted {
+        Ok(Accepted::Admitted(hello)) => hello,
+        Ok(Accepted::AuthFailed(hello, e)) => {
+            handler.auth_failed(hello.slot, e.to_string());
+            return;
+        }
+        Ok(Accepted::Refused) | Err(_) => return,
+    };
+    let _ = s.set_read_timeout(None);
+    let _ = s.set_nodelay(true);
+    handler.attach(Incoming {
+        slot: hello.slot,
+        member_id: hello.member_id,
+        stream: s,
+    });
+}
+
+/// Connects to `endpoint` for group `key`, proving `auth` (the group's
+/// cluster secret, if any); `Ok(None)` means the peer refused (it does not
+/// expect us yet) and the caller should retry. An authentication refusal is
+/// an error for which `handshake::is_auth_refusal` holds.
 pub(crate) fn dial(
     endpoint: &str,
-    key: u64,
-    slot: u32,
-    member_id: u64,
+    hello: &LinkHello,
     expect_member: u64,
+    auth: Option<&AuthKey>,
     timeout: Duration,
 ) -> Result<Option<TcpStream>, std::io::Error> {
     use std::net::ToSocketAddrs;
@@ -151,12 +202,7 @@ pub(crate) fn dial(
     let mut s = TcpStream::connect_timeout(&addr, timeout.max(Duration::from_millis(10)))?;
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(&wire::preamble(key, slot, member_id))?;
-    let mut reply = [0u8; REPLY_LEN];
-    s.read_exact(&mut reply)?;
-    let mut m = [0u8; 8];
-    m.copy_from_slice(&reply[8..16]);
-    if reply[0] != 1 || u64::from_le_bytes(m) != expect_member {
+    if !handshake::link_dial(&mut s, hello, expect_member, auth)? {
         return Ok(None);
     }
     s.set_read_timeout(None)?;

@@ -3,6 +3,7 @@
 //! Python binding maps [`PgError::kind`] to an exception class in one place.
 
 use crate::dtype::{DType, ReduceOp};
+use mooncake_common::AuthKey;
 use std::sync::Arc;
 
 /// How a failure is surfaced to Python: `ValueError`, `TimeoutError` or
@@ -155,6 +156,44 @@ pub enum PgError {
     /// The group was shut down.
     #[error("process group has been shut down")]
     Shutdown,
+    /// The membership coordinator's session ended (its process is gone).
+    #[error("lost the membership coordinator at {endpoint}")]
+    CoordinatorLost {
+        /// Where it was.
+        endpoint: String,
+    },
+    /// The membership coordinator did not answer in time.
+    #[error("the membership coordinator did not answer within {secs:.1}s")]
+    CoordinatorTimeout {
+        /// The deadline in seconds.
+        secs: f64,
+    },
+    /// The coordinator refused a registration or request.
+    #[error("{reason}")]
+    Membership {
+        /// The coordinator's reason.
+        reason: String,
+    },
+    /// `join_group` was called on a member that cannot join.
+    #[error("join_group: {reason}")]
+    NotJoinable {
+        /// Why.
+        reason: &'static str,
+    },
+    /// `join_group` ran out of time before an activation committed.
+    #[error("join_group: no activation committed within {secs:.1}s (call activate_ranks/recover_ranks on a healthy rank)")]
+    JoinTimeout {
+        /// The deadline in seconds.
+        secs: f64,
+    },
+    /// The cluster-token authentication of a rank link or of the session
+    /// with the membership coordinator failed, or the token could not be
+    /// loaded (`MC_AUTH_TOKEN` / `MC_AUTH_TOKEN_FILE`).
+    #[error("authentication failed: {reason}")]
+    Auth {
+        /// Who refused whom and why.
+        reason: String,
+    },
     /// Operating-system error.
     #[error("{context}: {source}")]
     Io {
@@ -166,6 +205,14 @@ pub enum PgError {
 }
 
 impl PgError {
+    /// The cluster secret configured for this process, if any (the token
+    /// variables are read when a group or coordinator is created).
+    pub(crate) fn load_auth() -> Result<Option<AuthKey>, PgError> {
+        AuthKey::from_env().map_err(|e| PgError::Auth {
+            reason: format!("cannot load the cluster token: {e}"),
+        })
+    }
+
     /// Wraps an I/O error with context.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         PgError::Io {
@@ -193,7 +240,9 @@ impl PgError {
             | SplitCount { .. }
             | DuplicateGroup
             | FaultRule { .. } => ErrorKind::InvalidArgument,
-            ConnectTimeout { .. } => ErrorKind::Timeout,
+            ConnectTimeout { .. } | CoordinatorTimeout { .. } | JoinTimeout { .. } => {
+                ErrorKind::Timeout
+            }
             Mismatch { .. }
             | AbortedByPeer { .. }
             | TooFewSlots { .. }
@@ -202,6 +251,10 @@ impl PgError {
             | RecvSizeMismatch { .. }
             | BadSegment { .. }
             | Shutdown
+            | CoordinatorLost { .. }
+            | Membership { .. }
+            | NotJoinable { .. }
+            | Auth { .. }
             | Io { .. } => ErrorKind::Runtime,
         }
     }

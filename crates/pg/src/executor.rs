@@ -14,20 +14,19 @@ use std::time::Duration;
 pub(crate) fn executor_loop(shared: Arc<Shared>) {
     loop {
         let seen = shared.submit_bell.observe();
+        if shared.is_shutdown() {
+            let _guard = shared.exec_lock.lock();
+            for op in shared.queue.lock().drain(..) {
+                op.done.complete(Some(PgError::Shutdown), 0);
+            }
+            return;
+        }
         if let Some(_guard) = shared.exec_lock.try_lock() {
-            let op = shared.queue.lock().pop_front();
-            if let Some(op) = op {
-                if shared.is_shutdown() {
-                    op.done.complete(Some(PgError::Shutdown), 0);
-                } else {
-                    let links = shared.links();
-                    run_op(&shared, &links, op);
-                }
+            if let Some(op) = shared.pop_runnable() {
+                let links = shared.links();
+                run_op(&shared, &links, op);
                 continue;
             }
-        }
-        if shared.is_shutdown() && shared.queue.lock().is_empty() {
-            return;
         }
         shared
             .submit_bell

@@ -1,36 +1,40 @@
-//! The group model (pg spec, group model): slot, reserved capacity vs.
-//! active mask, visible size, the links to peers, the op sequence. A
-//! [`Group`] owns the shared state and the threads that run on it
-//! (executor, watchdog, one reader per link) and is what the bindings use.
+//! The group model (pg spec, group model; upstream design, dynamic
+//! membership): slot, reserved capacity vs. active set, visible size, the
+//! links to peers, the op sequence. A [`Group`] owns the shared state and the
+//! threads that run on it (executor, watchdog, sync thread, one reader per
+//! link) and is what the bindings use.
 //!
-//! The active mask is a `u64` (capacity ≤ 64). Each collective snapshots it
-//! when it starts executing; ranks found dead during the op are reported in
-//! its failed set and, in auto mode, cleared from the mask before the op's
-//! completion is signalled.
+//! The active set is a `u64` (capacity ≤ 64). Each collective runs over the
+//! view that governs its sequence number; ranks found dead during the op are
+//! reported in its failed set. Membership changes (activation, deactivation,
+//! failure) are decided by the coordinator and applied at one sequence
+//! number on every member; without a reachable coordinator a member falls
+//! back to clearing failed ranks locally.
 
+use crate::agent::{Agent, GroupSink};
 use crate::completion::Completion;
-use crate::config::{Config, Transport};
+use crate::config::{self, Config, Transport};
+use crate::control::{MemberRec, ProposalStatus, SyncStatus, ToAgent, ToCoord};
 use crate::dtype::check_reduction;
-use crate::engine::{self, Engine, Incoming};
+use crate::engine::{self, Engine};
 use crate::error::PgError;
 use crate::executor::executor_loop;
 use crate::fault;
 use crate::futex::Doorbell;
-use crate::link::{PeerLink, ShmPair};
+use crate::handshake::{self, LinkHello};
+use crate::member::{attach_link, offer_shm, Acceptor};
 use crate::p2p::{self, P2p, PostedRecv};
 use crate::plan::{kind_code, OpKind};
 use crate::progress::run_op;
-use crate::reader::reader_loop;
-use crate::shared::{Op, Shared, MAX_CAPACITY};
+use crate::shared::{Op, Shared, View, MAX_CAPACITY};
 use crate::shm::{self, Segment};
+use crate::syncer::sync_loop;
 use crate::watchdog::watchdog_loop;
-use crate::wire::{Hdr, KIND_BYE, KIND_MAPPED};
+use crate::wire::{Hdr, KIND_BYE};
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::Receiver;
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 /// Parameters of a new group member.
@@ -46,11 +50,17 @@ pub struct GroupParams {
     pub is_extension: bool,
     /// Unique group name shared by all members (e.g. store prefix + id).
     pub key: String,
-    /// Clear failed ranks from the mask automatically.
+    /// Failed ranks leave the active set (`auto_deactivate_on_failure`).
     pub auto_deactivate: bool,
+    /// A failed op completes only after the reconciled view is applied
+    /// (`auto_sync_on_failure`; requires `auto_deactivate`).
+    pub auto_sync: bool,
+    /// Host identity (hostname and boot id); equal identities share memory.
+    pub host: String,
 }
 
-/// What a member published about itself.
+/// What a member published about itself (founding members read these from
+/// torch's store).
 #[derive(Clone, Debug)]
 pub struct PeerInfo {
     /// The peer's slot.
@@ -65,12 +75,43 @@ pub struct PeerInfo {
     pub shm_name: String,
 }
 
+/// Answer to a membership proposal (upstream `ProposeViewUpdateResponse`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProposeOutcome {
+    /// Outcome.
+    pub status: ProposalStatus,
+    /// The group's epoch afterwards.
+    pub epoch: u64,
+    /// Ranks left out.
+    pub dropped: Vec<usize>,
+    /// Why it was rejected ("" otherwise).
+    pub reason: String,
+}
+
+/// Answer to `sync_after_failure` (upstream `SyncAfterFailureResponse`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SyncOutcome {
+    /// Outcome.
+    pub status: SyncStatus,
+    /// The group's epoch afterwards.
+    pub epoch: u64,
+    /// Why it was rejected ("" otherwise).
+    pub reason: String,
+}
+
 /// A member of one process group.
 pub struct Group {
     shared: Arc<Shared>,
     engine: Arc<Engine>,
-    incoming: Mutex<Option<Receiver<Incoming>>>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    closed: AtomicBool,
+}
+
+fn full(n: usize) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
+    }
 }
 
 impl Group {
@@ -92,32 +133,46 @@ impl Group {
         }
         let cfg = Config::from_env();
         fault::load_env()?;
+        let auth = PgError::load_auth()?;
+        static SWEEP: Once = Once::new();
+        SWEEP.call_once(shm::sweep_stale);
         let engine = engine::engine()?;
         let member_id = engine::random_u64();
         let key = engine::stable_hash(&p.key);
-        let incoming = engine.register(key, member_id)?;
-        let seg = if cfg.transport == Transport::Auto && p.size > 1 {
-            match Segment::create(&shm::unique_name(member_id), p.capacity) {
-                Ok(s) => Some(Arc::new(s)),
-                Err(_) => None,
-            }
+        let seg = if cfg.transport == Transport::Auto && p.capacity > 1 {
+            Segment::create(&shm::unique_name(member_id), p.capacity)
+                .ok()
+                .map(Arc::new)
         } else {
             None
         };
-        let mask = if p.is_extension {
-            1u64 << p.rank
-        } else if p.size == 64 {
-            u64::MAX
-        } else {
-            (1u64 << p.size) - 1
-        };
+        let me = 1u64 << p.rank;
+        let mask = if p.is_extension { me } else { full(p.size) };
         let shared = Arc::new(Shared {
             rank: p.rank,
             size: p.size,
-            capacity: p.capacity,
+            capacity: AtomicUsize::new(p.capacity),
             is_extension: p.is_extension,
             auto_deactivate: p.auto_deactivate,
+            auto_sync: p.auto_sync && p.auto_deactivate,
+            active: AtomicBool::new(!p.is_extension),
+            joining: AtomicBool::new(false),
+            fenced: AtomicBool::new(false),
+            founding: AtomicBool::new(!p.is_extension),
+            epoch: AtomicU64::new(0),
+            views: Mutex::new(vec![View { from_seq: 0, mask }]),
+            gate: Mutex::new(None),
+            members: RwLock::new(vec![None; p.capacity]),
+            order: AtomicU64::new(0),
+            host: Mutex::new(p.host.clone()),
+            agent: RwLock::new(None),
+            deferred: Mutex::new(Vec::new()),
+            deferred_cv: Condvar::new(),
+            syncer: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
             key,
+            auth: auth.clone(),
+            auth_failures: Mutex::new(HashMap::new()),
             member_id,
             mask: AtomicU64::new(mask),
             links: RwLock::new(Arc::new(vec![None; p.capacity])),
@@ -139,25 +194,30 @@ impl Group {
             watch_cv: Condvar::new(),
             cfg,
         });
+        engine.register(
+            key,
+            member_id,
+            auth,
+            Arc::new(Acceptor(Arc::downgrade(&shared))),
+        )?;
         let g = Group {
             shared,
             engine,
-            incoming: Mutex::new(Some(incoming)),
-            threads: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
         };
-        let sh = g.shared.clone();
-        let h = std::thread::Builder::new()
-            .name("mcpg-exec".into())
-            .spawn(move || executor_loop(sh))
-            .map_err(|e| PgError::io("spawn executor", e))?;
-        g.threads.lock().push(h);
-        let sh = g.shared.clone();
-        let h = std::thread::Builder::new()
-            .name("mcpg-watch".into())
-            .spawn(move || watchdog_loop(sh))
-            .map_err(|e| PgError::io("spawn watchdog", e))?;
-        g.threads.lock().push(h);
+        g.spawn("mcpg-exec", executor_loop)?;
+        g.spawn("mcpg-watch", watchdog_loop)?;
         Ok(g)
+    }
+
+    fn spawn(&self, name: &str, body: fn(Arc<Shared>)) -> Result<(), PgError> {
+        let sh = self.shared.clone();
+        let h = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || body(sh))
+            .map_err(|e| PgError::io(format!("spawn {name}"), e))?;
+        self.shared.threads.lock().push(h);
+        Ok(())
     }
 
     /// Our engine's TCP port.
@@ -191,18 +251,29 @@ impl Group {
 
     /// Reserved capacity.
     pub fn capacity(&self) -> usize {
-        self.shared.capacity
+        self.shared.capacity()
     }
 
-    /// Active mask as a bitmap.
+    /// Committed active mask as a bitmap (`{self}` while local-only).
     pub fn mask(&self) -> u64 {
         self.shared.mask()
     }
 
-    /// Visible size V: 1 + highest active slot (declared size for an
-    /// extension member that has not joined).
+    /// True while this member is in the group's active set.
+    pub fn is_active(&self) -> bool {
+        self.shared.active.load(Ordering::Acquire)
+    }
+
+    /// Epoch of the last membership view this member applied.
+    pub fn epoch(&self) -> u64 {
+        self.shared.epoch.load(Ordering::Acquire)
+    }
+
+    /// Visible size V: 1 + highest active slot; the declared size while
+    /// this member is local-only (extension not joined yet, deactivated or
+    /// fenced), because torch validates ranks against it.
     pub fn visible_size(&self) -> usize {
-        if self.shared.is_extension {
+        if !self.is_active() {
             return self.shared.size;
         }
         64 - self.shared.mask().leading_zeros() as usize
@@ -231,40 +302,163 @@ impl Group {
             .read()
             .iter()
             .flatten()
-            .filter(|l| l.uses_shm())
+            .filter(|l| !l.is_dead() && l.uses_shm())
             .count()
     }
 
-    /// Connects to every listed peer (all initially active slots but ours),
-    /// then sets up shared memory with same-host peers.
+    /// Joins the membership coordinator at `coordinator` and registers this
+    /// member. Founding members become active members of epoch 0; joining
+    /// members learn the group's members (and stay local-only until
+    /// [`Group::join`]). Fails with the coordinator's reason when the
+    /// registration is refused (rank beyond capacity, rank still alive,
+    /// founding members that disagree on the group's shape).
+    /// `my_endpoint` is where peers dial this member (`host:port`).
+    pub fn attach_coordinator(
+        &self,
+        coordinator: &str,
+        my_endpoint: &str,
+        timeout: Duration,
+    ) -> Result<(), PgError> {
+        let sh = &self.shared;
+        let agent = Agent::connect(coordinator, sh.auth.as_ref(), timeout)?;
+        let sink: Arc<dyn GroupSink> = sh.clone();
+        agent.attach_group(sh.key, Arc::downgrade(&sink));
+        let rec = MemberRec {
+            slot: sh.rank,
+            member_id: sh.member_id,
+            endpoint: my_endpoint.to_string(),
+            host: sh.host.lock().clone(),
+            shm: self.shm_name(),
+            order: 0,
+        };
+        let reply = agent.request(
+            |req| ToCoord::Register {
+                req,
+                group: sh.key,
+                label: sh.label.to_string(),
+                rec,
+                capacity: sh.capacity(),
+                size: sh.size,
+                extension: sh.is_extension,
+                auto_deactivate: sh.auto_deactivate,
+            },
+            Some(timeout),
+        );
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                agent.detach_group(sh.key);
+                return Err(e);
+            }
+        };
+        match reply {
+            ToAgent::Registered {
+                capacity,
+                members,
+                closed,
+                ..
+            } => {
+                if closed {
+                    sh.fenced.store(true, Ordering::Release);
+                }
+                sh.grow(capacity);
+                for rec in members {
+                    if rec.slot == sh.rank {
+                        sh.order.store(rec.order, Ordering::Release);
+                    } else {
+                        sh.remember(rec);
+                    }
+                }
+            }
+            ToAgent::Failed { reason, .. } => {
+                agent.detach_group(sh.key);
+                return Err(PgError::Membership { reason });
+            }
+            other => {
+                agent.detach_group(sh.key);
+                return Err(PgError::Membership {
+                    reason: format!("unexpected coordinator answer {other:?}"),
+                });
+            }
+        }
+        *sh.agent.write() = Some(agent);
+        if sh.auto_sync && !sh.syncer.swap(true, Ordering::AcqRel) {
+            self.spawn("mcpg-sync", sync_loop)?;
+        }
+        Ok(())
+    }
+
+    /// Connects to every listed founding peer (all initially active slots
+    /// but ours): dials lower slots, waits for higher ones, then negotiates
+    /// shared memory with same-host peers.
     pub fn connect(&self, peers: Vec<PeerInfo>, timeout: Duration) -> Result<(), PgError> {
+        let sh = &self.shared;
         let deadline = Instant::now() + timeout;
-        let me = self.shared.rank;
-        let mut streams: Vec<Option<std::net::TcpStream>> =
-            (0..self.shared.capacity).map(|_| None).collect();
+        let me = sh.rank;
+        let my_host = sh.host.lock().clone();
+        let recs: Vec<MemberRec> = peers
+            .iter()
+            .map(|p| MemberRec {
+                slot: p.slot,
+                member_id: p.member_id,
+                endpoint: p.endpoint.clone(),
+                host: if p.same_host {
+                    my_host.clone()
+                } else {
+                    format!("{my_host}/other")
+                },
+                shm: p.shm_name.clone(),
+                order: 0,
+            })
+            .collect();
+        for rec in &recs {
+            sh.remember(rec.clone());
+            // A provisional link from an earlier member of this slot: drop it.
+            if let Some(l) = sh.live_link(rec.slot) {
+                if l.member_id != rec.member_id {
+                    l.close();
+                }
+            }
+        }
+        let hello = LinkHello {
+            key: sh.key,
+            slot: me as u32,
+            member_id: sh.member_id,
+        };
         let mut backoff = Duration::from_millis(5);
-        // Outbound to lower slots.
-        for p in peers.iter().filter(|p| p.slot < me) {
+        for rec in recs.iter().filter(|r| r.slot < me) {
             loop {
+                if sh
+                    .live_link(rec.slot)
+                    .is_some_and(|l| l.member_id == rec.member_id)
+                {
+                    break;
+                }
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     break;
                 }
-                if fault::fail_connect(&self.shared.label, p.slot) {
+                if fault::fail_connect(&sh.label, rec.slot) {
                     std::thread::sleep(left.min(Duration::from_millis(100)));
                     continue;
                 }
                 match engine::dial(
-                    &p.endpoint,
-                    self.shared.key,
-                    me as u32,
-                    self.shared.member_id,
-                    p.member_id,
+                    &rec.endpoint,
+                    &hello,
+                    rec.member_id,
+                    sh.auth.as_ref(),
                     left.min(Duration::from_secs(2)),
                 ) {
                     Ok(Some(s)) => {
-                        streams[p.slot] = Some(s);
+                        attach_link(sh, rec.slot, rec.member_id, s, None)?;
                         break;
+                    }
+                    // The peer is the one we expect but the cluster
+                    // secrets differ: retrying cannot help.
+                    Err(e) if handshake::is_auth_refusal(&e) => {
+                        return Err(PgError::Auth {
+                            reason: format!("rank {} at {}: {e}", rec.slot, rec.endpoint),
+                        });
                     }
                     _ => {
                         std::thread::sleep(backoff.min(left));
@@ -273,121 +467,343 @@ impl Group {
                 }
             }
         }
-        // Inbound from higher slots.
-        let rx = self.incoming.lock().take();
-        if let Some(rx) = rx.as_ref() {
-            let want = |s: &[Option<std::net::TcpStream>]| {
-                peers
-                    .iter()
-                    .any(|p| p.slot > me && s.get(p.slot).is_none_or(|x| x.is_none()))
-            };
-            while want(&streams) {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                if let Ok(inc) = rx.recv_timeout(left) {
-                    let slot = inc.slot as usize;
-                    let ok = peers
-                        .iter()
-                        .any(|p| p.slot == slot && p.slot > me && p.member_id == inc.member_id);
-                    if ok {
-                        streams[slot] = Some(inc.stream);
-                    }
-                }
-            }
+        let linked = |r: &MemberRec| {
+            sh.live_link(r.slot)
+                .is_some_and(|l| l.member_id == r.member_id)
+        };
+        let mut ctrl = sh.ctrl.lock();
+        while !recs.iter().all(linked) && Instant::now() < deadline {
+            sh.ctrl_cv.wait_until(&mut ctrl, deadline);
         }
-        *self.incoming.lock() = rx;
-        let missing: Vec<usize> = peers
-            .iter()
-            .filter(|p| streams.get(p.slot).is_none_or(|s| s.is_none()))
-            .map(|p| p.slot)
-            .collect();
+        drop(ctrl);
+        let missing: Vec<usize> = recs.iter().filter(|r| !linked(r)).map(|r| r.slot).collect();
         if !missing.is_empty() {
+            let failures = sh.auth_failures.lock();
+            let refused: Vec<String> = missing
+                .iter()
+                .filter_map(|r| failures.get(r).map(|why| format!("rank {r}: {why}")))
+                .collect();
+            if !refused.is_empty() {
+                return Err(PgError::Auth {
+                    reason: format!(
+                        "timed out after {:.1}s connecting to rank(s) {missing:?}; refused {}",
+                        timeout.as_secs_f64(),
+                        refused.join("; ")
+                    ),
+                });
+            }
             return Err(PgError::ConnectTimeout {
                 secs: timeout.as_secs_f64(),
                 missing,
             });
         }
-        // Links and readers.
-        let mut links: Vec<Option<Arc<PeerLink>>> = (*self.shared.links.read().clone()).clone();
-        let mut new_links = Vec::new();
-        for p in &peers {
-            let Some(s) = streams.get_mut(p.slot).and_then(|s| s.take()) else {
-                continue;
-            };
-            let rs = s.try_clone().map_err(|e| PgError::io("clone socket", e))?;
-            let closer = s.try_clone().map_err(|e| PgError::io("clone socket", e))?;
-            let l = Arc::new(PeerLink::new(
-                p.slot,
-                me,
-                s,
-                closer,
-                self.shared.label.clone(),
-            ));
-            links[p.slot] = Some(l.clone());
-            new_links.push((l, rs));
+        for rec in &recs {
+            if let Some(l) = sh.live_link(rec.slot) {
+                offer_shm(sh, &l, rec);
+            }
         }
-        *self.shared.links.write() = Arc::new(links);
-        for (l, rs) in new_links {
-            let sh = self.shared.clone();
-            let h = std::thread::Builder::new()
-                .name("mcpg-read".into())
-                .spawn(move || reader_loop(sh, l, rs))
-                .map_err(|e| PgError::io("spawn reader", e))?;
-            self.threads.lock().push(h);
+        let mut ctrl = sh.ctrl.lock();
+        loop {
+            let done = recs.iter().all(|r| {
+                sh.links
+                    .read()
+                    .get(r.slot)
+                    .cloned()
+                    .flatten()
+                    .is_none_or(|l| l.is_dead() || l.settled())
+            });
+            if done || Instant::now() >= deadline {
+                break;
+            }
+            sh.ctrl_cv.wait_until(&mut ctrl, deadline);
         }
-        self.setup_shm(&peers, deadline);
+        drop(ctrl);
+        sh.founding.store(false, Ordering::Release);
         Ok(())
     }
 
-    fn setup_shm(&self, peers: &[PeerInfo], deadline: Instant) {
-        let Some(own) = self.shared.seg.clone() else {
-            return;
-        };
-        let links = self.shared.links.read().clone();
-        let mut opened: Vec<(usize, Option<Arc<Segment>>)> = Vec::new();
-        for p in peers
-            .iter()
-            .filter(|p| p.same_host && !p.shm_name.is_empty())
-        {
-            let seg = Segment::open(&p.shm_name)
-                .ok()
-                .filter(|s| s.capacity() > self.shared.rank)
-                .map(Arc::new);
-            if let Some(Some(l)) = links.get(p.slot) {
-                let hdr = Hdr {
-                    kind: KIND_MAPPED,
-                    aux: u32::from(seg.is_some()),
-                    ..Default::default()
-                };
-                let _ = l.write_frame(&hdr, &[]);
-                opened.push((p.slot, seg));
-            }
+    /// `join_group`: blocks until an activation of this member commits (or
+    /// `timeout`). Drains this member's local-only work, links to every
+    /// member registered before it (later ones dial us), tells the
+    /// coordinator it awaits activation, then waits for the commit.
+    pub fn join(&self, timeout: Duration) -> Result<(), PgError> {
+        let sh = &self.shared;
+        if sh.is_shutdown() {
+            return Err(PgError::Shutdown);
         }
-        let mut ctrl = self.shared.ctrl.lock();
-        loop {
-            let all = opened.iter().all(|(slot, _)| match links.get(*slot) {
-                Some(Some(l)) => l.mapped.load(Ordering::Acquire) != 0 || l.is_dead(),
-                _ => true,
+        if sh.active.load(Ordering::Acquire) {
+            return Err(PgError::NotJoinable {
+                reason: "this rank is already an active member of the group (only a rank created \
+                         with is_extension=True, or a deactivated one, can join)",
             });
-            if all || Instant::now() >= deadline {
+        }
+        if sh.fenced.load(Ordering::Acquire) {
+            return Err(PgError::NotJoinable {
+                reason: "this member was dropped from the group (or the group was destroyed); \
+                         start a replacement process to rejoin",
+            });
+        }
+        let Some(agent) = sh.agent() else {
+            return Err(PgError::NotJoinable {
+                reason: "no membership coordinator is reachable",
+            });
+        };
+        let start = Instant::now();
+        let deadline = start + timeout;
+        // Drain local-only work: the activation renumbers our op sequence.
+        loop {
+            let idle = sh.queue.lock().is_empty() && !sh.exec_lock.is_locked();
+            if idle {
                 break;
             }
-            self.shared.ctrl_cv.wait_until(&mut ctrl, deadline);
+            if Instant::now() >= deadline {
+                return Err(PgError::JoinTimeout {
+                    secs: timeout.as_secs_f64(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
-        drop(ctrl);
-        for (slot, seg) in opened {
-            if let (Some(Some(l)), Some(seg)) = (links.get(slot), seg) {
-                if l.mapped.load(Ordering::Acquire) == 1 {
-                    l.attach_shm(ShmPair {
-                        peer: seg,
-                        own: own.clone(),
-                    });
-                }
+        sh.joining.store(true, Ordering::Release);
+        self.dial_earlier(Duration::from_millis(200));
+        let left = deadline.saturating_duration_since(Instant::now());
+        let reply = agent.request_until(
+            |req| ToCoord::Join {
+                req,
+                group: sh.key,
+                slot: sh.rank,
+                member_id: sh.member_id,
+            },
+            left.max(Duration::from_millis(100)),
+            || sh.is_shutdown(),
+        );
+        match reply {
+            Ok(ToAgent::Done { .. }) => {}
+            Ok(ToAgent::Failed { reason, .. }) => {
+                sh.joining.store(false, Ordering::Release);
+                return Err(PgError::Membership { reason });
+            }
+            Ok(other) => {
+                sh.joining.store(false, Ordering::Release);
+                return Err(PgError::Membership {
+                    reason: format!("unexpected coordinator answer {other:?}"),
+                });
+            }
+            Err(e) => {
+                sh.joining.store(false, Ordering::Release);
+                return Err(e);
             }
         }
-        own.unlink();
+        loop {
+            if sh.active.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            if sh.is_shutdown() {
+                return Err(PgError::Shutdown);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            self.dial_earlier(Duration::from_millis(200));
+            let mut ctrl = sh.ctrl.lock();
+            if !sh.active.load(Ordering::Acquire) {
+                sh.ctrl_cv
+                    .wait_until(&mut ctrl, (now + Duration::from_millis(50)).min(deadline));
+            }
+        }
+        sh.joining.store(false, Ordering::Release);
+        agent.send(&ToCoord::Unjoin {
+            group: sh.key,
+            slot: sh.rank,
+            member_id: sh.member_id,
+        });
+        // A commit may already be on its way for a prepare we acknowledged.
+        let grace = Instant::now() + config::collective_timeout().min(Duration::from_secs(2));
+        while sh.gate.lock().is_some() && Instant::now() < grace {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if sh.active.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        Err(PgError::JoinTimeout {
+            secs: timeout.as_secs_f64(),
+        })
+    }
+
+    /// Dials every known member registered before us that we have no live
+    /// link to (one attempt each; refusals are retried by the caller).
+    fn dial_earlier(&self, each: Duration) {
+        let sh = &self.shared;
+        let mine = sh.order.load(Ordering::Acquire);
+        let hello = LinkHello {
+            key: sh.key,
+            slot: sh.rank as u32,
+            member_id: sh.member_id,
+        };
+        let recs: Vec<MemberRec> = sh.members.read().iter().flatten().cloned().collect();
+        for rec in recs {
+            if rec.slot == sh.rank || rec.order >= mine || rec.endpoint.is_empty() {
+                continue;
+            }
+            if sh
+                .live_link(rec.slot)
+                .is_some_and(|l| l.member_id == rec.member_id)
+            {
+                continue;
+            }
+            if fault::fail_connect(&sh.label, rec.slot) {
+                continue;
+            }
+            match engine::dial(&rec.endpoint, &hello, rec.member_id, sh.auth.as_ref(), each) {
+                Ok(Some(s)) => {
+                    let _ = attach_link(sh, rec.slot, rec.member_id, s, Some(&rec));
+                }
+                Err(e) if handshake::is_auth_refusal(&e) => {
+                    sh.auth_failures.lock().insert(rec.slot, e.to_string());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// `activate_ranks` (`activate == true`) or `deactivate_ranks`: one call
+    /// from any member suffices; the coordinator validates, waits for the
+    /// targets (activation), and commits the view on every member before
+    /// answering.
+    pub fn propose(&self, activate: bool, ranks: &[usize]) -> Result<ProposeOutcome, PgError> {
+        let sh = &self.shared;
+        let cap = sh.capacity();
+        if let Some(&bad) = ranks.iter().find(|&&r| r >= cap) {
+            return Err(PgError::RankOutOfRange {
+                rank: bad,
+                size: cap,
+            });
+        }
+        let Some(agent) = sh.agent() else {
+            return Ok(ProposeOutcome {
+                status: ProposalStatus::Rejected,
+                epoch: self.epoch(),
+                dropped: Vec::new(),
+                reason: "no membership coordinator is reachable".into(),
+            });
+        };
+        let admission = config::admission_timeout();
+        let limit = admission + 3 * config::collective_timeout() + Duration::from_secs(5);
+        let reply = agent.request_until(
+            |req| ToCoord::Propose {
+                req,
+                group: sh.key,
+                slot: sh.rank,
+                activate,
+                ranks: ranks.to_vec(),
+                admission_ms: admission.as_millis() as u64,
+            },
+            limit,
+            || sh.is_shutdown(),
+        )?;
+        match reply {
+            ToAgent::Proposed {
+                status,
+                epoch,
+                dropped,
+                reason,
+                ..
+            } => Ok(ProposeOutcome {
+                status,
+                epoch: epoch.max(self.epoch()),
+                dropped,
+                reason,
+            }),
+            other => Err(PgError::Membership {
+                reason: format!("unexpected coordinator answer {other:?}"),
+            }),
+        }
+    }
+
+    /// `sync_after_failure`: reports this member's dead links, waits for any
+    /// pending reconciliation and returns once the resulting view is applied.
+    pub fn sync(&self) -> Result<SyncOutcome, PgError> {
+        let sh = &self.shared;
+        let Some(agent) = sh.agent() else {
+            return Ok(SyncOutcome {
+                status: SyncStatus::Rejected,
+                epoch: self.epoch(),
+                reason: "no membership coordinator is reachable".into(),
+            });
+        };
+        let dead = if self.is_active() { sh.dead_links() } else { 0 };
+        let limit = config::reconciliation_window() + 3 * config::collective_timeout();
+        let reply = agent.request_until(
+            |req| ToCoord::Sync {
+                req,
+                group: sh.key,
+                slot: sh.rank,
+                member_id: sh.member_id,
+                dead,
+            },
+            limit,
+            || sh.is_shutdown(),
+        )?;
+        match reply {
+            ToAgent::Synced { status, reason, .. } => Ok(SyncOutcome {
+                status,
+                epoch: self.epoch(),
+                reason,
+            }),
+            other => Err(PgError::Membership {
+                reason: format!("unexpected coordinator answer {other:?}"),
+            }),
+        }
+    }
+
+    /// `get_peer_state`: local and communication-free; per rank, whether it
+    /// is ready for the data plane with us (ourselves, or a live link to the
+    /// member currently registered at that rank).
+    pub fn peer_state(&self, ranks: &[usize]) -> Result<Vec<bool>, PgError> {
+        let cap = self.capacity();
+        ranks
+            .iter()
+            .map(|&r| {
+                if r >= cap {
+                    Err(PgError::RankOutOfRange { rank: r, size: cap })
+                } else {
+                    Ok(r == self.shared.rank || self.shared.linked(r))
+                }
+            })
+            .collect()
+    }
+
+    /// `get_num_synced_ranks`: how many slots [`Group::peer_state`] reports
+    /// ready.
+    pub fn num_synced(&self) -> usize {
+        (0..self.capacity())
+            .filter(|&r| r == self.shared.rank || self.shared.linked(r))
+            .count()
+    }
+
+    /// `extend_group_size_to`: raises the capacity (local; the visible size
+    /// does not change). A smaller size or one above 64 is an error; the
+    /// same size is a no-op.
+    pub fn extend(&self, capacity: usize) -> Result<(), PgError> {
+        let cur = self.capacity();
+        if capacity < cur || capacity > MAX_CAPACITY {
+            return Err(PgError::BadCapacity {
+                size: cur,
+                capacity,
+                max: MAX_CAPACITY,
+            });
+        }
+        if capacity == cur {
+            return Ok(());
+        }
+        self.shared.grow(capacity);
+        if let Some(a) = self.shared.agent() {
+            a.send(&ToCoord::Extend {
+                group: self.shared.key,
+                capacity,
+            });
+        }
+        Ok(())
     }
 
     /// Queues a collective; the executor runs it in sequence order.
@@ -434,9 +850,10 @@ impl Group {
                 let Some(guard) = self.shared.exec_lock.try_lock() else {
                     break;
                 };
-                let op = self.shared.queue.lock().pop_front();
-                let Some(op) = op else { break };
-                let links = self.shared.links.read().clone();
+                let Some(op) = self.shared.pop_runnable() else {
+                    break;
+                };
+                let links = self.shared.links();
                 run_op(&self.shared, &links, op);
                 drop(guard);
                 if !self.shared.queue.lock().is_empty() {
@@ -447,12 +864,13 @@ impl Group {
         done.wait(timeout)
     }
 
-    fn active_link(&self, slot: usize) -> Result<Option<Arc<PeerLink>>, PgError> {
-        if slot >= self.shared.capacity || slot == self.shared.rank {
+    fn active_link(&self, slot: usize) -> Result<Option<Arc<crate::link::PeerLink>>, PgError> {
+        let cap = self.capacity();
+        if slot >= cap || slot == self.shared.rank {
             return Err(PgError::BadPeer {
                 peer: slot,
                 rank: self.shared.rank,
-                capacity: self.shared.capacity,
+                capacity: cap,
             });
         }
         if self.shared.mask() >> slot & 1 == 0 {
@@ -483,16 +901,12 @@ impl Group {
                 };
                 if p2p::send(&l, self.shared.cfg.p2p_frame, data).is_err() {
                     l.mark_dead();
-                    self.shared.after_op(1u64 << dst);
-                    done.complete(None, 1u64 << dst);
+                    self.shared.finish(&done, None, 1u64 << dst);
                 } else {
                     done.complete(None, 0);
                 }
             }
-            _ => {
-                self.shared.after_op(1u64 << dst);
-                done.complete(None, 1u64 << dst)
-            }
+            _ => self.shared.finish(&done, None, 1u64 << dst),
         }
         Ok(done)
     }
@@ -512,8 +926,7 @@ impl Group {
         if let Some(s) = src {
             if self.active_link(s)?.is_none() {
                 done.set_source(s);
-                self.shared.after_op(1u64 << s);
-                done.complete(None, 1u64 << s);
+                self.shared.finish(&done, None, 1u64 << s);
                 return Ok(done);
             }
         }
@@ -521,29 +934,40 @@ impl Group {
         let recv = unsafe { PostedRecv::new(ptr, len, done.clone()) };
         let sh = &self.shared;
         if let Some(failed) = sh.p2p.post_recv(src, recv, |s| sh.peer_dead(s)) {
-            let s = src.unwrap_or(0);
-            sh.fail_recvs(s, vec![failed]);
+            sh.fail_recvs(src.unwrap_or(0), vec![failed]);
         }
         Ok(done)
     }
 
-    /// Stops the executor, says goodbye to peers and closes every link.
+    /// Leaves the group (tells the coordinator), stops the threads, says
+    /// goodbye to peers and closes every link. Idempotent.
     pub fn shutdown(&self) {
-        if self.shared.shutdown.swap(true, Ordering::AcqRel) {
+        let sh = &self.shared;
+        if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.shared.bell().ring();
-        self.shared.submit_bell.ring();
-        {
-            let _g = self.shared.watch.lock();
-            self.shared.watch_cv.notify_all();
+        if let Some(agent) = sh.agent.write().take() {
+            agent.send(&ToCoord::Leave {
+                group: sh.key,
+                slot: sh.rank,
+                member_id: sh.member_id,
+            });
+            agent.detach_group(sh.key);
         }
-        let links = self.shared.links.read().clone();
+        sh.shutdown.store(true, Ordering::Release);
+        sh.bell().ring();
+        sh.submit_bell.ring();
+        sh.deferred_cv.notify_all();
+        {
+            let _g = sh.watch.lock();
+            sh.watch_cv.notify_all();
+        }
+        let links = sh.links();
         let bye = Hdr {
             kind: KIND_BYE,
             ..Default::default()
         };
-        let threads: Vec<JoinHandle<()>> = self.threads.lock().drain(..).collect();
+        let threads: Vec<std::thread::JoinHandle<()>> = sh.threads.lock().drain(..).collect();
         let mut it = threads.into_iter();
         // The executor is always the first thread.
         if let Some(exec) = it.next() {
@@ -556,12 +980,22 @@ impl Group {
         for h in it {
             let _ = h.join();
         }
-        for r in self.shared.p2p.take_all() {
+        // Readers attached while we were joining the others.
+        let late: Vec<std::thread::JoinHandle<()>> = sh.threads.lock().drain(..).collect();
+        for l in sh.links().iter().flatten() {
+            l.close();
+        }
+        for h in late {
+            let _ = h.join();
+        }
+        for r in sh.p2p.take_all() {
             r.done().complete(Some(PgError::Shutdown), 0);
         }
-        self.engine
-            .unregister(self.shared.key, self.shared.member_id);
-        if let Some(s) = &self.shared.seg {
+        for d in std::mem::take(&mut *sh.deferred.lock()) {
+            d.done.complete(d.error, d.failed);
+        }
+        self.engine.unregister(sh.key, sh.member_id);
+        if let Some(s) = &sh.seg {
             s.unlink();
         }
     }

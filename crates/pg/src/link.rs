@@ -27,6 +27,8 @@ pub(crate) struct PeerLink {
     pub(crate) slot: usize,
     /// Our own slot.
     pub(crate) my_slot: usize,
+    /// The peer's member id.
+    pub(crate) member_id: u64,
     writer: Mutex<TcpStream>,
     /// Clone of the socket used to close it while a write may hold `writer`.
     closer: TcpStream,
@@ -45,6 +47,10 @@ pub(crate) struct PeerLink {
     bye: AtomicBool,
     /// 0 = no MAPPED received, 1 = peer mapped our segment, 2 = peer could not.
     pub(crate) mapped: AtomicU8,
+    /// Our MAPPED: 0 = not sent, 1 = we mapped the peer's segment, 2 = we could not.
+    shm_sent: AtomicU8,
+    /// The peer's segment, mapped, until both sides agreed to use it.
+    shm_pending: Mutex<Option<Arc<Segment>>>,
     abort_seq: AtomicU64,
 }
 
@@ -61,6 +67,7 @@ impl PeerLink {
     pub(crate) fn new(
         slot: usize,
         my_slot: usize,
+        member_id: u64,
         stream: TcpStream,
         closer: TcpStream,
         group: Arc<str>,
@@ -69,6 +76,7 @@ impl PeerLink {
         PeerLink {
             slot,
             my_slot,
+            member_id,
             writer: Mutex::new(stream),
             closer,
             group,
@@ -81,13 +89,46 @@ impl PeerLink {
             dead: AtomicBool::new(false),
             bye: AtomicBool::new(false),
             mapped: AtomicU8::new(0),
+            shm_sent: AtomicU8::new(0),
+            shm_pending: Mutex::new(None),
             abort_seq: AtomicU64::new(0),
         }
     }
 
-    /// Switches collective data to shared memory.
-    pub(crate) fn attach_shm(&self, pair: ShmPair) {
-        let _ = self.shm.set(pair);
+    /// Records our side of the shared-memory negotiation: `peer` is the
+    /// peer's segment if we mapped it. The caller then sends MAPPED.
+    pub(crate) fn offer_shm(&self, peer: Option<Arc<Segment>>) {
+        let ok = peer.is_some();
+        *self.shm_pending.lock() = peer;
+        self.shm_sent
+            .store(if ok { 1 } else { 2 }, Ordering::Release);
+    }
+
+    /// Switches collective data to shared memory once both sides mapped the
+    /// other's segment (called after either side's MAPPED; idempotent).
+    pub(crate) fn try_attach_shm(&self, own: &Arc<Segment>) {
+        let mut pending = self.shm_pending.lock();
+        if self.shm_sent.load(Ordering::Acquire) == 1 && self.mapped.load(Ordering::Acquire) == 1 {
+            if let Some(peer) = pending.take() {
+                let _ = self.shm.set(ShmPair {
+                    peer,
+                    own: own.clone(),
+                });
+            }
+        }
+    }
+
+    /// True once we offered shared memory (sent MAPPED).
+    pub(crate) fn shm_offered(&self) -> bool {
+        self.shm_sent.load(Ordering::Acquire) != 0
+    }
+
+    /// The shared-memory negotiation is over: both MAPPED exchanged and, if
+    /// both agreed, the rings attached. Only then may collective data flow.
+    pub(crate) fn settled(&self) -> bool {
+        let sent = self.shm_sent.load(Ordering::Acquire);
+        let got = self.mapped.load(Ordering::Acquire);
+        sent != 0 && got != 0 && !(sent == 1 && got == 1 && !self.uses_shm())
     }
 
     /// True when collective data uses shared memory.

@@ -113,6 +113,22 @@ impl P2p {
         }
     }
 
+    /// Grows the state to `capacity` slots.
+    pub(crate) fn extend(&self, capacity: usize) {
+        let mut st = self.st.lock();
+        while st.per_src.len() < capacity {
+            st.per_src.push(SrcQueue::default());
+        }
+    }
+
+    /// Forgets what an earlier member of `src` sent and nobody received: a
+    /// replacement starts with empty channels (pg spec, P2P replacement).
+    pub(crate) fn reset_source(&self, src: usize) {
+        if let Some(q) = self.st.lock().per_src.get_mut(src) {
+            q.unexpected.clear();
+        }
+    }
+
     /// Slots that posted receives wait on (every slot for an any-source receive).
     pub(crate) fn waited_mask(&self, capacity: usize) -> u64 {
         let st = self.st.lock();

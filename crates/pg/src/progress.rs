@@ -58,10 +58,12 @@ fn mismatch(peer: usize) -> PgError {
 
 /// Runs one collective to completion and reports it.
 pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
-    let mask = shared.mask();
+    let mask = shared.view_mask(op.seq);
+    let committed = shared.mask();
     let me = shared.rank;
-    // Snapshot S: the mask, minus peers already known dead (flagged in the
-    // op's failed set so survivors agree on C when the failure predates it).
+    // Snapshot S: the op's view, minus peers already known dead. Those are
+    // flagged in the op's failed set (so survivors agree on C when the
+    // failure predates the op) unless a committed view already removed them.
     let mut known_dead = 0u64;
     let mut active: Vec<usize> = Vec::with_capacity(mask.count_ones() as usize + 1);
     for i in (0..64).filter(|i| mask >> i & 1 == 1) {
@@ -72,7 +74,9 @@ pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
                 .get(i)
                 .is_none_or(|l| l.as_ref().is_none_or(|l| l.is_dead() && !l.said_bye()));
         if dead {
-            known_dead |= 1u64 << i;
+            if committed >> i & 1 == 1 {
+                known_dead |= 1u64 << i;
+            }
         } else {
             active.push(i);
         }
@@ -132,8 +136,7 @@ pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
         }
         let _ = e;
     }
-    shared.after_op(failed);
-    op.done.complete(result.err(), failed);
+    shared.finish(&op.done, result.err(), failed);
 }
 
 fn run_phase(ctx: &mut Ctx<'_>, ph: &mut Phase) -> Result<(), PgError> {

@@ -40,6 +40,9 @@ pub(crate) fn reader_loop(shared: Arc<Shared>, link: Arc<PeerLink>, stream: TcpS
             KIND_P2P => shared.p2p.on_frame(link.slot, &hdr, &mut r, &mut rx_msg),
             KIND_MAPPED => {
                 link.set_mapped(hdr.aux == 1);
+                if let Some(own) = &shared.seg {
+                    link.try_attach_shm(own);
+                }
                 shared.notify_ctrl();
                 true
             }
@@ -57,6 +60,15 @@ pub(crate) fn reader_loop(shared: Arc<Shared>, link: Arc<PeerLink>, stream: TcpS
         if !ok {
             break;
         }
+    }
+    if crate::config::log_info() && !shared.is_shutdown() {
+        eprintln!(
+            "mooncake-pg: group {} rank {}: link to rank {} closed{}",
+            shared.label,
+            shared.rank,
+            link.slot,
+            if link.said_bye() { " (goodbye)" } else { "" }
+        );
     }
     link.mark_dead();
     let pending = shared.p2p.take_pending(link.slot, &mut rx_msg);

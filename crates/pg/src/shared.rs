@@ -4,17 +4,22 @@
 //! thread bodies (`executor`, `reader`, `watchdog`, `progress`) use it and
 //! `group` owns it.
 
+use crate::agent::Agent;
 use crate::completion::Completion;
 use crate::config::Config;
+use crate::control::{MemberRec, ToCoord};
+use crate::error::PgError;
 use crate::futex::Doorbell;
 use crate::link::PeerLink;
 use crate::p2p::{P2p, PostedRecv};
 use crate::plan::OpKind;
 use crate::shm::Segment;
+use mooncake_common::AuthKey;
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Largest supported capacity (mask width).
@@ -35,6 +40,36 @@ pub(crate) struct Op {
 /// Peer links indexed by slot.
 pub(crate) type Links = Vec<Option<Arc<PeerLink>>>;
 
+/// A membership view as the executor applies it: collectives with
+/// `seq >= from_seq` run over `mask` (until a later view takes over).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct View {
+    /// First collective the view governs.
+    pub(crate) from_seq: u64,
+    /// Active set (`{self}` while this member is local-only).
+    pub(crate) mask: u64,
+}
+
+/// A prepared view change: no collective at or past `seq` may start.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Gate {
+    /// The coordinator's transaction.
+    pub(crate) txn: u64,
+    /// Collectives issued when the prepare arrived.
+    pub(crate) seq: u64,
+}
+
+/// A completion held back until the coordinator has reconciled its failure
+/// (`auto_sync_on_failure`).
+pub(crate) struct Deferred {
+    /// The op's completion.
+    pub(crate) done: Arc<Completion>,
+    /// Its error, if any.
+    pub(crate) error: Option<PgError>,
+    /// Its failed set.
+    pub(crate) failed: u64,
+}
+
 /// State shared by the group's threads.
 pub(crate) struct Shared {
     /// Our slot.
@@ -42,13 +77,53 @@ pub(crate) struct Shared {
     /// Declared size.
     pub(crate) size: usize,
     /// Reserved capacity.
-    pub(crate) capacity: usize,
-    /// Joining member that has not joined yet (local-only).
+    pub(crate) capacity: AtomicUsize,
+    /// Declared as a joining/replacement member.
     pub(crate) is_extension: bool,
-    /// Clear failed ranks from the mask automatically.
+    /// Failed ranks leave the active set (coordinator decision, or locally
+    /// when no coordinator is reachable).
     pub(crate) auto_deactivate: bool,
+    /// A failed op waits for the coordinator's reconciled view.
+    pub(crate) auto_sync: bool,
+    /// In the group's active set (false: local-only).
+    pub(crate) active: AtomicBool,
+    /// `join_group` is waiting for an activation.
+    pub(crate) joining: AtomicBool,
+    /// Dropped from the group for failure.
+    pub(crate) fenced: AtomicBool,
+    /// Still in founding construction (links from founding peers admitted
+    /// before their records are read).
+    pub(crate) founding: AtomicBool,
+    /// Epoch of the last view applied.
+    pub(crate) epoch: AtomicU64,
+    /// Views for the executor, oldest first.
+    pub(crate) views: Mutex<Vec<View>>,
+    /// The prepared view change, if any.
+    pub(crate) gate: Mutex<Option<Gate>>,
+    /// Known member records by slot (expected link dialers).
+    pub(crate) members: RwLock<Vec<Option<MemberRec>>>,
+    /// Our registration order (we dial members registered before us).
+    pub(crate) order: AtomicU64,
+    /// Our host identity (same host + shm segment: rings are used).
+    pub(crate) host: Mutex<String>,
+    /// The session with the membership coordinator.
+    pub(crate) agent: RwLock<Option<Arc<Agent>>>,
+    /// Completions waiting for reconciliation.
+    pub(crate) deferred: Mutex<Vec<Deferred>>,
+    /// Wakes the sync thread.
+    pub(crate) deferred_cv: Condvar,
+    /// The sync thread runs.
+    pub(crate) syncer: AtomicBool,
+    /// Every thread the group started (joined at shutdown).
+    pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,
     /// Hash of the group key (connection preambles).
     pub(crate) key: u64,
+    /// The cluster secret every link and control session of this member
+    /// proves (`MC_AUTH_TOKEN` / `MC_AUTH_TOKEN_FILE` when it was created).
+    pub(crate) auth: Option<AuthKey>,
+    /// Why the last link attempt from each slot failed authentication (the
+    /// reason a connect timeout reports).
+    pub(crate) auth_failures: Mutex<HashMap<usize, String>>,
     /// Our member id.
     pub(crate) member_id: u64,
     /// Active mask.
@@ -105,9 +180,78 @@ impl Shared {
         Duration::from_micros(self.spin_us.load(Ordering::Relaxed))
     }
 
-    /// Current active mask.
+    /// The committed active mask as users see it (`{self}` while local-only).
     pub(crate) fn mask(&self) -> u64 {
         self.mask.load(Ordering::Acquire)
+    }
+
+    /// Reserved capacity now.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity.load(Ordering::Acquire)
+    }
+
+    /// The active set that governs collective `seq`.
+    pub(crate) fn view_mask(&self, seq: u64) -> u64 {
+        let mut views = self.views.lock();
+        let idx = views.iter().rposition(|v| v.from_seq <= seq).unwrap_or(0);
+        if idx > 0 {
+            views.drain(..idx);
+        }
+        views.first().map_or(1u64 << self.rank, |v| v.mask)
+    }
+
+    /// The coordinator session, if it is alive.
+    pub(crate) fn agent(&self) -> Option<Arc<Agent>> {
+        self.agent.read().clone().filter(|a| a.is_alive())
+    }
+
+    /// Pops the next collective unless a prepared view change gates it.
+    pub(crate) fn pop_runnable(&self) -> Option<Op> {
+        let mut q = self.queue.lock();
+        let seq = q.front()?.seq;
+        if let Some(g) = *self.gate.lock() {
+            if seq >= g.seq {
+                return None;
+            }
+        }
+        q.pop_front()
+    }
+
+    /// Reports an op's outcome (pg spec per-op contract and upstream's
+    /// failure-handling modes): without failures, or with no coordinator,
+    /// it completes now (auto mode first clears the failed ranks locally);
+    /// with `auto_sync_on_failure` the completion waits until the
+    /// coordinator has reconciled the failure and this member applied the
+    /// resulting view; otherwise the evidence is reported and the op
+    /// completes at once.
+    pub(crate) fn finish(&self, done: &Arc<Completion>, error: Option<PgError>, failed: u64) {
+        let evidence = failed & !(1u64 << self.rank);
+        if evidence == 0 {
+            done.complete(error, failed);
+            return;
+        }
+        let Some(agent) = self.agent() else {
+            self.after_op(failed);
+            done.complete(error, failed);
+            return;
+        };
+        if self.auto_sync && self.active.load(Ordering::Acquire) {
+            self.deferred.lock().push(Deferred {
+                done: done.clone(),
+                error,
+                failed,
+            });
+            self.deferred_cv.notify_all();
+            return;
+        }
+        agent.send(&ToCoord::Sync {
+            req: 0,
+            group: self.key,
+            slot: self.rank,
+            member_id: self.member_id,
+            dead: evidence,
+        });
+        done.complete(error, failed);
     }
 
     /// True once shutdown started.
@@ -134,9 +278,9 @@ impl Shared {
         self.ctrl_cv.notify_all();
     }
 
-    /// Applies an op's outcome to the mask (auto mode): slots in `failed`
-    /// are cleared before the op's completion is signalled (collectives
-    /// and P2P alike).
+    /// Local failure handling, used while no coordinator is reachable (auto
+    /// mode): slots in `failed` leave the mask, and the executor's view,
+    /// before the op's completion is signalled.
     pub(crate) fn after_op(&self, failed: u64) {
         if !self.auto_deactivate {
             return;
@@ -144,20 +288,29 @@ impl Shared {
         let drop_mask = failed & !(1u64 << self.rank);
         if drop_mask != 0 {
             self.mask.fetch_and(!drop_mask, Ordering::AcqRel);
+            let mut views = self.views.lock();
+            for v in views.iter_mut() {
+                v.mask &= !drop_mask;
+            }
+            drop(views);
             self.write_mask();
         }
     }
 
     /// Completes receives that lost their peer `src` (flagged in their hints).
     pub(crate) fn fail_recvs(&self, src: usize, recvs: Vec<PostedRecv>) {
-        if recvs.is_empty() {
-            return;
-        }
-        self.after_op(1u64 << src);
         for r in recvs {
             r.done().set_source(src);
-            r.done().complete(None, 1u64 << src);
+            self.finish(r.done(), None, 1u64 << src);
         }
+    }
+
+    /// Slots of the committed mask whose links are dead (or missing).
+    pub(crate) fn dead_links(&self) -> u64 {
+        let mask = self.mask() & !(1u64 << self.rank);
+        (0..64)
+            .filter(|&i| mask >> i & 1 == 1 && self.peer_dead(i))
+            .fold(0, |m, i| m | 1u64 << i)
     }
 
     /// Mirrors the mask into the registered int32 tensor.

@@ -245,6 +245,13 @@ impl Ring<'_> {
         self.head().load(Ordering::SeqCst) - (tail + 1)
     }
 
+    /// Consumer: drops everything queued (left by a producer that failed),
+    /// so that a replacement producer starts on an empty ring.
+    pub(crate) fn clear(&self) {
+        let head = self.head().load(Ordering::SeqCst);
+        self.tail().store(head, Ordering::SeqCst);
+    }
+
     /// The producer needs waking once the ring is at most this full.
     pub(crate) const WAKE_AT: u64 = NSLOTS / 2;
 }
@@ -252,6 +259,31 @@ impl Ring<'_> {
 /// A process-unique segment name.
 pub(crate) fn unique_name(tag: u64) -> String {
     format!("/mcpg-{}-{:016x}", std::process::id(), tag)
+}
+
+/// Removes segments left by processes that ended without unlinking them.
+///
+/// A member keeps its segment's name linked for its whole life, so that
+/// joining or replacement members can still map it; a process that is
+/// killed leaves the name behind. Names carry the creator's pid, so any
+/// whose pid no longer exists is stale.
+pub(crate) fn sweep_stale() {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(rest) = name.strip_prefix("mcpg-") else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = shm_unlink(format!("/{name}").as_str());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -287,6 +319,8 @@ mod tests {
         assert_eq!(rx.pop(), NSLOTS - 1);
         assert_eq!(tx.try_push(&hdr, b"abc"), Some(false));
         assert!(own.ring(2).is_none());
+        rx.clear();
+        assert!(rx.peek().is_none());
     }
 
     #[test]

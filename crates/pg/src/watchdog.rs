@@ -18,13 +18,15 @@ use std::time::Duration;
 
 /// Watchdog thread body.
 pub(crate) fn watchdog_loop(shared: Arc<Shared>) {
-    let cap = shared.capacity;
-    let mut since: Vec<Option<u64>> = vec![None; cap];
-    let mut pinged: Vec<u64> = vec![0; cap];
+    let mut since: Vec<Option<u64>> = Vec::new();
+    let mut pinged: Vec<u64> = Vec::new();
     loop {
         if shared.is_shutdown() {
             return;
         }
+        let cap = shared.capacity();
+        since.resize(cap, None);
+        pinged.resize(cap, 0);
         fault::park_if_frozen();
         let links = shared.links();
         let coll = shared.waiting_coll.load(Ordering::Acquire);
@@ -32,7 +34,7 @@ pub(crate) fn watchdog_loop(shared: Arc<Shared>) {
         let mut watching = false;
         let now = now_ns();
         let (tc, tp) = (shared.cfg.coll_timeout(), shared.cfg.p2p_timeout());
-        for (slot, l) in links.iter().enumerate() {
+        for (slot, l) in links.iter().enumerate().take(cap) {
             let Some(l) = l.as_ref().filter(|l| !l.is_dead()) else {
                 since[slot] = None;
                 continue;

@@ -1,4 +1,5 @@
-//! Frame header shared by TCP frames and shared-memory ring slots.
+//! Frame header shared by TCP frames and shared-memory ring slots (the
+//! connection preambles that precede the frames are in `handshake`).
 //!
 //! Layout (40 bytes, little-endian): `kind u8, pad [u8;3], phase u32,
 //! seq u64, total u64, offset u64, len u32, aux u32`.
@@ -22,15 +23,6 @@ pub(crate) const KIND_ABORT: u8 = 5;
 pub(crate) const KIND_PING: u8 = 6;
 /// Answer to [`KIND_PING`].
 pub(crate) const KIND_PONG: u8 = 7;
-
-/// Connection preamble magic.
-pub(crate) const MAGIC: &[u8; 4] = b"MCPG";
-/// Protocol version carried in the preamble.
-pub(crate) const PROTO: u16 = 1;
-/// Preamble length: magic, proto, pad, group_key, slot, pad, member_id.
-pub(crate) const PREAMBLE_LEN: usize = 32;
-/// Reply length: status u8, pad, member_id u64.
-pub(crate) const REPLY_LEN: usize = 16;
 
 /// Decoded frame header.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -114,33 +106,6 @@ pub(crate) fn write_frame(w: &mut impl Write, hdr: &Hdr, payload: &[u8]) -> std:
     Ok(())
 }
 
-/// Builds the connection preamble.
-pub(crate) fn preamble(group_key: u64, slot: u32, member_id: u64) -> [u8; PREAMBLE_LEN] {
-    let mut b = [0u8; PREAMBLE_LEN];
-    b[0..4].copy_from_slice(MAGIC);
-    b[4..6].copy_from_slice(&PROTO.to_le_bytes());
-    b[8..16].copy_from_slice(&group_key.to_le_bytes());
-    b[16..20].copy_from_slice(&slot.to_le_bytes());
-    b[24..32].copy_from_slice(&member_id.to_le_bytes());
-    b
-}
-
-/// Parses a preamble into `(group_key, slot, member_id)`; `None` if malformed.
-pub(crate) fn parse_preamble(b: &[u8; PREAMBLE_LEN]) -> Option<(u64, u32, u64)> {
-    if &b[0..4] != MAGIC || u16::from_le_bytes([b[4], b[5]]) != PROTO {
-        return None;
-    }
-    let mut k = [0u8; 8];
-    k.copy_from_slice(&b[8..16]);
-    let mut m = [0u8; 8];
-    m.copy_from_slice(&b[24..32]);
-    Some((
-        u64::from_le_bytes(k),
-        u32::from_le_bytes([b[16], b[17], b[18], b[19]]),
-        u64::from_le_bytes(m),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,12 +122,5 @@ mod tests {
             aux: 0xdead,
         };
         assert_eq!(Hdr::decode(&h.encode()), h);
-    }
-
-    #[test]
-    fn preamble_round_trips_and_rejects_garbage() {
-        let p = preamble(7, 3, 99);
-        assert_eq!(parse_preamble(&p), Some((7, 3, 99)));
-        assert_eq!(parse_preamble(&[0u8; PREAMBLE_LEN]), None);
     }
 }

@@ -5,8 +5,9 @@
 //! turned into a Python exception by [`to_py`].
 
 use mooncake_pg::{
-    clear_faults, fault_stats, inject_faults, set_collective_timeout_us, set_p2p_timeout_us,
-    Completion, DType, ErrorKind, Group, GroupParams, OpArgs, OpKind, PeerInfo, PgError, ReduceOp,
+    clear_faults, fault_stats, inject_faults, set_collective_timeout_us,
+    set_fault_reconciliation_window_us, set_p2p_timeout_us, Completion, CoordinatorHandle, DType,
+    ErrorKind, Group, GroupParams, OpArgs, OpKind, PeerInfo, PgError, ReduceOp,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
@@ -104,7 +105,8 @@ pub(crate) struct PgGroup {
 #[pymethods]
 impl PgGroup {
     #[new]
-    #[pyo3(signature = (rank, size, capacity, is_extension, key, auto_deactivate=true))]
+    #[pyo3(signature = (rank, size, capacity, is_extension, key, auto_deactivate=true, auto_sync=true, host=String::new()))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         rank: usize,
         size: usize,
@@ -112,6 +114,8 @@ impl PgGroup {
         is_extension: bool,
         key: String,
         auto_deactivate: bool,
+        auto_sync: bool,
+        host: String,
     ) -> PyResult<Self> {
         let g = Group::new(GroupParams {
             rank,
@@ -120,9 +124,79 @@ impl PgGroup {
             is_extension,
             key,
             auto_deactivate,
+            auto_sync,
+            host,
         })
         .map_err(py_err)?;
         Ok(PgGroup { g: Arc::new(g) })
+    }
+
+    /// Registers with the membership coordinator at `coordinator`;
+    /// `endpoint` is where peers dial this member.
+    fn attach(
+        &self,
+        py: Python<'_>,
+        coordinator: String,
+        endpoint: String,
+        timeout_s: f64,
+    ) -> PyResult<()> {
+        let g = self.g.clone();
+        let t = Duration::from_secs_f64(timeout_s.max(0.001));
+        py.allow_threads(move || g.attach_coordinator(&coordinator, &endpoint, t))
+            .map_err(py_err)
+    }
+
+    /// `join_group`: blocks (GIL released) until an activation commits.
+    fn join(&self, py: Python<'_>, timeout_s: f64) -> PyResult<()> {
+        let g = self.g.clone();
+        let t = Duration::from_secs_f64(timeout_s.max(0.001));
+        py.allow_threads(move || g.join(t)).map_err(py_err)
+    }
+
+    /// `activate_ranks` / `deactivate_ranks`: `(status, epoch, dropped, reason)`.
+    fn propose(
+        &self,
+        py: Python<'_>,
+        activate: bool,
+        ranks: Vec<usize>,
+    ) -> PyResult<(u32, u64, Vec<usize>, String)> {
+        let g = self.g.clone();
+        let o = py
+            .allow_threads(move || g.propose(activate, &ranks))
+            .map_err(py_err)?;
+        Ok((o.status as u32, o.epoch, o.dropped, o.reason))
+    }
+
+    /// `sync_after_failure`: `(status, epoch, reason)`.
+    fn sync(&self, py: Python<'_>) -> PyResult<(u32, u64, String)> {
+        let g = self.g.clone();
+        let o = py.allow_threads(move || g.sync()).map_err(py_err)?;
+        Ok((o.status as u32, o.epoch, o.reason))
+    }
+
+    /// `get_peer_state`: readiness per rank (local, no communication).
+    fn peer_state(&self, ranks: Vec<usize>) -> PyResult<Vec<bool>> {
+        self.g.peer_state(&ranks).map_err(py_err)
+    }
+
+    /// `get_num_synced_ranks`.
+    fn num_synced(&self) -> usize {
+        self.g.num_synced()
+    }
+
+    /// Epoch of the last membership view applied.
+    fn epoch(&self) -> u64 {
+        self.g.epoch()
+    }
+
+    /// True while in the group's active set.
+    fn is_active(&self) -> bool {
+        self.g.is_active()
+    }
+
+    /// `extend_group_size_to`: raises the capacity.
+    fn extend(&self, capacity: usize) -> PyResult<()> {
+        self.g.extend(capacity).map_err(py_err)
     }
 
     /// TCP port of this process's engine.
@@ -270,6 +344,40 @@ impl PgGroup {
     }
 }
 
+/// A membership coordinator hosted by this process (stopped by `shutdown`
+/// or when collected).
+#[pyclass(module = "mooncake._native", frozen)]
+pub(crate) struct PgCoordinator {
+    c: CoordinatorHandle,
+}
+
+#[pymethods]
+impl PgCoordinator {
+    /// Starts a coordinator that peers reach at `advertise:port`.
+    #[new]
+    fn new(advertise: &str) -> PyResult<Self> {
+        CoordinatorHandle::start(advertise)
+            .map(|c| PgCoordinator { c })
+            .map_err(py_err)
+    }
+
+    /// `host:port` agents connect to.
+    fn endpoint(&self) -> String {
+        self.c.endpoint().to_string()
+    }
+
+    /// Stops serving (idempotent).
+    fn shutdown(&self) {
+        self.c.stop()
+    }
+}
+
+/// Process-wide fault-reconciliation window in µs (0: the default, 30 s).
+#[pyfunction]
+fn pg_set_fault_reconciliation_window_us(us: u64) {
+    set_fault_reconciliation_window_us(us)
+}
+
 /// Adds fault-injection rules (`rule;rule`, spec §10); raises ValueError
 /// on a malformed rule (then nothing is added).
 #[pyfunction]
@@ -317,6 +425,8 @@ fn pg_reduce_op_codes() -> Vec<(&'static str, u32)> {
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PgGroup>()?;
     m.add_class::<PgWork>()?;
+    m.add_class::<PgCoordinator>()?;
+    m.add_function(wrap_pyfunction!(pg_set_fault_reconciliation_window_us, m)?)?;
     m.add_function(wrap_pyfunction!(pg_inject_fault, m)?)?;
     m.add_function(wrap_pyfunction!(pg_clear_faults, m)?)?;
     m.add_function(wrap_pyfunction!(pg_fault_stats, m)?)?;

@@ -7,6 +7,7 @@ synchronously, before anything is submitted.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -24,6 +25,10 @@ from mooncake.pg._work import MooncakeWork
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
 PREFIX = "mcpg/v1"
+# The membership coordinator's address once the default group is a Mooncake
+# group (subgroups use it), and the address set by ``set_host_ip``.
+_PROCESS_COORDINATOR: list[str | None] = [None]
+_HOST_OVERRIDE: list[str | None] = [None]
 AUTO_SPIN_US = 30
 # Most same-host ranks seen in any group of this process (spin policy).
 _MAX_LOCAL_RANKS = 1
@@ -118,39 +123,68 @@ class MooncakeProcessGroup(dist.ProcessGroup):
                 f"pg_options must be MooncakeBackendOptions, got {type(options).__name__}"
             )
         opts = options or MooncakeBackendOptions()
-        capacity = opts.max_world_size or size
+        default_group = not dist.is_initialized()
+        capacity = opts.max_group_size or size
         if capacity < size:
-            raise ValueError(f"max_world_size ({capacity}) must be >= group size ({size})")
+            raise ValueError(
+                f"{backend_name}: max_group_size ({capacity}) must be >= the group size ({size})"
+            )
         if capacity > MAX_CAPACITY:
             raise ValueError(f"mooncake: at most {MAX_CAPACITY} ranks are supported")
         self._name = backend_name
         self._device_type = device_type
         self._cpu = device_type == "cpu"
         self._rank = rank
-        self._capacity = capacity
         self._is_extension = opts.is_extension
         self._timeout = _timeout_s(timeout)
         self._inflight: dict[int, MooncakeWork] = {}
         self._closed = False
         self._mask_dev, self._mask_host = self._make_mask(opts.active_ranks, capacity)
         self._last_mask = -1
+        self._coordinator: Any = None
+        self._default_group = default_group
 
         self._store: Any = store
-        epoch = (int(store.add(f"{PREFIX}/epoch", 1)) - 1) // size
-        self._key_prefix = f"{PREFIX}/{epoch}"
-        key = f"{group_id}/{backend_name}/{epoch}"
+        if opts.is_extension:
+            # Joiners take the generation the founding members are using.
+            gen_key = f"{PREFIX}/gen"
+            gen = int(store.get(gen_key)) if store.check([gen_key]) else 0
+        else:
+            gen = (int(store.add(f"{PREFIX}/epoch", 1)) - 1) // size
+            if rank == 0:
+                store.set(f"{PREFIX}/gen", str(gen))
+        self._key_prefix = f"{PREFIX}/{gen}"
+        key = f"{group_id}/{backend_name}/{gen}"
+        host = advertised_host(opts.host_ip or _HOST_OVERRIDE[0])
         self._native = _native.PgGroup(
-            rank, size, capacity, opts.is_extension, key, opts.auto_deactivate_on_failure
+            rank,
+            size,
+            capacity,
+            opts.is_extension,
+            key,
+            opts.auto_deactivate_on_failure,
+            opts.auto_sync_on_failure,
+            host_identity(),
         )
         self._native.set_mask_tensor(self._mask_host.data_ptr(), capacity)
         self._sync_mask()
         try:
-            self._rendezvous(store, rank, size, opts, group_id)
-        except BaseException:
+            coordinator = self._coordinator_endpoint(store, rank, opts, host)
+            self._native.attach(coordinator, f"{host}:{self._native.port()}", self._timeout)
+            self._rendezvous(store, rank, size, opts, group_id, host)
+        except BaseException as e:
+            # Tell the peers waiting for this rank why it will not come (for
+            # example a cluster token the coordinator refused), best effort.
+            with contextlib.suppress(Exception):  # the store may be gone too
+                store.set(f"{self._key_prefix}/failed/{rank}", f"{type(e).__name__}: {e}")
             self._native.shutdown()
+            if self._coordinator is not None:
+                self._coordinator.shutdown()
             raise
         finally:
             self._store = None
+        if default_group:
+            _PROCESS_COORDINATOR[0] = coordinator
         try:
             shim = _Shim(self, rank, capacity)
             self._shim = shim
@@ -170,10 +204,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         self, active: torch.Tensor | None, capacity: int
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
         if active is None:
-            host = torch.zeros(capacity, dtype=torch.int32)
-            if self._device_type != "cpu":
-                return None, host
-            return None, host
+            return None, torch.zeros(capacity, dtype=torch.int32)
         if active.numel() != capacity:
             raise ValueError(
                 f"active_ranks has {active.numel()} entries but the capacity is {capacity}"
@@ -192,7 +223,35 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         m = self._native.mask()
         if m != self._last_mask:
             self._last_mask = m
+            if self._mask_dev.numel() != self._mask_host.numel():
+                self._mask_dev.resize_(self._mask_host.numel())
             self._mask_dev.copy_(self._mask_host)
+
+    def _coordinator_endpoint(
+        self, store: Any, rank: int, opts: MooncakeBackendOptions, host: str
+    ) -> str:
+        """Where the membership coordinator of this group runs.
+
+        One coordinator serves every group of the job: rank 0 of the default
+        group (the process that hosts torch's rendezvous store) starts it and
+        publishes its address; subgroups reuse it. When the default group is
+        not a Mooncake group, each Mooncake group's rank 0 hosts its own.
+        """
+        if not self._default_group and _PROCESS_COORDINATOR[0] is not None:
+            return _PROCESS_COORDINATOR[0]
+        key = f"{self._key_prefix}/coordinator"
+        if rank == 0 and not opts.is_extension:
+            self._coordinator = _native.PgCoordinator(host)
+            store.set(key, self._coordinator.endpoint())
+            return str(self._coordinator.endpoint())
+        try:
+            store.wait([key], datetime.timedelta(seconds=self._timeout))
+        except Exception as e:  # torch raises DistStoreError / RuntimeError
+            raise RuntimeError(
+                f"{self._name}: timed out after {self._timeout:.1f}s waiting for rank 0 to "
+                "start the membership coordinator"
+            ) from e
+        return bytes(store.get(key)).decode()
 
     def _rendezvous(
         self,
@@ -201,8 +260,8 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         size: int,
         opts: MooncakeBackendOptions,
         group_id: str,
+        host: str,
     ) -> None:
-        host = advertised_host(opts.host_ip)
         me_host = host_identity()
         record = {
             "proto": PROTO,
@@ -211,7 +270,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             "endpoint": f"{host}:{self._native.port()}",
             "host": me_host,
             "pid": os.getpid(),
-            "capacity": self._capacity,
+            "capacity": self.capacity,
             "is_extension": opts.is_extension,
             "shm": self._native.shm_name(),
         }
@@ -223,9 +282,14 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             store.wait(list(keys.values()), datetime.timedelta(seconds=self._timeout))
         except Exception as e:  # torch raises DistStoreError / RuntimeError
             missing = [r for r, k in keys.items() if not store.check([k])]
+            why = "".join(
+                f"; rank {r} failed: {bytes(store.get(f)).decode(errors='replace')}"
+                for r in missing
+                if store.check([f := f"{self._key_prefix}/failed/{r}"])
+            )
             raise RuntimeError(
                 f"{self._name}: timed out after {self._timeout:.1f}s waiting for rank(s) "
-                f"{missing} to join process group '{group_id}'"
+                f"{missing} to join process group '{group_id}'{why}"
             ) from e
         peers = []
         for r, k in keys.items():
@@ -351,10 +415,11 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         self._inflight.pop(id(w), None)
 
     def _check_k(self, k: int, what: str) -> None:
-        if not 1 <= k <= self._capacity:
+        cap = self.capacity
+        if not 1 <= k <= cap:
             raise ValueError(
                 f"{self._name}: {what} has {k} entries; expected between 1 and "
-                f"the group capacity {self._capacity} (group size {self.getSize()})"
+                f"the group capacity {cap} (group size {self.getSize()})"
             )
 
     def _same(self, ref: torch.Tensor, ts: Sequence[Any], what: str) -> list[torch.Tensor]:
@@ -374,7 +439,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         return int(getattr(opts, "rootRank", 0)) + int(getattr(opts, "rootTensor", 0) or 0)
 
     def _check_root(self, root: int) -> None:
-        if not 0 <= root < self._capacity:
+        if not 0 <= root < self.capacity:
             raise ValueError(f"{self._name}: root {root} is outside the group")
 
     # ------------------------------------------------------------ collectives
@@ -681,7 +746,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
     # -------------------------------------------------------------------- P2P
     def _peer(self, peer: int, what: str) -> int:
         peer = int(peer)
-        if not 0 <= peer < self._capacity:
+        if not 0 <= peer < self.capacity:
             raise ValueError(
                 f"{self._name}: {what} rank {peer} is outside the group (size {self.getSize()})"
             )
@@ -723,6 +788,11 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         for w in list(self._inflight.values()):
             w._finalize()
         self._inflight.clear()
+        if self._default_group:
+            _PROCESS_COORDINATOR[0] = None
+        if self._coordinator is not None:
+            self._coordinator.shutdown()
+            self._coordinator = None
 
     def abort(self) -> None:
         self.shutdown()
@@ -730,7 +800,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
     # ------------------------------------------------------ mooncake extras
     @property
     def capacity(self) -> int:
-        return self._capacity
+        return int(self._native.capacity())
 
     def active_ranks(self) -> torch.Tensor:
         self._sync_mask()
@@ -738,6 +808,60 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     def shm_peer_count(self) -> int:
         return int(self._native.shm_peer_count())
+
+    # ------------------------------------------------------ elastic membership
+    def _adopt_capacity(self) -> None:
+        """Resizes the mask mirror in place after the capacity grew."""
+        cap = self.capacity
+        if self._mask_host.numel() != cap:
+            self._mask_host.resize_(cap)
+            self._native.set_mask_tensor(self._mask_host.data_ptr(), cap)
+            self._last_mask = -1
+        self._sync_mask()
+
+    def _extend(self, size: int) -> None:
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise TypeError(f"extend_group_size_to: size must be an int, got {size!r}")
+        self._check_open()
+        self._native.extend(size)
+        self._adopt_capacity()
+
+    def _ranks(self, ranks: Any, what: str) -> list[int]:
+        if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
+            raise TypeError(f"{what}: ranks must be a list of ints, got {type(ranks).__name__}")
+        out = []
+        for r in ranks:
+            if isinstance(r, bool) or not isinstance(r, int):
+                raise TypeError(f"{what}: ranks must be ints, got {r!r}")
+            if not 0 <= r < self.capacity:
+                raise ValueError(
+                    f"{what}: rank {r} is outside the group's capacity {self.capacity}"
+                )
+            out.append(int(r))
+        return out
+
+    def _propose(self, activate: bool, ranks: Any) -> tuple[int, int, list[int], str]:
+        what = "activate_ranks" if activate else "deactivate_ranks"
+        self._check_open()
+        rs = self._ranks(ranks, what)
+        res = self._native.propose(activate, rs)
+        self._adopt_capacity()
+        return res
+
+    def _join(self, timeout: Any = None) -> None:
+        self._check_open()
+        t = self._timeout if timeout is None else _timeout_s(timeout)
+        self._native.join(t)
+        self._adopt_capacity()
+
+    def _peer_state(self, ranks: Any) -> list[bool]:
+        return [bool(x) for x in self._native.peer_state(self._ranks(ranks, "get_peer_state"))]
+
+    def _sync_after_failure(self) -> tuple[int, int, str]:
+        self._check_open()
+        res = self._native.sync()
+        self._adopt_capacity()
+        return res
 
 
 def make_creator(backend_name: str, device_type: str) -> Callable[..., MooncakeProcessGroup]:

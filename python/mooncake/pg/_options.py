@@ -1,68 +1,175 @@
-"""``MooncakeBackendOptions``: the seed's and upstream's constructor forms."""
+"""``MooncakeBackendOptions`` with upstream's constructor overloads.
+
+The overload is chosen by the type of the first positional argument, as in
+upstream Mooncake::
+
+    MooncakeBackendOptions(max_group_size)
+    MooncakeBackendOptions(max_group_size, is_extension)
+    MooncakeBackendOptions(max_group_size, is_extension,
+                           auto_deactivate_on_failure, auto_sync_on_failure)
+    MooncakeBackendOptions(active_ranks)                    # int32 tensor
+    MooncakeBackendOptions(active_ranks, is_extension)
+    MooncakeBackendOptions(active_ranks, is_extension, max_group_size)
+
+Every argument can also be given by keyword (``max_group_size=``,
+``is_extension=``, ``auto_deactivate_on_failure=``,
+``auto_sync_on_failure=``, ``active_ranks=``; the seed's ``max_world_size=``
+is an alias of ``max_group_size=``); omitted trailing arguments take their
+defaults (``is_extension=False``, both failure flags ``True``).
+"""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 
 MAX_CAPACITY = 64
 
+_INT_FORM = ("max_group_size", "is_extension", "auto_deactivate_on_failure", "auto_sync_on_failure")
+_TENSOR_FORM = ("active_ranks", "is_extension", "max_group_size")
+_KEYWORDS = {
+    "active_ranks",
+    "max_group_size",
+    "max_world_size",
+    "is_extension",
+    "auto_deactivate_on_failure",
+    "auto_sync_on_failure",
+}
+
+
+def _flag(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"MooncakeBackendOptions: {name} must be a bool, got {value!r}")
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return default
+    return v.strip().lower() not in ("0", "false", "off", "no")
+
 
 class MooncakeBackendOptions:
     """Options for ``dist.init_process_group(..., pg_options=...)`` and ``new_group``.
 
-    Accepted forms:
-
-    * seed: ``MooncakeBackendOptions(active_ranks, is_extension=False, max_world_size=None)``
-      where ``active_ranks`` is an int32 tensor the backend owns and updates in place;
-    * upstream: ``MooncakeBackendOptions(max_group_size, is_extension=False,
-      auto_deactivate_on_failure=True, auto_sync_on_failure=True)``.
+    * ``max_group_size``: reserved slot capacity (>= the declared group size,
+      <= 64); slots beyond the initial members stay inactive until activated.
+    * ``active_ranks``: optional contiguous ``torch.int32`` tensor of length
+      ``max_group_size`` that the backend keeps as a mirror of the committed
+      membership (its initial contents are ignored). CPU for
+      ``mooncake-cpu``, the accelerator for ``mooncake``.
+    * ``is_extension``: a joining or replacement process that enters the
+      group through ``join_group``.
+    * ``auto_deactivate_on_failure`` / ``auto_sync_on_failure``: the failure
+      handling mode (both ``True``: PG-managed, synchronized; ``True, False``:
+      PG-managed, deferred; ``False, False``: framework-managed).
+      ``False, True`` is rejected. The default of the first is
+      ``MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE`` (1), the second defaults to
+      the first.
     """
 
-    def __init__(
-        self,
-        active_ranks: torch.Tensor | int | None = None,
-        is_extension: bool = False,
-        max_world_size: int | None = None,
-        auto_deactivate_on_failure: bool | None = None,
-        auto_sync_on_failure: bool = True,
-        *,
-        max_group_size: int | None = None,
-    ) -> None:
-        if isinstance(active_ranks, bool):
-            raise TypeError("active_ranks must be an int32 tensor or an int max_group_size")
-        if isinstance(active_ranks, int):
-            if max_group_size is not None:
-                raise TypeError("max_group_size given twice")
-            max_group_size = active_ranks
-            active_ranks = None
-        if max_group_size is not None:
-            if max_world_size is not None and max_world_size != max_group_size:
-                raise ValueError("max_world_size and max_group_size disagree")
-            max_world_size = max_group_size
-        if active_ranks is not None:
-            if not isinstance(active_ranks, torch.Tensor):
-                raise TypeError("active_ranks must be a torch.Tensor")
-            if active_ranks.dtype != torch.int32:
-                raise ValueError(f"active_ranks must be int32, got {active_ranks.dtype}")
-            if not active_ranks.is_contiguous() or active_ranks.dim() != 1:
-                raise ValueError("active_ranks must be a contiguous 1-D tensor")
-        if max_world_size is not None and (
-            not isinstance(max_world_size, int) or not 1 <= max_world_size <= MAX_CAPACITY
-        ):
-            raise ValueError(f"max_world_size must be an int in [1, {MAX_CAPACITY}]")
-        if auto_deactivate_on_failure is None:
-            auto_deactivate_on_failure = os.environ.get(
-                "MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE", "1"
-            ) not in ("0", "false", "False")
-        self.active_ranks = active_ranks
-        self.is_extension = bool(is_extension)
-        self.max_world_size = max_world_size
-        self.auto_deactivate_on_failure = bool(auto_deactivate_on_failure)
-        self.auto_sync_on_failure = bool(auto_sync_on_failure)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        unknown = set(kwargs) - _KEYWORDS
+        if unknown:
+            raise TypeError(
+                f"MooncakeBackendOptions got unexpected keyword argument(s) {sorted(unknown)}"
+            )
+        if args:
+            first = args[0]
+            if isinstance(first, torch.Tensor):
+                names = _TENSOR_FORM
+            elif isinstance(first, int) and not isinstance(first, bool):
+                names = _INT_FORM
+            else:
+                raise TypeError(
+                    "MooncakeBackendOptions: the first argument must be max_group_size (int) or "
+                    f"active_ranks (torch.int32 tensor), got {type(first).__name__}"
+                )
+            if len(args) > len(names):
+                raise TypeError(
+                    f"MooncakeBackendOptions({names[0]}, ...) takes at most {len(names)} "
+                    f"positional arguments ({', '.join(names)}), got {len(args)}"
+                )
+            for name, value in zip(names, args):
+                if name in kwargs:
+                    raise TypeError(f"MooncakeBackendOptions got multiple values for {name!r}")
+                kwargs[name] = value
+
+        active = kwargs.get("active_ranks")
+        cap = kwargs.get("max_group_size")
+        alias = kwargs.get("max_world_size")
+        if cap is not None and alias is not None and cap != alias:
+            raise ValueError(
+                f"MooncakeBackendOptions: max_group_size={cap} and max_world_size={alias} disagree"
+            )
+        if cap is None:
+            cap = alias
+        if cap is not None:
+            if isinstance(cap, bool) or not isinstance(cap, int):
+                raise TypeError(
+                    f"MooncakeBackendOptions: max_group_size must be an int, got {cap!r}"
+                )
+            if not 1 <= cap <= MAX_CAPACITY:
+                raise ValueError(
+                    f"MooncakeBackendOptions: max_group_size must be in [1, {MAX_CAPACITY}], got {cap}"
+                )
+        if active is not None:
+            if not isinstance(active, torch.Tensor):
+                raise TypeError(
+                    f"MooncakeBackendOptions: active_ranks must be a torch.Tensor, "
+                    f"got {type(active).__name__}"
+                )
+            if active.dtype != torch.int32:
+                raise ValueError(
+                    f"MooncakeBackendOptions: active_ranks must be torch.int32, got {active.dtype}"
+                )
+            if active.dim() != 1 or not active.is_contiguous():
+                raise ValueError(
+                    "MooncakeBackendOptions: active_ranks must be a contiguous 1-D tensor"
+                )
+            if not 1 <= active.numel() <= MAX_CAPACITY:
+                raise ValueError(
+                    f"MooncakeBackendOptions: active_ranks has {active.numel()} entries; "
+                    f"expected between 1 and {MAX_CAPACITY}"
+                )
+            if cap is not None and active.numel() != cap:
+                raise ValueError(
+                    f"MooncakeBackendOptions: active_ranks has {active.numel()} entries but "
+                    f"max_group_size is {cap}; size it to max_group_size"
+                )
+        is_ext = _flag("is_extension", kwargs.get("is_extension", False))
+        if "auto_deactivate_on_failure" in kwargs:
+            auto_deact = _flag("auto_deactivate_on_failure", kwargs["auto_deactivate_on_failure"])
+        else:
+            auto_deact = _env_flag("MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE", True)
+        if "auto_sync_on_failure" in kwargs:
+            auto_sync = _flag("auto_sync_on_failure", kwargs["auto_sync_on_failure"])
+        else:
+            auto_sync = auto_deact
+        if auto_sync and not auto_deact:
+            raise ValueError(
+                "MooncakeBackendOptions: auto_sync_on_failure=True requires "
+                "auto_deactivate_on_failure=True (automatic synchronization only applies when "
+                "the process group owns failure-driven deactivation); use False, False for "
+                "framework-managed failure handling"
+            )
+        self.active_ranks: torch.Tensor | None = active
+        self.is_extension = is_ext
+        self.max_group_size: int | None = cap
+        self.auto_deactivate_on_failure = auto_deact
+        self.auto_sync_on_failure = auto_sync
         self.host_ip: str | None = None
         self.device_filter: list[str] | None = None
+
+    @property
+    def max_world_size(self) -> int | None:
+        """The seed's name for ``max_group_size``."""
+        return self.max_group_size
 
     # Seed-style attribute aliases.
     @property
@@ -75,19 +182,21 @@ class MooncakeBackendOptions:
 
     @property
     def maxWorldSize_(self) -> int | None:
-        return self.max_world_size
+        return self.max_group_size
 
     def set_host_ip(self, ip: str) -> None:
-        """Address advertised to peers (overrides ``MOONCAKE_PG_HOST``)."""
+        """Address advertised to peers by groups using these options."""
         self.host_ip = str(ip)
 
     def set_device_filter(self, devices: list[str]) -> None:
-        """Accepted for compatibility; has no effect on the TCP/shm transport."""
-        self.device_filter = list(devices)
+        """Accepted for compatibility; the TCP/shm transport selects no NICs."""
+        self.device_filter = [str(d) for d in devices]
 
     def __repr__(self) -> str:
         return (
-            f"MooncakeBackendOptions(max_world_size={self.max_world_size}, "
+            f"MooncakeBackendOptions(max_group_size={self.max_group_size}, "
             f"is_extension={self.is_extension}, "
-            f"auto_deactivate_on_failure={self.auto_deactivate_on_failure})"
+            f"auto_deactivate_on_failure={self.auto_deactivate_on_failure}, "
+            f"auto_sync_on_failure={self.auto_sync_on_failure}, "
+            f"active_ranks={'None' if self.active_ranks is None else 'tensor'})"
         )

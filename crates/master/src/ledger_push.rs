@@ -1,0 +1,393 @@
+//! Delivery of ledger ops (see `mooncake_common::ledger`) from the master to
+//! segment owners, one ordered queue per mounted segment.
+//!
+//! Mutations enqueue ops while they hold the state lock and get a sequence
+//! number; they then wait (without the lock) until the owner acknowledged
+//! that number, so a write or removal is acknowledged to the caller only once
+//! the segment owners know about it. The owner's *ledger stream* connection
+//! is served by [`OwnerQueue::serve`]: it sends the unacknowledged ops in
+//! batches and reads the acks. Space freed by a forget goes back to the
+//! allocator only after the forget is acknowledged (the caller's `release`
+//! callback), so no ledger entry can describe bytes someone else rewrites.
+//!
+//! A queue whose owner has no stream (it never connected, or not for a
+//! while) does not make writers wait: their commits are counted as
+//! unconfirmed instead (the owner is unreachable from the master, and will be
+//! expired by the client TTL if it stays so).
+
+use mooncake_common::framing;
+use mooncake_common::ledger::{LedgerAck, LedgerOp, LedgerPush};
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::time::{Duration, Instant};
+
+/// How long a mutation waits for an owner's ack before it proceeds unconfirmed.
+pub(crate) const ACK_TIMEOUT: Duration = Duration::from_secs(2);
+/// A queue whose stream dropped less than this long ago still makes writers
+/// wait (the owner is probably reconnecting).
+const RECONNECT_GRACE: Duration = Duration::from_secs(2);
+/// Idle streams get an empty push this often (detects dead connections).
+const KEEPALIVE: Duration = Duration::from_millis(1000);
+/// Largest batch of ops in one push.
+const MAX_BATCH: usize = 4096;
+/// Largest ack frame accepted (an ack is a sequence number).
+const MAX_ACK_FRAME: usize = 64;
+
+/// Outcome of waiting for an ack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AckWait {
+    /// The owner applied the op.
+    Acked,
+    /// The owner did not answer in time, or has no stream: the op stays
+    /// queued and is delivered when it reconnects.
+    Unconfirmed,
+    /// The segment is gone (unmounted or expired).
+    Gone,
+}
+
+#[derive(Debug)]
+struct QState {
+    /// Last sequence number assigned (the first op gets 1).
+    last_seq: u64,
+    /// Highest sequence number the owner acknowledged.
+    acked: u64,
+    /// Unacknowledged ops, oldest first.
+    pending: VecDeque<(u64, LedgerOp)>,
+    /// Space to release when the op with that sequence number is acked:
+    /// `(seq, offset, size)`.
+    frees: VecDeque<(u64, u64, u64)>,
+    /// Generation of the current stream (0: none ever).
+    stream_gen: u64,
+    /// A stream is being served now.
+    connected: bool,
+    /// When the last stream ended.
+    disconnected_at: Option<Instant>,
+    /// The segment was unmounted: everything is void.
+    closed: bool,
+}
+
+impl Default for QState {
+    fn default() -> Self {
+        QState {
+            last_seq: 0,
+            acked: 0,
+            pending: VecDeque::new(),
+            frees: VecDeque::new(),
+            stream_gen: 0,
+            connected: false,
+            // A new queue's owner is about to connect its stream (it does so
+            // right after mounting): writers wait for it like for a reconnect.
+            disconnected_at: Some(Instant::now()),
+            closed: false,
+        }
+    }
+}
+
+/// The ordered ledger queue of one segment.
+#[derive(Debug, Default)]
+pub(crate) struct OwnerQueue {
+    st: Mutex<QState>,
+    cv: Condvar,
+}
+
+impl OwnerQueue {
+    /// Queue `op`; returns its sequence number.
+    pub(crate) fn push(&self, op: LedgerOp) -> u64 {
+        let mut g = self.st.lock();
+        g.last_seq += 1;
+        let seq = g.last_seq;
+        g.pending.push_back((seq, op));
+        drop(g);
+        self.cv.notify_all();
+        seq
+    }
+
+    /// Queue a forget whose space (`offset`, `size`) is released once acked.
+    pub(crate) fn push_forget_then_free(&self, op: LedgerOp, offset: u64, size: u64) -> u64 {
+        let mut g = self.st.lock();
+        g.last_seq += 1;
+        let seq = g.last_seq;
+        g.pending.push_back((seq, op));
+        g.frees.push_back((seq, offset, size));
+        drop(g);
+        self.cv.notify_all();
+        seq
+    }
+
+    /// Bytes queued for release once their forgets are acknowledged.
+    #[cfg(test)]
+    pub(crate) fn pending_free_bytes(&self) -> u64 {
+        self.st.lock().frees.iter().map(|&(_, _, s)| s).sum()
+    }
+
+    /// Make the owner look long gone (tests).
+    #[cfg(test)]
+    pub(crate) fn mark_unreachable(&self) {
+        self.st.lock().disconnected_at = Some(Instant::now() - RECONNECT_GRACE);
+    }
+
+    /// Highest acknowledged sequence number.
+    pub(crate) fn acked(&self) -> u64 {
+        self.st.lock().acked
+    }
+
+    /// Wait until `seq` is acknowledged, at most until `deadline`.
+    pub(crate) fn wait(&self, seq: u64, deadline: Instant) -> AckWait {
+        let mut g = self.st.lock();
+        loop {
+            if g.closed {
+                return AckWait::Gone;
+            }
+            if g.acked >= seq {
+                return AckWait::Acked;
+            }
+            let reachable = g.connected
+                || g.disconnected_at
+                    .is_some_and(|t| t.elapsed() < RECONNECT_GRACE);
+            if !reachable || self.cv.wait_until(&mut g, deadline).timed_out() {
+                return if g.closed {
+                    AckWait::Gone
+                } else if g.acked >= seq {
+                    AckWait::Acked
+                } else {
+                    AckWait::Unconfirmed
+                };
+            }
+        }
+    }
+
+    /// The segment is gone: wake every waiter, drop what is queued.
+    pub(crate) fn close(&self) {
+        let mut g = self.st.lock();
+        g.closed = true;
+        g.pending.clear();
+        g.frees.clear();
+        drop(g);
+        self.cv.notify_all();
+    }
+
+    /// Serve one ledger stream of this segment's owner until it breaks, the
+    /// segment is closed, or a newer stream replaces it. `release` gets the
+    /// `(offset, size)` ranges whose forgets were just acknowledged.
+    pub(crate) fn serve<S: Read + Write>(
+        &self,
+        sock: &mut S,
+        release: &dyn Fn(Vec<(u64, u64)>),
+    ) -> io::Result<()> {
+        let gen = {
+            let mut g = self.st.lock();
+            g.stream_gen += 1;
+            g.connected = true;
+            g.stream_gen
+        };
+        self.cv.notify_all();
+        let r = self.serve_inner(sock, gen, release);
+        let mut g = self.st.lock();
+        if g.stream_gen == gen {
+            g.connected = false;
+            g.disconnected_at = Some(Instant::now());
+        }
+        drop(g);
+        self.cv.notify_all();
+        r
+    }
+
+    fn serve_inner<S: Read + Write>(
+        &self,
+        sock: &mut S,
+        gen: u64,
+        release: &dyn Fn(Vec<(u64, u64)>),
+    ) -> io::Result<()> {
+        loop {
+            let push = {
+                let mut g = self.st.lock();
+                let idle_until = Instant::now() + KEEPALIVE;
+                while g.pending.is_empty() && !g.closed && g.stream_gen == gen {
+                    if self.cv.wait_until(&mut g, idle_until).timed_out() {
+                        break;
+                    }
+                }
+                if g.closed || g.stream_gen != gen {
+                    return Ok(());
+                }
+                let n = g.pending.len().min(MAX_BATCH);
+                let ops: Vec<LedgerOp> =
+                    g.pending.iter().take(n).map(|(_, op)| op.clone()).collect();
+                let seq = match n {
+                    0 => g.acked,
+                    n => g.pending.get(n - 1).map(|(s, _)| *s).unwrap_or(g.acked),
+                };
+                LedgerPush { seq, ops }
+            };
+            sock.write_all(&framing::encode_frame(&push)?)?;
+            let ack: LedgerAck = framing::decode(&framing::read_frame(sock, MAX_ACK_FRAME)?)?;
+            // Release the space of acknowledged forgets first, then publish
+            // the ack: a caller woken by it finds the space free already.
+            let (freed, acked) = {
+                let mut g = self.st.lock();
+                let acked = if ack.seq > g.acked && ack.seq <= g.last_seq {
+                    ack.seq
+                } else {
+                    g.acked
+                };
+                let mut freed = Vec::new();
+                while g.frees.front().is_some_and(|(s, _, _)| *s <= acked) {
+                    if let Some((_, off, size)) = g.frees.pop_front() {
+                        freed.push((off, size));
+                    }
+                }
+                (freed, acked)
+            };
+            if !freed.is_empty() {
+                release(freed);
+            }
+            {
+                let mut g = self.st.lock();
+                g.acked = g.acked.max(acked);
+                while g.pending.front().is_some_and(|(s, _)| *s <= acked) {
+                    g.pending.pop_front();
+                }
+            }
+            self.cv.notify_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mooncake_common::ledger::LedgerEntry;
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::Arc;
+
+    fn commit(key: &str, offset: u64) -> LedgerOp {
+        LedgerOp::Commit(LedgerEntry {
+            key: key.into(),
+            version: 1,
+            offset,
+            size: 10,
+            hard_pin: false,
+            soft_pin_until_ms: None,
+        })
+    }
+
+    /// An owner that applies pushes into a Vec and acks them.
+    fn owner(mut s: TcpStream, seen: Arc<Mutex<Vec<LedgerOp>>>, stop_after: usize) {
+        let mut n = 0;
+        while let Ok(body) = framing::read_frame(&mut s, framing::MAX_CONTROL_FRAME) {
+            let push: LedgerPush = framing::decode(&body).unwrap();
+            seen.lock().extend(push.ops);
+            n += 1;
+            if n > stop_after {
+                return; // drop the connection without acking
+            }
+            let ack = framing::encode_frame(&LedgerAck { seq: push.seq }).unwrap();
+            if s.write_all(&ack).is_err() {
+                return;
+            }
+        }
+    }
+
+    #[test]
+    fn ops_are_delivered_in_order_and_frees_released_on_ack() {
+        let q = Arc::new(OwnerQueue::default());
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s2 = Arc::clone(&seen);
+        let t = std::thread::spawn(move || owner(TcpStream::connect(addr).unwrap(), s2, 1000));
+        let (mut sock, _) = l.accept().unwrap();
+        let released = Arc::new(Mutex::new(Vec::new()));
+        let (q2, r2) = (Arc::clone(&q), Arc::clone(&released));
+        let server = std::thread::spawn(move || {
+            let _ = q2.serve(&mut sock, &|f| r2.lock().extend(f));
+        });
+        let s1 = q.push(commit("a", 0));
+        let s2 = q.push_forget_then_free(
+            LedgerOp::Forget {
+                offset: 0,
+                version: 1,
+            },
+            0,
+            64,
+        );
+        assert_eq!((s1, s2), (1, 2));
+        assert_eq!(
+            q.wait(s2, Instant::now() + Duration::from_secs(5)),
+            AckWait::Acked
+        );
+        assert_eq!(q.acked(), 2);
+        // Release happens right after the ack is processed.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while released.lock().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(*released.lock(), vec![(0, 64)]);
+        assert_eq!(q.pending_free_bytes(), 0);
+        assert_eq!(
+            *seen.lock(),
+            vec![
+                commit("a", 0),
+                LedgerOp::Forget {
+                    offset: 0,
+                    version: 1
+                }
+            ]
+        );
+        q.close();
+        assert_eq!(
+            q.wait(99, Instant::now() + Duration::from_secs(5)),
+            AckWait::Gone
+        );
+        server.join().unwrap();
+        drop(t);
+    }
+
+    #[test]
+    fn unacked_ops_are_resent_on_a_new_stream() {
+        let q = Arc::new(OwnerQueue::default());
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        // First owner connection reads one push and hangs up without acking.
+        let seen1 = Arc::new(Mutex::new(Vec::new()));
+        let s1 = Arc::clone(&seen1);
+        let t1 = std::thread::spawn(move || owner(TcpStream::connect(addr).unwrap(), s1, 0));
+        let (mut sock, _) = l.accept().unwrap();
+        q.push(commit("a", 0));
+        let q1 = Arc::clone(&q);
+        assert!(q1.serve(&mut sock, &|_| {}).is_err());
+        t1.join().unwrap();
+        assert_eq!(q.acked(), 0);
+        // Not connected, but within the reconnect grace: a waiter waits.
+        let q2 = Arc::clone(&q);
+        let waiter =
+            std::thread::spawn(move || q2.wait(1, Instant::now() + Duration::from_secs(10)));
+        let seen2 = Arc::new(Mutex::new(Vec::new()));
+        let s2 = Arc::clone(&seen2);
+        let t2 = std::thread::spawn(move || owner(TcpStream::connect(addr).unwrap(), s2, 1000));
+        let (mut sock, _) = l.accept().unwrap();
+        let q3 = Arc::clone(&q);
+        let server = std::thread::spawn(move || {
+            let _ = q3.serve(&mut sock, &|_| {});
+        });
+        assert_eq!(waiter.join().unwrap(), AckWait::Acked);
+        assert_eq!(*seen2.lock(), vec![commit("a", 0)]);
+        q.close();
+        server.join().unwrap();
+        drop(t2);
+    }
+
+    #[test]
+    fn no_stream_means_no_wait() {
+        let q = OwnerQueue::default();
+        q.st.lock().disconnected_at = Some(Instant::now() - RECONNECT_GRACE);
+        let seq = q.push(commit("a", 0));
+        let t0 = Instant::now();
+        assert_eq!(
+            q.wait(seq, Instant::now() + Duration::from_secs(5)),
+            AckWait::Unconfirmed
+        );
+        assert!(t0.elapsed() < Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,497 @@
+//! Rebuilding metadata from the segment owners (issue 13: no object lost
+//! when a master dies). A client whose master does not know it (the master
+//! restarted, or a new HA leader took over) remounts its segment with a
+//! report of its ledger: the committed replicas its memory holds. The
+//! segment becomes usable only once the whole report arrived, and then:
+//!
+//! - an entry for a key the master does not have becomes a COMPLETE object
+//!   (lease expired, pins as recorded) with that replica;
+//! - an entry with the version the master has adds a replica to it;
+//! - an entry older than the master's version is stale: the owner drops it;
+//! - an entry newer than the master's version replaces the master's object
+//!   (whose replicas are forgotten at their owners);
+//! - an entry that does not fit the segment, overlaps another entry, or is
+//!   malformed is stale.
+//!
+//! A segment this master expired (its owner was silent past the client TTL,
+//! and its objects were dropped) comes back empty: its owner's ledger is
+//! discarded, so expired objects do not reappear.
+
+use crate::allocator::OffsetAllocator;
+use crate::durable::Waits;
+use crate::ledger_push::OwnerQueue;
+use crate::state::{
+    ClientEntry, Inner, MasterState, ObjStatus, Object, PendingPin, Replica, SegmentEntry,
+};
+use mooncake_common::ledger::{alloc_len, LedgerEntry};
+use mooncake_common::proto::SegmentDesc;
+use mooncake_common::ErrorCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A remount whose report is still arriving.
+#[derive(Debug)]
+pub(crate) struct PendingMount {
+    /// The owning client.
+    pub client_id: String,
+    /// The segment.
+    pub desc: SegmentDesc,
+    /// Entries received so far.
+    pub entries: Vec<LedgerEntry>,
+}
+
+/// What adopting one report did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Adoption {
+    /// New objects.
+    pub objects: u64,
+    /// Replicas added (to new or existing objects).
+    pub replicas: u64,
+    /// `(offset, version)` of the entries the owner must drop.
+    pub stale: Vec<(u64, u64)>,
+}
+
+/// Outcome of one `RemountSegment` request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Remount {
+    /// More chunks are expected.
+    Partial,
+    /// Done: the owner drops `stale`, or everything when `discard_all`.
+    Done {
+        /// Stale `(offset, version)` entries.
+        stale: Vec<(u64, u64)>,
+        /// The segment had been expired: drop the whole ledger.
+        discard_all: bool,
+    },
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Inner {
+    /// Adopt the reported `entries` of the freshly mounted segment `name`.
+    /// Returns what changed and the forgets sent for displaced objects.
+    pub(crate) fn adopt(
+        &mut self,
+        name: &str,
+        mut entries: Vec<LedgerEntry>,
+        now: Instant,
+    ) -> (Adoption, Waits) {
+        let mut out = Adoption::default();
+        let mut waits = Vec::new();
+        let now_ms = unix_ms();
+        // Highest version first, so that duplicate keys keep their newest entry.
+        entries.sort_by_key(|e| std::cmp::Reverse(e.version));
+        for e in entries {
+            let Some(seg) = self.segments.get(name) else {
+                out.stale.push((e.offset, e.version));
+                continue;
+            };
+            let uuid = seg.desc.uuid.clone();
+            let fits = !e.key.is_empty()
+                && e.size > 0
+                && e.offset
+                    .checked_add(alloc_len(e.size))
+                    .is_some_and(|end| end <= seg.alloc.capacity());
+            if !fits {
+                out.stale.push((e.offset, e.version));
+                continue;
+            }
+            let existing = self
+                .objects
+                .get(&e.key)
+                .map(|o| (o.version, o.status, o.size));
+            match existing {
+                Some((v, _, _)) if v > e.version => {
+                    out.stale.push((e.offset, e.version));
+                    continue;
+                }
+                Some((v, status, size)) if v == e.version => {
+                    let already = self
+                        .objects
+                        .get(&e.key)
+                        .is_some_and(|o| o.replicas.iter().any(|r| r.segment == name));
+                    if status != ObjStatus::Complete || size != e.size || already {
+                        out.stale.push((e.offset, e.version));
+                        continue;
+                    }
+                    if !self.reserve(name, e.offset, e.size) {
+                        out.stale.push((e.offset, e.version));
+                        continue;
+                    }
+                    if let Some(o) = self.objects.get_mut(&e.key) {
+                        o.replicas.push(Replica {
+                            segment: name.to_string(),
+                            segment_uuid: uuid,
+                            offset: e.offset,
+                        });
+                    }
+                    self.last_version = self.last_version.max(e.version);
+                    out.replicas += 1;
+                    continue;
+                }
+                Some(_) => {
+                    // The report is newer than what we have: ours goes.
+                    if let Some(old) = self.objects.remove(&e.key) {
+                        waits.extend(self.forget_replicas(&e.key, &old));
+                    }
+                }
+                None => {}
+            }
+            if !self.reserve(name, e.offset, e.size) {
+                out.stale.push((e.offset, e.version));
+                continue;
+            }
+            let soft_pin_deadline = e
+                .soft_pin_until_ms
+                .filter(|&ms| ms > now_ms)
+                .map(|ms| now + Duration::from_millis(ms - now_ms));
+            self.last_version = self.last_version.max(e.version);
+            self.objects.insert(
+                e.key,
+                Object {
+                    size: e.size,
+                    version: e.version,
+                    replicas: vec![Replica {
+                        segment: name.to_string(),
+                        segment_uuid: uuid,
+                        offset: e.offset,
+                    }],
+                    status: ObjStatus::Complete,
+                    lease_deadline: now,
+                    soft_pin_deadline,
+                    hard_pin: e.hard_pin,
+                    put_start: now,
+                    pending_pin: PendingPin::Keep,
+                    readers: Vec::new(),
+                },
+            );
+            out.objects += 1;
+            out.replicas += 1;
+        }
+        (out, waits)
+    }
+
+    fn reserve(&mut self, name: &str, offset: u64, size: u64) -> bool {
+        self.segments
+            .get_mut(name)
+            .is_some_and(|s| s.alloc.reserve(offset, size))
+    }
+}
+
+impl MasterState {
+    /// Handle one chunk of a remount with a ledger report (see the module doc).
+    pub fn remount_segment(
+        &self,
+        client_id: &str,
+        desc: SegmentDesc,
+        entries: Vec<LedgerEntry>,
+        done: bool,
+    ) -> Result<Remount, ErrorCode> {
+        self.metrics.mount_segment_requests.inc();
+        if desc.size == 0 {
+            return Err(ErrorCode::InvalidParams);
+        }
+        let now = Instant::now();
+        let mut g = self.inner.lock();
+        match g.segments.get(&desc.name) {
+            Some(s) if s.client_id != client_id => return Err(ErrorCode::SegmentAlreadyExists),
+            // A retry of a remount that already finished.
+            Some(s) if s.desc.uuid == desc.uuid => {
+                return Ok(if done {
+                    Remount::Done {
+                        stale: Vec::new(),
+                        discard_all: false,
+                    }
+                } else {
+                    Remount::Partial
+                })
+            }
+            Some(_) => {
+                let name = desc.name.clone();
+                g.drop_segment(&name);
+            }
+            None => {}
+        }
+        if let Some(p) = g.pending_mounts.get(&desc.name) {
+            if p.client_id != client_id && g.clients.contains_key(&p.client_id) {
+                return Err(ErrorCode::SegmentAlreadyExists);
+            }
+        }
+        let client = g
+            .clients
+            .entry(client_id.to_string())
+            .or_insert_with(|| ClientEntry {
+                last_ping: now,
+                segments: Vec::new(),
+            });
+        client.last_ping = now;
+        let pending = g
+            .pending_mounts
+            .entry(desc.name.clone())
+            .or_insert_with(|| PendingMount {
+                client_id: client_id.to_string(),
+                desc: desc.clone(),
+                entries: Vec::new(),
+            });
+        if pending.client_id != client_id || pending.desc.uuid != desc.uuid {
+            *pending = PendingMount {
+                client_id: client_id.to_string(),
+                desc: desc.clone(),
+                entries: Vec::new(),
+            };
+        }
+        pending.entries.extend(entries);
+        if !done {
+            return Ok(Remount::Partial);
+        }
+        let Some(pending) = g.pending_mounts.remove(&desc.name) else {
+            return Err(ErrorCode::InternalError);
+        };
+        let name = desc.name.clone();
+        g.segments.insert(
+            name.clone(),
+            SegmentEntry {
+                alloc: OffsetAllocator::new(desc.size),
+                desc: desc.clone(),
+                client_id: client_id.to_string(),
+                ledger: Arc::new(OwnerQueue::default()),
+            },
+        );
+        if let Some(c) = g.clients.get_mut(client_id) {
+            if !c.segments.contains(&name) {
+                c.segments.push(name.clone());
+            }
+        }
+        if g.expired_uuids.remove(&desc.uuid).is_some() {
+            tracing::warn!(segment = %name, entries = pending.entries.len(), "an expired segment came back; its objects stay dropped");
+            return Ok(Remount::Done {
+                stale: Vec::new(),
+                discard_all: true,
+            });
+        }
+        let reported = pending.entries.len();
+        let (adoption, waits) = g.adopt(&name, pending.entries, now);
+        drop(g);
+        self.metrics.recovered_segments.inc();
+        self.metrics.recovered_objects.inc_by(adoption.objects);
+        self.metrics.recovered_replicas.inc_by(adoption.replicas);
+        self.metrics
+            .recovery_stale_entries
+            .inc_by(adoption.stale.len() as u64);
+        tracing::warn!(
+            segment = %name,
+            reported,
+            objects = adoption.objects,
+            replicas = adoption.replicas,
+            stale = adoption.stale.len(),
+            "segment remounted with its ledger"
+        );
+        // Forgets of displaced older objects go out without a wait: their
+        // keys already point at the newer replicas.
+        drop(waits);
+        Ok(Remount::Done {
+            stale: adoption.stale,
+            discard_all: false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::MasterConfig;
+    use crate::metrics::MasterMetrics;
+
+    fn state() -> Arc<MasterState> {
+        MasterState::new(
+            MasterConfig::default(),
+            Arc::new(MasterMetrics::default()),
+            None,
+        )
+    }
+
+    fn desc(name: &str, uuid: &str) -> SegmentDesc {
+        SegmentDesc {
+            name: name.into(),
+            uuid: uuid.into(),
+            size: 1 << 20,
+            base_addr: 0,
+            host_id: "h".into(),
+            pid: 1,
+            endpoint: name.into(),
+            socket_name: String::new(),
+        }
+    }
+
+    fn entry(key: &str, version: u64, offset: u64, size: u64) -> LedgerEntry {
+        LedgerEntry {
+            key: key.into(),
+            version,
+            offset,
+            size,
+            hard_pin: false,
+            soft_pin_until_ms: None,
+        }
+    }
+
+    fn done(stale: Vec<(u64, u64)>) -> Remount {
+        Remount::Done {
+            stale,
+            discard_all: false,
+        }
+    }
+
+    #[test]
+    fn reports_rebuild_objects_and_allocators() {
+        let st = state();
+        assert_eq!(
+            st.remount_segment(
+                "c1",
+                desc("a:1", "ua"),
+                vec![entry("k1", 10, 0, 100)],
+                false
+            ),
+            Ok(Remount::Partial)
+        );
+        // Not usable until the report is complete.
+        assert!(st.inner.lock().segments.is_empty());
+        let r = st.remount_segment(
+            "c1",
+            desc("a:1", "ua"),
+            vec![
+                entry("k2", 11, 128, 64),
+                entry("bad", 12, (1 << 20) - 64, 128), // past the end
+                entry("newer", 13, 0, 64),             // overlaps k1: the newer wins
+                entry("", 14, 512, 64),                // no key
+            ],
+            true,
+        );
+        assert_eq!(r, Ok(done(vec![(512, 14), ((1 << 20) - 64, 12), (0, 10)])));
+        let g = st.inner.lock();
+        assert_eq!(g.objects.len(), 2);
+        assert_eq!(g.objects["k2"].status, ObjStatus::Complete);
+        assert_eq!(g.objects["newer"].version, 13);
+        assert!(!g.objects.contains_key("k1"));
+        assert_eq!(g.segments["a:1"].alloc.used(), 64 + 64);
+        assert!(g.last_version >= 13);
+        drop(g);
+        assert_eq!(st.metrics.recovered_objects.get(), 2);
+        assert_eq!(st.metrics.recovery_stale_entries.get(), 3);
+        // New versions stay above everything adopted.
+        assert!(st.inner.lock().next_version() > 13);
+    }
+
+    #[test]
+    fn versions_decide_between_segments() {
+        let st = state();
+        let now_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64;
+        let v1 = now_us - 1000;
+        let v2 = now_us - 500;
+        // a holds k at v1 plus a replica of r; b holds k at v2 and r too.
+        st.remount_segment(
+            "ca",
+            desc("a:1", "ua"),
+            vec![entry("k", v1, 0, 64), entry("r", v1, 64, 64)],
+            true,
+        )
+        .unwrap();
+        let r = st.remount_segment(
+            "cb",
+            desc("b:1", "ub"),
+            vec![entry("k", v2, 0, 64), entry("r", v1, 128, 64)],
+            true,
+        );
+        assert_eq!(r, Ok(done(vec![])));
+        {
+            let g = st.inner.lock();
+            assert_eq!(g.objects["k"].version, v2);
+            assert_eq!(g.objects["k"].replicas.len(), 1);
+            assert_eq!(g.objects["k"].replicas[0].segment, "b:1");
+            assert_eq!(g.objects["r"].replicas.len(), 2);
+            // a's stale k is being forgotten: its space comes back on the ack.
+            assert_eq!(g.segments["a:1"].ledger.pending_free_bytes(), 64);
+        }
+        // A third segment with an older k is told to drop it.
+        let r = st.remount_segment("cc", desc("c:1", "uc"), vec![entry("k", v1, 0, 64)], true);
+        assert_eq!(r, Ok(done(vec![(0, v1)])));
+    }
+
+    #[test]
+    fn a_put_before_any_remount_does_not_evict_recovered_objects() {
+        use mooncake_common::proto::{PutStartItem, WriteConfig};
+        let st = state();
+        // A put reaching a restarted master (or a new leader) before any
+        // segment came back fails for want of a segment, not of space...
+        let items = st.put_start(
+            &["early".to_string()],
+            &[64],
+            &WriteConfig::default(),
+            false,
+        );
+        assert!(matches!(
+            items[0],
+            PutStartItem::Err(ErrorCode::NoAvailableHandle)
+        ));
+        assert!(!st.need_eviction.load(std::sync::atomic::Ordering::Relaxed));
+        // ...so the objects the first remount brings back are not evicted.
+        let entries: Vec<_> = (0..8)
+            .map(|i| entry(&format!("k{i}"), 10 + i, i * 128, 64))
+            .collect();
+        st.remount_segment("c1", desc("a:1", "ua"), entries, true)
+            .unwrap();
+        st.eviction_pass();
+        assert_eq!(st.inner.lock().objects.len(), 8);
+        assert_eq!(st.metrics.evicted_key_count.get(), 0);
+    }
+
+    #[test]
+    fn retries_conflicts_and_expired_segments() {
+        let st = state();
+        st.remount_segment("c1", desc("a:1", "ua"), vec![entry("k", 5, 0, 64)], true)
+            .unwrap();
+        // A retry of the finished remount changes nothing.
+        assert_eq!(
+            st.remount_segment("c1", desc("a:1", "ua"), vec![entry("k", 5, 0, 64)], true),
+            Ok(done(vec![]))
+        );
+        assert_eq!(st.inner.lock().objects["k"].replicas.len(), 1);
+        // Another live client cannot take the name.
+        assert_eq!(
+            st.remount_segment("c2", desc("a:1", "ux"), vec![], true),
+            Err(ErrorCode::SegmentAlreadyExists)
+        );
+        // An expired segment comes back empty.
+        st.inner
+            .lock()
+            .expired_uuids
+            .insert("ue".into(), Instant::now());
+        assert_eq!(
+            st.remount_segment("c3", desc("e:1", "ue"), vec![entry("x", 9, 0, 64)], true),
+            Ok(Remount::Done {
+                stale: vec![],
+                discard_all: true
+            })
+        );
+        assert!(!st.inner.lock().objects.contains_key("x"));
+        assert_eq!(
+            st.remount_segment(
+                "c4",
+                SegmentDesc {
+                    size: 0,
+                    ..desc("z:1", "uz")
+                },
+                vec![],
+                true
+            ),
+            Err(ErrorCode::InvalidParams)
+        );
+    }
+}

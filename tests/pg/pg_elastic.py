@@ -1,0 +1,580 @@
+"""Elastic-membership scenarios (upstream's dynamic membership: scale-up into
+reserved capacity, replacement, scale-down, subgroups, failure-handling
+modes), run by ``pg_worker.py`` like ``pg_scenarios``.
+
+Conventions: ``x_r = r + 1``. A step's ``ranks`` may hold ``100 + r`` for a
+replacement process that takes over rank ``r`` once the original is gone.
+Events between processes go through the harness's hub store, which outlives
+every process group. Waits are bounded (a scenario raises instead of hanging).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import mooncake.pg as mpg
+import torch
+import torch.distributed as dist
+from mooncake.pg import MooncakeBackendOptions, ProposalStatus, SyncAfterFailureStatus
+from pg_scenarios import _hub, eq, expect, hub_barrier, init
+
+
+def WORLD() -> Any:
+    return dist.group.WORLD
+
+
+def i32(*xs: int) -> torch.Tensor:
+    return torch.tensor(list(xs), dtype=torch.int32)
+
+
+def wait_until(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Polls ``cond``; raises (instead of hanging) if it never holds."""
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def hub_key(name: str) -> str:
+    return f"{os.environ['MCPG_TEST_STEP']}/{name}"
+
+
+def hub_set(name: str, value: str = "1") -> None:
+    _hub().set(hub_key(name), value)
+
+
+def hub_get(name: str) -> str:
+    hub = _hub()
+    hub.wait([hub_key(name)], datetime.timedelta(seconds=120))
+    return bytes(hub.get(hub_key(name))).decode()
+
+
+def all_reduce(x: float, group: Any = None) -> tuple[float, Any]:
+    t = torch.tensor([x])
+    w = dist.all_reduce(t, group=group, async_op=True)
+    w.wait()
+    return float(t), w
+
+
+def check_after_join(rank: int, n: int) -> None:
+    """Collectives sized to the new membership of ``n`` ranks (0..n-1)."""
+    x = float(rank + 1)
+    s, w = all_reduce(x)
+    assert s == n * (n + 1) / 2, (s, n)
+    assert mpg.get_local_success(w)
+    out = torch.zeros(n)
+    dist.all_gather_into_tensor(out, torch.tensor([x]))
+    eq(out, torch.arange(1, n + 1, dtype=torch.float32), "all_gather after join")
+    rs = torch.zeros(1)
+    dist.reduce_scatter_tensor(rs, torch.arange(1, n + 1, dtype=torch.float32))
+    eq(rs, float((rank + 1) * n), "reduce_scatter after join")
+    b = torch.tensor([111.0 if rank == n - 1 else -1.0])
+    dist.broadcast(b, src=n - 1)
+    eq(b, 111.0, "broadcast from the newest rank")
+    dist.barrier()
+
+
+# ------------------------------------------------------------------ scale-up
+def scale_up(rank: int, world: int, port: int) -> None:
+    """Planned scale-up 3 -> 4 into reserved capacity (upstream's scale-up;
+    spec F1/F5): the joiner is local-only until ``join_group``, which blocks
+    until one healthy rank's ``activate_ranks`` commits; collectives are
+    sized to the visible membership before and after; P2P both ways."""
+    assert world == 4
+    joiner = 3
+    if rank != joiner:
+        init(rank, 3, port, MooncakeBackendOptions(4))
+        pg = WORLD()
+        assert dist.get_world_size() == 3
+        eq(mpg.get_active_ranks(pg), i32(1, 1, 1, 0), "mask before")
+        assert mpg.get_current_epoch(pg) == 0
+        s, _ = all_reduce(rank + 1.0)
+        assert s == 6.0, s
+        out = torch.zeros(3)
+        dist.all_gather_into_tensor(out, torch.tensor([rank + 1.0]))
+        eq(out, torch.tensor([1.0, 2.0, 3.0]), "3-slot all_gather")
+        # The joiner's slot is inactive: P2P to it fails at once, flagged.
+        w = dist.isend(torch.ones(1), joiner)
+        w.wait()
+        assert not mpg.get_local_success(w)
+        eq(mpg.get_failed_ranks_hint(w), i32(0, 0, 0, 1), "hint for the inactive slot")
+        hub_set(f"primary-ready/{rank}")
+        wait_until(lambda: all(mpg.get_peer_state(pg, [joiner])), "the joiner's link")
+        if rank == 0:
+            r = mpg.activate_ranks(pg, [joiner])
+            assert r.status == ProposalStatus.Applied, r
+            assert r.new_epoch == 1 and r.dropped_ranks == [] and r.reject_reason == "", r
+            # An equivalent second call is safe and changes nothing.
+            again = mpg.recover_ranks(pg, [joiner])
+            assert again.status == ProposalStatus.Applied and again.new_epoch == 1, again
+        else:
+            wait_until(lambda: mpg.get_current_epoch(pg) == 1, "the activation")
+        assert dist.get_world_size() == 4
+        eq(mpg.get_active_ranks(pg), i32(1, 1, 1, 1), "mask after")
+        assert mpg.get_num_synced_ranks(pg) == 4
+    else:
+        for r in range(3):
+            hub_get(f"primary-ready/{r}")
+        init(rank, 4, port, MooncakeBackendOptions(4, True))
+        pg = WORLD()
+        assert dist.get_world_size() == 4, "a joiner reports its declared size"
+        eq(mpg.get_active_ranks(pg), i32(0, 0, 0, 1), "joiner is local-only")
+        s, _ = all_reduce(rank + 1.0)
+        assert s == 4.0, f"local-only sum {s}"
+        w = dist.isend(torch.ones(1), 0)
+        w.wait()
+        assert not mpg.get_local_success(w), "P2P before joining must fail"
+        mpg.join_group(pg)
+        assert mpg.get_current_epoch(pg) == 1
+        eq(mpg.get_active_ranks(pg), i32(1, 1, 1, 1), "joiner mask after")
+        expect(RuntimeError, lambda: mpg.join_group(pg), "join_group twice")
+    check_after_join(rank, 4)
+    # P2P in both directions between a primary and the joiner.
+    if rank == 2:
+        dist.send(torch.full((1000,), 2.0), joiner)
+        got = torch.zeros(5)
+        dist.recv(got, joiner)
+        eq(got, 3.0, "joiner -> primary")
+    elif rank == joiner:
+        got = torch.zeros(1000)
+        dist.recv(got, 2)
+        eq(got, 2.0, "primary -> joiner")
+        dist.send(torch.full((5,), 3.0), 2)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- scale-down
+def scale_down(rank: int, world: int, port: int) -> None:
+    """``deactivate_ranks`` from one rank; the deactivated process stays alive
+    and local-only, P2P with it fails, and it can rejoin with ``join_group``.
+    Bad inputs: deactivating every rank, ranks outside the capacity."""
+    assert world == 4
+    init(rank, 4, port, MooncakeBackendOptions(4))
+    pg = WORLD()
+    s, _ = all_reduce(rank + 1.0)
+    assert s == 10.0
+    if rank == 0:
+        r = mpg.deactivate_ranks(pg, [0, 1, 2, 3])
+        assert (
+            r.status == ProposalStatus.Rejected and "without an active rank" in r.reject_reason
+        ), r
+        assert r.new_epoch == 0
+        expect(ValueError, lambda: mpg.deactivate_ranks(pg, [7]), "rank outside the capacity")
+        expect(TypeError, lambda: mpg.deactivate_ranks(pg, "3"), "ranks as a string")
+        r = mpg.deactivate_ranks(pg, [3])
+        assert r.status == ProposalStatus.Applied and r.new_epoch == 1, r
+    else:
+        wait_until(lambda: mpg.get_current_epoch(pg) == 1, "the deactivation")
+    if rank == 3:
+        eq(mpg.get_active_ranks(pg), i32(0, 0, 0, 1), "deactivated rank is local-only")
+        assert dist.get_world_size() == 4
+        s, _ = all_reduce(4.0)
+        assert s == 4.0, s
+        w = dist.isend(torch.ones(1), 0)
+        w.wait()
+        assert not mpg.get_local_success(w)
+        hub_set("deactivated-checked")
+        mpg.join_group(pg)
+    else:
+        eq(mpg.get_active_ranks(pg), i32(1, 1, 1, 0), "mask after deactivation")
+        assert dist.get_world_size() == 3
+        s, w = all_reduce(rank + 1.0)
+        assert s == 6.0 and mpg.get_local_success(w), s
+        out = torch.zeros(3)
+        dist.all_gather_into_tensor(out, torch.tensor([rank + 1.0]))
+        eq(out, torch.tensor([1.0, 2.0, 3.0]), "all_gather over three")
+        w = dist.irecv(torch.ones(1), 3)
+        w.wait()
+        assert not mpg.get_local_success(w), "P2P with a deactivated rank fails"
+        eq(mpg.get_failed_ranks_hint(w), i32(0, 0, 0, 1), "hint")
+        if rank == 0:
+            again = mpg.deactivate_ranks(pg, [3])
+            assert again.status == ProposalStatus.Applied and again.new_epoch == 1, again
+            hub_get("deactivated-checked")
+            wait_until(lambda: mpg.get_peer_state(pg, [3])[0], "rank 3 ready")
+            r = mpg.activate_ranks(pg, [3])
+            assert r.status == ProposalStatus.Applied and r.new_epoch == 2, r
+        else:
+            wait_until(lambda: mpg.get_current_epoch(pg) == 2, "the re-activation")
+    assert mpg.get_current_epoch(pg) == 2
+    check_after_join(rank, 4)
+    dist.destroy_process_group()
+
+
+# -------------------------------------------------------------- replacement
+def replace(rank: int, world: int, port: int) -> None:
+    """A rank is SIGKILLed; survivors continue at once (detected from its
+    closed connection, not a timeout: T is 10 minutes here); a new process
+    takes its rank with ``is_extension=True`` and joins; P2P ping-pong with
+    it before and after (spec F2/F3)."""
+    assert world == 4
+    victim = 1
+    if rank >= 100:
+        assert rank - 100 == victim
+        hub_get("killed")
+        t0 = time.monotonic()
+        init(victim, 4, port, MooncakeBackendOptions(4, True))
+        pg = WORLD()
+        eq(mpg.get_active_ranks(pg), i32(0, 1, 0, 0), "replacement is local-only")
+        mpg.join_group(pg)
+        s, _ = all_reduce(victim + 1.0)
+        print(f"join latency (init to first all_reduce): {time.monotonic() - t0:.3f}s", flush=True)
+        assert s == 10.0, s
+        rank = victim
+    else:
+        mpg.set_collective_timeout_us(600_000_000)
+        mpg.set_p2p_timeout_us(600_000_000)
+        init(rank, 4, port, MooncakeBackendOptions(4))
+        pg = WORLD()
+        s, _ = all_reduce(rank + 1.0)
+        assert s == 10.0
+        if rank == 0:
+            got = torch.zeros(1)
+            dist.send(torch.tensor([1.0]), victim)
+            dist.recv(got, victim)
+            eq(got, 2.0, "ping-pong before")
+        elif rank == victim:
+            got = torch.zeros(1)
+            dist.recv(got, 0)
+            dist.send(got + 1, 0)
+        dist.barrier()
+        if rank == victim:
+            os.kill(os.getpid(), signal.SIGKILL)
+        s, w = all_reduce(rank + 1.0)
+        expect_sum = sum(r + 1 for r in range(4) if r != victim)
+        assert s == expect_sum, s
+        if not mpg.get_local_success(w):
+            eq(mpg.get_failed_ranks_hint(w), i32(0, 1, 0, 0), "hint")
+        eq(mpg.get_active_ranks(pg), i32(1, 0, 1, 1), "victim cleared before wait() returned")
+        assert mpg.get_current_epoch(pg) == 1
+        assert dist.get_world_size() == 4
+        s, w = all_reduce(rank + 1.0)
+        assert s == expect_sum and mpg.get_local_success(w), s
+        if rank == 0:
+            w = dist.isend(torch.ones(1), victim)
+            w.wait()
+            assert not mpg.get_local_success(w), "isend to the dead rank"
+            hub_set("killed")
+        wait_until(lambda: mpg.get_peer_state(pg, [victim])[0], "the replacement", 120)
+        if rank == 0:
+            r = mpg.activate_ranks(pg, [victim])
+            assert r.status == ProposalStatus.Applied and r.new_epoch == 2, r
+        else:
+            wait_until(lambda: mpg.get_current_epoch(pg) == 2, "the activation")
+        s, _ = all_reduce(rank + 1.0)
+        assert s == 10.0, s
+    if rank == 0:
+        got = torch.zeros(1)
+        dist.send(torch.tensor([5.0]), victim)
+        dist.recv(got, victim)
+        eq(got, 6.0, "ping-pong after replacement")
+    elif rank == victim:
+        got = torch.zeros(1)
+        dist.recv(got, 0)
+        dist.send(got + 1, 0)
+    check_after_join(rank, 4)
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------- subgroups
+def subgroups_ext(rank: int, world: int, port: int) -> None:
+    """Spec F4 / upstream's split-ranks pattern: primaries {0,1}, joiners
+    {2,3}; subgroups created in one order, with current membership on the
+    primaries and eventual membership on the joiners."""
+    assert world == 4
+    primary = rank < 2
+    opts = MooncakeBackendOptions
+    if primary:
+        init(rank, 2, port, opts(i32(1, 1, 0, 0), False, 4))
+        a = dist.new_group([0], backend="mooncake-cpu", pg_options=opts(i32(1, 0), False, 2))
+        b = dist.new_group([1], backend="mooncake-cpu", pg_options=opts(i32(1, 0), False, 2))
+        c = dist.new_group([0, 1], backend="mooncake-cpu", pg_options=opts(4))
+        s, _ = all_reduce(rank + 1.0)
+        assert s == 3.0
+        s, _ = all_reduce(rank + 1.0, c)
+        assert s == 3.0
+        hub_set(f"primary/{rank}")
+        world_pg = WORLD()
+        wait_until(lambda: all(mpg.get_peer_state(world_pg, [2, 3])), "WORLD joiners")
+        mpg.recover_ranks(world_pg, [2, 3])  # every primary calls it, in order
+        mine = a if rank == 0 else b
+        wait_until(lambda: mpg.get_peer_state(mine, [1])[0], "subgroup joiner")
+        r = mpg.activate_ranks(mine, [1])
+        assert r.status == ProposalStatus.Applied, r
+        wait_until(lambda: all(mpg.get_peer_state(c, [2, 3])), "c joiners")
+        r = mpg.recover_ranks(c, [2, 3])
+        assert r.status == ProposalStatus.Applied, r
+    else:
+        hub_get("primary/0")
+        hub_get("primary/1")
+        init(rank, 4, port, opts(i32(0, 0, 0, 0), True, 4))
+        a = dist.new_group([0, 2], backend="mooncake-cpu", pg_options=opts(i32(0, 0), True, 2))
+        b = dist.new_group([1, 3], backend="mooncake-cpu", pg_options=opts(i32(0, 0), True, 2))
+        c = dist.new_group([0, 1, 2, 3], backend="mooncake-cpu", pg_options=opts(4, True))
+        s, _ = all_reduce(rank + 1.0)
+        assert s == rank + 1.0, "joiners are local-only"
+        mpg.join_group(WORLD())
+        mpg.join_group(a if rank == 2 else b)
+        mpg.join_group(c)
+    s, _ = all_reduce(rank + 1.0)
+    assert s == 10.0, s
+    if rank in (0, 2):
+        s, _ = all_reduce(rank + 1.0, a)
+        assert s == 4.0, s
+    else:
+        s, _ = all_reduce(rank + 1.0, b)
+        assert s == 6.0, s
+    s, _ = all_reduce(rank + 1.0, c)
+    assert s == 10.0, s
+    # P2P inside c between a primary and a joiner (group ranks).
+    if rank == 1:
+        dist.send(torch.tensor([7.0]), group_dst=3, group=c)
+    elif rank == 3:
+        got = torch.zeros(1)
+        dist.recv(got, group_src=1, group=c)
+        eq(got, 7.0, "P2P in a subgroup after extension")
+    for g in (c, b, a):
+        if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER:
+            dist.destroy_process_group(g)
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------- failure-handling modes
+def failure_modes(rank: int, world: int, port: int) -> None:
+    """Upstream's three failure-handling modes, one SIGKILL observed by three
+    groups: WORLD (PG-managed, synchronized: the mask is updated before the
+    failed op's wait() returns), ``deferred`` (PG-managed, deferred: the op
+    returns its hint; ``sync_after_failure`` applies the coordinator's view)
+    and ``manual`` (framework-managed: only hints; ``deactivate_ranks``
+    evicts). ``local_success``/``failed_ranks_hint`` on collective and P2P
+    Works."""
+    assert world == 4
+    victim = 3
+    mpg.set_collective_timeout_us(600_000_000)
+    mpg.set_p2p_timeout_us(600_000_000)
+    mpg.set_fault_reconciliation_window_us(600_000_000)
+    init(rank, 4, port)  # default options: synchronized mode
+    deferred = dist.new_group(
+        [0, 1, 2, 3],
+        backend="mooncake-cpu",
+        pg_options=MooncakeBackendOptions(4, False, True, False),
+    )
+    manual = dist.new_group(
+        [0, 1, 2, 3],
+        backend="mooncake-cpu",
+        pg_options=MooncakeBackendOptions(4, False, False, False),
+    )
+    for g in (None, deferred, manual):
+        s, w = all_reduce(rank + 1.0, g)
+        assert s == 10.0 and mpg.get_local_success(w)
+    if rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    survivors = 1 + 2 + 3
+    dead = i32(0, 0, 0, 1)
+    # Synchronized: the failed op completes after the view is applied.
+    s, w = all_reduce(rank + 1.0)
+    assert s == survivors
+    if not mpg.get_local_success(w):
+        eq(mpg.get_failed_ranks_hint(w), dead, "sync hint")
+    eq(mpg.get_active_ranks(WORLD()), 1 - dead, "sync mode: mask before wait() returned")
+    assert mpg.get_current_epoch(WORLD()) == 1 and dist.get_world_size() == 3
+    # Deferred: same data-plane result, without waiting for reconciliation;
+    # the view is applied by the time sync_after_failure returns.
+    s, w = all_reduce(rank + 1.0, deferred)
+    assert s == survivors
+    if not mpg.get_local_success(w):
+        eq(mpg.get_failed_ranks_hint(w), dead, "deferred hint")
+    r = mpg.sync_after_failure(deferred)
+    assert r.status in (SyncAfterFailureStatus.Reconciled, SyncAfterFailureStatus.NoPending), r
+    eq(mpg.get_active_ranks(deferred), 1 - dead, "deferred mask after sync")
+    assert mpg.get_current_epoch(deferred) == 1
+    s, w = all_reduce(rank + 1.0, deferred)
+    assert s == survivors and mpg.get_local_success(w)
+    # Framework-managed: hints only, every time, until the framework evicts.
+    for _ in range(2):
+        s, w = all_reduce(rank + 1.0, manual)
+        assert s == survivors
+        eq(mpg.get_failed_ranks_hint(w), dead, "manual hint")
+        r = mpg.sync_after_failure(manual)
+        assert r.status != SyncAfterFailureStatus.Rejected, r
+        eq(mpg.get_active_ranks(manual), i32(1, 1, 1, 1), "manual mask unchanged")
+        assert mpg.get_current_epoch(manual) == 0 and dist.get_world_size(manual) == 4
+    if rank == 0:
+        w = dist.isend(torch.ones(1), victim, group=manual)
+        w.wait()
+        assert not mpg.get_local_success(w)
+        eq(mpg.get_failed_ranks_hint(w), dead, "manual P2P hint")
+    hub_barrier("manual-checked", rank, 3)
+    if rank == 1:
+        r = mpg.deactivate_ranks(manual, [victim])
+        assert r.status == ProposalStatus.Applied and r.new_epoch == 1, r
+    else:
+        wait_until(lambda: mpg.get_current_epoch(manual) == 1, "the eviction")
+    eq(mpg.get_active_ranks(manual), 1 - dead, "manual mask after deactivate_ranks")
+    s, w = all_reduce(rank + 1.0, manual)
+    assert s == survivors and mpg.get_local_success(w)
+    r = mpg.sync_after_failure(WORLD())
+    assert r.status == SyncAfterFailureStatus.NoPending, r
+    # Rank 0 hosts the coordinator: nobody tears down before every survivor
+    # is done asking it.
+    hub_barrier("synced", rank, 3)
+    dist.destroy_process_group(manual)
+    dist.destroy_process_group(deferred)
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------- SIGSTOP
+def sigstop(rank: int, world: int, port: int) -> None:
+    """A rank frozen with SIGSTOP (its connections stay open) is detected by
+    silence within the configured timeout and excluded by every survivor."""
+    assert world == 3
+    frozen = 2
+    init(rank, 3, port)
+    hub_set(f"pid/{rank}", str(os.getpid()))
+    s, _ = all_reduce(rank + 1.0)
+    assert s == 6.0
+    dist.barrier()
+    if rank == frozen:
+        hub_get("never")  # blocks until the harness kills this process
+    if rank == 0:
+        os.kill(int(hub_get(f"pid/{frozen}")), signal.SIGSTOP)
+    s, w = all_reduce(rank + 1.0)
+    assert s in (3.0, 6.0), s
+    s, w = all_reduce(rank + 1.0)
+    assert s == 3.0 and mpg.get_local_success(w), s
+    eq(mpg.get_active_ranks(WORLD()), i32(1, 1, 0), "frozen rank excluded")
+    assert dist.get_world_size() == 2
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------- bad input
+def elastic_bad_input(rank: int, world: int, port: int) -> None:
+    """Each elastic misuse fails with a clear error or a Rejected response,
+    without hanging: join_group on an active rank; activating a rank that
+    never registered; joining beyond capacity; join_group with nobody
+    activating (TimeoutError); a subgroup created with a different shape on
+    different ranks; a collective racing a membership change."""
+    assert world == 4
+    if rank == 3:
+        hub_get("ready")
+        # Joining beyond the group's capacity (3): refused at init.
+        msg = expect(
+            Exception,
+            lambda: init(3, 4, port, MooncakeBackendOptions(4, True)),
+            "joining beyond capacity",
+        )
+        assert "beyond the capacity" in msg, msg
+        hub_set("beyond-done")
+        # A later joiner at slot 2... is not possible either (slot 2 is active).
+        return
+    init(rank, 3, port, MooncakeBackendOptions(3))
+    pg = WORLD()
+    msg = expect(RuntimeError, lambda: mpg.join_group(pg), "join_group on an active rank")
+    assert "already an active member" in msg, msg
+    if rank == 0:
+        hub_set("ready")
+        hub_get("beyond-done")
+    dist.barrier()
+    # Activating a rank that never registered: Rejected with a reason, at once.
+    r = mpg.activate_ranks(pg, [2]) if rank == 1 else None
+    if r is not None:
+        assert r.status == ProposalStatus.Applied, "already-active ranks are a no-op"
+    # (Capacity 3: slot 3 does not exist.)
+    expect(ValueError, lambda: mpg.activate_ranks(pg, [3]), "rank beyond capacity")
+    expect(ValueError, lambda: mpg.get_peer_state(pg, [5]), "peer state beyond capacity")
+    expect(ValueError, lambda: mpg.extend_group_size_to(pg, 2), "shrinking capacity")
+    expect(ValueError, lambda: mpg.extend_group_size_to(pg, 65), "capacity above 64")
+    mpg.extend_group_size_to(pg, 3)  # same size: no-op
+    # Raise capacity locally (spec F6): V and the mask are unchanged.
+    mpg.extend_group_size_to(pg, 4)
+    eq(mpg.get_active_ranks(pg), i32(1, 1, 1, 0), "mask after extend")
+    assert dist.get_world_size() == 3
+    r = mpg.activate_ranks(pg, [3])
+    assert r.status == ProposalStatus.Rejected and "no registered process" in r.reject_reason, r
+    assert r.new_epoch == 0
+    # A subgroup whose shape differs between ranks: a clear error on every
+    # rank within the timeout, no hang.
+    ranks = [0, 1] if rank == 0 else [0, 1, 2]
+    msg = expect(
+        Exception,
+        lambda: dist.new_group(
+            ranks, backend="mooncake-cpu", timeout=datetime.timedelta(seconds=5)
+        ),
+        "mismatched subgroup",
+    )
+    assert "disagree" in msg or "timed out" in msg, msg
+    hub_barrier("after-mismatch", rank, 3)
+    # A collective racing a membership change: async ops issued before the
+    # proposal run under the old view; the proposal waits for its target.
+    works = []
+    for i in range(4):
+        t = torch.tensor([rank + 1.0 + i])
+        works.append((t, i, dist.all_reduce(t, async_op=True)))
+    if rank == 2:
+        r = mpg.deactivate_ranks(pg, [2])
+        assert r.status == ProposalStatus.Applied, r
+    for t, i, w in works:
+        w.wait()
+        assert float(t) == 6.0 + 3 * i, (float(t), i)
+    wait_until(lambda: mpg.get_current_epoch(pg) == 1, "deactivation")
+    if rank == 2:
+        # join_group with nobody activating: TimeoutError, bounded.
+        t0 = time.monotonic()
+        expect(TimeoutError, lambda: mpg.join_group(pg, timeout=2), "join_group timeout")
+        assert time.monotonic() - t0 < 60
+        hub_set("join-timed-out")
+        s, _ = all_reduce(3.0)
+        assert s == 3.0
+    else:
+        hub_get("join-timed-out")
+        s, _ = all_reduce(rank + 1.0)
+        assert s == 3.0, s
+        # Rank 2 is alive but did not call join_group: activation waits for it
+        # up to the admission timeout (2 s here), then gives up.
+        if rank == 0:
+            r = mpg.activate_ranks(pg, [2])
+            assert r.status == ProposalStatus.Rejected and "join_group" in r.reject_reason, r
+    hub_barrier("end", rank, 3)
+    dist.destroy_process_group()
+
+
+def racing_threads(rank: int, world: int, port: int) -> None:
+    """Collectives issued from the main thread while another thread on rank 0
+    deactivates rank 2: every op runs under exactly one view on every rank
+    (per-op results agree across ranks), and nothing hangs."""
+    assert world == 3
+    init(rank, 3, port, MooncakeBackendOptions(3))
+    pg = WORLD()
+    results: list[float] = []
+
+    def churn() -> None:
+        r = mpg.deactivate_ranks(pg, [2])
+        assert r.status == ProposalStatus.Applied, r
+
+    th = threading.Thread(target=churn) if rank == 0 else None
+    for i in range(30):
+        if th is not None and i == 5:
+            th.start()
+        s, _ = all_reduce(rank + 1.0)
+        results.append(s)
+    if th is not None:
+        th.join()
+    wait_until(lambda: mpg.get_current_epoch(pg) == 1, "the deactivation")
+    _hub().set(hub_key(f"results/{rank}"), ",".join(str(x) for x in results))
+    # Before the switch all three sum to 6; after it ranks 0 and 1 sum to 3
+    # and rank 2 (local-only) gets its own 3: the lists agree op by op.
+    for other in range(3):
+        theirs = [float(x) for x in hub_get(f"results/{other}").split(",")]
+        assert results == theirs, (rank, other, results, theirs)
+    k = results.index(3.0) if 3.0 in results else len(results)
+    assert all(x == 6.0 for x in results[:k]) and all(x == 3.0 for x in results[k:]), results
+    hub_barrier("end", rank, 3)
+    dist.destroy_process_group()
