@@ -38,5 +38,8 @@ def test_gil_released_during_tcp_get_into(
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["n"] == [SIZE, SIZE]
     assert out["match"] is True
-    # Two trials; a busy 2-core machine may deschedule us once, a held GIL stalls both.
-    assert min(out["max_gap_ms"]) <= 50.0, out["max_gap_ms"]
+    # The main thread ran while the reader was inside get_into: the call
+    # released the GIL (with it held, no stamp can fall inside the call; see
+    # gil_probe.py). Any one trial suffices: a busy 2-core machine may keep
+    # the main thread off the CPU for a whole call, a held GIL blocks every trial.
+    assert max(out["inside"]) >= 1, out

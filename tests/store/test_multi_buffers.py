@@ -429,3 +429,37 @@ def test_cross_process_round_trip(
     assert owner.call("check_pattern", key="p", size=total, seed=22) == {"n": total, "match": True}
     r = owner.call("multi_check_pattern", key="p", sizes=list(reversed(sizes)), seed=22)
     assert r == {"n": total, "match": True}
+
+
+def test_batches_into_one_owner_with_a_cluster_token(
+    master_factory: Callable[..., Master],
+    store_factory: StoreFactory,
+    child_factory: Callable[..., Child],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+) -> None:
+    """With a cluster token every TCP write needs the master's ticket for its
+    range: a batch whose values all land in one owner's segment (multi-buffer
+    and single-buffer batch puts) is still written, one ticketed request per
+    replica, and the owner reads every byte back."""
+    token = tmp_path / "cluster.token"
+    token.write_text("kv batch token\n")
+    m = master_factory(auth_token_file=str(token))
+    owner = child_factory({"MC_AUTH_TOKEN_FILE": str(token), "MC_STORE_SAME_HOST": "off"})
+    assert owner.setup(m) == 0
+    monkeypatch.setenv("MC_AUTH_TOKEN_FILE", str(token))
+    monkeypatch.setenv("MC_STORE_SAME_HOST", "off")
+    s = store_factory(m, global_segment_size=0)
+    keys = [f"tokmb{i}" for i in range(6)]
+    splits = [cut(7, i) for i in range(6)]
+    put_values(s, keys, splits, seed=40)
+    for i, (k, sizes) in enumerate(zip(keys, splits)):
+        r = owner.call("check_pattern", key=k, size=sum(sizes), seed=40 + i)
+        assert r == {"n": sum(sizes), "match": True}
+    single = [f"tokb{i}" for i in range(5)]
+    sizes = [4096 * (i + 1) + i for i in range(5)]
+    bufs = [np.frombuffer(pattern(n, 50 + i), np.uint8).copy() for i, n in enumerate(sizes)]
+    assert s.batch_put_from(single, [ptr(b) for b in bufs], sizes) == [0] * 5
+    for i, (k, n) in enumerate(zip(single, sizes)):
+        assert owner.call("check_pattern", key=k, size=n, seed=50 + i) == {"n": n, "match": True}
+    assert s.get_client_stats()["bytes_written_tcp"] >= sum(sizes) + sum(map(sum, splits))

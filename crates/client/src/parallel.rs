@@ -266,4 +266,32 @@ mod tests {
         }
         assert_eq!(at, 100 + (9 << 20));
     }
+
+    #[test]
+    fn run_all_keeps_task_order_and_runs_each_once() {
+        let ran = AtomicUsize::new(0);
+        let tasks: Vec<u64> = (0..7).collect();
+        let out = run_all(&tasks, tasks.len(), |&t| {
+            ran.fetch_add(1, Ordering::Relaxed);
+            t * 10
+        });
+        assert_eq!(out, vec![0, 10, 20, 30, 40, 50, 60]);
+        assert_eq!(ran.load(Ordering::Relaxed), 7);
+        assert_eq!(run_all(&[3u64], 1, |&t| t + 1), vec![4]);
+    }
+
+    #[test]
+    fn run_all_runs_tasks_at_once() {
+        // Two tasks that each wait for the other to start: they finish only
+        // if they run at the same time (the caller and one helper).
+        let started = AtomicUsize::new(0);
+        let out = run_all(&[0u8, 1u8], 2, |&t| {
+            started.fetch_add(1, Ordering::SeqCst);
+            while started.load(Ordering::SeqCst) < 2 {
+                std::thread::yield_now();
+            }
+            t
+        });
+        assert_eq!(out, vec![0, 1]);
+    }
 }

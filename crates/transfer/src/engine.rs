@@ -169,22 +169,33 @@ impl TransferEngine {
     /// Every `op.local_ptr..+len` must be readable.
     pub unsafe fn write(&self, seg: &SegmentRef, ops: &[Op]) -> Result<Path, ErrorCode> {
         if let Some((mem, path)) = self.memory_for(seg)? {
-            for o in ops {
-                if !mem.check_range(o.seg_offset, o.len) {
-                    return Err(ErrorCode::InvalidParams);
-                }
-                // SAFETY: the range lies in the mapping (checked above) and
-                // the caller guarantees the source is readable.
+            if ops.iter().any(|o| !mem.check_range(o.seg_offset, o.len)) {
+                return Err(ErrorCode::InvalidParams);
+            }
+            // Ops that continue one another in the segment (the buffers of
+            // one multi-buffer value) are written as one run: one residency
+            // check and one vectored pwrite, or one map_range.
+            let mut pieces: Vec<(*const u8, u64)> = Vec::new();
+            for run in contiguous_runs(ops) {
+                let start = run[0].seg_offset;
+                let total: u64 = run.iter().map(|o| o.len).sum();
+                pieces.clear();
+                pieces.extend(run.iter().map(|o| (o.local_ptr as *const u8, o.len)));
+                // SAFETY: every op's range lies in the mapping (checked
+                // above), so does the run they tile; the caller guarantees
+                // the sources are readable.
                 unsafe {
-                    if !mem.write_fresh(o.seg_offset, o.local_ptr as *const u8, o.len) {
+                    if !mem.write_fresh_run(start, &pieces) {
                         // Pages in memory but not mapped here fault in 16 at
                         // a time instead of one per store.
-                        mem.map_range(o.seg_offset, o.len);
-                        copy(
-                            o.local_ptr as *const u8,
-                            mem.base().add(o.seg_offset as usize),
-                            o.len,
-                        );
+                        mem.map_range(start, total);
+                        for o in run {
+                            copy(
+                                o.local_ptr as *const u8,
+                                mem.base().add(o.seg_offset as usize),
+                                o.len,
+                            );
+                        }
                     }
                 }
             }
@@ -197,6 +208,12 @@ impl TransferEngine {
         })?;
         Ok(Path::Tcp)
     }
+}
+
+/// `ops` cut into maximal runs whose segment ranges follow one another
+/// (each op starting where the previous one ended), in order.
+fn contiguous_runs(ops: &[Op]) -> impl Iterator<Item = &[Op]> {
+    ops.chunk_by(|a, b| a.seg_offset.checked_add(a.len) == Some(b.seg_offset))
 }
 
 /// memcpy, using two threads for large copies.
@@ -280,4 +297,36 @@ fn tcp_parallel(
             .collect()
     });
     results.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(seg_offset: u64, len: u64) -> Op {
+        Op {
+            seg_offset,
+            local_ptr: 0,
+            len,
+        }
+    }
+
+    #[test]
+    fn runs_follow_segment_offsets() {
+        let ops = [
+            op(0, 10),
+            op(10, 5),
+            op(15, 1),
+            op(100, 4),
+            op(50, 50),
+            op(104, 0),
+            op(104, 8),
+            op(u64::MAX - 1, 1),
+            op(u64::MAX, 1),
+        ];
+        let lens: Vec<usize> = contiguous_runs(&ops).map(<[Op]>::len).collect();
+        // [0,10)+[10,15)+[15,16) | [100,104) | [50,100) | [104,104)+[104,112) | ...
+        assert_eq!(lens, vec![3, 1, 1, 2, 2]);
+        assert_eq!(contiguous_runs(&[]).count(), 0);
+    }
 }

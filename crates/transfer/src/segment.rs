@@ -6,7 +6,7 @@ use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -17,6 +17,9 @@ const MAP_CHUNK: u64 = 64 << 10;
 /// Copies at least this large into never-written segment pages go through
 /// `pwrite` (below it, the few pages a copy touches fault in about as fast).
 const PWRITE_MIN: u64 = 16 << 10;
+
+/// Most pieces one `pwritev` call takes (Linux's `UIO_MAXIOV`).
+const IOV_MAX: usize = 1024;
 
 /// `false` when `MC_STORE_PWRITE=off` (read once).
 fn pwrite_enabled() -> bool {
@@ -87,12 +90,13 @@ fn page_size() -> usize {
     })
 }
 
+#[cfg(test)]
 /// `pwrite` `src..+len` at `offset`, retrying on `EINTR` and short writes;
 /// returns the number of bytes written (less than `len` after an error).
 ///
 /// # Safety
 /// `src..src+len` must be readable.
-unsafe fn pwrite_all(fd: RawFd, src: *const u8, len: u64, offset: u64) -> u64 {
+unsafe fn pwrite_all(fd: std::os::fd::RawFd, src: *const u8, len: u64, offset: u64) -> u64 {
     let mut done = 0u64;
     while done < len {
         // SAFETY: `src + done .. src + len` is inside the caller's readable range.
@@ -225,9 +229,25 @@ impl Segment {
     /// Write `len` bytes from `src` into the segment at `offset` (a range
     /// that `check_range` accepted) with `pwrite` through the memfd, when
     /// the range is at least [`PWRITE_MIN`] bytes and its pages have never
-    /// been written (sampled at the first, middle and last page); returns
-    /// `false`, having written nothing, otherwise: the caller then copies
-    /// through the mapping (after [`Segment::map_range`]).
+    /// been written: [`Segment::write_fresh_run`] with one piece.
+    ///
+    /// # Safety
+    /// `src..src+len` must be readable, and the range must lie in the segment.
+    pub unsafe fn write_fresh(&self, offset: u64, src: *const u8, len: u64) -> bool {
+        // SAFETY: the caller's contract, for the one piece.
+        unsafe { self.write_fresh_run(offset, &[(src, len)]) }
+    }
+
+    /// Write a run of sources, laid end to end in the segment from `offset`
+    /// (a range that `check_range` accepted), with vectored `pwritev` calls
+    /// through the memfd (at most `IOV_MAX` pieces per call), when the run
+    /// is at least [`PWRITE_MIN`] bytes and its pages have never been
+    /// written (sampled at the first, middle and last page, once for the
+    /// whole run); returns `false`, having written nothing, otherwise: the
+    /// caller then copies through the mapping (after
+    /// [`Segment::map_range`]). A value written from many buffers (a
+    /// layer-first KV page is 61 of them) costs one residency check and one
+    /// system call instead of one or more per buffer.
     ///
     /// For never-touched pages the kernel allocates each page and fills it
     /// in one step, without the page fault, page-table update and zero-fill
@@ -235,29 +255,70 @@ impl Segment {
     /// 2x faster on a 2-core VM, where page-table updates are expensive).
     /// The written range is then mapped here ([`Segment::map_range`]), so
     /// that reading it back in this process runs at memory speed instead of
-    /// faulting on the way. On a `pwrite` error the rest is copied through
-    /// the mapping. `MC_STORE_PWRITE=off` disables this path.
+    /// faulting on the way. On a `pwritev` error or short write the rest is
+    /// copied through the mapping. `MC_STORE_PWRITE=off` disables this path.
     ///
     /// # Safety
-    /// `src..src+len` must be readable, and the range must lie in the segment.
-    pub unsafe fn write_fresh(&self, offset: u64, src: *const u8, len: u64) -> bool {
-        if len < PWRITE_MIN || !pwrite_enabled() || self.any_resident(offset, len) {
+    /// Every `src..src+len` of `pieces` must be readable, and
+    /// `offset..offset+sum(len)` must lie in the segment.
+    pub unsafe fn write_fresh_run(&self, offset: u64, pieces: &[(*const u8, u64)]) -> bool {
+        let total: u64 = pieces.iter().map(|p| p.1).sum();
+        if total < PWRITE_MIN || !pwrite_enabled() || self.any_resident(offset, total) {
             return false;
         }
-        // SAFETY: the caller guarantees `src..+len` is readable.
-        let done = unsafe { pwrite_all(self.file.as_raw_fd(), src, len, offset) };
-        if done < len {
-            // SAFETY: the rest of the caller's readable source, into the
-            // rest of a range the caller guarantees lies in the segment.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    src.add(done as usize),
-                    self.base().add((offset + done) as usize),
-                    (len - done) as usize,
-                )
+        let fd = self.file.as_raw_fd();
+        // Bytes of the run written so far; pieces below `next` are done.
+        let mut done = 0u64;
+        let mut next = 0usize;
+        let mut iov: Vec<libc::iovec> = Vec::with_capacity(pieces.len().min(IOV_MAX));
+        'calls: while next < pieces.len() {
+            iov.clear();
+            let mut want = 0u64;
+            for &(src, len) in pieces[next..].iter().take(IOV_MAX) {
+                iov.push(libc::iovec {
+                    iov_base: src as *mut libc::c_void,
+                    iov_len: len as usize,
+                });
+                want += len;
+            }
+            let r = loop {
+                // SAFETY: every iovec names a readable source (the caller's
+                // contract); the file range lies in the segment.
+                let r = unsafe {
+                    libc::pwritev(
+                        fd,
+                        iov.as_ptr(),
+                        iov.len() as libc::c_int,
+                        (offset + done) as libc::off_t,
+                    )
+                };
+                if r < 0
+                    && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+                {
+                    continue;
+                }
+                break r;
             };
+            if r < 0 || (r as u64) < want {
+                break 'calls;
+            }
+            done += want;
+            next += iov.len();
         }
-        self.map_range(offset, len);
+        if next < pieces.len() {
+            // A failed or short call: copy this call's pieces and the rest
+            // through the mapping (rewriting what the short call wrote).
+            let mut at = offset + done;
+            for &(src, len) in &pieces[next..] {
+                // SAFETY: the caller's readable source, into a range the
+                // caller guarantees lies in the segment.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(src, self.base().add(at as usize), len as usize)
+                };
+                at += len;
+            }
+        }
+        self.map_range(offset, total);
         true
     }
 
@@ -426,6 +487,40 @@ mod tests {
         // Now resident: left to the caller.
         assert!(s.any_resident(off as u64, len as u64));
         assert!(!fresh(off, len as u64));
+    }
+
+    #[test]
+    fn fresh_run_is_exact_across_iov_max() {
+        // 1100 pieces (more than one pwritev call takes) of mixed sizes,
+        // laid end to end from an odd offset; bytes around the run stay zero.
+        let sizes: Vec<usize> = (0..1100).map(|i| 1 + (i * 37) % 61).collect();
+        let total: usize = sizes.iter().sum();
+        assert!(total as u64 >= PWRITE_MIN && sizes.len() > IOV_MAX);
+        let bufs: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|j| (i * 13 + j) as u8 | 1).collect())
+            .collect();
+        let pieces: Vec<(*const u8, u64)> =
+            bufs.iter().map(|b| (b.as_ptr(), b.len() as u64)).collect();
+        let s = Segment::create(1 << 20).unwrap();
+        let off = 4096 + 3;
+        // SAFETY: every piece is a live Vec; the run lies in the segment.
+        assert!(unsafe { s.write_fresh_run(off as u64, &pieces) });
+        // SAFETY: the whole mapping, not written meanwhile.
+        let mem = unsafe { std::slice::from_raw_parts(s.base(), s.size() as usize) };
+        assert_eq!(&mem[off..off + total], &bufs.concat()[..]);
+        assert!(mem[..off].iter().all(|&b| b == 0));
+        assert!(mem[off + total..].iter().all(|&b| b == 0));
+        // Now resident (and mapped): left to the caller, nothing written.
+        // SAFETY: as above.
+        assert!(!unsafe { s.write_fresh_run(off as u64, &pieces) });
+        assert_eq!(read_faults(&s, off, total), 0);
+        // A run below PWRITE_MIN is left to the caller too.
+        let small = Segment::create(1 << 20).unwrap();
+        // SAFETY: as above.
+        assert!(!unsafe { small.write_fresh_run(0, &pieces[..3]) });
+        assert!(!small.any_resident(0, 4096));
     }
 
     /// Minor page faults taken by the calling thread so far.
