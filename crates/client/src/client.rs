@@ -20,6 +20,7 @@ use crate::metadata_pub::MetadataUrl;
 use crate::registered::Regions;
 use crate::staging::StagingArea;
 use crate::stats::ClientStats;
+use crate::wake::Wake;
 use mooncake_common::ledger::REPORT_CHUNK;
 use mooncake_common::proto::{MasterRequest, MasterResponse, SegmentDesc};
 use mooncake_common::{AuthKey, ErrorCode};
@@ -27,7 +28,7 @@ use mooncake_transfer::data_server::DataServer;
 use mooncake_transfer::same_host::{socket_name, MappingServer};
 use mooncake_transfer::segment::{register_local, unregister_local, Segment};
 use mooncake_transfer::TransferEngine;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
@@ -66,30 +67,6 @@ pub struct Client {
     /// Wakes the heartbeat early (leader change, broken ledger stream).
     wake: Arc<Wake>,
     ledger_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-}
-
-/// A flag a thread can sleep on until it is set or a timeout passes.
-#[derive(Default)]
-pub(crate) struct Wake {
-    set: Mutex<bool>,
-    cv: Condvar,
-}
-
-impl Wake {
-    /// Set the flag and wake the sleeper.
-    pub(crate) fn notify(&self) {
-        *self.set.lock() = true;
-        self.cv.notify_all();
-    }
-
-    /// Sleep until notified or `timeout`; clears the flag. True if notified.
-    pub(crate) fn wait(&self, timeout: Duration) -> bool {
-        let mut g = self.set.lock();
-        if !*g {
-            let _ = self.cv.wait_for(&mut g, timeout);
-        }
-        std::mem::take(&mut *g)
-    }
 }
 
 /// `health_check()`: healthy (store spec, "Lifecycle").

@@ -40,7 +40,7 @@ pub(crate) struct StreamCtx {
     pub closed: Arc<AtomicBool>,
     /// Woken when the stream breaks: the heartbeat checks on the master at
     /// once (a restarted master sees the remount sooner).
-    pub wake: Arc<crate::client::Wake>,
+    pub wake: Arc<crate::wake::Wake>,
 }
 
 /// Start the stream thread; it ends when `ctx.closed` is set.

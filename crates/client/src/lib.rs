@@ -29,6 +29,7 @@ mod result_pool;
 mod staging;
 mod stats;
 mod tensor_io;
+mod wake;
 mod writes;
 
 pub use client::{Client, StagedValue, HEALTHY, HEALTH_CLOSED, HEALTH_PING_FAILED};

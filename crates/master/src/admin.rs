@@ -16,6 +16,7 @@ use mooncake_common::ErrorCode;
 use serde::Serialize;
 
 use crate::listener::LimitedListener;
+pub use crate::metrics::GaugeSnapshot;
 use crate::metrics::{MasterMetrics, PROMETHEUS_CONTENT_TYPE};
 use mooncake_common::limits::ConnLimits;
 
@@ -28,31 +29,6 @@ pub struct ReplicaView {
     pub buffer_address: u64,
     /// `host:port` of the segment owner's data server.
     pub transport_endpoint: String,
-}
-
-/// Point-in-time values of the gauges exported by `/metrics`.
-#[derive(Default, Clone, Debug)]
-pub struct GaugeSnapshot {
-    /// Sum of allocated bytes over all segments.
-    pub allocated_bytes: u64,
-    /// Sum of mounted segment sizes.
-    pub total_capacity_bytes: u64,
-    /// Number of objects.
-    pub key_count: u64,
-    /// Number of soft-pinned objects.
-    pub soft_pin_key_count: u64,
-    /// Number of live clients.
-    pub active_clients: u64,
-    /// 1 while serving (HA leader, or a master without HA).
-    pub ha_is_leader: u64,
-    /// HA term served or last served.
-    pub ha_epoch: u64,
-    /// Elections won by this process.
-    pub ha_elections: u64,
-    /// Step-downs of this process.
-    pub ha_step_downs: u64,
-    /// Leader changes observed in etcd.
-    pub ha_leader_changes: u64,
 }
 
 /// What the admin server needs from the master state.

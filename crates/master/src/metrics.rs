@@ -11,7 +11,30 @@ use std::fmt::Write as _;
 
 use prometheus_client::metrics::counter::Counter;
 
-use crate::admin::GaugeSnapshot;
+/// Point-in-time values of the gauges exported by `/metrics`.
+#[derive(Default, Clone, Debug)]
+pub struct GaugeSnapshot {
+    /// Sum of allocated bytes over all segments.
+    pub allocated_bytes: u64,
+    /// Sum of mounted segment sizes.
+    pub total_capacity_bytes: u64,
+    /// Number of objects.
+    pub key_count: u64,
+    /// Number of soft-pinned objects.
+    pub soft_pin_key_count: u64,
+    /// Number of live clients.
+    pub active_clients: u64,
+    /// 1 while serving (HA leader, or a master without HA).
+    pub ha_is_leader: u64,
+    /// HA term served or last served.
+    pub ha_epoch: u64,
+    /// Elections won by this process.
+    pub ha_elections: u64,
+    /// Step-downs of this process.
+    pub ha_step_downs: u64,
+    /// Leader changes observed in etcd.
+    pub ha_leader_changes: u64,
+}
 
 /// Content type of [`MasterMetrics::encode`]'s output.
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";

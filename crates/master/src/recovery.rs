@@ -21,24 +21,14 @@ use crate::allocator::OffsetAllocator;
 use crate::durable::Waits;
 use crate::ledger_push::OwnerQueue;
 use crate::state::{
-    ClientEntry, Inner, MasterState, ObjStatus, Object, PendingPin, Replica, SegmentEntry,
+    ClientEntry, Inner, MasterState, ObjStatus, Object, PendingMount, PendingPin, Replica,
+    SegmentEntry,
 };
 use mooncake_common::ledger::{alloc_len, LedgerEntry};
 use mooncake_common::proto::SegmentDesc;
 use mooncake_common::ErrorCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// A remount whose report is still arriving.
-#[derive(Debug)]
-pub(crate) struct PendingMount {
-    /// The owning client.
-    pub client_id: String,
-    /// The segment.
-    pub desc: SegmentDesc,
-    /// Entries received so far.
-    pub entries: Vec<LedgerEntry>,
-}
 
 /// What adopting one report did.
 #[derive(Debug, Default, PartialEq, Eq)]

@@ -19,6 +19,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A remount whose report is still arriving.
+#[derive(Debug)]
+pub(crate) struct PendingMount {
+    /// The owning client.
+    pub client_id: String,
+    /// The segment.
+    pub desc: SegmentDesc,
+    /// Entries received so far.
+    pub entries: Vec<mooncake_common::ledger::LedgerEntry>,
+}
+
 /// A client silent this long has missed a heartbeat: its segments are
 /// suspect (placement avoids them while others fit).
 pub(crate) const SUSPECT_AFTER: Duration = Duration::from_millis(HEARTBEAT_INTERVAL_MS * 3 / 2);
@@ -120,7 +131,7 @@ pub(crate) struct Inner {
     /// Highest object version assigned or adopted.
     pub last_version: u64,
     /// Segments being remounted with a ledger report, not yet usable.
-    pub pending_mounts: HashMap<String, crate::recovery::PendingMount>,
+    pub pending_mounts: HashMap<String, PendingMount>,
     /// Memory ids of segments this master expired (their owners' ledgers
     /// are discarded if they come back), with when.
     pub expired_uuids: HashMap<String, Instant>,

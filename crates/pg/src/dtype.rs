@@ -181,7 +181,11 @@ pub(crate) fn check_reduction(dtype: DType, op: ReduceOp) -> Result<(), PgError>
         }
         _ => return Ok(()),
     };
-    Err(PgError::UnsupportedReduction { dtype, op, reason })
+    Err(PgError::UnsupportedReduction {
+        dtype: dtype.name(),
+        op: op.name(),
+        reason,
+    })
 }
 
 #[cfg(test)]

@@ -2,7 +2,6 @@
 //! (which rank, which sizes, which rule), so callers never re-derive it; the
 //! Python binding maps [`PgError::kind`] to an exception class in one place.
 
-use crate::dtype::{DType, ReduceOp};
 use mooncake_common::AuthKey;
 use std::sync::Arc;
 
@@ -61,10 +60,10 @@ pub enum PgError {
     /// A reduction that is not defined on this dtype.
     #[error("ReduceOp.{op} is not supported for dtype {dtype}: {reason}")]
     UnsupportedReduction {
-        /// The dtype.
-        dtype: DType,
-        /// The operator.
-        op: ReduceOp,
+        /// The dtype's name (`float32`).
+        dtype: &'static str,
+        /// The operator's name (`AVG`).
+        op: &'static str,
         /// Why not.
         reason: &'static str,
     },

@@ -2,23 +2,13 @@
 //! mapped memcpy, or TCP to the owner's data server (large transfers split
 //! across parallel connections).
 
+pub use crate::op::Op;
 use crate::same_host::{MapLookup, MappingCache};
 use crate::segment::{local_segment, Segment};
 use crate::tcp_pool::TcpPool;
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// One contiguous copy between a segment range and local memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Op {
-    /// Offset inside the segment.
-    pub seg_offset: u64,
-    /// Address in this process.
-    pub local_ptr: usize,
-    /// Bytes to copy.
-    pub len: u64,
-}
 
 /// Which data path a transfer took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 //! closed by the peer (data servers close connections idle for 60 s).
 
 use crate::data_proto::{encode_header, OP_READ, OP_WRITE};
-use crate::engine::Op;
+use crate::op::Op;
 use crate::sockio::{iov, recv_status_then, send_all};
 use mooncake_common::framing::{client_handshake, Service};
 use mooncake_common::limits::reusable;
