@@ -44,34 +44,7 @@ pub(crate) fn copy_threads() -> usize {
 /// bytes, every op cut into pieces of at most [`LOCAL_PIECE`] bytes, so that
 /// each part can be copied by its own thread.
 pub(crate) fn split_ops(ops: &[Op], parts: usize) -> Vec<Vec<Op>> {
-    let total: u64 = ops.iter().map(|o| o.len).sum();
-    let parts = parts.max(1) as u64;
-    let per = total.div_ceil(parts).max(1);
-    let mut out: Vec<Vec<Op>> = vec![Vec::new()];
-    let mut acc = 0u64;
-    for o in ops {
-        let mut o = *o;
-        while o.len > 0 {
-            let take = o.len.min(per - acc).min(LOCAL_PIECE);
-            if let Some(last) = out.last_mut() {
-                last.push(Op {
-                    seg_offset: o.seg_offset,
-                    local_ptr: o.local_ptr,
-                    len: take,
-                });
-            }
-            acc += take;
-            o.seg_offset += take;
-            o.local_ptr += take as usize;
-            o.len -= take;
-            if acc >= per {
-                out.push(Vec::new());
-                acc = 0;
-            }
-        }
-    }
-    out.retain(|p| !p.is_empty());
-    out
+    Op::split(ops, parts, LOCAL_PIECE)
 }
 
 /// Bytes of one part of a split local copy: parts are shared out

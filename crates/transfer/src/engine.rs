@@ -253,32 +253,11 @@ fn tcp_parallel(
     if parts_n <= 1 {
         return run(ops);
     }
-    let per = total.div_ceil(parts_n);
-    let mut parts: Vec<Vec<Op>> = vec![Vec::new()];
-    let mut acc = 0u64;
-    for o in ops {
-        let mut o = *o;
-        while o.len > 0 {
-            let room = per - acc;
-            let take = o.len.min(room);
-            if let Some(last) = parts.last_mut() {
-                last.push(Op {
-                    seg_offset: o.seg_offset,
-                    local_ptr: o.local_ptr,
-                    len: take,
-                });
-            }
-            acc += take;
-            o.seg_offset += take;
-            o.local_ptr += take as usize;
-            o.len -= take;
-            if acc >= per {
-                parts.push(Vec::new());
-                acc = 0;
-            }
-        }
-    }
-    parts.retain(|p| !p.is_empty());
+    let parts = Op::split(
+        ops,
+        usize::try_from(parts_n).unwrap_or(usize::MAX),
+        u64::MAX,
+    );
     let results: Vec<Result<(), ErrorCode>> = std::thread::scope(|sc| {
         let handles: Vec<_> = parts.iter().map(|p| sc.spawn(|| run(p))).collect();
         handles
