@@ -1,5 +1,6 @@
-//! Buffer-protocol input and output, through pyo3's supported
-//! [`PyBuffer`] only (no hand-written `Py_buffer` handling):
+//! Buffer-protocol input and output. Input goes through pyo3's supported
+//! [`PyBuffer`] only; the one hand-filled `Py_buffer` is [`export_bytes`],
+//! shared by every object that exports memory it owns:
 //!
 //! * [`ByteView`]: the C-order bytes of any buffer-protocol object,
 //!   whatever its element format (store spec, "Byte-value API": a value is
@@ -10,6 +11,9 @@
 //!   [`Half`]), with its elements as a slice ([`elements`], [`half_bits`]).
 //! * [`uninit_bytes`]: a new `bytes` object to be filled with the GIL
 //!   released (a read copies its value exactly once).
+//! * [`export_bytes`]: the one output side by hand — a writable 1-D byte
+//!   view of memory a Python object owns (`BufferHandle`, pooled tensor
+//!   results), for their `__getbuffer__`.
 //!
 //! A view holds the exporter's buffer until dropped, so the memory stays
 //! valid while the GIL is released around a client call; `PyBuffer` is
@@ -162,5 +166,52 @@ pub(crate) fn uninit_bytes(py: Python<'_>, n: usize) -> Option<(Py<PyBytes>, usi
         let data = pyo3::ffi::PyBytes_AsString(obj) as usize;
         let b: Bound<'_, PyBytes> = Bound::from_owned_ptr(py, obj).downcast_into_unchecked();
         Some((b.unbind(), data))
+    }
+}
+
+/// Fills `view` as a writable one-dimensional byte view of `buf[..len]`,
+/// owned by `owner` (stored in `view.obj`, so kept alive until the view is
+/// released), with `format` (a struct-module code such as `c"B"`) and the
+/// shape and strides given only when `flags` asks for them.
+///
+/// # Safety
+/// `view` must be a valid, non-null `Py_buffer` to fill, and `buf..buf+len`
+/// must stay valid, unmoved and writable for as long as `owner` lives.
+pub(crate) unsafe fn export_bytes(
+    view: *mut pyo3::ffi::Py_buffer,
+    owner: Bound<'_, PyAny>,
+    buf: *mut u8,
+    len: usize,
+    flags: std::ffi::c_int,
+    format: &'static CStr,
+) {
+    use pyo3::ffi;
+    let wants = |f: std::ffi::c_int| flags & f == f;
+    // SAFETY: the caller's contract: `view` is valid to write, the memory
+    // outlives `owner`, whose reference the view now holds.
+    unsafe {
+        (*view).obj = owner.into_ptr();
+        (*view).buf = buf.cast();
+        (*view).len = len as ffi::Py_ssize_t;
+        (*view).readonly = 0;
+        (*view).itemsize = 1;
+        (*view).format = if wants(ffi::PyBUF_FORMAT) {
+            format.as_ptr().cast_mut()
+        } else {
+            std::ptr::null_mut()
+        };
+        (*view).ndim = 1;
+        (*view).shape = if wants(ffi::PyBUF_ND) {
+            &mut (*view).len
+        } else {
+            std::ptr::null_mut()
+        };
+        (*view).strides = if wants(ffi::PyBUF_STRIDES) {
+            &mut (*view).itemsize
+        } else {
+            std::ptr::null_mut()
+        };
+        (*view).suboffsets = std::ptr::null_mut();
+        (*view).internal = std::ptr::null_mut();
     }
 }

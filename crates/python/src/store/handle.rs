@@ -3,13 +3,12 @@
 //! `close` or eviction, exported through the buffer protocol as a 1-D,
 //! itemsize 1, format `"b"`, writable buffer.
 
-use crate::buffer::ByteView;
+use crate::buffer::{export_bytes, ByteView};
 use mooncake_client::StagedValue;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use std::ffi::{c_char, c_int, c_void};
-use std::ptr;
+use std::ffi::c_int;
 
 /// The value returned by `get_buffer`: owns a private copy of the object's
 /// bytes (and its staging reservation), and exports them through the buffer
@@ -32,8 +31,6 @@ impl BufferHandle {
         }
     }
 }
-
-static FORMAT_B: &[u8; 2] = b"b\0";
 
 #[pymethods]
 impl BufferHandle {
@@ -82,34 +79,10 @@ impl BufferHandle {
             let data = &mut this.data;
             (data.as_mut_ptr(), data.len())
         };
-        // SAFETY: `view` is valid; `buf[..len]` is owned by `slf`, whose
-        // reference is stored in `view.obj` and kept until release. The
-        // vector is never resized, so the pointer stays valid.
-        unsafe {
-            (*view).obj = slf.into_any().into_ptr();
-            (*view).buf = buf as *mut c_void;
-            (*view).len = len as ffi::Py_ssize_t;
-            (*view).readonly = 0;
-            (*view).itemsize = 1;
-            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
-                FORMAT_B.as_ptr() as *mut c_char
-            } else {
-                ptr::null_mut()
-            };
-            (*view).ndim = 1;
-            (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
-                &mut (*view).len
-            } else {
-                ptr::null_mut()
-            };
-            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
-                &mut (*view).itemsize
-            } else {
-                ptr::null_mut()
-            };
-            (*view).suboffsets = ptr::null_mut();
-            (*view).internal = ptr::null_mut();
-        }
+        // SAFETY: `view` is valid (checked non-null, given by Python); the
+        // memory is owned by `slf`, never moves or shrinks, and lives as long
+        // as the reference the view keeps.
+        unsafe { export_bytes(view, slf.into_any(), buf, len, flags, c"b") };
         Ok(())
     }
 

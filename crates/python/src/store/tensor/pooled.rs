@@ -5,14 +5,14 @@
 //! using it is freed, the block goes back to the pool.
 
 use super::torch::{torch, torch_dtype};
+use crate::buffer::export_bytes;
 use mooncake_client::ResultBlock;
 use mooncake_tensor::DType;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use std::ffi::{c_char, c_int, c_void};
-use std::ptr;
+use std::ffi::c_int;
 
 /// Owner of one pooled result block, exported as a 1-D, itemsize 1,
 /// format `"B"`, writable buffer of the result's size.
@@ -20,8 +20,6 @@ use std::ptr;
 pub(crate) struct PooledMemory {
     block: ResultBlock,
 }
-
-static FORMAT_UB: &[u8; 2] = b"B\0";
 
 #[pymethods]
 impl PooledMemory {
@@ -43,36 +41,12 @@ impl PooledMemory {
         }
         let (buf, len) = {
             let this = slf.get();
-            (this.block.ptr(), this.block.len())
+            (this.block.ptr() as *mut u8, this.block.len() as usize)
         };
-        // SAFETY: `view` is valid; `buf..buf+len` is the block owned by
-        // `slf`, whose reference is stored in `view.obj` and kept until the
-        // view is released. The block never moves or shrinks.
-        unsafe {
-            (*view).obj = slf.into_any().into_ptr();
-            (*view).buf = buf as *mut c_void;
-            (*view).len = len as ffi::Py_ssize_t;
-            (*view).readonly = 0;
-            (*view).itemsize = 1;
-            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
-                FORMAT_UB.as_ptr() as *mut c_char
-            } else {
-                ptr::null_mut()
-            };
-            (*view).ndim = 1;
-            (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
-                &mut (*view).len
-            } else {
-                ptr::null_mut()
-            };
-            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
-                &mut (*view).itemsize
-            } else {
-                ptr::null_mut()
-            };
-            (*view).suboffsets = ptr::null_mut();
-            (*view).internal = ptr::null_mut();
-        }
+        // SAFETY: `view` is valid (checked non-null, given by Python); the
+        // memory is owned by `slf`, never moves or shrinks, and lives as long
+        // as the reference the view keeps.
+        unsafe { export_bytes(view, slf.into_any(), buf, len, flags, c"B") };
         Ok(())
     }
 
