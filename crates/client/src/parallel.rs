@@ -47,6 +47,32 @@ pub(crate) fn split_ops(ops: &[Op], parts: usize) -> Vec<Vec<Op>> {
     Op::split(ops, parts, LOCAL_PIECE)
 }
 
+/// The tasks of a batch of per-owner groups of ops (each given with
+/// whether its owner is reached locally or on this host): a large local
+/// group (at least [`PAR_LOCAL`] bytes) is shared out in parts
+/// ([`share_ops`]), any other group (a TCP owner, whose engine splits it
+/// over parallel connections, or a small group) is one task. Each task
+/// names its group. Also returns the workers for [`run_all`]: every unsplit
+/// group in flight at once, plus the copy threads if any group was split.
+pub(crate) fn group_tasks<'a>(
+    groups: impl IntoIterator<Item = (&'a [Op], bool)>,
+) -> (Vec<(usize, Vec<Op>)>, usize) {
+    let mut tasks: Vec<(usize, Vec<Op>)> = Vec::new();
+    let (mut split, mut whole) = (false, 0usize);
+    for (gi, (ops, local)) in groups.into_iter().enumerate() {
+        let bytes: u64 = ops.iter().map(|o| o.len).sum();
+        if local && bytes >= PAR_LOCAL {
+            tasks.extend(share_ops(ops).into_iter().map(|p| (gi, p)));
+            split = true;
+        } else {
+            tasks.push((gi, ops.to_vec()));
+            whole += 1;
+        }
+    }
+    let workers = if split { whole + copy_threads() } else { whole };
+    (tasks, workers)
+}
+
 /// Bytes of one part of a split local copy: parts are shared out
 /// dynamically, so a worker that starts late (waiting for a core on a busy
 /// machine) leaves its share to the others instead of holding up the call.

@@ -21,7 +21,7 @@
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::parallel::{copy_threads, run_all, share_ops, PAR_LOCAL};
+use crate::parallel::{group_tasks, run_all};
 use crate::writes::seg_ref;
 use mooncake_common::proto::{ObjectInfo, ReplicaLoc};
 use mooncake_common::ErrorCode;
@@ -259,22 +259,10 @@ impl Client {
         }
         // Spread big local/same-host groups over several threads; a TCP group
         // is one request (the engine splits it over parallel connections).
-        let mut tasks: Vec<(usize, Vec<Op>)> = Vec::new();
-        let (mut split, mut whole) = (false, 0usize);
-        for (gi, g) in groups.iter().enumerate() {
-            let bytes: u64 = g.ops.iter().map(|o| o.len).sum();
+        let (tasks, workers) = group_tasks(groups.iter().map(|g| {
             let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
-            if local && bytes >= PAR_LOCAL {
-                tasks.extend(share_ops(&g.ops).into_iter().map(|p| (gi, p)));
-                split = true;
-            } else {
-                tasks.push((gi, g.ops.clone()));
-                whole += 1;
-            }
-        }
-        // Every unsplit group (a TCP owner, a small group) in flight at once,
-        // plus the copy threads for the split ones.
-        let workers = if split { whole + copy_threads() } else { whole };
+            (g.ops.as_slice(), local)
+        }));
         let results = run_all(&tasks, workers, |(gi, part)| -> Result<(), ErrorCode> {
             let g = &groups[*gi];
             // SAFETY: destinations vouched for by our caller.

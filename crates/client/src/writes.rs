@@ -17,7 +17,7 @@
 use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
-use crate::parallel::{copy_threads, run_all, share_ops, PAR_LOCAL};
+use crate::parallel::{group_tasks, run_all};
 use mooncake_common::ledger::LedgerOp;
 use mooncake_common::proto::{
     MasterRequest, MasterResponse, PutStartItem, ReplicaLoc, WriteConfig,
@@ -510,22 +510,10 @@ impl Client {
                 groups[g].jobs.push(ji);
             }
         }
-        let mut tasks: Vec<(usize, Vec<Op>)> = Vec::new();
-        let (mut split, mut whole) = (false, 0usize);
-        for (gi, g) in groups.iter().enumerate() {
-            let bytes: u64 = g.ops.iter().map(|o| o.len).sum();
+        let (tasks, workers) = group_tasks(groups.iter().map(|g| {
             let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
-            if local && bytes >= PAR_LOCAL {
-                tasks.extend(share_ops(&g.ops).into_iter().map(|p| (gi, p)));
-                split = true;
-            } else {
-                tasks.push((gi, g.ops.clone()));
-                whole += 1;
-            }
-        }
-        // Every unsplit group (a TCP owner, a small group) in flight at once,
-        // plus the copy threads for the split ones.
-        let workers = if split { whole + copy_threads() } else { whole };
+            (g.ops.as_slice(), local)
+        }));
         let results = run_all(
             &tasks,
             workers,
