@@ -21,7 +21,7 @@ use crate::reader::answer_pulls;
 use crate::reduce;
 use crate::shared::{Links, Op, Shared};
 use crate::shm::PIECE;
-use crate::wire::{Hdr, FLAG_TAINT, KIND_ABORT, KIND_COLL, KIND_PONG, KIND_PULL_REQ};
+use crate::wire::{Hdr, FLAG_TAINT, KIND_ABORT, KIND_COLL, KIND_PULL_REQ};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,9 @@ struct Ctx<'a> {
     lost: bool,
     /// Part of the output may include a failed rank's data and part not.
     partial: bool,
+    /// Peers a piece of this op came from (they completed every earlier
+    /// op: a completed-seq watermark carried by the pieces themselves).
+    heard: u64,
 }
 
 enum Cls {
@@ -136,6 +139,7 @@ pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
         mid_send,
         lost: false,
         partial: false,
+        heard: 0,
     };
     let result =
         plan::plan(&op.kind, me, &active, shared.cfg.small_bytes).and_then(|mut phases| {
@@ -152,25 +156,13 @@ pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
             }
         }
     }
-    if redo.is_some() {
-        // Done with our own copy; tell the peers they may release theirs.
-        shared.retain.ack(me, op.seq + 1);
+    // Acknowledgements: we are done with our own copy, and a peer that
+    // sent us a piece of this op completed every earlier one.
+    shared.retain.ack(me, op.seq + 1);
+    for q in (0..64).filter(|q| ctx.heard >> q & 1 == 1) {
+        shared.retain.ack(q, op.seq);
     }
     shared.retain.complete(op.seq);
-    if redo.is_some() {
-        let pong = Hdr {
-            kind: KIND_PONG,
-            seq: op.seq + 1,
-            ..Default::default()
-        };
-        for &q in active.iter().filter(|&&q| q != me) {
-            if let Some(l) = links.get(q).and_then(|l| l.as_ref()) {
-                if !l.is_dead() {
-                    let _ = l.write_frame(&pong, &[]);
-                }
-            }
-        }
-    }
     if fault::active() {
         fault::at_op(&shared.label, op.seq, Point::AfterSend);
     }
@@ -351,6 +343,7 @@ fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, PgError> {
                     // The sender's reduced chunk lost a contribution.
                     ctx.partial = true;
                 }
+                ctx.heard |= 1u64 << x.peer;
                 if h.len > 0 {
                     // SAFETY: `offset + len <= x.len` was checked above, so the
                     // write stays inside the op's output range (valid until
@@ -442,6 +435,7 @@ fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, PgError> {
                             return Err(mismatch(q));
                         }
                         front = Some(f);
+                        ctx.heard |= 1u64 << q;
                         break;
                     }
                 }

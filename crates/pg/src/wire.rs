@@ -31,8 +31,7 @@ pub(crate) const KIND_ABORT: u8 = 5;
 /// Liveness probe; the peer's reader answers with [`KIND_PONG`].
 pub(crate) const KIND_PING: u8 = 6;
 /// Answer to [`KIND_PING`]; `seq` is the sender's completed-op watermark
-/// (it finished every collective below `seq`). Also sent unasked when an op
-/// whose input peers retain completes.
+/// (it finished every collective below `seq`).
 pub(crate) const KIND_PONG: u8 = 7;
 /// Asks the peer for a byte range of its retained input of op `seq`.
 pub(crate) const KIND_PULL_REQ: u8 = 8;
