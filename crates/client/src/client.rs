@@ -68,7 +68,7 @@ pub struct Client {
     wake: Arc<Wake>,
     ledger_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Open put and get sessions (`batch_*_session_*`).
-    pub(crate) sessions: crate::sessions::Sessions,
+    pub(crate) sessions: crate::session_table::Sessions,
 }
 
 /// `health_check()`: healthy (store spec, "Lifecycle").

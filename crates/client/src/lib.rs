@@ -26,6 +26,7 @@ mod ranges;
 mod reads;
 mod registered;
 mod result_pool;
+mod session_table;
 mod sessions;
 mod staging;
 mod stats;

@@ -43,66 +43,13 @@ use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
 use crate::ranges::RangeOp;
+use crate::session_table::{GetSession, PutSession};
 use crate::writes::Pieces;
 use mooncake_common::proto::{MasterRequest, MasterResponse, ObjectInfo, PutStartItem, ReplicaLoc};
 use mooncake_common::ErrorCode;
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// A put session: the replicas PutStart reserved for the object.
-struct PutSession {
-    size: u64,
-    locs: Vec<ReplicaLoc>,
-}
-
-/// A get session: the object's cached lookup and when its lease runs out.
-struct GetSession {
-    info: ObjectInfo,
-    deadline: Instant,
-    /// Read ticket shared by the keys of one `batch_get_session_start`.
-    ticket: u64,
-}
-
-/// Open get sessions, and how many keys still hold each read ticket.
-#[derive(Default)]
-struct GetTable {
-    keys: HashMap<String, Arc<GetSession>>,
-    tickets: HashMap<u64, usize>,
-}
-
-impl GetTable {
-    /// Drop `key`'s session; the ticket it held when no key holds it any more.
-    fn remove(&mut self, key: &str) -> Option<u64> {
-        let s = self.keys.remove(key)?;
-        self.release(s.ticket)
-    }
-
-    fn release(&mut self, ticket: u64) -> Option<u64> {
-        let n = self.tickets.get_mut(&ticket)?;
-        *n -= 1;
-        if *n == 0 {
-            self.tickets.remove(&ticket);
-            (ticket != 0).then_some(ticket)
-        } else {
-            None
-        }
-    }
-
-    fn insert(&mut self, key: String, s: GetSession) -> Option<u64> {
-        *self.tickets.entry(s.ticket).or_insert(0) += 1;
-        let old = self.keys.insert(key, Arc::new(s))?;
-        self.release(old.ticket)
-    }
-}
-
-/// The open sessions of one client.
-#[derive(Default)]
-pub(crate) struct Sessions {
-    puts: Mutex<HashMap<String, Arc<PutSession>>>,
-    gets: Mutex<GetTable>,
-}
 
 /// One key's ranges as `(pointer, size, offset in the object)`, empty ones
 /// dropped, or why they are unusable.
@@ -639,33 +586,6 @@ mod tests {
         let e = ranges_of(&[8, 9], &[4], &[0], 16).unwrap_err();
         assert!(e.reason().contains("2 buffer pointers, 1 sizes"), "{e}");
         assert!(ranges_of(&[], &[], &[], 16).unwrap().is_empty());
-    }
-
-    #[test]
-    fn a_ticket_is_released_when_its_last_key_ends() {
-        let info = ObjectInfo {
-            size: 1,
-            replicas: Vec::new(),
-            lease_ttl_ms: 0,
-            read_ticket: 7,
-        };
-        let s = |t| GetSession {
-            info: info.clone(),
-            deadline: Instant::now(),
-            ticket: t,
-        };
-        let mut t = GetTable::default();
-        assert_eq!(t.insert("a".into(), s(7)), None);
-        assert_eq!(t.insert("b".into(), s(7)), None);
-        // A fresh session of "a" moves it to ticket 8.
-        assert_eq!(t.insert("a".into(), s(8)), None);
-        assert_eq!(t.remove("b"), Some(7));
-        assert_eq!(t.remove("b"), None);
-        assert_eq!(t.remove("a"), Some(8));
-        assert!(t.tickets.is_empty());
-        // Ticket 0 (nothing tracked) is never reported.
-        assert_eq!(t.insert("c".into(), s(0)), None);
-        assert_eq!(t.remove("c"), None);
     }
 
     #[test]
