@@ -117,16 +117,11 @@ def test_layerwise_round_trip_is_byte_exact(
     src = Pool(slots=10)
     for i, s in enumerate(src_slots):
         src.load(s, value_of(i))
-    rpcs0 = store.get_client_stats()["master_rpcs"]
     size = LAYERS * PAGE
     assert store.batch_put_session_start(keys, [size] * 4) == [0] * 4
-    rpcs1 = store.get_client_stats()["master_rpcs"]
     for layer in range(LAYERS):
         rcs = store.batch_put_from_multi_buffer_ranges(keys, *src.layer_args(layer, src_slots))
         assert rcs == [PAGE] * 4, (layer, rcs)
-    # Ranged writes go straight to the reserved replicas: no master RPC.
-    assert store.get_client_stats()["master_rpcs"] == rpcs1
-    assert rpcs1 - rpcs0 == 1
     assert store.batch_put_session_end(keys) == [0] * 4
     for i, k in enumerate(keys):
         assert store.get(k) == value_of(i).tobytes()
@@ -140,20 +135,47 @@ def test_layerwise_round_trip_is_byte_exact(
     assert rcs == [size] * 4
     for i, s in enumerate(dst_slots):
         assert np.array_equal(out.value(s), value_of(i))
-    # Per layer through a get session: one lookup, then no master RPC.
+    # Per layer through a get session.
     out = Pool(slots=10)
-    before = store.get_client_stats()["master_rpcs"]
-    assert store.batch_get_session_start(keys) == [0] * 4
-    after_start = store.get_client_stats()["master_rpcs"]
-    for layer in range(LAYERS):
-        rcs = store.batch_get_into_multi_buffer_ranges(keys, *out.layer_args(layer, dst_slots))
-        assert rcs == [PAGE] * 4, (layer, rcs)
-    assert store.get_client_stats()["master_rpcs"] == after_start == before + 1
-    assert store.batch_get_session_end(keys) == 0
+    session_read(store, keys, out, dst_slots)
     for i, s in enumerate(dst_slots):
         assert np.array_equal(out.value(s), value_of(i))
     untouched = [s for s in range(10) if s not in dst_slots]
     assert not out.arr[:, untouched, :].any(), "no byte landed outside the read slots"
+
+
+@pytest.mark.ours
+def test_one_master_rpc_per_session_and_none_per_layer(
+    long_master: Master, store_factory: StoreFactory
+) -> None:
+    """Start and end cost one RPC each; ranged calls go straight to the replicas."""
+    store = store_factory(long_master)
+    keys = [f"rpc-{i}" for i in range(3)]
+    pool = Pool(slots=3)
+
+    def rpcs() -> int:
+        return int(store.get_client_stats()["master_rpcs"])
+
+    r0 = rpcs()
+    assert store.batch_put_session_start(keys, [LAYERS * PAGE] * 3) == [0] * 3
+    r1 = rpcs()
+    for layer in range(LAYERS):
+        assert (
+            store.batch_put_from_multi_buffer_ranges(keys, *pool.layer_args(layer, [0, 1, 2]))
+            == [PAGE] * 3
+        )
+    assert rpcs() == r1 == r0 + 1
+    assert store.batch_put_session_end(keys) == [0] * 3
+    r2 = rpcs()
+    assert r2 == r1 + 1
+    assert store.batch_get_session_start(keys) == [0] * 3
+    r3 = rpcs()
+    for layer in range(LAYERS):
+        assert (
+            store.batch_get_into_multi_buffer_ranges(keys, *pool.layer_args(layer, [2, 1, 0]))
+            == [PAGE] * 3
+        )
+    assert rpcs() == r3 == r2 + 1
 
 
 @pytest.mark.parametrize("mode", ["auto", "off"])
@@ -179,8 +201,6 @@ def test_peer_reads_layers_through_its_own_session(
     assert r["codes"] == [[PAGE] * 3] * LAYERS
     assert r["end"] == 0
     assert r["match"]
-    if mode == "off":
-        assert peer.call("stats")["bytes_read_tcp"] >= 3 * LAYERS * PAGE
 
 
 def test_ranges_in_any_order_and_split(long_master: Master, store_factory: StoreFactory) -> None:
@@ -233,8 +253,8 @@ def test_reading_before_end_is_not_found(
 
 
 def test_revoke_frees_the_space(master: Master, store_factory: StoreFactory, key: K) -> None:
-    store = store_factory(master, global_segment_size=8 * MiB)
-    big = 5 * MiB
+    store = store_factory(master, global_segment_size=32 * MiB)
+    big = 20 * MiB
     data = pattern_array(big, 2)
     a, b = key("a"), key("b")
     assert store.batch_put_session_start([a], [big]) == [0]
@@ -245,7 +265,9 @@ def test_revoke_frees_the_space(master: Master, store_factory: StoreFactory, key
     assert store.is_exist(a) == 0
     assert store.get(a) == b""
     assert store.put_from(b, ptr(data), big) == 0
-    assert store.get(b) == data.tobytes()
+    out = np.zeros(big, np.uint8)
+    assert store.get_into(b, ptr(out), big) == big
+    assert np.array_equal(out, data)
     # A revoked key can be started again (here: no room until b goes).
     assert store.batch_put_session_start([a], [big]) == [-200]
     assert store.remove(b, True) == 0
@@ -265,6 +287,7 @@ def test_end_without_writing_keeps_the_size(
     assert len(store.get("unwritten")) == 4096
 
 
+@pytest.mark.ours
 def test_close_revokes_open_put_sessions(long_master: Master, store_factory: StoreFactory) -> None:
     a = store_factory(long_master)
     b = store_factory(long_master)
@@ -279,9 +302,14 @@ def test_close_revokes_open_put_sessions(long_master: Master, store_factory: Sto
 # ---------------------------------------------------------------- bad input
 
 
+@pytest.mark.parametrize("logged", [False, pytest.param(True, marks=pytest.mark.ours)])
 def test_put_session_codes(
-    long_master: Master, store_factory: StoreFactory, log: pytest.LogCaptureFixture
+    long_master: Master,
+    store_factory: StoreFactory,
+    log: pytest.LogCaptureFixture,
+    logged: bool,
 ) -> None:
+    """Upstream's codes; with ``logged``, one log line per failing call naming why."""
     store = store_factory(long_master)
     src = np.arange(8192, dtype=np.uint8)
     p = ptr(src)
@@ -294,7 +322,6 @@ def test_put_session_codes(
         (lambda: store.batch_put_session_start(["m1", "m2"], [10]), [-600, -600], "differ"),
         (lambda: store.batch_put_session_start(["z"], [0]), [-600], "size 0"),
         (lambda: store.batch_put_session_start([""], [10]), [-600], "empty key"),
-        (lambda: store.batch_put_session_start(["huge"], [1 << 40]), [-200], "NO_AVAILABLE"),
         (lambda: store.batch_put_session_start([], []), [], None),
         (
             lambda: store.batch_put_from_multi_buffer_ranges(["none"], [[p]], [[16]], [[0]]),
@@ -335,6 +362,8 @@ def test_put_session_codes(
         log.clear()
         assert call() == codes, reason
         recs = store_records(log)
+        if not logged:
+            continue
         if reason is None:
             assert recs == [], [r.getMessage() for r in recs]
         else:
@@ -352,11 +381,18 @@ def test_put_session_codes(
     assert store.get("k2") == src.tobytes()
     assert store.get("exists") == b"x" * 100
     assert store.batch_put_session_revoke(["d"]) == [0]
+    # Last: a failed allocation may start an eviction (upstream's evicts "exists").
+    assert store.batch_put_session_start(["huge"], [1 << 40]) == [-200]
 
 
+@pytest.mark.parametrize("logged", [False, pytest.param(True, marks=pytest.mark.ours)])
 def test_get_session_codes(
-    long_master: Master, store_factory: StoreFactory, log: pytest.LogCaptureFixture
+    long_master: Master,
+    store_factory: StoreFactory,
+    log: pytest.LogCaptureFixture,
+    logged: bool,
 ) -> None:
+    """Upstream's codes; with ``logged``, one log line per failing call naming why."""
     store = store_factory(long_master)
     data = pattern_array(8192, 9)
     assert store.put_from("g", ptr(data), 8192) == 0
@@ -401,6 +437,8 @@ def test_get_session_codes(
         log.clear()
         assert call() == codes, reason
         recs = store_records(log)
+        if not logged:
+            continue
         if reason is None:
             assert recs == [], [r.getMessage() for r in recs]
         else:
