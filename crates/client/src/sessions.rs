@@ -10,9 +10,9 @@
 //! one PutEnd (readable) or PutRevoke (gone, space freed). A get session is
 //! one replica lookup whose locations and lease are cached here, then
 //! ranged reads from the cached replica until the session ends or the lease
-//! runs out. Both maps are per client and behind a lock; transfers run
-//! outside it, one batched request per owner segment and no staging copy
-//! (`Client::write_located`, `Client::read_ranges`).
+//! runs out. Both tables (`session_table`) are per client and behind a
+//! lock; transfers run outside it, one batched request per owner segment
+//! and no staging copy (`Client::write_located`, `Client::read_ranges`).
 //!
 //! The rules are upstream's observable ones (its 0.3.13 wheel, probed):
 //! - lists of different lengths (keys vs. the outer lists, or keys vs.
