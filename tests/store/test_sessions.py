@@ -203,6 +203,40 @@ def test_peer_reads_layers_through_its_own_session(
     assert r["match"]
 
 
+@pytest.mark.ours
+def test_layers_into_a_tcp_owner_with_a_cluster_token(
+    master_factory: Callable[..., Master],
+    store_factory: StoreFactory,
+    child_factory: Callable[..., Child],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+) -> None:
+    """With a cluster token every TCP write needs the master's ticket for its
+    replica's range: ranged writes inside the reserved objects carry it, and
+    the owner reads every byte back."""
+    token = tmp_path / "cluster.token"
+    token.write_text("session token\n")
+    m = master_factory(auth_token_file=str(token), default_kv_lease_ttl=LONG_LEASE_MS)
+    owner = child_factory({"MC_AUTH_TOKEN_FILE": str(token), "MC_STORE_SAME_HOST": "off"})
+    assert owner.setup(m) == 0
+    monkeypatch.setenv("MC_AUTH_TOKEN_FILE", str(token))
+    monkeypatch.setenv("MC_STORE_SAME_HOST", "off")
+    store = store_factory(m, global_segment_size=0)
+    keys = [f"tok-{i}" for i in range(3)]
+    src = Pool(slots=4)
+    for i, slot in enumerate([3, 0, 2]):
+        src.load(slot, value_of(i, seed=70))
+    session_write(store, keys, src, [3, 0, 2])
+    for i, k in enumerate(keys):
+        r = owner.call("check_pattern", key=k, size=LAYERS * PAGE, seed=70 + i)
+        assert r == {"n": LAYERS * PAGE, "match": True}
+    out = Pool(slots=4)
+    session_read(store, keys, out, [1, 2, 3])
+    for i, slot in enumerate([1, 2, 3]):
+        assert np.array_equal(out.value(slot), value_of(i, seed=70))
+    assert store.get_client_stats()["bytes_written_tcp"] >= 3 * LAYERS * PAGE
+
+
 def test_ranges_in_any_order_and_split(long_master: Master, store_factory: StoreFactory) -> None:
     """A key's ranges may come in any order, several per call, of any size."""
     store = store_factory(long_master)
