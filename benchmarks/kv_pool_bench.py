@@ -24,6 +24,16 @@ whose value is the concatenation of 61 layer slices of 16 KiB (976 KiB), each
 slice in its own layer region of the K pool: ``batch_put_from_multi_buffers``
 and ``batch_get_into_multi_buffers`` (rows ``mb-*``, size ``61x16KiB``).
 
+The same layout through upstream's session API, as layer-wise KV pools
+drive it (rows ``sess-*``, size ``61x16KiB``): per batch a put session
+(``batch_put_session_start``), one ``batch_put_from_multi_buffer_ranges``
+per layer writing that layer's slice of every page of the batch at its
+offset, then ``batch_put_session_end``; reads likewise through a get
+session, one ``batch_get_into_multi_buffer_ranges`` per layer, in the same
+process and from the peer process.
+
+``--cases page,mb,session`` (default: all) picks the cases to run.
+
 ``ceiling`` rows measure the memory system in the same process, without the
 store: ``memmove`` into a fresh anonymous mapping (the first touch of each
 page, which upstream's segment pays), the same into touched pages,
@@ -230,6 +240,53 @@ def mb_scatter(np: Any, n: int, seed: int) -> tuple[list[int], list[int]]:
     return [int(x) for x in chosen[:n]], [int(x) for x in chosen[n:]]
 
 
+# ------------------------------------------------------------------ layer-wise sessions
+
+
+def sess_layer(pools: Pools, layer: int, slots: list[int]) -> tuple[Any, Any, Any]:
+    """One layer's (ptrs, sizes, offsets) for pages at ``slots``."""
+    reg = mb_region()
+    ptrs = [[pools.kp + layer * reg + s * MB_LAYER] for s in slots]
+    return ptrs, [[MB_LAYER]] * len(slots), [[layer * MB_LAYER]] * len(slots)
+
+
+def sess_backup(store: Any, pools: Pools, prefix: str, pages: list[int]) -> float:
+    size = MB_LAYERS * MB_LAYER
+    t0 = time.perf_counter()
+    for a, b in batches(len(pages)):
+        keys = [f"{prefix}:{p}" for p in pages[a:b]]
+        sb.check_all(
+            list(store.batch_put_session_start(keys, [size] * len(keys))),
+            0,
+            "batch_put_session_start",
+        )
+        for layer in range(MB_LAYERS):
+            rcs = store.batch_put_from_multi_buffer_ranges(
+                keys, *sess_layer(pools, layer, pages[a:b])
+            )
+            sb.check_all(list(rcs), MB_LAYER, "batch_put_from_multi_buffer_ranges")
+        sb.check_all(list(store.batch_put_session_end(keys)), 0, "batch_put_session_end")
+    return time.perf_counter() - t0
+
+
+def sess_prefetch(
+    store: Any, pools: Pools, prefix: str, pages: list[int], slots: list[int]
+) -> float:
+    t0 = time.perf_counter()
+    for a, b in batches(len(pages)):
+        keys = [f"{prefix}:{p}" for p in pages[a:b]]
+        sb.check_all(list(store.batch_get_session_start(keys)), 0, "batch_get_session_start")
+        for layer in range(MB_LAYERS):
+            rcs = store.batch_get_into_multi_buffer_ranges(
+                keys, *sess_layer(pools, layer, slots[a:b])
+            )
+            sb.check_all(list(rcs), MB_LAYER, "batch_get_into_multi_buffer_ranges")
+        rc = store.batch_get_session_end(keys)
+        if rc != 0:
+            raise RuntimeError(f"batch_get_session_end returned {rc}")
+    return time.perf_counter() - t0
+
+
 # ------------------------------------------------------------------ ceilings
 
 
@@ -293,7 +350,8 @@ def peer_main(args: argparse.Namespace) -> int:
             page, pages = msg["page"], msg["pages"]
             if msg.get("mb"):
                 _, slots = mb_scatter(np, len(pages), msg["seed"] + 1)
-                secs = [mb_prefetch(store, pools, msg["prefix"], pages, slots) for _ in range(3)]
+                read = sess_prefetch if msg.get("session") else mb_prefetch
+                secs = [read(store, pools, msg["prefix"], pages, slots) for _ in range(3)]
                 ok = mb_stamped(pools, slots, msg["tag"])
             else:
                 _, slots = scatter(np, page, len(pages), msg["seed"] + 1)
@@ -338,8 +396,9 @@ def side_main(args: argparse.Namespace) -> int:
         assert peer.stdin is not None and peer.stdout is not None
         if "ready" not in json.loads(peer.stdout.readline() or "{}"):
             raise RuntimeError("peer reader did not start")
+        cases = os.environ.get("KV_POOL_CASES", "page,mb,session").split(",")
         try:
-            for page, n in page_counts(args.quick).items():
+            for page, n in page_counts(args.quick).items() if "page" in cases else ():
                 src, dst = scatter(np, page, n, seed=page)
                 tag = page // KiB
                 nbytes = 2 * n * page
@@ -380,7 +439,10 @@ def side_main(args: argparse.Namespace) -> int:
                 runs = [ceilings(np, pools, page, n) for _ in range(reps)]
                 for name in runs[0]:
                     add(name, page, sb.median([r[name] for r in runs]), scenario="ceiling")
-            mb_case(args, rpc, meta, peer, pools, reps, add)
+            if "mb" in cases:
+                mb_case(args, rpc, meta, peer, pools, reps, add)
+            if "session" in cases:
+                mb_case(args, rpc, meta, peer, pools, reps, add, session=True)
         finally:
             peer.stdin.write(json.dumps({"op": "exit"}) + "\n")
             peer.stdin.flush()
@@ -397,9 +459,14 @@ def mb_case(
     pools: Pools | None,
     reps: int,
     add: Any,
+    session: bool = False,
 ) -> None:
-    """The layer-first rows: one key per page, 61 layer slices each."""
+    """The layer-first rows: one key per page, 61 layer slices each; with
+    ``session``, written and read layer by layer through sessions."""
     import numpy as np
+
+    put, get = (sess_backup, sess_prefetch) if session else (mb_backup, mb_prefetch)
+    row = "sess" if session else "mb"
 
     n = 96 if args.quick else 200
     src, dst = mb_scatter(np, n, seed=61)
@@ -414,36 +481,38 @@ def mb_case(
         else:
             pools.register(store)
         mb_stamp(pools, src, tag)
-        mb_backup(store, pools, "mbwarm", src[:2])  # connections
-        cold.append(mb_backup(store, pools, "mb", src))
-        rself.append(mb_prefetch(store, pools, "mb", src, dst))
+        put(store, pools, f"{row}warm", src[:2])  # connections
+        cold.append(put(store, pools, row, src))
+        mb_view(pools)[:, dst] = 0
+        rself.append(get(store, pools, row, src, dst))
         view = mb_view(pools)
         if not np.array_equal(view[:, src], view[:, dst]):
-            raise RuntimeError("mb-read-self: bytes differ from the backed-up pages")
-        msg = {"op": "read", "prefix": "mb", "page": 0, "pages": src, "mb": True}
-        peer.stdin.write(json.dumps(dict(msg, seed=61, tag=tag)) + "\n")
+            raise RuntimeError(f"{row}-read-self: bytes differ from the backed-up pages")
+        msg = {"op": "read", "prefix": row, "page": 0, "pages": src, "mb": True}
+        peer.stdin.write(json.dumps(dict(msg, seed=61, tag=tag, session=session)) + "\n")
         peer.stdin.flush()
         r = json.loads(peer.stdout.readline() or "{}")
         if r.get("ok"):
             rpeer.append(r["secs"])
         else:
-            # Upstream's wheel fails this read from the second process (-800
-            # for most keys of a batch of 976 KiB values written from 61
-            # buffers, while in-process reads of them succeed): keep the
-            # other cells and show the failure instead of a figure.
+            # Upstream's wheel fails the multi-buffer read from the second
+            # process (-800 for most keys of a batch of 976 KiB values
+            # written from 61 buffers, while in-process reads of them
+            # succeed): keep the other cells and show the failure instead
+            # of a figure.
             failures.append(str(r.get("error", r)))
         store.remove_all(True)
-        warm.append(mb_backup(store, pools, "mbw", src))
+        warm.append(put(store, pools, f"{row}w", src))
         store.remove_all(True)
         pools.unregister(store)
         store.close()
-    add("mb-backup-cold", MB_LABEL, nbytes / sb.median(cold) / 1e9)
-    add("mb-backup-warm", MB_LABEL, nbytes / sb.median(warm) / 1e9)
-    add("mb-read-self", MB_LABEL, nbytes / sb.median(rself) / 1e9)
+    add(f"{row}-backup-cold", MB_LABEL, nbytes / sb.median(cold) / 1e9)
+    add(f"{row}-backup-warm", MB_LABEL, nbytes / sb.median(warm) / 1e9)
+    add(f"{row}-read-self", MB_LABEL, nbytes / sb.median(rself) / 1e9)
     if rpeer:
-        add("mb-read-peer", MB_LABEL, nbytes / sb.median(rpeer) / 1e9)
+        add(f"{row}-read-peer", MB_LABEL, nbytes / sb.median(rpeer) / 1e9)
     for f in failures:
-        print(f"  kvpool mb-read-peer   {MB_LABEL:>9s} FAILED {f}", file=sys.stderr)
+        print(f"  kvpool {row}-read-peer {MB_LABEL:>9s} FAILED {f}", file=sys.stderr)
 
 
 def main() -> int:
@@ -451,6 +520,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", choices=["ours", "upstream"])
     ap.add_argument("--json", metavar="OUT")
+    ap.add_argument("--cases", help="comma-separated: page,mb,session (default: all)")
     ap.add_argument("--upstream-python", default=str(sb.UPSTREAM_VENV / "bin" / "python"))
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--master-bin", help=argparse.SUPPRESS)
@@ -460,6 +530,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.peer:
         return peer_main(args)
+    if args.cases:
+        os.environ["KV_POOL_CASES"] = args.cases  # the side processes inherit it
     if args.side:
         return side_main(args)
     return sb.compare(HERE, args)

@@ -453,6 +453,48 @@ def find_upstream_master(python: Path) -> str | None:
     return out or None
 
 
+class MachineLoad:
+    """What else the machine did while a side ran: the hypervisor's steal time
+    (``/proc/stat``) and CPU pressure (``/proc/pressure/cpu``, the share of
+    time some runnable task waited for a core). Printed under the table, so a
+    figure taken while the machine was busy or the host took the vCPUs shows."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.cpu0 = self._cpu()
+        self.psi0 = self._psi()
+
+    @staticmethod
+    def _cpu() -> list[int]:
+        try:
+            with open("/proc/stat") as f:
+                return [int(x) for x in f.readline().split()[1:9]]
+        except (OSError, ValueError):
+            return []
+
+    @staticmethod
+    def _psi() -> int | None:
+        try:
+            with open("/proc/pressure/cpu") as f:
+                some = f.readline().split()
+            return int(some[-1].split("=")[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def summary(self) -> str:
+        cpu1, psi1 = self._cpu(), self._psi()
+        parts = []
+        if self.cpu0 and cpu1:
+            d = [b - a for a, b in zip(self.cpu0, cpu1)]
+            total = sum(d) or 1
+            parts.append(f"busy {100 * (total - d[3] - d[4]) / total:.0f}%")
+            parts.append(f"steal {100 * d[7] / total:.1f}%")
+        if self.psi0 is not None and psi1 is not None:
+            wall_us = (time.monotonic() - self.t0) * 1e6 or 1
+            parts.append(f"cpu pressure {100 * (psi1 - self.psi0) / wall_us:.0f}%")
+        return ", ".join(parts) or "not available"
+
+
 def run_side(
     name: str, python: str, master: str, quick: bool, script: Path = HERE
 ) -> list[dict[str, Any]] | str:
@@ -532,23 +574,30 @@ def main() -> int:
 def compare(script: Path, args: argparse.Namespace) -> int:
     """Run ``script``'s side mode for ours and upstream, print one table (main of both benches)."""
     results: dict[str, list[dict[str, Any]] | str] = {}
+    loads: dict[str, str] = {}
     t0 = time.monotonic()
     if args.only in (None, "ours"):
         m = find_ours_master()
+        load = MachineLoad()
         results["ours"] = (
             run_side("ours", sys.executable, m, args.quick, script)
             if m
             else "mooncake_master not found"
         )
+        loads["ours"] = load.summary()
     if args.only in (None, "upstream"):
         up_py = Path(args.upstream_python)
         m = find_upstream_master(up_py) if up_py.exists() else None
+        load = MachineLoad()
         results["upstream"] = (
             run_side("upstream", str(up_py), m, args.quick, script)
             if m
             else f"upstream venv not found at {up_py} (run benchmarks/upstream_env.sh)"
         )
+        loads["upstream"] = load.summary()
     print_table(results)
+    for side, text in loads.items():
+        print(f"# machine while {side} ran: {text}")
     print(f"# total {time.monotonic() - t0:.0f}s{' (quick)' if args.quick else ''}")
     if args.json:
         with open(args.json, "w") as f:

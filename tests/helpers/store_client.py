@@ -128,6 +128,32 @@ class Client:
         gaps_zero = int(arr.sum(dtype=np.uint64)) == int(got.sum(dtype=np.uint64))
         return {"n": n, "match": bool(np.array_equal(got, want) and gaps_zero)}
 
+    def op_session_read_layers(self, msg: dict[str, Any]) -> Any:
+        """Layer-wise reads of ``keys`` (each ``layers`` x ``page`` bytes,
+        ``pattern_array(layers * page, seed + i)``) through one get session,
+        one ``batch_get_into_multi_buffer_ranges`` per layer, into a pool of
+        ``layers`` x ``slots`` pages at scattered slots; codes and byte match."""
+        keys, layers, page = msg["keys"], int(msg["layers"]), int(msg["page"])
+        seed, slots = int(msg.get("seed", 0)), [int(s) for s in msg["slots"]]
+        n_slots = max(slots) + 1
+        pool = np.zeros((layers, n_slots, page), np.uint8)
+        base = int(pool.ctypes.data)
+        start = self.store.batch_get_session_start(keys)
+        codes = []
+        for layer in range(layers):
+            ptrs = [[base + (layer * n_slots + s) * page] for s in slots]
+            codes.append(
+                self.store.batch_get_into_multi_buffer_ranges(
+                    keys, ptrs, [[page]] * len(keys), [[layer * page]] * len(keys)
+                )
+            )
+        end = self.store.batch_get_session_end(keys)
+        match = all(
+            np.array_equal(pool[:, s, :].reshape(-1), pattern_array(layers * page, seed + i))
+            for i, s in enumerate(slots)
+        )
+        return {"start": start, "codes": codes, "end": end, "match": bool(match)}
+
     def op_is_exist(self, msg: dict[str, Any]) -> Any:
         return self.store.is_exist(msg["key"])
 

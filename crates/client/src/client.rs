@@ -67,6 +67,8 @@ pub struct Client {
     /// Wakes the heartbeat early (leader change, broken ledger stream).
     wake: Arc<Wake>,
     ledger_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Open put and get sessions (`batch_*_session_*`).
+    pub(crate) sessions: crate::session_table::Sessions,
 }
 
 /// `health_check()`: healthy (store spec, "Lifecycle").
@@ -239,6 +241,7 @@ impl Client {
             ledger: Arc::new(Ledger::default()),
             wake: Arc::new(Wake::default()),
             ledger_thread: Mutex::new(None),
+            sessions: Default::default(),
         });
         client.done.start(&client.master);
         if client.segment.is_some() {
@@ -446,6 +449,7 @@ impl Client {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.close_sessions();
         self.done.stop();
         let done = self.done.take();
         if !done.is_empty() {

@@ -26,6 +26,8 @@ mod ranges;
 mod reads;
 mod registered;
 mod result_pool;
+mod session_table;
+mod sessions;
 mod staging;
 mod stats;
 mod tensor_io;

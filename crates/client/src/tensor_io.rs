@@ -274,9 +274,9 @@ impl Client {
                 }
             });
         }
-        let located: Vec<(&Pieces, &[ReplicaLoc])> = jobs
+        let located: Vec<(&Pieces, u64, &[ReplicaLoc])> = jobs
             .iter()
-            .map(|(j, locs)| (&objs[*j].pieces, locs.as_slice()))
+            .map(|(j, locs)| (&objs[*j].pieces, 0, locs.as_slice()))
             .collect();
         // SAFETY: the pieces point into the caller's buffers (vouched for by
         // the caller) and into `plans`, alive until we return.

@@ -145,9 +145,9 @@ impl Client {
             }
             // All values of the batch in one pass: one request per owner,
             // large local groups over several threads.
-            let located: Vec<(&Pieces, &[ReplicaLoc])> = jobs
+            let located: Vec<(&Pieces, u64, &[ReplicaLoc])> = jobs
                 .iter()
-                .map(|(i, locs)| (&values[*i], locs.as_slice()))
+                .map(|(i, locs)| (&values[*i], 0, locs.as_slice()))
                 .collect();
             // SAFETY: the caller vouches for the pieces.
             let written = unsafe { self.write_located(&located) };
@@ -456,7 +456,8 @@ fn no_room(bytes: u64) -> Error {
 
 impl Client {
     /// Write values into the replicas PutStart allocated: `jobs[i]` is one
-    /// value's pieces and its replicas. Ops are grouped per owner segment
+    /// value's pieces (or one range of it: the pieces land contiguously from
+    /// that offset inside the object; 0 for a whole value) and its replicas. Ops are grouped per owner segment
     /// (one request per TCP owner), owners run in parallel, and big local or
     /// same-host groups are spread over several threads. Returns per job
     /// `Ok`, or an error of one of its replicas with the name of the segment
@@ -466,7 +467,7 @@ impl Client {
     /// Every piece of every job must be readable for the duration of the call.
     pub(crate) unsafe fn write_located(
         &self,
-        jobs: &[(&Pieces, &[ReplicaLoc])],
+        jobs: &[(&Pieces, u64, &[ReplicaLoc])],
     ) -> Vec<std::result::Result<(), (ErrorCode, Option<String>)>> {
         let mut out: Vec<std::result::Result<(), (ErrorCode, Option<String>)>> =
             vec![Ok(()); jobs.len()];
@@ -480,7 +481,7 @@ impl Client {
         // which covers only that replica's range: such replicas get a request
         // each; without tickets, all ops for one segment go in one request.
         let mut by_seg: HashMap<(&str, Option<u64>), usize> = HashMap::new();
-        for (ji, (pieces, locs)) in jobs.iter().enumerate() {
+        for (ji, (pieces, start, locs)) in jobs.iter().enumerate() {
             if locs.is_empty() {
                 out[ji] = Err((ErrorCode::InvalidReplica, None));
                 continue;
@@ -497,7 +498,7 @@ impl Client {
                         });
                         groups.len() - 1
                     });
-                let mut at = l.offset;
+                let mut at = l.offset.saturating_add(*start);
                 for &(ptr, n) in pieces.iter().filter(|p| p.1 > 0) {
                     groups[g].ops.push(Op {
                         seg_offset: at,

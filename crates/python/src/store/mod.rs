@@ -4,7 +4,7 @@
 //!
 //! The store class is split over several modules, one `#[pymethods]` block
 //! each (pyo3 `multiple-pymethods`): lifecycle, byte-value API, zero-copy
-//! API, removal and the Tier 2/3 stubs. Each method converts its arguments,
+//! API, removal, sessions and the Tier 2/3 stubs. Each method converts its arguments,
 //! runs the client call with the GIL released
 //! ([`MooncakeDistributedStore::run`]) and turns the result into upstream's
 //! return value and log line ([`crate::report::Call`]); the rules are the
@@ -39,6 +39,7 @@ mod config;
 mod handle;
 mod lifecycle;
 mod removal;
+mod sessions;
 mod setup;
 mod tensor;
 mod tier2;

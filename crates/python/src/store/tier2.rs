@@ -134,66 +134,6 @@ impl MooncakeDistributedStore {
         unsupported_int(py, "unmount_local_disk_segment")
     }
 
-    /// Tier 2: -1012 per key.
-    #[pyo3(signature = (keys, sizes, config=None))]
-    fn batch_put_session_start(
-        &self,
-        py: Python<'_>,
-        keys: Vec<String>,
-        sizes: Vec<UInt>,
-        config: Option<ReplicateConfig>,
-    ) -> Vec<i64> {
-        let _ = (sizes, config);
-        unsupported_list(py, "batch_put_session_start", &keys)
-    }
-
-    /// Tier 2: -1012 per key.
-    fn batch_put_session_end(&self, py: Python<'_>, keys: Vec<String>) -> Vec<i64> {
-        unsupported_list(py, "batch_put_session_end", &keys)
-    }
-
-    /// Tier 2: -1012 per key.
-    fn batch_put_session_revoke(&self, py: Python<'_>, keys: Vec<String>) -> Vec<i64> {
-        unsupported_list(py, "batch_put_session_revoke", &keys)
-    }
-
-    /// Tier 2: -1012 per key.
-    fn batch_get_session_start(&self, py: Python<'_>, keys: Vec<String>) -> Vec<i64> {
-        unsupported_list(py, "batch_get_session_start", &keys)
-    }
-
-    /// Tier 2: returns -1012.
-    fn batch_get_session_end(&self, py: Python<'_>, keys: Vec<String>) -> i64 {
-        let _ = keys;
-        unsupported_int(py, "batch_get_session_end")
-    }
-
-    /// Tier 2: -1012 per key.
-    fn batch_put_from_multi_buffer_ranges(
-        &self,
-        py: Python<'_>,
-        keys: Vec<String>,
-        all_buffer_ptrs: Vec<Vec<UInt>>,
-        all_sizes: Vec<Vec<UInt>>,
-        all_dst_offsets: Vec<Vec<UInt>>,
-    ) -> Vec<i64> {
-        let _ = (all_buffer_ptrs, all_sizes, all_dst_offsets);
-        unsupported_list(py, "batch_put_from_multi_buffer_ranges", &keys)
-    }
-
-    /// Tier 2: -1012 per key.
-    fn batch_get_into_multi_buffer_ranges(
-        &self,
-        py: Python<'_>,
-        keys: Vec<String>,
-        all_buffer_ptrs: Vec<Vec<UInt>>,
-        all_sizes: Vec<Vec<UInt>>,
-        all_src_offsets: Vec<Vec<UInt>>,
-    ) -> Vec<i64> {
-        let _ = (all_buffer_ptrs, all_sizes, all_src_offsets);
-        unsupported_list(py, "batch_get_into_multi_buffer_ranges", &keys)
-    }
-
     /// Tier 3: returns -1012.
     fn setup_dummy(
         &self,
