@@ -54,7 +54,11 @@ def _step_store(rank: int, world: int, timeout: float) -> dist.TCPStore:
     n = _INIT_COUNT[step] = _INIT_COUNT.get(step, -1) + 1
     key = f"{step}/store/{n}"
     hub = _hub()
-    td = datetime.timedelta(seconds=timeout)
+    # The store's own timeout (connecting to it, its waits) is not the
+    # group's: a short init timeout under test must not make a loaded
+    # machine's store connect fail on one rank and not the other (the ranks
+    # then disagree on how far the failed init got).
+    td = datetime.timedelta(seconds=max(timeout, 60.0))
     if rank == 0:
         store = dist.TCPStore("127.0.0.1", 0, world, True, td, wait_for_workers=False)
         hub.set(key, str(store.port))
@@ -1163,6 +1167,12 @@ def manual_evict(rank: int, world: int, port: int) -> None:
     dist.destroy_process_group()
 
 
+def _coordinator_gone(msg: str) -> bool:
+    """A failed init's error from a rank that dialed the membership
+    coordinator after rank 0 had given up on the group and closed it."""
+    return "membership coordinator" in msg and "refused" in msg.lower()
+
+
 def refused_connect(rank: int, world: int, port: int) -> None:
     """§10 fail_connect: rank 1 refuses to dial rank 0, so init fails on both
     within the timeout, naming the missing rank; without the rule it works."""
@@ -1175,7 +1185,11 @@ def refused_connect(rank: int, world: int, port: int) -> None:
         init(rank, world, port, timeout=3.0)
     except Exception as e:  # noqa: BLE001 - torch may wrap it in DistBackendError
         msg = str(e)
-        assert str(1 - rank) in msg and "timed out" in msg, msg
+        # Rank 1, if it reaches the coordinator only after rank 0 has timed
+        # out and closed it (a loaded machine), is refused there instead.
+        assert (str(1 - rank) in msg and "timed out" in msg) or (
+            rank == 1 and _coordinator_gone(msg)
+        ), msg
     else:
         raise AssertionError("init succeeded although rank 1 refused to connect")
     if rank == 1:
@@ -1244,9 +1258,13 @@ def cluster_token(rank: int, world: int, port: int) -> None:
         else:
             raise AssertionError(f"init succeeded with rank {top} holding token {bad!r}")
         assert time.monotonic() - t0 < 60, "a refused rank must not hang its group"
-        if rank == top:
+        assert token not in msg, "the secret must not appear in errors"
+        if rank != 0 and _coordinator_gone(msg):
+            # Reached the coordinator only after rank 0 had timed out and
+            # closed it (a loaded machine): refused there, no hang.
+            pass
+        elif rank == top:
             assert "authentication failed" in msg and why in msg, msg
-            assert token not in msg, "the secret must not appear in errors"
         else:
             # Peers name the missing rank and, from its note, the refusal.
             assert str(top) in msg and "timed out" in msg, msg
