@@ -33,6 +33,12 @@ session, one ``batch_get_into_multi_buffer_ranges`` per layer, in the same
 process and from the peer process.
 
 ``--cases page,mb,session`` (default: all) picks the cases to run.
+``--rounds N`` (default 2) runs the sides N times, alternating which goes
+first, and reports each row's median: the ``*-cold`` rows allocate fresh
+segment pages, whose first-touch cost on a VM depends on what ran before (the
+side that runs first after the machine's free memory was reported to the
+hypervisor pays a host fault per page; the second reuses pages the first
+just freed), so a single ordering biases those rows.
 
 ``ceiling`` rows measure the memory system in the same process, without the
 store: ``memmove`` into a fresh anonymous mapping (the first touch of each
@@ -521,6 +527,12 @@ def main() -> int:
     ap.add_argument("--only", choices=["ours", "upstream"])
     ap.add_argument("--json", metavar="OUT")
     ap.add_argument("--cases", help="comma-separated: page,mb,session (default: all)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="rounds with the sides alternating which runs first (default 2); median per row",
+    )
     ap.add_argument("--upstream-python", default=str(sb.UPSTREAM_VENV / "bin" / "python"))
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--master-bin", help=argparse.SUPPRESS)

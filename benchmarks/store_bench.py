@@ -554,6 +554,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="~1 minute run")
     ap.add_argument("--only", choices=["ours", "upstream"])
     ap.add_argument("--json", metavar="OUT", help="write all figures as JSON")
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="alternate which side runs first; median per row"
+    )
     ap.add_argument("--upstream-python", default=str(UPSTREAM_VENV / "bin" / "python"))
     # internal modes
     ap.add_argument("--side", help=argparse.SUPPRESS)
@@ -571,37 +574,72 @@ def main() -> int:
     return compare(HERE, args)
 
 
+def merge_rounds(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One side's rows over several rounds: each row's median value."""
+    merged: dict[tuple[str, str, str], dict[str, Any]] = {}
+    values: dict[tuple[str, str, str], list[float]] = {}
+    for rows in runs:
+        for r in rows:
+            k = (r["scenario"], r["op"], r["size"])
+            merged.setdefault(k, dict(r))
+            values.setdefault(k, []).append(r["value"])
+    for k, row in merged.items():
+        row["value"] = median(values[k])
+        row["rounds"] = values[k]
+    return list(merged.values())
+
+
 def compare(script: Path, args: argparse.Namespace) -> int:
-    """Run ``script``'s side mode for ours and upstream, print one table (main of both benches)."""
-    results: dict[str, list[dict[str, Any]] | str] = {}
-    loads: dict[str, str] = {}
-    t0 = time.monotonic()
+    """Run ``script``'s side mode for ours and upstream, print one table (main of both benches).
+
+    With ``args.rounds`` > 1 the sides alternate which runs first (ours first
+    in odd rounds, upstream first in even ones) and each row is the median over
+    the rounds: the side that runs first takes whatever state the machine was
+    left in (on a VM with free page reporting, its first allocations of fresh
+    pages cost a hypervisor fault each), the second inherits pages the first
+    just freed. Alternating gives both sides both positions.
+    """
+    sides: dict[str, tuple[str, str | None, str]] = {}
     if args.only in (None, "ours"):
-        m = find_ours_master()
-        load = MachineLoad()
-        results["ours"] = (
-            run_side("ours", sys.executable, m, args.quick, script)
-            if m
-            else "mooncake_master not found"
-        )
-        loads["ours"] = load.summary()
+        sides["ours"] = (sys.executable, find_ours_master(), "mooncake_master not found")
     if args.only in (None, "upstream"):
         up_py = Path(args.upstream_python)
-        m = find_upstream_master(up_py) if up_py.exists() else None
-        load = MachineLoad()
-        results["upstream"] = (
-            run_side("upstream", str(up_py), m, args.quick, script)
-            if m
-            else f"upstream venv not found at {up_py} (run benchmarks/upstream_env.sh)"
+        sides["upstream"] = (
+            str(up_py),
+            find_upstream_master(up_py) if up_py.exists() else None,
+            f"upstream venv not found at {up_py} (run benchmarks/upstream_env.sh)",
         )
-        loads["upstream"] = load.summary()
+    rounds = max(1, getattr(args, "rounds", 1))
+    runs: dict[str, list[list[dict[str, Any]]]] = {name: [] for name in sides}
+    failures: dict[str, str] = {}
+    loads: list[str] = []
+    t0 = time.monotonic()
+    for rnd in range(rounds):
+        order = list(sides) if rnd % 2 == 0 else list(reversed(sides))
+        for name in order:
+            python, master, missing = sides[name]
+            if master is None:
+                failures[name] = missing
+                continue
+            load = MachineLoad()
+            got = run_side(name, python, master, args.quick, script)
+            loads.append(f"# machine while {name} ran (round {rnd + 1}): {load.summary()}")
+            if isinstance(got, str):
+                failures[name] = got
+            else:
+                runs[name].append(got)
+    results: dict[str, list[dict[str, Any]] | str] = {}
+    for name in sides:
+        results[name] = merge_rounds(runs[name]) if runs[name] else failures[name]
     print_table(results)
-    for side, text in loads.items():
-        print(f"# machine while {side} ran: {text}")
+    if rounds > 1:
+        print(f"# {rounds} rounds, sides alternating which runs first; each figure is the median")
+    for line in loads:
+        print(line)
     print(f"# total {time.monotonic() - t0:.0f}s{' (quick)' if args.quick else ''}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"quick": args.quick, "results": results}, f, indent=1)
+            json.dump({"quick": args.quick, "rounds": rounds, "results": results}, f, indent=1)
     ok = any(not isinstance(v, str) for v in results.values())
     return 0 if ok else 1
 
