@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import selectors
 import shutil
@@ -130,6 +131,18 @@ def http_request(
             if time.monotonic() >= deadline:
                 raise AssertionError(f"{method} {url} failed: {e}") from e
             time.sleep(0.1)
+
+
+def store_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """The records the store binding logged (logger ``mooncake.store``)."""
+    return [r for r in caplog.records if r.name == "mooncake.store"]
+
+
+@pytest.fixture
+def log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """``caplog`` capturing the store binding's records from INFO up."""
+    caplog.set_level(logging.INFO, logger="mooncake.store")
+    return caplog
 
 
 def master_bin() -> str:

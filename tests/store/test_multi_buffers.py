@@ -8,13 +8,12 @@ codes per key (or for the whole call) with one log line per failing call.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import Child, Master, StoreFactory, pattern, ptr
+from conftest import Child, Master, StoreFactory, pattern, ptr, store_records
 from mooncake.store import ReplicateConfig
 
 K = Callable[[str], str]
@@ -66,16 +65,6 @@ class Scattered:
 
     def untouched(self, fill: int = FILL) -> bool:
         return bool(np.all(self.arr == fill))
-
-
-def store_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "mooncake.store"]
-
-
-@pytest.fixture
-def log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    caplog.set_level(logging.INFO, logger="mooncake.store")
-    return caplog
 
 
 def put_values(store: Any, keys: list[str], splits: list[list[int]], seed: int) -> list[bytes]:

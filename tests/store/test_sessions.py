@@ -12,14 +12,13 @@ with one log line.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import Child, Master, StoreFactory, ptr
+from conftest import Child, Master, StoreFactory, ptr, store_records
 from helpers.common import pattern_array
 from mooncake.store import ReplicateConfig
 
@@ -29,16 +28,6 @@ MiB = 1 << 20
 LAYERS = 61
 PAGE = 16 * KiB
 LONG_LEASE_MS = 600_000
-
-
-def store_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "mooncake.store"]
-
-
-@pytest.fixture
-def log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    caplog.set_level(logging.INFO, logger="mooncake.store")
-    return caplog
 
 
 @pytest.fixture

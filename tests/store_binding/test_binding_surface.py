@@ -14,6 +14,7 @@ import pickle
 import mooncake.store as ms
 import numpy as np
 import pytest
+from conftest import store_records
 from mooncake.store import (
     BufferHandle,
     ErrorCode,
@@ -40,10 +41,6 @@ def store() -> MooncakeDistributedStore:
 def store_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     caplog.set_level(logging.DEBUG, logger="mooncake.store")
     return caplog
-
-
-def store_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "mooncake.store"]
 
 
 # --- module surface ---------------------------------------------------------
