@@ -192,7 +192,6 @@ impl Group {
             waiting_coll: AtomicU64::new(0),
             watch: Mutex::new(()),
             watch_cv: Condvar::new(),
-            retain: Arc::default(),
             cfg,
         });
         engine.register(
