@@ -287,7 +287,10 @@ def test_revoke_frees_the_space(master: Master, store_factory: StoreFactory, key
     assert store.batch_put_session_revoke([a]) == [0]
     assert store.is_exist(a) == 0
     assert store.get(a) == b""
-    assert store.put_from(b, ptr(data), big) == 0
+    # Hard-pinned: the eviction the failed put above asked for may run now.
+    pinned = ReplicateConfig()
+    pinned.with_hard_pin = True
+    assert store.put_from(b, ptr(data), big, pinned) == 0
     out = np.zeros(big, np.uint8)
     assert store.get_into(b, ptr(out), big) == big
     assert np.array_equal(out, data)
