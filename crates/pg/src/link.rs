@@ -49,6 +49,8 @@ pub(crate) struct PeerLink {
     pub(crate) mapped: AtomicU8,
     /// Our MAPPED: 0 = not sent, 1 = we mapped the peer's segment, 2 = we could not.
     shm_sent: AtomicU8,
+    /// Some thread took our side of the negotiation ([`PeerLink::claim_offer`]).
+    offer_claimed: AtomicBool,
     /// The peer's segment, mapped, until both sides agreed to use it.
     shm_pending: Mutex<Option<Arc<Segment>>>,
     abort_seq: AtomicU64,
@@ -90,6 +92,7 @@ impl PeerLink {
             bye: AtomicBool::new(false),
             mapped: AtomicU8::new(0),
             shm_sent: AtomicU8::new(0),
+            offer_claimed: AtomicBool::new(false),
             shm_pending: Mutex::new(None),
             abort_seq: AtomicU64::new(0),
         }
@@ -118,9 +121,13 @@ impl PeerLink {
         }
     }
 
-    /// True once we offered shared memory (sent MAPPED).
-    pub(crate) fn shm_offered(&self) -> bool {
-        self.shm_sent.load(Ordering::Acquire) != 0
+    /// Claims our side of the shared-memory negotiation: true for exactly
+    /// one caller per link. Both the thread that attaches an incoming link
+    /// and `connect` offer; a second offer would clear the ring again after
+    /// the peer may already have pushed into it (its piece lost, the op
+    /// hung), so only the claimer offers.
+    pub(crate) fn claim_offer(&self) -> bool {
+        !self.offer_claimed.swap(true, Ordering::AcqRel)
     }
 
     /// The shared-memory negotiation is over: both MAPPED exchanged and, if
@@ -288,5 +295,36 @@ impl PeerLink {
     /// Records the peer's orderly goodbye.
     pub(crate) fn set_bye(&self) {
         self.bye.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn link() -> PeerLink {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let s = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let c = s.try_clone().expect("clone");
+        PeerLink::new(1, 0, 7, s, c, Arc::from("g"))
+    }
+
+    #[test]
+    fn exactly_one_thread_claims_the_shm_offer() {
+        for _ in 0..50 {
+            let l = Arc::new(link());
+            let wins: usize = (0..4)
+                .map(|_| {
+                    let l = l.clone();
+                    std::thread::spawn(move || usize::from(l.claim_offer()))
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|h| h.join().expect("join"))
+                .sum();
+            assert_eq!(wins, 1, "two offers would clear the ring twice");
+            assert!(!l.claim_offer(), "a later caller never offers again");
+        }
     }
 }

@@ -152,9 +152,11 @@ pub(crate) fn attach_link(
 }
 
 /// Our half of the shared-memory negotiation on `link`: map the peer's
-/// segment when it is on this host, then tell it (MAPPED).
+/// segment when it is on this host, then tell it (MAPPED). Runs once per
+/// link, whichever thread gets there first: the peer may push into its ring
+/// as soon as it has our MAPPED, so the ring is cleared only before that.
 pub(crate) fn offer_shm(sh: &Shared, link: &Arc<PeerLink>, rec: &MemberRec) {
-    if link.shm_offered() {
+    if !link.claim_offer() {
         return;
     }
     let peer = match &sh.seg {
