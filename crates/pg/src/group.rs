@@ -289,10 +289,18 @@ impl Group {
     ///
     /// # Safety
     /// `ptr` must be valid for writes of `len` int32 values (and aligned for
-    /// them) until another tensor is registered or the group is dropped.
+    /// them) until another tensor is registered, [`Group::clear_mask_tensor`]
+    /// or [`Group::shutdown`] returned, or the group is dropped.
     pub unsafe fn set_mask_tensor(&self, ptr: usize, len: usize) {
         *self.shared.mask_out.lock() = Some((ptr, len));
         self.shared.write_mask();
+    }
+
+    /// Forgets the registered mask tensor: once this returns, the core never
+    /// writes to it again (a write in progress finishes first). Call it
+    /// before the tensor's memory is freed or resized.
+    pub fn clear_mask_tensor(&self) {
+        *self.shared.mask_out.lock() = None;
     }
 
     /// Number of peers whose shm rings are in use (for tests and logs).
@@ -946,6 +954,10 @@ impl Group {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
+        // The owner may free the mask tensor as soon as this returns, while
+        // threads holding this group (a coordinator session's reader, a
+        // `Work`) can still outlive it.
+        self.clear_mask_tensor();
         if let Some(agent) = sh.agent.write().take() {
             agent.send(&ToCoord::Leave {
                 group: sh.key,
@@ -1004,5 +1016,48 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group() -> Group {
+        Group::new(GroupParams {
+            rank: 0,
+            size: 1,
+            capacity: 4,
+            is_extension: false,
+            key: format!("mask-test-{}", std::process::id()),
+            auto_deactivate: true,
+            auto_sync: true,
+            host: String::new(),
+        })
+        .expect("group")
+    }
+
+    #[test]
+    fn no_mask_write_reaches_a_tensor_after_clear_or_shutdown() {
+        for shut in [false, true] {
+            let g = group();
+            let mut mask = vec![-1i32; 4];
+            // SAFETY: `mask` outlives the registration (cleared below
+            // before it is read or dropped).
+            unsafe { g.set_mask_tensor(mask.as_mut_ptr() as usize, 4) };
+            g.shared.write_mask();
+            assert_eq!(mask[0], 1, "our own slot is active");
+            assert!(mask[1..].iter().all(|&v| v == 0 || v == 1));
+            if shut {
+                g.shutdown();
+            } else {
+                g.clear_mask_tensor();
+            }
+            mask.fill(7);
+            // What a coordinator session's reader does when the session
+            // ends after the owner freed the tensor (on_agent_lost).
+            g.shared.write_mask();
+            assert_eq!(mask, vec![7; 4], "shutdown={shut}: the tensor was written");
+        }
     }
 }

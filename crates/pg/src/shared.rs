@@ -313,15 +313,20 @@ impl Shared {
             .fold(0, |m, i| m | 1u64 << i)
     }
 
-    /// Mirrors the mask into the registered int32 tensor.
+    /// Mirrors the mask into the registered int32 tensor. The registration
+    /// lock is held while writing, so once `Group::clear_mask_tensor` (or
+    /// `shutdown`) returned no write reaches the old address: threads that
+    /// outlive the owner's tensor (the coordinator session's reader calling
+    /// `on_agent_lost` after the group shut down) write nothing.
     pub(crate) fn write_mask(&self) {
-        let out = *self.mask_out.lock();
-        if let Some((ptr, len)) = out {
+        let out = self.mask_out.lock();
+        if let Some((ptr, len)) = *out {
             let m = self.mask();
             for i in 0..len.min(MAX_CAPACITY) {
                 // SAFETY: `Group::set_mask_tensor` requires the registered
                 // address to stay valid for `len` int32 writes until it is
-                // replaced or the group is dropped.
+                // replaced or cleared (shutdown clears it), and we hold the
+                // registration lock, so neither can happen during the write.
                 unsafe { (ptr as *mut i32).add(i).write_volatile((m >> i & 1) as i32) };
             }
         }

@@ -100,6 +100,17 @@ impl PgGroup {
 #[pyclass(module = "mooncake._native", frozen)]
 pub(crate) struct PgGroup {
     g: Arc<Group>,
+    /// The tensor whose memory the mask is written to, kept alive while it
+    /// is registered (works keep `g` alive past this object).
+    mask_owner: parking_lot::Mutex<Option<Py<PyAny>>>,
+}
+
+impl Drop for PgGroup {
+    fn drop(&mut self) {
+        // `g` may outlive this object (works hold it): stop its mask writes
+        // before the tensor reference below is released.
+        self.g.clear_mask_tensor();
+    }
 }
 
 #[pymethods]
@@ -128,7 +139,10 @@ impl PgGroup {
             host,
         })
         .map_err(py_err)?;
-        Ok(PgGroup { g: Arc::new(g) })
+        Ok(PgGroup {
+            g: Arc::new(g),
+            mask_owner: parking_lot::Mutex::new(None),
+        })
     }
 
     /// Registers with the membership coordinator at `coordinator`;
@@ -244,12 +258,26 @@ impl PgGroup {
         self.g.set_spin_us(us)
     }
 
-    /// Registers the int32 mask tensor (address, elements).
-    fn set_mask_tensor(&self, ptr: usize, len: usize) {
+    /// Registers the int32 mask tensor (address, elements); `owner` (the
+    /// tensor) is kept alive until it is replaced, cleared or this object
+    /// is dropped.
+    #[pyo3(signature = (ptr, len, owner=None))]
+    fn set_mask_tensor(&self, ptr: usize, len: usize, owner: Option<Py<PyAny>>) {
+        let mut held = self.mask_owner.lock();
         // SAFETY: mooncake.pg passes the data_ptr() of a contiguous int32
-        // tensor of `len` elements that the process group object keeps alive
-        // (and re-registers after any resize) for as long as this group lives.
+        // tensor of `len` elements (`owner`, held below until the core
+        // forgets the address) and clears the registration before resizing
+        // it; shutdown and drop clear it too.
         unsafe { self.g.set_mask_tensor(ptr, len) }
+        *held = owner;
+    }
+
+    /// Forgets the mask tensor: the core writes to it no more (call before
+    /// resizing it).
+    fn clear_mask_tensor(&self) {
+        let mut held = self.mask_owner.lock();
+        self.g.clear_mask_tensor();
+        *held = None;
     }
 
     /// Connects to peers: list of (slot, endpoint, member_id, same_host, shm_name).

@@ -166,7 +166,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             opts.auto_sync_on_failure,
             host_identity(),
         )
-        self._native.set_mask_tensor(self._mask_host.data_ptr(), capacity)
+        self._native.set_mask_tensor(self._mask_host.data_ptr(), capacity, self._mask_host)
         self._sync_mask()
         try:
             coordinator = self._coordinator_endpoint(store, rank, opts, host)
@@ -814,8 +814,10 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         """Resizes the mask mirror in place after the capacity grew."""
         cap = self.capacity
         if self._mask_host.numel() != cap:
+            # resize_ may free the old storage: no core write may land there.
+            self._native.clear_mask_tensor()
             self._mask_host.resize_(cap)
-            self._native.set_mask_tensor(self._mask_host.data_ptr(), cap)
+            self._native.set_mask_tensor(self._mask_host.data_ptr(), cap, self._mask_host)
             self._last_mask = -1
         self._sync_mask()
 
