@@ -1044,6 +1044,72 @@ def exit_mid_send(rank: int, world: int, port: int) -> None:
     dist.destroy_process_group()
 
 
+def _pattern(r: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rank ``r``'s input: ``1000**r * (1 + i % 7)``, so a sum over any set
+    of ranks shows in every element exactly which ranks it includes."""
+    return (1 + torch.arange(n, dtype=torch.int64) % 7).mul(1000**r).to(dtype)
+
+
+def _over(hint: torch.Tensor, ranks: range, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Sum of the patterns of the ``ranks`` not flagged in ``hint``."""
+    inc = [r for r in ranks if int(hint[r]) == 0]
+    return sum((_pattern(r, n, torch.int64) for r in inc), torch.zeros(n, dtype=torch.int64)).to(
+        dtype
+    )
+
+
+def pull_recovery(rank: int, world: int, port: int) -> None:
+    """Inclusion is all-or-nothing per rank (pg spec, per-op contract): the
+    top rank exits right after its first piece of a large (two-phase)
+    all_reduce reached rank 0, so rank 0 has part of its data and the others
+    none; every survivor's result is the exact sum over the ranks its own
+    hint does not flag. Then the new top rank dies the same way inside a
+    multi-piece reduce_scatter (AVG divides by the contributors), and the
+    group keeps working."""
+    from mooncake.pg import _testing
+
+    _fault_env_check()
+    assert world == 4
+    init(rank, world, port)
+    n = 1 << 21  # 16 MiB of int64: two-phase, many pieces per chunk
+    dist.barrier()
+    if rank == 3:
+        _testing.inject_fault("exit@group=0,point=mid_send,code=0")
+    t = _pattern(rank, n, torch.int64)
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    assert rank != 3, "the exit rule did not fire"
+    hint = mpg.get_failed_ranks_hint(w)
+    assert int(hint[3]) == 1 and int(hint[:3].sum()) == 0, hint
+    eq(t, _over(hint, range(4), n, torch.int64), "all_reduce over the ranks not in the hint")
+    # The group goes on over the survivors.
+    t = _pattern(rank, 1000, torch.int64)
+    dist.all_reduce(t)
+    eq(t, _over(torch.tensor([0, 0, 0, 1]), range(4), 1000, torch.int64), "next all_reduce")
+    assert dist.get_world_size() == 3
+    # reduce_scatter, one multi-piece message per peer: rank 2 dies after
+    # its first piece to rank 0 (rank 0 recomputes by pulling rank 1's input).
+    m = 1 << 15  # 256 KiB of float64 per rank: two pieces
+    dist.barrier()
+    if rank == 2:
+        _testing.inject_fault("exit@group=0,point=mid_send,code=0")
+    inp = torch.cat([_pattern(rank, m, torch.float64) * (j + 1) for j in range(3)])
+    out = torch.zeros(m, dtype=torch.float64)
+    w = dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.AVG, async_op=True)
+    w.wait()
+    assert rank != 2, "the exit rule did not fire"
+    hint = mpg.get_failed_ranks_hint(w)
+    assert int(hint[2]) == 1 and int(hint[:2].sum()) == 0, hint
+    ncontrib = sum(1 for r in range(3) if int(hint[r]) == 0)
+    exp = _over(hint, range(3), m, torch.float64) * (rank + 1) / ncontrib
+    eq(out, exp, "reduce_scatter AVG over the ranks not in the hint")
+    t = _pattern(rank, n, torch.int64)
+    dist.all_reduce(t)
+    eq(t, _over(torch.tensor([0, 0, 1, 1]), range(4), n, torch.int64), "large op after both")
+    assert dist.get_world_size() == 2
+    dist.destroy_process_group()
+
+
 def drop_link(rank: int, world: int, port: int) -> None:
     """E8 at world 2: rank 0 drops its link to rank 1 at op 2; neither hangs,
     each then runs alone and flags the other."""

@@ -62,11 +62,13 @@ MAIN: list[Step] = [
 ]
 
 
-# Each failure scenario ends (or freezes) its top rank; later steps reuse the
-# survivors. Two lanes of six processes, one per transport, run side by side.
+# Each failure scenario ends (or freezes) its top rank(s); later steps reuse
+# the survivors. Two lanes of eight processes, one per transport, run side by
+# side.
 def _fault_lane(t: str, p: list[int]) -> list[Step]:
     return [
         Step("crash_survivors", 4, p[:4], t, FAULT_ENV, dies=[p[1]]),
+        Step("pull_recovery", 4, [p[0], p[2], p[6], p[7]], t, FAULT_ENV, dies=[p[6], p[7]]),
         Step("exit_mid_send", 3, [p[0], p[2], p[4]], t, FAULT_ENV, dies=[p[4]]),
         Step("manual_evict", 3, [p[0], p[2], p[5]], t, FAULT_ENV, dies=[p[5]]),
         Step("freeze", 3, [p[0], p[2], p[3]], t, FAULT_ENV, freezes=[p[3]]),
@@ -76,7 +78,7 @@ def _fault_lane(t: str, p: list[int]) -> list[Step]:
 
 FAULTS: list[Step] = [
     s
-    for pair in zip(_fault_lane("auto", list(range(6))), _fault_lane("tcp", list(range(6, 12))))
+    for pair in zip(_fault_lane("auto", list(range(8))), _fault_lane("tcp", list(range(8, 16))))
     for s in pair
 ]
 
@@ -106,7 +108,7 @@ ELASTIC: list[Step] = [
     for s in pair
 ]
 
-LAUNCHES = {"main": (MAIN, 8), "faults": (FAULTS, 12), "elastic": (ELASTIC, 14)}
+LAUNCHES = {"main": (MAIN, 8), "faults": (FAULTS, 16), "elastic": (ELASTIC, 14)}
 
 
 @functools.cache

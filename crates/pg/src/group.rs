@@ -192,6 +192,7 @@ impl Group {
             waiting_coll: AtomicU64::new(0),
             watch: Mutex::new(()),
             watch_cv: Condvar::new(),
+            retain: Arc::default(),
             cfg,
         });
         engine.register(

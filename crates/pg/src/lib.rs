@@ -18,7 +18,8 @@
 //!   (failed ops waiting for reconciliation);
 //! - `member`: link admission and attachment, and how this member applies
 //!   the coordinator's pushes;
-//! - `shared`: the state those threads share;
+//! - `shared`: the state those threads share, including `retain` (retained
+//!   reduction inputs and pulls, for all-or-nothing inclusion);
 //! - membership control plane: `coordinator` (one per process tree, in the
 //!   store-hosting process), `agent` (a process's session with it),
 //!   `control` (its messages), `handshake` (connection admission),
@@ -52,6 +53,7 @@ mod plan;
 mod progress;
 mod reader;
 mod reduce;
+mod retain;
 mod shared;
 mod shm;
 mod syncer;

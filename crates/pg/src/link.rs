@@ -172,14 +172,16 @@ impl PeerLink {
         Ok(())
     }
 
-    /// Writes a control frame unless another thread is writing (whose
-    /// frames prove liveness just as well). Returns whether it was written.
-    pub(crate) fn try_write_ctrl(&self, kind: u8) -> bool {
+    /// Writes a control frame (carrying `seq`: a watermark for PONGs)
+    /// unless another thread is writing (whose frames prove liveness just as
+    /// well). Returns whether it was written.
+    pub(crate) fn try_write_ctrl(&self, kind: u8, seq: u64) -> bool {
         let Some(mut w) = self.writer.try_lock() else {
             return false;
         };
         let hdr = Hdr {
             kind,
+            seq,
             ..Default::default()
         };
         wire::write_frame(&mut *w, &hdr, &[]).is_ok()

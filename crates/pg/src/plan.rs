@@ -5,6 +5,7 @@
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::PgError;
+use crate::shm::PIECE;
 
 /// One submitted collective, with raw buffer addresses (kept alive by the
 /// Python `Work`).
@@ -391,6 +392,100 @@ fn chunk(nelem: usize, n: usize, c: usize, esize: usize) -> (usize, usize) {
     (start * esize, len * esize)
 }
 
+/// True when an all_reduce of `nbytes` over `n` ranks runs as two phases
+/// (reduce-scatter of element chunks, then the fused all-gather of the
+/// reduced chunks) rather than as one direct exchange of whole inputs.
+pub(crate) fn two_phase(nbytes: usize, esize: usize, n: usize, small: usize) -> bool {
+    n > 1 && nbytes > small && nbytes / esize.max(1) >= n
+}
+
+/// How a reduction is recomputed over whole inputs after a failure left
+/// it with a rank's data included in part of the output only (pg spec,
+/// per-op contract: inclusion is all-or-nothing per rank).
+#[derive(Debug)]
+pub(crate) struct Redo {
+    /// This rank's input ranges `(address, bytes)` to retain, concatenated
+    /// in this order (every rank retains the same layout).
+    pub(crate) ranges: Vec<(usize, usize)>,
+    /// Offset, within every rank's retained input, of what this rank
+    /// reduces.
+    pub(crate) offset: usize,
+    /// Bytes this rank reduces.
+    pub(crate) len: usize,
+    /// Where the result goes (`None` on a non-root rank of `reduce`, which
+    /// only retains its input for the root).
+    pub(crate) dst: Option<usize>,
+    /// Element type.
+    pub(crate) dtype: DType,
+    /// Operator.
+    pub(crate) op: ReduceOp,
+    /// Two-phase all_reduce: any failure during the op may leave chunks
+    /// that disagree on inclusion.
+    pub(crate) two_phase: bool,
+}
+
+/// The recovery description of `kind` for slot `me`, or `None` when its
+/// algorithm cannot include part of a rank's data: data movement, a single
+/// rank, or one-piece messages that arrive whole or not at all.
+pub(crate) fn redo(kind: &OpKind, me: usize, active: &[usize], small: usize) -> Option<Redo> {
+    let n = active.len();
+    if n < 2 {
+        return None;
+    }
+    match kind {
+        OpKind::AllReduce {
+            src,
+            dst,
+            nbytes,
+            dtype,
+            op,
+        } => {
+            let two = two_phase(*nbytes, dtype.size(), n, small);
+            (two || *nbytes > PIECE).then(|| Redo {
+                ranges: vec![(*src, *nbytes)],
+                offset: 0,
+                len: *nbytes,
+                dst: Some(*dst),
+                dtype: *dtype,
+                op: *op,
+                two_phase: two,
+            })
+        }
+        OpKind::ReduceScatter {
+            srcs,
+            dst,
+            nbytes,
+            dtype,
+            op,
+        } => (*nbytes > PIECE && me < srcs.len()).then(|| Redo {
+            ranges: srcs.iter().map(|&p| (p, *nbytes)).collect(),
+            offset: me * nbytes,
+            len: *nbytes,
+            dst: Some(*dst),
+            dtype: *dtype,
+            op: *op,
+            two_phase: false,
+        }),
+        OpKind::Reduce {
+            src,
+            dst,
+            nbytes,
+            dtype,
+            op,
+            root,
+        } => (*nbytes > PIECE).then(|| Redo {
+            ranges: vec![(*src, *nbytes)],
+            offset: 0,
+            len: *nbytes,
+            dst: (*root == me).then_some(*dst),
+            dtype: *dtype,
+            op: *op,
+            two_phase: false,
+        }),
+        _ => None,
+    }
+}
+
 /// Builds the phases of `kind` for slot `me` over the sorted `active` set.
 pub(crate) fn plan(
     kind: &OpKind,
@@ -411,7 +506,7 @@ pub(crate) fn plan(
         } => {
             let esize = dtype.size();
             let nelem = nbytes / esize;
-            if n <= 1 || *nbytes <= small || nelem < n {
+            if !two_phase(*nbytes, esize, n, small) {
                 ph.sends = to_all(&peers, *src, *nbytes);
                 ph.reduce = reduction(active, me, *src, *dst, *nbytes, *dtype, *op);
                 return Ok(vec![ph]);
@@ -592,6 +687,46 @@ mod tests {
         assert_eq!(p[0].sends.len(), 4);
         assert_eq!(p[0].sends.iter().filter(|x| x.gated).count(), 2);
         assert_eq!(p[0].recvs.len(), 2);
+    }
+
+    #[test]
+    fn only_multi_piece_reductions_retain_their_input() {
+        let ar = |nbytes| OpKind::AllReduce {
+            src: 0x1000,
+            dst: 0x1000,
+            nbytes,
+            dtype: DType::F32,
+            op: ReduceOp::Sum,
+        };
+        assert!(
+            redo(&ar(4096), 0, &[0, 1, 2], 1 << 16).is_none(),
+            "one piece"
+        );
+        assert!(redo(&ar(1 << 20), 0, &[0], 1 << 16).is_none(), "alone");
+        let r = redo(&ar(1 << 20), 1, &[0, 1, 2], 1 << 16).expect("two-phase");
+        assert!(r.two_phase);
+        assert_eq!(
+            (r.ranges, r.offset, r.len),
+            (vec![(0x1000, 1 << 20)], 0, 1 << 20)
+        );
+        let r = redo(&ar(1 << 20), 1, &[0, 1, 2], usize::MAX).expect("multi-piece");
+        assert!(!r.two_phase);
+        let rs = OpKind::ReduceScatter {
+            srcs: vec![0x1000, 0x9000, 0x20000],
+            dst: 0x40000,
+            nbytes: PIECE + 8,
+            dtype: DType::I64,
+            op: ReduceOp::Sum,
+        };
+        let r = redo(&rs, 2, &[0, 1, 2], 0).expect("reduce_scatter");
+        assert_eq!(r.ranges.len(), 3);
+        assert_eq!((r.offset, r.dst), (2 * (PIECE + 8), Some(0x40000)));
+        let b = OpKind::Broadcast {
+            buf: 0,
+            nbytes: 1 << 24,
+            root: 0,
+        };
+        assert!(redo(&b, 0, &[0, 1], 0).is_none(), "data movement");
     }
 
     #[test]

@@ -3,18 +3,27 @@
 //! in rank order straight out of the channel, and sleeps on the group
 //! doorbell when nothing can move. Peers found dead during the op become
 //! its failed set F_i (pg spec, per-op contract).
+//!
+//! Inclusion is all-or-nothing per rank (same contract): a reduction whose
+//! algorithm can lose a rank's data partway (`plan::redo`) first retains a
+//! copy of its input; when the op ends with some part of the output
+//! including a failed rank and another part not, this rank pulls the
+//! survivors' retained inputs and recomputes the op over exactly
+//! C_i = itself plus the ranks whose whole input it obtained.
 
+use crate::config;
 use crate::copy;
 use crate::error::PgError;
 use crate::fault::{self, Point};
 use crate::link::{Front, PeerLink};
-use crate::plan::{self, Phase, Reduce, Source, Xfer};
+use crate::plan::{self, Phase, Redo, Reduce, Source, Xfer};
+use crate::reader::answer_pulls;
 use crate::reduce;
 use crate::shared::{Links, Op, Shared};
 use crate::shm::PIECE;
-use crate::wire::{Hdr, KIND_ABORT, KIND_COLL};
+use crate::wire::{Hdr, FLAG_TAINT, KIND_ABORT, KIND_COLL, KIND_PULL_REQ};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 struct Ctx<'a> {
     shared: &'a Shared,
@@ -25,6 +34,14 @@ struct Ctx<'a> {
     failed: u64,
     /// Lowest active peer, while a `mid_send` fault check is still due.
     mid_send: Option<usize>,
+    /// This rank's reduction lost a contribution: its forwarded reduced
+    /// pieces are flagged [`FLAG_TAINT`].
+    lost: bool,
+    /// Part of the output may include a failed rank's data and part not.
+    partial: bool,
+    /// Peers a piece of this op came from (they completed every earlier
+    /// op: a completed-seq watermark carried by the pieces themselves).
+    heard: u64,
 }
 
 enum Cls {
@@ -100,6 +117,18 @@ pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
     } else {
         None
     };
+    // Retain the input before the first send (every member of S may pull
+    // it until it acknowledged the op or failed; we keep it for ourselves
+    // until the op completes), then answer the pulls that waited for it.
+    let redo = plan::redo(&op.kind, me, &active, shared.cfg.small_bytes);
+    if let Some(r) = &redo {
+        // SAFETY: the ranges are the op's inputs, valid for reads until it
+        // completes (`Group::submit`), and nothing has written them yet.
+        let due = unsafe { shared.retain.hold(op.seq, &r.ranges, peers | 1u64 << me) };
+        answer_pulls(&shared.retain, links, due, true);
+    }
+    let refused = shared.retain.begin(op.seq);
+    answer_pulls(&shared.retain, links, refused, false);
     let mut ctx = Ctx {
         shared,
         links,
@@ -108,6 +137,9 @@ pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
         active: &active,
         failed: known_dead,
         mid_send,
+        lost: false,
+        partial: false,
+        heard: 0,
     };
     let result =
         plan::plan(&op.kind, me, &active, shared.cfg.small_bytes).and_then(|mut phases| {
@@ -116,6 +148,21 @@ pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
             }
             Ok(())
         });
+    if let (Ok(()), Some(r)) = (&result, &redo) {
+        let newly = ctx.failed & !known_dead;
+        if ctx.partial || (r.two_phase && newly != 0) {
+            if let Some(dst) = r.dst {
+                recompute(&mut ctx, r, dst, known_dead);
+            }
+        }
+    }
+    // Acknowledgements: we are done with our own copy, and a peer that
+    // sent us a piece of this op completed every earlier one.
+    shared.retain.ack(me, op.seq + 1);
+    for q in (0..64).filter(|q| ctx.heard >> q & 1 == 1) {
+        shared.retain.ack(q, op.seq);
+    }
+    shared.retain.complete(op.seq);
     if fault::active() {
         fault::at_op(&shared.label, op.seq, Point::AfterSend);
     }
@@ -226,6 +273,7 @@ fn step_send(ctx: &mut Ctx<'_>, x: &mut Xfer, limit: usize) -> bool {
         }
         let hdr = Hdr {
             kind: KIND_COLL,
+            flags: if x.gated && ctx.lost { FLAG_TAINT } else { 0 },
             phase: x.tag,
             seq: ctx.seq,
             total: x.len as u64,
@@ -291,6 +339,11 @@ fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, PgError> {
                     l.pop();
                     return Err(mismatch(x.peer));
                 }
+                if h.flags & FLAG_TAINT != 0 {
+                    // The sender's reduced chunk lost a contribution.
+                    ctx.partial = true;
+                }
+                ctx.heard |= 1u64 << x.peer;
                 if h.len > 0 {
                     // SAFETY: `offset + len <= x.len` was checked above, so the
                     // write stays inside the op's output range (valid until
@@ -342,6 +395,8 @@ fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, PgError> {
             let Some(l) = link(ctx, q) else {
                 *s = Source::Gone;
                 ctx.failed |= 1u64 << q;
+                ctx.lost = true;
+                ctx.partial |= r.pos > 0;
                 fronts.push(None);
                 continue;
             };
@@ -352,6 +407,9 @@ fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, PgError> {
                         if l.is_dead() && l.peek().is_none() {
                             *s = Source::Gone;
                             ctx.failed |= 1u64 << q;
+                            // Earlier pieces of the output included it.
+                            ctx.lost = true;
+                            ctx.partial |= r.pos > 0;
                         } else {
                             ready = false;
                         }
@@ -377,6 +435,7 @@ fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, PgError> {
                             return Err(mismatch(q));
                         }
                         front = Some(f);
+                        ctx.heard |= 1u64 << q;
                         break;
                     }
                 }
@@ -421,5 +480,104 @@ fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, PgError> {
             r.done = true;
             return Ok(true);
         }
+    }
+}
+
+/// Recomputes a reduction over whole inputs (pg spec, per-op contract:
+/// inclusion is all-or-nothing per rank): pulls every other member's
+/// retained input range for this op, then reduces, in rank order, our own
+/// retained copy and every input that arrived whole into `dst`. The op's
+/// failed set becomes the members whose input could not be obtained (dead,
+/// refused, or silent past the collective timeout), plus the ranks already
+/// known dead when the op started; AVG divides by the contributors.
+fn recompute(ctx: &mut Ctx<'_>, r: &Redo, dst: usize, known_dead: u64) {
+    let sh = ctx.shared;
+    let me = sh.rank;
+    let mut pulls: Vec<(usize, Option<u32>, Vec<u8>)> = Vec::new();
+    for &q in ctx.active.iter().filter(|&&q| q != me) {
+        let mut buf = sh.retain.pull_buffer(r.len);
+        let id = match link(ctx, q) {
+            Some(l) if !l.is_dead() => {
+                // SAFETY: `buf` holds at least `r.len` bytes and is neither
+                // moved nor dropped before `finish_pull` below.
+                let id = unsafe { sh.retain.start_pull(q, buf.as_mut_ptr() as usize, r.len) };
+                let req = Hdr {
+                    kind: KIND_PULL_REQ,
+                    phase: id,
+                    seq: ctx.seq,
+                    offset: r.offset as u64,
+                    total: r.len as u64,
+                    ..Default::default()
+                };
+                if l.write_frame(&req, &[]).is_err() {
+                    sh.retain.fail_pulls(q, Some(id));
+                }
+                Some(id)
+            }
+            _ => None,
+        };
+        pulls.push((q, id, buf));
+    }
+    let deadline = Instant::now() + config::collective_timeout();
+    loop {
+        let seen = sh.bell().observe();
+        let pending = pulls
+            .iter()
+            .any(|(_, id, _)| id.is_some_and(|id| sh.retain.pull_state(id).is_none()));
+        if !pending || Instant::now() >= deadline || sh.is_shutdown() {
+            break;
+        }
+        sh.bell().wait(seen, Duration::from_millis(100), sh.spin());
+    }
+    let mut got = 0u64;
+    for (q, id, _) in &pulls {
+        if let Some(id) = *id {
+            if sh.retain.pull_state(id) == Some(true) {
+                got |= 1u64 << q;
+            }
+            sh.retain.finish_pull(id);
+        }
+    }
+    let esize = r.dtype.size();
+    let done = sh
+        .retain
+        .with_range(ctx.seq, r.offset as u64, r.len as u64, |own| {
+            let mut srcs: Vec<*const u8> = Vec::with_capacity(ctx.active.len());
+            for &q in ctx.active {
+                if q == me {
+                    srcs.push(own.as_ptr());
+                } else if got >> q & 1 == 1 {
+                    if let Some((_, _, b)) = pulls.iter().find(|p| p.0 == q) {
+                        srcs.push(b.as_ptr());
+                    }
+                }
+            }
+            // SAFETY: every source holds `r.len` bytes (our retained range,
+            // borrowed for this call, or a pull buffer of at least `r.len`
+            // bytes that received all of them); `dst` is the op's output range
+            // of `r.len` bytes, valid until completion (`Group::submit`), and
+            // aliases none of them.
+            unsafe {
+                reduce::reduce(
+                    r.dtype,
+                    r.op,
+                    dst as *mut u8,
+                    &srcs,
+                    r.len / esize,
+                    srcs.len(),
+                )
+            };
+        });
+    if done.is_some() {
+        let peers = ctx.active.iter().fold(0u64, |m, &q| m | 1u64 << q) & !(1u64 << me);
+        ctx.failed = known_dead | (peers & !got);
+    } else if config::log_info() {
+        eprintln!(
+            "mooncake-pg: group {} rank {me}: op {} lost its retained input; result not recomputed",
+            sh.label, ctx.seq
+        );
+    }
+    for (_, _, b) in pulls {
+        sh.retain.recycle(b);
     }
 }

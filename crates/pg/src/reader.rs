@@ -2,18 +2,95 @@
 //! answers PINGs, queues collective pieces, feeds P2P frames to the matcher
 //! and records control frames. When the stream ends the peer is declared
 //! failed (pg spec, failure model: a connection error is noticed at once).
+//!
+//! It also answers pulls (pg spec, per-op contract: reader threads answer
+//! the pull requests for retained inputs) and lands the answers to ours,
+//! and records the peer's completed-seq watermarks (PONGs, and the seq of
+//! every collective piece) so retained inputs are released. A held range is
+//! written back by a short-lived helper thread ([`answer_pulls`]), so a
+//! reader never blocks on its own socket while the peer's reader might be
+//! blocked writing to us.
 
 use crate::fault;
 use crate::link::PeerLink;
 use crate::p2p::RxMessage;
-use crate::shared::Shared;
+use crate::retain::{Request, Retention, Verdict};
+use crate::shared::{Links, Shared};
 use crate::shm::PIECE;
 use crate::wire::{
     Hdr, KIND_ABORT, KIND_BYE, KIND_COLL, KIND_MAPPED, KIND_P2P, KIND_PING, KIND_PONG,
+    KIND_PULL_REQ, KIND_PULL_RESP, PULL_NOT_HELD,
 };
 use std::io::{BufReader, Read};
 use std::net::TcpStream;
 use std::sync::Arc;
+
+/// Largest payload of one pull answer frame.
+pub(crate) const PULL_FRAME: usize = 1 << 20;
+
+/// Answers peers' pull requests: with the held ranges (`serve`, written by
+/// one helper thread per request) or with a refusal ("not held").
+pub(crate) fn answer_pulls(
+    retain: &Arc<Retention>,
+    links: &Links,
+    reqs: Vec<Request>,
+    serve: bool,
+) {
+    for req in reqs {
+        let Some(link) = links.get(req.src).cloned().flatten() else {
+            continue;
+        };
+        if !serve {
+            refuse(&link, &req);
+            continue;
+        }
+        let (r, l) = (retain.clone(), link.clone());
+        let spawned = std::thread::Builder::new()
+            .name("mcpg-pull".into())
+            .spawn(move || send_range(&r, &l, &req));
+        if spawned.is_err() {
+            refuse(&link, &req);
+        }
+    }
+}
+
+fn refuse(link: &PeerLink, req: &Request) {
+    let hdr = Hdr {
+        kind: KIND_PULL_RESP,
+        phase: req.id,
+        seq: req.seq,
+        total: req.len,
+        aux: PULL_NOT_HELD,
+        ..Default::default()
+    };
+    let _ = link.write_frame(&hdr, &[]);
+}
+
+/// Writes the requested range in frames of at most [`PULL_FRAME`] bytes
+/// (offsets relative to the request), or a refusal once it is not held.
+fn send_range(retain: &Retention, link: &PeerLink, req: &Request) {
+    let mut off = 0u64;
+    while off < req.len {
+        let n = (req.len - off).min(PULL_FRAME as u64);
+        let Some(chunk) = retain.with_range(req.seq, req.offset + off, n, |d| d.to_vec()) else {
+            refuse(link, req);
+            return;
+        };
+        let hdr = Hdr {
+            kind: KIND_PULL_RESP,
+            phase: req.id,
+            seq: req.seq,
+            total: req.len,
+            offset: off,
+            len: n as u32,
+            ..Default::default()
+        };
+        if link.write_frame(&hdr, &chunk).is_err() {
+            return;
+        }
+        off += n;
+    }
+}
 
 /// Reader thread body.
 pub(crate) fn reader_loop(shared: Arc<Shared>, link: Arc<PeerLink>, stream: TcpStream) {
@@ -24,11 +101,48 @@ pub(crate) fn reader_loop(shared: Arc<Shared>, link: Arc<PeerLink>, stream: TcpS
         link.touch_rx();
         let ok = match hdr.kind {
             KIND_PING => {
-                link.try_write_ctrl(KIND_PONG);
+                link.try_write_ctrl(KIND_PONG, shared.retain.watermark());
                 true
             }
-            KIND_PONG => true,
+            KIND_PONG => {
+                shared.retain.ack(link.slot, hdr.seq);
+                true
+            }
+            KIND_PULL_REQ => {
+                let req = Request {
+                    src: link.slot,
+                    id: hdr.phase,
+                    seq: hdr.seq,
+                    offset: hdr.offset,
+                    len: hdr.total,
+                };
+                match shared.retain.admit(req) {
+                    Verdict::Serve => {
+                        answer_pulls(&shared.retain, &shared.links(), vec![req], true)
+                    }
+                    Verdict::Refuse => refuse(&link, &req),
+                    Verdict::Queued => {}
+                }
+                true
+            }
+            KIND_PULL_RESP if hdr.aux == PULL_NOT_HELD => {
+                shared.retain.fail_pulls(link.slot, Some(hdr.phase));
+                shared.bell().ring();
+                true
+            }
+            KIND_PULL_RESP if hdr.len as usize <= PULL_FRAME => {
+                let mut buf = vec![0u8; hdr.len as usize];
+                let ok = r.read_exact(&mut buf).is_ok();
+                if ok {
+                    // An unknown id is a pull its op already gave up on.
+                    let _ = shared.retain.land(hdr.phase, link.slot, hdr.offset, &buf);
+                    shared.bell().ring();
+                }
+                ok
+            }
             KIND_COLL if hdr.len as usize <= PIECE => {
+                // A piece of op `seq`: the peer completed every earlier op.
+                shared.retain.ack(link.slot, hdr.seq);
                 let mut buf = link.take_buf(hdr.len as usize);
                 let ok = r.read_exact(&mut buf).is_ok();
                 if ok {
@@ -71,6 +185,8 @@ pub(crate) fn reader_loop(shared: Arc<Shared>, link: Arc<PeerLink>, stream: TcpS
         );
     }
     link.mark_dead();
+    shared.retain.forget(1u64 << link.slot);
+    shared.retain.fail_pulls(link.slot, None);
     let pending = shared.p2p.take_pending(link.slot, &mut rx_msg);
     shared.fail_recvs(link.slot, pending);
     shared.bell().ring();

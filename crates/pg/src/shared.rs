@@ -13,6 +13,7 @@ use crate::futex::Doorbell;
 use crate::link::PeerLink;
 use crate::p2p::{P2p, PostedRecv};
 use crate::plan::OpKind;
+use crate::retain::Retention;
 use crate::shm::Segment;
 use mooncake_common::AuthKey;
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -162,6 +163,9 @@ pub(crate) struct Shared {
     pub(crate) watch: Mutex<()>,
     /// Wakes the watchdog (shutdown).
     pub(crate) watch_cv: Condvar,
+    /// Retained reduction inputs and this member's pulls (all-or-nothing
+    /// inclusion; shared with the threads that answer pulls).
+    pub(crate) retain: Arc<Retention>,
     /// Tunables.
     pub(crate) cfg: Config,
 }

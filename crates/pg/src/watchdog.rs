@@ -64,7 +64,7 @@ pub(crate) fn watchdog_loop(shared: Arc<Shared>) {
                 continue;
             }
             let every = (t / 4).min(Duration::from_millis(100)).as_nanos() as u64;
-            if now.saturating_sub(pinged[slot]) >= every && l.try_write_ctrl(KIND_PING) {
+            if now.saturating_sub(pinged[slot]) >= every && l.try_write_ctrl(KIND_PING, 0) {
                 pinged[slot] = now;
             }
         }

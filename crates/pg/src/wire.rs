@@ -1,8 +1,17 @@
 //! Frame header shared by TCP frames and shared-memory ring slots (the
 //! connection preambles that precede the frames are in `handshake`).
 //!
-//! Layout (40 bytes, little-endian): `kind u8, pad [u8;3], phase u32,
-//! seq u64, total u64, offset u64, len u32, aux u32`.
+//! Layout (40 bytes, little-endian): `kind u8, flags u8, pad [u8;2],
+//! phase u32, seq u64, total u64, offset u64, len u32, aux u32`.
+//!
+//! Pulls (pg spec, per-op contract: a rank that must recompute a reduction
+//! pulls the survivors' original inputs for that `seq`): [`KIND_PULL_REQ`]
+//! carries the pull id in `phase`, the op in `seq`, the byte range in
+//! `offset`/`total`; each [`KIND_PULL_RESP`] carries the same id and seq, and
+//! `len` payload bytes at `offset`, or `aux` = [`PULL_NOT_HELD`].
+//! Acknowledgements (completed-seq watermarks) ride in the `seq` field of
+//! PONGs, and a collective piece of op `seq` implies the sender completed
+//! every earlier op.
 
 use std::io::{Read, Write};
 
@@ -21,14 +30,28 @@ pub(crate) const KIND_BYE: u8 = 4;
 pub(crate) const KIND_ABORT: u8 = 5;
 /// Liveness probe; the peer's reader answers with [`KIND_PONG`].
 pub(crate) const KIND_PING: u8 = 6;
-/// Answer to [`KIND_PING`].
+/// Answer to [`KIND_PING`]; `seq` is the sender's completed-op watermark
+/// (it finished every collective below `seq`).
 pub(crate) const KIND_PONG: u8 = 7;
+/// Asks the peer for a byte range of its retained input of op `seq`.
+pub(crate) const KIND_PULL_REQ: u8 = 8;
+/// A piece of a pulled range, or a refusal (`aux` = [`PULL_NOT_HELD`]).
+pub(crate) const KIND_PULL_RESP: u8 = 9;
+/// `aux` of a [`KIND_PULL_RESP`]: the input of that op is not (or no
+/// longer) held.
+pub(crate) const PULL_NOT_HELD: u32 = 1;
+/// Flag of a reduced piece (the fused all-gather of the two-phase
+/// all_reduce): the sender's reduction lost a contribution during the op,
+/// so the chunk may exclude, or partly include, a failed rank.
+pub(crate) const FLAG_TAINT: u8 = 1;
 
 /// Decoded frame header.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Hdr {
     /// Frame kind (`KIND_*`).
     pub(crate) kind: u8,
+    /// Frame flags (`FLAG_*`).
+    pub(crate) flags: u8,
     /// Algorithm phase within the collective.
     pub(crate) phase: u32,
     /// Collective sequence number, or P2P message number.
@@ -48,6 +71,7 @@ impl Hdr {
     pub(crate) fn encode(&self) -> [u8; HDR_LEN] {
         let mut b = [0u8; HDR_LEN];
         b[0] = self.kind;
+        b[1] = self.flags;
         b[4..8].copy_from_slice(&self.phase.to_le_bytes());
         b[8..16].copy_from_slice(&self.seq.to_le_bytes());
         b[16..24].copy_from_slice(&self.total.to_le_bytes());
@@ -67,6 +91,7 @@ impl Hdr {
         };
         Hdr {
             kind: b[0],
+            flags: b[1],
             phase: u32_at(4),
             seq: u64_at(8),
             total: u64_at(16),
@@ -114,6 +139,7 @@ mod tests {
     fn header_round_trips() {
         let h = Hdr {
             kind: KIND_COLL,
+            flags: FLAG_TAINT,
             phase: 3,
             seq: 1 << 40,
             total: 12345,
