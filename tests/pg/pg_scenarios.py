@@ -172,6 +172,14 @@ def collectives(rank: int, world: int, port: int) -> None:
     big = torch.arange(1 << 20, dtype=torch.float64) * (rank + 1)
     dist.all_reduce(big)
     eq(big, torch.arange(1 << 20, dtype=torch.float64) * (n * (n + 1) // 2), "big f64 distinct")
+    # 32 MiB: every per-peer message is at least 8 MiB up to world 4, the size
+    # from which ring pushes and receive copies use streaming stores.
+    huge = torch.arange(4 << 20, dtype=torch.float64) * (rank + 1)
+    dist.all_reduce(huge)
+    eq(huge, torch.arange(4 << 20, dtype=torch.float64) * (n * (n + 1) // 2), "32 MiB f64")
+    huge = torch.arange(4 << 20, dtype=torch.float64) + (0 if rank == n - 1 else 7)
+    dist.broadcast(huge, src=n - 1)
+    eq(huge, torch.arange(4 << 20, dtype=torch.float64), "32 MiB broadcast")
     for op, exp in (
         (dist.ReduceOp.SUM, True),
         (dist.ReduceOp.MAX, True),

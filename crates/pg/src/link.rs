@@ -212,13 +212,15 @@ impl PeerLink {
     }
 
     /// Pushes one collective piece. `Ok(false)`: ring full, retry later.
-    pub(crate) fn send_piece(&self, hdr: &Hdr, data: &[u8]) -> std::io::Result<bool> {
+    /// `stream`: the piece belongs to a large message, so a shared-memory
+    /// push bypasses this core's cache (see [`crate::copy::STREAM_MIN_MESSAGE`]).
+    pub(crate) fn send_piece(&self, hdr: &Hdr, data: &[u8], stream: bool) -> std::io::Result<bool> {
         if let Some(p) = self.shm.get() {
             fault::delay(&self.group, self.slot);
             let Some(ring) = p.peer.ring(self.my_slot) else {
                 return Err(std::io::Error::other("peer segment too small"));
             };
-            return Ok(match ring.try_push(hdr, data) {
+            return Ok(match ring.try_push(hdr, data, stream) {
                 Some(was_empty) => {
                     if was_empty {
                         p.peer.bell().ring();

@@ -288,7 +288,7 @@ fn step_send(ctx: &mut Ctx<'_>, x: &mut Xfer, limit: usize) -> bool {
             // valid until the op completes (`Group::submit`).
             unsafe { std::slice::from_raw_parts((x.ptr + x.pos) as *const u8, plen) }
         };
-        match l.send_piece(&hdr, data) {
+        match l.send_piece(&hdr, data, x.len >= copy::STREAM_MIN_MESSAGE) {
             Ok(true) => {
                 if ctx.mid_send == Some(x.peer) {
                     ctx.mid_send = None;

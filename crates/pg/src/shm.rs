@@ -8,6 +8,7 @@
 //! (pg spec, same-host shared memory: rings per peer pair, unlinked once both
 //! sides mapped them; TCP still carries control and liveness.)
 
+use crate::copy;
 use crate::error::PgError;
 use crate::futex::Doorbell;
 use crate::wire::{Hdr, HDR_LEN};
@@ -196,7 +197,11 @@ impl Ring<'_> {
     /// Producer: copies a piece in if there is room. `data.len() <= PIECE`.
     /// Returns `None` when full, else whether the ring was empty before
     /// (only then can the consumer be asleep waiting on this ring).
-    pub(crate) fn try_push(&self, hdr: &Hdr, data: &[u8]) -> Option<bool> {
+    ///
+    /// `stream` writes the payload with non-temporal stores (see
+    /// [`copy::STREAM_MIN_MESSAGE`]): the consumer then reads it from memory
+    /// instead of out of this core's cache.
+    pub(crate) fn try_push(&self, hdr: &Hdr, data: &[u8], stream: bool) -> Option<bool> {
         let head = self.head().load(Ordering::Relaxed);
         let tail = self.tail().load(Ordering::SeqCst);
         if head - tail >= NSLOTS {
@@ -206,10 +211,12 @@ impl Ring<'_> {
         let slot = self.slot(head);
         let h = hdr.encode();
         // SAFETY: the slot (SLOT_HDR + PIECE bytes) is owned by the producer
-        // until head is published; `len <= PIECE`; `h` and `data` are ours.
+        // until head is published; `len <= PIECE`; `h` and `data` are ours
+        // and lie outside the ring. A streamed copy ends with a store fence,
+        // so the payload is visible before the head store below.
         unsafe {
             std::ptr::copy_nonoverlapping(h.as_ptr(), slot, HDR_LEN);
-            std::ptr::copy_nonoverlapping(data.as_ptr(), slot.add(SLOT_HDR), len);
+            copy::copy(data.as_ptr(), slot.add(SLOT_HDR), len, stream);
         }
         self.head().store(head + 1, Ordering::SeqCst);
         // Re-read the tail: if the consumer drained everything meanwhile it
@@ -306,21 +313,74 @@ mod tests {
             total: 3,
             ..Default::default()
         };
-        assert_eq!(tx.try_push(&hdr, b"abc"), Some(true));
+        assert_eq!(tx.try_push(&hdr, b"abc", false), Some(true));
         for _ in 1..NSLOTS {
-            assert_eq!(tx.try_push(&hdr, b"abc"), Some(false));
+            assert_eq!(tx.try_push(&hdr, b"abc", false), Some(false));
         }
-        assert_eq!(tx.try_push(&hdr, b"abc"), None);
+        assert_eq!(tx.try_push(&hdr, b"abc", false), None);
         let p = rx.peek().expect("piece");
         assert_eq!(p.hdr, hdr);
         // SAFETY: the piece holds 3 payload bytes until popped.
         let got = unsafe { std::slice::from_raw_parts(p.data, 3) };
         assert_eq!(got, b"abc");
         assert_eq!(rx.pop(), NSLOTS - 1);
-        assert_eq!(tx.try_push(&hdr, b"abc"), Some(false));
+        assert_eq!(tx.try_push(&hdr, b"abc", false), Some(false));
         assert!(own.ring(2).is_none());
         rx.clear();
         assert!(rx.peek().is_none());
+    }
+
+    #[test]
+    fn streamed_pushes_deliver_every_byte() {
+        let name = unique_name(0xfeed_0003);
+        let own = Segment::create(&name, 2).expect("create");
+        let peer = Segment::open(&name).expect("open");
+        own.unlink();
+        let tx = peer.ring(0).expect("ring");
+        let rx = own.ring(0).expect("ring");
+        // Every slot first holds other bytes, so a byte the streamed copy
+        // skipped would show.
+        let junk = vec![0xaau8; PIECE];
+        for _ in 0..NSLOTS {
+            let hdr = Hdr {
+                kind: KIND_COLL,
+                len: PIECE as u32,
+                ..Default::default()
+            };
+            assert!(tx.try_push(&hdr, &junk, false).is_some());
+            rx.pop();
+        }
+        // A full piece, a piece whose tail is not a multiple of the 64-byte
+        // streamed block, one too short to stream, and one from an odd
+        // source address: each must arrive intact.
+        let src: Vec<u8> = (0..PIECE + 1).map(|i| (i * 7 + i / 251) as u8).collect();
+        let cases: [(usize, usize); 4] = [(0, PIECE), (0, PIECE - 37), (5, 1000), (1, 70_001)];
+        for (round, &(at, len)) in cases.iter().enumerate() {
+            for stream in [false, true] {
+                let data = if stream {
+                    &src[at..at + len]
+                } else {
+                    &src[..len]
+                };
+                let hdr = Hdr {
+                    kind: KIND_COLL,
+                    len: len as u32,
+                    total: len as u64,
+                    offset: round as u64,
+                    ..Default::default()
+                };
+                assert!(tx.try_push(&hdr, data, stream).is_some());
+                let p = rx.peek().expect("piece");
+                assert_eq!(p.hdr, hdr);
+                // SAFETY: the piece holds `len` payload bytes until popped.
+                let got = unsafe { std::slice::from_raw_parts(p.data, len) };
+                assert!(
+                    got == data,
+                    "round {round}, stream {stream}: payload differs"
+                );
+                rx.pop();
+            }
+        }
     }
 
     #[test]
