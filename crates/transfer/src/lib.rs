@@ -5,6 +5,7 @@
 pub mod data_proto;
 pub mod data_server;
 pub mod engine;
+mod fresh_gate;
 mod op;
 pub mod same_host;
 pub mod segment;

@@ -1,6 +1,7 @@
 //! Shared-memory segments (`memfd`, mapped `MAP_SHARED`) and the
 //! process-wide registry of segments owned by this process.
 
+use crate::fresh_gate;
 use memmap2::{MmapOptions, MmapRaw};
 use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use parking_lot::RwLock;
@@ -256,7 +257,10 @@ impl Segment {
     /// The written range is then mapped here ([`Segment::map_range`]), so
     /// that reading it back in this process runs at memory speed instead of
     /// faulting on the way. On a `pwritev` error or short write the rest is
-    /// copied through the mapping. `MC_STORE_PWRITE=off` disables this path.
+    /// copied through the mapping. `MC_STORE_PWRITE=off` disables this path;
+    /// it is also skipped for a while after recent calls were slow (see
+    /// `fresh_gate`: when new pages need the host's help, stores through
+    /// the mapping from several workers are faster).
     ///
     /// # Safety
     /// Every `src..src+len` of `pieces` must be readable, and
@@ -266,6 +270,11 @@ impl Segment {
         if total < PWRITE_MIN || !pwrite_enabled() || self.any_resident(offset, total) {
             return false;
         }
+        let gate = fresh_gate::gate();
+        if !gate.allow(fresh_gate::now_ns()) {
+            return false;
+        }
+        let started = fresh_gate::now_ns();
         let fd = self.file.as_raw_fd();
         // Bytes of the run written so far; pieces below `next` are done.
         let mut done = 0u64;
@@ -304,6 +313,10 @@ impl Segment {
             }
             done += want;
             next += iov.len();
+        }
+        if next == pieces.len() {
+            let now = fresh_gate::now_ns();
+            gate.record(now, total, now.saturating_sub(started));
         }
         if next < pieces.len() {
             // A failed or short call: copy this call's pieces and the rest
