@@ -2,9 +2,9 @@
 //! the mapping, decided from how fast recent `pwrite`s were.
 //!
 //! `pwrite` on the memfd allocates and fills each new page in one step, with
-//! no page fault or page-table update: on the reference VM it fills fresh
-//! pages about 1.6x faster than first stores through the mapping
-//! (`benchmarks/RESULTS.md`, Session 3). But shmem's write path holds the
+//! no page fault or page-table update (on the reference VM, 1.6x faster
+//! fresh-page fills under load, `benchmarks/RESULTS.md` Session 3; level
+//! with the mapped copy on a quiet machine, Session 7). But shmem's write path holds the
 //! file's inode lock for the whole call, so the copy workers of one batch
 //! take turns. That costs little while a page takes about 2 µs to provide;
 //! it costs a lot when each new page first needs the host's help (a VM whose
@@ -33,13 +33,20 @@ pub(crate) const HOLD_NS: u64 = 2_000_000_000;
 pub(crate) const MIN_PAGES: u64 = 16;
 
 /// The decision state (one per process: see [`gate`]).
-#[derive(Default)]
 pub(crate) struct Gate {
     slow_streak: AtomicU32,
     hold_until_ns: AtomicU64,
 }
 
 impl Gate {
+    /// A gate that allows `pwrite`.
+    pub(crate) const fn new() -> Self {
+        Self {
+            slow_streak: AtomicU32::new(0),
+            hold_until_ns: AtomicU64::new(0),
+        }
+    }
+
     /// Whether a fresh write at `now_ns` should use `pwrite`.
     pub(crate) fn allow(&self, now_ns: u64) -> bool {
         now_ns >= self.hold_until_ns.load(Ordering::Relaxed)
@@ -70,8 +77,8 @@ impl Gate {
 
 /// The process's gate.
 pub(crate) fn gate() -> &'static Gate {
-    static GATE: OnceLock<Gate> = OnceLock::new();
-    GATE.get_or_init(Gate::default)
+    static GATE: Gate = Gate::new();
+    &GATE
 }
 
 /// Nanoseconds since this process first asked.
@@ -89,7 +96,7 @@ mod tests {
 
     #[test]
     fn three_slow_calls_in_a_row_switch_for_the_hold_time() {
-        let g = Gate::default();
+        let g = Gate::new();
         let bytes = 64 << 10; // 16 pages
         let slow = 16 * SLOW_NS_PER_PAGE + 1;
         assert!(g.allow(0));
@@ -107,7 +114,7 @@ mod tests {
 
     #[test]
     fn a_fast_call_restarts_the_count_and_short_calls_are_not_timed() {
-        let g = Gate::default();
+        let g = Gate::new();
         let bytes = 64 << 10;
         let slow = 16 * SLOW_NS_PER_PAGE + 1;
         let fast = 16 * 2_000;

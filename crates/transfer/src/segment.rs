@@ -271,10 +271,10 @@ impl Segment {
             return false;
         }
         let gate = fresh_gate::gate();
-        if !gate.allow(fresh_gate::now_ns()) {
+        let started = fresh_gate::now_ns();
+        if !gate.allow(started) {
             return false;
         }
-        let started = fresh_gate::now_ns();
         let fd = self.file.as_raw_fd();
         // Bytes of the run written so far; pieces below `next` are done.
         let mut done = 0u64;
