@@ -9,6 +9,18 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "cargo (Rust toolchain) is required" >&2
   exit 1
 fi
+# protoc: etcd-client (the HA masters' etcd backend) compiles etcd's .proto
+# files at build time. Debian's protobuf-compiler, installed here when missing
+# and we are root (as on CI and a fresh dev VM).
+if ! command -v protoc >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
+    (apt-get update -qq >/dev/null || true)
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null
+  else
+    echo "protoc is required to build etcd-client: apt-get install protobuf-compiler" >&2
+    exit 1
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi

@@ -853,6 +853,14 @@ def cuda_collectives(rank: int, world: int, port: int) -> None:
     for j in range(n):
         eq(outs[j].cpu(), torch.tensor([j, 10.0 * j]), "cuda all_gather")
     dist.destroy_process_group()
+    # Upstream: the mirror "may be on CPU or GPU"; a CPU one is written in place.
+    cpu_mask = torch.zeros(world, dtype=torch.int32)
+    init(rank, world, port, MooncakeBackendOptions(cpu_mask), backend="mooncake")
+    eq(cpu_mask, torch.ones(world, dtype=torch.int32), "CPU mask of the mooncake backend")
+    t = torch.full((4,), float(x), device=dev)
+    dist.all_reduce(t)
+    eq(t.cpu(), float(n * (n + 1) // 2), "cuda all_reduce with a CPU mask")
+    dist.destroy_process_group()
 
 
 def crash_survivors(rank: int, world: int, port: int) -> None:

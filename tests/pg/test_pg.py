@@ -96,9 +96,20 @@ def _elastic_lane(t: str, q: list[int]) -> list[Step]:
         Step("scale_down", 4, q[:4], t),
         Step("subgroups_ext", 4, q[:4], t),
         Step("elastic_bad_input", 4, q[:4], t, ADMISSION_ENV),
+        Step("partial_activation", 4, q[:4], t, ADMISSION_ENV),
         Step("failure_modes", 4, q[:4], t, dies=[q[3]]),
         Step("replace", 4, [q[0], q[1], q[2], q[4], q[5]], t, ranks=[0, 1, 2, 3, 101], dies=[q[1]]),
+        Step("extend_join", 4, [q[0], q[2], q[4], q[5]], t),
+        Step(
+            "replace_after_destroy",
+            3,
+            [q[0], q[2], q[4], q[5]],
+            t,
+            ranks=[0, 1, 2, 102],
+            dies=[q[4]],
+        ),
         Step("sigstop", 3, [q[0], q[2], q[6]], t, FAULT_ENV, freezes=[q[6]]),
+        Step("coordinator_lost", 3, [q[0], q[2], q[5]], t, dies=[q[0]]),
     ]
 
 
@@ -213,22 +224,28 @@ def test_codes_come_from_the_core() -> None:
         _codes.op_code("not an op")
 
 
-def _run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: list[str], timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, *args],
         check=False,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     )
 
 
-def test_elastic_serving_example() -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_elastic_serving_example(transport: str) -> None:
     """examples/elastic_serving.py: a rank is SIGKILLed, the survivors keep
     serving, a replacement joins and the loop is back to four ranks."""
-    out = _run(["examples/elastic_serving.py", "--steps", "3", "--kill-at", "3"])
+    out = _run(
+        ["examples/elastic_serving.py", "--steps", "3", "--kill-at", "3"],
+        env={"MOONCAKE_PG_TRANSPORT": transport},
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
     assert "SIGKILL" in text and "lost rank(s) [2]" in text, text
@@ -238,10 +255,21 @@ def test_elastic_serving_example() -> None:
     assert "back to 4 ranks" in text, text
 
 
-def test_elastic_bench_smoke() -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_elastic_bench_smoke(transport: str) -> None:
     """python -m mooncake.pg.elastic_bench prints kill-to-continue and join
     latency rows with figures for every trial."""
-    out = _run(["-m", "mooncake.pg.elastic_bench", "--trials", "2", "--skip-collectives"])
+    out = _run(
+        [
+            "-m",
+            "mooncake.pg.elastic_bench",
+            "--trials",
+            "2",
+            "--skip-collectives",
+            "--transport",
+            transport,
+        ]
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     rows = {line.split("|")[1].strip(): line for line in out.stdout.splitlines() if "|" in line}
     kill = next(v for k, v in rows.items() if k.startswith("kill-to-continue"))

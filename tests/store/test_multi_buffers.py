@@ -309,6 +309,11 @@ def test_failures_log_one_line_each(store: Any, key: K, log: pytest.LogCaptureFi
             "has 2 buffer pointers but 1 sizes",
         ),
         (
+            lambda: store.batch_get_into_multi_buffers([k], [b.ptrs], [[100]]),
+            [-600],
+            "2 buffer pointers but 1 sizes",
+        ),
+        (
             lambda: store.batch_put_from_multi_buffers([ks[0]], [[0]], [[8]]),
             [-600],
             "null buffer pointer",
@@ -420,6 +425,56 @@ def test_cross_process_round_trip(
     assert r == {"n": total, "match": True}
 
 
+@pytest.mark.ours
+@pytest.mark.parametrize("mode", ["auto", "off"])
+def test_one_data_request_per_owner_per_batch(
+    master: Master,
+    store_factory: StoreFactory,
+    child_factory: Callable[..., Child],
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+) -> None:
+    """Without a token, a multi-buffer batch whose values live in two other
+    processes' segments moves as one scatter/gather request per owner, for
+    the write and for the read (TCP with the same-host mapping off; with it
+    on, no TCP request at all), and every byte round-trips."""
+    owners = [child_factory(), child_factory()]
+    for o in owners:
+        assert o.setup(master) == 0
+    monkeypatch.setenv("MC_STORE_SAME_HOST", mode)
+    s = store_factory(master, global_segment_size=0)
+    keys = [f"one-req-{mode}-{i}" for i in range(8)]
+    splits = [cut(61 if i % 2 else 2, i) for i in range(8)]
+    homes = [o.call("hostname") for o in owners]
+    values: list[bytes] = []
+    before = s.get_client_stats()
+    for h, half in zip(homes, (slice(0, 4), slice(4, 8))):
+        cfg = ReplicateConfig()
+        cfg.preferred_segment = h
+        ks, sp = keys[half], splits[half]
+        bufs = [Scattered(x) for x in sp]
+        for i, b in enumerate(bufs):
+            data = pattern(sum(b.sizes), 70 + i + half.start)
+            b.load(data)
+            values.append(data)
+        rcs = s.batch_put_from_multi_buffers(
+            ks, [b.ptrs for b in bufs], [b.sizes for b in bufs], cfg
+        )
+        assert rcs == [0] * 4
+    mid = s.get_client_stats()
+    tcp = 1 if mode == "off" else 0
+    assert mid["tcp_write_requests"] - before["tcp_write_requests"] == 2 * tcp
+    outs = [Scattered(list(reversed(sp))) for sp in splits]
+    rcs = s.batch_get_into_multi_buffers(keys, [o.ptrs for o in outs], [o.sizes for o in outs])
+    assert rcs == [sum(sp) for sp in splits]
+    after = s.get_client_stats()
+    assert after["tcp_read_requests"] - mid["tcp_read_requests"] == 2 * tcp  # one per owner
+    assert after["master_rpcs"] - mid["master_rpcs"] == 1
+    assert [o.joined() for o in outs] == values
+    assert all(o.gaps_intact() for o in outs)
+
+
+@pytest.mark.ours
 def test_batches_into_one_owner_with_a_cluster_token(
     master_factory: Callable[..., Master],
     store_factory: StoreFactory,
@@ -430,7 +485,8 @@ def test_batches_into_one_owner_with_a_cluster_token(
     """With a cluster token every TCP write needs the master's ticket for its
     range: a batch whose values all land in one owner's segment (multi-buffer
     and single-buffer batch puts) is still written, one ticketed request per
-    replica, and the owner reads every byte back."""
+    replica (a ticket covers one range), the owner reads every byte back, and
+    a multi-buffer batch read from that owner is one TCP request."""
     token = tmp_path / "cluster.token"
     token.write_text("kv batch token\n")
     m = master_factory(auth_token_file=str(token))
@@ -441,7 +497,11 @@ def test_batches_into_one_owner_with_a_cluster_token(
     s = store_factory(m, global_segment_size=0)
     keys = [f"tokmb{i}" for i in range(6)]
     splits = [cut(7, i) for i in range(6)]
-    put_values(s, keys, splits, seed=40)
+    before = s.get_client_stats()
+    values = put_values(s, keys, splits, seed=40)
+    mid = s.get_client_stats()
+    assert mid["tcp_write_requests"] - before["tcp_write_requests"] == len(keys)
+    assert mid["bytes_written_tcp"] - before["bytes_written_tcp"] == sum(map(sum, splits))
     for i, (k, sizes) in enumerate(zip(keys, splits)):
         r = owner.call("check_pattern", key=k, size=sum(sizes), seed=40 + i)
         assert r == {"n": sum(sizes), "match": True}
@@ -449,6 +509,16 @@ def test_batches_into_one_owner_with_a_cluster_token(
     sizes = [4096 * (i + 1) + i for i in range(5)]
     bufs = [np.frombuffer(pattern(n, 50 + i), np.uint8).copy() for i, n in enumerate(sizes)]
     assert s.batch_put_from(single, [ptr(b) for b in bufs], sizes) == [0] * 5
+    assert s.get_client_stats()["tcp_write_requests"] - mid["tcp_write_requests"] == len(single)
     for i, (k, n) in enumerate(zip(single, sizes)):
         assert owner.call("check_pattern", key=k, size=n, seed=50 + i) == {"n": n, "match": True}
-    assert s.get_client_stats()["bytes_written_tcp"] >= sum(sizes) + sum(map(sum, splits))
+    # Read back in other splits: one request for the batch, every byte.
+    outs = [Scattered(list(reversed(sp))) for sp in splits]
+    before = s.get_client_stats()
+    rcs = s.batch_get_into_multi_buffers(keys, [o.ptrs for o in outs], [o.sizes for o in outs])
+    assert rcs == [sum(sp) for sp in splits]
+    after = s.get_client_stats()
+    assert after["tcp_read_requests"] - before["tcp_read_requests"] == 1
+    assert after["bytes_read_tcp"] - before["bytes_read_tcp"] == sum(map(sum, splits))
+    assert [o.joined() for o in outs] == values
+    assert all(o.gaps_intact() for o in outs)

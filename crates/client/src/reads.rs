@@ -69,11 +69,15 @@ fn from_codes<T>(codes: Vec<i32>, ok: impl Fn(i32) -> T) -> Vec<Result<T>> {
 }
 
 impl Client {
+    /// Counts one engine read of `n` bytes (one request when over TCP).
     pub(crate) fn count_read(&self, path: Path, n: u64) {
         let c = match path {
             Path::Local => &self.stats.bytes_read_local,
             Path::SameHost => &self.stats.bytes_read_same_host,
-            Path::Tcp => &self.stats.bytes_read_tcp,
+            Path::Tcp => {
+                self.stats.tcp_read_requests.fetch_add(1, Ordering::Relaxed);
+                &self.stats.bytes_read_tcp
+            }
         };
         c.fetch_add(n, Ordering::Relaxed);
     }

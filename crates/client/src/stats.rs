@@ -13,6 +13,12 @@ pub(crate) struct ClientStats {
     pub(crate) bytes_written_tcp: AtomicU64,
     pub(crate) master_rpcs: AtomicU64,
     pub(crate) same_host_mappings: AtomicU64,
+    /// TCP data requests sent for reads: one scatter/gather list to one
+    /// owner each (the engine may spread a large one over parallel
+    /// connections, `MC_TCP_STREAMS`).
+    pub(crate) tcp_read_requests: AtomicU64,
+    /// TCP data requests sent for writes, counted likewise.
+    pub(crate) tcp_write_requests: AtomicU64,
 }
 
 impl ClientStats {
@@ -28,6 +34,8 @@ impl ClientStats {
             ("bytes_written_tcp", l(&self.bytes_written_tcp)),
             ("master_rpcs", l(&self.master_rpcs)),
             ("same_host_mappings", l(&self.same_host_mappings)),
+            ("tcp_read_requests", l(&self.tcp_read_requests)),
+            ("tcp_write_requests", l(&self.tcp_write_requests)),
         ]
     }
 }

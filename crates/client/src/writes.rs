@@ -67,11 +67,15 @@ fn first_failure(keys: &[String], results: Vec<Result<()>>) -> Result<()> {
 }
 
 impl Client {
+    /// Counts one engine write of `n` bytes (one request when over TCP).
     pub(crate) fn count_write(&self, path: Path, n: u64) {
         let c = match path {
             Path::Local => &self.stats.bytes_written_local,
             Path::SameHost => &self.stats.bytes_written_same_host,
-            Path::Tcp => &self.stats.bytes_written_tcp,
+            Path::Tcp => {
+                self.stats.tcp_write_requests.fetch_add(1, Ordering::Relaxed);
+                &self.stats.bytes_written_tcp
+            }
         };
         c.fetch_add(n, Ordering::Relaxed);
     }

@@ -209,12 +209,11 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             raise ValueError(
                 f"active_ranks has {active.numel()} entries but the capacity is {capacity}"
             )
-        if self._device_type == "cpu":
-            if active.device.type != "cpu":
-                raise ValueError("mooncake-cpu requires active_ranks on the CPU")
-            return None, active
+        # Upstream: the mirror "may be on CPU or GPU", whichever the backend.
+        # A CPU tensor is written in place by the core; any other device gets
+        # a host mask that is copied into it whenever the view changes.
         if active.device.type == "cpu":
-            raise ValueError(f"mooncake requires active_ranks on {self._device_type}")
+            return None, active
         return active, torch.zeros(capacity, dtype=torch.int32)
 
     def _sync_mask(self) -> None:

@@ -61,8 +61,9 @@ class MooncakeBackendOptions:
       <= 64); slots beyond the initial members stay inactive until activated.
     * ``active_ranks``: optional contiguous ``torch.int32`` tensor of length
       ``max_group_size`` that the backend keeps as a mirror of the committed
-      membership (its initial contents are ignored). CPU for
-      ``mooncake-cpu``, the accelerator for ``mooncake``.
+      membership (its initial contents are ignored). On the CPU or an
+      accelerator, for either backend (as upstream): a CPU tensor is written
+      in place, another device's is refreshed by a copy when the view changes.
     * ``is_extension``: a joining or replacement process that enters the
       group through ``join_group``.
     * ``auto_deactivate_on_failure`` / ``auto_sync_on_failure``: the failure
