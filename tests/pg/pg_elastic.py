@@ -501,7 +501,8 @@ def elastic_bad_input(rank: int, world: int, port: int) -> None:
         hub_set("ready")
         hub_get("beyond-done")
     dist.barrier()
-    # Activating a rank that never registered: Rejected with a reason, at once.
+    # Activating a rank that is already active is a no-op (Applied); a rank
+    # that never registered is Rejected with a reason (below, after extend).
     r = mpg.activate_ranks(pg, [2]) if rank == 1 else None
     if r is not None:
         assert r.status == ProposalStatus.Applied, "already-active ranks are a no-op"

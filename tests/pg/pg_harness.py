@@ -134,11 +134,21 @@ def run_launch(steps: list[Step], nprocs: int, timeout: float = 400.0) -> Launch
         log.close()
     del hub
     done: dict[str, set[int]] = {}
+    # A step fails when any of its processes reports a failure, including
+    # one that was meant to die in it (a victim that broke before its kill
+    # point would otherwise pass for a crash).
+    failed: set[str] = set()
     for i, out in enumerate(outs):
         for line in out.splitlines():
             if line.startswith("@@STEP ") and line.split()[2] == "ok":
                 done.setdefault(line.split()[1], set()).add(i)
-    ok = {s.id: set(s.procs) - set(s.dies) - set(s.freezes) <= done.get(s.id, set()) for s in steps}
+            elif line.startswith("@@STEP ") and line.split()[2] == "FAIL":
+                failed.add(line.split()[1])
+    ok = {
+        s.id: s.id not in failed
+        and set(s.procs) - set(s.dies) - set(s.freezes) <= done.get(s.id, set())
+        for s in steps
+    }
     report = "\n".join(
         f"--- process {i} (rc={p.returncode}) ---\n{o}" for i, (p, o) in enumerate(zip(procs, outs))
     )

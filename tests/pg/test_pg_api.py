@@ -199,9 +199,33 @@ def test_surface_matches_upstream() -> None:
         ("NoPending", 1),
         ("Rejected", 2),
     ]
-    assert list(inspect.signature(mpg.deactivate_ranks).parameters) == ["backend", "ranks"]
-    assert list(inspect.signature(mpg.get_failed_ranks_hint).parameters) == ["work"]
-    assert list(inspect.signature(mpg.set_fault_reconciliation_window_us).parameters) == ["us"]
+    # Parameter names as upstream's reference spells them (keyword calls
+    # written for upstream must bind); join_group's timeout is an optional
+    # extra of ours.
+    params = {
+        "set_host_ip": ["host_ip"],
+        "set_device_filter": ["filters"],
+        "set_transfer_engine": ["engine"],
+        "get_active_ranks": ["backend"],
+        "get_num_synced_ranks": ["backend"],
+        "extend_group_size_to": ["backend", "size"],
+        "get_peer_state": ["backend", "ranks"],
+        "activate_ranks": ["backend", "ranks"],
+        "recover_ranks": ["backend", "ranks"],
+        "deactivate_ranks": ["backend", "ranks"],
+        "join_group": ["backend", "timeout"],
+        "get_failed_ranks_hint": ["work"],
+        "get_local_success": ["work"],
+        "get_current_epoch": ["backend"],
+        "sync_after_failure": ["backend"],
+        "set_collective_timeout_us": ["us"],
+        "set_p2p_timeout_us": ["us"],
+        "set_fault_reconciliation_window_us": ["us"],
+    }
+    for name, want in params.items():
+        sig = inspect.signature(getattr(mpg, name))
+        assert list(sig.parameters) == want, (name, sig)
+    assert inspect.signature(mpg.join_group).parameters["timeout"].default is None
 
 
 def test_result_types() -> None:

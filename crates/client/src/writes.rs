@@ -73,7 +73,9 @@ impl Client {
             Path::Local => &self.stats.bytes_written_local,
             Path::SameHost => &self.stats.bytes_written_same_host,
             Path::Tcp => {
-                self.stats.tcp_write_requests.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .tcp_write_requests
+                    .fetch_add(1, Ordering::Relaxed);
                 &self.stats.bytes_written_tcp
             }
         };

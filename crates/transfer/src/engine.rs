@@ -4,7 +4,7 @@
 
 pub use crate::op::Op;
 use crate::same_host::{MapLookup, MappingCache};
-use crate::segment::{local_segment, Segment};
+use crate::segment::{local_segment, FreshWrite, Segment};
 use crate::tcp_pool::TcpPool;
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -175,17 +175,20 @@ impl TransferEngine {
                 // above), so does the run they tile; the caller guarantees
                 // the sources are readable.
                 unsafe {
-                    if !mem.write_fresh_run(start, &pieces) {
+                    match mem.write_fresh_run(start, &pieces) {
+                        FreshWrite::Written => continue,
+                        // Never-written pages: the stores fault them in.
+                        FreshWrite::CopyFresh => {}
                         // Pages in memory but not mapped here fault in 16 at
                         // a time instead of one per store.
-                        mem.map_range(start, total);
-                        for o in run {
-                            copy(
-                                o.local_ptr as *const u8,
-                                mem.base().add(o.seg_offset as usize),
-                                o.len,
-                            );
-                        }
+                        FreshWrite::CopyMapped => mem.map_range(start, total),
+                    }
+                    for o in run {
+                        copy(
+                            o.local_ptr as *const u8,
+                            mem.base().add(o.seg_offset as usize),
+                            o.len,
+                        );
                     }
                 }
             }

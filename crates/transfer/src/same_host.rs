@@ -387,6 +387,12 @@ impl MappingCache {
         if self.tcp_only.lock().contains(uuid) {
             return MapLookup::UseTcp;
         }
+        // Mappings of segments whose owner stopped serving them (the store
+        // closed or its process ended) are dropped before a new one is
+        // made: otherwise a long-lived reader would keep every dead
+        // segment's memory in use (a segment is only looked up again while
+        // it is alive, so its own lookup would never drop it).
+        self.sweep_dead();
         match map_remote(socket, uuid, size, key) {
             Ok(m) => {
                 on_new();
@@ -405,6 +411,21 @@ impl MappingCache {
                 MapLookup::UseTcp
             }
         }
+    }
+
+    /// Drop every mapping whose owner is gone.
+    pub fn sweep_dead(&self) {
+        self.maps.lock().retain(|_, m| m.owner_alive());
+    }
+
+    /// How many segments are mapped.
+    pub fn len(&self) -> usize {
+        self.maps.lock().len()
+    }
+
+    /// Whether no segment is mapped.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Drop a mapping (segment unmounted or owner gone).

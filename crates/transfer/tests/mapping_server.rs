@@ -119,3 +119,55 @@ fn readers_see_the_owner_stop() {
     assert!(map_remote(&socket_name(seg.uuid()), seg.uuid(), 4096, None).is_err());
     server.stop();
 }
+
+/// A reader's cache drops the mapping of a segment whose owner stopped
+/// serving it (a closed store) once it maps another one: a long-lived
+/// reader used to keep every dead segment mapped, so the owner's memory
+/// could never be freed.
+#[test]
+fn dead_segments_are_unmapped_when_a_new_one_is_mapped() {
+    use mooncake_transfer::same_host::{MapLookup, MappingCache};
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = MappingCache::default();
+    let mut servers = Vec::new();
+    let mut segs = Vec::new();
+    for _ in 0..3 {
+        let seg = Segment::create(1 << 20).expect("segment");
+        servers.push(MappingServer::start(seg.clone(), None).expect("mapping server"));
+        let name = socket_name(seg.uuid());
+        let got = cache.get(seg.uuid(), &name, seg.size(), None, || {});
+        assert!(matches!(got, MapLookup::Mapped(_)));
+        segs.push(seg);
+    }
+    assert_eq!(cache.len(), 3);
+    // The first two stores close; nothing looks them up again.
+    servers[0].stop();
+    servers[1].stop();
+    assert_eq!(cache.len(), 3, "nothing is dropped before the next mapping");
+    // A live one stays cached (a hit is not a new mapping).
+    let again = cache.get(
+        segs[2].uuid(),
+        &socket_name(segs[2].uuid()),
+        1 << 20,
+        None,
+        || panic!("a cached live mapping was mapped again"),
+    );
+    assert!(matches!(again, MapLookup::Mapped(_)));
+    let seg = Segment::create(1 << 20).expect("segment");
+    let server = MappingServer::start(seg.clone(), None).expect("mapping server");
+    let got = cache.get(
+        seg.uuid(),
+        &socket_name(seg.uuid()),
+        seg.size(),
+        None,
+        || {},
+    );
+    assert!(matches!(got, MapLookup::Mapped(_)));
+    assert_eq!(
+        cache.len(),
+        2,
+        "the two dead mappings are gone, the live ones stay"
+    );
+    server.stop();
+    servers[2].stop();
+}
