@@ -63,6 +63,25 @@ def all_reduce(x: float, group: Any = None) -> tuple[float, Any]:
     return float(t), w
 
 
+def activate_once(
+    pg: Any,
+    rank: int,
+    ranks: list[int],
+    epoch: int,
+    caller: int = 0,
+    propose: Callable[[Any, list[int]], Any] = mpg.activate_ranks,
+) -> None:
+    """Once ``ranks`` are ready here, one healthy rank (``caller``) proposes
+    their activation (Applied at ``epoch``); the others wait until that view
+    is theirs."""
+    wait_until(lambda: all(mpg.get_peer_state(pg, ranks)), f"ranks {ranks} ready", 120)
+    if rank == caller:
+        r = propose(pg, ranks)
+        assert r.status == ProposalStatus.Applied and r.new_epoch == epoch, r
+    else:
+        wait_until(lambda: mpg.get_current_epoch(pg) == epoch, f"the activation of {ranks}")
+
+
 def check_after_join(rank: int, n: int) -> None:
     """Collectives sized to the new membership of ``n`` ranks (0..n-1)."""
     x = float(rank + 1)
@@ -272,12 +291,7 @@ def replace(rank: int, world: int, port: int) -> None:
             w.wait()
             assert not mpg.get_local_success(w), "isend to the dead rank"
             hub_set("killed")
-        wait_until(lambda: mpg.get_peer_state(pg, [victim])[0], "the replacement", 120)
-        if rank == 0:
-            r = mpg.activate_ranks(pg, [victim])
-            assert r.status == ProposalStatus.Applied and r.new_epoch == 2, r
-        else:
-            wait_until(lambda: mpg.get_current_epoch(pg) == 2, "the activation")
+        activate_once(pg, rank, [victim], epoch=2)
         s, _ = all_reduce(rank + 1.0)
         assert s == 10.0, s
     if rank == 0:
@@ -620,12 +634,7 @@ def extend_join(rank: int, world: int, port: int) -> None:
         hub_barrier("extended", rank, 3)
         if rank == 0:
             hub_set("extended")
-        wait_until(lambda: mpg.get_peer_state(pg, [joiner])[0], "the joiner in the new slot")
-        if rank == 1:
-            r = mpg.activate_ranks(pg, [joiner])
-            assert r.status == ProposalStatus.Applied and r.new_epoch == 1, r
-        else:
-            wait_until(lambda: mpg.get_current_epoch(pg) == 1, "the activation")
+        activate_once(pg, rank, [joiner], epoch=1, caller=1)
         eq(mpg.get_active_ranks(pg), i32(1, 1, 1, 1), "mask after the join")
     else:
         hub_get("extended")
@@ -684,12 +693,7 @@ def replace_after_destroy(rank: int, world: int, port: int) -> None:
         hub_barrier("destroyed", rank, 2)
         if rank == 0:
             hub_set("killed")
-        wait_until(lambda: mpg.get_peer_state(pg, [victim])[0], "the replacement", 120)
-        if rank == 0:
-            r = mpg.recover_ranks(pg, [victim])
-            assert r.status == ProposalStatus.Applied and r.new_epoch == 2, r
-        else:
-            wait_until(lambda: mpg.get_current_epoch(pg) == 2, "the recovery")
+        activate_once(pg, rank, [victim], epoch=2, propose=mpg.recover_ranks)
     s, _ = all_reduce(rank + 1.0)
     assert s == 6.0, s
     g3 = dist.new_group([1, 2], backend="mooncake-cpu")
