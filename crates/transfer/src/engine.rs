@@ -265,11 +265,20 @@ fn tcp_parallel(
         usize::try_from(parts_n).unwrap_or(usize::MAX),
         u64::MAX,
     );
+    // The calling thread runs the first part itself: one thread fewer to
+    // start and schedule per transfer.
+    let Some((first, rest)) = parts.split_first() else {
+        return Ok(());
+    };
     let results: Vec<Result<(), ErrorCode>> = std::thread::scope(|sc| {
-        let handles: Vec<_> = parts.iter().map(|p| sc.spawn(|| run(p))).collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or(Err(ErrorCode::InternalError)))
+        let handles: Vec<_> = rest.iter().map(|p| sc.spawn(|| run(p))).collect();
+        let mine = run(first);
+        std::iter::once(mine)
+            .chain(
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or(Err(ErrorCode::InternalError))),
+            )
             .collect()
     });
     results.into_iter().collect()
