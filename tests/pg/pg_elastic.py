@@ -218,11 +218,7 @@ def scale_down(rank: int, world: int, port: int) -> None:
             again = mpg.deactivate_ranks(pg, [3])
             assert again.status == ProposalStatus.Applied and again.new_epoch == 1, again
             hub_get("deactivated-checked")
-            wait_until(lambda: mpg.get_peer_state(pg, [3])[0], "rank 3 ready")
-            r = mpg.activate_ranks(pg, [3])
-            assert r.status == ProposalStatus.Applied and r.new_epoch == 2, r
-        else:
-            wait_until(lambda: mpg.get_current_epoch(pg) == 2, "the re-activation")
+        activate_once(pg, rank, [3], epoch=2)
     assert mpg.get_current_epoch(pg) == 2
     check_after_join(rank, 4)
     dist.destroy_process_group()
@@ -800,12 +796,10 @@ def partial_activation(rank: int, world: int, port: int) -> None:
         assert s == 4.0, s
         hub_set("joining/3")
         mpg.join_group(pg)
-    elif rank == 0:
-        hub_get("joining/3")
-        r = mpg.activate_ranks(pg, [3])
-        assert r.status == ProposalStatus.Applied and r.new_epoch == 2, r
     else:
-        wait_until(lambda: mpg.get_current_epoch(pg) == 2, "the second activation")
+        if rank == 0:
+            hub_get("joining/3")
+        activate_once(pg, rank, [3], epoch=2)
     assert mpg.get_current_epoch(pg) == 2
     check_after_join(rank, 4)
     dist.destroy_process_group()
