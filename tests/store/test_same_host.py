@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -137,3 +139,63 @@ def test_force_tcp_cross_process(master: Master, child_factory: Callable[..., Ch
     owner, reader = _pair(master, child_factory, {"MC_FORCE_TCP": "1"})
     assert owner.call("put_pattern", key="ft", size=2 * MiB, seed=10) == 0
     assert reader.call("check_pattern", key="ft", size=2 * MiB, seed=10)["match"]
+
+
+def _ss_sockets(pid: int, state: str) -> list[tuple[str, str, str]]:
+    """(local, peer, congestion algorithm) of ``pid``'s TCP sockets in ``state``."""
+    out = subprocess.run(
+        ["ss", "-tinpH", "state", state], capture_output=True, text=True, check=True
+    ).stdout
+    rows: list[tuple[str, str, str]] = []
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if f"pid={pid}," not in line:
+            continue
+        parts = line.split()
+        # state filter drops the State column: Recv-Q Send-Q Local Peer users
+        local, peer = parts[2], parts[3]
+        info = lines[i + 1].split() if i + 1 < len(lines) else []
+        rows.append((local, peer, info[0] if info else ""))
+    return rows
+
+
+def _data_sockets(owner: Child, reader: Child) -> tuple[list[str], list[str]]:
+    """Congestion algorithms of the reader's connections to the owner's data
+    server, and of the owner's ends of them."""
+    ports = {loc.rsplit(":", 1)[1] for loc, _, _ in _ss_sockets(owner.pid, "listening")}
+    assert ports, "the owner listens for data connections"
+    client = [
+        cc
+        for _, peer, cc in _ss_sockets(reader.pid, "established")
+        if peer.rsplit(":", 1)[1] in ports
+    ]
+    server = [
+        cc for loc, _, cc in _ss_sockets(owner.pid, "established") if loc.rsplit(":", 1)[1] in ports
+    ]
+    return client, server
+
+
+@pytest.mark.ours
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs iproute2's ss")
+@pytest.mark.parametrize("setting", ["auto", "system"])
+def test_same_host_data_connections_use_reno(
+    master: Master, child_factory: Callable[..., Child], setting: str
+) -> None:
+    # A loopback data connection has no link to pace for: with the default
+    # MC_TCP_CONGESTION=auto both of its ends run reno, not the system's
+    # (often pacing) algorithm; `system` leaves them as the kernel made them.
+    env = {"MC_TCP_CONGESTION": setting}
+    owner = child_factory(env)
+    reader = child_factory({"MC_FORCE_TCP": "1", **env})
+    assert owner.setup(master) == 0
+    assert reader.setup(master, global_segment_size=0) == 0
+    assert owner.call("put_pattern", key="cc", size=2 * MiB, seed=12) == 0
+    assert reader.call("check_pattern", key="cc", size=2 * MiB, seed=12)["match"]
+    client, server = _data_sockets(owner, reader)
+    assert client and server, (client, server)
+    want = "reno"
+    if setting == "system":
+        with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+            want = f.read().strip()
+    assert set(client) == {want}, client
+    assert set(server) == {want}, server

@@ -1,8 +1,8 @@
 //! Shared foundation for every Mooncake crate: upstream-compatible error
 //! codes, the length-prefixed wire framing and handshake used between our
 //! own processes, the client<->master protocol messages, the optional
-//! cluster-secret authentication, connection admission limits, and small
-//! parsing helpers.
+//! cluster-secret authentication, connection admission limits, the
+//! congestion-control rule for data connections, and small parsing helpers.
 
 pub mod auth;
 pub mod error;
@@ -18,6 +18,7 @@ pub mod limits;
 pub mod proto;
 pub mod size;
 pub mod spin_read;
+pub mod tcp_tune;
 
 pub use auth::{AuthKey, WriteTicket};
 pub use error::{ErrorCode, McResult};

@@ -12,6 +12,7 @@ use crate::admission;
 use crate::error::PgError;
 use crate::handshake::{self, Accepted, LinkHello};
 use mooncake_common::limits::ConnPermit;
+use mooncake_common::tcp_tune::tune_data_stream;
 use mooncake_common::AuthKey;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -176,6 +177,7 @@ fn admit_link(eng: &Engine, mut s: TcpStream, permit: ConnPermit) {
     };
     let _ = s.set_read_timeout(None);
     let _ = s.set_nodelay(true);
+    tune_data_stream(&s);
     handler.attach(Incoming {
         slot: hello.slot,
         member_id: hello.member_id,
@@ -201,6 +203,7 @@ pub(crate) fn dial(
         .ok_or_else(|| std::io::Error::other(format!("cannot resolve {endpoint}")))?;
     let mut s = TcpStream::connect_timeout(&addr, timeout.max(Duration::from_millis(10)))?;
     s.set_nodelay(true)?;
+    tune_data_stream(&s);
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     if !handshake::link_dial(&mut s, hello, expect_member, auth)? {
         return Ok(None);

@@ -20,6 +20,7 @@ use mooncake_common::auth::unix_ms;
 use mooncake_common::framing::{server_handshake, Service};
 use mooncake_common::limits::{AcceptBackoff, ConnLimits, ConnPermit, ConnTracker};
 use mooncake_common::spin_read::SpinReader;
+use mooncake_common::tcp_tune::tune_data_stream;
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use parking_lot::Mutex;
 use std::io::{self, Read, Write};
@@ -153,6 +154,7 @@ fn accept_loop(
             }
         };
         let _ = sock.set_nodelay(true);
+        tune_data_stream(&sock);
         let sock = Arc::new(sock);
         {
             let mut g = conns.lock();

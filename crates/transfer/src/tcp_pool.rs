@@ -11,6 +11,7 @@ use crate::sockio::{iov, recv_status_then, send_all};
 use mooncake_common::framing::{client_handshake, Service};
 use mooncake_common::limits::reusable;
 use mooncake_common::spin_read::{spin_budget, spin_until_readable};
+use mooncake_common::tcp_tune::tune_data_stream;
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -70,6 +71,7 @@ impl TcpPool {
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "bad endpoint"))?;
         let mut s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
         s.set_nodelay(true)?;
+        tune_data_stream(&s);
         s.set_read_timeout(Some(IO_TIMEOUT))?;
         s.set_write_timeout(Some(IO_TIMEOUT))?;
         client_handshake(&mut s, Service::Data, key)?;
