@@ -4,7 +4,7 @@
 // machine. It bounds what any TCP data path can reach here.
 //
 //   gcc -O2 -pthread benchmarks/tcp_loopback_ceiling.c -o /tmp/tcp_ceiling
-//   /tmp/tcp_ceiling [streams=1] [objs=12] [send|sendfile] [block|busy] [iters=240]
+//   /tmp/tcp_ceiling [streams=1] [objs=12] [send|sendfile] [block|busy] [iters=240] [cc=NAME]
 //
 // The server (a forked process) owns a memfd of `objs` x 16 MiB and answers
 // each 16-byte request (offset, length) with a 4-byte status and the bytes,
@@ -14,6 +14,9 @@
 // destinations in turn, as the store benchmark does (192 MiB working set).
 // Prints the overall GB/s (all bytes over all time, as the store benchmark
 // counts) and the median, 90th percentile and best GB/s of single transfers.
+// `cc=NAME` sets both ends' congestion control (TCP_CONGESTION), as the
+// store's data connections do on one host (`cc=reno`); without it the
+// system's default applies (bbr on the reference VM, which paces loopback).
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,6 +36,11 @@
 #define OBJ (16UL << 20)
 static int streams = 1, objs = 12, use_sendfile = 1, busy = 0, iters = 240, port;
 static int memfd;
+static const char *cc;
+
+static void set_cc(int s) {
+    if (cc && setsockopt(s, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc)) != 0) perror("TCP_CONGESTION");
+}
 static char *seg, *dst;
 static int socks[16];
 static pthread_barrier_t start_b, done_b;
@@ -51,6 +59,7 @@ static void die(const char *what) {
 static void *serve(void *arg) {
     int c = (int)(long)arg, one = 1;
     setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    set_cc(c);
     for (;;) {
         unsigned long long req[2];
         if (recv(c, req, sizeof req, MSG_WAITALL) != sizeof req) return NULL;
@@ -87,6 +96,7 @@ static int dial(void) {
     for (int tries = 0; tries < 200; tries++) {
         int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
         setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        set_cc(s);
         if (connect(s, (void *)&a, sizeof a) == 0) return s;
         close(s);
         usleep(10000);
@@ -139,6 +149,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "sendfile")) use_sendfile = 1;
         else if (!strcmp(argv[i], "busy")) busy = 1;
         else if (!strcmp(argv[i], "block")) busy = 0;
+        else if (!strncmp(argv[i], "cc=", 3)) cc = argv[i] + 3;
         else { fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
     }
     if (streams < 1 || streams > 16 || objs < 1 || iters < 1) return 2;
@@ -176,9 +187,10 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < total; i += 4096)
         if (dst[i] != 7) { fprintf(stderr, "wrong bytes at %zu\n", i); return 1; }
     qsort(gbs, iters, sizeof(double), cmp);
-    printf("streams=%d objs=%d %s %s: overall %.2f GB/s; per transfer median %.2f, p90 %.2f, "
+    printf("streams=%d objs=%d %s %s cc=%s: overall %.2f GB/s; per transfer median %.2f, p90 %.2f, "
            "best %.2f\n",
-           streams, objs, use_sendfile ? "sendfile" : "send", busy ? "busy" : "block", overall,
+           streams, objs, use_sendfile ? "sendfile" : "send", busy ? "busy" : "block",
+           cc ? cc : "system", overall,
            gbs[iters / 2], gbs[iters * 9 / 10], gbs[iters - 1]);
     return 0;
 }
