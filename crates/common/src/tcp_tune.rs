@@ -110,6 +110,12 @@ pub fn congestion_of(s: &TcpStream) -> Option<String> {
     String::from_utf8(got.get(..end)?.to_vec()).ok()
 }
 
+/// Whether congestion-control algorithm `name` paces its sender by itself
+/// (the `bbr` family), which holds one flow to its estimated rate.
+pub fn paces(name: &str) -> bool {
+    name.starts_with("bbr")
+}
+
 /// Apply the data-connection congestion rule (see the module comment) to a
 /// connected stream. Returns the algorithm set, or `None` when the stream
 /// was left as it was (other host, `MC_TCP_CONGESTION=system`, or the
@@ -178,6 +184,14 @@ mod tests {
         assert_eq!(congestion_of(&c).as_deref(), Some("reno"));
         assert_eq!(tune_data_stream(&srv), Some("reno"));
         assert_eq!(congestion_of(&srv).as_deref(), Some("reno"));
+    }
+
+    #[test]
+    fn only_the_bbr_family_paces() {
+        assert!(paces("bbr"));
+        assert!(paces("bbr2"));
+        assert!(!paces("reno"));
+        assert!(!paces("cubic"));
     }
 
     #[test]

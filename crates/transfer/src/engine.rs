@@ -38,17 +38,22 @@ pub struct SegmentRef<'a> {
     pub ticket: Option<&'a WriteTicket>,
 }
 
-/// Bytes each connection of a split TCP transfer carries at least: a
-/// transfer is split into `total / TCP_PART_MIN` parts, at most
-/// [`tcp_streams`]. On the reference VM (two vCPUs), with same-host
-/// connections on `reno` (see `mooncake_common::tcp_tune`), one connection
-/// moves a 1 MiB response at 4.4 GB/s and a 4 MiB one at 7.2–7.8, against
-/// 3.0–3.4 and 5.9–6.5 split four ways: the receiver copies on one core while
-/// the sender's stack runs on the other, and more streams only contend for
-/// the same two cores. 16 MiB moves at 6.6–7.1 GB/s over two connections
-/// against 5.5 over one. (Under `bbr`'s pacing one connection moved 1 MiB at
-/// 1.6 GB/s, which is what an earlier 1 MiB split threshold worked around.)
-const TCP_PART_MIN: u64 = 4 << 20;
+/// Bytes each connection of a split TCP transfer carries at least, when
+/// the peer's connections are not paced (same-host connections, which run
+/// `reno`: see `mooncake_common::tcp_tune`). A transfer is split into
+/// `total / part_min` parts, at most [`tcp_streams`]. On the reference VM
+/// (two vCPUs) one unpaced loopback connection moves a 1 MiB response at
+/// 5.8–6.2 GB/s against 3.5–4.6 split four ways (the receiver copies on one
+/// core while the sender's stack runs on the other; more streams only
+/// contend for the two cores), while 4 and 16 MiB still gain from four
+/// 1 MiB+ parts.
+const TCP_PART_MIN: u64 = 1 << 20;
+/// The same for connections whose congestion control paces (`bbr`, the
+/// default on the reference VM for connections to other hosts): one paced
+/// flow is held to its estimated rate, so smaller parts over more
+/// connections win. In network namespaces on the reference VM a 1 MiB read
+/// moved at 3.2–3.8 GB/s in four parts against 1.9–3.3 in one.
+const TCP_PART_MIN_PACED: u64 = 256 << 10;
 /// Bytes above which a memcpy uses two threads.
 const PAR_COPY: u64 = 8 << 20;
 
@@ -155,7 +160,8 @@ impl TransferEngine {
             return Ok(path);
         }
         let key = self.auth.as_ref();
-        tcp_parallel(ops, |part| {
+        let paced = TcpPool::global().paced(seg.endpoint);
+        tcp_parallel(ops, paced, |part| {
             // SAFETY: `part` is a piece of the caller's writable destinations.
             unsafe { TcpPool::global().read(seg.endpoint, seg.uuid, part, key) }
         })?;
@@ -204,7 +210,8 @@ impl TransferEngine {
             return Ok(path);
         }
         let key = self.auth.as_ref();
-        tcp_parallel(ops, |part| {
+        let paced = TcpPool::global().paced(seg.endpoint);
+        tcp_parallel(ops, paced, |part| {
             // SAFETY: `part` is a piece of the caller's readable sources.
             unsafe { TcpPool::global().write(seg.endpoint, seg.uuid, part, key, seg.ticket) }
         })?;
@@ -242,35 +249,36 @@ unsafe fn copy(src: *const u8, dst: *mut u8, len: u64) {
     });
 }
 
-/// Most parallel TCP streams for one large transfer: `MC_TCP_STREAMS`, or
-/// by default one per core, at most 4.
+/// Most parallel TCP streams for one transfer: `MC_TCP_STREAMS`, default 4.
 fn tcp_streams() -> u64 {
-    static DEFAULT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let default =
-        *DEFAULT.get_or_init(|| std::thread::available_parallelism().map_or(2, |n| n.get() as u64));
-    // Read per call (only transfers of several MiB get here).
+    // Read per call (only transfers of several hundred KiB get here).
     std::env::var("MC_TCP_STREAMS")
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(default.min(4))
+        .unwrap_or(4)
         .clamp(1, 16)
 }
 
-/// How many connections a TCP transfer of `total` bytes is split over.
-fn tcp_parts(total: u64, streams: u64) -> u64 {
-    (total / TCP_PART_MIN).clamp(1, streams.max(1))
+/// How many connections a TCP transfer of `total` bytes is split over,
+/// given whether the peer's connections are paced.
+fn tcp_parts(total: u64, paced: bool, streams: u64) -> u64 {
+    let part_min = if paced {
+        TCP_PART_MIN_PACED
+    } else {
+        TCP_PART_MIN
+    };
+    (total / part_min).clamp(1, streams.max(1))
 }
 
-/// Split a large batch into up to `tcp_streams()` parts of similar byte size and run them in parallel.
+/// Split a large batch into up to `tcp_streams()` parts of similar byte
+/// size (see [`tcp_parts`]) and run them in parallel.
 fn tcp_parallel(
     ops: &[Op],
+    paced: bool,
     run: impl Fn(&[Op]) -> Result<(), ErrorCode> + Sync,
 ) -> Result<(), ErrorCode> {
     let total: u64 = ops.iter().map(|o| o.len).sum();
-    if total < 2 * TCP_PART_MIN {
-        return run(ops);
-    }
-    let parts_n = tcp_parts(total, tcp_streams());
+    let parts_n = tcp_parts(total, paced, tcp_streams());
     if parts_n <= 1 {
         return run(ops);
     }
@@ -312,16 +320,21 @@ mod tests {
 
     #[test]
     fn tcp_parts_keep_each_part_at_least_the_minimum() {
+        const K: u64 = 1 << 10;
         const M: u64 = 1 << 20;
-        assert_eq!(tcp_parts(0, 4), 1);
-        assert_eq!(tcp_parts(M, 4), 1);
-        assert_eq!(tcp_parts(4 * M, 4), 1);
-        assert_eq!(tcp_parts(8 * M - 1, 4), 1);
-        assert_eq!(tcp_parts(8 * M, 4), 2);
-        assert_eq!(tcp_parts(16 * M, 2), 2);
-        assert_eq!(tcp_parts(16 * M, 4), 4);
-        assert_eq!(tcp_parts(64 * M, 4), 4);
-        assert_eq!(tcp_parts(64 * M, 0), 1);
+        // Unpaced (same-host reno): parts of at least 1 MiB.
+        assert_eq!(tcp_parts(0, false, 4), 1);
+        assert_eq!(tcp_parts(M, false, 4), 1);
+        assert_eq!(tcp_parts(2 * M - 1, false, 4), 1);
+        assert_eq!(tcp_parts(2 * M, false, 4), 2);
+        assert_eq!(tcp_parts(4 * M, false, 4), 4);
+        assert_eq!(tcp_parts(64 * M, false, 4), 4);
+        assert_eq!(tcp_parts(64 * M, false, 2), 2);
+        // Paced: parts of at least 256 KiB.
+        assert_eq!(tcp_parts(256 * K - 1, true, 4), 1);
+        assert_eq!(tcp_parts(512 * K, true, 4), 2);
+        assert_eq!(tcp_parts(M, true, 4), 4);
+        assert_eq!(tcp_parts(64 * M, true, 0), 1);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::sockio::{iov, recv_status_then, send_all};
 use mooncake_common::framing::{client_handshake, Service};
 use mooncake_common::limits::reusable;
 use mooncake_common::spin_read::{spin_budget, spin_until_readable};
-use mooncake_common::tcp_tune::tune_data_stream;
+use mooncake_common::tcp_tune::{congestion_of, paces, tune_data_stream};
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -42,6 +42,8 @@ type Idle = (TcpStream, Instant, u64);
 #[derive(Default)]
 pub struct TcpPool {
     idle: Mutex<HashMap<String, Vec<Idle>>>,
+    /// Per peer: whether its newest connection's congestion control paces.
+    paced: Mutex<HashMap<String, bool>>,
 }
 
 impl TcpPool {
@@ -72,6 +74,10 @@ impl TcpPool {
         let mut s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
         s.set_nodelay(true)?;
         tune_data_stream(&s);
+        let paced = congestion_of(&s).is_none_or(|cc| paces(&cc));
+        if self.paced.lock().insert(endpoint.to_string(), paced) != Some(paced) {
+            tracing::debug!(peer = endpoint, paced, "data connection congestion control");
+        }
         s.set_read_timeout(Some(IO_TIMEOUT))?;
         s.set_write_timeout(Some(IO_TIMEOUT))?;
         client_handshake(&mut s, Service::Data, key)?;
@@ -87,6 +93,13 @@ impl TcpPool {
         if entry.len() < MAX_IDLE {
             entry.push((s, Instant::now(), token_id(key)));
         }
+    }
+
+    /// Whether connections to `endpoint` are paced by their congestion
+    /// control (as far as this pool has seen; true before the first one),
+    /// which decides how finely a transfer to it is split.
+    pub fn paced(&self, endpoint: &str) -> bool {
+        self.paced.lock().get(endpoint).copied().unwrap_or(true)
     }
 
     /// Forget idle connections to a peer (it went away).
