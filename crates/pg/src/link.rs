@@ -268,10 +268,12 @@ impl PeerLink {
         }
     }
 
-    /// A pooled buffer of `len` bytes for an incoming TCP piece.
+    /// A pooled buffer of `len` bytes for an incoming TCP piece. Its bytes
+    /// are whatever the buffer last held (the caller overwrites all of
+    /// them); only growth is zero-filled, so a reused buffer costs no
+    /// memset of the whole piece.
     pub(crate) fn take_buf(&self, len: usize) -> Vec<u8> {
         let mut b = self.pool.lock().pop().unwrap_or_default();
-        b.clear();
         b.resize(len, 0);
         b
     }
