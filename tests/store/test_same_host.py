@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Callable
 from typing import Any
@@ -176,7 +175,6 @@ def _data_sockets(owner: Child, reader: Child) -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.ours
-@pytest.mark.skipif(shutil.which("ss") is None, reason="needs iproute2's ss")
 @pytest.mark.parametrize("setting", ["auto", "system"])
 def test_same_host_data_connections_use_reno(
     master: Master, child_factory: Callable[..., Child], setting: str

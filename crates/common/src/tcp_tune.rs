@@ -26,8 +26,9 @@
 //! name, or one not in `net.ipv4.tcp_allowed_congestion_control` for an
 //! unprivileged process) leaves the connection as it was.
 
+use nix::sys::socket::{getsockopt, setsockopt, sockopt::TcpCongestion};
+use std::ffi::OsString;
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 
 /// What `MC_TCP_CONGESTION` asks for.
@@ -73,41 +74,14 @@ fn choice<'a>(policy: &'a Policy, local: &SocketAddr, peer: &SocketAddr) -> Opti
 }
 
 fn set_congestion(s: &TcpStream, name: &str) -> bool {
-    // SAFETY: `name` is a valid buffer of `name.len()` bytes for the call's
-    // duration; the kernel copies at most that many bytes from it.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
-        )
-    };
-    rc == 0
+    setsockopt(s, TcpCongestion, &OsString::from(name)).is_ok()
 }
 
-/// The congestion-control algorithm of `s`, as the kernel reports it.
+/// The congestion-control algorithm of `s`, as the kernel reports it
+/// (the option's fixed-size buffer comes back NUL-padded).
 pub fn congestion_of(s: &TcpStream) -> Option<String> {
-    let mut buf = [0u8; 32];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: `buf` is writable for `len` bytes and `len` is a valid
-    // in/out length for the call's duration.
-    let rc = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return None;
-    }
-    let got = buf.get(..len as usize).unwrap_or(&buf);
-    let end = got.iter().position(|&b| b == 0).unwrap_or(got.len());
-    String::from_utf8(got.get(..end)?.to_vec()).ok()
+    let name = getsockopt(s, TcpCongestion).ok()?.into_string().ok()?;
+    Some(name.trim_end_matches('\0').to_string())
 }
 
 /// Whether congestion-control algorithm `name` paces its sender by itself
