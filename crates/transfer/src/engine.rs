@@ -160,8 +160,7 @@ impl TransferEngine {
             return Ok(path);
         }
         let key = self.auth.as_ref();
-        let paced = TcpPool::global().paced(seg.endpoint);
-        tcp_parallel(ops, paced, |part| {
+        tcp_parallel(seg.endpoint, ops, |part| {
             // SAFETY: `part` is a piece of the caller's writable destinations.
             unsafe { TcpPool::global().read(seg.endpoint, seg.uuid, part, key) }
         })?;
@@ -210,8 +209,7 @@ impl TransferEngine {
             return Ok(path);
         }
         let key = self.auth.as_ref();
-        let paced = TcpPool::global().paced(seg.endpoint);
-        tcp_parallel(ops, paced, |part| {
+        tcp_parallel(seg.endpoint, ops, |part| {
             // SAFETY: `part` is a piece of the caller's readable sources.
             unsafe { TcpPool::global().write(seg.endpoint, seg.uuid, part, key, seg.ticket) }
         })?;
@@ -249,14 +247,17 @@ unsafe fn copy(src: *const u8, dst: *mut u8, len: u64) {
     });
 }
 
-/// Most parallel TCP streams for one transfer: `MC_TCP_STREAMS`, default 4.
+/// Most parallel TCP streams for one transfer: `MC_TCP_STREAMS`, default 4
+/// (read once).
 fn tcp_streams() -> u64 {
-    // Read per call (only transfers of several hundred KiB get here).
-    std::env::var("MC_TCP_STREAMS")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(4)
-        .clamp(1, 16)
+    static STREAMS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *STREAMS.get_or_init(|| {
+        std::env::var("MC_TCP_STREAMS")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(4)
+            .clamp(1, 16)
+    })
 }
 
 /// How many connections a TCP transfer of `total` bytes is split over,
@@ -270,14 +271,20 @@ fn tcp_parts(total: u64, paced: bool, streams: u64) -> u64 {
     (total / part_min).clamp(1, streams.max(1))
 }
 
-/// Split a large batch into up to `tcp_streams()` parts of similar byte
-/// size (see [`tcp_parts`]) and run them in parallel.
+/// Split a large batch to the peer at `endpoint` into up to
+/// `tcp_streams()` parts of similar byte size (see [`tcp_parts`]) and run
+/// them in parallel.
 fn tcp_parallel(
+    endpoint: &str,
     ops: &[Op],
-    paced: bool,
     run: impl Fn(&[Op]) -> Result<(), ErrorCode> + Sync,
 ) -> Result<(), ErrorCode> {
     let total: u64 = ops.iter().map(|o| o.len).sum();
+    if total < 2 * TCP_PART_MIN_PACED {
+        // Too small to split under either rule.
+        return run(ops);
+    }
+    let paced = TcpPool::global().paced(endpoint);
     let parts_n = tcp_parts(total, paced, tcp_streams());
     if parts_n <= 1 {
         return run(ops);
