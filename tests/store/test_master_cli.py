@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -95,21 +96,35 @@ def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
+def _bindable(port: int) -> bool:
+    """Whether a listener could bind ``0.0.0.0:port`` now. A connect probe
+    misses a port held as the local end of an outgoing connection (or its
+    TIME_WAIT), which the spec's ports, inside the ephemeral range, can be."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
 def test_single_dash_space_separated_flags(tmp_path: Path) -> None:
     rpc, http = 53123, 38080
-    if port_open(rpc) or port_open(http):
-        pytest.skip("spec ports 53123/38080 are in use on this machine")
-    proc = _start(
-        [
-            "-rpc_port",
-            str(rpc),
-            "-enable_http_metadata_server",
-            "-http_metadata_server_port",
-            str(http),
-            f"-metrics_port={free_port()}",
-        ],
-        tmp_path / "m.log",
-    )
+    args = [
+        "-rpc_port",
+        str(rpc),
+        "-enable_http_metadata_server",
+        "-http_metadata_server_port",
+        str(http),
+        f"-metrics_port={free_port()}",
+    ]
+    # The spec's literal ports: wait for a moment when both are free to
+    # bind. An earlier connection may hold one as its ephemeral local port,
+    # for up to TIME_WAIT's 60 s after it closed.
+    if not wait_until(lambda: _bindable(rpc) and _bindable(http), 70.0, 0.2):
+        pytest.skip("spec ports 53123/38080 stay in use on this machine")
+    proc = _start(args, tmp_path / "m.log")
     try:
         assert wait_until(lambda: port_open(rpc), 10.0), (tmp_path / "m.log").read_text()
         status, body, _ = http_request(f"http://127.0.0.1:{http}/metadata?key=x")
