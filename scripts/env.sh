@@ -9,16 +9,23 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "cargo (Rust toolchain) is required" >&2
   exit 1
 fi
-# protoc: etcd-client (the HA masters' etcd backend) compiles etcd's .proto
-# files at build time. Debian's protobuf-compiler, installed here when missing
-# and we are root (as on CI and a fresh dev VM).
-if ! command -v protoc >/dev/null 2>&1; then
+# System tools, installed when missing and we are root (as on CI and a
+# fresh dev VM): protoc (Debian's protobuf-compiler), required, since
+# etcd-client (the HA masters' etcd backend) compiles etcd's .proto files
+# at build time; ss (iproute2), with which the store suite reads the
+# congestion control of live data connections (the demo does not need it).
+missing=()
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+command -v ss >/dev/null 2>&1 || missing+=(iproute2)
+if [ "${#missing[@]}" -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
     (apt-get update -qq >/dev/null || true)
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null
-  else
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  elif ! command -v protoc >/dev/null 2>&1; then
     echo "protoc is required to build etcd-client: apt-get install protobuf-compiler" >&2
     exit 1
+  else
+    echo "note: ss (iproute2) is missing; the store suite's congestion-control test needs it" >&2
   fi
 fi
 if [ ! -x .venv/bin/python ]; then
