@@ -71,7 +71,7 @@ def size_label(size: int) -> str:
 
 
 @contextlib.contextmanager
-def running_master(master_bin: str) -> Iterator[tuple[str, str]]:
+def running_master(master_bin: str, extra: list[str] | None = None) -> Iterator[tuple[str, str]]:
     rpc, http, metrics = free_port(), free_port(), free_port()
     proc = subprocess.Popen(
         [
@@ -81,6 +81,7 @@ def running_master(master_bin: str) -> Iterator[tuple[str, str]]:
             f"--http_metadata_server_port={http}",
             f"--metrics_port={metrics}",
             "--eviction_high_watermark_ratio=0.98",
+            *(extra or []),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -171,6 +171,45 @@ def test_a_moving_upsert_leaves_no_old_version_behind(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("move", [False, True], ids=["same_segment", "moved"])
+def test_an_upsert_over_a_held_read_comes_back_as_the_new_version(
+    master: Master,
+    store_factory: StoreFactory,
+    child_factory: Callable[..., Child],
+    move: bool,
+) -> None:
+    """An upsert returned 0 while reads still held the old version: after a
+    master restart only the new version is ever read, even during the gap."""
+    a = store_factory(master)
+    reader = store_factory(master, global_segment_size=0)
+    b = child_factory()
+    assert b.setup(master) == 0
+    seg_a, seg_b = a.get_hostname(), b.call("hostname")
+    keys = [f"h{i}" for i in range(8)]
+    for i, k in enumerate(keys):
+        assert a.put(k, pattern(4096, i), _cfg(1, seg_b)) == 0
+    # Reads in flight on the first version (get sessions hold them).
+    assert reader.batch_get_session_start(keys) == [0] * len(keys)
+    new = {k: pattern(4096, 100 + i) for i, k in enumerate(keys)}
+    for k, v in new.items():
+        assert a.upsert(k, v, _cfg(1, seg_a if move else seg_b)) == 0
+    assert master.metric("master_retired_versions") == len(keys)
+    # The owners forgot every replaced version although reads still hold it.
+    assert b.call("stats")["ledger_entries"] == (0 if move else len(keys))
+    master.kill()
+    master.start()
+    deadline = time.monotonic() + 10.0
+    while True:
+        got = {k: a.get(k) for k in keys}
+        for k, v in got.items():
+            assert v in (b"", new[k]), f"{k}: an old version after the restart"
+        if got == new or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert got == new
+
+
+@pytest.mark.slow
 def test_two_restarts_in_a_row(master: Master, store_factory: StoreFactory) -> None:
     a = store_factory(master)
     expect = {f"r{i}": pattern(1000 + i, i) for i in range(10)}

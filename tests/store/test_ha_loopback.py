@@ -214,3 +214,37 @@ def test_clients_follow_the_leader_across_two_failovers(
         assert (last.metric("master_recovered_objects_total") or 0) >= len(expect)
     finally:
         s.close()
+
+
+def test_upserts_over_held_reads_survive_a_failover_as_the_new_version(
+    trio: tuple[str, list[HaMaster]], etcd: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster, ms = trio
+    monkeypatch.setenv("MC_STORE_CLUSTER_ID", cluster)
+    _leader(ms)
+    s, r = _store(), _store()
+    addr = f"etcd://{etcd}"
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 32 << 20, 16 << 20, "tcp", "", addr) == 0
+    assert r.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", addr) == 0
+    try:
+        keys = [f"v{i}" for i in range(10)]
+        for k in keys:
+            assert s.put(k, f"old-{k}".encode() * 100) == 0
+        assert r.batch_get_session_start(keys) == [0] * len(keys)
+        new = {k: f"new-{k}".encode() * 120 for k in keys}
+        for k, v in new.items():
+            assert s.upsert(k, v) == 0
+        _leader(ms).kill()
+        assert wait_until(lambda: s.put("after", b"x") == 0, 15.0, 0.05)
+        deadline = time.monotonic() + 10.0
+        while True:
+            got = {k: s.get(k) for k in keys}
+            for k, v in got.items():
+                assert v in (b"", new[k]), f"{k}: an old version after the failover"
+            if got == new or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert got == new
+    finally:
+        r.close()
+        s.close()

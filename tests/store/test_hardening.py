@@ -68,7 +68,7 @@ def _closed_by_peer(sk: socket.socket, timeout: float) -> bool:
 # crates/transfer/src/data_proto.rs), written out so that the test speaks it
 # like a foreign peer would.
 MAGIC = b"MCRS"
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 SERVICE_DATA = 1
 
 

@@ -36,10 +36,12 @@ pub struct Locations {
 
 impl Client {
     /// One batched replica query for `keys` (grants leases); picks the
-    /// preferred replica per key.
+    /// preferred replica per key. The caller may read the locations until
+    /// the lease runs out: the lookup is tracked as a read for that long,
+    /// so an upsert or removal meanwhile keeps these replicas allocated.
     pub fn lookup_locations(&self, keys: &[String]) -> Locations {
         let t0 = Instant::now();
-        let lk = self.lookup(keys, false);
+        let lk = self.lookup(keys, true);
         let ttl = lk.deadline.saturating_duration_since(t0);
         let items = lk
             .infos

@@ -16,6 +16,8 @@ use std::time::Instant;
 pub(crate) struct PutSession {
     pub(crate) size: u64,
     pub(crate) locs: Vec<ReplicaLoc>,
+    /// The version the master granted the write (it names the write).
+    pub(crate) version: u64,
 }
 
 /// A get session: the object's cached lookup and when its lease runs out.

@@ -206,21 +206,24 @@ impl Client {
         };
         let mut puts = self.sessions.puts.lock();
         let mut lost: Vec<String> = Vec::new();
+        let mut lost_versions: Vec<u64> = Vec::new();
         for (&i, item) in send.iter().zip(items) {
             results[i] = match item {
                 PutStartItem::AlreadyExists => Err(ErrorCode::ObjectAlreadyExists.into()),
                 PutStartItem::Err(e) => Err(e.into()),
-                PutStartItem::Write(locs) if locs.is_empty() => {
+                PutStartItem::Write { replicas, version } if replicas.is_empty() => {
                     lost.push(keys[i].clone());
+                    lost_versions.push(version);
                     Err(Error::new(
                         ErrorCode::InvalidReplica,
                         "no replica allocated",
                     ))
                 }
-                PutStartItem::Write(locs) => {
+                PutStartItem::Write { replicas, version } => {
                     let s = PutSession {
                         size: sizes[i],
-                        locs,
+                        locs: replicas,
+                        version,
                     };
                     if puts.insert(keys[i].clone(), Arc::new(s)).is_some() {
                         // Another thread started the same key meanwhile; the
@@ -234,7 +237,10 @@ impl Client {
         }
         drop(puts);
         if !lost.is_empty() {
-            let _ = self.rpc(MasterRequest::PutRevoke { keys: lost });
+            let _ = self.rpc(MasterRequest::PutRevoke {
+                keys: lost,
+                versions: lost_versions,
+            });
         }
         Ok(results)
     }
@@ -324,6 +330,7 @@ impl Client {
             let taken = self.take_put_sessions(keys);
             let mut out: Vec<Result<()>> = Vec::with_capacity(keys.len());
             let mut ended: Vec<String> = Vec::new();
+            let mut ended_versions: Vec<u64> = Vec::new();
             let mut segments: Vec<String> = Vec::new();
             for (k, s) in keys.iter().zip(&taken) {
                 match s {
@@ -331,6 +338,7 @@ impl Client {
                     Some(s) => {
                         out.push(Ok(()));
                         ended.push(k.clone());
+                        ended_versions.push(s.version);
                         for l in &s.locs {
                             if !segments.contains(&l.segment_name) {
                                 segments.push(l.segment_name.clone());
@@ -340,7 +348,7 @@ impl Client {
                 }
             }
             if !ended.is_empty() {
-                if let Err(e) = self.end_puts(ended, &segments) {
+                if let Err(e) = self.end_puts(ended, ended_versions, &segments) {
                     for (r, s) in out.iter_mut().zip(&taken) {
                         if s.is_some() {
                             *r = Err(Error::from(e).context("PutEnd"));
@@ -358,16 +366,18 @@ impl Client {
     pub fn batch_put_session_revoke(&self, keys: &[String]) -> Vec<Result<()>> {
         per_distinct(keys, |keys| {
             let taken = self.take_put_sessions(keys);
-            let revoked: Vec<String> = keys
+            let (revoked, versions): (Vec<String>, Vec<u64>) = keys
                 .iter()
                 .zip(&taken)
-                .filter(|(_, s)| s.is_some())
-                .map(|(k, _)| k.clone())
-                .collect();
+                .filter_map(|(k, s)| s.as_ref().map(|s| (k.clone(), s.version)))
+                .unzip();
             let sent = if revoked.is_empty() {
                 Ok(())
             } else {
-                match self.rpc(MasterRequest::PutRevoke { keys: revoked }) {
+                match self.rpc(MasterRequest::PutRevoke {
+                    keys: revoked,
+                    versions,
+                }) {
                     Ok(MasterResponse::Err(e)) | Err(e) => Err(Error::from(e).context("PutRevoke")),
                     Ok(_) => Ok(()),
                 }
@@ -545,7 +555,13 @@ impl Client {
 
     /// At close: revoke every open put session and drop every get session.
     pub(crate) fn close_sessions(&self) {
-        let puts: Vec<String> = self.sessions.puts.lock().drain().map(|(k, _)| k).collect();
+        let (puts, versions): (Vec<String>, Vec<u64>) = self
+            .sessions
+            .puts
+            .lock()
+            .drain()
+            .map(|(k, s)| (k, s.version))
+            .unzip();
         let tickets: Vec<u64> = {
             let mut gets = self.sessions.gets.lock();
             gets.keys.clear();
@@ -563,7 +579,10 @@ impl Client {
                 keys = puts.len(),
                 "revoking put sessions left open at close"
             );
-            let _ = self.master.call(&MasterRequest::PutRevoke { keys: puts });
+            let _ = self.master.call(&MasterRequest::PutRevoke {
+                keys: puts,
+                versions,
+            });
         }
     }
 }

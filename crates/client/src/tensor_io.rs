@@ -264,12 +264,14 @@ impl Client {
         };
         let mut status: Vec<Written> = Vec::with_capacity(objs.len());
         let mut jobs: Vec<(usize, Vec<ReplicaLoc>)> = Vec::new();
+        let mut versions: Vec<u64> = vec![0; objs.len()];
         for (j, s) in started.into_iter().enumerate() {
             status.push(match s {
                 PutStartItem::AlreadyExists => Written::Existing,
                 PutStartItem::Err(e) => Written::Failed(e, false),
-                PutStartItem::Write(locs) => {
-                    jobs.push((j, locs));
+                PutStartItem::Write { replicas, version } => {
+                    versions[j] = version;
+                    jobs.push((j, replicas));
                     Written::Ok
                 }
             });
@@ -305,21 +307,33 @@ impl Client {
                 }
             }
         }
-        let mut commit = Vec::new();
-        let mut revoke = Vec::new();
+        let (mut commit, mut commit_versions) = (Vec::new(), Vec::new());
+        let (mut revoke, mut revoke_versions) = (Vec::new(), Vec::new());
         for (j, o) in objs.iter().enumerate() {
             match status[j] {
-                Written::Ok if !o.manifest || manifest_wanted[j] => commit.push(o.key.clone()),
-                Written::Ok | Written::Failed(_, true) => revoke.push(o.key.clone()),
+                Written::Ok if !o.manifest || manifest_wanted[j] => {
+                    commit.push(o.key.clone());
+                    commit_versions.push(versions[j]);
+                }
+                Written::Ok | Written::Failed(_, true) => {
+                    revoke.push(o.key.clone());
+                    revoke_versions.push(versions[j]);
+                }
                 _ => {}
             }
         }
         let mut final_status = status.clone();
         if !revoke.is_empty() {
-            let _ = self.rpc(MasterRequest::PutRevoke { keys: revoke });
+            let _ = self.rpc(MasterRequest::PutRevoke {
+                keys: revoke,
+                versions: revoke_versions,
+            });
         }
         if !commit.is_empty() {
-            let end = match self.rpc(MasterRequest::PutEnd { keys: commit }) {
+            let end = match self.rpc(MasterRequest::PutEnd {
+                keys: commit,
+                versions: commit_versions,
+            }) {
                 Ok(MasterResponse::Ok) => Ok(()),
                 Ok(MasterResponse::Err(e)) | Err(e) => Err(e),
                 Ok(_) => Ok(()),

@@ -132,8 +132,11 @@ impl Client {
             };
             let mut done = Vec::new();
             let mut failed = Vec::new();
+            let mut failed_versions = Vec::new();
             let mut retry = Vec::new();
             let mut jobs: Vec<(usize, Vec<ReplicaLoc>)> = Vec::new();
+            // The version each key's write creates (it names the write).
+            let mut versions: Vec<u64> = vec![0; keys.len()];
             // Segments the replicas of `done` live in.
             let mut segments: Vec<String> = Vec::new();
             for (&i, item) in pending.iter().zip(items) {
@@ -146,7 +149,10 @@ impl Client {
                         };
                     }
                     PutStartItem::Err(e) => results[i] = Err(e.into()),
-                    PutStartItem::Write(locs) => jobs.push((i, locs)),
+                    PutStartItem::Write { replicas, version } => {
+                        versions[i] = version;
+                        jobs.push((i, replicas));
+                    }
                 }
             }
             // All values of the batch in one pass: one request per owner,
@@ -176,6 +182,7 @@ impl Client {
                             format!("replica write to {on} failed ({e}); put revoked"),
                         ));
                         failed.push(keys[i].clone());
+                        failed_versions.push(versions[i]);
                         if let Some(seg) = seg {
                             if !exclude.contains(&seg) {
                                 exclude.push(seg);
@@ -186,11 +193,15 @@ impl Client {
                 }
             }
             if !failed.is_empty() {
-                let _ = self.rpc(MasterRequest::PutRevoke { keys: failed });
+                let _ = self.rpc(MasterRequest::PutRevoke {
+                    keys: failed,
+                    versions: failed_versions,
+                });
             }
             if !done.is_empty() {
                 let keys_done = done.iter().map(|&i| keys[i].clone()).collect();
-                if let Err(e) = self.end_puts(keys_done, &segments) {
+                let versions_done = done.iter().map(|&i| versions[i]).collect();
+                if let Err(e) = self.end_puts(keys_done, versions_done, &segments) {
                     for &i in &done {
                         results[i] = Err(Error::from(e).context("PutEnd"));
                     }
@@ -417,6 +428,7 @@ impl Client {
     pub(crate) fn end_puts(
         &self,
         keys: Vec<String>,
+        versions: Vec<u64>,
         segments: &[String],
     ) -> std::result::Result<(), ErrorCode> {
         let local_segments: Vec<String> = segments
@@ -426,6 +438,7 @@ impl Client {
             .collect();
         match self.rpc(MasterRequest::CommitEnd {
             keys,
+            versions,
             local_segments,
         }) {
             Ok(MasterResponse::Committed { ops }) => {

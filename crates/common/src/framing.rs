@@ -32,7 +32,7 @@ use std::io::{self, Read, Write};
 /// Magic bytes carried by every `Hello`.
 pub const MAGIC: [u8; 4] = *b"MCRS";
 /// Wire protocol version; bump on any incompatible change.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 /// Largest handshake frame (hello, challenge, proof).
 pub const MAX_HANDSHAKE_FRAME: usize = 256;
 /// Largest request frame a master accepts from a client.

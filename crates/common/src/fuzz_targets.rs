@@ -86,7 +86,10 @@ fn response_seeds() -> Vec<Vec<u8>> {
     let resps = [
         MasterResponse::Pong { need_remount: true },
         MasterResponse::PutStart(vec![
-            PutStartItem::Write(vec![loc.clone()]),
+            PutStartItem::Write {
+                replicas: vec![loc.clone()],
+                version: 7,
+            },
             PutStartItem::AlreadyExists,
             PutStartItem::Err(ErrorCode::NoAvailableHandle),
         ]),

@@ -127,9 +127,10 @@ pub struct ObjectInfo {
     pub replicas: Vec<ReplicaLoc>,
     /// Lease granted by this lookup, in ms from when the master answered.
     pub lease_ttl_ms: u64,
-    /// Read ticket of this lookup (0 = none): the master counts the object
-    /// as being read until the client reports the ticket done (or the
-    /// lease runs out); upserts of a read object return OBJECT_REPLICA_BUSY.
+    /// Read ticket of this lookup (0 = none): the master keeps the replicas
+    /// listed here allocated, even after an upsert or a removal replaced
+    /// them, until the client reports the ticket done (or the lease runs
+    /// out).
     pub read_ticket: u64,
 }
 
@@ -178,11 +179,16 @@ pub enum MasterRequest {
     PutEnd {
         /// Keys whose replicas were all written.
         keys: Vec<String>,
+        /// The version `PutStart` granted each key's write (parallel to
+        /// `keys`; a missing or 0 entry names the key's first write).
+        versions: Vec<u64>,
     },
     /// Revoke writes that failed.
     PutRevoke {
         /// Keys whose writes failed.
         keys: Vec<String>,
+        /// The version of each write (as in `PutEnd`).
+        versions: Vec<u64>,
     },
     /// Look up complete replicas (grants a lease per found key). With
     /// `track`, the found objects are marked as being read under a new
@@ -243,6 +249,8 @@ pub enum MasterRequest {
     CommitEnd {
         /// Keys whose replicas were all written.
         keys: Vec<String>,
+        /// The version of each write (as in `PutEnd`).
+        versions: Vec<u64>,
         /// Segments whose ledgers the writer updates itself.
         local_segments: Vec<String>,
     },
@@ -277,8 +285,15 @@ pub fn encode_request(req: &MasterRequest, done: &[u64]) -> std::io::Result<Vec<
 /// Outcome of one key in a `PutStart` batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PutStartItem {
-    /// Write the value into these replicas, then PutEnd.
-    Write(Vec<ReplicaLoc>),
+    /// Write the value into these replicas, then end the write (`PutEnd`,
+    /// `CommitEnd` or `PutRevoke`) naming `version`.
+    Write {
+        /// Where the value goes: fresh allocations, never bytes a reader
+        /// may be copying.
+        replicas: Vec<ReplicaLoc>,
+        /// The version this write creates; it names the write when it ends.
+        version: u64,
+    },
     /// Write-once put of an existing key: the old value is kept, report success.
     AlreadyExists,
     /// The key cannot be written.

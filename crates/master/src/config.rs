@@ -57,6 +57,13 @@ pub struct MasterConfig {
     pub put_start_discard_timeout_sec: u64,
     /// Seconds before a discarded put's space is released.
     pub put_start_release_timeout_sec: u64,
+    /// Replaced versions of one key whose replicas may still be read (kept
+    /// allocated until their readers finish) beyond which an upsert of the
+    /// key waits for one to be freed.
+    pub max_pending_versions_per_key: u32,
+    /// How long such an upsert waits before it fails with
+    /// OBJECT_REPLICA_BUSY (ms).
+    pub pending_version_wait_ms: u64,
     /// How replicas are placed.
     pub allocation_strategy: AllocationStrategy,
     /// Delete `mooncake/ram/<segment>` when a client expires.
@@ -107,6 +114,8 @@ impl Default for MasterConfig {
             client_ttl_sec: 10,
             put_start_discard_timeout_sec: 30,
             put_start_release_timeout_sec: 600,
+            max_pending_versions_per_key: 4,
+            pending_version_wait_ms: 5000,
             allocation_strategy: AllocationStrategy::Random,
             enable_metadata_cleanup_on_timeout: false,
             log_level: "warn".into(),

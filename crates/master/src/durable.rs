@@ -6,10 +6,27 @@
 //! ([`MasterState::release_forgotten`]).
 
 use crate::ledger_push::{AckWait, OwnerQueue, ACK_TIMEOUT};
-use crate::state::{Inner, MasterState, Object, PendingPin};
+use crate::state::{Inner, MasterState, Object, PendingPin, Replica};
 use mooncake_common::ledger::{LedgerEntry, LedgerOp};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// The soft-pin deadline (Unix ms) a commit applying `pin` records, given
+/// the object's current deadline.
+pub(crate) fn soft_pin_until_ms(
+    pin: PendingPin,
+    current: Option<Instant>,
+    now: Instant,
+) -> Option<u64> {
+    let now_ms = unix_ms();
+    match pin {
+        PendingPin::Keep => current
+            .filter(|d| *d > now)
+            .map(|d| now_ms.saturating_add(d.saturating_duration_since(now).as_millis() as u64)),
+        PendingPin::Set(ms) => Some(now_ms.saturating_add(ms)),
+        PendingPin::Clear => None,
+    }
+}
 
 /// Ops to wait for: each owner queue and the sequence number to reach.
 pub(crate) type Waits = Vec<(Arc<OwnerQueue>, u64)>;
@@ -54,56 +71,34 @@ impl Inner {
         waits
     }
 
-    /// Invalidate the owners' entries of `o`'s replicas without freeing the
-    /// space (an in-place upsert is about to rewrite those bytes).
-    pub(crate) fn forget_in_place(&self, o: &Object) -> Waits {
-        let mut waits = Vec::new();
-        for r in &o.replicas {
-            if let Some(seg) = self.segments.get(&r.segment) {
-                if seg.desc.uuid == r.segment_uuid {
-                    let q = Arc::clone(&seg.ledger);
-                    let seq = q.push(LedgerOp::Forget {
-                        offset: r.offset,
-                        version: o.version,
-                    });
-                    waits.push((q, seq));
-                }
-            }
-        }
-        waits
-    }
-
-    /// Record `o` (about to become COMPLETE under `key`) in its owners'
-    /// ledgers, with the soft pin the commit will apply. Commits for
-    /// segments in `local` are returned instead (the writer's own process
-    /// owns them and records them before its write returns). The waits are
-    /// tagged with their replica's segment.
+    /// Record `replicas` of `key` at `version` (about to become the
+    /// object's COMPLETE version) in their owners' ledgers, with the soft
+    /// pin the commit will apply (Unix ms). Commits for segments in `local`
+    /// are returned instead (the writer's own process owns them and
+    /// records them before its write returns). The waits are tagged with
+    /// their replica's segment.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn commit_replicas(
         &self,
         key: &str,
-        o: &Object,
-        now: Instant,
+        version: u64,
+        size: u64,
+        replicas: &[Replica],
+        hard_pin: bool,
+        soft_pin_until_ms: Option<u64>,
         local: &[String],
     ) -> (TaggedWaits, Handed) {
-        let now_ms = unix_ms();
-        let to_unix =
-            |d: Instant| now_ms.saturating_add(d.saturating_duration_since(now).as_millis() as u64);
-        let soft_pin_until_ms = match o.pending_pin {
-            PendingPin::Keep => o.soft_pin_deadline.filter(|d| *d > now).map(to_unix),
-            PendingPin::Set(ms) => Some(now_ms.saturating_add(ms)),
-            PendingPin::Clear => None,
-        };
         let mut waits = Vec::new();
         let mut handed = Vec::new();
-        for r in &o.replicas {
+        for r in replicas {
             if let Some(seg) = self.segments.get(&r.segment) {
                 if seg.desc.uuid == r.segment_uuid {
                     let op = LedgerOp::Commit(LedgerEntry {
                         key: key.to_string(),
-                        version: o.version,
+                        version,
                         offset: r.offset,
-                        size: o.size,
-                        hard_pin: o.hard_pin,
+                        size,
+                        hard_pin,
                         soft_pin_until_ms,
                     });
                     if local.contains(&r.segment) {
@@ -117,6 +112,42 @@ impl Inner {
             }
         }
         (waits, handed)
+    }
+
+    /// Tell the owners of `replicas` (outside `local`) to forget their
+    /// entries at `version`, without releasing space (whoever dropped the
+    /// write releases it).
+    pub(crate) fn forget_entries(&self, version: u64, replicas: &[Replica], local: &[String]) {
+        for r in replicas {
+            if local.contains(&r.segment) {
+                continue;
+            }
+            if let Some(seg) = self.segments.get(&r.segment) {
+                if seg.desc.uuid == r.segment_uuid {
+                    seg.ledger.push(LedgerOp::Forget {
+                        offset: r.offset,
+                        version,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Forget committed `replicas` at `version` whose write lost
+    /// (superseded, or its object went away while it committed): pushed
+    /// after the queued commit, each replica's space returning on the ack.
+    pub(crate) fn forget_committed(&mut self, version: u64, size: u64, replicas: &[Replica]) {
+        for r in replicas {
+            if let Some(seg) = self.segments.get(&r.segment) {
+                if seg.desc.uuid == r.segment_uuid {
+                    let op = LedgerOp::Forget {
+                        offset: r.offset,
+                        version,
+                    };
+                    seg.ledger.push_forget_then_free(op, r.offset, size);
+                }
+            }
+        }
     }
 
     /// Drop the replicas of `key` that live in `segments` (their owners did

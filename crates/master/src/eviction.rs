@@ -53,12 +53,13 @@ impl MasterState {
             victims.extend(pinned.into_iter().take(more).map(|(_, k)| k));
         }
         let mut bytes = 0u64;
+        let release = std::time::Duration::from_secs(self.cfg.put_start_release_timeout_sec);
         for k in &victims {
-            if let Some(o) = g.objects.remove(k) {
+            if let Some(o) = g.objects.get(k) {
                 bytes = bytes.saturating_add(o.size.saturating_mul(o.replicas.len() as u64));
-                // The space returns when the owners acknowledge the forget.
-                let _ = g.forget_replicas(k, &o);
             }
+            // The space returns when the owners acknowledge the forget.
+            let _ = g.remove_object(k, now, release);
         }
         if !victims.is_empty() {
             self.metrics.successful_evictions.inc();

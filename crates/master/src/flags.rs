@@ -156,6 +156,9 @@ pub static FLAGS: &[FlagDef] = &[
     f("max_connections", Uint32, "4096", Core, "most open connections per listener (RPC, metadata, admin)"),
     f("max_connections_per_peer", Uint32, "1024", Core, "most open connections per peer address and listener"),
     f("idle_connection_timeout_sec", Uint32, "60", Core, "close connections silent this long (0 = never); --rpc_conn_timeout_seconds overrides it for RPC"),
+    // ---- ours: versioned upserts ----
+    f("max_pending_versions_per_key", Uint32, "4", Core, "replaced versions of one key kept for their readers before an upsert of the key waits for one to be freed"),
+    f("pending_version_wait_ms", Uint64, "5000", Core, "how long such an upsert waits before it returns OBJECT_REPLICA_BUSY (-714)"),
     // ---- glog flags mapped to our logger ----
     f("v", Int32, "0", Log, "verbose logging (>0 = debug, >1 = trace)"),
     f("logtostderr", Bool, "false", Log, "log everything (from --minloglevel) to stderr"),
@@ -873,6 +876,9 @@ fn build_config(fl: &Flags, warnings: &mut Vec<String>) -> Result<MasterConfig, 
     cfg.client_ttl_sec = fl.int_range("client_ttl", 1, i64::MAX)?;
     cfg.put_start_discard_timeout_sec = fl.uint("put_start_discard_timeout_sec");
     cfg.put_start_release_timeout_sec = fl.uint("put_start_release_timeout_sec");
+    cfg.max_pending_versions_per_key =
+        fl.int_range("max_pending_versions_per_key", 1, u32::MAX as i64)? as u32;
+    cfg.pending_version_wait_ms = fl.uint("pending_version_wait_ms");
 
     match fl.string("memory_allocator").as_str() {
         "offset" => {}

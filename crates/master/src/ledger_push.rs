@@ -115,6 +115,20 @@ impl OwnerQueue {
         seq
     }
 
+    /// Release `(offset, size)` once the op `seq` (queued earlier) is
+    /// acknowledged. Returns false when it already is (or the queue is
+    /// closed): the caller releases the space itself.
+    pub(crate) fn free_after(&self, seq: u64, offset: u64, size: u64) -> bool {
+        let mut g = self.st.lock();
+        if g.closed || g.acked >= seq {
+            return false;
+        }
+        // Keep `frees` ordered by sequence number: acks drain it from the front.
+        let at = g.frees.partition_point(|(s, _, _)| *s <= seq);
+        g.frees.insert(at, (seq, offset, size));
+        true
+    }
+
     /// Bytes queued for release once their forgets are acknowledged.
     #[cfg(test)]
     pub(crate) fn pending_free_bytes(&self) -> u64 {

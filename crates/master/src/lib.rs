@@ -24,6 +24,7 @@ pub mod recovery;
 pub mod rpc;
 pub mod server;
 pub mod state;
+mod versions;
 
 #[cfg(test)]
 mod test_http;

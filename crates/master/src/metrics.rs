@@ -24,6 +24,10 @@ pub struct GaugeSnapshot {
     pub soft_pin_key_count: u64,
     /// Number of live clients.
     pub active_clients: u64,
+    /// Replaced versions still kept for reads in flight.
+    pub retired_versions: u64,
+    /// Bytes those versions hold (all replicas).
+    pub retired_bytes: u64,
     /// 1 while serving (HA leader, or a master without HA).
     pub ha_is_leader: u64,
     /// HA term served or last served.
@@ -82,11 +86,20 @@ pub struct MasterMetrics {
     /// Commits or forgets acknowledged to the caller without the segment
     /// owner's ack (owner unreachable; `master_ledger_unconfirmed_total`).
     pub ledger_unconfirmed: Counter,
+    /// Upserts committed as a new version over a committed one
+    /// (`master_upsert_versions_total`).
+    pub upsert_versions: Counter,
+    /// Upserts that waited for a replaced version of their key to be freed
+    /// (`master_upsert_version_waits_total`).
+    pub upsert_version_waits: Counter,
+    /// Replaced versions freed once their last read ended
+    /// (`master_retired_versions_freed_total`).
+    pub retired_versions_freed: Counter,
 }
 
 impl MasterMetrics {
     /// The counters as (exported name, help, counter).
-    fn counters(&self) -> [(&'static str, &'static str, &Counter); 18] {
+    fn counters(&self) -> [(&'static str, &'static str, &Counter); 21] {
         [
             (
                 "master_put_start_requests_total",
@@ -178,6 +191,21 @@ impl MasterMetrics {
                 "Writes or removals acknowledged without the segment owner's ack",
                 &self.ledger_unconfirmed,
             ),
+            (
+                "master_upsert_versions_total",
+                "Upserts committed as a new version while the old one stays readable",
+                &self.upsert_versions,
+            ),
+            (
+                "master_upsert_version_waits_total",
+                "Upserts that waited for a replaced version of their key to be freed",
+                &self.upsert_version_waits,
+            ),
+            (
+                "master_retired_versions_freed_total",
+                "Replaced versions freed once the reads still using them ended",
+                &self.retired_versions_freed,
+            ),
         ]
     }
 
@@ -205,6 +233,16 @@ impl MasterMetrics {
                 "master_active_clients",
                 "Number of live clients",
                 g.active_clients,
+            ),
+            (
+                "master_retired_versions",
+                "Replaced object versions kept allocated for reads still in flight",
+                g.retired_versions,
+            ),
+            (
+                "master_retired_bytes",
+                "Bytes held by replaced versions kept for reads in flight",
+                g.retired_bytes,
             ),
         ];
         let ha_gauges = [

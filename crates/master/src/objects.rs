@@ -1,10 +1,12 @@
 //! Object operations on the master: put/upsert start-end-revoke, replica
 //! lookup with leases, existence checks and removal.
 
+use crate::durable::{soft_pin_until_ms, Handed, TaggedWaits};
 use crate::ledger_push::{AckWait, ACK_TIMEOUT};
 use crate::placement;
 use crate::state::{
     flag_eviction, is_non_ecmascript, pending_pin, MasterState, ObjStatus, Object, PendingPin,
+    PendingWrite, Replica,
 };
 use mooncake_common::auth::unix_ms;
 use mooncake_common::ledger::LedgerOp;
@@ -52,7 +54,10 @@ impl MasterState {
         }
     }
 
-    /// Begin writes; see spec §3.1 (put) and §3.3 (upsert).
+    /// Begin writes. A put of an existing key keeps the old value
+    /// (AlreadyExists); an upsert of a committed key writes a new version
+    /// into fresh replicas while readers keep the committed one (see the
+    /// `versions` module).
     pub fn put_start(
         &self,
         keys: &[String],
@@ -80,19 +85,20 @@ impl MasterState {
                 .map(|_| PutStartItem::Err(ErrorCode::InvalidParams))
                 .collect();
         }
-        let now = Instant::now();
         let discard = Duration::from_secs(self.cfg.put_start_discard_timeout_sec);
         let release = Duration::from_secs(self.cfg.put_start_release_timeout_sec);
+        let limit = self.cfg.max_pending_versions_per_key.max(1) as usize;
         let pin = pending_pin(
             cfg.soft_pin,
             cfg.soft_pin_ttl_ms,
             self.cfg.default_kv_soft_pin_ttl_ms,
         );
         let mut g = self.inner.lock();
+        if upsert {
+            g = self.wait_for_version_slots(g, keys);
+        }
+        let now = Instant::now();
         let mut seen = HashSet::new();
-        // Owners must forget replicas rewritten in place or discarded before
-        // the writer gets the new locations.
-        let mut waits = Vec::new();
         for (key, &size) in keys.iter().zip(sizes) {
             self.metrics.put_start_requests.inc();
             if let Err(e) = self.validate_write(key, size, cfg) {
@@ -105,7 +111,8 @@ impl MasterState {
                 continue;
             }
             let mut hard_pin = cfg.hard_pin;
-            let mut soft_deadline = None;
+            // An upsert over the committed version of an existing object.
+            let mut over_committed = false;
             if let Some(o) = g.objects.get(key) {
                 let young = now.duration_since(o.put_start) <= discard;
                 match (o.status, upsert) {
@@ -118,6 +125,8 @@ impl MasterState {
                         continue;
                     }
                     (ObjStatus::Processing, true) if young => {
+                        // The key's first write is still in flight: there
+                        // is no committed version to replace yet.
                         self.metrics.put_start_failures.inc();
                         out.push(PutStartItem::Err(ErrorCode::ObjectReplicaBusy));
                         continue;
@@ -125,41 +134,15 @@ impl MasterState {
                     (ObjStatus::Processing, _) => {
                         g.discard_processing(key, release);
                     }
-                    (ObjStatus::Complete, true) if o.being_read(now) => {
-                        // Overwriting (or freeing) replicas a reader is
-                        // copying from would tear its read.
-                        self.metrics.put_start_failures.inc();
-                        out.push(PutStartItem::Err(ErrorCode::ObjectReplicaBusy));
-                        continue;
-                    }
                     (ObjStatus::Complete, true) => {
-                        hard_pin |= o.hard_pin;
-                        soft_deadline = o.soft_pin_deadline;
-                        if o.size == size {
-                            // Case B: in place.
-                            let mut locs: Vec<_> = o
-                                .replicas
-                                .iter()
-                                .filter_map(|r| g.replica_loc(r, size))
-                                .collect();
-                            self.grant(&mut locs);
-                            waits.extend(g.forget_in_place(o));
-                            let version = g.next_version();
-                            if let Some(o) = g.objects.get_mut(key) {
-                                o.status = ObjStatus::Processing;
-                                o.put_start = now;
-                                o.hard_pin = hard_pin;
-                                o.pending_pin = pin;
-                                o.version = version;
-                            }
-                            out.push(PutStartItem::Write(locs));
+                        if g.retired_count(key) >= limit {
+                            self.metrics.put_start_failures.inc();
+                            tracing::warn!(key = %key, pending = limit, "upsert refused: the key's replaced versions are all still being read");
+                            out.push(PutStartItem::Err(ErrorCode::ObjectReplicaBusy));
                             continue;
                         }
-                        // Case C: different size, discard old replicas
-                        // (their space returns once their owners forgot them).
-                        if let Some(old) = g.objects.remove(key) {
-                            waits.extend(g.forget_replicas(key, &old));
-                        }
+                        hard_pin |= o.hard_pin;
+                        over_committed = true;
                     }
                 }
             }
@@ -188,68 +171,127 @@ impl MasterState {
                 .collect();
             self.grant(&mut locs);
             let version = g.next_version();
-            g.objects.insert(
-                key.clone(),
-                Object {
-                    size,
-                    version,
-                    replicas,
-                    status: ObjStatus::Processing,
-                    lease_deadline: now,
-                    soft_pin_deadline: soft_deadline,
-                    hard_pin,
-                    put_start: now,
-                    pending_pin: pin,
-                    readers: Vec::new(),
-                },
-            );
-            out.push(PutStartItem::Write(locs));
+            if over_committed {
+                if let Some(o) = g.objects.get_mut(key) {
+                    o.upserts.push(PendingWrite {
+                        version,
+                        size,
+                        replicas,
+                        put_start: now,
+                        hard_pin,
+                        pending_pin: pin,
+                    });
+                }
+            } else {
+                g.objects.insert(
+                    key.clone(),
+                    Object {
+                        size,
+                        version,
+                        replicas,
+                        status: ObjStatus::Processing,
+                        lease_deadline: now,
+                        soft_pin_deadline: None,
+                        hard_pin,
+                        put_start: now,
+                        pending_pin: pin,
+                        readers: Vec::new(),
+                        upserts: Vec::new(),
+                    },
+                );
+            }
+            out.push(PutStartItem::Write {
+                replicas: locs,
+                version,
+            });
         }
-        drop(g);
-        self.await_owners(&waits);
         out
     }
 
-    /// Commit writes: replicas become COMPLETE, soft-pin actions apply.
-    /// The owners of the replicas record the commit first (and any forget of
-    /// an earlier incarnation of the key is acknowledged), so a write is
-    /// visible only once it survives the master.
-    pub fn put_end(&self, keys: &[String]) -> Result<(), ErrorCode> {
-        self.commit_end(keys, &[]).map(|_| ())
+    /// Commit writes: each key's write of `versions[i]` (0: its first
+    /// write) becomes the object's COMPLETE version, soft-pin actions
+    /// apply. See [`MasterState::commit_end`].
+    pub fn put_end(&self, keys: &[String], versions: &[u64]) -> Result<(), ErrorCode> {
+        self.commit_end(keys, versions, &[]).map(|_| ())
     }
 
-    /// [`MasterState::put_end`], except that the ledger commits of replicas
-    /// in `local` (the writer's own process's segments) are returned for the
-    /// writer to record instead of being pushed and awaited.
+    /// Commit writes. The owners of the new replicas record the commit
+    /// first (and any forget of an earlier incarnation of the key is
+    /// acknowledged), so a write is visible only once it survives the
+    /// master; a version replaced by an upsert is forgotten by its owners
+    /// before this returns, so no read that starts afterwards sees it. The
+    /// ledger ops of replicas in `local` (the writer's own process's
+    /// segments) are returned for the writer to record instead of being
+    /// pushed and awaited.
+    ///
+    /// A write whose key got a newer version meanwhile (a concurrent
+    /// upsert that started later committed first) is discarded and still
+    /// succeeds: it is ordered before the newer one.
     pub fn commit_end(
         &self,
         keys: &[String],
+        versions: &[u64],
         local: &[String],
-    ) -> Result<Vec<(String, LedgerOp)>, ErrorCode> {
+    ) -> Result<Handed, ErrorCode> {
         let now = Instant::now();
         let mut g = self.inner.lock();
         let mut forgets = Vec::new();
         let mut handed = Vec::new();
-        // (key, version, commit waits tagged with their segment)
-        let mut commits = Vec::with_capacity(keys.len());
-        for k in keys {
-            let Some(o) = g.objects.get(k) else { continue };
-            if o.status != ObjStatus::Processing {
+        let mut commits: Vec<Commit<'_>> = Vec::with_capacity(keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            let want = versions.get(i).copied().unwrap_or(0);
+            let Some(o) = g.objects.get_mut(k) else {
+                continue;
+            };
+            if o.status == ObjStatus::Processing && (want == 0 || want == o.version) {
+                let until = soft_pin_until_ms(o.pending_pin, o.soft_pin_deadline, now);
+                let (version, size, hard_pin) = (o.version, o.size, o.hard_pin);
+                let replicas = o.replicas.clone();
+                let (w, h) = g.commit_replicas(k, version, size, &replicas, hard_pin, until, local);
+                handed.extend(h);
+                commits.push(Commit {
+                    key: k,
+                    version,
+                    replicas,
+                    waits: w,
+                });
+                forgets.extend(g.take_key_forgets(k));
                 continue;
             }
-            let (w, h) = g.commit_replicas(k, o, now, local);
+            let Some(idx) = o
+                .upserts
+                .iter()
+                .position(|p| p.version == want && want != 0)
+            else {
+                continue;
+            };
+            if o.upserts[idx].version < o.version {
+                // Superseded before it committed: nobody recorded it.
+                let p = o.upserts.remove(idx);
+                g.free_replicas(&p.replicas, p.size);
+                continue;
+            }
+            let p = &o.upserts[idx];
+            let until = soft_pin_until_ms(p.pending_pin, o.soft_pin_deadline, now);
+            let (version, size, hard_pin) = (p.version, p.size, p.hard_pin);
+            let replicas = p.replicas.clone();
+            let (w, h) = g.commit_replicas(k, version, size, &replicas, hard_pin, until, local);
             handed.extend(h);
-            commits.push((k, o.version, w));
-            forgets.extend(g.take_key_forgets(k));
+            commits.push(Commit {
+                key: k,
+                version,
+                replicas,
+                waits: w,
+            });
         }
         drop(g);
         // Wait for the owners; a replica whose owner did not confirm in time
         // is dropped, so no acknowledged write relies on an unrecorded copy.
         let deadline = Instant::now() + ACK_TIMEOUT;
         let mut unconfirmed: Vec<Vec<String>> = Vec::with_capacity(commits.len());
-        for (_, _, waits) in &commits {
+        for c in &commits {
             let mut missing = Vec::new();
-            for (seg, q, seq) in waits {
+            for (seg, q, seq) in &c.waits {
                 if q.wait(*seq, deadline) == AckWait::Unconfirmed {
                     missing.push(seg.clone());
                 }
@@ -265,31 +307,98 @@ impl MasterState {
         let now = Instant::now();
         let mut g = self.inner.lock();
         let mut lost = 0usize;
-        for ((k, version, _), missing) in commits.into_iter().zip(unconfirmed) {
-            let current = g
+        let mut retire_waits = Vec::new();
+        let mut freed = 0u64;
+        for (c, missing) in commits.into_iter().zip(unconfirmed) {
+            let k = c.key;
+            let first = g
                 .objects
                 .get(k)
-                .is_some_and(|o| o.status == ObjStatus::Processing && o.version == version);
-            if !current {
+                .is_some_and(|o| o.status == ObjStatus::Processing && o.version == c.version);
+            if first {
+                if !missing.is_empty() {
+                    self.metrics.ledger_unconfirmed.inc_by(missing.len() as u64);
+                    tracing::warn!(key = %k, segments = ?missing, "owners did not confirm the commit; dropping those replicas");
+                    g.drop_unconfirmed(k, &missing);
+                }
+                let Some(o) = g.objects.get_mut(k) else {
+                    lost += 1;
+                    continue;
+                };
+                o.status = ObjStatus::Complete;
+                apply_pin(o, now);
                 continue;
             }
-            if !missing.is_empty() {
-                self.metrics.ledger_unconfirmed.inc_by(missing.len() as u64);
-                tracing::warn!(key = %k, segments = ?missing, "owners did not confirm the commit; dropping those replicas");
-                g.drop_unconfirmed(k, &missing);
-            }
-            let Some(o) = g.objects.get_mut(k) else {
-                lost += 1;
+            let pending = g.objects.get_mut(k).and_then(|o| {
+                let idx = o.upserts.iter().position(|p| p.version == c.version)?;
+                Some(o.upserts.remove(idx))
+            });
+            let Some(p) = pending else {
+                // The object went away while the owners recorded the
+                // commit (removed, or its first write discarded): the
+                // replicas' space is released by whoever dropped it; the
+                // owners forget the entries again.
+                unhand(&mut handed, k, c.version);
+                g.forget_entries(c.version, &c.replicas, local);
                 continue;
             };
-            o.status = ObjStatus::Complete;
-            match o.pending_pin {
-                PendingPin::Keep => {}
-                PendingPin::Clear => o.soft_pin_deadline = None,
-                PendingPin::Set(ms) => o.soft_pin_deadline = Some(now + Duration::from_millis(ms)),
+            let (gone, keep): (Vec<Replica>, Vec<Replica>) = p
+                .replicas
+                .into_iter()
+                .partition(|r| missing.contains(&r.segment));
+            if !gone.is_empty() {
+                self.metrics.ledger_unconfirmed.inc_by(gone.len() as u64);
+                tracing::warn!(key = %k, segments = ?missing, "owners did not confirm the commit; dropping those replicas");
+                g.forget_committed(c.version, p.size, &gone);
             }
-            o.pending_pin = PendingPin::Keep;
+            let newer = g
+                .objects
+                .get(k)
+                .is_none_or(|o| o.status != ObjStatus::Complete || o.version > c.version);
+            if keep.is_empty() {
+                lost += 1;
+                continue;
+            }
+            if newer {
+                // A later upsert committed first: this one is ordered
+                // before it, and its bytes are dropped.
+                unhand(&mut handed, k, c.version);
+                let (handed_local, remote): (Vec<Replica>, Vec<Replica>) =
+                    keep.into_iter().partition(|r| local.contains(&r.segment));
+                g.free_replicas(&handed_local, p.size);
+                g.forget_committed(c.version, p.size, &remote);
+                continue;
+            }
+            let Some(o) = g.objects.get_mut(k) else {
+                continue;
+            };
+            let old_version = std::mem::replace(&mut o.version, c.version);
+            let old_size = std::mem::replace(&mut o.size, p.size);
+            let old_replicas = std::mem::replace(&mut o.replicas, keep);
+            let readers = std::mem::take(&mut o.readers);
+            o.hard_pin |= p.hard_pin;
+            o.pending_pin = p.pending_pin;
+            apply_pin(o, now);
+            self.metrics.upsert_versions.inc();
+            if g.retire(
+                k,
+                old_version,
+                old_size,
+                old_replicas,
+                readers,
+                local,
+                now,
+                &mut retire_waits,
+                &mut handed,
+            ) {
+                freed += 1;
+            }
         }
+        drop(g);
+        if freed > 0 {
+            self.metrics.retired_versions_freed.inc_by(freed);
+        }
+        self.await_owners(&retire_waits);
         if lost > 0 {
             // No owner of any replica confirmed: the write is not durable
             // and was revoked.
@@ -298,18 +407,28 @@ impl MasterState {
         Ok(handed)
     }
 
-    /// Revoke failed writes: free their replicas and erase the metadata.
-    pub fn put_revoke(&self, keys: &[String]) {
+    /// Revoke failed writes (`versions[i]` as in [`MasterState::put_end`]):
+    /// free their replicas; a first write's metadata is erased, an upsert
+    /// leaves the committed version as it was.
+    pub fn put_revoke(&self, keys: &[String], versions: &[u64]) {
         let mut g = self.inner.lock();
-        for k in keys {
-            let processing = g
-                .objects
-                .get(k)
-                .is_some_and(|o| o.status == ObjStatus::Processing);
-            if processing {
+        for (i, k) in keys.iter().enumerate() {
+            let want = versions.get(i).copied().unwrap_or(0);
+            let Some(o) = g.objects.get_mut(k) else {
+                continue;
+            };
+            if o.status == ObjStatus::Processing && (want == 0 || want == o.version) {
                 if let Some(o) = g.objects.remove(k) {
                     g.free_replicas(&o.replicas, o.size);
                 }
+                continue;
+            }
+            if want == 0 {
+                continue;
+            }
+            if let Some(idx) = o.upserts.iter().position(|p| p.version == want) {
+                let p = o.upserts.remove(idx);
+                g.free_replicas(&p.replicas, p.size);
             }
         }
     }
@@ -379,7 +498,9 @@ impl MasterState {
         if tickets.is_empty() {
             return;
         }
+        let now = Instant::now();
         let mut g = self.inner.lock();
+        let mut freed = 0;
         for t in tickets {
             let Some((keys, _)) = g.tickets.remove(t) else {
                 continue;
@@ -388,7 +509,14 @@ impl MasterState {
                 if let Some(o) = g.objects.get_mut(k) {
                     o.readers.retain(|(x, _)| x != t);
                 }
+                if g.retired.contains_key(k) {
+                    freed += g.release_retired(k, now, Some(*t));
+                }
             }
+        }
+        if freed > 0 {
+            self.metrics.retired_versions_freed.inc_by(freed);
+            self.version_freed.notify_all();
         }
     }
 
@@ -410,10 +538,15 @@ impl MasterState {
             .collect()
     }
 
-    /// Remove keys; see spec §2.6. Answers once the owners forgot the
-    /// removed replicas (a removed object never comes back with a master).
+    /// Remove keys: OBJECT_NOT_FOUND when missing, REPLICA_IS_NOT_READY
+    /// while the first write is in flight, OBJECT_HAS_LEASE while a lease
+    /// is active and not `force`. Answers once the owners forgot the
+    /// removed replicas (a removed object never comes back with a master);
+    /// replicas that reads are still copying stay allocated until those
+    /// reads end.
     pub fn remove(&self, keys: &[String], force: bool) -> Vec<i32> {
         let now = Instant::now();
+        let release = Duration::from_secs(self.cfg.put_start_release_timeout_sec);
         let mut g = self.inner.lock();
         let mut waits = Vec::new();
         let codes = keys
@@ -431,9 +564,7 @@ impl MasterState {
                 match code {
                     Some(e) => e.code(),
                     None => {
-                        if let Some(o) = g.objects.remove(k) {
-                            waits.extend(g.forget_replicas(k, &o));
-                        }
+                        waits.extend(g.remove_object(k, now, release));
                         0
                     }
                 }
@@ -462,6 +593,7 @@ impl MasterState {
 
     fn remove_matching(&self, pred: impl Fn(&str) -> bool, force: bool) -> i64 {
         let now = Instant::now();
+        let release = Duration::from_secs(self.cfg.put_start_release_timeout_sec);
         let mut g = self.inner.lock();
         let victims: Vec<String> = g
             .objects
@@ -473,9 +605,7 @@ impl MasterState {
             .collect();
         let mut waits = Vec::new();
         for k in &victims {
-            if let Some(o) = g.objects.remove(k) {
-                waits.extend(g.forget_replicas(k, &o));
-            }
+            waits.extend(g.remove_object(k, now, release));
         }
         drop(g);
         self.await_owners(&waits);
@@ -483,98 +613,360 @@ impl MasterState {
     }
 }
 
+/// A commit in flight: what `commit_end` told the owners.
+struct Commit<'a> {
+    key: &'a str,
+    version: u64,
+    replicas: Vec<Replica>,
+    waits: TaggedWaits,
+}
+
+/// Apply the object's pending soft-pin change (its write committed).
+fn apply_pin(o: &mut Object, now: Instant) {
+    match o.pending_pin {
+        PendingPin::Keep => {}
+        PendingPin::Clear => o.soft_pin_deadline = None,
+        PendingPin::Set(ms) => o.soft_pin_deadline = Some(now + Duration::from_millis(ms)),
+    }
+    o.pending_pin = PendingPin::Keep;
+}
+
+/// Take back the ledger commits of `key` at `version` that were to be
+/// handed to the writer (the write lost before it became visible).
+fn unhand(handed: &mut Handed, key: &str, version: u64) {
+    handed.retain(
+        |(_, op)| !matches!(op, LedgerOp::Commit(e) if e.key == key && e.version == version),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::MasterConfig;
     use crate::metrics::MasterMetrics;
     use crate::state::MasterState;
-    use mooncake_common::proto::{PutStartItem, SegmentDesc, WriteConfig};
+    use mooncake_common::proto::{ObjectInfo, PutStartItem, SegmentDesc, WriteConfig};
     use mooncake_common::ErrorCode;
     use std::sync::Arc;
+    use std::time::Instant;
 
-    fn state_with_segment() -> Arc<MasterState> {
-        let st = MasterState::new(
-            MasterConfig::default(),
-            Arc::new(MasterMetrics::default()),
-            None,
-        );
-        let desc = SegmentDesc {
-            name: "h:1".into(),
-            uuid: "u1".into(),
+    fn desc(name: &str, uuid: &str, pid: u32) -> SegmentDesc {
+        SegmentDesc {
+            name: name.into(),
+            uuid: uuid.into(),
             size: 1 << 20,
             base_addr: 0,
             host_id: "host".into(),
-            pid: 1,
-            endpoint: "h:1".into(),
+            pid,
+            endpoint: name.into(),
             socket_name: String::new(),
-        };
-        st.mount_segment("c1", desc).unwrap();
+        }
+    }
+
+    fn state_with(cfg: MasterConfig) -> Arc<MasterState> {
+        let st = MasterState::new(cfg, Arc::new(MasterMetrics::default()), None);
+        st.mount_segment("c1", desc("h:1", "u1", 1)).unwrap();
         st
     }
 
+    fn state_with_segment() -> Arc<MasterState> {
+        state_with(MasterConfig::default())
+    }
+
+    fn keys(k: &str) -> Vec<String> {
+        vec![k.to_string()]
+    }
+
+    /// Start a write of `key`: its version and replica offset, or the item.
+    fn start(
+        st: &MasterState,
+        key: &str,
+        size: u64,
+        upsert: bool,
+    ) -> Result<(u64, u64), PutStartItem> {
+        let mut items = st.put_start(&keys(key), &[size], &WriteConfig::default(), upsert);
+        match items.remove(0) {
+            PutStartItem::Write { replicas, version } => Ok((version, replicas[0].offset)),
+            other => Err(other),
+        }
+    }
+
+    /// End a write as the owner of "h:1" (its ledger ops come back here).
+    fn commit(st: &MasterState, key: &str, version: u64) {
+        st.commit_end(&keys(key), &[version], &["h:1".to_string()])
+            .unwrap();
+    }
+
     fn put(st: &MasterState, key: &str, size: u64, upsert: bool) -> PutStartItem {
-        let keys = vec![key.to_string()];
-        let mut items = st.put_start(&keys, &[size], &WriteConfig::default(), upsert);
-        if matches!(items[0], PutStartItem::Write(_)) {
-            // The test plays the owner of "h:1": its commits come back here.
-            st.commit_end(&keys, &["h:1".to_string()]).unwrap();
+        let mut items = st.put_start(&keys(key), &[size], &WriteConfig::default(), upsert);
+        if let PutStartItem::Write { version, .. } = items[0] {
+            commit(st, key, version);
         }
         items.remove(0)
     }
 
+    fn lookup(st: &MasterState, key: &str, track: bool) -> ObjectInfo {
+        st.get_replica_list(&keys(key), track).remove(0).unwrap()
+    }
+
+    fn used(st: &MasterState) -> u64 {
+        st.inner.lock().segments["h:1"].alloc.used()
+    }
+
     #[test]
-    fn upsert_of_an_object_being_read_is_busy() {
+    fn an_upsert_of_a_read_object_writes_a_new_version_beside_it() {
         let st = state_with_segment();
-        assert!(matches!(put(&st, "k", 100, false), PutStartItem::Write(_)));
-        let keys = vec!["k".to_string()];
-        // An untracked lookup (get_size, is_exist-like) marks nothing.
-        let info = st.get_replica_list(&keys, false).remove(0).unwrap();
-        assert_eq!(info.read_ticket, 0);
-        assert!(matches!(put(&st, "k", 100, true), PutStartItem::Write(_)));
-        // A tracked lookup holds the object until its ticket is done.
-        let t = st
-            .get_replica_list(&keys, true)
-            .remove(0)
-            .unwrap()
-            .read_ticket;
+        let (v1, a) = start(&st, "k", 100, false).unwrap();
+        commit(&st, "k", v1);
+        let t = lookup(&st, "k", true).read_ticket;
         assert_ne!(t, 0);
-        for size in [100, 200] {
-            assert_eq!(
-                put(&st, "k", size, true),
-                PutStartItem::Err(ErrorCode::ObjectReplicaBusy)
-            );
-        }
-        // Plain puts of an existing key are unaffected (write-once).
-        assert_eq!(put(&st, "k", 100, false), PutStartItem::AlreadyExists);
+        // The upsert goes through, into fresh space.
+        let (v2, b) = start(&st, "k", 100, true).unwrap();
+        assert!(v2 > v1);
+        assert_ne!(a, b);
+        // Until it commits, readers keep getting the committed replica.
+        assert_eq!(lookup(&st, "k", false).replicas[0].offset, a);
+        assert_eq!(st.exist(&keys("k")), vec![1]);
+        commit(&st, "k", v2);
+        // A read that starts now gets the new version.
+        assert_eq!(lookup(&st, "k", false).replicas[0].offset, b);
+        // The old version stays allocated for the reader in flight...
+        assert_eq!(used(&st), 256);
+        assert_eq!(st.inner.lock().retired_count("k"), 1);
+        // ...and is freed once its read is reported done.
         st.reads_done(&[t]);
         st.reads_done(&[t]); // repeated reports are harmless
-        assert!(matches!(put(&st, "k", 200, true), PutStartItem::Write(_)));
-        // Tickets are per object: one of a removed and re-created key is inert.
-        let t2 = st
-            .get_replica_list(&keys, true)
-            .remove(0)
-            .unwrap()
-            .read_ticket;
-        assert_eq!(st.remove(&keys, true), vec![0]);
-        assert!(matches!(put(&st, "k", 100, false), PutStartItem::Write(_)));
-        assert!(matches!(put(&st, "k", 100, true), PutStartItem::Write(_)));
+        assert_eq!(used(&st), 128);
+        assert_eq!(st.inner.lock().retired_count("k"), 0);
+        assert_eq!(st.metrics.retired_versions_freed.get(), 1);
+        assert_eq!(st.metrics.upsert_versions.get(), 1);
+        // A different size is a new version like any other.
+        assert!(matches!(
+            put(&st, "k", 200, true),
+            PutStartItem::Write { .. }
+        ));
+        let info = lookup(&st, "k", false);
+        assert_eq!(info.size, 200);
+        assert_eq!(used(&st), 256);
+        // Plain puts of an existing key are unaffected (write-once).
+        assert_eq!(put(&st, "k", 100, false), PutStartItem::AlreadyExists);
+    }
+
+    #[test]
+    fn an_unread_version_is_freed_when_replaced() {
+        let st = state_with_segment();
+        for _ in 0..10 {
+            assert!(matches!(
+                put(&st, "k", 1000, true),
+                PutStartItem::Write { .. }
+            ));
+            assert_eq!(used(&st), 1024);
+        }
+        assert!(st.inner.lock().retired.is_empty());
+    }
+
+    #[test]
+    fn pending_versions_per_key_are_bounded() {
+        let cfg = MasterConfig {
+            max_pending_versions_per_key: 2,
+            pending_version_wait_ms: 0,
+            ..MasterConfig::default()
+        };
+        let st = state_with(cfg);
+        assert!(matches!(
+            put(&st, "k", 64, false),
+            PutStartItem::Write { .. }
+        ));
+        let mut tickets = Vec::new();
+        for _ in 0..2 {
+            tickets.push(lookup(&st, "k", true).read_ticket);
+            assert!(matches!(
+                put(&st, "k", 64, true),
+                PutStartItem::Write { .. }
+            ));
+        }
+        assert_eq!(st.inner.lock().retired_count("k"), 2);
+        tickets.push(lookup(&st, "k", true).read_ticket);
+        assert_eq!(
+            put(&st, "k", 64, true),
+            PutStartItem::Err(ErrorCode::ObjectReplicaBusy)
+        );
+        assert_eq!(st.metrics.upsert_version_waits.get(), 1);
+        // Other keys are not affected.
+        assert!(matches!(
+            put(&st, "other", 64, true),
+            PutStartItem::Write { .. }
+        ));
+        // One read ends: one slot frees.
+        st.reads_done(&tickets[..1]);
+        assert!(matches!(
+            put(&st, "k", 64, true),
+            PutStartItem::Write { .. }
+        ));
+    }
+
+    #[test]
+    fn a_waiting_upsert_proceeds_when_a_read_ends() {
+        let cfg = MasterConfig {
+            max_pending_versions_per_key: 1,
+            pending_version_wait_ms: 60_000,
+            ..MasterConfig::default()
+        };
+        let st = state_with(cfg);
+        assert!(matches!(
+            put(&st, "k", 64, false),
+            PutStartItem::Write { .. }
+        ));
+        let t = lookup(&st, "k", true).read_ticket;
+        assert!(matches!(
+            put(&st, "k", 64, true),
+            PutStartItem::Write { .. }
+        ));
+        let t2 = lookup(&st, "k", true).read_ticket;
+        let st2 = Arc::clone(&st);
+        let writer = std::thread::spawn(move || put(&st2, "k", 64, true));
+        // The writer waits for the slot (the counter moves as it starts waiting).
+        while st.metrics.upsert_version_waits.get() == 0 {
+            std::thread::yield_now();
+        }
+        st.reads_done(&[t]);
+        assert!(matches!(writer.join().unwrap(), PutStartItem::Write { .. }));
         st.reads_done(&[t2]);
+        assert_eq!(st.inner.lock().retired_count("k"), 0);
+    }
+
+    #[test]
+    fn concurrent_upserts_end_with_the_later_version_whole() {
+        for later_commits_first in [false, true] {
+            let st = state_with_segment();
+            assert!(matches!(
+                put(&st, "k", 64, false),
+                PutStartItem::Write { .. }
+            ));
+            let (va, a) = start(&st, "k", 64, true).unwrap();
+            let (vb, b) = start(&st, "k", 128, true).unwrap();
+            assert!(vb > va);
+            if later_commits_first {
+                commit(&st, "k", vb);
+                commit(&st, "k", va);
+            } else {
+                commit(&st, "k", va);
+                assert_eq!(lookup(&st, "k", false).replicas[0].offset, a);
+                commit(&st, "k", vb);
+            }
+            let info = lookup(&st, "k", false);
+            assert_eq!((info.size, info.replicas[0].offset), (128, b));
+            // Nothing of the losing or replaced versions stays allocated.
+            assert_eq!(used(&st), 128, "later first: {later_commits_first}");
+        }
+    }
+
+    #[test]
+    fn a_revoked_upsert_leaves_the_committed_version() {
+        let st = state_with_segment();
+        let (v1, a) = start(&st, "k", 64, false).unwrap();
+        commit(&st, "k", v1);
+        let (v2, _) = start(&st, "k", 64, true).unwrap();
+        st.put_revoke(&keys("k"), &[v2]);
+        let info = lookup(&st, "k", false);
+        assert_eq!(info.replicas[0].offset, a);
+        assert_eq!(used(&st), 64);
+        // A commit of the revoked write changes nothing.
+        commit(&st, "k", v2);
+        assert_eq!(lookup(&st, "k", false).replicas[0].offset, a);
+    }
+
+    #[test]
+    fn the_first_write_in_flight_makes_an_upsert_busy() {
+        let st = state_with_segment();
+        let (v1, _) = start(&st, "k", 64, false).unwrap();
+        assert_eq!(
+            start(&st, "k", 64, true),
+            Err(PutStartItem::Err(ErrorCode::ObjectReplicaBusy))
+        );
+        assert_eq!(
+            st.get_replica_list(&keys("k"), false)[0],
+            Err(ErrorCode::ReplicaIsNotReady)
+        );
+        commit(&st, "k", v1);
+        assert!(start(&st, "k", 64, true).is_ok());
+    }
+
+    #[test]
+    fn a_removed_object_being_read_keeps_its_bytes_until_the_read_ends() {
+        let st = state_with_segment();
+        assert!(matches!(
+            put(&st, "k", 64, false),
+            PutStartItem::Write { .. }
+        ));
+        let t = lookup(&st, "k", true).read_ticket;
+        assert_eq!(st.remove(&keys("k"), true), vec![0]);
+        assert_eq!(
+            st.get_replica_list(&keys("k"), false)[0],
+            Err(ErrorCode::ObjectNotFound)
+        );
+        // A new object cannot take the bytes the reader is copying.
+        let (_, b) = start(&st, "k2", 64, false).unwrap();
+        assert_ne!(b, 0);
+        assert_eq!(used(&st), 128);
+        st.reads_done(&[t]);
+        // The retired space now waits only for its owner to forget it.
+        let g = st.inner.lock();
+        assert_eq!(g.retired_count("k"), 0);
+        assert_eq!(g.segments["h:1"].ledger.pending_free_bytes(), 64);
+    }
+
+    #[test]
+    fn retired_versions_are_freed_when_their_leases_run_out() {
+        let st = state_with_segment();
+        assert!(matches!(
+            put(&st, "e", 64, false),
+            PutStartItem::Write { .. }
+        ));
+        let _t = lookup(&st, "e", true);
+        assert!(matches!(
+            put(&st, "e", 64, true),
+            PutStartItem::Write { .. }
+        ));
+        assert_eq!(used(&st), 128);
+        // Expire the read (as if the lease had run out) without waiting.
+        {
+            let mut g = st.inner.lock();
+            for list in g.retired.values_mut() {
+                for r in list.iter_mut() {
+                    for rd in r.readers.iter_mut() {
+                        rd.1 = Instant::now();
+                    }
+                }
+            }
+        }
+        st.sweep_discarded();
+        assert_eq!(used(&st), 64);
+        assert!(st.inner.lock().retired.is_empty());
+    }
+
+    #[test]
+    fn a_dropped_segment_takes_its_versions_with_it() {
+        let st = state_with_segment();
+        assert!(matches!(
+            put(&st, "k", 64, false),
+            PutStartItem::Write { .. }
+        ));
+        let _t = lookup(&st, "k", true);
+        assert!(matches!(
+            put(&st, "k", 64, true),
+            PutStartItem::Write { .. }
+        ));
+        let _ = start(&st, "k", 64, true).unwrap();
+        st.disconnect("c1");
+        let g = st.inner.lock();
+        assert!(g.retired.is_empty());
+        assert!(g.objects.is_empty());
     }
 
     #[test]
     fn unconfirmed_replicas_are_dropped_and_a_write_without_any_fails() {
         let st = state_with_segment();
-        let desc = SegmentDesc {
-            name: "h:2".into(),
-            uuid: "u2".into(),
-            size: 1 << 20,
-            base_addr: 0,
-            host_id: "host".into(),
-            pid: 2,
-            endpoint: "h:2".into(),
-            socket_name: String::new(),
-        };
-        st.mount_segment("c2", desc).unwrap();
+        st.mount_segment("c2", desc("h:2", "u2", 2)).unwrap();
         for seg in ["h:1", "h:2"] {
             st.inner.lock().segments[seg].ledger.mark_unreachable();
         }
@@ -583,11 +975,12 @@ mod tests {
             ..WriteConfig::default()
         };
         // Two replicas; only h:1's owner (the caller) records its commit.
-        let keys = vec!["two".to_string()];
-        assert!(
-            matches!(st.put_start(&keys, &[100], &cfg, false)[0], PutStartItem::Write(ref l) if l.len() == 2)
-        );
-        let ops = st.commit_end(&keys, &["h:1".to_string()]).unwrap();
+        let ks = keys("two");
+        let v = match st.put_start(&ks, &[100], &cfg, false).remove(0) {
+            PutStartItem::Write { replicas, version } if replicas.len() == 2 => version,
+            other => panic!("{other:?}"),
+        };
+        let ops = st.commit_end(&ks, &[v], &["h:1".to_string()]).unwrap();
         assert_eq!(ops.len(), 1);
         {
             let g = st.inner.lock();
@@ -599,33 +992,33 @@ mod tests {
         }
         assert_eq!(st.metrics.ledger_unconfirmed.get(), 1);
         // No owner confirms: the write fails and nothing is left of it.
-        let keys = vec!["none".to_string()];
-        assert!(matches!(
-            st.put_start(&keys, &[100], &WriteConfig::default(), false)[0],
-            PutStartItem::Write(_)
-        ));
-        assert_eq!(st.commit_end(&keys, &[]), Err(ErrorCode::RpcTimeout));
+        let ks = keys("none");
+        let v = match st
+            .put_start(&ks, &[100], &WriteConfig::default(), false)
+            .remove(0)
+        {
+            PutStartItem::Write { version, .. } => version,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(st.commit_end(&ks, &[v], &[]), Err(ErrorCode::RpcTimeout));
         assert!(!st.inner.lock().objects.contains_key("none"));
         assert_eq!(
-            st.get_replica_list(&keys, false)[0],
+            st.get_replica_list(&ks, false)[0],
             Err(ErrorCode::ObjectNotFound)
         );
     }
 
     #[test]
-    fn read_marks_expire_with_the_lease() {
+    fn an_upsert_no_owner_confirms_fails_and_keeps_the_old_version() {
         let st = state_with_segment();
-        assert!(matches!(put(&st, "e", 64, false), PutStartItem::Write(_)));
-        let keys = vec!["e".to_string()];
-        let _t = st.get_replica_list(&keys, true);
-        // Expire the mark (as if the lease had run out) without waiting.
-        {
-            let mut g = st.inner.lock();
-            let o = g.objects.get_mut("e").unwrap();
-            for r in o.readers.iter_mut() {
-                r.1 = std::time::Instant::now();
-            }
-        }
-        assert!(matches!(put(&st, "e", 64, true), PutStartItem::Write(_)));
+        let (v1, a) = start(&st, "k", 64, false).unwrap();
+        commit(&st, "k", v1);
+        st.inner.lock().segments["h:1"].ledger.mark_unreachable();
+        let (v2, _) = start(&st, "k", 64, true).unwrap();
+        assert_eq!(
+            st.commit_end(&keys("k"), &[v2], &[]),
+            Err(ErrorCode::RpcTimeout)
+        );
+        assert_eq!(lookup(&st, "k", false).replicas[0].offset, a);
     }
 }

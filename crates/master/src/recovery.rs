@@ -70,6 +70,7 @@ impl Inner {
         name: &str,
         mut entries: Vec<LedgerEntry>,
         now: Instant,
+        release: Duration,
     ) -> (Adoption, Waits) {
         let mut out = Adoption::default();
         let mut waits = Vec::new();
@@ -126,9 +127,7 @@ impl Inner {
                 }
                 Some(_) => {
                     // The report is newer than what we have: ours goes.
-                    if let Some(old) = self.objects.remove(&e.key) {
-                        waits.extend(self.forget_replicas(&e.key, &old));
-                    }
+                    waits.extend(self.remove_object(&e.key, now, release));
                 }
                 None => {}
             }
@@ -158,6 +157,7 @@ impl Inner {
                     put_start: now,
                     pending_pin: PendingPin::Keep,
                     readers: Vec::new(),
+                    upserts: Vec::new(),
                 },
             );
             out.objects += 1;
@@ -265,7 +265,8 @@ impl MasterState {
             });
         }
         let reported = pending.entries.len();
-        let (adoption, waits) = g.adopt(&name, pending.entries, now);
+        let release = Duration::from_secs(self.cfg.put_start_release_timeout_sec);
+        let (adoption, waits) = g.adopt(&name, pending.entries, now, release);
         drop(g);
         self.metrics.recovered_segments.inc();
         self.metrics.recovered_objects.inc_by(adoption.objects);

@@ -259,19 +259,20 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
         } => MasterResponse::PutStart(
             state.put_start_excluding(&keys, &sizes, &config, upsert, &exclude),
         ),
-        MasterRequest::PutEnd { keys } => match state.put_end(&keys) {
+        MasterRequest::PutEnd { keys, versions } => match state.put_end(&keys, &versions) {
             Ok(()) => MasterResponse::Ok,
             Err(e) => MasterResponse::Err(e),
         },
         MasterRequest::CommitEnd {
             keys,
+            versions,
             local_segments,
-        } => match state.commit_end(&keys, &local_segments) {
+        } => match state.commit_end(&keys, &versions, &local_segments) {
             Ok(ops) => MasterResponse::Committed { ops },
             Err(e) => MasterResponse::Err(e),
         },
-        MasterRequest::PutRevoke { keys } => {
-            state.put_revoke(&keys);
+        MasterRequest::PutRevoke { keys, versions } => {
+            state.put_revoke(&keys, &versions);
             MasterResponse::Ok
         }
         MasterRequest::GetReplicaList { keys, track } => {

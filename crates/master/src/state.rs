@@ -13,7 +13,7 @@ use mooncake_common::proto::{
     ReplicaLoc, SegmentDesc, SoftPin, HEARTBEAT_INTERVAL_MS, MAX_SEGMENT_SIZE,
 };
 use mooncake_common::ErrorCode;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -100,6 +100,9 @@ pub(crate) struct Object {
     /// discards any copy that finishes after that lease (LEASE_EXPIRED),
     /// so an expired entry can no longer protect a read that matters.
     pub readers: Vec<(u64, Instant)>,
+    /// Upserts in flight over the committed version, each writing into its
+    /// own fresh replicas while readers keep reading the committed ones.
+    pub upserts: Vec<PendingWrite>,
 }
 
 impl Object {
@@ -107,6 +110,35 @@ impl Object {
     pub(crate) fn being_read(&self, now: Instant) -> bool {
         self.readers.iter().any(|(_, exp)| *exp > now)
     }
+}
+
+/// An upsert in flight over a committed object: the new version's replicas
+/// and what its commit applies.
+#[derive(Debug)]
+pub(crate) struct PendingWrite {
+    pub version: u64,
+    pub size: u64,
+    pub replicas: Vec<Replica>,
+    pub put_start: Instant,
+    /// Hard pin of the new version (the write's, OR-ed with the object's).
+    pub hard_pin: bool,
+    pub pending_pin: PendingPin,
+}
+
+/// A version replaced by an upsert (or removed) while reads of it were in
+/// flight: its replicas stay allocated, and their bytes unchanged, until
+/// every such read has finished or its lease ran out. The owners' ledgers
+/// already forgot it, so no master ever serves it again.
+#[derive(Debug)]
+pub(crate) struct Retired {
+    pub size: u64,
+    /// Each replica with the sequence number of its ledger forget at the
+    /// owner's queue (0: handed to the writer); the space is released only
+    /// once that forget is acknowledged.
+    pub replicas: Vec<(Replica, u64)>,
+    /// The reads that may still copy from the replicas (as
+    /// [`Object::readers`]).
+    pub readers: Vec<(u64, Instant)>,
 }
 
 /// Space of discarded writes, released at `at`.
@@ -138,6 +170,8 @@ pub(crate) struct Inner {
     /// Forgets of a key's earlier replicas not yet known to be acked: a new
     /// write of the key is acknowledged only after them.
     pub key_forgets: HashMap<String, Vec<(Arc<OwnerQueue>, u64)>>,
+    /// Replaced versions still being read, per key, oldest first.
+    pub retired: HashMap<String, Vec<Retired>>,
 }
 
 /// The master's shared state.
@@ -151,6 +185,8 @@ pub struct MasterState {
     pub(crate) next_ticket: std::sync::atomic::AtomicU64,
     /// Set when this state's term ended: background loops exit.
     pub(crate) stopped: AtomicBool,
+    /// Signalled (with `inner` held) whenever a retired version is freed.
+    pub(crate) version_freed: Condvar,
 }
 
 impl MasterState {
@@ -168,6 +204,7 @@ impl MasterState {
             need_eviction: AtomicBool::new(false),
             next_ticket: std::sync::atomic::AtomicU64::new(1),
             stopped: AtomicBool::new(false),
+            version_freed: Condvar::new(),
         })
     }
 
@@ -367,6 +404,33 @@ impl MasterState {
         for k in stale {
             g.discard_processing(&k, release);
         }
+        // Upserts whose writer went silent: their space returns later.
+        let mut stale_upserts = Vec::new();
+        for o in g.objects.values_mut() {
+            if o.upserts
+                .iter()
+                .any(|p| now.duration_since(p.put_start) > discard)
+            {
+                let (old, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut o.upserts)
+                    .into_iter()
+                    .partition(|p| now.duration_since(p.put_start) > discard);
+                o.upserts = keep;
+                stale_upserts.extend(old);
+            }
+        }
+        for p in stale_upserts {
+            let at = p.put_start + release;
+            for r in p.replicas {
+                g.deferred.push(DeferredFree {
+                    at,
+                    segment: r.segment,
+                    segment_uuid: r.segment_uuid,
+                    offset: r.offset,
+                    size: p.size,
+                });
+            }
+        }
+        self.sweep_retired(&mut g, now);
         g.tickets.retain(|_, (_, exp)| *exp > now);
         let due: Vec<DeferredFree> = {
             let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut g.deferred)
@@ -429,6 +493,7 @@ impl Inner {
         }
         self.pending_mounts.remove(name);
         self.deferred.retain(|d| d.segment != name);
+        self.drop_segment_versions(name);
         let mut empty = Vec::new();
         for (k, o) in self.objects.iter_mut() {
             let before = o.replicas.len();
@@ -468,7 +533,8 @@ impl Inner {
 
     /// Discard a stale PROCESSING object; its space is released later.
     pub(crate) fn discard_processing(&mut self, key: &str, release: Duration) {
-        if let Some(o) = self.objects.remove(key) {
+        if let Some(mut o) = self.objects.remove(key) {
+            self.discard_upserts(&mut o, release);
             let at = o.put_start + release;
             for r in o.replicas {
                 self.deferred.push(DeferredFree {
@@ -556,6 +622,13 @@ impl AdminView for MasterState {
                 .filter(|o| o.soft_pin_deadline.is_some_and(|d| d > now))
                 .count() as u64,
             active_clients: g.clients.len() as u64,
+            retired_versions: g.retired.values().map(|v| v.len() as u64).sum(),
+            retired_bytes: g
+                .retired
+                .values()
+                .flatten()
+                .map(|r| r.size.saturating_mul(r.replicas.len() as u64))
+                .sum(),
             ..Default::default()
         }
     }

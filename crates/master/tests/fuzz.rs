@@ -113,8 +113,10 @@ fn request() -> impl Strategy<Value = MasterRequest> {
                     exclude,
                 }
             }),
-        keys().prop_map(|keys| MasterRequest::PutEnd { keys }),
-        keys().prop_map(|keys| MasterRequest::PutRevoke { keys }),
+        (keys(), proptest::collection::vec(any::<u64>(), 0..4))
+            .prop_map(|(keys, versions)| MasterRequest::PutEnd { keys, versions }),
+        (keys(), proptest::collection::vec(any::<u64>(), 0..4))
+            .prop_map(|(keys, versions)| MasterRequest::PutRevoke { keys, versions }),
         (keys(), any::<bool>())
             .prop_map(|(keys, track)| MasterRequest::GetReplicaList { keys, track }),
         proptest::collection::vec(any::<u64>(), 0..4)
@@ -161,8 +163,8 @@ fn fuzz_rpc_dispatch_sequences() {
                 let resp = dispatch(&st, r);
                 if let MasterResponse::PutStart(items) = resp {
                     for it in items {
-                        if let mooncake_common::proto::PutStartItem::Write(locs) = it {
-                            prop_assert!(locs.iter().all(|l| l.ticket.is_some()));
+                        if let mooncake_common::proto::PutStartItem::Write { replicas, .. } = it {
+                            prop_assert!(replicas.iter().all(|l| l.ticket.is_some()));
                         }
                     }
                 }
@@ -298,7 +300,7 @@ fn fuzz_admin_http() {
     // No owner process keeps this segment's ledger, so the commit is not
     // confirmed and the objects are revoked (RPC_TIMEOUT): the admin routes
     // are fuzzed over a mounted segment and keys that were just dropped.
-    let _ = st.put_end(&keys);
+    let _ = st.put_end(&keys, &[]);
     let view: Arc<dyn AdminView> = st.clone();
     let app = admin_router(view, Arc::new(MasterMetrics::default()));
     fuzz::run("admin_http", http_request(), |(m, uri, auth, body)| {

@@ -198,7 +198,13 @@ fn segment_size_that_wraps_the_capacity_sum_is_rejected() {
     );
     assert!(matches!(resp, MasterResponse::PutStart(ref v) if v.len() == keys.len()));
     assert_eq!(
-        call(&mut s, &MasterRequest::PutEnd { keys: keys.clone() }),
+        call(
+            &mut s,
+            &MasterRequest::PutEnd {
+                keys: keys.clone(),
+                versions: Vec::new()
+            }
+        ),
         MasterResponse::Ok
     );
     let wrap = u64::MAX - real + 1 + 128;

@@ -1,0 +1,278 @@
+//! Versioned replicas: how an upsert replaces a value that readers are
+//! copying without tearing their reads or starving the writer.
+//!
+//! An upsert of a committed object never writes into the object's current
+//! replicas. It gets fresh allocations (same placement rules, replication
+//! and pins as any write) and stays a [`PendingWrite`] of the object while
+//! its bytes are copied; readers keep getting the committed replicas. Its
+//! commit switches the object to the new version in one locked step; the
+//! replaced replicas are forgotten in their owners' ledgers before the
+//! upsert is acknowledged (so no master ever serves the old version again,
+//! even after a restart) and become a [`Retired`] version that stays
+//! allocated, its bytes unchanged, until every read that may still copy
+//! from it has finished (its client reported the read ticket) or its lease
+//! ran out (a client discards a copy that finishes after its lease). A
+//! removal of an object that is being read retires its replicas the same
+//! way.
+//!
+//! Retired versions count against capacity until freed, and eviction never
+//! sees them. A key may hold at most `max_pending_versions_per_key` of them:
+//! an upsert of a key at the limit waits (up to `pending_version_wait_ms`)
+//! for one to be freed, then fails with OBJECT_REPLICA_BUSY.
+
+use crate::durable::{Handed, Waits};
+use crate::state::{DeferredFree, Inner, MasterState, ObjStatus, Object, Replica, Retired};
+use mooncake_common::ledger::LedgerOp;
+use parking_lot::MutexGuard;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+impl Inner {
+    /// Retire the committed `replicas` of `key` at `version`: their owners
+    /// forget them now (through `handed` for segments in `local`, which the
+    /// writer records itself, otherwise through the owner's queue, whose
+    /// acks the returned waits name), and the space is freed once no read
+    /// in `readers` is left. Returns whether it was freed at once.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn retire(
+        &mut self,
+        key: &str,
+        version: u64,
+        size: u64,
+        replicas: Vec<Replica>,
+        mut readers: Vec<(u64, Instant)>,
+        local: &[String],
+        now: Instant,
+        waits: &mut Waits,
+        handed: &mut Handed,
+    ) -> bool {
+        let mut kept = Vec::with_capacity(replicas.len());
+        let mut pushed = Vec::new();
+        for r in replicas {
+            let Some(seg) = self.segments.get(&r.segment) else {
+                continue;
+            };
+            if seg.desc.uuid != r.segment_uuid {
+                continue;
+            }
+            let op = LedgerOp::Forget {
+                offset: r.offset,
+                version,
+            };
+            let seq = if local.contains(&r.segment) {
+                handed.push((r.segment.clone(), op));
+                0
+            } else {
+                let q = Arc::clone(&seg.ledger);
+                let seq = q.push(op);
+                pushed.push((q, seq));
+                seq
+            };
+            kept.push((r, seq));
+        }
+        if !pushed.is_empty() {
+            // A later write of the key is acknowledged only after these.
+            self.key_forgets
+                .entry(key.to_string())
+                .or_default()
+                .extend(pushed.iter().cloned());
+            waits.extend(pushed);
+        }
+        readers.retain(|(_, exp)| *exp > now);
+        let r = Retired {
+            size,
+            replicas: kept,
+            readers,
+        };
+        if r.readers.is_empty() {
+            self.free_retired(r);
+            true
+        } else {
+            self.retired.entry(key.to_string()).or_default().push(r);
+            false
+        }
+    }
+
+    /// Return a retired version's space: at once where its forget is
+    /// acknowledged (or was handed to the writer), else when the ack comes.
+    pub(crate) fn free_retired(&mut self, r: Retired) {
+        for (rep, seq) in r.replicas {
+            let Some(seg) = self.segments.get_mut(&rep.segment) else {
+                continue;
+            };
+            if seg.desc.uuid != rep.segment_uuid {
+                continue;
+            }
+            if seq == 0 || !seg.ledger.free_after(seq, rep.offset, r.size) {
+                seg.alloc.free(rep.offset, r.size);
+            }
+        }
+    }
+
+    /// Drop the reads of `key`'s retired versions that ended (`ticket`
+    /// reported, or the lease expired at `now`) and free the versions no
+    /// read is left on. Returns how many were freed.
+    pub(crate) fn release_retired(&mut self, key: &str, now: Instant, ticket: Option<u64>) -> u64 {
+        let Some(list) = self.retired.get_mut(key) else {
+            return 0;
+        };
+        for r in list.iter_mut() {
+            r.readers
+                .retain(|(t, exp)| Some(*t) != ticket && *exp > now);
+        }
+        if list.iter().all(|r| !r.readers.is_empty()) {
+            return 0;
+        }
+        let (free, keep): (Vec<_>, Vec<_>) = std::mem::take(list)
+            .into_iter()
+            .partition(|r| r.readers.is_empty());
+        if keep.is_empty() {
+            self.retired.remove(key);
+        } else if let Some(list) = self.retired.get_mut(key) {
+            *list = keep;
+        }
+        let n = free.len() as u64;
+        for r in free {
+            self.free_retired(r);
+        }
+        n
+    }
+
+    /// Retired versions of `key` still held.
+    pub(crate) fn retired_count(&self, key: &str) -> usize {
+        self.retired.get(key).map_or(0, Vec::len)
+    }
+
+    /// The earliest instant one of `key`'s retired versions is sure to be
+    /// freeable: the soonest among the versions of their last lease expiry.
+    pub(crate) fn retired_free_by(&self, key: &str) -> Option<Instant> {
+        self.retired
+            .get(key)?
+            .iter()
+            .filter_map(|r| r.readers.iter().map(|(_, e)| *e).max())
+            .min()
+    }
+
+    /// Drop an object's upserts in flight. Their writers may still be
+    /// copying into the replicas, so the space is released only after the
+    /// discard delay (as for a stale first write).
+    pub(crate) fn discard_upserts(&mut self, o: &mut Object, release: Duration) {
+        for p in o.upserts.drain(..) {
+            let at = p.put_start + release;
+            for r in p.replicas {
+                self.deferred.push(DeferredFree {
+                    at,
+                    segment: r.segment,
+                    segment_uuid: r.segment_uuid,
+                    offset: r.offset,
+                    size: p.size,
+                });
+            }
+        }
+    }
+
+    /// Remove `key`'s object: its owners forget its committed replicas; the
+    /// space returns on their acks, or, while reads of it are in flight,
+    /// once those reads ended. Returns the forgets to wait for.
+    pub(crate) fn remove_object(&mut self, key: &str, now: Instant, release: Duration) -> Waits {
+        let Some(mut o) = self.objects.remove(key) else {
+            return Vec::new();
+        };
+        self.discard_upserts(&mut o, release);
+        if o.status == ObjStatus::Complete && o.being_read(now) {
+            let mut waits = Vec::new();
+            let mut handed = Vec::new();
+            let replicas = std::mem::take(&mut o.replicas);
+            let readers = std::mem::take(&mut o.readers);
+            self.retire(
+                key,
+                o.version,
+                o.size,
+                replicas,
+                readers,
+                &[],
+                now,
+                &mut waits,
+                &mut handed,
+            );
+            waits
+        } else {
+            self.forget_replicas(key, &o)
+        }
+    }
+
+    /// Segment `name` is gone: forget what upserts in flight and retired
+    /// versions had there (its allocator went with it).
+    pub(crate) fn drop_segment_versions(&mut self, name: &str) {
+        for o in self.objects.values_mut() {
+            for p in o.upserts.iter_mut() {
+                p.replicas.retain(|r| r.segment != name);
+            }
+        }
+        self.retired.retain(|_, list| {
+            for r in list.iter_mut() {
+                r.replicas.retain(|(rep, _)| rep.segment != name);
+            }
+            list.retain(|r| !r.replicas.is_empty());
+            !list.is_empty()
+        });
+    }
+}
+
+impl MasterState {
+    /// Before an upsert batch: wait (releasing the lock) until every key in
+    /// `keys` holds fewer retired versions than the limit, at most
+    /// `pending_version_wait_ms`. Keys still at the limit afterwards fail
+    /// with OBJECT_REPLICA_BUSY in the caller.
+    pub(crate) fn wait_for_version_slots<'a>(
+        &'a self,
+        mut g: MutexGuard<'a, Inner>,
+        keys: &[String],
+    ) -> MutexGuard<'a, Inner> {
+        let limit = self.cfg.max_pending_versions_per_key.max(1) as usize;
+        if !keys.iter().any(|k| g.retired_count(k) >= limit) {
+            return g;
+        }
+        self.metrics.upsert_version_waits.inc();
+        let deadline = Instant::now() + Duration::from_millis(self.cfg.pending_version_wait_ms);
+        loop {
+            let now = Instant::now();
+            let mut wake = deadline;
+            let mut full = false;
+            for k in keys {
+                if g.retired_count(k) < limit {
+                    continue;
+                }
+                let freed = g.release_retired(k, now, None);
+                if freed > 0 {
+                    self.metrics.retired_versions_freed.inc_by(freed);
+                    self.version_freed.notify_all();
+                }
+                if g.retired_count(k) >= limit {
+                    full = true;
+                    if let Some(t) = g.retired_free_by(k) {
+                        wake = wake.min(t);
+                    }
+                }
+            }
+            if !full || now >= deadline {
+                return g;
+            }
+            self.version_freed
+                .wait_until(&mut g, wake.max(now + Duration::from_millis(1)));
+        }
+    }
+
+    /// Free the retired versions whose reads all ended (periodic sweep).
+    pub(crate) fn sweep_retired(&self, g: &mut Inner, now: Instant) {
+        let keys: Vec<String> = g.retired.keys().cloned().collect();
+        let mut freed = 0;
+        for k in keys {
+            freed += g.release_retired(&k, now, None);
+        }
+        if freed > 0 {
+            self.metrics.retired_versions_freed.inc_by(freed);
+            self.version_freed.notify_all();
+        }
+    }
+}
