@@ -24,7 +24,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,51 @@ def faults(net: Net) -> Iterator[Faults]:
         yield f
     finally:
         f.clear_all()
+
+
+# ---------------------------------------------------------------- congestion control
+
+
+@pytest.fixture
+def default_cc(net: Any) -> Iterator[Callable[[str], None]]:
+    """``default_cc(name)`` makes ``name`` the system default inside hosts c1
+    and c2 (and lets unprivileged sockets select cubic, as distributions
+    that default to it do); everything is restored at teardown."""
+    allowed_path = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+    allowed = allowed_path.read_text().split()
+    hosts = ("c1", "c2")
+    before = {
+        h: net.exec(h, ["sysctl", "-n", "net.ipv4.tcp_congestion_control"]).stdout.strip()
+        for h in hosts
+    }
+
+    def set_default(name: str) -> None:
+        if "cubic" not in allowed:
+            allowed_path.write_text(" ".join([*allowed, "cubic"]))
+        for h in hosts:
+            net.exec(h, ["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={name}"])
+
+    try:
+        yield set_default
+    finally:
+        for h, cc in before.items():
+            net.exec(h, ["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={cc}"], check=False)
+        allowed_path.write_text(" ".join(allowed))
+
+
+def tcp_sockets(net: Any, host: str, pid: int, state: str) -> list[tuple[str, str, str]]:
+    """(local, peer, congestion algorithm) of ``pid``'s TCP sockets in ``state``,
+    read in ``host``'s namespace with ``ss``."""
+    out = net.exec(host, ["ss", "-tinpH", "state", state]).stdout
+    rows: list[tuple[str, str, str]] = []
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if f"pid={pid}," not in line:
+            continue
+        parts = line.split()
+        info = lines[i + 1].split() if i + 1 < len(lines) else []
+        rows.append((parts[2], parts[3], info[0] if info else ""))
+    return rows
 
 
 # ---------------------------------------------------------------- etcd

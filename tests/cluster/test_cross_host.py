@@ -8,7 +8,11 @@ namespaces), and the segment names carry the host's own address.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import pytest
+from conftest import tcp_sockets
 
 MiB = 1 << 20
 
@@ -47,3 +51,85 @@ def test_reads_between_hosts_use_tcp(net: Any, masters: Any, clients: Any) -> No
     assert a.call("get", key="w", size=MiB, seed=7)["rc"] == MiB
     # No mapping was even attempted: the other namespace is another host.
     assert "same-host mapping unavailable" not in b.log_tail(1 << 20)
+
+
+# ---------------------------------------------------------------- congestion control
+
+
+def _data_connections(net: Any, owner: Any, reader: Any) -> tuple[list[str], list[str]]:
+    """Congestion algorithms of the reader's connections to the owner's data
+    server (in the reader's host), and of the owner's ends of them."""
+    ports = {
+        loc.rsplit(":", 1)[1]
+        for loc, _, _ in tcp_sockets(net, owner.host, owner.proc.pid, "listening")
+        if loc.startswith(owner.ip)
+    }
+    assert ports, "the owner listens for data connections on its address"
+    client = [
+        cc
+        for _, peer, cc in tcp_sockets(net, reader.host, reader.proc.pid, "established")
+        if peer == f"{owner.ip}:{peer.rsplit(':', 1)[1]}" and peer.rsplit(":", 1)[1] in ports
+    ]
+    server = [
+        cc
+        for loc, peer, cc in tcp_sockets(net, owner.host, owner.proc.pid, "established")
+        if loc.rsplit(":", 1)[1] in ports and peer.startswith(reader.ip + ":")
+    ]
+    return client, server
+
+
+@pytest.mark.parametrize(
+    ("default", "setting", "want", "parts_1mib"),
+    [
+        ("bbr", "auto", "cubic", 1),
+        ("cubic", "auto", "cubic", 1),
+        ("reno", "auto", "reno", 1),
+        ("bbr", "system", "bbr", 4),
+    ],
+)
+def test_cross_host_connections_choose_their_congestion_control_and_parts(
+    net: Any,
+    masters: Any,
+    clients: Any,
+    default_cc: Callable[[str], None],
+    default: str,
+    setting: str,
+    want: str,
+    parts_1mib: int,
+) -> None:
+    """Both ends of a data connection between hosts run ``want``: a pacing
+    system default (bbr) is replaced by cubic, any other one is kept, and
+    ``MC_TCP_CONGESTION=system`` keeps the system's. A 1 MiB read goes over
+    one connection unless the connections pace (then four 256 KiB parts on
+    four); a 16 MiB read is four parts on four connections."""
+    default_cc(default)
+    m = masters("ctl")
+    env = {"MC_TCP_CONGESTION": setting}
+    owner = clients("c1", env)
+    reader = clients("c2", env)
+    assert owner.setup(m.rpc_addr)["rc"] == 0
+    assert reader.setup(m.rpc_addr, global_segment_size=0)["rc"] == 0
+    seg = owner.call("hostname")
+    for size in (4096, MiB, 16 * MiB):
+        assert owner.call("put", key=f"cc{size}", size=size, seed=size, preferred=seg)["rc"] == 0
+    # A first small read opens one connection (and tells the pool how it paces).
+    assert reader.call("get", key="cc4096", size=4096, seed=4096)["rc"] == 4096
+    client, server = _data_connections(net, owner, reader)
+    assert len(client) == 1 and set(client) == {want} and set(server) == {want}, (client, server)
+
+    before = reader.call("stats")
+    assert reader.call("get", key=f"cc{MiB}", size=MiB, seed=MiB)["rc"] == MiB
+    after = reader.call("stats")
+    assert _delta(after, before, "tcp_read_requests") == 1  # one call, one owner
+    client, server = _data_connections(net, owner, reader)
+    assert len(client) == parts_1mib, client
+    assert set(client) == {want} and set(server) == {want}, (client, server)
+
+    before = reader.call("stats")
+    assert reader.call("get", key=f"cc{16 * MiB}", size=16 * MiB, seed=16 * MiB)["rc"] == 16 * MiB
+    after = reader.call("stats")
+    assert _delta(after, before, "tcp_read_requests") == 1
+    client, server = _data_connections(net, owner, reader)
+    # Four parts on four connections (the pool's idle ones first).
+    assert len(client) == 4 and len(server) == 4, (client, server)
+    assert set(client) == {want} and set(server) == {want}, (client, server)

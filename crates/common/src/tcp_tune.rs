@@ -4,27 +4,41 @@
 //! It lives here because the transfer crate (client pool and data server)
 //! and the PG engine (rank links) apply the same rule to their sockets.
 //!
-//! The rule: a connection whose two ends are on this host (loopback, or the
-//! same address on both ends, which Linux routes over the loopback device)
-//! uses `reno`. Such a connection has no bottleneck link to pace for, but a
-//! pacing algorithm still paces it: under `bbr` (the system default on the
-//! reference VM, and on many cloud images) the sender spaces its segments
-//! with a per-socket timer at the rate it has estimated, so after one large
-//! transfer has grown that estimate's state, the next 256 KiB–1 MiB
-//! responses go out timer slice by timer slice. Measured on the reference
-//! VM (two vCPUs): a 1 MiB read over four loopback connections fell from
-//! 3.6 to 2.2 GB/s after a 32 MiB batch on the same connections under `bbr`,
-//! and stayed at 3.8–4.1 under `reno` (`cubic` the same); the 32 MiB batch
-//! itself moved at 3.1 GB/s under `bbr` and 7.6 under `reno`. `reno` is the
-//! algorithm every kernel has and any unprivileged process may select.
-//! Connections to other hosts keep the system's algorithm: that is the
-//! administrator's choice for real links.
+//! The rule, applied to both ends of every data connection:
+//!
+//! - **Same host** (loopback, or the same address on both ends, which Linux
+//!   routes over the loopback device): `reno`. Such a connection has no
+//!   bottleneck link to pace for, but a pacing algorithm still paces it:
+//!   under `bbr` (the system default on the reference VM, and on many cloud
+//!   images) the sender spaces its segments with a per-socket timer at the
+//!   rate it has estimated. Measured on the reference VM (two vCPUs): a
+//!   1 MiB read over four loopback connections fell from 3.6 to 2.2 GB/s
+//!   after a 32 MiB batch on the same connections under `bbr`, and stayed
+//!   at 3.8–4.1 under `reno` (`cubic` the same).
+//! - **Another host, system default in the `bbr` family**: `cubic` (`reno`
+//!   where the kernel does not let this process select `cubic`). A data
+//!   connection carries request/response traffic: a burst of up to a few
+//!   MiB, then nothing until the next request, so `bbr` sees it
+//!   application-limited nearly all the time and its bandwidth and RTT
+//!   model goes stale between bursts. The sender then holds the rest of a
+//!   response behind its pacing timer: in a capture across two network
+//!   namespaces joined by a veth pair, a 256 KiB response left as 5
+//!   segments, then nothing for 95 ms with the window open, then in slow-
+//!   start-like doublings. One read in a hundred of 1 MiB took 57–100 ms,
+//!   and a bare C client/server pair under `bbr` showed the same (16 MiB
+//!   transfers: p99 129 ms, against 26–45 ms under `reno` or `cubic`).
+//!   `cubic` is the kernel's default, keeps per-connection state across
+//!   idle periods without a pacer, and holds up on the links a cluster
+//!   runs on.
+//! - **Another host, any other system default** (`cubic`, `reno`, `dctcp`,
+//!   ...): left alone, as the administrator chose it for the links.
 //!
 //! `MC_TCP_CONGESTION` overrides: `system` leaves every connection alone,
 //! and an algorithm's name (e.g. `cubic`) is applied to every data
 //! connection, same host or not. A setting the kernel refuses (an unknown
 //! name, or one not in `net.ipv4.tcp_allowed_congestion_control` for an
-//! unprivileged process) leaves the connection as it was.
+//! unprivileged process; `reno` is always allowed) leaves the connection as
+//! it was, or falls back to the next candidate.
 
 use nix::sys::socket::{getsockopt, setsockopt, sockopt::TcpCongestion};
 use std::ffi::OsString;
@@ -64,12 +78,21 @@ fn same_host(local: &SocketAddr, peer: &SocketAddr) -> bool {
     p.is_loopback() || l == p
 }
 
-/// The algorithm `policy` picks for a connection between `local` and `peer`.
-fn choice<'a>(policy: &'a Policy, local: &SocketAddr, peer: &SocketAddr) -> Option<&'a str> {
+/// The algorithms `policy` picks for a connection between `local` and
+/// `peer` that currently runs `current`, in the order to try them (none:
+/// leave the connection alone).
+fn choice<'a>(
+    policy: &'a Policy,
+    local: &SocketAddr,
+    peer: &SocketAddr,
+    current: Option<&str>,
+) -> Vec<&'a str> {
     match policy {
-        Policy::System => None,
-        Policy::Always(name) => Some(name),
-        Policy::Auto => same_host(local, peer).then_some("reno"),
+        Policy::System => Vec::new(),
+        Policy::Always(name) => vec![name.as_str()],
+        Policy::Auto if same_host(local, peer) => vec!["reno"],
+        Policy::Auto if current.is_some_and(paces) => vec!["cubic", "reno"],
+        Policy::Auto => Vec::new(),
     }
 }
 
@@ -92,14 +115,16 @@ pub fn paces(name: &str) -> bool {
 
 /// Apply the data-connection congestion rule (see the module comment) to a
 /// connected stream. Returns the algorithm set, or `None` when the stream
-/// was left as it was (other host, `MC_TCP_CONGESTION=system`, or the
-/// kernel refused the setting).
+/// was left as it was (the rule keeps the system's choice,
+/// `MC_TCP_CONGESTION=system`, or the kernel refused every candidate).
 pub fn tune_data_stream(s: &TcpStream) -> Option<&'static str> {
     let (Ok(local), Ok(peer)) = (s.local_addr(), s.peer_addr()) else {
         return None;
     };
-    let name = choice(policy(), &local, &peer)?;
-    set_congestion(s, name).then_some(name)
+    let current = congestion_of(s);
+    choice(policy(), &local, &peer, current.as_deref())
+        .into_iter()
+        .find(|name| set_congestion(s, name))
 }
 
 #[cfg(test)]
@@ -122,31 +147,42 @@ mod tests {
     }
 
     #[test]
-    fn auto_picks_reno_only_for_same_host_pairs() {
+    fn auto_picks_reno_on_one_host_and_cubic_over_a_pacing_default() {
         let a = Policy::Auto;
         let lo = addr("127.0.0.1:1");
-        assert_eq!(choice(&a, &lo, &addr("127.0.0.1:2")), Some("reno"));
-        assert_eq!(choice(&a, &addr("[::1]:1"), &addr("[::1]:2")), Some("reno"));
+        let none: Vec<&str> = Vec::new();
+        for cur in [None, Some("bbr"), Some("cubic")] {
+            assert_eq!(choice(&a, &lo, &addr("127.0.0.1:2"), cur), vec!["reno"]);
+        }
+        assert_eq!(
+            choice(&a, &addr("[::1]:1"), &addr("[::1]:2"), Some("bbr")),
+            vec!["reno"]
+        );
         assert_eq!(
             choice(
                 &a,
                 &addr("[::ffff:127.0.0.1]:1"),
-                &addr("[::ffff:127.0.0.1]:2")
+                &addr("[::ffff:127.0.0.1]:2"),
+                None
             ),
-            Some("reno")
+            vec!["reno"]
         );
         // The host's own address on both ends routes over loopback too.
         assert_eq!(
-            choice(&a, &addr("10.1.2.3:1"), &addr("10.1.2.3:2")),
-            Some("reno")
+            choice(&a, &addr("10.1.2.3:1"), &addr("10.1.2.3:2"), Some("cubic")),
+            vec!["reno"]
         );
-        assert_eq!(choice(&a, &addr("10.1.2.3:1"), &addr("10.1.2.4:2")), None);
-        assert_eq!(choice(&Policy::System, &lo, &lo), None);
+        // Another host: a pacing default is replaced, any other one kept.
+        let (l, p) = (addr("10.1.2.3:1"), addr("10.1.2.4:2"));
+        assert_eq!(choice(&a, &l, &p, Some("bbr")), vec!["cubic", "reno"]);
+        assert_eq!(choice(&a, &l, &p, Some("bbr2")), vec!["cubic", "reno"]);
+        for kept in [Some("cubic"), Some("reno"), Some("dctcp"), None] {
+            assert_eq!(choice(&a, &l, &p, kept), none);
+        }
+        assert_eq!(choice(&Policy::System, &lo, &lo, Some("bbr")), none);
         let always = Policy::Always("cubic".into());
-        assert_eq!(
-            choice(&always, &addr("10.1.2.3:1"), &addr("10.1.2.4:2")),
-            Some("cubic")
-        );
+        assert_eq!(choice(&always, &l, &p, Some("reno")), vec!["cubic"]);
+        assert_eq!(choice(&always, &lo, &lo, None), vec!["cubic"]);
     }
 
     #[test]

@@ -39,8 +39,10 @@ pub struct SegmentRef<'a> {
 }
 
 /// Bytes each connection of a split TCP transfer carries at least, when
-/// the peer's connections are not paced (same-host connections, which run
-/// `reno`: see `mooncake_common::tcp_tune`). A transfer is split into
+/// the peer's connections are not paced (every data connection under the
+/// default congestion rule: `reno` on one host, `cubic` or the system's
+/// non-pacing choice across hosts; see `mooncake_common::tcp_tune`). A
+/// transfer is split into
 /// `total / part_min` parts, at most [`tcp_streams`]. On the reference VM
 /// (two vCPUs) one unpaced loopback connection moves a 1 MiB response at
 /// 5.8–6.2 GB/s against 3.5–4.6 split four ways (the receiver copies on one
@@ -48,11 +50,13 @@ pub struct SegmentRef<'a> {
 /// contend for the two cores), while 4 and 16 MiB still gain from four
 /// 1 MiB+ parts.
 const TCP_PART_MIN: u64 = 1 << 20;
-/// The same for connections whose congestion control paces (`bbr`, the
-/// default on the reference VM for connections to other hosts): one paced
-/// flow is held to its estimated rate, so smaller parts over more
-/// connections win. In network namespaces on the reference VM a 1 MiB read
-/// moved at 3.2–3.8 GB/s in four parts against 1.9–3.3 in one.
+/// The same for connections whose congestion control paces (`bbr`, kept
+/// only when `MC_TCP_CONGESTION` asks for it or leaves connections alone):
+/// one paced flow is held to its estimated rate, so smaller parts over
+/// more connections move more on average (in network namespaces on the
+/// reference VM a 1 MiB read moved at 3.2–3.8 GB/s in four parts against
+/// 1.9–3.3 in one), at the cost of the pacing stalls the congestion rule
+/// avoids by default.
 const TCP_PART_MIN_PACED: u64 = 256 << 10;
 /// Bytes above which a memcpy uses two threads.
 const PAR_COPY: u64 = 8 << 20;

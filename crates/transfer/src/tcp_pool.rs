@@ -96,10 +96,11 @@ impl TcpPool {
     }
 
     /// Whether connections to `endpoint` are paced by their congestion
-    /// control (as far as this pool has seen; true before the first one),
-    /// which decides how finely a transfer to it is split.
+    /// control (as far as this pool has seen), which decides how finely a
+    /// transfer to it is split. Before the first connection: not paced, as
+    /// under the default congestion rule no data connection is.
     pub fn paced(&self, endpoint: &str) -> bool {
-        self.paced.lock().get(endpoint).copied().unwrap_or(true)
+        self.paced.lock().get(endpoint).copied().unwrap_or(false)
     }
 
     /// Forget idle connections to a peer (it went away).

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from mooncake import _native
 from mooncake.pg import _codes
-from mooncake.pg._host import advertised_host, host_identity
+from mooncake.pg._host import advertised_host, host_identity, store_host
 from mooncake.pg._options import MAX_CAPACITY, MooncakeBackendOptions
 from mooncake.pg._work import MooncakeWork
 from torch._C._distributed_c10d import Backend as _C10dBackend
@@ -155,7 +155,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
                 store.set(f"{PREFIX}/gen", str(gen))
         self._key_prefix = f"{PREFIX}/{gen}"
         key = f"{group_id}/{backend_name}/{gen}"
-        host = advertised_host(opts.host_ip or _HOST_OVERRIDE[0])
+        host = advertised_host(opts.host_ip or _HOST_OVERRIDE[0], store_host(store))
         self._native = _native.PgGroup(
             rank,
             size,

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""``all_reduce`` over TCP across hosts: ranks in separate network namespaces
+on one bridge, ``mooncake-cpu`` against gloo in the same run, under each
+congestion control as the system default.
+
+    sudo python benchmarks/pg_cross_host_bench.py              # bbr and cubic, world 2 and 4
+    sudo python benchmarks/pg_cross_host_bench.py --cc bbr --world 2 --iters 50
+
+Each rank is its own process in its own namespace (so its own "host": the
+ranks talk TCP, as on real hosts). Per cell, rank 0 times ``iters``
+``all_reduce`` calls of float32 tensors of 1 MiB and 16 MiB after a warm-up
+and a barrier; reported are the median and p99 per call (ms) and the
+bus bandwidth of the median (GB/s, ``2 (n-1)/n * bytes / time``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from netns_hosts import bridged, cubic_allowed, free_port_in, set_default_cc
+
+MiB = 1 << 20
+SIZES = [1 * MiB, 16 * MiB]
+HERE = Path(__file__).resolve()
+
+
+def rank_main(cfg: dict[str, Any]) -> int:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    if cfg["backend"] == "mooncake-cpu":
+        import mooncake.pg  # noqa: F401  (registers the backend)
+    rank, world = int(cfg["rank"]), int(cfg["world"])
+    dist.init_process_group(cfg["backend"], init_method=cfg["init"], rank=rank, world_size=world)
+    out = []
+    for size in SIZES:
+        t = torch.ones(size // 4, dtype=torch.float32)
+        for _ in range(5):
+            dist.all_reduce(t)
+        dist.barrier()
+        lat = []
+        for _ in range(int(cfg["iters"])):
+            t.fill_(1.0)
+            t0 = time.perf_counter()
+            dist.all_reduce(t)
+            lat.append(time.perf_counter() - t0)
+        if float(t[0]) != world:
+            raise SystemExit(f"wrong sum {float(t[0])}")
+        lat.sort()
+        med = lat[len(lat) // 2]
+        out.append({
+            "size": size,
+            "p50_ms": med * 1e3,
+            "p99_ms": lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3,
+            "max_ms": lat[-1] * 1e3,
+            "busbw": 2 * (world - 1) / world * size / med / 1e9,
+        })  # fmt: skip
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 0:
+        print(json.dumps({"rows": out}), flush=True)
+    return 0
+
+
+def run_cell(hosts: list[tuple[str, str]], backend: str, world: int, iters: int) -> Any:
+    ns0, ip0 = hosts[0]
+    init = f"tcp://{ip0}:{free_port_in(ns0)}"
+    procs = []
+    for rank in range(world):
+        ns, _ = hosts[rank]
+        cfg = {"backend": backend, "rank": rank, "world": world, "init": init, "iters": iters}
+        procs.append(
+            subprocess.Popen(
+                ["ip", "netns", "exec", ns, sys.executable, str(HERE), "--rank", json.dumps(cfg)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="eth0"),
+            )
+        )
+    outs = []
+    for p in procs:
+        try:
+            o, e = p.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            o, e = p.communicate()
+        outs.append((p.returncode, o, e))
+    _, o, _ = outs[0]
+    lines = [ln for ln in o.splitlines() if ln.startswith('{"rows"')]
+    if any(r != 0 for r, _, _ in outs) or not lines:
+        errs = [err[-800:] for r, _, err in outs if r != 0]
+        return f"failed: {errs[:1]}"
+    return json.loads(lines[-1])["rows"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cc", default="bbr,cubic")
+    ap.add_argument("--world", default="2,4")
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--json", metavar="OUT")
+    ap.add_argument("--rank", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.rank:
+        return rank_main(json.loads(args.rank))
+    if os.geteuid() != 0:
+        print("network namespaces need root", file=sys.stderr)
+        return 2
+    worlds = [int(w) for w in args.world.split(",")]
+    results: dict[str, Any] = {}
+    t0 = time.monotonic()
+    with cubic_allowed(), bridged(max(worlds)) as hosts:
+        for cc in args.cc.split(","):
+            set_default_cc([ns for ns, _ in hosts], cc)
+            print(f"\n## system congestion control: {cc}")
+            hdr = (
+                f"{'world':>5s} {'size':>6s} | {'mooncake p50':>12s} {'p99':>7s} {'busbw':>6s} | "
+                f"{'gloo p50':>8s} {'p99':>7s} {'busbw':>6s} | {'speedup':>7s} {'p99 x':>6s}"
+            )
+            print(hdr)
+            print("-" * len(hdr))
+            for world in worlds:
+                cell = {b: run_cell(hosts, b, world, args.iters) for b in ("mooncake-cpu", "gloo")}
+                results[f"{cc}/{world}"] = cell
+                mc, gl = cell["mooncake-cpu"], cell["gloo"]
+                if isinstance(mc, str) or isinstance(gl, str):
+                    print(f"{world:>5d}  mooncake: {mc if isinstance(mc, str) else 'ok'}; "
+                          f"gloo: {gl if isinstance(gl, str) else 'ok'}")  # fmt: skip
+                    continue
+                for m, g in zip(mc, gl):
+                    print(
+                        f"{world:>5d} {m['size'] // MiB:>4d}Mi | {m['p50_ms']:12.3f} "
+                        f"{m['p99_ms']:7.3f} {m['busbw']:6.2f} | {g['p50_ms']:8.3f} "
+                        f"{g['p99_ms']:7.3f} {g['busbw']:6.2f} | {g['p50_ms'] / m['p50_ms']:7.2f} "
+                        f"{m['p99_ms'] / g['p99_ms']:6.2f}"
+                    )
+    print(f"# total {time.monotonic() - t0:.0f}s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""The ``mooncake-cpu`` process group between hosts (network namespaces):
+ranks that meet through ``init_method="tcp://host:port"`` alone advertise the
+address on their route to that host (not loopback), reach each other over
+TCP, and their rank links follow the data-connection congestion rule.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import tcp_sockets
+
+HERE = Path(__file__).resolve().parent
+pytest.importorskip("torch")
+
+
+@pytest.fixture
+def ranks(net: Any) -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def test_ranks_on_two_hosts_meet_through_init_method_and_links_avoid_pacing(
+    net: Any, default_cc: Any, ranks: list[subprocess.Popen[str]]
+) -> None:
+    default_cc("bbr")
+    port = int(
+        net.exec(
+            "c1",
+            [
+                sys.executable,
+                "-c",
+                "import socket;s=socket.socket();s.bind(('',0));print(s.getsockname()[1])",
+            ],
+        ).stdout
+    )
+    init = f"tcp://{net.ip('c1')}:{port}"
+    for rank, host in enumerate(("c1", "c2")):
+        ranks.append(
+            net.popen(
+                host,
+                [sys.executable, str(HERE / "pg_rank.py"), str(rank), "2", init],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    for p in ranks:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        assert line, p.stderr.read() if p.stderr else ""
+        assert json.loads(line) == {"sum": 3.0, "all_equal": True}
+    # The rank links run between the hosts' addresses, with cubic at both ends.
+    peers = {
+        "c1": [(loc, peer, cc) for loc, peer, cc in tcp_sockets(net, "c1", ranks[0].pid, "established")
+               if peer.startswith(net.ip("c2") + ":")],
+        "c2": [(loc, peer, cc) for loc, peer, cc in tcp_sockets(net, "c2", ranks[1].pid, "established")
+               if peer.startswith(net.ip("c1") + ":")],
+    }  # fmt: skip
+    links = peers["c1"] + peers["c2"]
+    assert peers["c1"] and peers["c2"], peers
+    assert not [x for x in links if x[0].startswith("127.")], links
+    # Rank links (not the TCP store's connections, which torch owns) are cubic.
+    ours = [cc for _, _, cc in links if cc == "cubic"]
+    assert len(ours) >= 2, links
+    for p in ranks:
+        assert p.stdin is not None
+        p.stdin.close()
+    for p in ranks:
+        assert p.wait(timeout=60) == 0, p.stderr.read() if p.stderr else ""
