@@ -207,7 +207,8 @@ impl TransferEngine {
         })?;
         let metadata = Metadata::open(conn, key.clone())?;
         let force_tcp = env_set("MC_FORCE_TCP");
-        if protocol != "tcp" && !force_tcp {
+        static PROTOCOL_NOTED: AtomicBool = AtomicBool::new(false);
+        if protocol != "tcp" && !force_tcp && !PROTOCOL_NOTED.swap(true, Ordering::Relaxed) {
             emit(
                 Level::Warning,
                 &format!(
@@ -405,8 +406,16 @@ impl TransferEngine {
         items: Vec<Item>,
         notify: Option<(String, String)>,
     ) -> Result<u64> {
-        self.running()?;
+        let run = self.running()?;
         check_items(&items)?;
+        // What fails at once fails here, as upstream's submission does: the
+        // local buffers, and a target that cannot be resolved.
+        drop(self.registry.pin(
+            items.iter().filter(|i| i.2 > 0).map(|i| (i.0, i.2)),
+            ErrorKind::LocalNotRegistered,
+            "local buffer",
+        )?);
+        self.route(&run, target)?;
         let me = Arc::clone(self);
         let target = target.to_string();
         self.batches
@@ -854,6 +863,28 @@ impl Drop for TransferEngine {
             unsafe { libc::munmap(a as usize as *mut libc::c_void, l as usize) };
         }
     }
+}
+
+/// The entries of a batch call from its three lists, which must be of
+/// one length.
+pub fn items(buffers: &[u64], peer_addresses: &[u64], lengths: &[u64]) -> Result<Vec<Item>> {
+    if buffers.len() != peer_addresses.len() || buffers.len() != lengths.len() {
+        return Err(EngineError::new(
+            ErrorKind::LengthMismatch,
+            format!(
+                "buffers, peer_buffer_addresses and lengths have different lengths ({}, {}, {})",
+                buffers.len(),
+                peer_addresses.len(),
+                lengths.len()
+            ),
+        ));
+    }
+    Ok(buffers
+        .iter()
+        .zip(peer_addresses)
+        .zip(lengths)
+        .map(|((&b, &p), &l)| (b, p, l))
+        .collect())
 }
 
 /// Lengths must add up without overflow.

@@ -16,7 +16,7 @@ mod vm;
 pub mod wire;
 
 pub use batches::BatchState;
-pub use engine::{split_hostname, Item, Opcode, TransferEngine};
+pub use engine::{items, split_hostname, Item, Opcode, TransferEngine};
 pub use error::{EngineError, ErrorKind, Result};
 pub use metadata::{build_conn_string, split_conn_string, HttpMetadata, P2PHANDSHAKE};
 pub use registry::{Pin, Registry};

@@ -108,7 +108,10 @@ impl Metadata {
         r.map_err(|e| {
             EngineError::new(
                 ErrorKind::Metadata,
-                format!("cannot publish the descriptor of {:?}", desc.name),
+                format!(
+                    "cannot publish the descriptor of {:?} to the metadata server",
+                    desc.name
+                ),
             )
             .with_source(e)
         })

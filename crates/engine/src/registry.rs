@@ -157,10 +157,7 @@ impl Registry {
             let Some(s) = g.holder(addr, len) else {
                 return Err(EngineError::new(
                     kind,
-                    format!(
-                        "{what} {i} [{addr:#x}, +{len}) lies outside every registered region{}",
-                        describe_near(&g, addr)
-                    ),
+                    format!("{what} {i} [{addr:#x}, +{len}) {}", describe_miss(&g, addr)),
                 ));
             };
             let e = s + g.regions.get(&s).map_or(0, |r| r.len);
@@ -215,12 +212,15 @@ impl Registry {
     }
 }
 
-/// ", nearest region [a, b)" for an error about `addr`.
-fn describe_near(g: &Inner, addr: u64) -> String {
+/// Why a range starting at `addr` is not inside one region.
+fn describe_miss(g: &Inner, addr: u64) -> String {
     match g.regions.range(..=addr).next_back() {
-        Some((&s, r)) => format!(" (the region before it is [{s:#x}, {:#x}))", s + r.len),
-        None if g.regions.is_empty() => " (none is registered)".into(),
-        None => String::new(),
+        Some((&s, r)) if addr < s + r.len => format!(
+            "runs past the end of the registered region [{s:#x}, {:#x})",
+            s + r.len
+        ),
+        _ if g.regions.is_empty() => "lies outside registered memory (none is registered)".into(),
+        _ => "lies outside every registered region".into(),
     }
 }
 
