@@ -60,7 +60,9 @@ class Peer:
         assert line, f"peer exited (rc={self.proc.poll()}) during {req['op']}"
         return json.loads(line)  # type: ignore[no-any-return]
 
-    def init(self, meta: str, host: str = "127.0.0.1", protocol: str = "tcp", name: str = "") -> str:
+    def init(
+        self, meta: str, host: str = "127.0.0.1", protocol: str = "tcp", name: str = ""
+    ) -> str:
         r = self.call_op(op="init", host=name or host, meta=meta, protocol=protocol, name=name)
         assert r["rc"] == 0, r
         self.name, self.port = r["name"], r["port"]

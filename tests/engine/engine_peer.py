@@ -88,7 +88,11 @@ def main() -> int:
             reply["hex"] = ctypes.string_at(req["addr"], req["len"]).hex()
         elif op == "call":
             args = [
-                TransferOpcode.Read if a == "@Read" else TransferOpcode.Write if a == "@Write" else a
+                TransferOpcode.Read
+                if a == "@Read"
+                else TransferOpcode.Write
+                if a == "@Write"
+                else a
                 for a in req["args"]
             ]
             reply["result"] = getattr(engine, req["method"])(*args)

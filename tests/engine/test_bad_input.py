@@ -99,9 +99,7 @@ def test_bad_metadata_and_hostnames(engine_log: pytest.LogCaptureFixture) -> Non
     one_line(engine_log, "initialize", "metadata")
 
 
-def test_unknown_and_unreachable_targets(
-    pair: Any, engine_log: pytest.LogCaptureFixture
-) -> None:
+def test_unknown_and_unreachable_targets(pair: Any, engine_log: pytest.LogCaptureFixture) -> None:
     engine, buf, _, _, _ = pair
     addr = buf.ctypes.data
     dead = socket.socket()
@@ -153,7 +151,9 @@ def test_a_silent_target_times_out(
     buf = np.zeros(64, np.uint8)
     assert e.register_memory(buf.ctypes.data, 64) == 0
     t0 = time.monotonic()
-    assert e.transfer_sync_write(f"127.0.0.1:{silent.getsockname()[1]}", buf.ctypes.data, 0, 16) == -1
+    assert (
+        e.transfer_sync_write(f"127.0.0.1:{silent.getsockname()[1]}", buf.ctypes.data, 0, 16) == -1
+    )
     assert time.monotonic() - t0 < 10
     one_line(engine_log, "transfer_sync_write")
     silent.close()
@@ -190,7 +190,9 @@ def test_peer_ranges_outside_registered_memory(
     for peer_addr, n in bad:
         assert engine.transfer_sync_write(tname, addr, peer_addr, n) == -1
         one_line(engine_log, "transfer_sync_write", "refused", tname)
-        assert engine.batch_transfer_sync_write(tname, [addr, addr], [remote, peer_addr], [8, n]) == -1
+        assert (
+            engine.batch_transfer_sync_write(tname, [addr, addr], [remote, peer_addr], [8, n]) == -1
+        )
         one_line(engine_log, "batch_transfer_sync_write", "refused")
         assert engine.transfer_sync_read(tname, addr, peer_addr, n) == -1
         one_line(engine_log, "transfer_sync_read", "refused")
@@ -204,9 +206,7 @@ def test_peer_ranges_outside_registered_memory(
     assert target.read(remote, 4) == b"\xab" * 4
 
 
-def test_local_buffers_must_be_registered(
-    pair: Any, engine_log: pytest.LogCaptureFixture
-) -> None:
+def test_local_buffers_must_be_registered(pair: Any, engine_log: pytest.LogCaptureFixture) -> None:
     engine, buf, target, tname, remote = pair
     other = np.zeros(4096, np.uint8)
     assert engine.transfer_sync_write(tname, other.ctypes.data, remote, 16) == -1

@@ -49,9 +49,7 @@ def test_random_strings_1000_rounds(peers: Any, meta: str, path: dict[str, str])
     assert engine.free_managed_buffer(local, 1 << 20) == 0
 
 
-def test_every_transfer_form_moves_exact_bytes(
-    peers: Any, meta: str, path: dict[str, str]
-) -> None:
+def test_every_transfer_form_moves_exact_bytes(peers: Any, meta: str, path: dict[str, str]) -> None:
     target: Peer = peers(path)
     tname = init_peer(target, meta)
     size = 8 * MiB
@@ -128,7 +126,9 @@ def test_every_transfer_form_moves_exact_bytes(
     # async forms
     target.fill(rbase, bytes(256))
     b1 = engine.batch_transfer_async_write(tname, [base], [rbase], [128])
-    b2 = engine.batch_transfer_async(tname, [base + 128], [rbase + 128], [128], TransferOpcode.Write)
+    b2 = engine.batch_transfer_async(
+        tname, [base + 128], [rbase + 128], [128], TransferOpcode.Write
+    )
     assert b1 > 0 and b2 > 0 and b1 != b2
     assert engine.get_batch_transfer_status([b1, b2]) == 0
     assert target.read(rbase, 256) == src[:256].tobytes()

@@ -114,8 +114,17 @@ impl Batches {
 
     /// The state of batch `id`, without waiting; a final state forgets the
     /// batch (its error, if any, comes with it).
-    pub(crate) fn check(&self, id: u64, timeout: Duration) -> Result<(BatchState, Option<EngineError>)> {
-        let slot = self.slots.lock().get(&id).cloned().ok_or_else(|| unknown(id))?;
+    pub(crate) fn check(
+        &self,
+        id: u64,
+        timeout: Duration,
+    ) -> Result<(BatchState, Option<EngineError>)> {
+        let slot = self
+            .slots
+            .lock()
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| unknown(id))?;
         let done = slot.result.lock().take();
         match done {
             None if slot.started.elapsed() > timeout => Ok((BatchState::TimedOut, None)),
@@ -170,7 +179,10 @@ mod tests {
             .unwrap();
         assert!(ok != 0 && bad != ok);
         b.wait(&[ok]).unwrap();
-        assert_eq!(b.check(ok, Duration::from_secs(1)).unwrap_err().kind(), ErrorKind::UnknownBatch);
+        assert_eq!(
+            b.check(ok, Duration::from_secs(1)).unwrap_err().kind(),
+            ErrorKind::UnknownBatch
+        );
         assert_eq!(b.wait(&[bad]).unwrap_err().kind(), ErrorKind::Unreachable);
         let id = b.submit(|| Ok(())).unwrap();
         loop {
@@ -184,6 +196,9 @@ mod tests {
             }
         }
         assert!(b.check(id, Duration::from_secs(1)).is_err());
-        assert_eq!(b.wait(&[12345]).unwrap_err().kind(), ErrorKind::UnknownBatch);
+        assert_eq!(
+            b.wait(&[12345]).unwrap_err().kind(),
+            ErrorKind::UnknownBatch
+        );
     }
 }

@@ -51,7 +51,8 @@ fn open(flags: c_int) -> std::result::Result<&'static Driver, String> {
         return Err("libcuda.so.1 has no cuPointerGetAttribute".into());
     };
     // SAFETY: the symbol has this C signature in every CUDA driver.
-    let f: PointerGetAttribute = unsafe { std::mem::transmute::<*mut c_void, PointerGetAttribute>(p) };
+    let f: PointerGetAttribute =
+        unsafe { std::mem::transmute::<*mut c_void, PointerGetAttribute>(p) };
     Ok(Box::leak(Box::new(Driver {
         pointer_get_attribute: f,
     })))

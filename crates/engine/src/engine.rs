@@ -488,7 +488,10 @@ impl TransferEngine {
             ));
         }
         let size = usize::try_from(len).map_err(|_| {
-            EngineError::new(ErrorKind::InvalidArgument, format!("{len} bytes is too large"))
+            EngineError::new(
+                ErrorKind::InvalidArgument,
+                format!("{len} bytes is too large"),
+            )
         })?;
         // SAFETY: an anonymous private mapping; no existing memory is touched.
         let p = unsafe {
@@ -809,7 +812,10 @@ impl TransferEngine {
             let mine = one(first);
             hs.into_iter().fold(mine, |acc, h| {
                 let r = h.join().unwrap_or_else(|_| {
-                    Err(EngineError::new(ErrorKind::Internal, "transfer thread panicked"))
+                    Err(EngineError::new(
+                        ErrorKind::Internal,
+                        "transfer thread panicked",
+                    ))
                 });
                 acc.and(r)
             })
@@ -1008,8 +1014,13 @@ mod tests {
         let bname = b.name().unwrap();
         let n = src.len() as u64;
         let (s, d) = (src.as_ptr() as u64, dst.as_mut_ptr() as u64);
-        a.transfer(&bname, Opcode::Write, &[(s, d, n)], Some(("k".into(), "v".into())))
-            .unwrap();
+        a.transfer(
+            &bname,
+            Opcode::Write,
+            &[(s, d, n)],
+            Some(("k".into(), "v".into())),
+        )
+        .unwrap();
         assert_eq!(dst, src);
         assert_eq!(b.take_notifies().unwrap(), vec![("k".into(), "v".into())]);
         // Out of bounds at the target: refused, nothing written past the end.
@@ -1027,11 +1038,15 @@ mod tests {
         let mut back = vec![0u8; src.len()];
         // SAFETY: `back` outlives its registration (unregistered below).
         unsafe {
-            a.register_memory(back.as_mut_ptr() as u64, n, "*")
-                .unwrap();
+            a.register_memory(back.as_mut_ptr() as u64, n, "*").unwrap();
         }
         let id = a
-            .submit(&bname, Opcode::Read, vec![(back.as_mut_ptr() as u64, d, n)], None)
+            .submit(
+                &bname,
+                Opcode::Read,
+                vec![(back.as_mut_ptr() as u64, d, n)],
+                None,
+            )
             .unwrap();
         a.wait_batches(&[id]).unwrap();
         assert_eq!(back, src);

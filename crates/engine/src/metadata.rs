@@ -59,7 +59,7 @@ pub(crate) enum Metadata {
     /// An HTTP key-value server.
     Http(HttpMetadata),
     /// etcd.
-    Etcd(EtcdMetadata),
+    Etcd(Box<EtcdMetadata>),
 }
 
 impl Metadata {
@@ -81,7 +81,7 @@ impl Metadata {
             "http" => HttpMetadata::parse(conn)
                 .map(|h| Metadata::Http(h.with_auth(key)))
                 .ok_or_else(|| bad("not a valid http:// URL")),
-            "etcd" => EtcdMetadata::new(rest).map(Metadata::Etcd),
+            "etcd" => EtcdMetadata::new(rest).map(|e| Metadata::Etcd(Box::new(e))),
             "p2p" | "P2PHANDSHAKE" => Ok(Metadata::P2p),
             other => Err(bad(&format!(
                 "the {other:?} metadata backend is not supported (use P2PHANDSHAKE, http:// or etcd://)"
@@ -97,7 +97,10 @@ impl Metadata {
     /// Publish `desc` under its name.
     pub(crate) fn publish(&self, desc: &Descriptor) -> Result<()> {
         let body = serde_json::to_vec(desc).map_err(|e| {
-            EngineError::new(ErrorKind::Internal, format!("cannot encode descriptor: {e}"))
+            EngineError::new(
+                ErrorKind::Internal,
+                format!("cannot encode descriptor: {e}"),
+            )
         })?;
         let key = descriptor_key(&desc.name);
         let r = match self {
@@ -304,7 +307,9 @@ impl HttpMetadata {
                 .map(Some)
                 .map_err(io::Error::other),
             404 => Ok(None),
-            c => Err(io::Error::other(format!("metadata server answered HTTP {c}"))),
+            c => Err(io::Error::other(format!(
+                "metadata server answered HTTP {c}"
+            ))),
         }
     }
 
@@ -435,7 +440,10 @@ mod tests {
             ("etcd".into(), "10.0.0.1:2379".into())
         );
         assert_eq!(build_conn_string("", "P2PHANDSHAKE"), "P2PHANDSHAKE");
-        assert_eq!(build_conn_string("http", "h:1/metadata"), "http://h:1/metadata");
+        assert_eq!(
+            build_conn_string("http", "h:1/metadata"),
+            "http://h:1/metadata"
+        );
         assert_eq!(build_conn_string("etcd", "etcd://h:1"), "etcd://h:1");
     }
 

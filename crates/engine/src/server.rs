@@ -343,7 +343,10 @@ where
         let req: Request = decode(&body)?;
         if req.len() > wire::MAX_RANGES {
             send_status(sock, wire::STATUS_BAD_REQUEST)?;
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "too many ranges"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "too many ranges",
+            ));
         }
         match req {
             Request::Describe => {
@@ -358,7 +361,10 @@ where
             Request::Write { ranges } => {
                 let Some(total) = wire::total(ranges.iter().map(|r| r.1)) else {
                     send_status(sock, wire::STATUS_BAD_REQUEST)?;
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, "lengths overflow"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "lengths overflow",
+                    ));
                 };
                 match sh.registry.pin(
                     ranges.iter().copied(),

@@ -11,8 +11,8 @@
 use crate::args::UInt;
 use mooncake_engine::log::Level;
 use mooncake_engine::{
-    build_conn_string, items, split_conn_string, BatchState, EngineError, ErrorKind, Item,
-    Opcode, TransferEngine as Engine,
+    build_conn_string, items, split_conn_string, BatchState, EngineError, ErrorKind, Item, Opcode,
+    TransferEngine as Engine,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -83,7 +83,13 @@ fn u64s(v: Vec<UInt>) -> Vec<u64> {
 
 /// The kind of a transfer (`TransferOpcode.Read` / `.Write`; `READ` and
 /// `WRITE` are the documented aliases).
-#[pyclass(module = "mooncake.engine", name = "TransferOpcode", eq, eq_int, frozen)]
+#[pyclass(
+    module = "mooncake.engine",
+    name = "TransferOpcode",
+    eq,
+    eq_int,
+    frozen
+)]
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TransferOpcode {
     /// From the target into local memory.
@@ -329,7 +335,14 @@ impl TransferEngine {
     ) -> i64 {
         let _ = transport_hint;
         let it = vec![(buffer.0, peer_buffer_address.0, length.0)];
-        self.sync(py, "transfer_sync_write", target_hostname, Opcode::Write, it, None)
+        self.sync(
+            py,
+            "transfer_sync_write",
+            target_hostname,
+            Opcode::Write,
+            it,
+            None,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint=""))]
@@ -344,7 +357,14 @@ impl TransferEngine {
     ) -> i64 {
         let _ = transport_hint;
         let it = vec![(buffer.0, peer_buffer_address.0, length.0)];
-        self.sync(py, "transfer_sync_read", target_hostname, Opcode::Read, it, None)
+        self.sync(
+            py,
+            "transfer_sync_read",
+            target_hostname,
+            Opcode::Read,
+            it,
+            None,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, opcode, notify=None, transport_hint=""))]
@@ -362,7 +382,14 @@ impl TransferEngine {
     ) -> i64 {
         let _ = transport_hint;
         let it = vec![(buffer.0, peer_buffer_address.0, length.0)];
-        self.sync(py, "transfer_sync", target_hostname, opcode.into(), it, notify)
+        self.sync(
+            py,
+            "transfer_sync",
+            target_hostname,
+            opcode.into(),
+            it,
+            notify,
+        )
     }
 
     /// A batch id, or 0 on failure.
@@ -378,7 +405,13 @@ impl TransferEngine {
     ) -> u64 {
         let _ = transport_hint;
         let it = vec![(buffer.0, peer_buffer_address.0, length.0)];
-        self.submit(py, "transfer_submit_write", target_hostname, Opcode::Write, it)
+        self.submit(
+            py,
+            "transfer_submit_write",
+            target_hostname,
+            Opcode::Write,
+            it,
+        )
     }
 
     /// 1 done, 0 in progress, -1 failed (or unknown id), -2 timed out.
@@ -412,7 +445,14 @@ impl TransferEngine {
     ) -> PyResult<()> {
         let _ = transport_hint;
         let it = Ok(vec![(buffer.0, peer_buffer_address.0, length.0)]);
-        self.on_cuda(py, "transfer_write_on_cuda", target_hostname, Opcode::Write, it, stream_ptr)
+        self.on_cuda(
+            py,
+            "transfer_write_on_cuda",
+            target_hostname,
+            Opcode::Write,
+            it,
+            stream_ptr,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, stream_ptr=0, transport_hint=""))]
@@ -429,7 +469,14 @@ impl TransferEngine {
     ) -> PyResult<()> {
         let _ = transport_hint;
         let it = Ok(vec![(buffer.0, peer_buffer_address.0, length.0)]);
-        self.on_cuda(py, "transfer_read_on_cuda", target_hostname, Opcode::Read, it, stream_ptr)
+        self.on_cuda(
+            py,
+            "transfer_read_on_cuda",
+            target_hostname,
+            Opcode::Read,
+            it,
+            stream_ptr,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
@@ -444,7 +491,14 @@ impl TransferEngine {
     ) -> i64 {
         let _ = transport_hint;
         let lists = (buffers, peer_buffer_addresses, lengths);
-        self.batch(py, "batch_transfer_sync_write", target_hostname, Opcode::Write, lists, None)
+        self.batch(
+            py,
+            "batch_transfer_sync_write",
+            target_hostname,
+            Opcode::Write,
+            lists,
+            None,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
@@ -459,7 +513,14 @@ impl TransferEngine {
     ) -> i64 {
         let _ = transport_hint;
         let lists = (buffers, peer_buffer_addresses, lengths);
-        self.batch(py, "batch_transfer_sync_read", target_hostname, Opcode::Read, lists, None)
+        self.batch(
+            py,
+            "batch_transfer_sync_read",
+            target_hostname,
+            Opcode::Read,
+            lists,
+            None,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, notify=None, transport_hint=""))]
@@ -477,7 +538,14 @@ impl TransferEngine {
     ) -> i64 {
         let _ = transport_hint;
         let lists = (buffers, peer_buffer_addresses, lengths);
-        self.batch(py, "batch_transfer_sync", target_hostname, opcode.into(), lists, notify)
+        self.batch(
+            py,
+            "batch_transfer_sync",
+            target_hostname,
+            opcode.into(),
+            lists,
+            notify,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
@@ -632,7 +700,9 @@ impl TransferEngine {
             Ok(v) => Ok(PyBytes::new(py, &v)),
             Err(e) => {
                 emit(py, Level::Warning, &format!("read_bytes_from_buffer: {e}"));
-                Err(PyValueError::new_err(format!("read_bytes_from_buffer: {e}")))
+                Err(PyValueError::new_err(format!(
+                    "read_bytes_from_buffer: {e}"
+                )))
             }
         }
     }
