@@ -25,7 +25,7 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 /// Idle connections kept per endpoint.
-const MAX_IDLE: usize = 8;
+const MAX_IDLE: usize = 16;
 /// A pooled connection idle longer than this is closed, not reused (well
 /// inside the server's idle timeout).
 const POOL_IDLE_MAX: Duration = Duration::from_secs(30);
