@@ -335,7 +335,9 @@ def test_unregister_memory_in_use(
     silent.close()
 
 
-def test_target_dies_mid_batch(peers: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_target_dies_mid_batch(
+    peers: Any, monkeypatch: pytest.MonkeyPatch, engine_log: pytest.LogCaptureFixture
+) -> None:
     """Batches keep running while the target is killed: the one in flight
     (and every later one) fails with -1, an async batch reports -1, and no
     call hangs."""
@@ -363,6 +365,7 @@ def test_target_dies_mid_batch(peers: Any, monkeypatch: pytest.MonkeyPatch) -> N
             if rc != 0 or len(rcs) > 10000:
                 return
 
+    engine_log.clear()
     t = threading.Thread(target=loop)
     t.start()
     assert started.wait(60)
@@ -370,6 +373,7 @@ def test_target_dies_mid_batch(peers: Any, monkeypatch: pytest.MonkeyPatch) -> N
     t.join(60)
     assert not t.is_alive()
     assert rcs[0] == 0 and rcs[-1] == -1
+    one_line(engine_log, "batch_transfer_sync_write", tname)
     bid = e.batch_transfer_async_write(tname, srcs, dsts, [blk] * 64)
     if bid != 0:
         assert e.get_batch_transfer_status([bid]) == -1
