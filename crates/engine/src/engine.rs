@@ -1057,4 +1057,83 @@ mod tests {
         b.shutdown();
         assert!(a.probe(&bname).is_err());
     }
+
+    #[test]
+    fn malformed_requests_drop_only_their_connection() {
+        use mooncake_common::framing::{client_handshake, encode_frame, write_frame, Service};
+        use std::io::{Read, Write};
+        let t = TransferEngine::new();
+        t.initialize("127.0.0.1", P2PHANDSHAKE, "tcp", "").unwrap();
+        let mut dst = vec![0u8; 4096];
+        // SAFETY: `dst` outlives the engine's use of it (unregistered below).
+        unsafe {
+            t.register_memory(dst.as_mut_ptr() as u64, 4096, "*")
+                .unwrap();
+        }
+        let port = t.rpc_port().unwrap();
+        let open = || {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            client_handshake(&mut s, Service::Engine, None).unwrap();
+            s
+        };
+        let closed = |s: &mut std::net::TcpStream| {
+            let mut b = [0u8; 64];
+            loop {
+                match s.read(&mut b) {
+                    Ok(0) | Err(_) => return true,
+                    Ok(_) => continue,
+                }
+            }
+        };
+        // Garbage instead of a request.
+        let mut s = open();
+        write_frame(&mut s, &[9, 9, 9, 9, 1, 2, 3]).unwrap();
+        assert!(closed(&mut s));
+        // A frame claiming more than the limit.
+        let mut s = open();
+        s.write_all(&u32::MAX.to_le_bytes()).unwrap();
+        assert!(closed(&mut s));
+        // Lengths that overflow: refused with a status, then closed.
+        let mut s = open();
+        let d = dst.as_ptr() as u64;
+        s.write_all(
+            &encode_frame(&Request::Write {
+                ranges: vec![(d, u64::MAX), (d, 2)],
+            })
+            .unwrap(),
+        )
+        .unwrap();
+        let mut st = [0u8; 4];
+        s.read_exact(&mut st).unwrap();
+        assert_eq!(i32::from_le_bytes(st), wire::STATUS_BAD_REQUEST);
+        assert!(closed(&mut s));
+        // Cross-process copies are refused on TCP (no kernel-checked pid).
+        let mut s = open();
+        s.write_all(
+            &encode_frame(&Request::VmWrite {
+                pairs: vec![(d, d, 8)],
+            })
+            .unwrap(),
+        )
+        .unwrap();
+        s.read_exact(&mut st).unwrap();
+        assert_eq!(i32::from_le_bytes(st), wire::STATUS_BAD_REQUEST);
+        // The engine still serves everyone else.
+        let src = vec![7u8; 4096];
+        let a = TransferEngine::new();
+        a.initialize("127.0.0.1", P2PHANDSHAKE, "tcp", "").unwrap();
+        // SAFETY: `src` outlives the engine.
+        unsafe {
+            a.register_memory(src.as_ptr() as u64, 4096, "*").unwrap();
+        }
+        a.transfer(
+            &t.name().unwrap(),
+            Opcode::Write,
+            &[(src.as_ptr() as u64, d, 4096)],
+            None,
+        )
+        .unwrap();
+        assert_eq!(dst, src);
+        t.registry().unregister(dst.as_mut_ptr() as u64).unwrap();
+    }
 }
