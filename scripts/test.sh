@@ -8,7 +8,7 @@ source scripts/env.sh
 # Each fuzz target of the decoders of untrusted bytes (issue 10) runs this
 # many seconds (about 3.5 min for all 13 on 2 cores).
 export MC_FUZZ_SECS="${MC_FUZZ_SECS:-30}"
-cargo test -p mooncake-common -p mooncake-transfer -p mooncake-master -p mooncake-client -p mooncake-engram -p mooncake-pg -p mooncake-tensor 2>&1
+cargo test -p mooncake-common -p mooncake-transfer -p mooncake-engine -p mooncake-master -p mooncake-client -p mooncake-engram -p mooncake-pg -p mooncake-tensor 2>&1
 # Each suite has its own conftest helpers, so each runs in its own pytest process.
 python -m pytest tests/store tests/store_binding -q -p no:cacheprovider --timeout=300 "$@"
 # Multi-host suite (issue 13): hosts as network namespaces, a real etcd, HA
@@ -17,6 +17,10 @@ python -m pytest tests/store tests/store_binding -q -p no:cacheprovider --timeou
 cargo build --release -q -p mooncake-netfault
 python -m pytest tests/cluster -q -p no:cacheprovider --timeout=300 "$@"
 python -m pytest tests/engram -q -p no:cacheprovider --timeout=300 "$@"
+# The transfer engine (mooncake.engine): target and initiator processes, over
+# P2PHANDSHAKE, the HTTP metadata server and etcd (skips without the etcd
+# binary), on one host and with TCP forced. About half a minute.
+python -m pytest tests/engine -q -p no:cacheprovider --timeout=300 "$@"
 # Tensor IO (needs torch; skips with a reason without it).
 python -m pytest tests/tensor -q -p no:cacheprovider --timeout=300 "$@"
 # The torch.distributed backend suite, on the pinned current torch release and

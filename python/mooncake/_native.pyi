@@ -13,10 +13,12 @@ from typing_extensions import disjoint_base
 
 __version__: str
 __all__ = [
+    "ENGINE_SUPPORT_CUDA",
     "BufferHandle",
     "EngramStore",
     "EngramStoreConfig",
     "ErrorCode",
+    "InnerTransferEngine",
     "MooncakeDistributedStore",
     "ObjectDataType",
     "PgCoordinator",
@@ -24,6 +26,9 @@ __all__ = [
     "PgWork",
     "ReplicateConfig",
     "SoftPinAction",
+    "TransferEngine",
+    "TransferNotify",
+    "TransferOpcode",
     "__version__",
     "_deserialize_tensor",
     "_serialize_tensor",
@@ -611,3 +616,182 @@ def pg_clear_faults() -> None: ...
 def pg_fault_stats() -> list[tuple[str, int]]: ...
 def pg_dtype_codes() -> list[tuple[str, int]]: ...
 def pg_reduce_op_codes() -> list[tuple[str, int]]: ...
+
+# --- mooncake.engine ------------------------------------------------------
+
+ENGINE_SUPPORT_CUDA: bool
+
+@final
+class TransferOpcode:
+    Read: ClassVar[TransferOpcode]
+    Write: ClassVar[TransferOpcode]
+    READ: ClassVar[TransferOpcode]
+    WRITE: ClassVar[TransferOpcode]
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    def __int__(self, /) -> int: ...
+
+@final
+class TransferNotify:
+    name: str
+    msg: str
+    def __new__(cls, name: str = ..., msg: str = ...) -> Self: ...
+
+@final
+class InnerTransferEngine: ...
+
+@final
+class TransferEngine:
+    def __new__(cls) -> Self: ...
+    def initialize(
+        self, local_hostname: str, metadata_server: str, protocol: str, device_name: str
+    ) -> int: ...
+    def initialize_ext(
+        self,
+        local_hostname: str,
+        metadata_server: str,
+        protocol: str,
+        device_name: str,
+        metadata_type: str,
+    ) -> int: ...
+    def get_rpc_port(self) -> int: ...
+    def get_engine(self) -> InnerTransferEngine: ...
+    def get_engine_ptr(self) -> int: ...
+    def allocate_managed_buffer(self, length: int) -> int: ...
+    def free_managed_buffer(self, buffer_addr: int, length: int) -> int: ...
+    def get_first_buffer_address(self, segment_name: str) -> int: ...
+    def transfer_sync_write(
+        self,
+        target_hostname: str,
+        buffer: int,
+        peer_buffer_address: int,
+        length: int,
+        transport_hint: str = "",
+    ) -> int: ...
+    def transfer_sync_read(
+        self,
+        target_hostname: str,
+        buffer: int,
+        peer_buffer_address: int,
+        length: int,
+        transport_hint: str = "",
+    ) -> int: ...
+    def transfer_sync(
+        self,
+        target_hostname: str,
+        buffer: int,
+        peer_buffer_address: int,
+        length: int,
+        opcode: TransferOpcode,
+        notify: TransferNotify | None = None,
+        transport_hint: str = "",
+    ) -> int: ...
+    def transfer_submit_write(
+        self,
+        target_hostname: str,
+        buffer: int,
+        peer_buffer_address: int,
+        length: int,
+        transport_hint: str = "",
+    ) -> int: ...
+    def transfer_check_status(self, batch_id: int) -> int: ...
+    def transfer_write_on_cuda(
+        self,
+        target_hostname: str,
+        buffer: int,
+        peer_buffer_address: int,
+        length: int,
+        stream_ptr: int = 0,
+        transport_hint: str = "",
+    ) -> None: ...
+    def transfer_read_on_cuda(
+        self,
+        target_hostname: str,
+        buffer: int,
+        peer_buffer_address: int,
+        length: int,
+        stream_ptr: int = 0,
+        transport_hint: str = "",
+    ) -> None: ...
+    def batch_transfer_sync_write(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        transport_hint: str = "",
+    ) -> int: ...
+    def batch_transfer_sync_read(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        transport_hint: str = "",
+    ) -> int: ...
+    def batch_transfer_sync(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        opcode: TransferOpcode,
+        notify: TransferNotify | None = None,
+        transport_hint: str = "",
+    ) -> int: ...
+    def batch_transfer_async_write(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        transport_hint: str = "",
+    ) -> int: ...
+    def batch_transfer_async_read(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        transport_hint: str = "",
+    ) -> int: ...
+    def batch_transfer_async(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        opcode: TransferOpcode,
+        transport_hint: str = "",
+    ) -> int: ...
+    def get_batch_transfer_status(self, batch_ids: Sequence[int]) -> int: ...
+    def batch_transfer_write_on_cuda(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        stream_ptr: int = 0,
+        transport_hint: str = "",
+    ) -> None: ...
+    def batch_transfer_read_on_cuda(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        stream_ptr: int = 0,
+        transport_hint: str = "",
+    ) -> None: ...
+    def write_bytes_to_buffer(self, dest_address: int, src_ptr: Any, length: int) -> int: ...
+    def read_bytes_from_buffer(self, source_address: int, length: int) -> bytes: ...
+    def register_memory(self, buffer_addr: int, capacity: int, location: str = "*") -> int: ...
+    def unregister_memory(self, buffer_addr: int) -> int: ...
+    def batch_register_memory(
+        self, buffer_addresses: Sequence[int], capacities: Sequence[int], location: str = "*"
+    ) -> int: ...
+    def batch_unregister_memory(self, buffer_addresses: Sequence[int]) -> int: ...
+    def get_local_topology(self, device_name: str | None = None) -> str: ...
+    def get_notifies(self) -> list[TransferNotify]: ...
+    def send_probe(self, peer_server_name: str) -> int: ...
+    def warmup_efa_segment(self, segment_name: str) -> int: ...

@@ -162,12 +162,21 @@ impl Client {
         // for reconnecting, before any data connection can take descriptors.
         let spare = master.spare_socket().ok();
 
-        let listener = bind_data_port(&host, port)?;
+        // On a shared transfer engine, `local_hostname` is the engine's name
+        // (`host:rpc_port`, whose port the engine holds): the segment keeps
+        // that name and the data server takes a free port of the host.
+        let shared = cfg.engine.as_ref().map(|e| std::sync::Arc::clone(&e.0));
+        let listener = bind_data_port(&host, if shared.is_some() { None } else { port })?;
         let bound = listener
             .local_addr()
             .map_err(|e| Error::internal(format!("data port: {e}")))?
             .port();
-        let name = format!("{host}:{bound}");
+        let endpoint = format!("{host}:{bound}");
+        let name = if shared.is_some() {
+            cfg.local_hostname.clone()
+        } else {
+            endpoint.clone()
+        };
         let segment = if gs > 0 {
             let seg = Segment::create(gs).map_err(|e| {
                 Error::internal(format!("cannot allocate a segment of {gs} bytes: {e}"))
@@ -187,7 +196,7 @@ impl Client {
             base_addr: segment.as_ref().map(|s| s.base() as u64).unwrap_or(0),
             host_id: engine.host_id().to_string(),
             pid: std::process::id(),
-            endpoint: name.clone(),
+            endpoint,
             socket_name: segment
                 .as_ref()
                 .map(|s| socket_name(s.uuid()))
@@ -226,7 +235,9 @@ impl Client {
             master,
             engine,
             staging: StagingArea::new(lb),
-            regions: Regions::default(),
+            regions: shared.map_or_else(Regions::default, |e| {
+                Regions::shared(std::sync::Arc::clone(e.registry()))
+            }),
             client_id,
             desc,
             segment,

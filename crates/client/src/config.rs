@@ -71,8 +71,15 @@ pub struct ClientConfig {
     pub rdma_devices: String,
     /// `host:port` of the master's RPC service.
     pub master_server_addr: String,
-    /// A caller-supplied transfer engine was passed: not supported (-600).
+    /// A caller-supplied object that is not a `mooncake.engine` transfer
+    /// engine was passed as `engine`: not supported (-600).
     pub custom_engine: bool,
+    /// The transfer engine (`TransferEngine.get_engine()`) the store shares:
+    /// its registered memory becomes the store's, the protocol is the
+    /// engine's, and the segment takes `local_hostname` as its name (the
+    /// engine's `host:rpc_port`, as SGLang passes it) while its data server
+    /// binds a free port of that host.
+    pub engine: Option<SharedEngine>,
     /// SSD offload (Tier 3): `true` is rejected with -1012.
     pub enable_ssd_offload: bool,
     /// Ignored (SSD offload is Tier 3).
@@ -98,6 +105,7 @@ impl Default for ClientConfig {
             rdma_devices: String::new(),
             master_server_addr: DEFAULT_MASTER.into(),
             custom_engine: false,
+            engine: None,
             enable_ssd_offload: false,
             ssd_offload_path: String::new(),
             tenant_id: DEFAULT_TENANT.into(),
@@ -106,6 +114,25 @@ impl Default for ClientConfig {
         }
     }
 }
+
+/// A `mooncake.engine` transfer engine shared with a store (compared by
+/// identity).
+#[derive(Clone)]
+pub struct SharedEngine(pub std::sync::Arc<mooncake_engine::TransferEngine>);
+
+impl std::fmt::Debug for SharedEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedEngine")
+    }
+}
+
+impl PartialEq for SharedEngine {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedEngine {}
 
 /// Whether `MC_FORCE_TCP` asks for TCP whatever the protocol: its value,
 /// trimmed, is `1` (README, "Environment knobs").
@@ -170,6 +197,7 @@ impl ClientConfig {
             rdma_devices: text("rdma_devices", ""),
             master_server_addr: text("master_server_addr", DEFAULT_MASTER),
             custom_engine: false,
+            engine: None,
             enable_ssd_offload: flag("enable_ssd_offload")?,
             ssd_offload_path: text("ssd_offload_path", ""),
             tenant_id: text("tenant_id", DEFAULT_TENANT),
@@ -188,7 +216,16 @@ impl ClientConfig {
     /// [`ClientConfig::check`] with `MC_FORCE_TCP` given.
     pub(crate) fn check_with(&self, force_tcp: bool, notes: &mut Vec<String>) -> Result<()> {
         if self.custom_engine {
-            return Err(Error::invalid("a custom transfer engine is not supported"));
+            return Err(Error::invalid(
+                "engine must be None or a mooncake.engine transfer engine (TransferEngine.get_engine())",
+            ));
+        }
+        if let Some(e) = &self.engine {
+            if !e.0.is_initialized() {
+                return Err(Error::invalid(
+                    "the transfer engine given to setup is not initialized: call its initialize() first",
+                ));
+            }
         }
         if self.enable_ssd_offload {
             return Err(Error::not_supported("SSD offload is not supported"));
@@ -217,7 +254,7 @@ impl ClientConfig {
                 "local_buffer_size {lb} is outside [1024, 1 TiB]"
             )));
         }
-        if !force_tcp && self.protocol != "tcp" {
+        if !force_tcp && self.engine.is_none() && self.protocol != "tcp" {
             return Err(Error::internal(format!(
                 "protocol {:?} is not supported (only \"tcp\")",
                 self.protocol

@@ -36,7 +36,7 @@ mod writes;
 
 pub use client::{Client, StagedValue, HEALTHY, HEALTH_CLOSED, HEALTH_PING_FAILED};
 pub use config::{
-    force_tcp, ClientConfig, ReplicateConfig, WriteKind, DEFAULT_CLIENT_HTTP_PORT,
+    force_tcp, ClientConfig, ReplicateConfig, SharedEngine, WriteKind, DEFAULT_CLIENT_HTTP_PORT,
     DEFAULT_DICT_SIZE, DEFAULT_MASTER, DEFAULT_TENANT, MAX_LOCAL_BUFFER, MIN_SIZE,
 };
 pub use error::{Error, Result};

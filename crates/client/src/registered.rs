@@ -1,44 +1,47 @@
 //! Registered memory regions (`register_buffer`); `get_into_ranges`
-//! destinations must lie inside one.
+//! destinations must lie inside one. The regions live in a
+//! [`Registry`] of the transfer engine crate: the client's own, or, when
+//! the store was set up on a `mooncake.engine` transfer engine, that
+//! engine's, so both see one set of registered memory.
 
-use parking_lot::RwLock;
-use std::collections::BTreeMap;
+use mooncake_engine::Registry;
+use std::sync::Arc;
 
-/// Non-overlapping registered regions: start -> length.
-#[derive(Debug, Default)]
+/// Non-overlapping registered regions.
+#[derive(Debug)]
 pub(crate) struct Regions {
-    map: RwLock<BTreeMap<usize, usize>>,
+    registry: Arc<Registry>,
+}
+
+impl Default for Regions {
+    fn default() -> Self {
+        Regions {
+            registry: Registry::new(),
+        }
+    }
 }
 
 impl Regions {
+    /// The regions of `registry` (shared with a transfer engine).
+    pub(crate) fn shared(registry: Arc<Registry>) -> Regions {
+        Regions { registry }
+    }
+
     /// Register; false when empty or overlapping an existing region.
     pub(crate) fn register(&self, ptr: usize, size: usize) -> bool {
-        let Some(end) = ptr.checked_add(size) else {
-            return false;
-        };
-        if size == 0 {
-            return false;
-        }
-        let mut m = self.map.write();
-        if let Some((&s, &l)) = m.range(..end).next_back() {
-            if s + l > ptr {
-                return false;
-            }
-        }
-        m.insert(ptr, size);
-        true
+        self.registry
+            .register(ptr as u64, size as u64, "cpu:0")
+            .is_ok()
     }
 
     /// Unregister the region starting at `ptr`.
     pub(crate) fn unregister(&self, ptr: usize) -> bool {
-        self.map.write().remove(&ptr).is_some()
+        self.registry.unregister(ptr as u64).is_ok()
     }
 
     /// Bytes available from `ptr` to the end of the region containing it.
     pub(crate) fn room_from(&self, ptr: usize) -> Option<usize> {
-        let m = self.map.read();
-        let (&s, &l) = m.range(..=ptr).next_back()?;
-        (ptr < s + l).then(|| s + l - ptr)
+        self.registry.room_from(ptr as u64).map(|n| n as usize)
     }
 }
 
@@ -60,5 +63,16 @@ mod tests {
         assert!(r.unregister(1000));
         assert!(!r.unregister(1000));
         assert_eq!(r.room_from(1000), None);
+    }
+
+    #[test]
+    fn a_shared_registry_is_one_set_of_regions() {
+        let reg = Registry::new();
+        let r = Regions::shared(Arc::clone(&reg));
+        reg.register(1000, 100, "*").unwrap();
+        assert_eq!(r.room_from(1010), Some(90));
+        assert!(!r.register(1050, 10));
+        assert!(r.register(2000, 10));
+        assert!(reg.contains(2000, 10));
     }
 }

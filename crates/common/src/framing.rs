@@ -54,6 +54,9 @@ pub enum Service {
     /// torch.distributed rank -> rank link (crates/pg), for ranks that
     /// share the cluster token
     PgRank,
+    /// transfer engine -> transfer engine RPC (crates/engine): descriptors,
+    /// probes, notifications and data
+    Engine,
 }
 
 impl Service {
@@ -62,6 +65,7 @@ impl Service {
             Service::Master => 0,
             Service::Data => 1,
             Service::PgRank => 2,
+            Service::Engine => 3,
         }
     }
 }

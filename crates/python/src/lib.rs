@@ -1,11 +1,12 @@
 //! PyO3 bindings: the single extension module `mooncake._native` shared by
-//! `mooncake.store`, `mooncake.pg` and the `mooncake_master` entry point.
+//! `mooncake.store`, `mooncake.engine`, `mooncake.pg` and the
+//! `mooncake_master` entry point.
 //!
 //! This crate converts only: Python arguments into the domain crates'
 //! types, and their results into upstream's return values, log lines and
 //! exceptions. Every rule (defaults, validation, config semantics, batch
-//! result shapes) lives once in `mooncake-client`, `mooncake-engram` or
-//! `mooncake-pg`. The shared helpers:
+//! result shapes) lives once in `mooncake-client`, `mooncake-engine`,
+//! `mooncake-engram` or `mooncake-pg`. The shared helpers:
 //!
 //! - `args`: argument types (`UInt`, `Flag`, `arg0`/`key` aliases);
 //! - `buffer`: buffer-protocol input and output through `PyBuffer`;
@@ -17,6 +18,7 @@ use pyo3::prelude::*;
 
 mod args;
 mod buffer;
+mod engine;
 mod engram;
 mod pg;
 mod report;
@@ -34,6 +36,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(run_master, m)?)?;
     store::register(m)?;
+    engine::register(m)?;
     engram::register(m)?;
     pg::register(m)?;
     Ok(())

@@ -253,7 +253,7 @@ unsafe fn copy(src: *const u8, dst: *mut u8, len: u64) {
 
 /// Most parallel TCP streams for one transfer: `MC_TCP_STREAMS`, default 4
 /// (read once).
-fn tcp_streams() -> u64 {
+pub fn tcp_streams() -> u64 {
     static STREAMS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *STREAMS.get_or_init(|| {
         std::env::var("MC_TCP_STREAMS")
@@ -265,8 +265,9 @@ fn tcp_streams() -> u64 {
 }
 
 /// How many connections a TCP transfer of `total` bytes is split over,
-/// given whether the peer's connections are paced.
-fn tcp_parts(total: u64, paced: bool, streams: u64) -> u64 {
+/// given whether the peer's connections are paced (the transfer engine of
+/// `crates/engine` splits its TCP transfers by the same rule).
+pub fn tcp_parts(total: u64, paced: bool, streams: u64) -> u64 {
     let part_min = if paced {
         TCP_PART_MIN_PACED
     } else {

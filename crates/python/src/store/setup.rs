@@ -134,7 +134,11 @@ fn positional(
         protocol: text(4, "")?,
         rdma_devices: text(5, "")?,
         master_server_addr: text(6, "")?,
-        custom_engine: get(7).is_some_and(|e| !e.is_none()),
+        custom_engine: get(7)
+            .is_some_and(|e| !e.is_none() && crate::engine::shared_engine(e).is_none()),
+        engine: get(7)
+            .and_then(crate::engine::shared_engine)
+            .map(mooncake_client::SharedEngine),
         enable_ssd_offload: flag(8)?,
         ssd_offload_path: text(9, "")?,
         tenant_id: text(10, DEFAULT_TENANT)?,

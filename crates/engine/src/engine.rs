@@ -1,0 +1,1139 @@
+//! [`TransferEngine`]: one engine of a process. It owns the registered
+//! memory, serves peers on its RPC port (and its Unix socket for engines of
+//! this host), and moves the bytes of transfers it initiates:
+//!
+//! - to an engine of this host, by one request on its Unix socket, after
+//!   which the target copies between its registered memory and ours with
+//!   `process_vm_readv`/`process_vm_writev` (no socket carries the bytes);
+//!   when the kernel refuses those calls (`EPERM`: a ptrace policy), this
+//!   and every later transfer of the process uses TCP, said once in the log;
+//! - to any other engine, over TCP to its RPC port, one request per batch
+//!   and connection, large batches split over parallel connections.
+//!
+//! `MC_FORCE_TCP`, set to anything (even empty, as upstream reads it),
+//! turns the same-host path off. `MC_TRANSFER_TIMEOUT` (seconds, default
+//! 30) bounds every wait on a peer.
+//!
+//! Every method takes `&self` and may be called from many threads at once.
+
+use crate::batches::{BatchState, Batches};
+use crate::error::{EngineError, ErrorKind, Result};
+use crate::log::{emit, Level};
+use crate::metadata::{Metadata, P2PHANDSHAKE};
+use crate::peers::{refused, Pool};
+use crate::registry::{is_mapped, Registry};
+use crate::server::{bind_unix, Server, Shared};
+use crate::wire::{self, Descriptor, Request};
+use mooncake_common::AuthKey;
+use mooncake_transfer::engine::{tcp_parts, tcp_streams};
+use mooncake_transfer::Op;
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::io;
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Which way a transfer moves bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opcode {
+    /// From the target into local memory.
+    Read,
+    /// From local memory into the target.
+    Write,
+}
+
+/// One entry of a transfer: `(local address, target address, length)`.
+pub type Item = (u64, u64, u64);
+
+/// Bytes below which a TCP transfer is never split.
+const SPLIT_MIN: u64 = 512 << 10;
+
+/// Whether the kernel refused a cross-process copy in this process (a
+/// ptrace policy applies to the whole process).
+static VM_DENIED: AtomicBool = AtomicBool::new(false);
+
+/// How a peer is reached.
+#[derive(Debug)]
+struct PeerRoute {
+    /// `host:port` of its RPC port.
+    endpoint: String,
+    /// Its Unix socket, when it runs on this host and the path is allowed.
+    unix: Option<String>,
+}
+
+/// An initialized engine.
+struct Running {
+    name: String,
+    rpc_port: u16,
+    metadata: Metadata,
+    server: Server,
+    shared: Arc<Shared>,
+    key: Option<AuthKey>,
+    host_id: String,
+    same_host: bool,
+    timeout: Duration,
+    routes: Mutex<HashMap<String, Arc<PeerRoute>>>,
+    pool: Pool,
+}
+
+/// A transfer engine (see the module documentation).
+#[derive(Default)]
+pub struct TransferEngine {
+    registry: Arc<Registry>,
+    running: RwLock<Option<Arc<Running>>>,
+    init: Mutex<()>,
+    batches: Batches,
+    /// Managed buffers: address -> mapped length.
+    managed: Mutex<HashMap<u64, u64>>,
+}
+
+fn env_set(name: &str) -> bool {
+    std::env::var_os(name).is_some()
+}
+
+/// `MC_TRANSFER_TIMEOUT` in seconds (default 30, at least 1).
+fn transfer_timeout() -> Duration {
+    let s = std::env::var("MC_TRANSFER_TIMEOUT")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(30)
+        .max(1);
+    Duration::from_secs(s)
+}
+
+/// `local_hostname` as host and optional port: `host`, `host:port`,
+/// `[v6]:port`, a bare IPv6 address, or Ascend's `host:port:npu_N`.
+pub fn split_hostname(s: &str) -> Result<(String, Option<u16>)> {
+    let bad = |why: &str| {
+        EngineError::new(
+            ErrorKind::InvalidArgument,
+            format!("local_hostname {s:?}: {why}"),
+        )
+    };
+    let port = |p: &str| p.parse::<u16>().map_err(|_| bad("invalid port"));
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (h, after) = rest.split_once(']').ok_or_else(|| bad("unclosed '['"))?;
+        match after.strip_prefix(':') {
+            Some(p) => (h.to_string(), Some(port(p)?)),
+            None if after.is_empty() => (h.to_string(), None),
+            None => return Err(bad("junk after ']'")),
+        }
+    } else {
+        let parts: Vec<&str> = s.split(':').collect();
+        match parts.as_slice() {
+            [h] => (h.to_string(), None),
+            [h, p] => (h.to_string(), Some(port(p)?)),
+            [h, p, npu] if npu.starts_with("npu_") => (h.to_string(), Some(port(p)?)),
+            _ => (s.to_string(), None),
+        }
+    };
+    if host.is_empty() {
+        return Err(bad("empty host"));
+    }
+    Ok((host, port))
+}
+
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+fn not_initialized() -> EngineError {
+    EngineError::new(
+        ErrorKind::NotInitialized,
+        "the engine is not initialized: call initialize() first",
+    )
+}
+
+impl TransferEngine {
+    /// A new engine with its own registry (not yet initialized).
+    pub fn new() -> TransferEngine {
+        TransferEngine::default()
+    }
+
+    /// The registered memory (shared with a store set up on this engine).
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    fn running(&self) -> Result<Arc<Running>> {
+        self.running.read().clone().ok_or_else(not_initialized)
+    }
+
+    /// Whether `initialize` succeeded.
+    pub fn is_initialized(&self) -> bool {
+        self.running.read().is_some()
+    }
+
+    /// This engine's segment name (`host:rpc_port` under `P2PHANDSHAKE`).
+    pub fn name(&self) -> Result<String> {
+        Ok(self.running()?.name.clone())
+    }
+
+    /// The port the RPC server listens on.
+    pub fn rpc_port(&self) -> Result<u16> {
+        Ok(self.running()?.rpc_port)
+    }
+
+    /// Start the engine: bind the RPC port (and the Unix socket), publish
+    /// the descriptor to the metadata server `conn` (a connection string as
+    /// [`crate::metadata::build_conn_string`] makes it). `protocol` other
+    /// than `tcp` runs over this build's transports, logged once.
+    pub fn initialize(
+        &self,
+        local_hostname: &str,
+        conn: &str,
+        protocol: &str,
+        _device_name: &str,
+    ) -> Result<()> {
+        let _g = self.init.lock();
+        if self.is_initialized() {
+            return Err(EngineError::new(
+                ErrorKind::AlreadyInitialized,
+                "the engine is already initialized; create another TransferEngine for another endpoint",
+            ));
+        }
+        let (host, port) = split_hostname(local_hostname)?;
+        let key = AuthKey::from_env().map_err(|e| {
+            EngineError::new(
+                ErrorKind::InvalidArgument,
+                format!("cannot load the cluster token: {e}"),
+            )
+        })?;
+        let metadata = Metadata::open(conn, key.clone())?;
+        let force_tcp = env_set("MC_FORCE_TCP");
+        static PROTOCOL_NOTED: AtomicBool = AtomicBool::new(false);
+        if protocol != "tcp" && !force_tcp && !PROTOCOL_NOTED.swap(true, Ordering::Relaxed) {
+            emit(
+                Level::Warning,
+                &format!(
+                    "transfer engine: protocol {protocol:?} has no device in this build; \
+                     transfers run over TCP between hosts and cross-process copies on this host"
+                ),
+            );
+        } else if force_tcp {
+            emit(
+                Level::Info,
+                "transfer engine: MC_FORCE_TCP is set, using TCP only",
+            );
+        }
+        let bind_host = std::env::var("MC_TCP_BIND_ADDRESS")
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or_else(|| {
+                if host.parse::<std::net::Ipv6Addr>().is_ok() {
+                    "::".into()
+                } else {
+                    "0.0.0.0".into()
+                }
+            });
+        // Upstream binds a random free port unless legacy binding asks for
+        // the one in `local_hostname`.
+        let want = if env_set("MC_LEGACY_RPC_PORT_BINDING") {
+            port.unwrap_or(0)
+        } else {
+            0
+        };
+        let listener = TcpListener::bind((bind_host.as_str(), want)).map_err(|e| {
+            let kind = if e.kind() == io::ErrorKind::AddrInUse {
+                ErrorKind::AddressInUse
+            } else {
+                ErrorKind::InvalidArgument
+            };
+            EngineError::new(kind, format!("cannot bind the RPC port {bind_host}:{want}"))
+                .with_source(e)
+        })?;
+        let rpc_port = listener
+            .local_addr()
+            .map_err(|e| EngineError::new(ErrorKind::Internal, "RPC port").with_source(e))?
+            .port();
+        let name = if conn == P2PHANDSHAKE || metadata.is_p2p() {
+            join_host_port(&host, rpc_port)
+        } else {
+            local_hostname.to_string()
+        };
+        let unix = if force_tcp {
+            None
+        } else {
+            let un = format!("mooncake-engine-{}", uuid::Uuid::new_v4().simple());
+            match bind_unix(&un) {
+                Ok(l) => Some((l, un)),
+                Err(e) => {
+                    emit(
+                        Level::Info,
+                        &format!("transfer engine: no same-host socket ({e}); peers of this host use TCP"),
+                    );
+                    None
+                }
+            }
+        };
+        let host_id = mooncake_common::hostid::host_id();
+        let desc = Descriptor {
+            name: name.clone(),
+            rpc_host: if bind_host == "0.0.0.0" || bind_host == "::" {
+                host.clone()
+            } else {
+                bind_host.clone()
+            },
+            rpc_port,
+            host_id: host_id.clone(),
+            unix_name: unix.as_ref().map(|u| u.1.clone()).unwrap_or_default(),
+            pid: std::process::id(),
+            buffers: Vec::new(),
+        };
+        let shared = Arc::new(Shared {
+            registry: Arc::clone(&self.registry),
+            key: key.clone(),
+            notifies: Mutex::new(Vec::new()),
+            desc: desc.clone(),
+        });
+        let server = Server::start(listener, unix, Arc::clone(&shared)).map_err(|e| {
+            EngineError::new(ErrorKind::Internal, "cannot start the RPC server").with_source(e)
+        })?;
+        metadata.publish(&desc)?;
+        *self.running.write() = Some(Arc::new(Running {
+            name,
+            rpc_port,
+            metadata,
+            server,
+            shared,
+            key,
+            host_id,
+            same_host: !force_tcp,
+            timeout: transfer_timeout(),
+            routes: Mutex::new(HashMap::new()),
+            pool: Pool::default(),
+        }));
+        Ok(())
+    }
+
+    /// Stop serving and withdraw the descriptor (idempotent).
+    pub fn shutdown(&self) {
+        let run = self.running.write().take();
+        if let Some(r) = run {
+            r.metadata.remove(&r.name);
+            r.server.stop();
+        }
+    }
+
+    /// Register `[addr, addr+len)` so that peers may read and write it and
+    /// local buffers of transfers may lie in it. Refuses zero bytes, memory
+    /// that is not mapped in this process, overlapping regions, and CUDA
+    /// device memory.
+    ///
+    /// # Safety
+    /// The region must stay valid, readable and writable memory of this
+    /// process until it is unregistered: peers write into it at any time.
+    pub unsafe fn register_memory(&self, addr: u64, len: u64, location: &str) -> Result<()> {
+        if (len > 0 && location.starts_with("cuda")) || crate::cuda::is_device_pointer(addr) {
+            crate::cuda::driver()?;
+            return Err(EngineError::new(
+                ErrorKind::Cuda,
+                format!("{addr:#x} is CUDA device memory: this build moves host memory only (stage through pinned host memory)"),
+            ));
+        }
+        if len > 0 && !is_mapped(addr, len) {
+            return Err(EngineError::new(
+                ErrorKind::NotMapped,
+                format!("[{addr:#x}, +{len}) is not mapped memory of this process"),
+            ));
+        }
+        self.registry.register(addr, len, location)
+    }
+
+    /// Unregister the region starting at `addr`.
+    pub fn unregister_memory(&self, addr: u64) -> Result<()> {
+        if self.managed.lock().contains_key(&addr) {
+            return Err(EngineError::new(
+                ErrorKind::InvalidArgument,
+                format!("{addr:#x} is a managed buffer: release it with free_managed_buffer"),
+            ));
+        }
+        self.registry.unregister(addr).map(|_| ())
+    }
+
+    /// Move `items` between local memory and `target`, then deliver
+    /// `notify` to it. Returns when every byte has moved (or the first
+    /// failure). Items of length 0 are skipped; an empty batch succeeds.
+    pub fn transfer(
+        &self,
+        target: &str,
+        op: Opcode,
+        items: &[Item],
+        notify: Option<(String, String)>,
+    ) -> Result<()> {
+        let run = self.running()?;
+        check_items(items)?;
+        let nonempty: Vec<Item>;
+        let items = if items.iter().any(|i| i.2 == 0) {
+            nonempty = items.iter().copied().filter(|i| i.2 > 0).collect();
+            &nonempty[..]
+        } else {
+            items
+        };
+        if items.is_empty() && notify.is_none() {
+            return Ok(());
+        }
+        let _pin = self.registry.pin(
+            items.iter().map(|i| (i.0, i.2)),
+            ErrorKind::LocalNotRegistered,
+            "local buffer",
+        )?;
+        let route = self.route(&run, target)?;
+        let r = self.move_items(&run, target, &route, op, items);
+        if let Err(e) = &r {
+            if matches!(e.kind(), ErrorKind::Unreachable | ErrorKind::Timeout) {
+                run.routes.lock().remove(target);
+            }
+        }
+        r?;
+        if let Some((name, msg)) = notify {
+            self.notify(&run, target, &route, name, msg)?;
+        }
+        Ok(())
+    }
+
+    /// [`TransferEngine::transfer`] in the background; returns a batch id.
+    pub fn submit(
+        self: &Arc<Self>,
+        target: &str,
+        op: Opcode,
+        items: Vec<Item>,
+        notify: Option<(String, String)>,
+    ) -> Result<u64> {
+        let run = self.running()?;
+        check_items(&items)?;
+        // What fails at once fails here, as upstream's submission does: the
+        // local buffers, and a target that cannot be resolved.
+        drop(self.registry.pin(
+            items.iter().filter(|i| i.2 > 0).map(|i| (i.0, i.2)),
+            ErrorKind::LocalNotRegistered,
+            "local buffer",
+        )?);
+        self.route(&run, target)?;
+        let me = Arc::clone(self);
+        let target = target.to_string();
+        self.batches
+            .submit(move || me.transfer(&target, op, &items, notify))
+    }
+
+    /// The state of batch `id` (a final state forgets it; a failure comes
+    /// with its error).
+    pub fn batch_state(&self, id: u64) -> Result<(BatchState, Option<EngineError>)> {
+        let timeout = self.running()?.timeout;
+        self.batches.check(id, timeout)
+    }
+
+    /// Wait for the batches `ids`; the first failure among them.
+    pub fn wait_batches(&self, ids: &[u64]) -> Result<()> {
+        self.running()?;
+        self.batches.wait(ids)
+    }
+
+    /// The notifications received since the last call, oldest first.
+    pub fn take_notifies(&self) -> Result<Vec<(String, String)>> {
+        Ok(std::mem::take(&mut *self.running()?.shared.notifies.lock()))
+    }
+
+    /// Ask `peer` whether it is alive.
+    pub fn probe(&self, peer: &str) -> Result<()> {
+        let run = self.running()?;
+        let endpoint = self.endpoint_of(&run, peer)?;
+        let mut c = run
+            .pool
+            .tcp(&endpoint, run.key.as_ref(), run.timeout)
+            .map_err(|e| connect_error(peer, e))?;
+        match c.call(&Request::Probe) {
+            Ok(_) => {
+                run.pool.give(&endpoint, c);
+                Ok(())
+            }
+            Err(e) => {
+                run.pool.forget(&endpoint);
+                Err(EngineError::io(peer, "probe failed", e))
+            }
+        }
+    }
+
+    /// The first registered buffer of `segment` (this engine's own name,
+    /// or a peer's); 0 when it has none.
+    pub fn first_buffer_address(&self, segment: &str) -> Result<u64> {
+        let run = self.running()?;
+        if segment == run.name {
+            return Ok(self.registry.first().unwrap_or(0));
+        }
+        let endpoint = self.endpoint_of(&run, segment)?;
+        let mut c = run
+            .pool
+            .tcp(&endpoint, run.key.as_ref(), run.timeout)
+            .map_err(|e| connect_error(segment, e))?;
+        let d = c
+            .describe()
+            .map_err(|e| EngineError::io(segment, "describe failed", e))?;
+        run.pool.give(&endpoint, c);
+        Ok(d.buffers.first().map_or(0, |b| b.0))
+    }
+
+    /// Map and register a buffer of `len` bytes owned by the engine.
+    pub fn allocate_managed(&self, len: u64) -> Result<u64> {
+        if len == 0 {
+            return Err(EngineError::new(
+                ErrorKind::ZeroLength,
+                "cannot allocate a zero-length buffer",
+            ));
+        }
+        let size = usize::try_from(len).map_err(|_| {
+            EngineError::new(
+                ErrorKind::InvalidArgument,
+                format!("{len} bytes is too large"),
+            )
+        })?;
+        // SAFETY: an anonymous private mapping; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(EngineError::new(
+                ErrorKind::Internal,
+                format!("cannot map a buffer of {len} bytes"),
+            )
+            .with_source(io::Error::last_os_error()));
+        }
+        let addr = p as u64;
+        if let Err(e) = self.registry.register(addr, len, "cpu:0") {
+            // SAFETY: the mapping made above, unused by anyone.
+            unsafe { libc::munmap(p, size) };
+            return Err(e);
+        }
+        self.managed.lock().insert(addr, len);
+        Ok(addr)
+    }
+
+    /// Unregister and unmap a managed buffer (`len` as allocated).
+    pub fn free_managed(&self, addr: u64, len: u64) -> Result<()> {
+        let mut m = self.managed.lock();
+        match m.get(&addr) {
+            None => {
+                return Err(EngineError::new(
+                    ErrorKind::NotRegistered,
+                    format!("{addr:#x} is not a managed buffer of this engine"),
+                ))
+            }
+            Some(&l) if l != len => {
+                return Err(EngineError::new(
+                    ErrorKind::InvalidArgument,
+                    format!("managed buffer {addr:#x} has {l} bytes, not {len}"),
+                ))
+            }
+            Some(_) => {}
+        }
+        self.registry.unregister(addr)?;
+        m.remove(&addr);
+        // SAFETY: a mapping this engine made, now unregistered (no transfer
+        // uses it: unregister refuses pinned regions).
+        unsafe { libc::munmap(addr as usize as *mut libc::c_void, len as usize) };
+        Ok(())
+    }
+
+    /// Copy `bytes` to `dest`, which must lie in registered memory.
+    pub fn write_bytes(&self, dest: u64, bytes: &[u8]) -> Result<()> {
+        let _pin = self.registry.pin(
+            std::iter::once((dest, bytes.len() as u64)),
+            ErrorKind::LocalNotRegistered,
+            "destination",
+        )?;
+        // SAFETY: the range lies in registered memory, which the registrant
+        // keeps valid and writable; it is pinned meanwhile.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), dest as usize as *mut u8, bytes.len())
+        };
+        Ok(())
+    }
+
+    /// Copy `len` bytes from `src`, which must lie in registered memory.
+    pub fn read_bytes(&self, src: u64, len: u64) -> Result<Vec<u8>> {
+        let _pin = self.registry.pin(
+            std::iter::once((src, len)),
+            ErrorKind::LocalNotRegistered,
+            "source",
+        )?;
+        let n = usize::try_from(len)
+            .map_err(|_| EngineError::new(ErrorKind::InvalidArgument, "length too large"))?;
+        let mut v = vec![0u8; n];
+        // SAFETY: the range lies in registered (valid, readable) memory,
+        // pinned meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(src as usize as *const u8, v.as_mut_ptr(), n) };
+        Ok(v)
+    }
+
+    /// A transfer ordered on a CUDA stream (`*_on_cuda`): needs the CUDA
+    /// driver; without one, a clear error.
+    pub fn transfer_on_cuda(
+        &self,
+        target: &str,
+        op: Opcode,
+        items: &[Item],
+        _stream: u64,
+    ) -> Result<()> {
+        self.running()?;
+        check_items(items)?;
+        crate::cuda::driver()?;
+        let what = match op {
+            Opcode::Read => "reads",
+            Opcode::Write => "writes",
+        };
+        Err(EngineError::new(
+            ErrorKind::Cuda,
+            format!("{what} ordered on a CUDA stream are not supported by this build"),
+        )
+        .with_peer(target))
+    }
+
+    /// The local topology as upstream reports it without RDMA devices:
+    /// one `cpu:N` entry per NUMA node with empty device lists.
+    pub fn topology(&self) -> String {
+        let nodes = std::fs::read_dir("/sys/devices/system/node")
+            .map(|d| {
+                let mut v: Vec<u32> = d
+                    .filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        e.file_name()
+                            .to_str()
+                            .and_then(|n| n.strip_prefix("node"))
+                            .and_then(|n| n.parse().ok())
+                    })
+                    .collect();
+                v.sort_unstable();
+                v
+            })
+            .unwrap_or_default();
+        let nodes = if nodes.is_empty() { vec![0] } else { nodes };
+        let mut m = serde_json::Map::new();
+        for n in nodes {
+            m.insert(format!("cpu:{n}"), serde_json::json!([[], []]));
+        }
+        serde_json::Value::Object(m).to_string()
+    }
+
+    /// The RPC endpoint of `peer`.
+    fn endpoint_of(&self, run: &Running, peer: &str) -> Result<String> {
+        if let Some(r) = run.routes.lock().get(peer) {
+            return Ok(r.endpoint.clone());
+        }
+        if run.metadata.is_p2p() {
+            check_p2p_name(peer)?;
+            Ok(peer.to_string())
+        } else {
+            Ok(run.metadata.lookup(peer)?.endpoint())
+        }
+    }
+
+    /// How to reach `target` (cached).
+    fn route(&self, run: &Running, target: &str) -> Result<Arc<PeerRoute>> {
+        if let Some(r) = run.routes.lock().get(target) {
+            return Ok(Arc::clone(r));
+        }
+        let desc = if run.metadata.is_p2p() {
+            check_p2p_name(target)?;
+            if run.same_host && !VM_DENIED.load(Ordering::Relaxed) {
+                let mut c = run
+                    .pool
+                    .tcp(target, run.key.as_ref(), run.timeout)
+                    .map_err(|e| connect_error(target, e))?;
+                let d = c
+                    .describe()
+                    .map_err(|e| EngineError::io(target, "describe failed", e))?;
+                run.pool.give(target, c);
+                Some(d)
+            } else {
+                None
+            }
+        } else {
+            Some(run.metadata.lookup(target)?)
+        };
+        let route = Arc::new(PeerRoute {
+            endpoint: desc
+                .as_ref()
+                .filter(|_| !run.metadata.is_p2p())
+                .map_or_else(|| target.to_string(), Descriptor::endpoint),
+            unix: desc
+                .filter(|d| run.same_host && d.host_id == run.host_id && !d.unix_name.is_empty())
+                .map(|d| d.unix_name),
+        });
+        run.routes
+            .lock()
+            .insert(target.to_string(), Arc::clone(&route));
+        Ok(route)
+    }
+
+    fn move_items(
+        &self,
+        run: &Running,
+        target: &str,
+        route: &PeerRoute,
+        op: Opcode,
+        items: &[Item],
+    ) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        if let Some(unix) = route.unix.as_deref() {
+            if !VM_DENIED.load(Ordering::Relaxed) {
+                match self.move_local(run, target, unix, op, items)? {
+                    true => return Ok(()),
+                    false => {
+                        if !VM_DENIED.swap(true, Ordering::Relaxed) {
+                            emit(
+                                Level::Warning,
+                                "transfer engine: the kernel refused cross-process copies \
+                                 (process_vm_readv/writev: EPERM, a ptrace policy); \
+                                 transfers between processes of this host use TCP from now on",
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        self.move_tcp(run, target, &route.endpoint, op, items)
+    }
+
+    /// One request on the target's Unix socket; `Ok(false)` when the
+    /// kernel refused the copy (use TCP).
+    fn move_local(
+        &self,
+        run: &Running,
+        target: &str,
+        unix: &str,
+        op: Opcode,
+        items: &[Item],
+    ) -> Result<bool> {
+        let mut c = run
+            .pool
+            .unix(unix, run.key.as_ref(), run.timeout)
+            .map_err(|e| connect_error(target, e))?;
+        let pairs = items.to_vec();
+        let req = match op {
+            Opcode::Write => Request::VmWrite { pairs },
+            Opcode::Read => Request::VmRead { pairs },
+        };
+        let st = match c.call(&req) {
+            Ok(st) => st,
+            Err(e) => {
+                run.pool.forget(unix);
+                return Err(EngineError::io(target, "same-host transfer failed", e));
+            }
+        };
+        run.pool.give(unix, c);
+        match st {
+            wire::STATUS_OK => Ok(true),
+            wire::STATUS_VM_DENIED => Ok(false),
+            st => Err(status_error(target, st)),
+        }
+    }
+
+    fn move_tcp(
+        &self,
+        run: &Running,
+        target: &str,
+        endpoint: &str,
+        op: Opcode,
+        items: &[Item],
+    ) -> Result<()> {
+        let total: u64 = items.iter().map(|i| i.2).sum();
+        let parts_n = if total < SPLIT_MIN {
+            1
+        } else {
+            tcp_parts(total, run.pool.paced(endpoint), tcp_streams())
+        };
+        let one = |part: &[Item]| -> Result<()> {
+            let mut c = run
+                .pool
+                .tcp(endpoint, run.key.as_ref(), run.timeout)
+                .map_err(|e| connect_error(target, e))?;
+            // SAFETY: every local range lies in registered memory (pinned by
+            // the caller), which the registrant keeps valid.
+            let r = unsafe {
+                match op {
+                    Opcode::Write => c.write(part),
+                    Opcode::Read => c.read(part),
+                }
+            };
+            match r {
+                Ok(0) => {
+                    run.pool.give(endpoint, c);
+                    Ok(())
+                }
+                Ok(st) => {
+                    run.pool.give(endpoint, c);
+                    Err(status_error(target, st))
+                }
+                Err(e) => {
+                    run.pool.forget(endpoint);
+                    Err(EngineError::io(target, "TCP transfer failed", e))
+                }
+            }
+        };
+        if parts_n <= 1 {
+            return one(items);
+        }
+        let ops: Vec<Op> = items
+            .iter()
+            .map(|&(l, r, n)| Op {
+                seg_offset: r,
+                local_ptr: l as usize,
+                len: n,
+            })
+            .collect();
+        let parts: Vec<Vec<Item>> = Op::split(&ops, parts_n as usize, u64::MAX)
+            .into_iter()
+            .map(|p| {
+                p.into_iter()
+                    .map(|o| (o.local_ptr as u64, o.seg_offset, o.len))
+                    .collect()
+            })
+            .collect();
+        let Some((first, rest)) = parts.split_first() else {
+            return Ok(());
+        };
+        std::thread::scope(|sc| {
+            let hs: Vec<_> = rest.iter().map(|p| sc.spawn(|| one(p))).collect();
+            let mine = one(first);
+            hs.into_iter().fold(mine, |acc, h| {
+                let r = h.join().unwrap_or_else(|_| {
+                    Err(EngineError::new(
+                        ErrorKind::Internal,
+                        "transfer thread panicked",
+                    ))
+                });
+                acc.and(r)
+            })
+        })
+    }
+
+    fn notify(
+        &self,
+        run: &Running,
+        target: &str,
+        route: &PeerRoute,
+        name: String,
+        msg: String,
+    ) -> Result<()> {
+        let req = Request::Notify { name, msg };
+        let (key, mut c) = match route.unix.as_deref() {
+            Some(u) if !VM_DENIED.load(Ordering::Relaxed) => (
+                u,
+                run.pool
+                    .unix(u, run.key.as_ref(), run.timeout)
+                    .map_err(|e| connect_error(target, e))?,
+            ),
+            _ => (
+                route.endpoint.as_str(),
+                run.pool
+                    .tcp(&route.endpoint, run.key.as_ref(), run.timeout)
+                    .map_err(|e| connect_error(target, e))?,
+            ),
+        };
+        match c.call(&req) {
+            Ok(0) => {
+                run.pool.give(key, c);
+                Ok(())
+            }
+            Ok(st) => Err(status_error(target, st)),
+            Err(e) => {
+                run.pool.forget(key);
+                Err(EngineError::io(target, "notification failed", e))
+            }
+        }
+    }
+}
+
+impl Drop for TransferEngine {
+    fn drop(&mut self) {
+        self.shutdown();
+        let managed: Vec<(u64, u64)> = self.managed.lock().drain().collect();
+        for (a, l) in managed {
+            // SAFETY: mappings this engine made; the engine (and its server)
+            // is gone, so no transfer can use them.
+            unsafe { libc::munmap(a as usize as *mut libc::c_void, l as usize) };
+        }
+    }
+}
+
+/// The entries of a batch call from its three lists, which must be of
+/// one length.
+pub fn items(buffers: &[u64], peer_addresses: &[u64], lengths: &[u64]) -> Result<Vec<Item>> {
+    if buffers.len() != peer_addresses.len() || buffers.len() != lengths.len() {
+        return Err(EngineError::new(
+            ErrorKind::LengthMismatch,
+            format!(
+                "buffers, peer_buffer_addresses and lengths have different lengths ({}, {}, {})",
+                buffers.len(),
+                peer_addresses.len(),
+                lengths.len()
+            ),
+        ));
+    }
+    Ok(buffers
+        .iter()
+        .zip(peer_addresses)
+        .zip(lengths)
+        .map(|((&b, &p), &l)| (b, p, l))
+        .collect())
+}
+
+/// Lengths must add up without overflow.
+fn check_items(items: &[Item]) -> Result<()> {
+    if wire::total(items.iter().map(|i| i.2)).is_none() {
+        return Err(EngineError::new(
+            ErrorKind::Overflow,
+            "the lengths of the batch add up to more than 2**64 bytes",
+        ));
+    }
+    if let Some((i, _)) = items
+        .iter()
+        .enumerate()
+        .find(|(_, it)| it.0.checked_add(it.2).is_none() || it.1.checked_add(it.2).is_none())
+    {
+        return Err(EngineError::new(
+            ErrorKind::Overflow,
+            format!("entry {i} runs past the end of the address space"),
+        ));
+    }
+    Ok(())
+}
+
+/// Under `P2PHANDSHAKE` a target is named `host:port`.
+fn check_p2p_name(name: &str) -> Result<()> {
+    match split_hostname(name) {
+        Ok((_, Some(_))) => Ok(()),
+        _ => Err(EngineError::new(
+            ErrorKind::UnknownPeer,
+            "under P2PHANDSHAKE a target is named host:rpc_port (the peer's get_rpc_port())",
+        )
+        .with_peer(name)),
+    }
+}
+
+fn connect_error(peer: &str, e: io::Error) -> EngineError {
+    // Name resolution failures come back as other/uncategorized errors
+    // from `to_socket_addrs`; a refused or timed-out connect is a dead peer.
+    let msg = e.to_string();
+    if e.kind() == io::ErrorKind::NotFound
+        || msg.contains("failed to lookup address")
+        || msg.contains("Name or service not known")
+    {
+        return EngineError::new(ErrorKind::UnknownPeer, "the target's host does not resolve")
+            .with_peer(peer)
+            .with_source(e);
+    }
+    EngineError::io(peer, "cannot connect to the target", e)
+}
+
+fn status_error(peer: &str, st: i32) -> EngineError {
+    if refused(st) {
+        EngineError::new(
+            ErrorKind::OutOfBounds,
+            "the target refused a range outside the memory it registered",
+        )
+        .with_peer(peer)
+    } else {
+        EngineError::new(
+            ErrorKind::Internal,
+            format!("the target failed the request (status {st})"),
+        )
+        .with_peer(peer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostnames_split_like_upstream() {
+        let ok = |s: &str| split_hostname(s).unwrap();
+        assert_eq!(ok("h"), ("h".into(), None));
+        assert_eq!(ok("h:5"), ("h".into(), Some(5)));
+        assert_eq!(ok("[::1]:7"), ("::1".into(), Some(7)));
+        assert_eq!(ok("::1"), ("::1".into(), None));
+        assert_eq!(ok("10.0.0.1:9:npu_3"), ("10.0.0.1".into(), Some(9)));
+        assert!(split_hostname("h:x").is_err());
+        assert!(split_hostname("").is_err());
+        assert!(split_hostname(":5").is_err());
+        assert_eq!(join_host_port("::1", 3), "[::1]:3");
+    }
+
+    #[test]
+    fn overflowing_batches_are_refused() {
+        assert_eq!(
+            check_items(&[(0, 0, u64::MAX), (0, 0, 1)])
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Overflow
+        );
+        assert_eq!(
+            check_items(&[(u64::MAX, 0, 2)]).unwrap_err().kind(),
+            ErrorKind::Overflow
+        );
+        assert!(check_items(&[(1, 2, 3)]).is_ok());
+    }
+
+    #[test]
+    fn two_engines_move_bytes_both_ways() {
+        let a = Arc::new(TransferEngine::new());
+        let b = TransferEngine::new();
+        a.initialize("127.0.0.1", P2PHANDSHAKE, "tcp", "").unwrap();
+        b.initialize("127.0.0.1", P2PHANDSHAKE, "rdma", "").unwrap();
+        assert_eq!(
+            b.initialize("127.0.0.1", P2PHANDSHAKE, "tcp", "")
+                .unwrap_err()
+                .kind(),
+            ErrorKind::AlreadyInitialized
+        );
+        let src: Vec<u8> = (0..(3u32 << 20)).map(|i| (i * 7) as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        // SAFETY: both vectors outlive the engines' use of them (unregistered below).
+        unsafe {
+            a.register_memory(src.as_ptr() as u64, src.len() as u64, "*")
+                .unwrap();
+            b.register_memory(dst.as_mut_ptr() as u64, dst.len() as u64, "*")
+                .unwrap();
+        }
+        let bname = b.name().unwrap();
+        let n = src.len() as u64;
+        let (s, d) = (src.as_ptr() as u64, dst.as_mut_ptr() as u64);
+        a.transfer(
+            &bname,
+            Opcode::Write,
+            &[(s, d, n)],
+            Some(("k".into(), "v".into())),
+        )
+        .unwrap();
+        assert_eq!(dst, src);
+        assert_eq!(b.take_notifies().unwrap(), vec![("k".into(), "v".into())]);
+        // Out of bounds at the target: refused, nothing written past the end.
+        let e = a
+            .transfer(&bname, Opcode::Write, &[(s, d + n - 10, 11)], None)
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::OutOfBounds);
+        // A local buffer outside registered memory.
+        let e = a
+            .transfer(&bname, Opcode::Write, &[(4096, d, 1)], None)
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::LocalNotRegistered);
+        // Async, read back, over a split batch.
+        a.registry().unregister(s).unwrap();
+        let mut back = vec![0u8; src.len()];
+        // SAFETY: `back` outlives its registration (unregistered below).
+        unsafe {
+            a.register_memory(back.as_mut_ptr() as u64, n, "*").unwrap();
+        }
+        let id = a
+            .submit(
+                &bname,
+                Opcode::Read,
+                vec![(back.as_mut_ptr() as u64, d, n)],
+                None,
+            )
+            .unwrap();
+        a.wait_batches(&[id]).unwrap();
+        assert_eq!(back, src);
+        a.registry().unregister(back.as_ptr() as u64).unwrap();
+        b.registry().unregister(d).unwrap();
+        assert_eq!(a.first_buffer_address(&bname).unwrap(), 0);
+        a.probe(&bname).unwrap();
+        b.shutdown();
+        assert!(a.probe(&bname).is_err());
+    }
+
+    #[test]
+    fn malformed_requests_drop_only_their_connection() {
+        use mooncake_common::framing::{client_handshake, encode_frame, write_frame, Service};
+        use std::io::{Read, Write};
+        let t = TransferEngine::new();
+        t.initialize("127.0.0.1", P2PHANDSHAKE, "tcp", "").unwrap();
+        let mut dst = vec![0u8; 4096];
+        // SAFETY: `dst` outlives the engine's use of it (unregistered below).
+        unsafe {
+            t.register_memory(dst.as_mut_ptr() as u64, 4096, "*")
+                .unwrap();
+        }
+        let port = t.rpc_port().unwrap();
+        let open = || {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            client_handshake(&mut s, Service::Engine, None).unwrap();
+            s
+        };
+        let closed = |s: &mut std::net::TcpStream| {
+            let mut b = [0u8; 64];
+            loop {
+                match s.read(&mut b) {
+                    Ok(0) | Err(_) => return true,
+                    Ok(_) => continue,
+                }
+            }
+        };
+        // Garbage instead of a request.
+        let mut s = open();
+        write_frame(&mut s, &[9, 9, 9, 9, 1, 2, 3]).unwrap();
+        assert!(closed(&mut s));
+        // A frame claiming more than the limit.
+        let mut s = open();
+        s.write_all(&u32::MAX.to_le_bytes()).unwrap();
+        assert!(closed(&mut s));
+        // Lengths that overflow: refused with a status, then closed.
+        let mut s = open();
+        let d = dst.as_ptr() as u64;
+        s.write_all(
+            &encode_frame(&Request::Write {
+                ranges: vec![(d, u64::MAX), (d, 2)],
+            })
+            .unwrap(),
+        )
+        .unwrap();
+        let mut st = [0u8; 4];
+        s.read_exact(&mut st).unwrap();
+        assert_eq!(i32::from_le_bytes(st), wire::STATUS_BAD_REQUEST);
+        assert!(closed(&mut s));
+        // Cross-process copies are refused on TCP (no kernel-checked pid).
+        let mut s = open();
+        s.write_all(
+            &encode_frame(&Request::VmWrite {
+                pairs: vec![(d, d, 8)],
+            })
+            .unwrap(),
+        )
+        .unwrap();
+        s.read_exact(&mut st).unwrap();
+        assert_eq!(i32::from_le_bytes(st), wire::STATUS_BAD_REQUEST);
+        // The engine still serves everyone else.
+        let src = vec![7u8; 4096];
+        let a = TransferEngine::new();
+        a.initialize("127.0.0.1", P2PHANDSHAKE, "tcp", "").unwrap();
+        // SAFETY: `src` outlives the engine.
+        unsafe {
+            a.register_memory(src.as_ptr() as u64, 4096, "*").unwrap();
+        }
+        a.transfer(
+            &t.name().unwrap(),
+            Opcode::Write,
+            &[(src.as_ptr() as u64, d, 4096)],
+            None,
+        )
+        .unwrap();
+        assert_eq!(dst, src);
+        t.registry().unregister(dst.as_mut_ptr() as u64).unwrap();
+    }
+}

@@ -1,0 +1,235 @@
+//! The initiator side of the engine's RPC: pooled connections to peers
+//! (TCP to their RPC port, the abstract Unix socket to engines of this
+//! host) and the requests made on them, one request per batch and
+//! connection.
+//!
+//! Connections are pooled per endpoint; an idle one is reused only while
+//! young and not closed by the peer ([`reusable`]). A connection that fails
+//! is dropped together with the endpoint's idle ones.
+
+use crate::wire::{self, Descriptor, Request};
+use mooncake_common::framing::{
+    client_handshake, decode, encode_frame, read_frame, Service, MAX_CONTROL_FRAME,
+};
+use mooncake_common::limits::reusable;
+use mooncake_common::spin_read::{spin_budget, spin_until_readable};
+use mooncake_common::tcp_tune::{congestion_of, paces, tune_data_stream};
+use mooncake_common::AuthKey;
+use mooncake_transfer::sockio::{iov, recv_all, send_all};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+/// Idle connections kept per endpoint.
+const MAX_IDLE: usize = 16;
+/// A pooled connection idle longer than this is closed, not reused (well
+/// inside the server's idle timeout).
+const POOL_IDLE_MAX: Duration = Duration::from_secs(30);
+/// Longest wait for a TCP connection to be accepted.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A connection to a peer.
+pub(crate) enum Conn {
+    /// To the peer's RPC port.
+    Tcp(TcpStream),
+    /// To the peer's Unix socket (same host).
+    Unix(UnixStream),
+}
+
+impl Conn {
+    fn fd(&self) -> std::os::fd::RawFd {
+        match self {
+            Conn::Tcp(s) => s.as_raw_fd(),
+            Conn::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
+    fn write_all(&mut self, b: &[u8]) -> io::Result<()> {
+        match self {
+            Conn::Tcp(s) => s.write_all(b),
+            Conn::Unix(s) => s.write_all(b),
+        }
+    }
+
+    fn read_exact(&mut self, b: &mut [u8]) -> io::Result<()> {
+        match self {
+            Conn::Tcp(s) => s.read_exact(b),
+            Conn::Unix(s) => s.read_exact(b),
+        }
+    }
+
+    fn status(&mut self) -> io::Result<i32> {
+        let mut st = [0u8; 4];
+        spin_until_readable(self.fd(), spin_budget());
+        self.read_exact(&mut st)?;
+        Ok(i32::from_le_bytes(st))
+    }
+
+    /// Send `req` and read its status (Probe, Notify, Vm*).
+    pub(crate) fn call(&mut self, req: &Request) -> io::Result<i32> {
+        self.write_all(&encode_frame(req)?)?;
+        self.status()
+    }
+
+    /// Ask for the peer's descriptor.
+    pub(crate) fn describe(&mut self) -> io::Result<Descriptor> {
+        self.write_all(&encode_frame(&Request::Describe)?)?;
+        spin_until_readable(self.fd(), spin_budget());
+        let body = match self {
+            Conn::Tcp(s) => read_frame(s, MAX_CONTROL_FRAME)?,
+            Conn::Unix(s) => read_frame(s, MAX_CONTROL_FRAME)?,
+        };
+        decode(&body)
+    }
+
+    /// Write local memory into the peer: `(local, remote, len)` items.
+    ///
+    /// # Safety
+    /// Every local range must be readable.
+    pub(crate) unsafe fn write(&mut self, items: &[(u64, u64, u64)]) -> io::Result<i32> {
+        let head = encode_frame(&Request::Write {
+            ranges: items.iter().map(|&(_, r, l)| (r, l)).collect(),
+        })?;
+        let mut iovs = Vec::with_capacity(items.len() + 1);
+        iovs.push(iov(head.as_ptr(), head.len()));
+        push_local(&mut iovs, items);
+        // SAFETY: the header lives until the call returns; the other
+        // iovecs describe the caller's readable ranges.
+        unsafe { send_all(self.fd(), &mut iovs, false)? };
+        self.status()
+    }
+
+    /// Read peer ranges into local memory: `(local, remote, len)` items.
+    ///
+    /// # Safety
+    /// Every local range must be writable and unused meanwhile.
+    pub(crate) unsafe fn read(&mut self, items: &[(u64, u64, u64)]) -> io::Result<i32> {
+        self.write_all(&encode_frame(&Request::Read {
+            ranges: items.iter().map(|&(_, r, l)| (r, l)).collect(),
+        })?)?;
+        let mut iovs = Vec::with_capacity(items.len());
+        push_local(&mut iovs, items);
+        // The status alone first, then the payload with one waiting receive
+        // (measured faster here than taking the status together with the
+        // first bytes of payload: 1 MiB reads at 3.8-4.1 against 2.4-3.0 GB/s).
+        let st = self.status()?;
+        if st != 0 {
+            return Ok(st);
+        }
+        // SAFETY: the iovecs describe the caller's writable ranges.
+        unsafe { recv_all(self.fd(), &mut iovs)? };
+        Ok(0)
+    }
+}
+
+fn push_local(iovs: &mut Vec<libc::iovec>, items: &[(u64, u64, u64)]) {
+    crate::server::push_iovs(iovs, items.iter().map(|&(l, _, n)| (l, n)));
+}
+
+/// Idle connections by endpoint.
+#[derive(Default)]
+pub(crate) struct Pool {
+    tcp: Mutex<HashMap<String, Vec<(TcpStream, Instant)>>>,
+    unix: Mutex<HashMap<String, Vec<(UnixStream, Instant)>>>,
+    /// Per TCP endpoint: whether its newest connection's congestion
+    /// control paces (decides how finely a transfer is split).
+    paced: Mutex<HashMap<String, bool>>,
+}
+
+impl Pool {
+    /// A connection to the RPC port at `endpoint` (`host:port`).
+    pub(crate) fn tcp(
+        &self,
+        endpoint: &str,
+        key: Option<&AuthKey>,
+        timeout: Duration,
+    ) -> io::Result<Conn> {
+        loop {
+            let found = self.tcp.lock().get_mut(endpoint).and_then(Vec::pop);
+            let Some((s, since)) = found else { break };
+            if reusable(&s, since, POOL_IDLE_MAX) {
+                return Ok(Conn::Tcp(s));
+            }
+        }
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "the name resolves to no address");
+        for addr in endpoint.to_socket_addrs()? {
+            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT.min(timeout)) {
+                Ok(mut s) => {
+                    s.set_nodelay(true)?;
+                    tune_data_stream(&s);
+                    let paced = congestion_of(&s).is_none_or(|cc| paces(&cc));
+                    self.paced.lock().insert(endpoint.to_string(), paced);
+                    s.set_read_timeout(Some(timeout))?;
+                    s.set_write_timeout(Some(timeout))?;
+                    client_handshake(&mut s, Service::Engine, key)?;
+                    return Ok(Conn::Tcp(s));
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// A connection to the abstract Unix socket `name`.
+    pub(crate) fn unix(
+        &self,
+        name: &str,
+        key: Option<&AuthKey>,
+        timeout: Duration,
+    ) -> io::Result<Conn> {
+        use std::os::linux::net::SocketAddrExt;
+        loop {
+            let found = self.unix.lock().get_mut(name).and_then(Vec::pop);
+            let Some((s, since)) = found else { break };
+            if reusable(&s, since, POOL_IDLE_MAX) {
+                return Ok(Conn::Unix(s));
+            }
+        }
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+        let mut s = UnixStream::connect_addr(&addr)?;
+        s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(timeout))?;
+        client_handshake(&mut s, Service::Engine, key)?;
+        Ok(Conn::Unix(s))
+    }
+
+    /// Return a healthy connection for reuse.
+    pub(crate) fn give(&self, endpoint: &str, c: Conn) {
+        match c {
+            Conn::Tcp(s) => {
+                let mut g = self.tcp.lock();
+                let v = g.entry(endpoint.to_string()).or_default();
+                if v.len() < MAX_IDLE {
+                    v.push((s, Instant::now()));
+                }
+            }
+            Conn::Unix(s) => {
+                let mut g = self.unix.lock();
+                let v = g.entry(endpoint.to_string()).or_default();
+                if v.len() < MAX_IDLE {
+                    v.push((s, Instant::now()));
+                }
+            }
+        }
+    }
+
+    /// Drop the idle connections to `endpoint` (it failed).
+    pub(crate) fn forget(&self, endpoint: &str) {
+        self.tcp.lock().remove(endpoint);
+        self.unix.lock().remove(endpoint);
+    }
+
+    /// Whether connections to `endpoint` are paced (true before the first).
+    pub(crate) fn paced(&self, endpoint: &str) -> bool {
+        self.paced.lock().get(endpoint).copied().unwrap_or(true)
+    }
+}
+
+/// Whether a status says the target refused a range.
+pub(crate) fn refused(status: i32) -> bool {
+    status == wire::STATUS_OUT_OF_BOUNDS
+}
