@@ -6,7 +6,6 @@ import ctypes
 import re
 import subprocess
 import textwrap
-import time
 from typing import Any
 from urllib.parse import quote
 
@@ -179,9 +178,9 @@ def test_health_check_reports_dead_master(store_factory: StoreFactory, master: M
     s = store_factory(master)
     assert s.health_check() == 0
     master.kill()
-    t0 = time.monotonic()
+    # The bound is the behaviour under test (a dead master is reported
+    # within the 3 s the health check promises), so it is real time.
     assert wait_until(lambda: s.health_check() == 2, 3.0), s.health_check()
-    assert time.monotonic() - t0 <= 3.5
 
 
 def test_close_idempotent_and_never_set_up(store_factory: StoreFactory, master: Master) -> None:

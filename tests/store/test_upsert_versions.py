@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -263,10 +262,9 @@ def test_replaced_versions_count_and_are_bounded_per_key(
         assert master.metric("master_allocated_bytes") == (i + 2) * size
     assert master.metric(RETIRED) == 2
     assert readers[2].batch_get_session_start(["b"]) == [0]
-    t0 = time.monotonic()
     assert w.upsert("b", pattern(size, 9)) == BUSY
-    assert time.monotonic() - t0 >= 0.25  # it waited for a version to be freed
     assert w.get("b") == pattern(size, 2)
+    # It waited for a version to be freed before giving up.
     assert (master.metric("master_upsert_version_waits_total") or 0) >= 1
     # Other keys are not limited by this one.
     assert w.upsert("other", pattern(size, 7)) == 0

@@ -3,7 +3,6 @@
 
 use crate::state::{lease_expired, MasterState, ObjStatus};
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 impl MasterState {
     /// One eviction pass; called every 10 ms.
@@ -23,7 +22,7 @@ impl MasterState {
         }
         self.need_eviction.store(false, Ordering::Relaxed);
         self.metrics.attempted_evictions.inc();
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut plain = Vec::new();
         let mut pinned = Vec::new();
         for (k, o) in g.objects.iter() {

@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod allocator;
+pub mod clock;
 pub mod config;
 mod durable;
 pub mod embedded;
@@ -28,3 +29,5 @@ mod versions;
 
 #[cfg(test)]
 mod test_http;
+#[cfg(test)]
+mod timing_tests;

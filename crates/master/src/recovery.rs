@@ -186,7 +186,7 @@ impl MasterState {
         if desc.size == 0 {
             return Err(ErrorCode::InvalidParams);
         }
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut g = self.inner.lock();
         match g.segments.get(&desc.name) {
             Some(s) if s.client_id != client_id => return Err(ErrorCode::SegmentAlreadyExists),

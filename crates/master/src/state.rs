@@ -5,6 +5,7 @@
 
 use crate::admin::{AdminView, GaugeSnapshot, ReplicaView};
 use crate::allocator::OffsetAllocator;
+use crate::clock::{Clock, SystemClock};
 use crate::config::MasterConfig;
 use crate::ledger_push::OwnerQueue;
 use crate::metadata_kv::MetadataKv;
@@ -187,6 +188,8 @@ pub struct MasterState {
     pub(crate) stopped: AtomicBool,
     /// Signalled (with `inner` held) whenever a retired version is freed.
     pub(crate) version_freed: Condvar,
+    /// Time for leases, pins, TTLs and delays.
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl MasterState {
@@ -195,6 +198,16 @@ impl MasterState {
         cfg: MasterConfig,
         metrics: Arc<MasterMetrics>,
         metadata: Option<Arc<MetadataKv>>,
+    ) -> Arc<Self> {
+        Self::with_clock(cfg, metrics, metadata, Arc::new(SystemClock))
+    }
+
+    /// [`MasterState::new`] reading time from `clock`.
+    pub fn with_clock(
+        cfg: MasterConfig,
+        metrics: Arc<MasterMetrics>,
+        metadata: Option<Arc<MetadataKv>>,
+        clock: Arc<dyn Clock>,
     ) -> Arc<Self> {
         Arc::new(MasterState {
             cfg,
@@ -205,6 +218,7 @@ impl MasterState {
             next_ticket: std::sync::atomic::AtomicU64::new(1),
             stopped: AtomicBool::new(false),
             version_freed: Condvar::new(),
+            clock,
         })
     }
 
@@ -257,7 +271,7 @@ impl MasterState {
         let mut g = self.inner.lock();
         match g.clients.get_mut(client_id) {
             Some(c) => {
-                c.last_ping = Instant::now();
+                c.last_ping = self.clock.now();
                 false
             }
             None => true,
@@ -311,10 +325,10 @@ impl MasterState {
             .clients
             .entry(client_id.to_string())
             .or_insert_with(|| ClientEntry {
-                last_ping: Instant::now(),
+                last_ping: self.clock.now(),
                 segments: Vec::new(),
             });
-        client.last_ping = Instant::now();
+        client.last_ping = self.clock.now();
         if desc.size > 0 && !client.segments.contains(&desc.name) {
             client.segments.push(desc.name);
         }
@@ -350,7 +364,7 @@ impl MasterState {
     /// Expire clients that missed their TTL.
     pub(crate) fn expire_clients(&self) {
         let ttl = Duration::from_secs(self.cfg.client_ttl_sec.max(0) as u64);
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut expired_segments = Vec::new();
         {
             let mut g = self.inner.lock();
@@ -389,7 +403,7 @@ impl MasterState {
 
     /// Release deferred frees whose time has come and discard stale PROCESSING puts.
     pub(crate) fn sweep_discarded(&self) {
-        let now = Instant::now();
+        let now = self.clock.now();
         let discard = Duration::from_secs(self.cfg.put_start_discard_timeout_sec);
         let release = Duration::from_secs(self.cfg.put_start_release_timeout_sec);
         let mut g = self.inner.lock();
@@ -611,7 +625,7 @@ impl AdminView for MasterState {
     fn gauges(&self) -> GaugeSnapshot {
         let g = self.inner.lock();
         let (used, total) = g.usage();
-        let now = Instant::now();
+        let now = self.clock.now();
         GaugeSnapshot {
             allocated_bytes: used,
             total_capacity_bytes: total,

@@ -234,9 +234,10 @@ impl MasterState {
             return g;
         }
         self.metrics.upsert_version_waits.inc();
+        // The wait itself is real time; lease expiries are on the state's clock.
         let deadline = Instant::now() + Duration::from_millis(self.cfg.pending_version_wait_ms);
         loop {
-            let now = Instant::now();
+            let now = self.clock.now();
             let mut wake = deadline;
             let mut full = false;
             for k in keys {
@@ -251,15 +252,16 @@ impl MasterState {
                 if g.retired_count(k) >= limit {
                     full = true;
                     if let Some(t) = g.retired_free_by(k) {
-                        wake = wake.min(t);
+                        wake = wake.min(Instant::now() + t.saturating_duration_since(now));
                     }
                 }
             }
-            if !full || now >= deadline {
+            let real = Instant::now();
+            if !full || real >= deadline {
                 return g;
             }
             self.version_freed
-                .wait_until(&mut g, wake.max(now + Duration::from_millis(1)));
+                .wait_until(&mut g, wake.max(real + Duration::from_millis(1)));
         }
     }
 

@@ -1,0 +1,270 @@
+//! Time-driven rules of the master state, tested on a [`ManualClock`]:
+//! leases, client TTLs, discarded and released writes, soft pins, suspect
+//! owners, retired versions and stale upserts. Time moves only when a test
+//! advances it; the periodic passes are called directly.
+
+use crate::clock::ManualClock;
+use crate::config::MasterConfig;
+use crate::metrics::MasterMetrics;
+use crate::state::MasterState;
+use mooncake_common::proto::{PutStartItem, SegmentDesc, SoftPin, WriteConfig};
+use mooncake_common::ErrorCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn desc(name: &str, uuid: &str, size: u64) -> SegmentDesc {
+    SegmentDesc {
+        name: name.into(),
+        uuid: uuid.into(),
+        size,
+        base_addr: 0,
+        host_id: "host".into(),
+        pid: 1,
+        endpoint: name.into(),
+        socket_name: String::new(),
+    }
+}
+
+fn state(cfg: MasterConfig) -> (Arc<MasterState>, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::default());
+    let st = MasterState::with_clock(
+        cfg,
+        Arc::new(MasterMetrics::default()),
+        None,
+        Arc::clone(&clock) as _,
+    );
+    st.mount_segment("c1", desc("h:1", "u1", 1 << 20)).unwrap();
+    (st, clock)
+}
+
+fn keys(k: &str) -> Vec<String> {
+    vec![k.to_string()]
+}
+
+/// Start and commit a write of `key` as the owner of "h:1".
+fn put(st: &MasterState, key: &str, size: u64, cfg: &WriteConfig, upsert: bool) -> PutStartItem {
+    let mut items = st.put_start(&keys(key), &[size], cfg, upsert);
+    if let PutStartItem::Write { version, .. } = items[0] {
+        st.commit_end(&keys(key), &[version], &["h:1".to_string()])
+            .unwrap();
+    }
+    items.remove(0)
+}
+
+fn used(st: &MasterState) -> u64 {
+    st.inner.lock().segments["h:1"].alloc.used()
+}
+
+#[test]
+fn a_lease_blocks_removal_until_it_runs_out() {
+    let cfg = MasterConfig {
+        default_kv_lease_ttl_ms: 5000,
+        ..MasterConfig::default()
+    };
+    let (st, clock) = state(cfg);
+    assert!(matches!(
+        put(&st, "k", 64, &WriteConfig::default(), false),
+        PutStartItem::Write { .. }
+    ));
+    assert!(st.get_replica_list(&keys("k"), false)[0].is_ok());
+    assert_eq!(
+        st.remove(&keys("k"), false),
+        vec![ErrorCode::ObjectHasLease.code()]
+    );
+    clock.advance(Duration::from_millis(4999));
+    assert_eq!(
+        st.remove(&keys("k"), false),
+        vec![ErrorCode::ObjectHasLease.code()]
+    );
+    // is_exist renews the lease like a read.
+    assert_eq!(st.exist(&keys("k")), vec![1]);
+    clock.advance(Duration::from_millis(4999));
+    assert_eq!(
+        st.remove(&keys("k"), false),
+        vec![ErrorCode::ObjectHasLease.code()]
+    );
+    clock.advance(Duration::from_millis(2));
+    assert_eq!(st.remove(&keys("k"), false), vec![0]);
+}
+
+#[test]
+fn a_silent_client_expires_after_its_ttl_and_takes_its_objects() {
+    let cfg = MasterConfig {
+        client_ttl_sec: 10,
+        ..MasterConfig::default()
+    };
+    let (st, clock) = state(cfg);
+    assert!(matches!(
+        put(&st, "k", 64, &WriteConfig::default(), false),
+        PutStartItem::Write { .. }
+    ));
+    clock.advance(Duration::from_secs(9));
+    assert!(!st.ping("c1"), "a known client needs no remount");
+    clock.advance(Duration::from_secs(10));
+    st.expire_clients();
+    assert_eq!(st.inner.lock().segments.len(), 1, "it pinged 10 s ago");
+    clock.advance(Duration::from_millis(1));
+    st.expire_clients();
+    let g = st.inner.lock();
+    assert!(g.segments.is_empty());
+    assert!(g.objects.is_empty());
+    assert!(g.expired_uuids.contains_key("u1"));
+    drop(g);
+    assert!(st.ping("c1"), "an expired client must remount");
+}
+
+#[test]
+fn a_write_left_in_flight_is_discarded_then_its_space_released() {
+    let cfg = MasterConfig {
+        put_start_discard_timeout_sec: 30,
+        put_start_release_timeout_sec: 600,
+        ..MasterConfig::default()
+    };
+    let (st, clock) = state(cfg);
+    let items = st.put_start(&keys("stuck"), &[1000], &WriteConfig::default(), false);
+    assert!(matches!(items[0], PutStartItem::Write { .. }));
+    // Young: a second write of the key waits for it (write-once).
+    clock.advance(Duration::from_secs(30));
+    st.sweep_discarded();
+    assert!(st.inner.lock().objects.contains_key("stuck"));
+    clock.advance(Duration::from_secs(1));
+    st.sweep_discarded();
+    assert!(!st.inner.lock().objects.contains_key("stuck"));
+    // The writer may still be copying: the space stays taken until release.
+    assert_eq!(used(&st), 1024);
+    clock.advance(Duration::from_secs(600 - 31 - 1));
+    st.sweep_discarded();
+    assert_eq!(used(&st), 1024);
+    clock.advance(Duration::from_secs(1));
+    st.sweep_discarded();
+    assert_eq!(used(&st), 0);
+}
+
+#[test]
+fn a_stale_upsert_is_dropped_and_the_committed_version_stays() {
+    let cfg = MasterConfig {
+        put_start_discard_timeout_sec: 30,
+        put_start_release_timeout_sec: 60,
+        ..MasterConfig::default()
+    };
+    let (st, clock) = state(cfg);
+    assert!(matches!(
+        put(&st, "k", 64, &WriteConfig::default(), false),
+        PutStartItem::Write { .. }
+    ));
+    let v = match st.put_start(&keys("k"), &[64], &WriteConfig::default(), true)[0] {
+        PutStartItem::Write { version, .. } => version,
+        ref other => panic!("{other:?}"),
+    };
+    clock.advance(Duration::from_secs(31));
+    st.sweep_discarded();
+    assert!(st.inner.lock().objects["k"].upserts.is_empty());
+    // Its commit comes too late: the committed version is unchanged.
+    let before = st.get_replica_list(&keys("k"), false)[0].clone().unwrap();
+    st.commit_end(&keys("k"), &[v], &["h:1".to_string()])
+        .unwrap();
+    assert_eq!(st.get_replica_list(&keys("k"), false)[0], Ok(before));
+    clock.advance(Duration::from_secs(30));
+    st.sweep_discarded();
+    assert_eq!(used(&st), 64);
+}
+
+#[test]
+fn a_soft_pin_protects_from_eviction_only_while_it_lasts() {
+    let cfg = MasterConfig {
+        default_kv_lease_ttl_ms: 100,
+        allow_evict_soft_pinned_objects: false,
+        ..MasterConfig::default()
+    };
+    let (st, clock) = state(cfg);
+    let pinned = WriteConfig {
+        soft_pin: SoftPin::Enable,
+        soft_pin_ttl_ms: Some(60_000),
+        ..WriteConfig::default()
+    };
+    assert!(matches!(
+        put(&st, "pinned", 1 << 19, &pinned, false),
+        PutStartItem::Write { .. }
+    ));
+    assert!(matches!(
+        put(&st, "plain", 1 << 18, &WriteConfig::default(), false),
+        PutStartItem::Write { .. }
+    ));
+    // Full past the watermark; leases long over.
+    assert!(matches!(
+        put(
+            &st,
+            "fill",
+            (1 << 18) - 1024,
+            &WriteConfig::default(),
+            false
+        ),
+        PutStartItem::Write { .. }
+    ));
+    clock.advance(Duration::from_secs(1));
+    for _ in 0..4 {
+        st.eviction_pass();
+    }
+    assert!(st.inner.lock().objects.contains_key("pinned"));
+    clock.advance(Duration::from_secs(60));
+    for _ in 0..4 {
+        st.eviction_pass();
+    }
+    let g = st.inner.lock();
+    assert!(!g.objects.contains_key("pinned"), "the pin ran out");
+}
+
+#[test]
+fn a_read_holds_a_replaced_version_until_its_lease_runs_out() {
+    let cfg = MasterConfig {
+        default_kv_lease_ttl_ms: 2000,
+        ..MasterConfig::default()
+    };
+    let (st, clock) = state(cfg);
+    let w = WriteConfig::default();
+    assert!(matches!(
+        put(&st, "k", 64, &w, false),
+        PutStartItem::Write { .. }
+    ));
+    // A read whose done report never comes.
+    assert!(st.get_replica_list(&keys("k"), true)[0].is_ok());
+    assert!(matches!(
+        put(&st, "k", 64, &w, true),
+        PutStartItem::Write { .. }
+    ));
+    assert_eq!(used(&st), 128);
+    clock.advance(Duration::from_millis(1999));
+    st.sweep_discarded();
+    assert_eq!(used(&st), 128);
+    clock.advance(Duration::from_millis(2));
+    st.sweep_discarded();
+    assert_eq!(used(&st), 64);
+    assert!(st.inner.lock().retired.is_empty());
+}
+
+#[test]
+fn a_suspect_owner_gets_new_replicas_only_when_nothing_else_fits() {
+    let (st, clock) = state(MasterConfig::default());
+    st.mount_segment("c2", desc("h:2", "u2", 1 << 20)).unwrap();
+    // c1 goes silent past one and a half heartbeats; c2 keeps pinging.
+    clock.advance(Duration::from_millis(1600));
+    assert!(!st.ping("c2"));
+    for i in 0..8 {
+        let items = st.put_start(
+            &keys(&format!("k{i}")),
+            &[64],
+            &WriteConfig::default(),
+            false,
+        );
+        match &items[0] {
+            PutStartItem::Write { replicas, .. } => assert_eq!(replicas[0].segment_name, "h:2"),
+            other => panic!("{other:?}"),
+        }
+    }
+    // With h:2 full, the suspect h:1 is still used rather than failing.
+    let items = st.put_start(&keys("big"), &[1 << 20], &WriteConfig::default(), false);
+    match &items[0] {
+        PutStartItem::Write { replicas, .. } => assert_eq!(replicas[0].segment_name, "h:1"),
+        other => panic!("{other:?}"),
+    }
+}
