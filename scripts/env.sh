@@ -28,6 +28,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
     echo "note: ss (iproute2) is missing; the store suite's congestion-control test needs it" >&2
   fi
 fi
+# cargo-machete for the lint gate's unused-dependency check.
+if ! command -v cargo-machete >/dev/null 2>&1; then
+  cargo install cargo-machete --locked -q
+fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi

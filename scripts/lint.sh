@@ -11,6 +11,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy (workspace lints denied)"
 cargo clippy --workspace --all-targets -q -- -D warnings
+echo "== cargo machete (no unused dependencies)"
+cargo machete
 echo "== module tree (no cycles between sibling modules, any crate)"
 python scripts/module_tree.py crates
 echo "== ruff check / ruff format --check"

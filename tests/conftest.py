@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 from helpers.common import pattern  # noqa: F401  (re-exported for tests)
+from helpers.master_proc import ephemeral_flags, read_ports
 
 REPO = Path(__file__).resolve().parent.parent
 HELPERS = Path(__file__).resolve().parent / "helpers"
@@ -172,33 +173,24 @@ def _kill_tree(proc: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
 
 
 class Master:
-    """A real ``mooncake_master`` process on free ports."""
+    """A real ``mooncake_master`` process on ports the kernel picked.
+
+    The first start binds port 0 on 127.0.0.1 for every listener and reads
+    the ports the master got from its effective-configuration line; later
+    starts (``restart``) ask for those same ports again."""
 
     def __init__(self, tmpdir: Path, **flags: Any) -> None:
-        self.rpc_port = free_port()
-        self.http_port = free_port()
-        self.metrics_port = free_port()
+        self.rpc_port = 0
+        self.http_port = 0
+        self.metrics_port = 0
         self.flags: dict[str, Any] = {
             "default_kv_lease_ttl": DEFAULT_LEASE_TTL_MS,
         }
         self.flags.update(flags)
         self.tmpdir = tmpdir
         self.proc: subprocess.Popen[bytes] | None = None
-        # A port found free can be taken (by another process's outgoing
-        # connection) before the master binds it: pick new ports and retry.
-        for attempt in range(3):
-            self.log_path = tmpdir / f"master-{self.rpc_port}.log"
-            try:
-                self.start()
-                return
-            except AssertionError:
-                if attempt == 2 or "Address already in use" not in self.log_text():
-                    raise
-            self.rpc_port, self.http_port, self.metrics_port = (
-                free_port(),
-                free_port(),
-                free_port(),
-            )
+        self.log_path = tmpdir / f"master-{id(self):x}.log"
+        self.start()
 
     @property
     def rpc_addr(self) -> str:
@@ -213,13 +205,18 @@ class Master:
         return f"http://127.0.0.1:{self.metrics_port}"
 
     def argv(self) -> list[str]:
-        args = [
-            master_bin(),
-            f"--rpc_port={self.rpc_port}",
-            "--enable_http_metadata_server=true",
-            f"--http_metadata_server_port={self.http_port}",
-            f"--metrics_port={self.metrics_port}",
-        ]
+        if self.rpc_port == 0:
+            ports = ephemeral_flags()
+        else:
+            ports = [
+                "--rpc_address=127.0.0.1",
+                f"--rpc_port={self.rpc_port}",
+                "--http_metadata_server_host=127.0.0.1",
+                f"--http_metadata_server_port={self.http_port}",
+                "--metrics_host=127.0.0.1",
+                f"--metrics_port={self.metrics_port}",
+            ]
+        args = [master_bin(), *ports, "--enable_http_metadata_server=true"]
         for k, v in self.flags.items():
             if isinstance(v, bool):
                 v = "true" if v else "false"
@@ -227,6 +224,7 @@ class Master:
         return args
 
     def start(self, timeout: float = 10.0) -> None:
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         try:
             self.proc = subprocess.Popen(
@@ -234,15 +232,14 @@ class Master:
             )
         finally:
             log.close()
-        ok = wait_until(
-            lambda: (
-                self.proc is not None and (self.proc.poll() is not None or port_open(self.rpc_port))
-            ),
-            timeout,
-        )
-        if not ok or self.proc.poll() is not None:
+        try:
+            ports = read_ports(self.log_path, self.proc, timeout, offset)
+        except AssertionError:
             self.kill()
-            raise AssertionError(f"master did not come up:\n{self.log_text()[-4000:]}")
+            raise
+        self.rpc_port = ports["rpc_port"]
+        self.http_port = ports["http_metadata_server_port"]
+        self.metrics_port = ports["metrics_port"]
 
     def wait_admin(self, timeout: float = 10.0) -> None:
         assert wait_until(lambda: port_open(self.metrics_port), timeout), "admin port not up"

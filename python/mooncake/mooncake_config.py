@@ -20,35 +20,20 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from mooncake import _native
 
 DEFAULT_GLOBAL_SEGMENT_SIZE = 3355443200  # 3.125 GiB
 DEFAULT_LOCAL_BUFFER_SIZE = 1073741824  # 1 GiB
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kb": 1 << 10,
-    "kib": 1 << 10,
-    "m": 1 << 20,
-    "mb": 1 << 20,
-    "mib": 1 << 20,
-    "g": 1 << 30,
-    "gb": 1 << 30,
-    "gib": 1 << 30,
-    "t": 1 << 40,
-    "tb": 1 << 40,
-    "tib": 1 << 40,
-}
-_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*$")
 _REQUIRED = ("local_hostname", "metadata_server", "master_server_address")
 
 
 def parse_size(value: Any) -> int:
-    """Bytes from an int or a size string such as ``"4GB"``.
+    """Bytes from an int or a size string such as ``"4GB"`` or ``"512 MiB"``
+    (the project's one size parser: ``mooncake._native.parse_size``).
 
     Raises ``ValueError`` for negative or malformed values and ``TypeError``
     for values that are neither numbers nor strings.
@@ -65,11 +50,7 @@ def parse_size(value: Any) -> int:
         return int(value)
     if not isinstance(value, str):
         raise TypeError(f"invalid size: {value!r}")
-    m = _SIZE_RE.match(value)
-    if m is None or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"invalid size: {value!r}")
-    number, unit = float(m.group(1)), _UNITS[m.group(2).lower()]
-    return int(number * unit)
+    return _native.parse_size(value)
 
 
 @dataclass

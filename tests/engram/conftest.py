@@ -11,12 +11,16 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# Child scripts import this file with only tests/engram on their path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers.master_proc import ephemeral_flags, read_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,32 +52,29 @@ def master_command() -> list[str]:
 
 
 class Master:
-    """A running master process."""
+    """A running master process on ports the kernel picked (see
+    ``helpers.master_proc``)."""
 
     def __init__(self, lease_ms: int, extra: tuple[str, ...] = ()) -> None:
-        self.rpc_port = free_port()
-        self.http_port = free_port()
-        self.metrics_port = free_port()
         cmd = master_command() + [
-            f"--rpc_port={self.rpc_port}",
+            *ephemeral_flags(),
             "--enable_http_metadata_server",
-            f"--http_metadata_server_port={self.http_port}",
-            f"--metrics_port={self.metrics_port}",
             f"--default_kv_lease_ttl={lease_ms}",
             *extra,
         ]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
-                raise RuntimeError(f"master exited: {err}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.rpc_port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("master did not start")
+        fd, log = tempfile.mkstemp(prefix="engram-master-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(log)
+        with open(self.log_path, "wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            ports = read_ports(self.log_path, self.proc, 20.0)
+        except AssertionError as e:
+            self.stop()
+            raise RuntimeError(str(e)) from e
+        self.rpc_port = ports["rpc_port"]
+        self.http_port = ports["http_metadata_server_port"]
+        self.metrics_port = ports["metrics_port"]
 
     @property
     def addr(self) -> str:

@@ -101,13 +101,23 @@ def test_load_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(1024, 1024), ("1024", 1024), ("1.5GB", 3 << 29), ("2 MiB", 2 << 20), ("3k", 3072)],
+    [
+        (1024, 1024),
+        ("1024", 1024),
+        ("1.5GB", 3 << 29),
+        ("2 MiB", 2 << 20),
+        ("3k", 3072),
+        ("4 GB", 4 << 30),
+        ("512MiB", 512 << 20),
+        ("1TiB", 1 << 40),
+        ("infinite", (1 << 64) - 1),
+    ],
 )
 def test_parse_size(value: object, expected: int) -> None:
     assert parse_size(value) == expected
 
 
-@pytest.mark.parametrize("value", [-1, "abc", "1XB", 1.5])
+@pytest.mark.parametrize("value", [-1, "abc", "1XB", 1.5, "-1M", "1e3", "1.2.3K", ""])
 def test_parse_size_invalid(value: object) -> None:
     with pytest.raises(ValueError):
         parse_size(value)
@@ -117,3 +127,13 @@ def test_parse_size_invalid(value: object) -> None:
 def test_parse_size_wrong_type(value: object) -> None:
     with pytest.raises(TypeError):
         parse_size(value)
+
+
+def test_one_size_parser_for_config_benchmarks_and_the_native_side() -> None:
+    from mooncake import _native
+    from mooncake.pg.bench import parse_size as bench_parse_size
+
+    for text in ("8", "64K", "1M", "2 MiB", "1.5g"):
+        assert parse_size(text) == _native.parse_size(text) == bench_parse_size(text)
+    with pytest.raises(ValueError, match="invalid size"):
+        _native.parse_size("12 parsecs")

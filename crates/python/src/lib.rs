@@ -31,10 +31,19 @@ fn run_master(py: Python<'_>, argv: Vec<String>) -> i32 {
     py.allow_threads(|| mooncake_master::server::run_master(argv))
 }
 
+/// Bytes of a size string (`"4GB"`, `"512 MiB"`, `"1.5g"`, `"infinite"`;
+/// see `mooncake_common::size::parse_size`); `ValueError` otherwise.
+#[pyfunction]
+fn parse_size(text: &str) -> PyResult<u64> {
+    mooncake_common::size::parse_size(text)
+        .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("invalid size: {text:?}")))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(run_master, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_size, m)?)?;
     store::register(m)?;
     engine::register(m)?;
     engram::register(m)?;

@@ -37,13 +37,11 @@ COLLECTIVES = [
 
 
 def parse_size(s: str) -> int:
-    s = s.strip().upper()
-    mult = 1
-    for suf, m in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if s.endswith(suf):
-            s, mult = s[:-1], m
-            break
-    return int(float(s) * mult)
+    """Bytes of ``-b``/``-e`` values such as ``8``, ``64K``, ``1M`` (the
+    project's size parser)."""
+    from mooncake import _native
+
+    return _native.parse_size(s)
 
 
 def sizes(args: argparse.Namespace) -> list[int]:
