@@ -7,7 +7,7 @@
 
 use crate::ledger_push::{AckWait, OwnerQueue, ACK_TIMEOUT};
 use crate::state::{Inner, MasterState, Object, PendingPin, Replica};
-use mooncake_common::ledger::{LedgerEntry, LedgerOp};
+use mooncake_common::ledger::{alloc_len, LedgerEntry, LedgerOp};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -47,24 +47,22 @@ impl Inner {
     /// space is released once its owner acknowledges. The forgets are also
     /// remembered under `key`, so that a later write of the key is
     /// acknowledged only after them.
-    pub(crate) fn forget_replicas(&mut self, key: &str, o: &Object) -> Waits {
+    pub(crate) fn forget_replicas(&mut self, key: Box<str>, o: &Object) -> Waits {
         let mut waits = Vec::new();
         for r in &o.replicas {
-            if let Some(seg) = self.segments.get(&r.segment) {
-                if seg.desc.uuid == r.segment_uuid {
-                    let q = Arc::clone(&seg.ledger);
-                    let op = LedgerOp::Forget {
-                        offset: r.offset,
-                        version: o.version,
-                    };
-                    let seq = q.push_forget_then_free(op, r.offset, o.size);
-                    waits.push((q, seq));
-                }
+            if let Some(seg) = self.segments.by_id(r.seg) {
+                let q = Arc::clone(&seg.ledger);
+                let op = LedgerOp::Forget {
+                    offset: r.offset,
+                    version: o.version,
+                };
+                let seq = q.push_forget_then_free(op, r.offset, o.size);
+                waits.push((q, seq));
             }
         }
         if !waits.is_empty() {
             self.key_forgets
-                .entry(key.to_string())
+                .entry(key)
                 .or_default()
                 .extend(waits.iter().cloned());
         }
@@ -91,23 +89,21 @@ impl Inner {
         let mut waits = Vec::new();
         let mut handed = Vec::new();
         for r in replicas {
-            if let Some(seg) = self.segments.get(&r.segment) {
-                if seg.desc.uuid == r.segment_uuid {
-                    let op = LedgerOp::Commit(LedgerEntry {
-                        key: key.to_string(),
-                        version,
-                        offset: r.offset,
-                        size,
-                        hard_pin,
-                        soft_pin_until_ms,
-                    });
-                    if local.contains(&r.segment) {
-                        handed.push((r.segment.clone(), op));
-                    } else {
-                        let q = Arc::clone(&seg.ledger);
-                        let seq = q.push(op);
-                        waits.push((r.segment.clone(), q, seq));
-                    }
+            if let Some(seg) = self.segments.by_id(r.seg) {
+                let op = LedgerOp::Commit(LedgerEntry {
+                    key: key.to_string(),
+                    version,
+                    offset: r.offset,
+                    size,
+                    hard_pin,
+                    soft_pin_until_ms,
+                });
+                if local.contains(&seg.desc.name) {
+                    handed.push((seg.desc.name.clone(), op));
+                } else {
+                    let q = Arc::clone(&seg.ledger);
+                    let seq = q.push(op);
+                    waits.push((seg.desc.name.clone(), q, seq));
                 }
             }
         }
@@ -119,16 +115,14 @@ impl Inner {
     /// write releases it).
     pub(crate) fn forget_entries(&self, version: u64, replicas: &[Replica], local: &[String]) {
         for r in replicas {
-            if local.contains(&r.segment) {
-                continue;
-            }
-            if let Some(seg) = self.segments.get(&r.segment) {
-                if seg.desc.uuid == r.segment_uuid {
-                    seg.ledger.push(LedgerOp::Forget {
-                        offset: r.offset,
-                        version,
-                    });
+            if let Some(seg) = self.segments.by_id(r.seg) {
+                if local.contains(&seg.desc.name) {
+                    continue;
                 }
+                seg.ledger.push(LedgerOp::Forget {
+                    offset: r.offset,
+                    version,
+                });
             }
         }
     }
@@ -138,43 +132,39 @@ impl Inner {
     /// after the queued commit, each replica's space returning on the ack.
     pub(crate) fn forget_committed(&mut self, version: u64, size: u64, replicas: &[Replica]) {
         for r in replicas {
-            if let Some(seg) = self.segments.get(&r.segment) {
-                if seg.desc.uuid == r.segment_uuid {
-                    let op = LedgerOp::Forget {
-                        offset: r.offset,
-                        version,
-                    };
-                    seg.ledger.push_forget_then_free(op, r.offset, size);
-                }
+            if let Some(seg) = self.segments.by_id(r.seg) {
+                let op = LedgerOp::Forget {
+                    offset: r.offset,
+                    version,
+                };
+                seg.ledger.push_forget_then_free(op, r.offset, size);
             }
         }
+    }
+
+    /// Whether replica `r` lives in one of the segments named in `names`.
+    pub(crate) fn in_segments(&self, r: &Replica, names: &[String]) -> bool {
+        let name = self.segments.name_of(r.seg);
+        !name.is_empty() && names.iter().any(|n| n == name)
     }
 
     /// Drop the replicas of `key` that live in `segments` (their owners did
     /// not confirm the commit): each owner is told to forget it (after the
     /// commit still queued for it) and the space returns on that ack.
     pub(crate) fn drop_unconfirmed(&mut self, key: &str, segments: &[String]) {
-        let Some(mut o) = self.objects.remove(key) else {
+        let Some(o) = self.objects.get(key) else {
             return;
         };
-        let (gone, keep): (Vec<_>, Vec<_>) = o
+        let (gone, keep): (Vec<Replica>, Vec<Replica>) = o
             .replicas
-            .drain(..)
-            .partition(|r| segments.contains(&r.segment));
-        o.replicas = keep;
-        for r in gone {
-            if let Some(seg) = self.segments.get(&r.segment) {
-                if seg.desc.uuid == r.segment_uuid {
-                    let op = LedgerOp::Forget {
-                        offset: r.offset,
-                        version: o.version,
-                    };
-                    seg.ledger.push_forget_then_free(op, r.offset, o.size);
-                }
-            }
-        }
-        if !o.replicas.is_empty() {
-            self.objects.insert(key.to_string(), o);
+            .iter()
+            .partition(|r| self.in_segments(r, segments));
+        let (version, size) = (o.version, o.size);
+        self.forget_committed(version, size, &gone);
+        if keep.is_empty() {
+            self.objects.swap_remove(key);
+        } else if let Some(o) = self.objects.get_mut(key) {
+            o.replicas = keep.into_iter().collect();
         }
     }
 
@@ -196,11 +186,22 @@ impl MasterState {
         if waits.is_empty() {
             return;
         }
+        // Acks are cumulative per queue: wait for each queue's last op only.
+        let mut last: Vec<(&Arc<OwnerQueue>, u64, u64)> = Vec::new();
+        for (q, seq) in waits {
+            match last.iter_mut().find(|(l, _, _)| Arc::ptr_eq(l, q)) {
+                Some((_, max, n)) => {
+                    *max = (*max).max(*seq);
+                    *n += 1;
+                }
+                None => last.push((q, *seq, 1)),
+            }
+        }
         let deadline = Instant::now() + ACK_TIMEOUT;
         let mut unconfirmed = 0u64;
-        for (q, seq) in waits {
-            if q.wait(*seq, deadline) == AckWait::Unconfirmed {
-                unconfirmed += 1;
+        for (q, seq, n) in last {
+            if q.wait(seq, deadline) == AckWait::Unconfirmed {
+                unconfirmed += n;
             }
         }
         if unconfirmed > 0 {
@@ -227,24 +228,82 @@ impl MasterState {
     /// The owner of `segment` (memory `uuid`) acknowledged forgets: return
     /// their `(offset, size)` ranges to the segment's allocator.
     pub(crate) fn release_forgotten(&self, segment: &str, uuid: &str, ranges: Vec<(u64, u64)>) {
+        let mut ranges = ranges;
+        ranges.sort_unstable();
+        let runs = merge_runs(&ranges);
         let mut g = self.inner.lock();
         if let Some(seg) = g.segments.get_mut(segment) {
             if seg.desc.uuid == uuid {
-                for (off, size) in ranges {
+                for (off, size) in runs {
                     seg.alloc.free(off, size);
                 }
             }
         }
         // Remembered forgets are pruned when their key is written again;
-        // sweep the acknowledged ones only when many keys accumulated.
-        if g.key_forgets.len() > KEY_FORGETS_SWEEP {
-            g.key_forgets.retain(|_, v| {
-                v.retain(|(q, s)| q.acked() < *s);
-                !v.is_empty()
-            });
+        // acks sweep the acknowledged ones only when the map doubled since
+        // its last sweep (amortised constant work per forget).
+        if g.key_forgets.len() > KEY_FORGETS_SWEEP.max(2 * g.key_forgets_swept) {
+            let shrunk = g.sweep_key_forgets();
+            drop(g);
+            if shrunk {
+                crate::memory::return_free_memory();
+            }
         }
     }
 }
 
+impl Inner {
+    /// Drop the remembered forgets their owners acknowledged; returns
+    /// whether the map gave memory back.
+    pub(crate) fn sweep_key_forgets(&mut self) -> bool {
+        self.key_forgets.retain(|_, v| {
+            v.retain(|(q, s)| q.acked() < *s);
+            !v.is_empty()
+        });
+        self.key_forgets_swept = self.key_forgets.len();
+        if self.key_forgets.capacity() > KEY_FORGETS_SWEEP
+            && self.key_forgets.len() * 4 < self.key_forgets.capacity()
+        {
+            self.key_forgets.shrink_to_fit();
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Sorted `(offset, size)` ranges with every run of ranges that follow one
+/// another (each starting where the previous one's allocation ends) joined
+/// into one, so a large removal frees a few long extents instead of one
+/// allocator update per object.
+fn merge_runs(sorted: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &(off, size) in sorted {
+        let len = alloc_len(size);
+        match out.last_mut() {
+            Some((o, l)) if o.checked_add(*l) == Some(off) => *l += len,
+            _ => out.push((off, len)),
+        }
+    }
+    out
+}
+
 /// Number of keys with remembered forgets above which acks sweep them.
 const KEY_FORGETS_SWEEP: usize = 4096;
+
+#[cfg(test)]
+mod tests {
+    use super::merge_runs;
+
+    #[test]
+    fn runs_join_only_ranges_that_follow_one_another() {
+        // 100 bytes take 128 with the 64-byte alignment.
+        let r = merge_runs(&[(0, 100), (128, 64), (192, 1), (512, 64), (1024, 64)]);
+        assert_eq!(r, vec![(0, 256), (512, 64), (1024, 64)]);
+        assert!(merge_runs(&[]).is_empty());
+        assert_eq!(
+            merge_runs(&[(u64::MAX - 63, 64)]),
+            vec![(u64::MAX - 63, 64)]
+        );
+    }
+}

@@ -46,7 +46,7 @@ impl MasterState {
         let lower = ((target as f64 / 2.0).max((ratio - hw) * n)).ceil() as usize;
         plain.sort();
         pinned.sort();
-        let mut victims: Vec<String> = plain.into_iter().take(target).map(|(_, k)| k).collect();
+        let mut victims: Vec<Box<str>> = plain.into_iter().take(target).map(|(_, k)| k).collect();
         if victims.len() < lower && self.cfg.allow_evict_soft_pinned_objects {
             let more = target.saturating_sub(victims.len());
             victims.extend(pinned.into_iter().take(more).map(|(_, k)| k));
@@ -54,7 +54,7 @@ impl MasterState {
         let mut bytes = 0u64;
         let release = std::time::Duration::from_secs(self.cfg.put_start_release_timeout_sec);
         for k in &victims {
-            if let Some(o) = g.objects.get(k) {
+            if let Some(o) = g.objects.get(&**k) {
                 bytes = bytes.saturating_add(o.size.saturating_mul(o.replicas.len() as u64));
             }
             // The space returns when the owners acknowledge the forget.

@@ -31,6 +31,8 @@ const RECONNECT_GRACE: Duration = Duration::from_secs(2);
 const KEEPALIVE: Duration = Duration::from_millis(1000);
 /// Largest batch of ops in one push.
 const MAX_BATCH: usize = 4096;
+/// Capacity (in ops) above which an emptied queue gives its memory back.
+const SHRINK_ABOVE: usize = 1 << 16;
 /// Largest ack frame accepted (an ack is a sequence number).
 const MAX_ACK_FRAME: usize = 64;
 
@@ -256,14 +258,26 @@ impl OwnerQueue {
             if !freed.is_empty() {
                 release(freed);
             }
-            {
+            let shrunk = {
                 let mut g = self.st.lock();
                 g.acked = g.acked.max(acked);
                 while g.pending.front().is_some_and(|(s, _)| *s <= acked) {
                     g.pending.pop_front();
                 }
-            }
+                // A burst of ops (a large removal) left big empty queues.
+                let big = g.pending.capacity() > SHRINK_ABOVE || g.frees.capacity() > SHRINK_ABOVE;
+                if big && g.pending.is_empty() && g.frees.is_empty() {
+                    g.pending.shrink_to_fit();
+                    g.frees.shrink_to_fit();
+                    true
+                } else {
+                    false
+                }
+            };
             self.cv.notify_all();
+            if shrunk {
+                crate::memory::return_free_memory();
+            }
         }
     }
 }

@@ -113,8 +113,10 @@ impl MasterState {
             let mut hard_pin = cfg.hard_pin;
             // An upsert over the committed version of an existing object.
             let mut over_committed = false;
-            if let Some(o) = g.objects.get(key) {
-                let young = now.duration_since(o.put_start) <= discard;
+            if let Some(o) = g.objects.get(key.as_str()) {
+                let young = o
+                    .put_start()
+                    .is_some_and(|t| now.saturating_duration_since(t) <= discard);
                 match (o.status, upsert) {
                     (ObjStatus::Complete, false) => {
                         out.push(PutStartItem::AlreadyExists);
@@ -178,11 +180,11 @@ impl MasterState {
             self.grant(&mut locs);
             let version = g.next_version();
             if over_committed {
-                if let Some(o) = g.objects.get_mut(key) {
-                    o.upserts.push(PendingWrite {
+                if let Some(o) = g.objects.get_mut(key.as_str()) {
+                    o.push_upsert(PendingWrite {
                         version,
                         size,
-                        replicas,
+                        replicas: replicas.to_vec(),
                         put_start: now,
                         hard_pin,
                         pending_pin: pin,
@@ -190,20 +192,8 @@ impl MasterState {
                 }
             } else {
                 g.objects.insert(
-                    key.clone(),
-                    Object {
-                        size,
-                        version,
-                        replicas,
-                        status: ObjStatus::Processing,
-                        lease_deadline: now,
-                        soft_pin_deadline: None,
-                        hard_pin,
-                        put_start: now,
-                        pending_pin: pin,
-                        readers: Vec::new(),
-                        upserts: Vec::new(),
-                    },
+                    key.as_str().into(),
+                    Object::processing(size, version, replicas, now, hard_pin, pin),
                 );
             }
             out.push(PutStartItem::Write {
@@ -246,13 +236,13 @@ impl MasterState {
         let mut commits: Vec<Commit<'_>> = Vec::with_capacity(keys.len());
         for (i, k) in keys.iter().enumerate() {
             let want = versions.get(i).copied().unwrap_or(0);
-            let Some(o) = g.objects.get_mut(k) else {
+            let Some(o) = g.objects.get_mut(k.as_str()) else {
                 continue;
             };
             if o.status == ObjStatus::Processing && (want == 0 || want == o.version) {
-                let until = soft_pin_until_ms(o.pending_pin, o.soft_pin_deadline, now);
+                let until = soft_pin_until_ms(o.pending_pin(), o.soft_pin_deadline, now);
                 let (version, size, hard_pin) = (o.version, o.size, o.hard_pin);
-                let replicas = o.replicas.clone();
+                let replicas = o.replicas.to_vec();
                 let (w, h) = g.commit_replicas(k, version, size, &replicas, hard_pin, until, local);
                 handed.extend(h);
                 commits.push(Commit {
@@ -264,20 +254,16 @@ impl MasterState {
                 forgets.extend(g.take_key_forgets(k));
                 continue;
             }
-            let Some(idx) = o
-                .upserts
-                .iter()
-                .position(|p| p.version == want && want != 0)
-            else {
+            let Some(p) = o.upserts().iter().find(|p| p.version == want && want != 0) else {
                 continue;
             };
-            if o.upserts[idx].version < o.version {
+            if p.version < o.version {
                 // Superseded before it committed: nobody recorded it.
-                let p = o.upserts.remove(idx);
-                g.free_replicas(&p.replicas, p.size);
+                if let Some(p) = o.take_upsert(want) {
+                    g.free_replicas(&p.replicas, p.size);
+                }
                 continue;
             }
-            let p = &o.upserts[idx];
             let until = soft_pin_until_ms(p.pending_pin, o.soft_pin_deadline, now);
             let (version, size, hard_pin) = (p.version, p.size, p.hard_pin);
             let replicas = p.replicas.clone();
@@ -331,14 +317,12 @@ impl MasterState {
                     lost += 1;
                     continue;
                 };
-                o.status = ObjStatus::Complete;
-                apply_pin(o, now);
+                let pin = o.pending_pin();
+                o.mark_complete();
+                apply_pin(o, pin, now);
                 continue;
             }
-            let pending = g.objects.get_mut(k).and_then(|o| {
-                let idx = o.upserts.iter().position(|p| p.version == c.version)?;
-                Some(o.upserts.remove(idx))
-            });
+            let pending = g.objects.get_mut(k).and_then(|o| o.take_upsert(c.version));
             let Some(p) = pending else {
                 // The object went away while the owners recorded the
                 // commit (removed, or its first write discarded): the
@@ -348,10 +332,8 @@ impl MasterState {
                 g.forget_entries(c.version, &c.replicas, local);
                 continue;
             };
-            let (gone, keep): (Vec<Replica>, Vec<Replica>) = p
-                .replicas
-                .into_iter()
-                .partition(|r| missing.contains(&r.segment));
+            let (gone, keep): (Vec<Replica>, Vec<Replica>) =
+                p.replicas.iter().partition(|r| g.in_segments(r, &missing));
             if !gone.is_empty() {
                 self.metrics.ledger_unconfirmed.inc_by(gone.len() as u64);
                 tracing::warn!(key = %k, segments = ?missing, "owners did not confirm the commit; dropping those replicas");
@@ -370,7 +352,7 @@ impl MasterState {
                 // before it, and its bytes are dropped.
                 unhand(&mut handed, k, c.version);
                 let (handed_local, remote): (Vec<Replica>, Vec<Replica>) =
-                    keep.into_iter().partition(|r| local.contains(&r.segment));
+                    keep.iter().partition(|r| g.in_segments(r, local));
                 g.free_replicas(&handed_local, p.size);
                 g.forget_committed(c.version, p.size, &remote);
                 continue;
@@ -380,17 +362,16 @@ impl MasterState {
             };
             let old_version = std::mem::replace(&mut o.version, c.version);
             let old_size = std::mem::replace(&mut o.size, p.size);
-            let old_replicas = std::mem::replace(&mut o.replicas, keep);
-            let readers = std::mem::take(&mut o.readers);
+            let old_replicas = std::mem::replace(&mut o.replicas, keep.into_iter().collect());
+            let readers = o.take_readers();
             o.hard_pin |= p.hard_pin;
-            o.pending_pin = p.pending_pin;
-            apply_pin(o, now);
+            apply_pin(o, p.pending_pin, now);
             self.metrics.upsert_versions.inc();
             if g.retire(
                 k,
                 old_version,
                 old_size,
-                old_replicas,
+                &old_replicas,
                 readers,
                 local,
                 now,
@@ -420,11 +401,11 @@ impl MasterState {
         let mut g = self.inner.lock();
         for (i, k) in keys.iter().enumerate() {
             let want = versions.get(i).copied().unwrap_or(0);
-            let Some(o) = g.objects.get_mut(k) else {
+            let Some(o) = g.objects.get_mut(k.as_str()) else {
                 continue;
             };
             if o.status == ObjStatus::Processing && (want == 0 || want == o.version) {
-                if let Some(o) = g.objects.remove(k) {
+                if let Some(o) = g.objects.swap_remove(k.as_str()) {
                     g.free_replicas(&o.replicas, o.size);
                 }
                 continue;
@@ -432,8 +413,7 @@ impl MasterState {
             if want == 0 {
                 continue;
             }
-            if let Some(idx) = o.upserts.iter().position(|p| p.version == want) {
-                let p = o.upserts.remove(idx);
+            if let Some(p) = o.take_upsert(want) {
                 g.free_replicas(&p.replicas, p.size);
             }
         }
@@ -470,7 +450,7 @@ impl MasterState {
         let mut any = false;
         for k in &keys {
             self.metrics.get_replica_list_requests.inc();
-            let info = match g.objects.get_mut(k) {
+            let info = match g.objects.get_mut(k.as_str()) {
                 None => Err(ErrorCode::ObjectNotFound),
                 Some(o) if o.status != ObjStatus::Complete => Err(ErrorCode::ReplicaIsNotReady),
                 Some(o) => {
@@ -478,8 +458,7 @@ impl MasterState {
                         o.lease_deadline = d;
                     }
                     if track {
-                        o.readers.retain(|(_, exp)| *exp > now);
-                        o.readers.push((ticket, d));
+                        o.add_reader(ticket, d, now);
                         any = true;
                     }
                     Ok((o.size, o.replicas.clone()))
@@ -512,8 +491,8 @@ impl MasterState {
                 continue;
             };
             for k in &keys {
-                if let Some(o) = g.objects.get_mut(k) {
-                    o.readers.retain(|(x, _)| x != t);
+                if let Some(o) = g.objects.get_mut(k.as_str()) {
+                    o.remove_reader(*t);
                 }
                 if g.retired.contains_key(k) {
                     freed += g.release_retired(k, now, Some(*t));
@@ -532,7 +511,7 @@ impl MasterState {
         let now = self.clock.now();
         let mut g = self.inner.lock();
         keys.iter()
-            .map(|k| match g.objects.get_mut(k) {
+            .map(|k| match g.objects.get_mut(k.as_str()) {
                 Some(o) if o.status == ObjStatus::Complete => {
                     if now + ttl > o.lease_deadline {
                         o.lease_deadline = now + ttl;
@@ -559,7 +538,7 @@ impl MasterState {
             .iter()
             .map(|k| {
                 self.metrics.remove_requests.inc();
-                let code = match g.objects.get(k) {
+                let code = match g.objects.get(k.as_str()) {
                     None => Some(ErrorCode::ObjectNotFound),
                     Some(o) if o.status != ObjStatus::Complete => {
                         Some(ErrorCode::ReplicaIsNotReady)
@@ -601,21 +580,34 @@ impl MasterState {
         let now = self.clock.now();
         let release = Duration::from_secs(self.cfg.put_start_release_timeout_sec);
         let mut g = self.inner.lock();
-        let victims: Vec<String> = g
-            .objects
-            .iter()
-            .filter(|(k, o)| {
-                pred(k) && o.status == ObjStatus::Complete && (force || o.lease_deadline <= now)
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        let mut waits = Vec::new();
-        for k in &victims {
-            waits.extend(g.remove_object(k, now, release));
+        let removable = |k: &str, o: &Object| {
+            pred(k) && o.status == ObjStatus::Complete && (force || o.lease_deadline <= now)
+        };
+        let count = g.objects.iter().filter(|(k, o)| removable(k, o)).count();
+        if count == 0 {
+            return 0;
         }
+        // One pass that moves entries out (no key is copied); the survivors
+        // go into a map sized for them.
+        let all = std::mem::take(&mut g.objects);
+        let mut keep = indexmap::IndexMap::with_capacity(all.len() - count);
+        let mut waits = Vec::new();
+        for (k, o) in all {
+            if removable(&k, &o) {
+                waits.extend(g.drop_object(k, o, now, release));
+            } else {
+                keep.insert(k, o);
+            }
+        }
+        g.objects = keep;
+        g.shrink_after_removals();
         drop(g);
         self.await_owners(&waits);
-        victims.len() as i64
+        drop(waits);
+        // The owners acknowledged: what was remembered for them can go.
+        self.inner.lock().sweep_key_forgets();
+        crate::memory::return_free_memory();
+        count as i64
     }
 }
 
@@ -627,14 +619,13 @@ struct Commit<'a> {
     waits: TaggedWaits,
 }
 
-/// Apply the object's pending soft-pin change (its write committed).
-fn apply_pin(o: &mut Object, now: Instant) {
-    match o.pending_pin {
+/// Apply a committed write's soft-pin change to its object.
+fn apply_pin(o: &mut Object, pin: PendingPin, now: Instant) {
+    match pin {
         PendingPin::Keep => {}
         PendingPin::Clear => o.soft_pin_deadline = None,
         PendingPin::Set(ms) => o.soft_pin_deadline = Some(now + Duration::from_millis(ms)),
     }
-    o.pending_pin = PendingPin::Keep;
 }
 
 /// Take back the ledger commits of `key` at `version` that were to be
@@ -962,7 +953,7 @@ mod tests {
             let g = st.inner.lock();
             let o = &g.objects["two"];
             assert_eq!(o.replicas.len(), 1, "the unconfirmed replica is dropped");
-            assert_eq!(o.replicas[0].segment, "h:1");
+            assert_eq!(g.segments.name_of(o.replicas[0].seg), "h:1");
             // Its space returns only once its owner forgot it.
             assert_eq!(g.segments["h:2"].ledger.pending_free_bytes(), 100);
         }

@@ -5,7 +5,7 @@
 //! 10: puts avoid segments whose owner stopped heartbeating).
 
 use crate::config::AllocationStrategy;
-use crate::state::{Inner, Replica};
+use crate::state::{Inner, Replica, Replicas};
 use mooncake_common::proto::WriteConfig;
 use rand::seq::SliceRandom;
 use std::time::Instant;
@@ -19,7 +19,7 @@ pub(crate) fn allocate(
     strategy: AllocationStrategy,
     exclude: &[String],
     now: Instant,
-) -> Vec<Replica> {
+) -> Replicas {
     let want = cfg.replica_num as usize;
     let mut chosen: Vec<String> = Vec::new();
     let fits = |inner: &Inner, name: &str| {
@@ -81,16 +81,20 @@ pub(crate) fn allocate(
             chosen.push(n);
         }
     }
-    let mut out = Vec::with_capacity(chosen.len());
+    let mut out = Replicas::new();
     for name in chosen {
-        if let Some(seg) = inner.segments.get_mut(&name) {
-            if let Some(off) = seg.alloc.alloc(size) {
-                out.push(Replica {
-                    segment: name,
-                    segment_uuid: seg.desc.uuid.clone(),
-                    offset: off,
-                });
-            }
+        let Some(id) = inner.segments.id_of(&name) else {
+            continue;
+        };
+        if let Some(off) = inner
+            .segments
+            .by_id_mut(id)
+            .and_then(|s| s.alloc.alloc(size))
+        {
+            out.push(Replica {
+                seg: id,
+                offset: off,
+            });
         }
     }
     out

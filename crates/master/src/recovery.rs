@@ -21,8 +21,7 @@ use crate::allocator::OffsetAllocator;
 use crate::durable::Waits;
 use crate::ledger_push::OwnerQueue;
 use crate::state::{
-    ClientEntry, Inner, MasterState, ObjStatus, Object, PendingMount, PendingPin, Replica,
-    SegmentEntry,
+    ClientEntry, Inner, MasterState, ObjStatus, Object, PendingMount, Replica, SegmentEntry,
 };
 use mooncake_common::ledger::{alloc_len, LedgerEntry};
 use mooncake_common::proto::SegmentDesc;
@@ -78,11 +77,14 @@ impl Inner {
         // Highest version first, so that duplicate keys keep their newest entry.
         entries.sort_by_key(|e| std::cmp::Reverse(e.version));
         for e in entries {
-            let Some(seg) = self.segments.get(name) else {
+            let Some((id, seg)) = self
+                .segments
+                .id_of(name)
+                .and_then(|id| self.segments.by_id(id).map(|s| (id, s)))
+            else {
                 out.stale.push((e.offset, e.version));
                 continue;
             };
-            let uuid = seg.desc.uuid.clone();
             let fits = !e.key.is_empty()
                 && e.size > 0
                 && e.offset
@@ -94,7 +96,7 @@ impl Inner {
             }
             let existing = self
                 .objects
-                .get(&e.key)
+                .get(e.key.as_str())
                 .map(|o| (o.version, o.status, o.size));
             match existing {
                 Some((v, _, _)) if v > e.version => {
@@ -104,8 +106,8 @@ impl Inner {
                 Some((v, status, size)) if v == e.version => {
                     let already = self
                         .objects
-                        .get(&e.key)
-                        .is_some_and(|o| o.replicas.iter().any(|r| r.segment == name));
+                        .get(e.key.as_str())
+                        .is_some_and(|o| o.replicas.iter().any(|r| r.seg == id));
                     if status != ObjStatus::Complete || size != e.size || already {
                         out.stale.push((e.offset, e.version));
                         continue;
@@ -114,10 +116,9 @@ impl Inner {
                         out.stale.push((e.offset, e.version));
                         continue;
                     }
-                    if let Some(o) = self.objects.get_mut(&e.key) {
+                    if let Some(o) = self.objects.get_mut(e.key.as_str()) {
                         o.replicas.push(Replica {
-                            segment: name.to_string(),
-                            segment_uuid: uuid,
+                            seg: id,
                             offset: e.offset,
                         });
                     }
@@ -140,25 +141,20 @@ impl Inner {
                 .filter(|&ms| ms > now_ms)
                 .map(|ms| now + Duration::from_millis(ms - now_ms));
             self.last_version = self.last_version.max(e.version);
+            let replicas = smallvec::smallvec![Replica {
+                seg: id,
+                offset: e.offset,
+            }];
             self.objects.insert(
-                e.key,
-                Object {
-                    size: e.size,
-                    version: e.version,
-                    replicas: vec![Replica {
-                        segment: name.to_string(),
-                        segment_uuid: uuid,
-                        offset: e.offset,
-                    }],
-                    status: ObjStatus::Complete,
-                    lease_deadline: now,
+                e.key.into_boxed_str(),
+                Object::complete(
+                    e.size,
+                    e.version,
+                    replicas,
+                    now,
                     soft_pin_deadline,
-                    hard_pin: e.hard_pin,
-                    put_start: now,
-                    pending_pin: PendingPin::Keep,
-                    readers: Vec::new(),
-                    upserts: Vec::new(),
-                },
+                    e.hard_pin,
+                ),
             );
             out.objects += 1;
             out.replicas += 1;
@@ -243,15 +239,12 @@ impl MasterState {
             return Err(ErrorCode::InternalError);
         };
         let name = desc.name.clone();
-        g.segments.insert(
-            name.clone(),
-            SegmentEntry {
-                alloc: OffsetAllocator::new(desc.size),
-                desc: desc.clone(),
-                client_id: client_id.to_string(),
-                ledger: Arc::new(OwnerQueue::default()),
-            },
-        );
+        g.segments.insert(SegmentEntry {
+            alloc: OffsetAllocator::new(desc.size),
+            desc: desc.clone(),
+            client_id: client_id.to_string(),
+            ledger: Arc::new(OwnerQueue::default()),
+        });
         if let Some(c) = g.clients.get_mut(client_id) {
             if !c.segments.contains(&name) {
                 c.segments.push(name.clone());
@@ -405,7 +398,7 @@ mod tests {
             let g = st.inner.lock();
             assert_eq!(g.objects["k"].version, v2);
             assert_eq!(g.objects["k"].replicas.len(), 1);
-            assert_eq!(g.objects["k"].replicas[0].segment, "b:1");
+            assert_eq!(g.segments.name_of(g.objects["k"].replicas[0].seg), "b:1");
             assert_eq!(g.objects["r"].replicas.len(), 2);
             // a's stale k is being forgotten: its space comes back on the ack.
             assert_eq!(g.segments["a:1"].ledger.pending_free_bytes(), 64);

@@ -10,11 +10,14 @@ use crate::config::MasterConfig;
 use crate::ledger_push::OwnerQueue;
 use crate::metadata_kv::MetadataKv;
 use crate::metrics::MasterMetrics;
+use crate::segments::{SegId, Segments};
+use indexmap::IndexMap;
 use mooncake_common::proto::{
     ReplicaLoc, SegmentDesc, SoftPin, HEARTBEAT_INTERVAL_MS, MAX_SEGMENT_SIZE,
 };
 use mooncake_common::ErrorCode;
 use parking_lot::{Condvar, Mutex};
+use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -67,49 +70,223 @@ pub(crate) enum ObjStatus {
 }
 
 /// One replica: a range in a segment.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Replica {
-    pub segment: String,
-    pub segment_uuid: String,
+    pub seg: SegId,
     pub offset: u64,
 }
 
+/// An object's replicas, inline for the usual one.
+pub(crate) type Replicas = SmallVec<[Replica; 1]>;
+
 /// Pin change to apply when a write commits.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) enum PendingPin {
+    #[default]
     Keep,
     Set(u64),
     Clear,
 }
 
-/// An object's metadata.
+/// An object's metadata. What only a write or read in flight needs lives
+/// in [`Extra`], allocated while one is, so an object at rest is a fixed
+/// layout with its replicas inline.
 #[derive(Debug)]
 pub(crate) struct Object {
     pub size: u64,
     /// Master-assigned version (see `mooncake_common::ledger`).
     pub version: u64,
-    pub replicas: Vec<Replica>,
-    pub status: ObjStatus,
+    pub replicas: Replicas,
     pub lease_deadline: Instant,
     pub soft_pin_deadline: Option<Instant>,
+    pub status: ObjStatus,
     pub hard_pin: bool,
-    pub put_start: Instant,
-    pub pending_pin: PendingPin,
+    extra: Option<Box<Extra>>,
+}
+
+/// The parts of an object's state that exist only while a write or a read
+/// of it is in flight.
+#[derive(Debug, Default)]
+struct Extra {
+    /// When the first write started (set while PROCESSING).
+    put_start: Option<Instant>,
+    /// Pin change the first write applies when it commits.
+    pending_pin: PendingPin,
     /// Reads in flight: `(read ticket, expiry)`. An entry goes away when
     /// its client reports the ticket done; until then it counts while
     /// unexpired. It expires with the lease its lookup granted: a client
     /// discards any copy that finishes after that lease (LEASE_EXPIRED),
     /// so an expired entry can no longer protect a read that matters.
-    pub readers: Vec<(u64, Instant)>,
+    readers: Vec<(u64, Instant)>,
     /// Upserts in flight over the committed version, each writing into its
     /// own fresh replicas while readers keep reading the committed ones.
-    pub upserts: Vec<PendingWrite>,
+    upserts: Vec<PendingWrite>,
+}
+
+impl Extra {
+    fn is_idle(&self) -> bool {
+        self.put_start.is_none() && self.readers.is_empty() && self.upserts.is_empty()
+    }
 }
 
 impl Object {
+    /// A first write in flight (PROCESSING) started at `now`.
+    pub(crate) fn processing(
+        size: u64,
+        version: u64,
+        replicas: Replicas,
+        now: Instant,
+        hard_pin: bool,
+        pending_pin: PendingPin,
+    ) -> Object {
+        Object {
+            size,
+            version,
+            replicas,
+            lease_deadline: now,
+            soft_pin_deadline: None,
+            status: ObjStatus::Processing,
+            hard_pin,
+            extra: Some(Box::new(Extra {
+                put_start: Some(now),
+                pending_pin,
+                ..Extra::default()
+            })),
+        }
+    }
+
+    /// A committed object (adopted from an owner's report).
+    pub(crate) fn complete(
+        size: u64,
+        version: u64,
+        replicas: Replicas,
+        lease_deadline: Instant,
+        soft_pin_deadline: Option<Instant>,
+        hard_pin: bool,
+    ) -> Object {
+        Object {
+            size,
+            version,
+            replicas,
+            lease_deadline,
+            soft_pin_deadline,
+            status: ObjStatus::Complete,
+            hard_pin,
+            extra: None,
+        }
+    }
+
+    fn extra_mut(&mut self) -> &mut Extra {
+        self.extra.get_or_insert_with(Box::default)
+    }
+
+    /// Drop the in-flight part once nothing is in flight.
+    fn tidy(&mut self) {
+        if self.extra.as_ref().is_some_and(|e| e.is_idle()) {
+            self.extra = None;
+        }
+    }
+
+    /// When the first write started (PROCESSING objects).
+    pub(crate) fn put_start(&self) -> Option<Instant> {
+        self.extra.as_ref().and_then(|e| e.put_start)
+    }
+
+    /// The pin change the first write applies when it commits.
+    pub(crate) fn pending_pin(&self) -> PendingPin {
+        self.extra
+            .as_ref()
+            .map_or(PendingPin::Keep, |e| e.pending_pin)
+    }
+
+    /// The first write committed: the object is COMPLETE.
+    pub(crate) fn mark_complete(&mut self) {
+        self.status = ObjStatus::Complete;
+        if let Some(e) = self.extra.as_mut() {
+            e.put_start = None;
+            e.pending_pin = PendingPin::Keep;
+        }
+        self.tidy();
+    }
+
+    /// Reads that may be in flight.
+    pub(crate) fn readers(&self) -> &[(u64, Instant)] {
+        self.extra.as_ref().map_or(&[], |e| e.readers.as_slice())
+    }
+
+    /// Count a read under `ticket` until `expiry` (expired ones are dropped).
+    pub(crate) fn add_reader(&mut self, ticket: u64, expiry: Instant, now: Instant) {
+        let e = self.extra_mut();
+        e.readers.retain(|(_, exp)| *exp > now);
+        e.readers.push((ticket, expiry));
+    }
+
+    /// The read of `ticket` ended.
+    pub(crate) fn remove_reader(&mut self, ticket: u64) {
+        if let Some(e) = self.extra.as_mut() {
+            e.readers.retain(|(t, _)| *t != ticket);
+        }
+        self.tidy();
+    }
+
+    /// Hand over the reads in flight (the version they read is replaced).
+    pub(crate) fn take_readers(&mut self) -> Vec<(u64, Instant)> {
+        let r = self
+            .extra
+            .as_mut()
+            .map(|e| std::mem::take(&mut e.readers))
+            .unwrap_or_default();
+        self.tidy();
+        r
+    }
+
     /// Whether a read of this object may be in flight at `now`.
     pub(crate) fn being_read(&self, now: Instant) -> bool {
-        self.readers.iter().any(|(_, exp)| *exp > now)
+        self.readers().iter().any(|(_, exp)| *exp > now)
+    }
+
+    /// Upserts in flight.
+    pub(crate) fn upserts(&self) -> &[PendingWrite] {
+        self.extra.as_ref().map_or(&[], |e| e.upserts.as_slice())
+    }
+
+    /// Start an upsert.
+    pub(crate) fn push_upsert(&mut self, w: PendingWrite) {
+        self.extra_mut().upserts.push(w);
+    }
+
+    /// Take the upsert of `version` out of the object.
+    pub(crate) fn take_upsert(&mut self, version: u64) -> Option<PendingWrite> {
+        let e = self.extra.as_mut()?;
+        let i = e.upserts.iter().position(|p| p.version == version)?;
+        let p = e.upserts.remove(i);
+        self.tidy();
+        Some(p)
+    }
+
+    /// Take the upserts for which `stale` holds.
+    pub(crate) fn take_upserts_where(
+        &mut self,
+        stale: impl Fn(&PendingWrite) -> bool,
+    ) -> Vec<PendingWrite> {
+        let Some(e) = self.extra.as_mut() else {
+            return Vec::new();
+        };
+        let (out, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut e.upserts)
+            .into_iter()
+            .partition(|p| stale(p));
+        e.upserts = keep;
+        self.tidy();
+        out
+    }
+
+    /// Drop the replicas in segment `seg` from the object's upserts.
+    pub(crate) fn drop_upsert_replicas(&mut self, seg: SegId) {
+        if let Some(e) = self.extra.as_mut() {
+            for p in e.upserts.iter_mut() {
+                p.replicas.retain(|r| r.seg != seg);
+            }
+        }
     }
 }
 
@@ -146,8 +323,7 @@ pub(crate) struct Retired {
 #[derive(Debug)]
 pub(crate) struct DeferredFree {
     pub at: Instant,
-    pub segment: String,
-    pub segment_uuid: String,
+    pub seg: SegId,
     pub offset: u64,
     pub size: u64,
 }
@@ -156,8 +332,10 @@ pub(crate) struct DeferredFree {
 #[derive(Debug, Default)]
 pub(crate) struct Inner {
     pub clients: HashMap<String, ClientEntry>,
-    pub segments: HashMap<String, SegmentEntry>,
-    pub objects: HashMap<String, Object>,
+    pub segments: Segments,
+    /// Objects by key: entries in one dense vector with a table of
+    /// indices, so each key is stored once and no slot is left empty.
+    pub objects: IndexMap<Box<str>, Object>,
     pub deferred: Vec<DeferredFree>,
     /// Open read tickets: the keys each marked and when it expires.
     pub tickets: HashMap<u64, (Vec<String>, Instant)>,
@@ -170,7 +348,9 @@ pub(crate) struct Inner {
     pub expired_uuids: HashMap<String, Instant>,
     /// Forgets of a key's earlier replicas not yet known to be acked: a new
     /// write of the key is acknowledged only after them.
-    pub key_forgets: HashMap<String, Vec<(Arc<OwnerQueue>, u64)>>,
+    pub key_forgets: HashMap<Box<str>, Vec<(Arc<OwnerQueue>, u64)>>,
+    /// Entries `key_forgets` kept at its last sweep.
+    pub key_forgets_swept: usize,
     /// Replaced versions still being read, per key, oldest first.
     pub retired: HashMap<String, Vec<Retired>>,
 }
@@ -311,15 +491,12 @@ impl MasterState {
             g.drop_segment(&name);
         }
         if desc.size > 0 {
-            g.segments.insert(
-                desc.name.clone(),
-                SegmentEntry {
-                    alloc: OffsetAllocator::new(desc.size),
-                    desc: desc.clone(),
-                    client_id: client_id.to_string(),
-                    ledger: Arc::new(OwnerQueue::default()),
-                },
-            );
+            g.segments.insert(SegmentEntry {
+                alloc: OffsetAllocator::new(desc.size),
+                desc: desc.clone(),
+                client_id: client_id.to_string(),
+                ledger: Arc::new(OwnerQueue::default()),
+            });
         }
         let client = g
             .clients
@@ -407,12 +584,12 @@ impl MasterState {
         let discard = Duration::from_secs(self.cfg.put_start_discard_timeout_sec);
         let release = Duration::from_secs(self.cfg.put_start_release_timeout_sec);
         let mut g = self.inner.lock();
-        let stale: Vec<String> = g
+        let stale_start =
+            |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) > discard);
+        let stale: Vec<Box<str>> = g
             .objects
             .iter()
-            .filter(|(_, o)| {
-                o.status == ObjStatus::Processing && now.duration_since(o.put_start) > discard
-            })
+            .filter(|(_, o)| o.status == ObjStatus::Processing && stale_start(o.put_start()))
             .map(|(k, _)| k.clone())
             .collect();
         for k in stale {
@@ -421,28 +598,12 @@ impl MasterState {
         // Upserts whose writer went silent: their space returns later.
         let mut stale_upserts = Vec::new();
         for o in g.objects.values_mut() {
-            if o.upserts
-                .iter()
-                .any(|p| now.duration_since(p.put_start) > discard)
-            {
-                let (old, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut o.upserts)
-                    .into_iter()
-                    .partition(|p| now.duration_since(p.put_start) > discard);
-                o.upserts = keep;
-                stale_upserts.extend(old);
+            if o.upserts().iter().any(|p| stale_start(Some(p.put_start))) {
+                stale_upserts.extend(o.take_upserts_where(|p| stale_start(Some(p.put_start))));
             }
         }
         for p in stale_upserts {
-            let at = p.put_start + release;
-            for r in p.replicas {
-                g.deferred.push(DeferredFree {
-                    at,
-                    segment: r.segment,
-                    segment_uuid: r.segment_uuid,
-                    offset: r.offset,
-                    size: p.size,
-                });
-            }
+            g.defer_free(&p.replicas, p.size, p.put_start + release);
         }
         self.sweep_retired(&mut g, now);
         g.tickets.retain(|_, (_, exp)| *exp > now);
@@ -454,10 +615,8 @@ impl MasterState {
             due
         };
         for d in due {
-            if let Some(seg) = g.segments.get_mut(&d.segment) {
-                if seg.desc.uuid == d.segment_uuid {
-                    seg.alloc.free(d.offset, d.size);
-                }
+            if let Some(seg) = g.segments.by_id_mut(d.seg) {
+                seg.alloc.free(d.offset, d.size);
             }
         }
     }
@@ -502,22 +661,24 @@ impl Inner {
 
     /// Remove a segment: drop its replicas, erase objects left without one.
     pub(crate) fn drop_segment(&mut self, name: &str) {
-        if let Some(seg) = self.segments.remove(name) {
-            seg.ledger.close();
-        }
         self.pending_mounts.remove(name);
-        self.deferred.retain(|d| d.segment != name);
-        self.drop_segment_versions(name);
+        let Some((id, seg)) = self.segments.remove(name) else {
+            return;
+        };
+        seg.ledger.close();
+        self.deferred.retain(|d| d.seg != id);
+        self.drop_segment_versions(id);
         let mut empty = Vec::new();
         for (k, o) in self.objects.iter_mut() {
+            o.drop_upsert_replicas(id);
             let before = o.replicas.len();
-            o.replicas.retain(|r| r.segment != name);
+            o.replicas.retain(|r| r.seg != id);
             if o.replicas.is_empty() && before > 0 {
                 empty.push(k.clone());
             }
         }
         for k in empty {
-            self.objects.remove(&k);
+            self.objects.swap_remove(&k);
         }
     }
 
@@ -534,37 +695,55 @@ impl Inner {
         v
     }
 
-    /// Free an object's replicas now.
+    /// Free replicas of `size` bytes now.
     pub(crate) fn free_replicas(&mut self, replicas: &[Replica], size: u64) {
         for r in replicas {
-            if let Some(seg) = self.segments.get_mut(&r.segment) {
-                if seg.desc.uuid == r.segment_uuid {
-                    seg.alloc.free(r.offset, size);
-                }
+            if let Some(seg) = self.segments.by_id_mut(r.seg) {
+                seg.alloc.free(r.offset, size);
             }
+        }
+    }
+
+    /// Free replicas of `size` bytes at `at` (a writer may still be copying
+    /// into them until then).
+    pub(crate) fn defer_free(&mut self, replicas: &[Replica], size: u64, at: Instant) {
+        for r in replicas {
+            self.deferred.push(DeferredFree {
+                at,
+                seg: r.seg,
+                offset: r.offset,
+                size,
+            });
         }
     }
 
     /// Discard a stale PROCESSING object; its space is released later.
     pub(crate) fn discard_processing(&mut self, key: &str, release: Duration) {
-        if let Some(mut o) = self.objects.remove(key) {
+        if let Some(mut o) = self.objects.swap_remove(key) {
             self.discard_upserts(&mut o, release);
-            let at = o.put_start + release;
-            for r in o.replicas {
-                self.deferred.push(DeferredFree {
-                    at,
-                    segment: r.segment,
-                    segment_uuid: r.segment_uuid,
-                    offset: r.offset,
-                    size: o.size,
-                });
+            if let Some(start) = o.put_start() {
+                self.defer_free(&o.replicas, o.size, start + release);
             }
+        }
+    }
+
+    /// After many removals: give the object index's unused capacity back
+    /// (it never shrinks by itself). Returns whether it shrank.
+    pub(crate) fn shrink_after_removals(&mut self) -> bool {
+        let (len, cap) = (self.objects.len(), self.objects.capacity());
+        if cap > 4096 && len * 4 < cap {
+            self.objects.shrink_to_fit();
+            self.tickets.shrink_to_fit();
+            self.retired.shrink_to_fit();
+            true
+        } else {
+            false
         }
     }
 
     /// Describe a replica for a client.
     pub(crate) fn replica_loc(&self, r: &Replica, size: u64) -> Option<ReplicaLoc> {
-        let seg = self.segments.get(&r.segment)?;
+        let seg = self.segments.by_id(r.seg)?;
         Some(ReplicaLoc {
             segment_name: seg.desc.name.clone(),
             segment_uuid: seg.desc.uuid.clone(),
@@ -611,7 +790,13 @@ impl AdminView for MasterState {
     }
 
     fn all_keys(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.inner.lock().objects.keys().cloned().collect();
+        let mut v: Vec<String> = self
+            .inner
+            .lock()
+            .objects
+            .keys()
+            .map(|k| k.to_string())
+            .collect();
         v.sort();
         v
     }

@@ -158,7 +158,7 @@ fn a_stale_upsert_is_dropped_and_the_committed_version_stays() {
     };
     clock.advance(Duration::from_secs(31));
     st.sweep_discarded();
-    assert!(st.inner.lock().objects["k"].upserts.is_empty());
+    assert!(st.inner.lock().objects["k"].upserts().is_empty());
     // Its commit comes too late: the committed version is unchanged.
     let before = st.get_replica_list(&keys("k"), false)[0].clone().unwrap();
     st.commit_end(&keys("k"), &[v], &["h:1".to_string()])

@@ -21,7 +21,8 @@
 //! for one to be freed, then fails with OBJECT_REPLICA_BUSY.
 
 use crate::durable::{Handed, Waits};
-use crate::state::{DeferredFree, Inner, MasterState, ObjStatus, Object, Replica, Retired};
+use crate::segments::SegId;
+use crate::state::{Inner, MasterState, ObjStatus, Object, Replica, Retired};
 use mooncake_common::ledger::LedgerOp;
 use parking_lot::MutexGuard;
 use std::sync::Arc;
@@ -39,7 +40,7 @@ impl Inner {
         key: &str,
         version: u64,
         size: u64,
-        replicas: Vec<Replica>,
+        replicas: &[Replica],
         mut readers: Vec<(u64, Instant)>,
         local: &[String],
         now: Instant,
@@ -49,18 +50,15 @@ impl Inner {
         let mut kept = Vec::with_capacity(replicas.len());
         let mut pushed = Vec::new();
         for r in replicas {
-            let Some(seg) = self.segments.get(&r.segment) else {
+            let Some(seg) = self.segments.by_id(r.seg) else {
                 continue;
             };
-            if seg.desc.uuid != r.segment_uuid {
-                continue;
-            }
             let op = LedgerOp::Forget {
                 offset: r.offset,
                 version,
             };
-            let seq = if local.contains(&r.segment) {
-                handed.push((r.segment.clone(), op));
+            let seq = if local.contains(&seg.desc.name) {
+                handed.push((seg.desc.name.clone(), op));
                 0
             } else {
                 let q = Arc::clone(&seg.ledger);
@@ -68,12 +66,12 @@ impl Inner {
                 pushed.push((q, seq));
                 seq
             };
-            kept.push((r, seq));
+            kept.push((*r, seq));
         }
         if !pushed.is_empty() {
             // A later write of the key is acknowledged only after these.
             self.key_forgets
-                .entry(key.to_string())
+                .entry(key.into())
                 .or_default()
                 .extend(pushed.iter().cloned());
             waits.extend(pushed);
@@ -97,12 +95,9 @@ impl Inner {
     /// acknowledged (or was handed to the writer), else when the ack comes.
     pub(crate) fn free_retired(&mut self, r: Retired) {
         for (rep, seq) in r.replicas {
-            let Some(seg) = self.segments.get_mut(&rep.segment) else {
+            let Some(seg) = self.segments.by_id_mut(rep.seg) else {
                 continue;
             };
-            if seg.desc.uuid != rep.segment_uuid {
-                continue;
-            }
             if seq == 0 || !seg.ledger.free_after(seq, rep.offset, r.size) {
                 seg.alloc.free(rep.offset, r.size);
             }
@@ -157,17 +152,8 @@ impl Inner {
     /// copying into the replicas, so the space is released only after the
     /// discard delay (as for a stale first write).
     pub(crate) fn discard_upserts(&mut self, o: &mut Object, release: Duration) {
-        for p in o.upserts.drain(..) {
-            let at = p.put_start + release;
-            for r in p.replicas {
-                self.deferred.push(DeferredFree {
-                    at,
-                    segment: r.segment,
-                    segment_uuid: r.segment_uuid,
-                    offset: r.offset,
-                    size: p.size,
-                });
-            }
+        for p in o.take_upserts_where(|_| true) {
+            self.defer_free(&p.replicas, p.size, p.put_start + release);
         }
     }
 
@@ -175,20 +161,30 @@ impl Inner {
     /// space returns on their acks, or, while reads of it are in flight,
     /// once those reads ended. Returns the forgets to wait for.
     pub(crate) fn remove_object(&mut self, key: &str, now: Instant, release: Duration) -> Waits {
-        let Some(mut o) = self.objects.remove(key) else {
-            return Vec::new();
-        };
+        match self.objects.swap_remove_entry(key) {
+            Some((k, o)) => self.drop_object(k, o, now, release),
+            None => Vec::new(),
+        }
+    }
+
+    /// [`Inner::remove_object`] for an object already taken out of the map.
+    pub(crate) fn drop_object(
+        &mut self,
+        key: Box<str>,
+        mut o: Object,
+        now: Instant,
+        release: Duration,
+    ) -> Waits {
         self.discard_upserts(&mut o, release);
         if o.status == ObjStatus::Complete && o.being_read(now) {
             let mut waits = Vec::new();
             let mut handed = Vec::new();
-            let replicas = std::mem::take(&mut o.replicas);
-            let readers = std::mem::take(&mut o.readers);
+            let readers = o.take_readers();
             self.retire(
-                key,
+                &key,
                 o.version,
                 o.size,
-                replicas,
+                &o.replicas,
                 readers,
                 &[],
                 now,
@@ -201,17 +197,12 @@ impl Inner {
         }
     }
 
-    /// Segment `name` is gone: forget what upserts in flight and retired
-    /// versions had there (its allocator went with it).
-    pub(crate) fn drop_segment_versions(&mut self, name: &str) {
-        for o in self.objects.values_mut() {
-            for p in o.upserts.iter_mut() {
-                p.replicas.retain(|r| r.segment != name);
-            }
-        }
+    /// Segment `seg` is gone: forget what retired versions had there (its
+    /// allocator went with it).
+    pub(crate) fn drop_segment_versions(&mut self, seg: SegId) {
         self.retired.retain(|_, list| {
             for r in list.iter_mut() {
-                r.replicas.retain(|(rep, _)| rep.segment != name);
+                r.replicas.retain(|(rep, _)| rep.seg != seg);
             }
             list.retain(|r| !r.replicas.is_empty());
             !list.is_empty()

@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""How the metadata service's cost grows with the number of objects: this
+project vs the upstream wheel, in one run.
+
+    python benchmarks/scale_bench.py                   # 10k, 100k, 1M objects (~6 min)
+    python benchmarks/scale_bench.py --counts 10000,100000
+    python benchmarks/scale_bench.py --counts 10000000 --only ours   # 10M (needs ~12 GiB)
+
+For each object count N, each side starts a fresh master and one client that
+lends a segment big enough for N objects of 1 KiB, and then:
+
+- puts N objects with ``batch_put_from`` in batches of 512 (put ops/s);
+- samples single-object ``get_into`` of random keys (p50, p99 in µs);
+- times ``batch_get_into`` and ``batch_is_exist`` of 128 random keys (keys/s);
+- reads the master's RSS (``/proc/<pid>/status``) before the first put and
+  after the last: bytes per object is the growth over N;
+- waits for the read leases to lapse, times ``remove_all()`` and reads the
+  master's RSS again (how much of the growth is given back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from store_bench import (
+    UPSTREAM_VENV,
+    MachineLoad,
+    find_ours_master,
+    find_upstream_master,
+    free_port,
+    new_store,
+)
+
+KiB = 1 << 10
+OBJ = 1 * KiB
+BATCH = 512
+SAMPLES = 2000
+LEASE_MS = 1000
+HERE = Path(__file__).resolve()
+
+
+def rss(pid: int) -> int:
+    """Resident bytes of ``pid`` (``VmRSS``)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def start_master(master_bin: str) -> tuple[subprocess.Popen[bytes], str, str]:
+    rpc, http, metrics = free_port(), free_port(), free_port()
+    proc = subprocess.Popen(
+        [
+            master_bin,
+            f"--rpc_port={rpc}",
+            "--enable_http_metadata_server=true",
+            f"--http_metadata_server_port={http}",
+            f"--metrics_port={metrics}",
+            f"--default_kv_lease_ttl={LEASE_MS}",
+            "--eviction_high_watermark_ratio=0.99",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    import socket
+
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", rpc), timeout=0.2):
+                break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("master did not start") from None
+            time.sleep(0.05)
+    return proc, f"127.0.0.1:{rpc}", f"http://127.0.0.1:{http}/metadata"
+
+
+def one_count(master_bin: str, n: int) -> dict[str, Any]:
+    import numpy as np
+
+    proc, rpc, meta = start_master(master_bin)
+    try:
+        seg = (n * OBJ * 11) // 10 + (64 << 20)
+        s = new_store(rpc, meta, seg, 64 << 20)
+        src = np.random.default_rng(1).integers(0, 256, BATCH * OBJ, np.uint8)
+        dst = np.zeros(128 * OBJ, np.uint8)
+        s.register_buffer(int(src.ctypes.data), src.nbytes)
+        s.register_buffer(int(dst.ctypes.data), dst.nbytes)
+        time.sleep(0.5)  # let the master settle before its baseline
+        rss0 = rss(proc.pid)
+        ptrs = [int(src.ctypes.data) + i * OBJ for i in range(BATCH)]
+        sizes = [OBJ] * BATCH
+        t0 = time.perf_counter()
+        for start in range(0, n, BATCH):
+            m = min(BATCH, n - start)
+            keys = [f"key-{i:09d}" for i in range(start, start + m)]
+            rcs = s.batch_put_from(keys, ptrs[:m], sizes[:m])
+            if any(rc != 0 for rc in rcs):
+                raise RuntimeError(f"batch_put_from failed: {set(rcs)}")
+        put_s = time.perf_counter() - t0
+        rss1 = rss(proc.pid)
+        rnd = random.Random(7)
+        lat = []
+        p = int(dst.ctypes.data)
+        for _ in range(SAMPLES):
+            k = f"key-{rnd.randrange(n):09d}"
+            t = time.perf_counter()
+            if s.get_into(k, p, OBJ) != OBJ:
+                raise RuntimeError("get_into failed")
+            lat.append(time.perf_counter() - t)
+        lat.sort()
+        dptrs = [p + i * OBJ for i in range(128)]
+        rounds = max(20, min(400, n // 128))
+
+        def batch_keys() -> list[str]:
+            return [f"key-{rnd.randrange(n):09d}" for _ in range(128)]
+
+        t = time.perf_counter()
+        for _ in range(rounds):
+            got = s.batch_get_into(batch_keys(), dptrs, [OBJ] * 128)
+            if any(g != OBJ for g in got):
+                raise RuntimeError("batch_get_into failed")
+        bget = 128 * rounds / (time.perf_counter() - t)
+        t = time.perf_counter()
+        for _ in range(rounds):
+            s.batch_is_exist(batch_keys())
+        bexist = 128 * rounds / (time.perf_counter() - t)
+        time.sleep(LEASE_MS / 1000 + 0.3)  # every read lease lapsed
+        t = time.perf_counter()
+        removed = s.remove_all()
+        remove_s = time.perf_counter() - t
+        time.sleep(0.5)
+        rss2 = rss(proc.pid)
+        s.close()
+        return {
+            "n": n,
+            "put_ops": n / put_s,
+            "get_p50_us": lat[len(lat) // 2] * 1e6,
+            "get_p99_us": lat[int(len(lat) * 0.99)] * 1e6,
+            "bget_keys": bget,
+            "bexist_keys": bexist,
+            "rss_empty": rss0,
+            "bytes_per_obj": (rss1 - rss0) / n,
+            "removed": removed,
+            "remove_all_s": remove_s,
+            "rss_after_remove_over_empty": (rss2 - rss0),
+        }
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def side_main(args: argparse.Namespace) -> int:
+    rows = []
+    for n in [int(c) for c in args.counts.split(",")]:
+        rows.append(one_count(args.master_bin, n))
+        print(f"  {rows[-1]}", file=sys.stderr, flush=True)
+    print(json.dumps({"rows": rows}), flush=True)
+    return 0
+
+
+def run_side(name: str, python: str, master: str, counts: str) -> list[dict[str, Any]] | str:
+    print(f"== {name}: {python} (master {master})", file=sys.stderr, flush=True)
+    cmd = [python, str(HERE), "--side", name, "--master-bin", master, "--counts", counts]
+    try:
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=3600, check=False)
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith('{"rows"')]
+    if r.returncode != 0 or not lines:
+        return f"failed (exit {r.returncode})"
+    return json.loads(lines[-1])["rows"]
+
+
+def fmt_n(n: int) -> str:
+    return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1000}k"
+
+
+def print_table(res: dict[str, Any]) -> None:
+    for side, rows in res.items():
+        if isinstance(rows, str):
+            print(f"# {side}: {rows}")
+    cols = [
+        ("put ops/s", "put_ops", "{:.0f}"),
+        ("get p50 µs", "get_p50_us", "{:.1f}"),
+        ("get p99 µs", "get_p99_us", "{:.1f}"),
+        ("bget keys/s", "bget_keys", "{:.0f}"),
+        ("exist keys/s", "bexist_keys", "{:.0f}"),
+        ("B/object", "bytes_per_obj", "{:.0f}"),
+        ("remove_all s", "remove_all_s", "{:.3f}"),
+        ("RSS after rm MiB", "rss_after_remove_over_empty", "{:.1f}"),
+    ]
+    print(f"{'objects':>7s} {'side':9s} " + " ".join(f"{c[0]:>16s}" for c in cols))
+    by_n: dict[int, dict[str, dict[str, Any]]] = {}
+    for side, rows in res.items():
+        if isinstance(rows, list):
+            for r in rows:
+                by_n.setdefault(r["n"], {})[side] = r
+    for n, per in sorted(by_n.items()):
+        for side, r in per.items():
+            vals = []
+            for _, key, f in cols:
+                v = r[key] / (1 << 20) if key == "rss_after_remove_over_empty" else r[key]
+                vals.append(f.format(v))
+            print(f"{fmt_n(n):>7s} {side:9s} " + " ".join(f"{v:>16s}" for v in vals))
+        if "ours" in per and "upstream" in per:
+            o, u = per["ours"], per["upstream"]
+            ratios = [
+                f"put {o['put_ops'] / u['put_ops']:.2f}x",
+                f"get p50 {o['get_p50_us'] / u['get_p50_us']:.2f}x",
+                f"bget {o['bget_keys'] / u['bget_keys']:.2f}x",
+                f"B/obj {o['bytes_per_obj'] / u['bytes_per_obj']:.2f}x",
+                f"remove_all {o['remove_all_s'] / u['remove_all_s']:.2f}x",
+            ]
+            print(f"{'':>7s} {'ours/up':9s} " + ", ".join(ratios))
+    ours = [r for r in res.get("ours", []) if isinstance(res.get("ours"), list)]
+    if len(ours) >= 2:
+        lo, hi = ours[0], ours[-1]
+        print(
+            f"# ours at {fmt_n(hi['n'])} vs {fmt_n(lo['n'])}: put ops/s "
+            f"{hi['put_ops'] / lo['put_ops']:.2f}x, batch_get_into keys/s "
+            f"{hi['bget_keys'] / lo['bget_keys']:.2f}x"
+        )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--counts", default="10000,100000,1000000")
+    ap.add_argument("--only", choices=["ours", "upstream"])
+    ap.add_argument("--upstream-python", default=str(UPSTREAM_VENV / "bin" / "python"))
+    ap.add_argument("--json", metavar="OUT")
+    ap.add_argument("--side", help=argparse.SUPPRESS)
+    ap.add_argument("--master-bin", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.side:
+        return side_main(args)
+    sides: dict[str, tuple[str, str | None]] = {}
+    if args.only in (None, "ours"):
+        sides["ours"] = (sys.executable, find_ours_master())
+    if args.only in (None, "upstream"):
+        up = Path(args.upstream_python)
+        sides["upstream"] = (str(up), find_upstream_master(up) if up.exists() else None)
+    res: dict[str, Any] = {}
+    loads = []
+    t0 = time.monotonic()
+    for name, (python, master) in sides.items():
+        if master is None:
+            res[name] = "master not found"
+            continue
+        load = MachineLoad()
+        res[name] = run_side(name, python, master, args.counts)
+        loads.append(f"# machine while {name} ran: {load.summary()}")
+    print_table(res)
+    for line in loads:
+        print(line)
+    print(f"# total {time.monotonic() - t0:.0f}s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
