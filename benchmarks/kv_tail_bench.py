@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Tail latency of single-page reads in a KV-cache loop: this project vs the
+upstream wheel, in one run.
+
+    python benchmarks/kv_tail_bench.py               # every cell (~3 min)
+    python benchmarks/kv_tail_bench.py --iters 300   # fewer reads per cell
+
+The pattern of a serving engine's cache lookups: a writer stores a batch of
+200 pages with ``batch_put_from``; then, for each request, the reader asks
+``batch_is_exist`` for 32 page keys, writes into its destination buffer (as
+the model does into the KV memory it is about to fill) and reads one page
+with ``batch_get_into`` into that buffer. Only that read is timed.
+
+Pages are 64 KiB (one key) or 2 x 1 MiB (a K and a V key read in one call).
+The reader is the writer's own process (``same-proc``) or another process
+(``other-proc``), over the same-host path or with ``MC_FORCE_TCP=1``
+(``tcp``; upstream's transport is TCP either way). Per cell: p50, p99 and
+max of the timed read in µs, and the ratios to upstream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from store_bench import (
+    UPSTREAM_VENV,
+    MachineLoad,
+    find_ours_master,
+    find_upstream_master,
+    new_store,
+    running_master,
+)
+
+KiB, MiB = 1 << 10, 1 << 20
+PAGES = 200
+EXIST = 32
+HERE = Path(__file__).resolve()
+SHAPES = {"64KiB": [64 * KiB], "2x1MiB": [MiB, MiB]}
+CELLS = [(shape, who, path) for shape in SHAPES for who in ("same-proc", "other-proc")
+         for path in ("same-host", "tcp")]  # fmt: skip
+
+
+def keys_of(prefix: str, page: int, parts: int) -> list[str]:
+    return [f"{prefix}-p{page}-k{j}" for j in range(parts)]
+
+
+def read_loop(s: Any, prefix: str, sizes: list[int], iters: int) -> list[float]:
+    """The request loop; the timed batch_get_into latencies (seconds)."""
+    import numpy as np
+
+    total = sum(sizes)
+    dst = np.zeros(total, np.uint8)
+    base = int(dst.ctypes.data)
+    s.register_buffer(base, total)
+    ptrs = [base + sum(sizes[:j]) for j in range(len(sizes))]
+    rnd = random.Random(3)
+    lat = []
+    for i in range(iters):
+        probe = [k for p in rnd.sample(range(PAGES), EXIST) for k in keys_of(prefix, p, 1)]
+        s.batch_is_exist(probe)
+        dst.fill(i & 0xFF)  # the caller writes the destination first
+        keys = keys_of(prefix, rnd.randrange(PAGES), len(sizes))
+        t = time.perf_counter()
+        got = s.batch_get_into(keys, ptrs, sizes)
+        lat.append(time.perf_counter() - t)
+        if list(got) != sizes:
+            raise RuntimeError(f"batch_get_into returned {got}")
+    s.unregister_buffer(base)
+    return lat
+
+
+def reader_main(cfg: dict[str, Any]) -> int:
+    s = new_store(cfg["rpc"], cfg["meta"], 0, 16 * MiB)
+    lat = read_loop(s, cfg["prefix"], cfg["sizes"], int(cfg["iters"]))
+    s.close()
+    print(json.dumps({"lat": lat}), flush=True)
+    return 0
+
+
+def side_main(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    rows = []
+    for path in ("same-host", "tcp"):
+        env = {"MC_FORCE_TCP": "1"} if path == "tcp" else {}
+        os.environ.update(env)
+        if path != "tcp":
+            os.environ.pop("MC_FORCE_TCP", None)
+        with running_master(args.master_bin) as (rpc, meta):
+            seg = PAGES * 2 * MiB * 2 + 64 * MiB
+            w = new_store(rpc, meta, seg, 16 * MiB)
+            try:
+                for shape, sizes in SHAPES.items():
+                    prefix = f"{shape}-{path}"
+                    src = np.random.default_rng(5).integers(0, 256, sum(sizes) * PAGES, np.uint8)
+                    base = int(src.ctypes.data)
+                    w.register_buffer(base, src.nbytes)
+                    keys, ptrs, lens = [], [], []
+                    for p in range(PAGES):
+                        for j, k in enumerate(keys_of(prefix, p, len(sizes))):
+                            keys.append(k)
+                            ptrs.append(base + (p * len(sizes) + j) * sizes[0])
+                            lens.append(sizes[j])
+                    if any(rc != 0 for rc in w.batch_put_from(keys, ptrs, lens)):
+                        raise RuntimeError("the 200-page batch failed")
+                    w.unregister_buffer(base)
+                    lat = read_loop(w, prefix, sizes, args.iters)
+                    rows.append({"shape": shape, "who": "same-proc", "path": path, "lat": lat})
+                    cfg = {"rpc": rpc, "meta": meta, "prefix": prefix, "sizes": sizes,
+                           "iters": args.iters}  # fmt: skip
+                    r = subprocess.run(
+                        [sys.executable, str(HERE), "--reader", json.dumps(cfg)],
+                        capture_output=True, text=True, timeout=600, check=False,
+                        env=dict(os.environ, **env),
+                    )  # fmt: skip
+                    lines = [ln for ln in r.stdout.splitlines() if ln.startswith('{"lat"')]
+                    if r.returncode != 0 or not lines:
+                        raise RuntimeError(f"reader failed: {r.stderr[-2000:]}")
+                    rows.append({"shape": shape, "who": "other-proc", "path": path,
+                                 "lat": json.loads(lines[-1])["lat"]})  # fmt: skip
+            finally:
+                w.close()
+    out = []
+    for r in rows:
+        lat = sorted(r.pop("lat"))
+        r.update(
+            p50=lat[len(lat) // 2] * 1e6,
+            p99=lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e6,
+            max=lat[-1] * 1e6,
+        )
+        out.append(r)
+    print(json.dumps({"rows": out}), flush=True)
+    return 0
+
+
+def run_side(name: str, python: str, master: str, iters: int) -> list[dict[str, Any]] | str:
+    print(f"== {name}: {python} (master {master})", file=sys.stderr, flush=True)
+    cmd = [python, str(HERE), "--side", name, "--master-bin", master, "--iters", str(iters)]
+    try:
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=1800, check=False)
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith('{"rows"')]
+    if r.returncode != 0 or not lines:
+        return f"failed (exit {r.returncode})"
+    return json.loads(lines[-1])["rows"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--iters", type=int, default=1000)
+    ap.add_argument("--only", choices=["ours", "upstream"])
+    ap.add_argument("--upstream-python", default=str(UPSTREAM_VENV / "bin" / "python"))
+    ap.add_argument("--json", metavar="OUT")
+    ap.add_argument("--side", help=argparse.SUPPRESS)
+    ap.add_argument("--master-bin", help=argparse.SUPPRESS)
+    ap.add_argument("--reader", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.reader:
+        return reader_main(json.loads(args.reader))
+    if args.side:
+        return side_main(args)
+    sides: dict[str, tuple[str, str | None]] = {}
+    if args.only in (None, "ours"):
+        sides["ours"] = (sys.executable, find_ours_master())
+    if args.only in (None, "upstream"):
+        up = Path(args.upstream_python)
+        sides["upstream"] = (str(up), find_upstream_master(up) if up.exists() else None)
+    res: dict[str, Any] = {}
+    loads = []
+    for name, (python, master) in sides.items():
+        if master is None:
+            res[name] = "master not found"
+            continue
+        load = MachineLoad()
+        res[name] = run_side(name, python, master, args.iters)
+        loads.append(f"# machine while {name} ran: {load.summary()}")
+    for name, rows in res.items():
+        if isinstance(rows, str):
+            print(f"# {name}: {rows}")
+    keyed = {
+        name: {(r["shape"], r["who"], r["path"]): r for r in rows}
+        for name, rows in res.items()
+        if isinstance(rows, list)
+    }
+    hdr = (f"{'page':7s} {'reader':10s} {'path':9s} | {'ours p50':>9s} {'p99':>8s} {'max':>8s} | "
+           f"{'up p50':>8s} {'p99':>8s} {'max':>8s} | {'p50 x':>6s} {'p99 x':>6s}")  # fmt: skip
+    print(hdr)
+    print("-" * len(hdr))
+    for cell in CELLS:
+        o = keyed.get("ours", {}).get(cell)
+        u = keyed.get("upstream", {}).get(cell)
+        oc = (
+            f"{o['p50']:9.0f} {o['p99']:8.0f} {o['max']:8.0f}"
+            if o
+            else f"{'-':>9s} {'-':>8s} {'-':>8s}"
+        )
+        uc = (
+            f"{u['p50']:8.0f} {u['p99']:8.0f} {u['max']:8.0f}"
+            if u
+            else f"{'-':>8s} {'-':>8s} {'-':>8s}"
+        )
+        rx = (
+            f"{o['p50'] / u['p50']:6.2f} {o['p99'] / u['p99']:6.2f}"
+            if o and u
+            else f"{'-':>6s} {'-':>6s}"
+        )
+        print(f"{cell[0]:7s} {cell[1]:10s} {cell[2]:9s} | {oc} | {uc} | {rx}")
+    for line in loads:
+        print(line)
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
