@@ -122,7 +122,13 @@ def test_cross_host_connections_choose_their_congestion_control_and_parts(
     after = reader.call("stats")
     assert _delta(after, before, "tcp_read_requests") == 1  # one call, one owner
     client, server = _data_connections(net, owner, reader)
-    assert len(client) == parts_1mib, client
+    # One part reuses the idle connection; four parts need more of them (how
+    # many depends on whether a part's thread starts before another part
+    # returned its connection to the pool).
+    if parts_1mib == 1:
+        assert len(client) == 1, client
+    else:
+        assert 2 <= len(client) <= parts_1mib, client
     assert set(client) == {want} and set(server) == {want}, (client, server)
 
     before = reader.call("stats")
@@ -130,6 +136,6 @@ def test_cross_host_connections_choose_their_congestion_control_and_parts(
     after = reader.call("stats")
     assert _delta(after, before, "tcp_read_requests") == 1
     client, server = _data_connections(net, owner, reader)
-    # Four parts on four connections (the pool's idle ones first).
-    assert len(client) == 4 and len(server) == 4, (client, server)
+    # Four parts, on as many connections as were in use at once.
+    assert 2 <= len(client) <= 4 and len(server) == len(client), (client, server)
     assert set(client) == {want} and set(server) == {want}, (client, server)

@@ -10,7 +10,7 @@
 //!
 //! Also owns [`WriteTicket`]: the master's signed grant that lets a put in
 //! progress write one range of one segment, which the segment owner's data
-//! server checks before accepting bytes (issue 10: with a token, data-port
+//! server checks before accepting bytes (with a token, data-port
 //! writes land only in ranges the master granted).
 //!
 //! Every MAC is computed over an unambiguous encoding: the domain label

@@ -1,4 +1,4 @@
-//! Connection admission for every listener of the stack (issue 10): a cap
+//! Connection admission for every listener of the stack: a cap
 //! on open connections in total and per peer, an idle timeout, the back-off
 //! an accept loop takes when the process runs out of descriptors, and the
 //! check a connection pool makes before reusing an idle connection.

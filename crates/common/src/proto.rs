@@ -4,7 +4,7 @@
 //!
 //! No message type contains itself, so decoding a frame never recurses
 //! deeper than the fixed nesting of these types, whatever its bytes say
-//! (issue 10: a request nested thousands of levels deep used to overflow
+//! (a request nested thousands of levels deep used to overflow
 //! the master's stack).
 
 use crate::auth::WriteTicket;

@@ -1,6 +1,5 @@
-//! The layout of one Engram layer and every rule about it (engram spec,
-//! `shared/spec/engram.md`, "EngramStoreConfig", "Construction",
-//! "populate", "lookup", "lookup_into"):
+//! The layout of one Engram layer and every rule about it (configuration,
+//! construction, `populate`, `lookup`, `lookup_into`):
 //!
 //! * [`EngramConfig`]: the settable fields with upstream's defaults
 //!   (`[1024]`, 64, float32); assignment does not validate.

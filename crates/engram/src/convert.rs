@@ -1,6 +1,6 @@
 //! Half-precision conversions over slices, with the `half` crate: float32
 //! to float16 or bfloat16 rounds to nearest even (float16 as NumPy's cast;
-//! bfloat16 per the engram spec's populate conversion rules), NaN stays
+//! bfloat16 the same way, as `populate` narrows float32 tables), NaN stays
 //! NaN; float16/bfloat16 to float32 is exact. On x86-64 with F16C (checked
 //! at run time) the float16 conversions use the hardware instructions.
 //! These run on the populate and lookup hot paths, so they work on whole

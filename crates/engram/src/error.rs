@@ -1,7 +1,7 @@
-//! The EngramStore error type: which spec message the caller sees, with
-//! the upstream code and the reason behind it (engram spec,
-//! `shared/spec/engram.md`: every failure raises with exactly the message
-//! the spec gives, and the exact reason is logged).
+//! The EngramStore error type: which of upstream's messages the caller
+//! sees, with the upstream code and the reason behind it (every failure
+//! raises with exactly upstream's message, and the exact reason is
+//! logged).
 //!
 //! Result convention of this crate: every fallible operation returns
 //! [`Result<T>`]. The variant says how the binding raises it: a

@@ -1,5 +1,4 @@
-//! EngramStore core (pure Rust, no Python; engram spec,
-//! `shared/spec/engram.md`): per-head embedding tables of one Engram layer
+//! EngramStore core (pure Rust, no Python): per-head embedding tables of one Engram layer
 //! stored as raw row-major objects `engram:l{layer}:h{h}`, and the row
 //! gather used by `EngramStore.lookup`. Every EngramStore rule lives here;
 //! the Python binding converts arrays and raises [`Error`]s.

@@ -82,8 +82,8 @@ struct Cache {
 ///
 /// Every operation takes the client to use at call time (`None` for a
 /// metadata-only layer or a store that is not set up), so a store set up
-/// after the layer was built is used from then on (engram spec: the client
-/// is resolved at call time).
+/// after the layer was built is used from then on (the client is resolved
+/// at call time).
 pub struct EngramCore {
     layer_id: i32,
     layout: Layout,
@@ -125,8 +125,7 @@ impl EngramCore {
         *self.cache.lock() = None;
     }
 
-    /// Upload one table per head (create-only, with rollback; engram spec,
-    /// "populate"): the tables must match the layout; float32 tables bound
+    /// Upload one table per head (create-only, with rollback): the tables must match the layout; float32 tables bound
     /// for a half-precision layer are narrowed here. If any key exists, or
     /// the existence query fails, nothing is written. If any write fails,
     /// the keys this call created are force-removed (a key another writer
@@ -340,7 +339,7 @@ impl EngramCore {
 
     /// Gather `out[b,l,h,:] = table_h[ids[b,l,h], :]` into `out` (which
     /// holds `[B, L, H, D]` elements of `out.kind`, C order). On failure
-    /// `out` is zero-filled (engram spec, "lookup_into").
+    /// `out` is zero-filled.
     ///
     /// # Safety
     /// `out.ptr..+out.len` must be writable for the duration of the call.

@@ -1,4 +1,4 @@
-//! The admin HTTP server on `metrics_host:metrics_port` (spec §6.2):
+//! The admin HTTP server on `metrics_host:metrics_port`:
 //! `/metrics`, `/health`, `/query_key`, `/get_all_keys`, `/get_all_segments`.
 //! The master state is reached through the [`AdminView`] trait so this module
 //! does not depend on the core's internals.

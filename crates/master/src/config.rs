@@ -72,7 +72,7 @@ pub struct MasterConfig {
     pub log_level: String,
     /// File the cluster token was read from (`--auth_token_file`; empty: none).
     pub auth_token_file: String,
-    /// The cluster secret (issue 10): with it, every RPC connection and
+    /// The cluster secret: with it, every RPC connection and
     /// every metadata write must prove the secret, and puts hand out
     /// signed write tickets. `None`: today's behaviour, for trusted
     /// networks only.

@@ -1,4 +1,4 @@
-//! Watermark eviction (spec §3.4): evict unleased, unpinned objects oldest
+//! Watermark eviction: evict unleased, unpinned objects oldest
 //! lease first; soft-pinned objects only when that is not enough.
 
 use crate::state::{lease_expired, MasterState, ObjStatus};

@@ -1,8 +1,8 @@
-//! The embedded HTTP metadata server (`--enable_http_metadata_server`,
-//! spec §6.1): `GET/PUT/DELETE /metadata?key=K` over a [`MetadataKv`], plus
+//! The embedded HTTP metadata server (`--enable_http_metadata_server`):
+//! `GET/PUT/DELETE /metadata?key=K` over a [`MetadataKv`], plus
 //! `GET /health`. Every other method or path answers 404.
 //!
-//! With a cluster token (`--auth_token_file`, issue 10) writes are signed
+//! With a cluster token (`--auth_token_file`) writes are signed
 //! by challenge-response: `GET /auth/challenge` hands out a one-time nonce
 //! (hex, valid [`NONCE_TTL`]); a `PUT` or `DELETE` then carries the header
 //! `X-Mooncake-Auth: <nonce hex>:<MAC hex>` with the MAC over the method,

@@ -2,7 +2,7 @@
 //! per-segment allocators, objects and replicas, leases, pins, eviction, the
 //! RPC server, the embedded HTTP metadata server and the admin server, with
 //! connection admission limits and optional cluster-token authentication
-//! on every listener (issue 10).
+//! on every listener.
 
 pub mod admin;
 pub mod allocator;

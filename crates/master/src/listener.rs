@@ -1,5 +1,5 @@
-//! Connection admission for the master's HTTP servers (metadata and admin,
-//! issue 10): an [`axum::serve::Listener`] that admits each connection
+//! Connection admission for the master's HTTP servers (metadata and
+//! admin): an [`axum::serve::Listener`] that admits each connection
 //! against the listener's caps (in total and per peer address), backs off
 //! when accepting fails for lack of descriptors, and wraps each connection
 //! so that it is closed after the idle timeout without traffic.

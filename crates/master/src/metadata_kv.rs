@@ -1,6 +1,6 @@
-//! In-memory key → bytes map behind the embedded HTTP metadata server
-//! (spec §6.1), including the `rpc_meta` duplicate rule and the per-segment
-//! cleanup used by `--enable_metadata_cleanup_on_timeout` (spec §3.6).
+//! In-memory key → bytes map behind the embedded HTTP metadata server,
+//! including the `rpc_meta` duplicate rule and the per-segment
+//! cleanup used by `--enable_metadata_cleanup_on_timeout`.
 
 use std::collections::HashMap;
 
@@ -71,7 +71,7 @@ impl MetadataKv {
         format!("mooncake/ram/{segment}")
     }
 
-    /// Metadata cleanup for an expired client (§3.6): delete
+    /// Metadata cleanup for an expired client: delete
     /// `mooncake/ram/<segment>`. Returns `true` if it existed.
     pub fn cleanup_segment(&self, segment: &str) -> bool {
         self.delete(&Self::segment_key(segment))

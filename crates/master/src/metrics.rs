@@ -1,4 +1,4 @@
-//! Master counters and their Prometheus text exposition (spec §6.2).
+//! Master counters and their Prometheus text exposition.
 //!
 //! The counters are prometheus-client [`Counter`]s that the core increments;
 //! [`MasterMetrics::encode`] renders them, together with a [`GaugeSnapshot`]

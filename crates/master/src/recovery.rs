@@ -1,4 +1,4 @@
-//! Rebuilding metadata from the segment owners (issue 13: no object lost
+//! Rebuilding metadata from the segment owners (no object lost
 //! when a master dies). A client whose master does not know it (the master
 //! restarted, or a new HA leader took over) remounts its segment with a
 //! report of its ledger: the committed replicas its memory holds. The

@@ -9,11 +9,11 @@
 //! Every connection is admitted against the listener's caps (in total and
 //! per peer address); a connection silent for the idle timeout is closed;
 //! the handshake must complete within [`HANDSHAKE_TIMEOUT`]; a request frame
-//! is read against [`MAX_REQUEST_FRAME`] and decoded without recursion
-//! (issue 10). When the process runs out of descriptors the accept loop
+//! is read against [`MAX_REQUEST_FRAME`] and decoded without recursion.
+//! When the process runs out of descriptors the accept loop
 //! backs off instead of spinning.
 //!
-//! Requests are served by the gate's current term (issue 13): a standby (or
+//! Requests are served by the gate's current term: a standby (or
 //! a leader whose etcd lease clock ran out) answers
 //! UNAVAILABLE_IN_CURRENT_STATUS and closes the connection, and a
 //! connection never outlives its term. A `LedgerStream` request turns the

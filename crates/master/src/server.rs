@@ -1,4 +1,4 @@
-//! Process orchestration for `mooncake_master` (spec §4.3): parse flags, set
+//! Process orchestration for `mooncake_master`: parse flags, set
 //! up logging and the tokio runtime, bind RPC → metadata → admin listeners in
 //! that order, log the effective configuration, start the core, then run
 //! until SIGINT/SIGTERM.

@@ -1,4 +1,4 @@
-//! Fuzz targets for the master's decoders of untrusted input (issue 10):
+//! Fuzz targets for the master's decoders of untrusted input:
 //! RPC request frames decoded and executed against the master state, and
 //! arbitrary HTTP requests through the metadata and admin routers (driven
 //! in memory). The budget per target is `MC_FUZZ_SECS` (see

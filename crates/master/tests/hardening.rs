@@ -1,4 +1,4 @@
-//! Regression tests of issue 10 (hardening) against the real
+//! Hardening regression tests against the real
 //! `mooncake_master` binary: a hostile peer on the RPC port must not crash
 //! the master or empty the store.
 
@@ -130,7 +130,7 @@ fn metric(port: u16, name: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-/// Issue 10 item 1: a request frame nested thousands of levels deep (the
+/// A request frame nested thousands of levels deep (the
 /// old `WithDone` envelope inside itself) overflowed the RPC thread's stack
 /// and killed the master. It must be refused while the master keeps serving.
 #[test]
@@ -166,7 +166,7 @@ fn deeply_nested_request_frame_does_not_kill_the_master() {
     );
 }
 
-/// Issue 10 item 2: a MountSegment whose size makes the capacity sum wrap
+/// A MountSegment whose size makes the capacity sum wrap
 /// (or that no client could map) must be refused with INVALID_PARAMS, and
 /// the objects already stored must survive.
 #[test]

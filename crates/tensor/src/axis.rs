@@ -1,5 +1,5 @@
 //! Parallelism requests: the caller's axis list (`TensorParallelism.axes`),
-//! its validation (spec tensor-io §4 "Validation of a parallelism request"),
+//! its validation,
 //! canonical ordering (DP, TP, EP, PP), matching against stored headers, and
 //! writer partitions (`writer_partition=(rank, size, split_dim)`).
 
@@ -186,8 +186,8 @@ impl Axis {
         })
     }
 
-    /// Field-by-field match of a request axis (`self`) against a stored axis
-    /// (spec §4 "matches"); EP layout axes do not compare `expert_id`. With
+    /// Field-by-field match of a request axis (`self`) against a stored
+    /// axis; EP layout axes do not compare `expert_id`. With
     /// `ignore_tp_split`, a TP axis's split dim is not compared (the legacy
     /// TP wrappers treat it as advisory).
     fn matches(&self, stored: &Axis, ignore_tp_split: bool) -> bool {
@@ -225,9 +225,11 @@ pub struct Parallelism {
 }
 
 impl Parallelism {
-    /// Validate a caller's axis list (spec §4 rules 1-4; rule 5, split dims
-    /// against the tensor, is [`Parallelism::check_tensor`]). The error names
-    /// the first rule broken.
+    /// Validate a caller's axis list: 1 to 4 axes of known kinds, no kind
+    /// twice, each axis's rank, size and required or forbidden fields
+    /// (`split_dim`, `stage_id`, `expert_id`) in order. Split dims against
+    /// the tensor are checked by [`Parallelism::check_split_dims`]. The
+    /// error names the first rule broken.
     pub fn new(raw: &[RawAxis]) -> TensorResult<Parallelism> {
         if raw.is_empty() || raw.len() > MAX_AXES {
             return Err(TensorError::invalid(format!(
@@ -380,8 +382,8 @@ impl Parallelism {
         }
     }
 
-    /// Spec §4 rule 5 for a write of a tensor of `shape`: every split dim is
-    /// a dimension of the tensor.
+    /// For a write of a tensor with `ndim` dimensions: every split dim is a
+    /// dimension of the tensor.
     pub fn check_split_dims(&self, ndim: usize) -> TensorResult<()> {
         for a in &self.axes {
             if let Some(d) = a.split_dim {
@@ -396,7 +398,7 @@ impl Parallelism {
         Ok(())
     }
 
-    /// Whether a stored header matches this request (spec §4): both axis
+    /// Whether a stored header matches this request: both axis
     /// lists, canonicalised, are equal field by field.
     pub fn matches(&self, h: &TensorHeader) -> bool {
         self.matches_with(h, false)
@@ -463,7 +465,7 @@ pub struct WriterPartition {
 }
 
 impl WriterPartition {
-    /// Validate (spec §3): invalid when `size <= 0`, `rank` outside
+    /// Validate: invalid when `size <= 0`, `rank` outside
     /// `[0, size)` or `split_dim < 0`.
     pub fn new(raw: RawWriterPartition) -> TensorResult<WriterPartition> {
         if raw.size <= 0 || raw.size > i32::MAX as i64 {

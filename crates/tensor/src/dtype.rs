@@ -5,7 +5,7 @@
 use crate::error::TensorError;
 
 /// Element type of a stored tensor. The discriminant is the code stored in
-/// headers and manifests (upstream's enum, spec tensor-io "dtype enum").
+/// headers and manifests (upstream's enum values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(i32)]
 pub enum DType {

@@ -1,5 +1,5 @@
-//! The 304-byte header that starts every stored tensor object (spec
-//! tensor-io §1 "Stored object format"): little-endian encoding at upstream's
+//! The 304-byte header that starts every stored tensor object:
+//! little-endian encoding at upstream's
 //! byte offsets, and the validity rules every read and every `_from` write
 //! applies before trusting a stored or caller-supplied object.
 //!
@@ -161,8 +161,8 @@ impl TensorHeader {
 
     /// Decode and validate the header of an object of `total` bytes whose
     /// first bytes are `bytes` (at least 304 of them unless the object is
-    /// shorter, which is itself invalid). Every rule of spec §1 "A header is
-    /// valid" is checked; the error names the first rule that fails.
+    /// shorter, which is itself invalid). Every validity rule below is
+    /// checked in order; the error names the first rule that fails.
     pub fn decode(bytes: &[u8], total: u64) -> TensorResult<TensorHeader> {
         let bad = |why: String| Err(TensorError::corrupt(format!("not a tensor object: {why}")));
         if total < HEADER_SIZE as u64 || bytes.len() < HEADER_SIZE {

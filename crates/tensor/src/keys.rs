@@ -1,4 +1,4 @@
-//! Canonical key names (spec tensor-io §2 "Key naming"), identical to
+//! Canonical key names, identical to
 //! upstream's so objects written by either implementation are found by the
 //! other.
 //!

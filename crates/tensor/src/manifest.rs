@@ -1,5 +1,5 @@
 //! The 96-byte shard-set manifest (`K__parallelism_manifest`,
-//! `K__writer_manifest`; spec tensor-io §1 "Manifest"): the global shape,
+//! `K__writer_manifest`): the global shape,
 //! split dimension and shard count of a TP or writer-partition set, so a
 //! reader can enumerate the set without guessing.
 //!

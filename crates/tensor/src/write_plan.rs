@@ -1,4 +1,4 @@
-//! Write planning (spec tensor-io §5-§7): from a source tensor (dtype,
+//! Write planning: from a source tensor (dtype,
 //! shape, where its C-ordered payload starts in the caller's buffer) and a
 //! route, the objects to write — their keys, their header or manifest bytes,
 //! and which byte runs of the source buffer form each payload. A shard cut
@@ -61,7 +61,7 @@ impl WriteSource {
     }
 }
 
-/// How a source is laid out into store objects (spec §7 "Write routes").
+/// How a source is laid out into store objects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteRoute {
     /// A FULL object at `K` (`put_tensor`; the "none" route).
@@ -324,7 +324,7 @@ impl WriteRoute {
     }
 }
 
-/// The route of a single-tensor write request (spec §7): `parallelism` and
+/// The route of a single-tensor write request: `parallelism` and
 /// `writer_partition` are mutually exclusive; neither is the FULL route.
 pub fn route_for(
     parallelism: Option<Parallelism>,
@@ -340,7 +340,7 @@ pub fn route_for(
     }
 }
 
-/// The route of a `_from` write request (spec §7 "`_from` variants"): the
+/// The route of a `_from` write request: the
 /// buffer is a whole object; with no request it is stored verbatim; a
 /// request with a TP axis writes every TP rank of its scope from the buffer
 /// as the full tensor (no manifest); other requests are planned as for a
@@ -359,7 +359,7 @@ pub fn route_for_object(
 }
 
 /// The route of the legacy `put_tensor_with_tp(tensor, tp_rank, tp_size,
-/// split_dim)` family (spec §6): `tp_size <= 1` is a FULL write, otherwise
+/// split_dim)` family: `tp_size <= 1` is a FULL write, otherwise
 /// every `K_tp_i` from the full tensor, `tp_rank` ignored, no manifest.
 pub fn route_for_tp(tp_size: i64, split_dim: i64) -> TensorResult<WriteRoute> {
     if tp_size <= 1 {

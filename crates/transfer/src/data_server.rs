@@ -3,7 +3,7 @@
 //! no busy polling). Malformed requests drop the connection; the server
 //! keeps serving everyone else.
 //!
-//! Hardening (issue 10): connections are admitted against caps in total
+//! Hardening: connections are admitted against caps in total
 //! and per peer address scaled to the descriptor limit (so data connections
 //! can never take the descriptors the client's heartbeat needs), must
 //! complete the handshake within [`HANDSHAKE_TIMEOUT`] and are closed after

@@ -3,15 +3,14 @@
 //!
 //! `pwrite` on the memfd allocates and fills each new page in one step, with
 //! no page fault or page-table update (on the reference VM, 1.6x faster
-//! fresh-page fills under load, `benchmarks/RESULTS.md` Session 3; level
-//! with the mapped copy on a quiet machine, Session 7). But shmem's write path holds the
+//! fresh-page fills under load, level with the mapped copy on a quiet
+//! machine). But shmem's write path holds the
 //! file's inode lock for the whole call, so the copy workers of one batch
 //! take turns. That costs little while a page takes about 2 µs to provide;
 //! it costs a lot when each new page first needs the host's help (a VM whose
 //! free memory was reported to the host: about 20 µs a page), because stores
 //! through the mapping then fault on every core at once: cold 64 KiB
-//! backups ran about 1.5x faster through the mapping in that state
-//! (Session 7).
+//! backups ran about 1.5x faster through the mapping in that state.
 //!
 //! So a `pwrite` that took longer than [`SLOW_NS_PER_PAGE`] per page,
 //! [`STREAK`] times in a row, sends fresh writes through the mapping for

@@ -5,7 +5,7 @@
 //! The owner serves each request on its own short-lived thread (at most
 //! [`MAX_MAPPING_CONNS`] at once, each with [`MAPPING_TIMEOUT`] to finish)
 //! and closes the connection after answering, so idle or hostile local
-//! connections can neither stall readers nor pile up descriptors (issue 10).
+//! connections can neither stall readers nor pile up descriptors.
 //! Readers learn that the owner is gone from a liveness pipe: the owner
 //! keeps the write end and hands each reader a read end with the memfd;
 //! the read end hangs up when the owner exits or stops serving.

@@ -1,5 +1,5 @@
-//! The data server under a cluster token and under connection limits
-//! (issue 10): peers must prove the token, writes need the master's ticket
+//! The data server under a cluster token and under connection limits:
+//! peers must prove the token, writes need the master's ticket
 //! for exactly the range they touch, and connections are capped and closed
 //! when idle.
 

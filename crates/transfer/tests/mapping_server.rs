@@ -1,5 +1,5 @@
-//! Regression tests of issue 10 items 4 and 5: the same-host mapping
-//! server answers every connection (concurrently) and keeps no descriptor
+//! Hardening regression tests of the same-host mapping server: it answers
+//! every connection (concurrently) and keeps no descriptor
 //! per answered request; with a cluster token only readers that prove it
 //! get the segment; readers see the owner go.
 
@@ -18,7 +18,7 @@ fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
 
-/// Issue 10 item 4: 300 answered mapping requests used to leave 300
+/// 300 answered mapping requests used to leave 300
 /// descriptors open in the owner.
 #[test]
 fn answered_mapping_connections_are_closed() {
@@ -46,7 +46,7 @@ fn answered_mapping_connections_are_closed() {
     server.stop();
 }
 
-/// Issue 10 item 5: three idle local connections stalled a reader for 2 s
+/// Three idle local connections stalled a reader for 2 s
 /// each (one connection served at a time), so its own 2 s wait ran out.
 #[test]
 fn idle_connections_do_not_stall_a_mapping_reader() {

@@ -1,4 +1,4 @@
-//! Read planning (spec tensor-io §8 "Unified reads"): turns a request and
+//! Read planning: turns a request and
 //! what is known about stored objects into byte ranges
 //! `(key, src_offset, dst_offset, len)` that assemble the result directly in
 //! its final memory.
@@ -512,7 +512,7 @@ fn check_members(n: u64) -> TensorResult<()> {
     Ok(())
 }
 
-/// The TP set in P's scope (spec §8 "full | has TP"): count and split dim
+/// The TP set in P's scope: count and split dim
 /// from `K__parallelism_manifest`; for single-axis P without it, from
 /// `K_tp_0`'s header, then from the writer set; for multi-axis P, from P.
 fn tp_set(cx: &mut Cx<'_>, req: &ReadRequest, p: &Parallelism) -> TensorResult<SetSpec> {

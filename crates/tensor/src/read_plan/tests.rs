@@ -1,5 +1,5 @@
 //! Planner tests over the in-memory simulation: the spec's acceptance
-//! scenarios (tensor-io §12) at the planning level, the bad-input cases, and
+//! scenarios at the planning level, the bad-input cases, and
 //! property tests (uniform TP/EP splits re-sharded to any divisor reassemble
 //! byte-exact; at most two probe rounds).
 
