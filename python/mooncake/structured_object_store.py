@@ -498,25 +498,49 @@ class _ReadGroup:
 
 
 class _Transport:
-    """Batched store calls with clear errors."""
+    """Batched store calls with clear errors.
+
+    On a ``MooncakeDistributedStore`` every write is one
+    ``batch_put_from_multi_buffers`` call and every read one
+    ``get_into_ranges`` call. Other stores (wrappers implementing only part
+    of the API, at least ``put``/``get``/``remove``) get the same results
+    through the calls they have.
+    """
 
     def __init__(self, store: Any) -> None:
         self.store = store
 
+    def _has(self, name: str) -> bool:
+        return callable(getattr(self.store, name, None))
+
     def write(self, objs: Sequence[_Obj], config: Any) -> None:
-        """Write every object in one ``batch_put_from_multi_buffers`` call;
-        on failure remove what was written and raise naming the members."""
+        """Write every object in one batched call; on failure remove what was
+        written and raise naming the members."""
         if not objs:
             return
         keys = [o.key for o in objs]
-        ptrs = [[p for p, _n in o.pieces] for o in objs]
-        sizes = [[n for _p, n in o.pieces] for o in objs]
         cfg = _config_for(config, len(keys))
-        if cfg is None:
-            results = self.store.batch_put_from_multi_buffers(keys, ptrs, sizes)
+        extra = () if cfg is None else (cfg,)
+        if self._has("batch_put_from_multi_buffers"):
+            ptrs = [[p for p, _n in o.pieces] for o in objs]
+            sizes = [[n for _p, n in o.pieces] for o in objs]
+            results = self.store.batch_put_from_multi_buffers(keys, ptrs, sizes, *extra)
+            op = "batch_put_from_multi_buffers"
+        elif self._has("batch_put_from") and all(len(o.pieces) == 1 for o in objs):
+            results = self.store.batch_put_from(
+                keys, [o.pieces[0][0] for o in objs], [o.pieces[0][1] for o in objs], *extra
+            )
+            op = "batch_put_from"
         else:
-            results = self.store.batch_put_from_multi_buffers(keys, ptrs, sizes, cfg)
-        self._check_writes(objs, results, "batch_put_from_multi_buffers")
+            one = () if config is None else (_config_for(config, 1),)
+            results = []
+            for o in objs:
+                try:
+                    results.append(self.store.put(o.key, _gather(o.pieces), *one))
+                except Exception:  # noqa: BLE001 - a failed put is a failed write
+                    results.append(-1)
+            op = "put"
+        self._check_writes(objs, list(results), op)
 
     def write_tensor_objects(self, objs: Sequence[_Obj], config: Any) -> None:
         """Caller tensor objects (``tensor_object_buffer``) through the native
@@ -524,19 +548,22 @@ class _Transport:
         if not objs:
             return
         keys = [o.key for o in objs]
-        if config is None:
-            results = self.store.batch_put_tensor_from(
-                keys, [o.pieces[0][0] for o in objs], [o.pieces[0][1] for o in objs]
-            )
+        ptrs = [o.pieces[0][0] for o in objs]
+        sizes = [o.pieces[0][1] for o in objs]
+        if config is None and self._has("batch_put_tensor_from"):
+            results = self.store.batch_put_tensor_from(keys, ptrs, sizes)
+        elif config is None and self._has("put_tensor_from"):
+            results = [self.store.put_tensor_from(k, p, n) for k, p, n in zip(keys, ptrs, sizes)]
+        elif self._has("put_from"):
+            cfg = () if config is None else (_config_for(config, 1),)
+            results = [self.store.put_from(k, p, n, *cfg) for k, p, n in zip(keys, ptrs, sizes)]
         else:
-            results = [
-                self.store.put_from(o.key, o.pieces[0][0], o.pieces[0][1], _config_for(config, 1))
-                for o in objs
-            ]
-        self._check_writes(objs, results, "put_tensor_from")
+            self.write(objs, config)
+            return
+        self._check_writes(objs, list(results), "put_tensor_from")
 
-    def _check_writes(self, objs: Sequence[_Obj], results: Sequence[int], op: str) -> None:
-        failed = [(o, r) for o, r in zip(objs, results) if r != 0]
+    def _check_writes(self, objs: Sequence[_Obj], results: Sequence[Any], op: str) -> None:
+        failed = [(o, r) for o, r in zip(objs, results) if r not in (0, None)]
         if len(results) != len(objs):
             failed = [(o, -1) for o in objs]
         if failed:
@@ -550,25 +577,55 @@ class _Transport:
         pending = list(dict.fromkeys(keys))
         if not pending:
             return
-        results = self.store.batch_remove(pending, True)
-        bad = [(k, r) for k, r in zip(pending, results) if r not in (0, MISSING_OBJECT_ERROR)]
+        bad: list[tuple[str, Any]] = []
+        if self._has("batch_remove"):
+            try:
+                results = list(self.store.batch_remove(pending, True))
+            except TypeError:
+                results = list(self.store.batch_remove(pending))
+            bad = [
+                (k, r) for k, r in zip(pending, results) if r not in (0, None, MISSING_OBJECT_ERROR)
+            ]
+            pending = [k for k, _r in bad]
+            bad = []
+        for k in pending:
+            try:
+                r = self.store.remove(k, True)
+            except KeyError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - reported below
+                r = str(exc)
+            if r not in (0, None, MISSING_OBJECT_ERROR):
+                bad.append((k, r))
         if bad and strict:
             raise RuntimeError(f"failed to remove {len(bad)} Mooncake keys: {bad[:3]}")
 
     def get_blobs(self, keys: Sequence[str]) -> list[bytes]:
         if not keys:
             return []
-        return list(self.store.get_batch(list(keys)))
+        if self._has("get_batch"):
+            return list(self.store.get_batch(list(keys)))
+        out = []
+        for k in keys:
+            try:
+                out.append(bytes(self.store.get(k)))
+            except KeyError:
+                out.append(b"")
+        return out
 
     def read(self, groups: Sequence[_ReadGroup]) -> None:
         """Run every group's fragments in one ``get_into_ranges`` call."""
         groups = [g for g in groups if g.frags]
         if not groups:
             return
+        if not self._has("get_into_ranges"):
+            self._read_with_get(groups)
+            return
         registered: list[int] = []
+        can_register = self._has("register_buffer") and self._has("unregister_buffer")
         try:
             for g in groups:
-                if g.pre_registered or g.size == 0:
+                if not can_register or g.pre_registered or g.size == 0:
                     continue
                 if self.store.register_buffer(g.ptr, g.size) == 0:
                     registered.append(g.ptr)
@@ -589,7 +646,12 @@ class _Transport:
                 dsts.append([v[0] for v in by_key.values()])
                 srcs.append([v[1] for v in by_key.values()])
                 sizes.append([v[2] for v in by_key.values()])
-            results = self.store.get_into_ranges(ptrs, all_keys, dsts, srcs, sizes)
+            try:
+                results = self.store.get_into_ranges(ptrs, all_keys, dsts, srcs, sizes)
+            except KeyError as exc:
+                raise StructuredObjectMissingError(
+                    f"{groups[0].label}: object {exc} is missing (cleaned up or evicted)"
+                ) from None
         finally:
             for p in registered:
                 self.store.unregister_buffer(p)
@@ -602,6 +664,31 @@ class _Transport:
                             f"{g.label}: object {key!r} is missing (cleaned up or evicted)"
                         )
                     raise RuntimeError(f"{g.label}: reading {key!r} failed (codes {codes or r})")
+
+    def _read_with_get(self, groups: Sequence[_ReadGroup]) -> None:
+        cache: dict[str, bytes] = {}
+        for g in groups:
+            for key, dst, src, n in g.frags:
+                if key not in cache:
+                    try:
+                        cache[key] = bytes(self.store.get(key))
+                    except KeyError:
+                        cache[key] = b""
+                data = cache[key]
+                if len(data) < src + n:
+                    if not data:
+                        raise StructuredObjectMissingError(
+                            f"{g.label}: object {key!r} is missing (cleaned up or evicted)"
+                        )
+                    raise RuntimeError(
+                        f"{g.label}: object {key!r} is shorter than its manifest says"
+                    )
+                ctypes.memmove(g.ptr + dst, data[src : src + n], n)
+
+
+def _gather(pieces: Sequence[tuple[int, int]]) -> bytes:
+    """The concatenated bytes of ``pieces`` (for stores without pointer writes)."""
+    return b"".join(ctypes.string_at(p, n) for p, n in pieces)
 
 
 def _split_chunks(pieces: Sequence[tuple[int, int]], chunk: int) -> list[list[tuple[int, int]]]:
@@ -813,11 +900,14 @@ def _plan_tensor(
             )
         ptr, size, pre = _dest_ptr(label, dest, hdr + data_bytes)
         if rows is None and isinstance(dest, _TensorObjectBufferPayload):
+            if callable(getattr(transport.store, "get_tensor_into", None)):
 
-            def via_native() -> Any:
-                return transport.store.get_tensor_into(spec["key"], dest.ptr, dest.size)
+                def via_native() -> Any:
+                    return transport.store.get_tensor_into(spec["key"], dest.ptr, dest.size)
 
-            return _Pending([], via_native)
+                return _Pending([], via_native)
+            frags = _fragments(spec, 0, hdr + data_bytes, 0)
+            return _Pending([_ReadGroup(ptr, size, label, frags, pre)], lambda: dest)
         header = _tensor_header(transport, spec, dtype_name, out_shape, label)
         ctypes.memmove(ptr, header, hdr)
         frags = _row_frags(spec, rows, data_bytes, row_width, hdr, hdr)

@@ -80,7 +80,7 @@ impl Client {
         // SAFETY: `head` and the mapping outlive the call and are readable.
         let mut r = unsafe {
             self.batch_put_from_multi_buffers(
-                &[loaded.key.clone()],
+                std::slice::from_ref(&loaded.key),
                 &ptrs,
                 &sizes,
                 &ReplicateConfig::default(),
