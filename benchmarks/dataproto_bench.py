@@ -203,7 +203,7 @@ def side_main(args: argparse.Namespace) -> int:
     from mooncake.structured_object_store import MooncakeBundleTransfer, export_ref
 
     with running_master(args.master_bin) as (rpc, meta):
-        segment = (3 * args.rows * args.width * 8 + (512 << 20)) // (1 << 20) << 20
+        segment = (5 * args.rows * args.width * 8 + (512 << 20)) // (1 << 20) << 20
         store = new_store(rpc, meta, segment)
         transfer = MooncakeBundleTransfer(store, key_prefix="bench")
         batch = make_batch(args.rows, args.width)

@@ -444,9 +444,9 @@ def encode_ragged_tensor(values: Sequence[Any]) -> tuple[dict[str, Any], dict[st
             v = require_torch().from_numpy(np.ascontiguousarray(v))
         elif torch is None or not isinstance(v, torch.Tensor):
             raise TypeError(f"ragged tensor codec requires tensors, got {type(v).__name__}")
-        t = v.detach()
+        t = v
         if t.device.type != "cpu" or not t.is_contiguous():
-            t = t.cpu().contiguous()
+            t = t.detach().cpu().contiguous()
         if dtype is None:
             dtype = t.dtype
         elif t.dtype != dtype:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import json
+import mmap
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -91,6 +92,8 @@ __all__ = [
 
 DEFAULT_BUNDLE_CHUNK_BYTES = 64 * 1024**2
 MISSING_OBJECT_ERROR = -704
+LEASE_EXPIRED = -707
+_READ_ATTEMPTS = 4
 STRUCTURED_FIELD_SPECS_KEY = "__mooncake_structured_fields__"
 DATAPROTO_REF_HANDLE_TYPE = "mooncake_dataproto_ref"
 DATAPROTO_REF_HANDLE_VERSION = 1
@@ -614,13 +617,30 @@ class _Transport:
         return out
 
     def read(self, groups: Sequence[_ReadGroup]) -> None:
-        """Run every group's fragments in one ``get_into_ranges`` call."""
+        """Run every group's fragments in one ``get_into_ranges`` call.
+
+        A copy that outlived its read lease (LEASE_EXPIRED, a slow copy on a
+        loaded host) is discarded by the store; those groups are read again,
+        one call each, up to four attempts in all (objects are write-once, so
+        a repeated read returns the same bytes)."""
         groups = [g for g in groups if g.frags]
         if not groups:
             return
         if not self._has("get_into_ranges"):
             self._read_with_get(groups)
             return
+        retry = self._read_once(groups)
+        for attempt in range(1, _READ_ATTEMPTS):
+            if not retry:
+                return
+            retry = [
+                g
+                for group in retry
+                for g in self._read_once([group], last=attempt == _READ_ATTEMPTS - 1)
+            ]
+
+    def _read_once(self, groups: Sequence[_ReadGroup], last: bool = False) -> list[_ReadGroup]:
+        """One ``get_into_ranges`` call; the groups to read again (lease expired)."""
         registered: list[int] = []
         can_register = self._has("register_buffer") and self._has("unregister_buffer")
         try:
@@ -655,6 +675,7 @@ class _Transport:
         finally:
             for p in registered:
                 self.store.unregister_buffer(p)
+        again: list[_ReadGroup] = []
         for g, keys, want, got in zip(groups, all_keys, sizes, results):
             for key, w, r in zip(keys, want, got):
                 if list(r) != list(w):
@@ -663,7 +684,11 @@ class _Transport:
                         raise StructuredObjectMissingError(
                             f"{g.label}: object {key!r} is missing (cleaned up or evicted)"
                         )
+                    if codes == [LEASE_EXPIRED] and not last:
+                        again.append(g)
+                        break
                     raise RuntimeError(f"{g.label}: reading {key!r} failed (codes {codes or r})")
+        return again
 
     def _read_with_get(self, groups: Sequence[_ReadGroup]) -> None:
         cache: dict[str, bytes] = {}
@@ -799,12 +824,48 @@ def _dest_ptr(label: str, dest: Any, nbytes: int) -> tuple[int, int, bool]:
     return dest.ptr, dest.size, bool(getattr(dest, "pre_registered", False))
 
 
+_HUGE_MIN = 4 << 20
+
+
+def _fresh(nbytes: int) -> Any:
+    """Memory for a result of ``nbytes``: large results are anonymous mappings
+    advised to use transparent huge pages, so filling them takes one page
+    fault per 2 MiB instead of one per 4 KiB (which dominates a copy into
+    new memory); smaller ones come from the allocator."""
+    if nbytes < _HUGE_MIN:
+        return None
+    mm = mmap.mmap(-1, nbytes)
+    advise = getattr(mm, "madvise", None)
+    if advise is not None and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            advise(mmap.MADV_HUGEPAGE)
+        except OSError:
+            pass
+    return mm
+
+
+def _empty_array(shape: Sequence[int], dtype: np.dtype[Any]) -> np.ndarray:
+    n = _prod(shape) * dtype.itemsize
+    mm = _fresh(n)
+    if mm is None:
+        return np.empty(tuple(shape), dtype=dtype)
+    return np.frombuffer(mm, dtype=dtype, count=n // dtype.itemsize).reshape(tuple(shape))
+
+
+def _empty_tensor(shape: Sequence[int], dtype: Any, element: int) -> Any:
+    torch = require_torch()
+    mm = _fresh(_prod(shape) * element)
+    if mm is None:
+        return torch.empty(list(shape), dtype=dtype)
+    return torch.frombuffer(mm, dtype=dtype).view(list(shape))
+
+
 def _ndarray_target(
     label: str, dest: Any, dtype: np.dtype[Any], shape: tuple[int, ...]
 ) -> tuple[np.ndarray, bool]:
     nbytes = _prod(shape) * dtype.itemsize
     if dest is None:
-        return np.empty(shape, dtype=dtype), False
+        return _empty_array(shape, dtype), False
     if isinstance(dest, _RawDestinationBuffer):
         ptr, _size, pre = _dest_ptr(label, dest, nbytes)
         buf = (ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr)
@@ -870,7 +931,7 @@ def _plan_bytes(
     if dest is not None:
         raise ValueError(f"{label}: a bytes member does not support destinations")
     n = int(spec["bytes"])
-    target = np.empty(n, dtype=np.uint8)
+    target = _empty_array((n,), np.dtype(np.uint8))
     frags = _fragments(spec, 0, n, 0)
     group = _ReadGroup(int(target.ctypes.data), n, label, frags)
     return _Pending([group], (lambda: target) if as_array else (lambda: target.tobytes()))
@@ -925,8 +986,8 @@ def _plan_tensor(
             return _deserialize_tensor(buf.tobytes())
 
         return _Pending([_ReadGroup(int(buf.ctypes.data), buf.nbytes, label, frags)], decode)
-    torch = require_torch()
-    target = torch.empty(out_shape, dtype=_torch_dtype(dtype_name))
+    require_torch()
+    target = _empty_tensor(out_shape, _torch_dtype(dtype_name), element)
     frags = _row_frags(spec, rows, data_bytes, row_width, hdr)
     return _Pending([_ReadGroup(int(target.data_ptr()), data_bytes, label, frags)], lambda: target)
 
@@ -1994,7 +2055,7 @@ class _EncodedRead:
             np.cumsum(counts, out=new_offsets[1:])
             self.payload[offsets_name] = new_offsets
             _member, spec, _fspec = self._member(pname)
-            target = np.empty(int(new_offsets[-1]) * unit, dtype=np.uint8)
+            target = _empty_array((int(new_offsets[-1]) * unit,), np.dtype(np.uint8))
             frags: list[tuple[str, int, int, int]] = []
             # Coalesce rows whose data ranges touch.
             start = None

@@ -441,3 +441,16 @@ def test_handles_are_json_and_validated() -> None:
         import_dataproto_ref({"type": "other"})
     with pytest.raises(TypeError, match="JSON-safe"):
         export_dataproto_ref(MooncakeDataProtoRef(1, {}, {}, {"o": object()}))
+
+
+def test_large_results_are_ordinary_writable_arrays(transfer: Any) -> None:
+    t = torch.arange(1 << 20, dtype=torch.float64).reshape(1024, 1024)  # 8 MiB
+    a = np.arange(1 << 20, dtype=np.int64).reshape(1024, 1024)
+    ref = transfer.put_dataproto({"t": t, "a": a})
+    out = transfer.get_dataproto(ref)["batch"]
+    assert torch.equal(out["t"], t) and np.array_equal(out["a"], a)
+    out["t"][0, 0] = -1.0
+    out["a"][0, 0] = -1
+    assert out["t"][0, 0] == -1.0 and out["a"][0, 0] == -1 and t[0, 0] == 0.0
+    again = transfer.get_dataproto(ref, rows=slice(0, 1000))["batch"]
+    assert torch.equal(again["t"], t[:1000]) and np.array_equal(again["a"], a[:1000])
