@@ -454,3 +454,16 @@ def test_large_results_are_ordinary_writable_arrays(transfer: Any) -> None:
     assert out["t"][0, 0] == -1.0 and out["a"][0, 0] == -1 and t[0, 0] == 0.0
     again = transfer.get_dataproto(ref, rows=slice(0, 1000))["batch"]
     assert torch.equal(again["t"], t[:1000]) and np.array_equal(again["a"], a[:1000])
+
+
+def test_fallback_codec_and_generic_put_get(transfer: Any) -> None:
+    mixed = [1, "two", None, [3, {"four": 4.0}]]
+    schema = {"m": FieldSchema("ndarray", True, {"section": "non_tensor_batch"})}
+    ref = transfer.put({"non_tensor_batch": {"m": obj(mixed)}}, field_schemas=schema)
+    assert ref.encoded_non_tensor["m"]["codec"] == "msgpack_ragged"
+    assert transfer.get(ref)["non_tensor_batch"]["m"].tolist() == mixed
+    assert transfer.get(ref, type="dict", rows=[3]) == {"m": [[3, {"four": 4.0}]]}
+    with pytest.raises(ValueError, match="unsupported Mooncake payload type"):
+        transfer.put({"x": np.zeros(2)}, type="bogus")
+    with pytest.raises(ValueError, match="unsupported Mooncake payload type"):
+        transfer.get(ref, type="bogus")
