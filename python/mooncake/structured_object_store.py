@@ -27,6 +27,7 @@ import copy
 import ctypes
 import json
 import mmap
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -1164,6 +1165,7 @@ class MooncakeBundleTransfer:
         self.buffer_pool = buffer_pool
         self._transport = _Transport(store)
         self._manifests: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._manifests_lock = threading.Lock()
 
     # ------------------------------------------------------------ bundles
 
@@ -1235,10 +1237,21 @@ class MooncakeBundleTransfer:
         return RemoteBundleRef(manifest_key, manifest)
 
     def _remember(self, key: str, manifest: dict[str, Any]) -> None:
-        self._manifests[key] = manifest
-        self._manifests.move_to_end(key)
-        while len(self._manifests) > _MANIFEST_CACHE:
-            self._manifests.popitem(last=False)
+        with self._manifests_lock:
+            self._manifests[key] = manifest
+            self._manifests.move_to_end(key)
+            while len(self._manifests) > _MANIFEST_CACHE:
+                self._manifests.popitem(last=False)
+
+    def _forget(self, key: str) -> None:
+        with self._manifests_lock:
+            self._manifests.pop(key, None)
+
+    def _cached(self, key: Any) -> dict[str, Any] | None:
+        if not key:
+            return None
+        with self._manifests_lock:
+            return self._manifests.get(key)
 
     def _manifests_of(
         self, refs: Sequence[RemoteBundleRef | Mapping[str, Any]], what: str = "bundle"
@@ -1255,7 +1268,7 @@ class MooncakeBundleTransfer:
                 key, manifest = ref.get("manifest_key"), ref.get("manifest")
                 if not isinstance(key, str) and manifest is None:
                     raise ValueError("bundle ref must include manifest_key")
-            manifest = manifest or (self._manifests.get(key) if key else None)
+            manifest = manifest or self._cached(key)
             out.append(manifest or None)
             if not manifest:
                 missing.append((i, key))
@@ -1338,7 +1351,7 @@ class MooncakeBundleTransfer:
         manifest = self._manifests_of([ref])[0]
         key = ref.manifest_key if isinstance(ref, RemoteBundleRef) else str(ref.get("manifest_key"))
         self._transport.remove(self._keys_of(manifest, key), strict=True)
-        self._manifests.pop(key, None)
+        self._forget(key)
 
     def put_structured_object(
         self,
@@ -1683,7 +1696,7 @@ class MooncakeBundleTransfer:
             keys.extend(self._keys_of(manifest, r.stage_refs[stage].manifest_key))
         self._transport.remove(keys, strict=True)
         for stage in stages:
-            self._manifests.pop(r.stage_refs[stage].manifest_key, None)
+            self._forget(r.stage_refs[stage].manifest_key)
 
     def _stage_manifests(
         self, r: MooncakeDataProtoRef, stages: Sequence[str]
