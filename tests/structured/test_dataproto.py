@@ -467,3 +467,34 @@ def test_fallback_codec_and_generic_put_get(transfer: Any) -> None:
         transfer.put({"x": np.zeros(2)}, type="bogus")
     with pytest.raises(ValueError, match="unsupported Mooncake payload type"):
         transfer.get(ref, type="bogus")
+
+
+def test_one_transfer_shared_by_threads(sstore: Any, prefix: str) -> None:
+    import threading
+
+    transfer = MooncakeBundleTransfer(sstore, key_prefix=prefix)
+    data = rich_batch()
+    handles = [export_ref(transfer.put_dataproto(data, stage=f"s{i}")) for i in range(3)]
+    errors: list[BaseException] = []
+
+    def reader(i: int) -> None:
+        try:
+            for j in range(5):
+                out = transfer.get_dataproto(
+                    handles[(i + j) % 3], fields=["input_ids", "prompt"], rows=[j]
+                )
+                assert torch.equal(out["batch"]["input_ids"], data["batch"]["input_ids"][[j]])
+                assert out["non_tensor_batch"]["prompt"].tolist() == [
+                    data["non_tensor_batch"]["prompt"][j]
+                ]
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    for h in handles:
+        transfer.cleanup_dataproto(h)
