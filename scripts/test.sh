@@ -23,6 +23,9 @@ python -m pytest tests/engram -q -p no:cacheprovider --timeout=300 "$@"
 python -m pytest tests/engine -q -p no:cacheprovider --timeout=300 "$@"
 # Tensor IO (needs torch; skips with a reason without it).
 python -m pytest tests/tensor -q -p no:cacheprovider --timeout=300 "$@"
+# Structured objects (mooncake.structured_object_store: DataProto batches,
+# bundles, codecs), BufferPool and safetensors import/export; about 25 s.
+python -m pytest tests/structured -q -p no:cacheprovider --timeout=300 "$@"
 # The torch.distributed backend suite, on the pinned current torch release and
 # on an older one (scripts/old_torch_env.sh), unless MOONCAKE_SKIP_TORCH=1.
 if [ "${MOONCAKE_SKIP_TORCH:-0}" != "1" ]; then

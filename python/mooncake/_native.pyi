@@ -15,6 +15,9 @@ __version__: str
 __all__ = [
     "ENGINE_SUPPORT_CUDA",
     "BufferHandle",
+    "BufferLease",
+    "BufferLeaseView",
+    "BufferPool",
     "EngramStore",
     "EngramStoreConfig",
     "ErrorCode",
@@ -24,6 +27,9 @@ __all__ = [
     "PgCoordinator",
     "PgGroup",
     "PgWork",
+    "RegisteredBufferLease",
+    "RegisteredBufferLeaseView",
+    "RegisteredBufferPool",
     "ReplicateConfig",
     "SoftPinAction",
     "TransferEngine",
@@ -140,6 +146,51 @@ class BufferHandle:
     def size(self, /) -> int: ...
     @staticmethod
     def _from_bytes(data: bytes) -> BufferHandle: ...
+
+@final
+class BufferPool:
+    def __new__(
+        cls,
+        store: Any,
+        max_bytes: int = ...,
+        min_size_class: int = ...,
+        max_size_class: int | None = None,
+        alignment: int = ...,
+        block_on_exhaustion: bool = True,
+        default_timeout: float | None = None,
+        max_regions: int | None = None,
+        prewarm_size: int | None = None,
+        prewarm_count: int = ...,
+    ) -> Self: ...
+    def acquire(
+        self, /, size: int, block: bool | None = None, timeout: float | None = None
+    ) -> BufferLease: ...
+    def buffer(
+        self, /, size: int, block: bool | None = None, timeout: float | None = None
+    ) -> BufferLease: ...
+    def prewarm(self, /, size: int, count: int) -> None: ...
+    def close(self, /) -> None: ...
+
+@final
+class BufferLease:
+    @property
+    def ptr(self, /) -> int: ...
+    @property
+    def size(self, /) -> int: ...
+    @property
+    def buffer(self, /) -> memoryview: ...
+    def release(self, /) -> None: ...
+    def __enter__(self, /) -> BufferLease: ...
+    def __exit__(self, /, *_args: object) -> None: ...
+
+@final
+class BufferLeaseView:
+    @property
+    def buffer(self, /) -> memoryview: ...
+
+RegisteredBufferPool = BufferPool
+RegisteredBufferLease = BufferLease
+RegisteredBufferLeaseView = BufferLeaseView
 
 @disjoint_base
 class MooncakeDistributedStore:
@@ -260,6 +311,10 @@ class MooncakeDistributedStore:
         self, /, keys: list[str], buffer_ptrs: list[int], sizes: list[int]
     ) -> list[int]: ...
     def get_tensor(self, /, key: str) -> Any: ...
+    def save_tensor_to_safetensor(self, /, key: str, file_name: str | None = None) -> int: ...
+    def load_tensor_from_safetensor(
+        self, /, key: str | None = None, file_name: str | None = None
+    ) -> Any: ...
     def batch_get_tensor(self, /, keys: list[str]) -> list[Any]: ...
     def get_tensor_into(self, /, key: str, buffer_ptr: int, size: int) -> Any: ...
     def batch_get_tensor_into(

@@ -15,6 +15,7 @@ mod config;
 mod discovery;
 mod done;
 mod error;
+mod lease_pool;
 mod ledger;
 mod ledger_stream;
 mod locations;
@@ -26,6 +27,7 @@ mod ranges;
 mod reads;
 mod registered;
 mod result_pool;
+mod safetensor_io;
 mod session_table;
 mod sessions;
 mod staging;
@@ -40,6 +42,7 @@ pub use config::{
     DEFAULT_DICT_SIZE, DEFAULT_MASTER, DEFAULT_TENANT, MAX_LOCAL_BUFFER, MIN_SIZE,
 };
 pub use error::{Error, Result};
+pub use lease_pool::{Lease, LeasePool, PoolConfig, PoolError};
 pub use locations::{Locations, ObjectLocation};
 pub use mooncake_common::proto::ReplicaLoc;
 pub use mooncake_common::proto::{SoftPin, WriteConfig};
@@ -47,6 +50,7 @@ pub use mooncake_common::ErrorCode;
 pub use mooncake_transfer::{Op, Path};
 pub use ranges::{ranges_failed, Ranges};
 pub use result_pool::{ResultBlock, POOL_MIN};
+pub use safetensor_io::LoadedTensor;
 pub use tensor_io::{
     check_into_lists, check_pub_config, object_source, TensorDest, TensorReads, TensorWrite,
 };

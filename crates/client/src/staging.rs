@@ -21,6 +21,11 @@ impl StagingArea {
         })
     }
 
+    /// The local buffer's size.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
     /// Reserve `size` bytes, or None when they do not fit.
     pub(crate) fn reserve(self: &Arc<Self>, size: u64) -> Option<Reservation> {
         let mut u = self.used.lock();

@@ -21,6 +21,7 @@ mod keys;
 mod le;
 mod manifest;
 mod read_plan;
+mod safetensor;
 mod write_plan;
 
 pub use axis::{Axis, AxisKind, Parallelism, RawAxis, RawWriterPartition, WriterPartition};
@@ -39,6 +40,7 @@ pub use read_plan::{
     resolve, Observations, Observed, PlanRange, PlanSource, ReadMode, ReadOutput, ReadPlan,
     ReadRequest, Step, MAX_SET_MEMBERS, PROBE_PREFIX,
 };
+pub use safetensor::{object_to_safetensors, tensor_from_safetensors, FileTensor};
 pub use write_plan::{
     plan_write, route_for, route_for_object, route_for_tp, PlannedObject, WritePlan, WriteRoute,
     WriteSource,

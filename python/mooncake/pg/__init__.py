@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
 from mooncake import _native
 from mooncake.pg import _backend
 from mooncake.pg._backend import MooncakeProcessGroup, make_creator

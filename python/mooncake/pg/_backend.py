@@ -17,12 +17,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as _C10dBackend
+
 from mooncake import _native
 from mooncake.pg import _codes
 from mooncake.pg._host import advertised_host, host_identity, store_host
 from mooncake.pg._options import MAX_CAPACITY, MooncakeBackendOptions
 from mooncake.pg._work import MooncakeWork
-from torch._C._distributed_c10d import Backend as _C10dBackend
 
 PREFIX = "mcpg/v1"
 # The membership coordinator's address once the default group is a Mooncake

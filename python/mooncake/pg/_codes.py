@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+
 from mooncake import _native
 
 #: Code of every dtype that is moved but never reduced (f8, complex, ...).

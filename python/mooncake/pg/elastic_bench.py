@@ -45,6 +45,7 @@ def _free_port() -> int:
 
 def _init(rank: int, world: int, port: int, extension: bool) -> None:
     import torch.distributed as dist
+
     from mooncake import pg
 
     dist.init_process_group(
@@ -75,6 +76,7 @@ def _victim_loop(iters: int, q: Any) -> None:
 def _member(rank: int, port: int, trials: int, iters: int, q: Any, cmd: Any) -> None:
     import torch
     import torch.distributed as dist
+
     from mooncake import pg
 
     _init(rank, WORLD, port, False)
@@ -111,6 +113,7 @@ def _member(rank: int, port: int, trials: int, iters: int, q: Any, cmd: Any) -> 
 def _replacement(port: int, iters: int, q: Any, spawned_at: float) -> None:
     import torch
     import torch.distributed as dist
+
     from mooncake import pg
 
     imported = time.time()

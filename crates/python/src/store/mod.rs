@@ -32,6 +32,7 @@
 //!    value or `None`, `.codes(&keys, r)` / `.oks(&keys, r)` for per-item
 //!    lists. Each logs exactly one line per failing call.
 
+mod buffer_pool;
 mod bytes_api;
 pub(crate) mod capsule;
 mod class;
@@ -57,6 +58,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<config::SoftPinAction>()?;
     m.add_class::<config::ObjectDataType>()?;
     m.add_class::<handle::BufferHandle>()?;
+    buffer_pool::register(m)?;
     m.add("ErrorCode", config::error_code_enum(m.py())?)?;
     tensor::register(m)?;
     Ok(())

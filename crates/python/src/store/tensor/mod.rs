@@ -11,6 +11,7 @@ mod core;
 mod helpers;
 mod methods;
 mod pooled;
+mod safetensor;
 mod torch;
 
 use pyo3::prelude::*;
