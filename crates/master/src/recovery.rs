@@ -20,9 +20,8 @@
 use crate::allocator::OffsetAllocator;
 use crate::durable::Waits;
 use crate::ledger_push::OwnerQueue;
-use crate::state::{
-    ClientEntry, Inner, MasterState, ObjStatus, Object, PendingMount, Replica, SegmentEntry,
-};
+use crate::segments::SegmentEntry;
+use crate::state::{ClientEntry, Inner, MasterState, ObjStatus, Object, PendingMount, Replica};
 use mooncake_common::ledger::{alloc_len, LedgerEntry};
 use mooncake_common::proto::SegmentDesc;
 use mooncake_common::ErrorCode;

@@ -6,8 +6,21 @@
 //! an id kept by a replica, a retired version or a deferred free of the old
 //! segment then resolves to nothing, as the old name and memory id did.
 
-use crate::state::SegmentEntry;
+use crate::allocator::OffsetAllocator;
+use crate::ledger_push::OwnerQueue;
+use mooncake_common::proto::SegmentDesc;
 use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A mounted segment and its allocator.
+#[derive(Debug)]
+pub(crate) struct SegmentEntry {
+    pub desc: SegmentDesc,
+    pub client_id: String,
+    pub alloc: OffsetAllocator,
+    /// Ledger ops for the owner (commits and forgets of replicas here).
+    pub ledger: Arc<OwnerQueue>,
+}
 
 /// A mounted segment's slot and the generation of the mount it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -10,7 +10,7 @@ use crate::config::MasterConfig;
 use crate::ledger_push::OwnerQueue;
 use crate::metadata_kv::MetadataKv;
 use crate::metrics::MasterMetrics;
-use crate::segments::{SegId, Segments};
+use crate::segments::{SegId, SegmentEntry, Segments};
 use indexmap::IndexMap;
 use mooncake_common::proto::{
     ReplicaLoc, SegmentDesc, SoftPin, HEARTBEAT_INTERVAL_MS, MAX_SEGMENT_SIZE,
@@ -50,16 +50,6 @@ impl ClientEntry {
     pub(crate) fn is_suspect(&self, now: Instant) -> bool {
         now.saturating_duration_since(self.last_ping) > SUSPECT_AFTER
     }
-}
-
-/// A mounted segment and its allocator.
-#[derive(Debug)]
-pub(crate) struct SegmentEntry {
-    pub desc: SegmentDesc,
-    pub client_id: String,
-    pub alloc: OffsetAllocator,
-    /// Ledger ops for the owner (commits and forgets of replicas here).
-    pub ledger: Arc<OwnerQueue>,
 }
 
 /// Lifecycle of an object's replicas.
