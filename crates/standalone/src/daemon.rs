@@ -750,6 +750,13 @@ impl Shared {
                 .map(|d| d.buffers.lock().len() as u64)
                 .sum(),
         ));
+        v.push((
+            "daemon_dummy_sessions".into(),
+            dummies
+                .values()
+                .map(|d| (d.put_sessions.lock().len() + d.get_sessions.lock().len()) as u64)
+                .sum(),
+        ));
         v
     }
 

@@ -23,6 +23,7 @@
 
 use mooncake_client::{Error, ReplicateConfig, Result};
 use mooncake_common::framing::{decode, encode_frame, read_frame, MAX_REQUEST_FRAME};
+use mooncake_common::spin_read::SpinReader;
 use mooncake_tensor::{
     DType, Parallelism, RawAxis, RawWriterPartition, ReadMode, ReadOutput, ReadRequest, WriteRoute,
     WriteSource, WriterPartition, HEADER_SIZE,
@@ -31,7 +32,7 @@ use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, Ms
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::io::{self, IoSlice, IoSliceMut, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 pub(crate) use mooncake_common::framing::Service;
@@ -457,9 +458,11 @@ pub(crate) fn send<T: Serialize>(s: &mut UnixStream, value: &T) -> io::Result<()
     s.write_all(&encode_frame(value)?)
 }
 
-/// Read one frame and decode it.
+/// Read one frame and decode it. The read polls the socket briefly before
+/// blocking (`MC_RPC_SPIN_US`): the answer to a call, or a dummy's next
+/// call, usually comes sooner than a parked thread wakes up.
 pub(crate) fn recv<T: DeserializeOwned>(s: &mut UnixStream) -> io::Result<T> {
-    decode(&read_frame(s, MAX_FRAME)?)
+    decode(&read_frame(&mut SpinReader::new(s.as_fd()), MAX_FRAME)?)
 }
 
 /// Send `fd` (with one marker byte) after a frame.
