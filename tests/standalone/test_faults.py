@@ -108,3 +108,30 @@ def test_a_dead_daemon_gives_clean_codes_then_setup_dummy_works_again(
     assert s.put(key("again"), b"z" * 100) == 0
     assert s.get(key("again")) == b"z" * 100
     assert s.health_check() == 0
+
+
+def test_a_daemon_that_stops_answering_times_out(
+    master_factory: Any,
+    daemon_factory: Callable[..., Daemon],
+    dummies: Dummies,
+    monkeypatch: Any,
+    caplog: Any,
+    key: K,
+) -> None:
+    import signal
+
+    monkeypatch.setenv("MC_STANDALONE_TIMEOUT_MS", "300")
+    d = daemon_factory(master_factory())
+    s = dummies(d)
+    k = key("t")
+    assert s.put(k, b"x" * 100) == 0
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGSTOP)
+    try:
+        caplog.set_level(logging.INFO, logger="mooncake.store")
+        assert s.get_size(k) == -901  # RPC_TIMEOUT: no hang on a frozen daemon
+        assert any("did not answer within 300 ms" in r.getMessage() for r in caplog.records)
+    finally:
+        d.proc.send_signal(signal.SIGCONT)
+    # The daemon is back: new calls are answered again.
+    assert s.get(k) == b"x" * 100

@@ -366,23 +366,17 @@ fn control_loop(sh: &Shared, d: &Dummy, c: &mut UnixStream) {
         };
         let sent = match req {
             Control::Map { region, size } => {
-                let r = wire::recv_fd(c)
-                    .and_then(|fd| {
-                        Segment::from_fd(
-                            format!("dummy-{}-{region}", d.pid),
-                            std::fs::File::from(fd),
-                            size,
-                        )
+                // Without its descriptor the stream is out of step: end the
+                // connection (the dummy detaches).
+                let Ok(fd) = wire::recv_fd(c) else {
+                    return;
+                };
+                let name = format!("dummy-{}-{region}", d.pid);
+                let r = Segment::from_fd(name, std::fs::File::from(fd), size)
+                    .map(|seg| {
+                        d.regions.write().insert(region, seg);
                     })
                     .map_err(|e| Error::invalid(format!("cannot map region {region}: {e}")));
-                if r.is_err() {
-                    // The descriptor may be lost; the connection cannot be trusted.
-                    let _ = wire::send(c, &r.map(|_| ()));
-                    return;
-                }
-                let r = r.map(|seg| {
-                    d.regions.write().insert(region, seg);
-                });
                 wire::send(c, &r)
             }
             Control::Unmap { region } => {

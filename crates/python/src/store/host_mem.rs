@@ -6,8 +6,8 @@
 use crate::args::UInt;
 use pyo3::prelude::*;
 
-/// Allocator of shared host memory (`alloc`, `free`).
-#[pyclass(module = "mooncake.store")]
+/// Allocator of shared host memory (`alloc`, `free`); subclassable, as upstream's.
+#[pyclass(module = "mooncake.store", subclass)]
 pub struct MooncakeHostMemAllocator;
 
 #[pymethods]
