@@ -8,9 +8,14 @@ source scripts/env.sh
 # Each fuzz target of the decoders of untrusted bytes (issue 10) runs this
 # many seconds (about 3.5 min for all 13 on 2 cores).
 export MC_FUZZ_SECS="${MC_FUZZ_SECS:-30}"
-cargo test -p mooncake-common -p mooncake-transfer -p mooncake-engine -p mooncake-master -p mooncake-client -p mooncake-engram -p mooncake-pg -p mooncake-tensor 2>&1
+cargo test -p mooncake-common -p mooncake-transfer -p mooncake-engine -p mooncake-master -p mooncake-client -p mooncake-engram -p mooncake-pg -p mooncake-tensor -p mooncake-standalone 2>&1
 # Each suite has its own conftest helpers, so each runs in its own pytest process.
 python -m pytest tests/store tests/store_binding -q -p no:cacheprovider --timeout=300 "$@"
+# The standalone service: real mooncake_client daemons on real masters,
+# dummy clients (setup_dummy) in this process and in child processes,
+# daemon and dummy faults, SGLang's and vLLM's standalone call sequences,
+# mooncake.ep. About half a minute.
+python -m pytest tests/standalone -q -p no:cacheprovider --timeout=300 "$@"
 # Multi-host suite (issue 13): hosts as network namespaces, a real etcd, HA
 # masters and fault injection; needs root, iproute2, iptables and etcd
 # (installed by .ci/run), skips with the reason otherwise. About 1 min.

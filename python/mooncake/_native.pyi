@@ -23,6 +23,7 @@ __all__ = [
     "ErrorCode",
     "InnerTransferEngine",
     "MooncakeDistributedStore",
+    "MooncakeHostMemAllocator",
     "ObjectDataType",
     "PgCoordinator",
     "PgGroup",
@@ -48,11 +49,13 @@ __all__ = [
     "pg_set_collective_timeout_us",
     "pg_set_fault_reconciliation_window_us",
     "pg_set_p2p_timeout_us",
+    "run_client",
     "run_master",
 ]
 
 def run_master(argv: list[str]) -> int: ...
 def parse_size(text: str) -> int: ...
+def run_client(argv: list[str]) -> int: ...
 def _tensor_metadata_size() -> int: ...
 def _serialize_tensor(t: Any) -> tuple[bytes, int, int, Any]: ...
 def _deserialize_tensor(b: bytes) -> Any: ...
@@ -191,6 +194,12 @@ class BufferLeaseView:
 RegisteredBufferPool = BufferPool
 RegisteredBufferLease = BufferLease
 RegisteredBufferLeaseView = BufferLeaseView
+
+@disjoint_base
+class MooncakeHostMemAllocator:
+    def __new__(cls) -> Self: ...
+    def alloc(self, /, size: int) -> int: ...
+    def free(self, /, ptr: int) -> int: ...
 
 @disjoint_base
 class MooncakeDistributedStore:

@@ -416,20 +416,25 @@ def test_setup_type_errors(store: MooncakeDistributedStore) -> None:
         store.setup(*ARGS, None, False, "", "default", False, 9300, "extra")
 
 
-# --- Tier 2/3 stubs -----------------------------------------------------------
+# --- Tier 2/3 methods ----------------------------------------------------------
 
 
-def test_tier2_int_and_list_stubs(
+def test_tier_methods_on_a_store_not_set_up(
     store: MooncakeDistributedStore, store_log: pytest.LogCaptureFixture
 ) -> None:
-    assert store.unmount_segment(["s"]) == -1012
-    assert store.unmount_and_free_segment(["s"], 5) == -1012
-    assert store.setup_dummy(1024, 1024, "127.0.0.1:1") == -1012
-    assert store.get_tensor_into_cuda("k", object()) == -1012
-    assert store.batch_get_tensor_into_cuda(["a", "b"], []) == [-1012, -1012]
+    # Not set up: -600 like every int method; setup_dummy to a port nobody
+    # serves: -1 (upstream's code for any setup_dummy failure).
+    assert store.unmount_segment(["s"]) == -600
+    assert store.unmount_and_free_segment(["s"], 5) == -600
+    assert store.setup_dummy(1024, 1024, "127.0.0.1:1") == -1
+    assert store.get_tensor_into_cuda("k", object()) == -600
+    assert store.batch_get_tensor_into_cuda(["a", "b"], []) == [-600, -600]
+    assert store.get_offload_rpc_read_count() == 0
+    assert store.alloc_from_mem_pool(4096) == 0
     records = store_records(store_log)
-    assert len(records) == 5
+    assert len(records) == 6
     assert "unmount_segment" in records[0].getMessage()
+    assert "setup_dummy" in records[2].getMessage()
 
 
 @pytest.mark.parametrize(

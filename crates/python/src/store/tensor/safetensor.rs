@@ -9,7 +9,7 @@
 use super::torch;
 use crate::report::Call;
 use crate::store::MooncakeDistributedStore;
-use mooncake_client::ErrorCode;
+use mooncake_client::{ErrorCode, ObjectIo};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use std::path::PathBuf;
