@@ -601,30 +601,11 @@ impl TransferEngine {
         .with_peer(target))
     }
 
-    /// The local topology as upstream reports it without RDMA devices:
-    /// one `cpu:N` entry per NUMA node with empty device lists.
-    pub fn topology(&self) -> String {
-        let nodes = std::fs::read_dir("/sys/devices/system/node")
-            .map(|d| {
-                let mut v: Vec<u32> = d
-                    .filter_map(|e| e.ok())
-                    .filter_map(|e| {
-                        e.file_name()
-                            .to_str()
-                            .and_then(|n| n.strip_prefix("node"))
-                            .and_then(|n| n.parse().ok())
-                    })
-                    .collect();
-                v.sort_unstable();
-                v
-            })
-            .unwrap_or_default();
-        let nodes = if nodes.is_empty() { vec![0] } else { nodes };
-        let mut m = serde_json::Map::new();
-        for n in nodes {
-            m.insert(format!("cpu:{n}"), serde_json::json!([[], []]));
-        }
-        serde_json::Value::Object(m).to_string()
+    /// The local topology as upstream prints it ([`crate::topology`]);
+    /// `device_name` lists the devices a caller wants, comma-separated
+    /// (upstream's filter; empty: all).
+    pub fn topology(&self, device_name: &str) -> String {
+        crate::topology::to_styled_json(&crate::topology::local(device_name))
     }
 
     /// The RPC endpoint of `peer`.

@@ -9,7 +9,8 @@
 //! `mooncake-engram` or `mooncake-pg`. The shared helpers:
 //!
 //! - `args`: argument types (`UInt`, `Flag`, `arg0`/`key` aliases);
-//! - `buffer`: buffer-protocol input and output through `PyBuffer`;
+//! - `pybuf`: the C buffer protocol (outside the 3.10 stable ABI);
+//! - `buffer`: buffer-protocol input and output over it;
 //! - `report`: a domain error to a return code plus one log line
 //!   (store), or to the spec's exception (EngramStore);
 //! - `store::capsule`: the client capsule shared with EngramStore.
@@ -20,7 +21,9 @@ mod args;
 mod buffer;
 mod engine;
 mod engram;
+mod meta;
 mod pg;
+mod pybuf;
 mod report;
 mod store;
 
@@ -35,6 +38,8 @@ fn run_master(py: Python<'_>, argv: Vec<String>) -> i32 {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(run_master, m)?)?;
+    m.add_function(wrap_pyfunction!(meta::run_http_metadata_server, m)?)?;
+    m.add_class::<meta::PyMetadataServer>()?;
     store::register(m)?;
     engine::register(m)?;
     engram::register(m)?;
