@@ -33,6 +33,8 @@ from enum import Enum
 from mooncake import _native
 from mooncake._cli import LOG_LEVELS, ArgumentParser, port
 
+log = logging.getLogger("mooncake.http_metadata_server")
+
 
 class KVPoll(Enum):
     """Status of the server (upstream's values)."""
@@ -61,7 +63,7 @@ class KVBootstrapServer:
         try:
             self._server = _native.MetadataServer(self.host, self.port)
         except OSError as e:
-            logging.error("Server error: %s", e)
+            log.error("Server error: %s", e)
             self.thread = threading.Thread(target=lambda: None, daemon=True)
             self.thread.start()
             self.thread.join()
@@ -69,7 +71,7 @@ class KVBootstrapServer:
         server = self._server
         self.thread = threading.Thread(target=server.wait, daemon=True)
         self.thread.start()
-        logging.info("HTTP Metadata Server started on %s:%s", self.host, server.port)
+        log.info("HTTP Metadata Server started on %s:%s", self.host, server.port)
         return self.thread
 
     def close(self) -> None:

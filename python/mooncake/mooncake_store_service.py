@@ -37,6 +37,8 @@ from mooncake._cli import ArgumentParser, port
 from mooncake.mooncake_config import MooncakeConfig
 from mooncake.store import MooncakeDistributedStore
 
+log = logging.getLogger("mooncake.store_service")
+
 # Largest request body accepted (upstream's client_max_size).
 MAX_BODY = 100 * 1024 * 1024
 # Upper bound of /api/unmount_local_disk's grace period (seconds).
@@ -80,7 +82,7 @@ def _shm_name_to_path(name: Any) -> str | None:
     """``/dev/shm/<name>`` for a plain shared-memory object name, else None."""
     if not isinstance(name, str) or not name:
         return None
-    normalized = name[1:] if name.startswith("/") else name
+    normalized = name.removeprefix("/")
     if not normalized or "/" in normalized or normalized in {".", ".."}:
         return None
     return f"/dev/shm/{normalized}"
@@ -118,8 +120,8 @@ class MooncakeStoreService:
             elif key in _SETUP_EXTRAS:
                 self.extras[key] = value
             else:
-                logging.warning("Ignoring unknown config key: %s", key)
-        logging.info("Mooncake configuration loaded")
+                log.warning("Ignoring unknown config key: %s", key)
+        log.info("Mooncake configuration loaded")
 
     # ------------------------------------------------------------ lifecycle
 
@@ -146,18 +148,18 @@ class MooncakeStoreService:
         attempt = 0
         while True:
             if shutdown_event is not None and shutdown_event.is_set():
-                logging.info("Store startup cancelled by shutdown request")
+                log.info("Store startup cancelled by shutdown request")
                 return False
             elapsed = time.perf_counter() - start
             if elapsed >= max_wait_time:
-                logging.error(
+                log.error(
                     "Store startup failed: exceeded max wait time of %ss after %d attempts",
                     max_wait_time,
                     attempt,
                 )
                 return False
             attempt += 1
-            logging.info(
+            log.info(
                 "Attempting to start store service (attempt %d, elapsed: %.1fs/%ss)",
                 attempt,
                 elapsed,
@@ -167,13 +169,11 @@ class MooncakeStoreService:
             ret = store.setup(self.setup_config())
             if ret == 0:
                 self.store = store
-                logging.info(
-                    "Store service started successfully on %s", self.config.local_hostname
-                )
+                log.info("Store service started successfully on %s", self.config.local_hostname)
                 return True
             remaining = max_wait_time - (time.perf_counter() - start)
             pause = min(1.0, remaining) if remaining > 0 else 0.0
-            logging.warning(
+            log.warning(
                 "Store startup failed (attempt %d): setup returned %s. Retrying in %.1fs... "
                 "(remaining time: %.1fs)",
                 attempt,
@@ -184,7 +184,7 @@ class MooncakeStoreService:
             if pause > 0:
                 if shutdown_event is not None:
                     if shutdown_event.wait(pause):
-                        logging.info("Store startup cancelled by shutdown request")
+                        log.info("Store startup cancelled by shutdown request")
                         return False
                 else:
                     time.sleep(pause)
@@ -195,9 +195,9 @@ class MooncakeStoreService:
             ret = self.store.close()
             self.store = None
             if ret != 0:
-                logging.warning("Mooncake service close returned %s", ret)
+                log.warning("Mooncake service close returned %s", ret)
             else:
-                logging.info("Mooncake service stopped")
+                log.info("Mooncake service stopped")
 
     # ------------------------------------------------------------ routing
 
@@ -247,12 +247,12 @@ class MooncakeStoreService:
             return handler(arg)
         except BadRequest as e:
             return _error(400, str(e))
-        except Exception as e:
-            logging.error("%s error: %s", name, e)
+        except Exception as e:  # noqa: BLE001 - any store failure is a 500 reply
+            log.error("%s error: %s", name, e)
             return _error(500, str(e))
         finally:
             ms = (time.perf_counter() - start) * 1000
-            logging.info("%s operation completed in %.2f ms", name, ms)
+            log.info("%s operation completed in %.2f ms", name, ms)
 
     @staticmethod
     def _object(body: bytes) -> dict[str, Any]:
@@ -402,9 +402,7 @@ class MooncakeStoreService:
             if not self.mounted_segment_ids:
                 self.current_mode = "prefill"
         if failed:
-            return _error(
-                500, "Unmount failed for one or more segments", failed_segment_ids=failed
-            )
+            return _error(500, "Unmount failed for one or more segments", failed_segment_ids=failed)
         return _ok()
 
     def handle_reconfigure(self, body: bytes) -> Reply:
@@ -468,6 +466,10 @@ def _handler_class(service: MooncakeStoreService) -> type[BaseHTTPRequestHandler
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "mc_store_rest_server"
+        # Requests too malformed to route get a status line and a JSON body.
+        default_request_version = "HTTP/1.1"
+        error_content_type = "application/json"
+        error_message_format = '{"error": "%(code)d: %(message)s"}'
 
         def _serve(self) -> None:
             if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
@@ -502,7 +504,7 @@ def _handler_class(service: MooncakeStoreService) -> type[BaseHTTPRequestHandler
         do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = do_HEAD = _serve
 
         def log_message(self, format: str, *args: Any) -> None:
-            logging.debug("%s - %s", self.address_string(), format % args)
+            log.debug("%s - %s", self.address_string(), format % args)
 
     return Handler
 
@@ -547,22 +549,22 @@ def main(argv: list[str] | None = None) -> int:
             key, value = item.split("=", 1)
             cli_config[key] = value
         else:
-            logging.warning("Ignoring invalid CLI config: %s", item)
+            log.warning("Ignoring invalid CLI config: %s", item)
     try:
         service = MooncakeStoreService(args.config, cli_config)
     except (OSError, ValueError, TypeError) as e:
-        logging.error("Configuration load failed: %s", e)
+        log.error("Configuration load failed: %s", e)
         return 1
     try:
         httpd = ThreadingHTTPServer(("0.0.0.0", args.port), _handler_class(service))
     except OSError as e:
-        logging.error("cannot listen on 0.0.0.0:%s: %s", args.port, e)
+        log.error("cannot listen on 0.0.0.0:%s: %s", args.port, e)
         return 1
     httpd.daemon_threads = True
     shutdown = threading.Event()
 
     def request_shutdown(signum: int, _frame: Any) -> None:
-        logging.info("Received signal %s, shutting down", signum)
+        log.info("Received signal %s, shutting down", signum)
         shutdown.set()
 
     signal.signal(signal.SIGINT, request_shutdown)
@@ -572,12 +574,12 @@ def main(argv: list[str] | None = None) -> int:
         if not service.start_store_service(args.max_wait_time, shutdown):
             if shutdown.is_set():
                 return 0
-            logging.error("Failed to start store service")
+            log.error("Failed to start store service")
             return 1
         serving = threading.Thread(target=httpd.serve_forever, daemon=True)
         serving.start()
-        logging.info("REST API started on port %s", args.port)
-        logging.info("Mooncake Store Service is running")
+        log.info("REST API started on port %s", args.port)
+        log.info("Mooncake Store Service is running")
         while not shutdown.wait(1.0):
             pass
         return 0

@@ -2,8 +2,8 @@
 this host, as upstream's command does::
 
     Local topology [te/discover]: {
-    	"cpu:0" :
-    	[ ... ]
+        "cpu:0" :
+        [ ... ]
     }
 
 Each memory location (``cpu:N`` per NUMA node) maps to ``[preferred
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         from mooncake.engine import TransferEngine
 
         topo = TransferEngine().get_local_topology(device_name=args.device_name or None)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - reported as upstream does
         print(f"error: failed to dump topology: {exc}", file=sys.stderr)
         return 1
     print(f"Local topology [{backend}/{mode}]: ", end="")

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, RawQuery, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -205,15 +205,54 @@ async fn get_metadata(State(st): State<MetaState>, q: KeyQuery) -> Response {
     }
 }
 
+/// The body of a PUT, at most [`MAX_METADATA_BODY`] bytes: 413 when it
+/// is larger (at once when `Content-Length` says so, before reading it),
+/// 400 when it cannot be read whole (a truncated or malformed body).
+async fn put_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
+    let too_large = || {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("metadata body larger than {MAX_METADATA_BODY} bytes"),
+        )
+            .into_response()
+    };
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|n| n > MAX_METADATA_BODY as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, MAX_METADATA_BODY)
+        .await
+        .map_err(|e| {
+            let limit = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if limit {
+                too_large()
+            } else {
+                (
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the request body: {e}"),
+                )
+                    .into_response()
+            }
+        })
+}
+
 async fn put_metadata(
     State(st): State<MetaState>,
     headers: HeaderMap,
     q: KeyQuery,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let key = match key_param(q) {
         Ok(k) => k,
         Err(e) => return bad_key(e),
+    };
+    let body = match put_body(&headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
     };
     if let Err(why) = check_write(&st, &Method::PUT, &headers, &key, &body) {
         return (StatusCode::UNAUTHORIZED, why).into_response();
