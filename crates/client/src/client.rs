@@ -42,6 +42,16 @@ pub struct StagedValue {
     pub(crate) _reservation: Option<crate::staging::Reservation>,
 }
 
+impl StagedValue {
+    /// A value whose bytes were staged elsewhere (no reservation here).
+    pub fn owned(data: Vec<u8>) -> StagedValue {
+        StagedValue {
+            data,
+            _reservation: None,
+        }
+    }
+}
+
 /// A set-up store client. Cheap to share (`Arc`); all methods take `&self` and are thread-safe.
 pub struct Client {
     pub(crate) stats: Arc<ClientStats>,
@@ -541,6 +551,34 @@ impl Client {
     /// A read under `ticket` finished (successfully or not).
     pub(crate) fn read_finished(&self, ticket: u64) {
         self.done.push(ticket);
+    }
+
+    /// `unmount_segment` / `unmount_and_free_segment`: unmount segments
+    /// that `mount_segment` / `allocate_and_mount_segment` added. This
+    /// client has only the segment of `setup` (adding segments is not
+    /// implemented), so no id names one of them: an empty list succeeds,
+    /// and any id fails with INTERNAL_ERROR (-1), upstream's code for an id
+    /// this client did not mount.
+    pub fn unmount_segments(&self, ids: &[String]) -> Result<()> {
+        match ids.first() {
+            None => Ok(()),
+            Some(id) => Err(Error::internal(format!(
+                "segment id {id:?} was not mounted by this client (it has only its setup segment)"
+            ))),
+        }
+    }
+
+    /// `unmount_local_disk_segment`: drain the SSD tier's local disk
+    /// segment. SSD offload is never enabled in this build, so there is
+    /// nothing to drain: success (upstream answers 0 and warns).
+    pub fn drain_local_disk_segment(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// `get_offload_rpc_read_count`: reads served from the SSD tier over
+    /// RPC; always 0 (no SSD tier in this build; upstream's count without one).
+    pub fn offload_rpc_read_count(&self) -> u64 {
+        0
     }
 
     /// Register `[ptr, ptr+size)` for `get_into_ranges`; INVALID_PARAMS

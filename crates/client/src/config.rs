@@ -92,6 +92,31 @@ pub struct ClientConfig {
     pub client_http_port: u64,
 }
 
+/// Local buffer of the deprecated `init_all` entry point (upstream's 1 GiB).
+const INIT_ALL_LOCAL_BUFFER: u64 = 1 << 30;
+
+impl ClientConfig {
+    /// What the deprecated `init_all(protocol, device_name,
+    /// mount_segment_size)` sets up (upstream's fixed arguments):
+    /// `localhost:12345`, the metadata server `127.0.0.1:2379`, a segment of
+    /// `mount_segment_size` bytes, a 1 GiB local buffer, and the default
+    /// master. (This build has no etcd metadata backend, so `check` refuses
+    /// that metadata server with -1, as an upstream client does when no etcd
+    /// answers there.)
+    pub fn init_all(protocol: &str, device_name: &str, mount_segment_size: u64) -> ClientConfig {
+        ClientConfig {
+            local_hostname: "localhost:12345".into(),
+            metadata_server: "127.0.0.1:2379".into(),
+            global_segment_size: mount_segment_size,
+            local_buffer_size: INIT_ALL_LOCAL_BUFFER,
+            protocol: protocol.into(),
+            rdma_devices: device_name.into(),
+            master_server_addr: DEFAULT_MASTER.into(),
+            ..ClientConfig::default()
+        }
+    }
+}
+
 impl Default for ClientConfig {
     /// Upstream's defaults of the optional arguments, the dict form's for
     /// sizes, protocol and master; no host and no metadata server.
@@ -309,7 +334,7 @@ pub enum WriteKind {
 
 /// Replication, placement and pinning options of a write (upstream's
 /// `ReplicateConfig`; defaults are upstream's).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReplicateConfig {
     /// Replicas on distinct segments; 0 is rejected.
     pub replica_num: u64,

@@ -15,8 +15,10 @@ use mooncake_common::ErrorCode;
 use std::borrow::Cow;
 use std::fmt;
 
-/// A failed client operation: the upstream code and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// A failed client operation: the upstream code and why. It crosses
+/// process boundaries as is (serde), so a standalone daemon answers its
+/// dummy clients with the error its own client returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub struct Error {
     code: ErrorCode,
     reason: Cow<'static, str>,

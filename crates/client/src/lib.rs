@@ -48,5 +48,6 @@ pub use mooncake_transfer::{Op, Path};
 pub use ranges::{ranges_failed, Ranges};
 pub use result_pool::{ResultBlock, POOL_MIN};
 pub use tensor_io::{
-    check_into_lists, check_pub_config, object_source, TensorDest, TensorReads, TensorWrite,
+    check_into_lists, check_pub_config, cuda_tensor_reads, object_source, TensorDest, TensorReads,
+    TensorWrite,
 };

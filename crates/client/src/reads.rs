@@ -171,7 +171,7 @@ impl Client {
     /// Staged batch read into owned vectors; one result per key.
     pub fn get_batch(&self, keys: &[String]) -> Vec<Result<StagedValue>> {
         let mut bufs: Vec<Option<Vec<u8>>> = Vec::new();
-        let (res, reservations) = self.staged_with(keys, |sizes| {
+        let (res, reservations) = self.staged_with(keys, true, |sizes| {
             sizes
                 .iter()
                 .map(|s| {
@@ -216,13 +216,28 @@ impl Client {
     where
         A: FnOnce(&[Result<u64>]) -> Vec<Option<usize>>,
     {
-        self.staged_with(keys, alloc).0
+        self.staged_with(keys, true, alloc).0
+    }
+
+    /// [`Client::get_batch_with`] into destinations the caller stages in
+    /// memory of its own (a standalone daemon reading for a dummy client,
+    /// whose local buffer takes the values): the same rules, without a
+    /// reservation in this client's local buffer.
+    ///
+    /// The destinations returned by `alloc` must be writable for their
+    /// key's size until this call returns.
+    pub fn get_batch_prestaged_with<A>(&self, keys: &[String], alloc: A) -> Vec<Result<u64>>
+    where
+        A: FnOnce(&[Result<u64>]) -> Vec<Option<usize>>,
+    {
+        self.staged_with(keys, false, alloc).0
     }
 
     #[allow(clippy::type_complexity)]
     fn staged_with<A>(
         &self,
         keys: &[String],
+        reserve: bool,
         alloc: A,
     ) -> (Vec<Result<u64>>, Vec<Option<crate::staging::Reservation>>)
     where
@@ -238,6 +253,10 @@ impl Client {
                 Err(e) => {
                     reservations.push(None);
                     Err(e.clone())
+                }
+                Ok(info) if !reserve => {
+                    reservations.push(None);
+                    Ok(info.size)
                 }
                 Ok(info) => match self.staging.reserve(info.size) {
                     Some(r) => {

@@ -142,6 +142,22 @@ pub fn check_into_lists(keys: usize, ptrs: &[usize], sizes: usize) -> Result<()>
     Ok(())
 }
 
+/// `get_tensor_into_cuda` / `batch_get_tensor_into_cuda` (CUDA IPC reads
+/// straight into GPU tensors of a dummy client): they need a CUDA device,
+/// which this build does not drive, so every item fails with
+/// INVALID_PARAMS, upstream's code for a destination it cannot read into
+/// (and for lists of different lengths).
+pub fn cuda_tensor_reads(keys: usize, tensors: usize) -> Vec<Result<u64>> {
+    let e = if keys != tensors {
+        Error::invalid(format!("{keys} keys but {tensors} tensors"))
+    } else {
+        Error::invalid(
+            "CUDA IPC tensor reads need CUDA tensors and a CUDA device; this build has no CUDA support",
+        )
+    };
+    vec![Err(e); keys]
+}
+
 /// One write object after deduplication by key.
 struct WriteObj {
     key: String,

@@ -226,6 +226,29 @@ impl Client {
         self.put_parts(key, &[value], cfg, upsert).map(|_| ())
     }
 
+    /// [`Client::put`] of `len` bytes at `ptr` that the caller already
+    /// staged in memory of its own (a standalone daemon writing for a dummy
+    /// client, whose local buffer holds the value): the same rules, without
+    /// a reservation in this client's local buffer.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be readable for the duration of the call.
+    pub unsafe fn put_prestaged(
+        &self,
+        key: &str,
+        ptr: usize,
+        len: u64,
+        cfg: &ReplicateConfig,
+        upsert: bool,
+    ) -> Result<()> {
+        check_key(key)?;
+        if len == 0 {
+            return Err(Error::invalid("empty value"));
+        }
+        // SAFETY: the caller vouches for the range.
+        unsafe { self.write_parts(key, &[(ptr, len)], cfg, upsert, false) }.map(|_| ())
+    }
+
     /// Staged write of the concatenation of `parts`
     /// (`put_parts`/`upsert_parts`); the bytes stored. Zero bytes in all
     /// store nothing and return `Ok(0)` (upstream). An empty key, an
@@ -238,18 +261,56 @@ impl Client {
         cfg: &ReplicateConfig,
         upsert: bool,
     ) -> Result<u64> {
-        check_key(key)?;
-        let total: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        if total == 0 {
-            return Ok(0);
-        }
-        let wire = cfg.write_config(WriteKind::Bytes, 1)?;
-        let _room = self.staging.reserve(total).ok_or_else(|| no_room(total))?;
         let pieces: Pieces = parts
             .iter()
             .map(|p| (p.as_ptr() as usize, p.len() as u64))
             .collect();
         // SAFETY: the slices are borrowed for the duration of the call.
+        unsafe { self.write_parts(key, &pieces, cfg, upsert, true) }
+    }
+
+    /// [`Client::put_parts`] of pieces the caller already staged in memory
+    /// of its own (see [`Client::put_prestaged`]).
+    ///
+    /// # Safety
+    /// Every piece must be readable for the duration of the call.
+    pub unsafe fn put_parts_prestaged(
+        &self,
+        key: &str,
+        pieces: &[(usize, u64)],
+        cfg: &ReplicateConfig,
+        upsert: bool,
+    ) -> Result<u64> {
+        // SAFETY: the caller vouches for every piece.
+        unsafe { self.write_parts(key, pieces, cfg, upsert, false) }
+    }
+
+    /// Body of the `put_parts` forms; `reserve`: the bytes count against
+    /// this client's local buffer.
+    ///
+    /// # Safety
+    /// Every piece must be readable for the duration of the call.
+    unsafe fn write_parts(
+        &self,
+        key: &str,
+        pieces: &[(usize, u64)],
+        cfg: &ReplicateConfig,
+        upsert: bool,
+        reserve: bool,
+    ) -> Result<u64> {
+        check_key(key)?;
+        let total: u64 = pieces.iter().map(|p| p.1).sum();
+        if total == 0 {
+            return Ok(0);
+        }
+        let wire = cfg.write_config(WriteKind::Bytes, 1)?;
+        let _room = if reserve {
+            Some(self.staging.reserve(total).ok_or_else(|| no_room(total))?)
+        } else {
+            None
+        };
+        let pieces: Pieces = pieces.iter().filter(|p| p.1 > 0).copied().collect();
+        // SAFETY: the caller vouches for every piece.
         let mut r = unsafe { self.put_items(&[key.to_string()], &[pieces], &wire, upsert, false) };
         r.pop()
             .unwrap_or_else(|| Err(Error::internal("no result")))
@@ -269,6 +330,42 @@ impl Client {
         cfg: &ReplicateConfig,
         upsert: bool,
     ) -> Result<()> {
+        let values: Vec<(usize, u64)> = values
+            .iter()
+            .map(|v| (v.as_ptr() as usize, v.len() as u64))
+            .collect();
+        // SAFETY: the slices are borrowed for the duration of the call.
+        unsafe { self.write_batch(keys, &values, cfg, upsert, true) }
+    }
+
+    /// [`Client::put_batch`] of values the caller already staged in memory
+    /// of its own (see [`Client::put_prestaged`]).
+    ///
+    /// # Safety
+    /// Every value must be readable for the duration of the call.
+    pub unsafe fn put_batch_prestaged(
+        &self,
+        keys: &[String],
+        values: &[(usize, u64)],
+        cfg: &ReplicateConfig,
+        upsert: bool,
+    ) -> Result<()> {
+        // SAFETY: the caller vouches for every value.
+        unsafe { self.write_batch(keys, values, cfg, upsert, false) }
+    }
+
+    /// Body of the `put_batch` forms; `reserve` as for `write_parts`.
+    ///
+    /// # Safety
+    /// Every value must be readable for the duration of the call.
+    unsafe fn write_batch(
+        &self,
+        keys: &[String],
+        values: &[(usize, u64)],
+        cfg: &ReplicateConfig,
+        upsert: bool,
+        reserve: bool,
+    ) -> Result<()> {
         if keys.len() != values.len() {
             return Err(Error::invalid("keys and values differ in length"));
         }
@@ -278,7 +375,7 @@ impl Client {
         if keys.iter().any(String::is_empty) {
             return Err(Error::invalid("empty key"));
         }
-        if values.iter().any(|v| v.is_empty()) {
+        if values.iter().any(|v| v.1 == 0) {
             return Err(Error::invalid("empty value"));
         }
         let wire = cfg.write_config(WriteKind::Bytes, keys.len())?;
@@ -288,12 +385,16 @@ impl Client {
         for (k, v) in keys.iter().zip(values) {
             if seen.insert(k.as_str()) {
                 batch_keys.push(k.clone());
-                pieces.push(vec![(v.as_ptr() as usize, v.len() as u64)]);
+                pieces.push(vec![*v]);
             }
         }
         let total: u64 = pieces.iter().map(|p| p[0].1).sum();
-        let _room = self.staging.reserve(total).ok_or_else(|| no_room(total))?;
-        // SAFETY: the slices are borrowed for the duration of the call.
+        let _room = if reserve {
+            Some(self.staging.reserve(total).ok_or_else(|| no_room(total))?)
+        } else {
+            None
+        };
+        // SAFETY: the caller vouches for every value.
         let results = unsafe { self.put_items(&batch_keys, &pieces, &wire, upsert, false) };
         first_failure(&batch_keys, results)
     }
@@ -324,6 +425,42 @@ impl Client {
         let pieces = vec![(ptr, size as u64)];
         // SAFETY: the caller vouches for `ptr..ptr+size`.
         let mut r = unsafe { self.put_items(&[key.to_string()], &[pieces], &wire, upsert, false) };
+        r.pop().unwrap_or_else(|| Err(Error::internal("no result")))
+    }
+
+    /// `put_from_with_metadata`: one object made of `metadata_size` bytes
+    /// at `metadata_ptr` followed by `size` bytes at `ptr` (no staging).
+    /// An empty key or an invalid config is INVALID_PARAMS; then `size == 0`
+    /// stores nothing and succeeds (upstream, which warns), and a null
+    /// pointer under a non-zero size is INVALID_PARAMS.
+    ///
+    /// # Safety
+    /// `ptr..ptr+size` and `metadata_ptr..metadata_ptr+metadata_size` must
+    /// be readable for the duration of the call.
+    pub unsafe fn put_from_with_metadata(
+        &self,
+        key: &str,
+        ptr: usize,
+        metadata_ptr: usize,
+        size: usize,
+        metadata_size: usize,
+        cfg: &ReplicateConfig,
+    ) -> Result<()> {
+        check_key(key)?;
+        let wire = cfg.write_config(WriteKind::Bytes, 1)?;
+        if size == 0 {
+            return Ok(());
+        }
+        if ptr == 0 || (metadata_size > 0 && metadata_ptr == 0) {
+            return Err(Error::invalid("null buffer pointer"));
+        }
+        let mut pieces: Pieces = Vec::with_capacity(2);
+        if metadata_size > 0 {
+            pieces.push((metadata_ptr, metadata_size as u64));
+        }
+        pieces.push((ptr, size as u64));
+        // SAFETY: the caller vouches for both ranges.
+        let mut r = unsafe { self.put_items(&[key.to_string()], &[pieces], &wire, false, false) };
         r.pop().unwrap_or_else(|| Err(Error::internal("no result")))
     }
 

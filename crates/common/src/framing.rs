@@ -57,6 +57,8 @@ pub enum Service {
     /// transfer engine -> transfer engine RPC (crates/engine): descriptors,
     /// probes, notifications and data
     Engine,
+    /// dummy client -> standalone `mooncake_client` daemon (crates/standalone)
+    Standalone,
 }
 
 impl Service {
@@ -66,6 +68,7 @@ impl Service {
             Service::Data => 1,
             Service::PgRank => 2,
             Service::Engine => 3,
+            Service::Standalone => 4,
         }
     }
 }

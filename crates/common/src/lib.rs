@@ -2,7 +2,8 @@
 //! codes, the length-prefixed wire framing and handshake used between our
 //! own processes, the client<->master protocol messages, the optional
 //! cluster-secret authentication, connection admission limits, the
-//! congestion-control rule for data connections, and small parsing helpers.
+//! congestion-control rule for data connections, the gflags-compatible
+//! command line of our binaries, and small parsing helpers.
 
 pub mod auth;
 pub mod error;
@@ -11,6 +12,7 @@ pub mod framing;
 pub mod fuzz;
 #[cfg(test)]
 mod fuzz_targets;
+pub mod gflags;
 pub mod ha;
 pub mod hostid;
 pub mod ledger;

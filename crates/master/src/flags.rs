@@ -1,15 +1,16 @@
 //! gflags-compatible command line for `mooncake_master` (spec §4.1, §4.2, §4.4).
 //!
-//! Owns the single static flag table ([`FLAGS`]), argument scanning
-//! (`--flag=value`, `-flag value`, `--noflag`, `--`), `--flagfile`,
-//! `--config_path` (JSON), the gflags built-ins (`--help*`, `--version`,
-//! `--undefok`, `--fromenv`, `--tryfromenv`) and the translation of the
-//! parsed values into the effective [`MasterConfig`].
+//! Owns the master's flag table ([`FLAGS`]) and the translation of the
+//! parsed values into the effective [`MasterConfig`]. The parser itself
+//! (syntax, `--flagfile`, `--config_path`, the gflags built-ins and glog's
+//! logging flags) is the one every binary of this stack shares,
+//! [`mooncake_common::gflags`].
 
-use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 
 use crate::config::{AllocationStrategy, MasterConfig};
+use mooncake_common::gflags::{f, failed_validation, Flags, Parsed, Program, IGN};
+pub use mooncake_common::gflags::{parse_duration_ms, FlagDef, FlagRole, FlagType};
 use mooncake_common::AuthKey;
 
 /// Result of parsing the master command line.
@@ -27,101 +28,14 @@ pub enum FlagOutcome {
     },
 }
 
-/// Value type of a flag, as gflags names it in error messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FlagType {
-    /// `true/false/t/f/yes/no/y/n/1/0`, or bare `--flag` / `--noflag`.
-    Bool,
-    /// Signed 32-bit integer.
-    Int32,
-    /// Signed 64-bit integer.
-    Int64,
-    /// Unsigned 32-bit integer.
-    Uint32,
-    /// Unsigned 64-bit integer.
-    Uint64,
-    /// Floating point.
-    Double,
-    /// Any string.
-    Str,
-    /// Non-negative integer with optional `ms`/`s`/`m`/`h` suffix; stored in ms.
-    Duration,
-}
-
-impl FlagType {
-    /// The gflags type name (`int32`, `bool`, …).
-    pub fn name(self) -> &'static str {
-        match self {
-            FlagType::Bool => "bool",
-            FlagType::Int32 => "int32",
-            FlagType::Int64 => "int64",
-            FlagType::Uint32 => "uint32",
-            FlagType::Uint64 => "uint64",
-            FlagType::Double => "double",
-            FlagType::Str => "string",
-            FlagType::Duration => "duration",
-        }
-    }
-}
-
-/// What the master does with a flag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FlagRole {
-    /// Implemented (Tier 1, §4.2): feeds [`MasterConfig`].
-    Core,
-    /// Mapped onto our stderr logger.
-    Log,
-    /// Feature switch of an unimplemented feature: `true` fails fast.
-    Feature(&'static str),
-    /// Feature switch whose guarantee this build provides by another
-    /// mechanism (named in the text): `true` fails fast with that text.
-    Replaced(&'static str),
-    /// Recognised and type-checked; a non-default value only warns.
-    Ignored,
-    /// gflags built-in handled by the parser itself (help, flagfile, …).
-    Builtin,
-}
-
-/// One row of the flag table.
-#[derive(Debug)]
-pub struct FlagDef {
-    /// Flag name without dashes.
-    pub name: &'static str,
-    /// Value type.
-    pub ty: FlagType,
-    /// Default value, in command-line syntax.
-    pub default: &'static str,
-    /// How the master treats it.
-    pub role: FlagRole,
-    /// One-line description for `--help`.
-    pub help: &'static str,
-}
-
-const fn f(
-    name: &'static str,
-    ty: FlagType,
-    default: &'static str,
-    role: FlagRole,
-    help: &'static str,
-) -> FlagDef {
-    FlagDef {
-        name,
-        ty,
-        default,
-        role,
-        help,
-    }
-}
-
-use FlagRole::{Builtin, Core, Feature, Ignored, Log, Replaced};
+use FlagRole::{Core, Feature, Ignored, Replaced};
 use FlagType::{Bool, Double, Duration, Int32, Int64, Str, Uint32, Uint64};
 
-const IGN: &str = "not implemented by this build; accepted and ignored";
 const NO_LOG: &str = "this build keeps no operation log and takes no snapshots: metadata \
 survives a master restart or failover because the clients re-report the replicas their segments \
 hold when they remount (README, 'HA and durability')";
 
-/// Every flag the master recognises.
+/// The master's own flags (the common ones, [`mooncake_common::gflags::COMMON_FLAGS`], come after).
 #[rustfmt::skip]
 pub static FLAGS: &[FlagDef] = &[
     // ---- Tier 1 (§4.2) ----
@@ -159,13 +73,6 @@ pub static FLAGS: &[FlagDef] = &[
     // ---- ours: versioned upserts ----
     f("max_pending_versions_per_key", Uint32, "4", Core, "replaced versions of one key kept for their readers before an upsert of the key waits for one to be freed"),
     f("pending_version_wait_ms", Uint64, "5000", Core, "how long such an upsert waits before it returns OBJECT_REPLICA_BUSY (-714)"),
-    // ---- glog flags mapped to our logger ----
-    f("v", Int32, "0", Log, "verbose logging (>0 = debug, >1 = trace)"),
-    f("logtostderr", Bool, "false", Log, "log everything (from --minloglevel) to stderr"),
-    f("alsologtostderr", Bool, "false", Log, "same as --logtostderr (we only log to stderr)"),
-    f("minloglevel", Int32, "0", Log, "0=INFO 1=WARNING 2=ERROR 3=FATAL"),
-    f("stderrthreshold", Int32, "2", Log, "severity copied to stderr"),
-    f("log_dir", Str, "", Log, "ignored: logs always go to stderr"),
     // ---- feature switches that fail fast (§4.2) ----
     f("enable_ha", Bool, "false", Core, "HA: masters elect one leader through etcd; clients use etcd://<connstring>"),
     f("enable_oplog", Bool, "false", Replaced(NO_LOG), "operation log"),
@@ -240,480 +147,28 @@ pub static FLAGS: &[FlagDef] = &[
     f("tenant_quota_connector_uri", Str, "", Ignored, IGN),
     f("mmap_arena_pool_size", Uint64, "8589934592", Ignored, IGN),
     f("use_mmap_arena_allocator", Bool, "false", Ignored, IGN),
-    // ---- gflags / glog built-ins ----
-    f("help", Bool, "false", Builtin, "show help on all flags and exit"),
-    f("helpfull", Bool, "false", Builtin, "same as --help"),
-    f("helpshort", Bool, "false", Builtin, "same as --help"),
-    f("helppackage", Bool, "false", Builtin, "same as --help"),
-    f("helpxml", Bool, "false", Builtin, "same as --help"),
-    f("helpmatch", Str, "", Builtin, "show help on flags whose name contains this string"),
-    f("helpon", Str, "", Builtin, "same as --helpmatch"),
-    f("version", Bool, "false", Builtin, "show version and exit"),
-    f("flagfile", Str, "", Builtin, "load flags from file (one per line)"),
-    f("config_path", Str, "", Builtin, "JSON file of flag -> value; command-line flags override it"),
-    f("fromenv", Str, "", Builtin, "comma-separated flags to read from FLAGS_<name> (must exist)"),
-    f("tryfromenv", Str, "", Builtin, "comma-separated flags to read from FLAGS_<name> if set"),
-    f("undefok", Str, "", Builtin, "comma-separated flag names that may be unknown"),
-    f("tab_completion_columns", Int32, "80", Ignored, IGN),
-    f("tab_completion_word", Str, "", Ignored, IGN),
-    f("alsologtoemail", Str, "", Ignored, IGN),
-    f("colorlogtostderr", Bool, "false", Ignored, IGN),
-    f("drop_log_memory", Bool, "true", Ignored, IGN),
-    f("log_backtrace_at", Str, "", Ignored, IGN),
-    f("log_link", Str, "", Ignored, IGN),
-    f("log_prefix", Bool, "true", Ignored, IGN),
-    f("logbuflevel", Int32, "0", Ignored, IGN),
-    f("logbufsecs", Int32, "30", Ignored, IGN),
-    f("logemaillevel", Int32, "999", Ignored, IGN),
-    f("logfile_mode", Int32, "436", Ignored, IGN),
-    f("logmailer", Str, "/bin/mail", Ignored, IGN),
-    f("max_log_size", Int32, "1800", Ignored, IGN),
-    f("stop_logging_if_full_disk", Bool, "false", Ignored, IGN),
-    f("symbolize_stacktrace", Bool, "true", Ignored, IGN),
-    f("vmodule", Str, "", Ignored, IGN),
 ];
 
-/// Look a flag up by exact name.
+/// The `mooncake_master` command line.
+pub static MASTER: Program = Program {
+    name: "mooncake_master",
+    title: "Mooncake store master (Rust)",
+    flags: FLAGS,
+};
+
+/// Look a flag up by exact name (the master's and the common flags).
 pub fn find_flag(name: &str) -> Option<&'static FlagDef> {
-    FLAGS.iter().find(|d| d.name == name)
-}
-
-/// A parsed flag value.
-#[derive(Debug, Clone, PartialEq)]
-enum Value {
-    Bool(bool),
-    Int(i64),
-    UInt(u64),
-    Double(f64),
-    Str(String),
-}
-
-fn illegal(def: &FlagDef, raw: &str) -> String {
-    format!(
-        "ERROR: illegal value '{raw}' specified for {} flag '{}'",
-        def.ty.name(),
-        def.name
-    )
-}
-
-fn failed_validation(name: &str, raw: &str) -> String {
-    format!("ERROR: failed validation of new value '{raw}' for flag '{name}'")
-}
-
-fn parse_bool(raw: &str) -> Option<bool> {
-    match raw.to_ascii_lowercase().as_str() {
-        "true" | "t" | "yes" | "y" | "1" => Some(true),
-        "false" | "f" | "no" | "n" | "0" => Some(false),
-        _ => None,
-    }
-}
-
-/// strtol-like: optional sign, decimal or `0x` hex, nothing else.
-fn parse_signed(raw: &str) -> Option<i128> {
-    let (neg, rest) = match raw.as_bytes().first() {
-        Some(b'-') => (true, &raw[1..]),
-        Some(b'+') => (false, &raw[1..]),
-        _ => (false, raw),
-    };
-    if rest.is_empty() || rest.starts_with(['+', '-']) {
-        return None;
-    }
-    let mag = if let Some(hex) = rest.strip_prefix("0x").or_else(|| rest.strip_prefix("0X")) {
-        i128::from_str_radix(hex, 16).ok()?
-    } else {
-        rest.parse::<i128>().ok()?
-    };
-    Some(if neg { -mag } else { mag })
-}
-
-/// Parse a duration: non-negative integer with optional `ms`/`s`/`m`/`h`; result in ms.
-pub fn parse_duration_ms(raw: &str) -> Option<u64> {
-    let (digits, mult) = if let Some(d) = raw.strip_suffix("ms") {
-        (d, 1)
-    } else if let Some(d) = raw.strip_suffix('s') {
-        (d, 1_000)
-    } else if let Some(d) = raw.strip_suffix('m') {
-        (d, 60_000)
-    } else if let Some(d) = raw.strip_suffix('h') {
-        (d, 3_600_000)
-    } else {
-        (raw, 1)
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse::<u64>().ok()?.checked_mul(mult)
-}
-
-fn parse_value(def: &FlagDef, raw: &str) -> Result<Value, String> {
-    let int_in = |lo: i128, hi: i128| -> Result<i128, String> {
-        match parse_signed(raw) {
-            Some(v) if v >= lo && v <= hi => Ok(v),
-            _ => Err(illegal(def, raw)),
-        }
-    };
-    Ok(match def.ty {
-        FlagType::Bool => Value::Bool(parse_bool(raw).ok_or_else(|| illegal(def, raw))?),
-        FlagType::Int32 => Value::Int(int_in(i32::MIN.into(), i32::MAX.into())? as i64),
-        FlagType::Int64 => Value::Int(int_in(i64::MIN.into(), i64::MAX.into())? as i64),
-        FlagType::Uint32 if raw.starts_with('-') => return Err(illegal(def, raw)),
-        FlagType::Uint32 => Value::UInt(int_in(0, u32::MAX.into())? as u64),
-        FlagType::Uint64 if raw.starts_with('-') => return Err(illegal(def, raw)),
-        FlagType::Uint64 => Value::UInt(int_in(0, u64::MAX.into())? as u64),
-        FlagType::Double => match raw.trim().parse::<f64>() {
-            Ok(v) if !v.is_nan() && !raw.trim().is_empty() => Value::Double(v),
-            _ => return Err(illegal(def, raw)),
-        },
-        FlagType::Str => Value::Str(raw.to_string()),
-        FlagType::Duration => {
-            Value::UInt(parse_duration_ms(raw).ok_or_else(|| failed_validation(def.name, raw))?)
-        }
-    })
-}
-
-/// Where a setting came from (command line / flagfile / env, or the JSON config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Source {
-    CommandLine,
-    ConfigFile,
-}
-
-#[derive(Debug, Clone)]
-struct Setting {
-    def: &'static FlagDef,
-    value: Value,
-    raw: String,
-    source: Source,
-}
-
-/// Accumulates everything found while scanning arguments.
-#[derive(Default)]
-struct Scan {
-    settings: Vec<Setting>,
-    errors: Vec<String>,
-    unknown: Vec<String>,
-    undefok: HashSet<String>,
-    config_path: Option<String>,
-    help: Option<String>,
-    version: bool,
-}
-
-const MAX_FLAGFILE_DEPTH: usize = 16;
-
-impl Scan {
-    /// Scan argv-style tokens. Returns after `--` or the end.
-    fn scan_args(&mut self, args: &[String], depth: usize) {
-        let mut i = 0;
-        while i < args.len() {
-            let arg = &args[i];
-            i += 1;
-            if arg == "--" {
-                break;
-            }
-            let body = match arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) {
-                Some(b) if !b.is_empty() => b,
-                _ => continue, // positional (or a lone "-"): ignored
-            };
-            let (name, inline) = match body.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (body, None),
-            };
-            if let Some(def) = find_flag(name) {
-                let raw = match inline {
-                    Some(v) => v,
-                    None if def.ty == FlagType::Bool => "true".to_string(),
-                    None => {
-                        if i < args.len() {
-                            i += 1;
-                            args[i - 1].clone()
-                        } else {
-                            self.errors
-                                .push(format!("ERROR: flag '{name}' is missing its argument"));
-                            continue;
-                        }
-                    }
-                };
-                self.set(def, &raw, depth);
-            } else if let Some(def) = name.strip_prefix("no").and_then(find_flag) {
-                if inline.is_some() {
-                    self.unknown.push(name.to_string());
-                } else if def.ty == FlagType::Bool {
-                    self.set(def, "false", depth);
-                } else {
-                    self.errors.push(format!(
-                        "ERROR: boolean value ({name}) specified for {} command line flag '{}'",
-                        def.ty.name(),
-                        def.name
-                    ));
-                }
-            } else {
-                self.unknown.push(name.to_string());
-            }
-        }
-    }
-
-    /// Record one command-line assignment (handling built-ins immediately).
-    fn set(&mut self, def: &'static FlagDef, raw: &str, depth: usize) {
-        let value = match parse_value(def, raw) {
-            Ok(v) => v,
-            Err(e) => {
-                self.errors.push(e);
-                return;
-            }
-        };
-        if def.role == Builtin {
-            self.builtin(def.name, &value, depth);
-            return;
-        }
-        self.settings.push(Setting {
-            def,
-            value,
-            raw: raw.to_string(),
-            source: Source::CommandLine,
-        });
-    }
-
-    fn builtin(&mut self, name: &str, value: &Value, depth: usize) {
-        match (name, value) {
-            ("help" | "helpfull" | "helpshort" | "helppackage" | "helpxml", Value::Bool(b)) => {
-                if *b {
-                    self.help = Some(String::new());
-                } else if name == "help" {
-                    self.help = None;
-                }
-            }
-            ("helpmatch" | "helpon", Value::Str(s)) if !s.is_empty() => {
-                self.help = Some(s.clone());
-            }
-            ("version", Value::Bool(b)) => self.version = *b,
-            ("flagfile", Value::Str(path)) if !path.is_empty() => {
-                for p in path.split(',').filter(|p| !p.is_empty()) {
-                    self.flagfile(p, depth);
-                }
-            }
-            ("config_path", Value::Str(path)) => {
-                self.config_path = (!path.is_empty()).then(|| path.clone());
-            }
-            ("undefok", Value::Str(list)) => {
-                self.undefok
-                    .extend(list.split(',').map(str::trim).map(String::from));
-            }
-            ("fromenv" | "tryfromenv", Value::Str(list)) => {
-                let required = name == "fromenv";
-                for flag in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                    let Some(def) = find_flag(flag) else {
-                        self.errors.push(format!(
-                            "ERROR: unknown command line flag '{flag}' (via --{name})"
-                        ));
-                        continue;
-                    };
-                    match std::env::var(format!("FLAGS_{flag}")) {
-                        Ok(v) => self.set(def, &v, depth + 1),
-                        Err(_) if required => self
-                            .errors
-                            .push(format!("ERROR: FLAGS_{flag} not found in environment")),
-                        Err(_) => {}
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn flagfile(&mut self, path: &str, depth: usize) {
-        if depth >= MAX_FLAGFILE_DEPTH {
-            self.errors
-                .push(format!("ERROR: flagfile '{path}' nested too deeply"));
-            return;
-        }
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) => {
-                self.errors
-                    .push(format!("ERROR: unable to open flagfile '{path}': {e}"));
-                return;
-            }
-        };
-        let mut tokens = Vec::new();
-        for line in text.lines() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') || !line.starts_with('-') {
-                continue;
-            }
-            // `--name=value` keeps the whole rest of the line as the value;
-            // `--name value` is accepted too.
-            match (line.find('='), line.find(char::is_whitespace)) {
-                (None, Some(ws)) => {
-                    tokens.push(line[..ws].to_string());
-                    tokens.push(line[ws..].trim().to_string());
-                }
-                (Some(eq), Some(ws)) if ws < eq => {
-                    tokens.push(line[..ws].to_string());
-                    tokens.push(line[ws..].trim().to_string());
-                }
-                _ => tokens.push(line.to_string()),
-            }
-        }
-        self.scan_args(&tokens, depth + 1);
-    }
-}
-
-/// Load `--config_path`: a flat JSON object of flag name → value.
-fn load_config_json(
-    path: &str,
-    errors: &mut Vec<String>,
-    warnings: &mut Vec<String>,
-) -> Vec<Setting> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) => {
-            errors.push(format!("ERROR: unable to read config file '{path}': {e}"));
-            return Vec::new();
-        }
-    };
-    let obj = match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(serde_json::Value::Object(m)) => m,
-        Ok(_) => {
-            errors.push(format!(
-                "ERROR: config file '{path}' must hold a JSON object"
-            ));
-            return Vec::new();
-        }
-        Err(e) => {
-            errors.push(format!(
-                "ERROR: config file '{path}' is not valid JSON: {e}"
-            ));
-            return Vec::new();
-        }
-    };
-    let mut out = Vec::new();
-    for (key, val) in obj {
-        let Some(def) = find_flag(&key) else {
-            warnings.push(format!("config file '{path}': unknown key '{key}' ignored"));
-            continue;
-        };
-        if def.role == Builtin {
-            warnings.push(format!(
-                "config file '{path}': key '{key}' is only valid on the command line; ignored"
-            ));
-            continue;
-        }
-        let raw = match &val {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Bool(b) => b.to_string(),
-            serde_json::Value::Number(n) => n.to_string(),
-            other => {
-                errors.push(illegal(def, &other.to_string()));
-                continue;
-            }
-        };
-        match parse_value(def, &raw) {
-            Ok(value) => out.push(Setting {
-                def,
-                value,
-                raw,
-                source: Source::ConfigFile,
-            }),
-            Err(e) => errors.push(format!("{e} (in config file '{path}')")),
-        }
-    }
-    out
+    MASTER.find(name)
 }
 
 /// Text printed by `--help` (optionally only flags whose name contains `filter`).
 pub fn help_text(filter: &str) -> String {
-    let mut s = format!(
-        "mooncake_master: Mooncake store master (Rust), version {}\n\n  Flags:\n",
-        env!("CARGO_PKG_VERSION")
-    );
-    for d in FLAGS.iter().filter(|d| d.name.contains(filter)) {
-        let help = match d.role {
-            Feature(feat) => format!("requires {feat}, which this build does not implement"),
-            Replaced(why) => format!("refused when true: {why}"),
-            _ => d.help.to_string(),
-        };
-        s.push_str(&format!(
-            "    -{} ({}) type: {} default: \"{}\"\n",
-            d.name,
-            help,
-            d.ty.name(),
-            d.default
-        ));
-    }
-    s.trim_end().to_string()
+    MASTER.help_text(filter)
 }
 
 /// Text printed by `--version`.
 pub fn version_text() -> String {
-    format!("mooncake_master version {}", env!("CARGO_PKG_VERSION"))
-}
-
-/// Merged view of the final flag values (defaults + config file + command line).
-struct Flags {
-    set: HashMap<&'static str, Setting>,
-}
-
-impl Flags {
-    fn value(&self, name: &str) -> Value {
-        if let Some(s) = self.set.get(name) {
-            return s.value.clone();
-        }
-        match find_flag(name).map(|d| parse_value(d, d.default)) {
-            Some(Ok(v)) => v,
-            _ => {
-                debug_assert!(false, "flag table default for '{name}' is invalid");
-                Value::Str(String::new())
-            }
-        }
-    }
-    fn is_set(&self, name: &str) -> bool {
-        self.set.contains_key(name)
-    }
-    fn raw(&self, name: &str) -> String {
-        match (self.set.get(name), find_flag(name)) {
-            (Some(s), _) => s.raw.clone(),
-            (None, Some(d)) => d.default.to_string(),
-            _ => String::new(),
-        }
-    }
-    fn bool(&self, name: &str) -> bool {
-        matches!(self.value(name), Value::Bool(true))
-    }
-    fn int(&self, name: &str) -> i64 {
-        match self.value(name) {
-            Value::Int(v) => v,
-            Value::UInt(v) => v.min(i64::MAX as u64) as i64,
-            _ => 0,
-        }
-    }
-    fn uint(&self, name: &str) -> u64 {
-        match self.value(name) {
-            Value::UInt(v) => v,
-            Value::Int(v) => v.max(0) as u64,
-            _ => 0,
-        }
-    }
-    fn double(&self, name: &str) -> f64 {
-        match self.value(name) {
-            Value::Double(v) => v,
-            _ => 0.0,
-        }
-    }
-    fn string(&self, name: &str) -> String {
-        match self.value(name) {
-            Value::Str(v) => v,
-            _ => String::new(),
-        }
-    }
-    /// Integer flag constrained to `lo..=hi`, else a validation error.
-    fn int_range(&self, name: &str, lo: i64, hi: i64) -> Result<i64, String> {
-        let v = self.int(name);
-        if (lo..=hi).contains(&v) {
-            Ok(v)
-        } else {
-            Err(failed_validation(name, &self.raw(name)))
-        }
-    }
+    MASTER.version_text()
 }
 
 /// Parse the master command line; warnings are logged through `tracing`.
@@ -729,89 +184,14 @@ pub fn parse_master_args(args: &[String]) -> FlagOutcome {
 /// ignored unimplemented flags, …) instead of logging them, so the caller can
 /// log them once its logger is configured.
 pub fn parse_master_args_with_warnings(args: &[String]) -> (FlagOutcome, Vec<String>) {
-    let mut warnings = Vec::new();
-    let exit_err = |errors: Vec<String>| FlagOutcome::Exit {
-        code: 1,
-        message: errors.join("\n"),
+    let (parsed, mut warnings) = MASTER.parse(args);
+    let flags = match parsed {
+        Parsed::Run(flags) => flags,
+        Parsed::Exit { code, message } => return (FlagOutcome::Exit { code, message }, warnings),
     };
-
-    let mut scan = Scan::default();
-    scan.scan_args(args.get(1..).unwrap_or(&[]), 0);
-    for name in std::mem::take(&mut scan.unknown) {
-        let base = name.strip_prefix("no").unwrap_or(&name);
-        if !scan.undefok.contains(&name) && !scan.undefok.contains(base) {
-            scan.errors
-                .push(format!("ERROR: unknown command line flag '{name}'"));
-        }
-    }
-    let mut errors = std::mem::take(&mut scan.errors);
-
-    let mut merged: HashMap<&'static str, Setting> = HashMap::new();
-    if let Some(path) = &scan.config_path {
-        for s in load_config_json(path, &mut errors, &mut warnings) {
-            merged.insert(s.def.name, s);
-        }
-    }
-    for s in std::mem::take(&mut scan.settings) {
-        merged.insert(s.def.name, s);
-    }
-    if !errors.is_empty() {
-        return (exit_err(errors), warnings);
-    }
-    if let Some(filter) = &scan.help {
-        return (
-            FlagOutcome::Exit {
-                code: 1,
-                message: help_text(filter),
-            },
-            warnings,
-        );
-    }
-    if scan.version {
-        return (
-            FlagOutcome::Exit {
-                code: 0,
-                message: version_text(),
-            },
-            warnings,
-        );
-    }
-
-    let flags = Flags { set: merged };
-    // Feature switches fail fast; other unimplemented flags only warn.
-    for def in FLAGS {
-        let Some(s) = flags.set.get(def.name) else {
-            continue;
-        };
-        match def.role {
-            Feature(feature) if s.value == Value::Bool(true) => {
-                errors.push(format!(
-                    "ERROR: flag --{} requires {feature}, which this build does not implement",
-                    def.name
-                ));
-            }
-            Replaced(why) if s.value == Value::Bool(true) => {
-                errors.push(format!("ERROR: flag --{}: {why}", def.name));
-            }
-            Ignored if parse_value(def, def.default).ok().as_ref() != Some(&s.value) => {
-                let origin = match s.source {
-                    Source::CommandLine => "",
-                    Source::ConfigFile => " (from config file)",
-                };
-                warnings.push(format!(
-                    "flag --{}={}{origin} is not implemented by this build; ignored",
-                    def.name, s.raw
-                ));
-            }
-            _ => {}
-        }
-    }
-    if !errors.is_empty() {
-        return (exit_err(errors), warnings);
-    }
     match build_config(&flags, &mut warnings) {
         Ok(cfg) => (FlagOutcome::Run(Box::new(cfg)), warnings),
-        Err(e) => (exit_err(vec![e]), warnings),
+        Err(message) => (FlagOutcome::Exit { code: 1, message }, warnings),
     }
 }
 
@@ -920,7 +300,7 @@ fn build_config(fl: &Flags, warnings: &mut Vec<String>) -> Result<MasterConfig, 
     cfg.idle_connection_timeout_sec =
         u32::try_from(fl.uint("idle_connection_timeout_sec")).unwrap_or(u32::MAX);
     ha_config(fl, &mut cfg, warnings)?;
-    cfg.log_level = log_level(fl, warnings);
+    cfg.log_level = fl.log_level(warnings);
     Ok(cfg)
 }
 
@@ -989,35 +369,6 @@ fn ha_config(fl: &Flags, cfg: &mut MasterConfig, warnings: &mut Vec<String>) -> 
     Ok(())
 }
 
-/// Map the glog flags onto a tracing level. Without any log flag: `warn`.
-fn log_level(fl: &Flags, warnings: &mut Vec<String>) -> String {
-    const NAMES: [&str; 3] = ["info", "warn", "error"];
-    let sev = |v: i64| NAMES[v.clamp(0, 2) as usize];
-    let min = fl.int("minloglevel");
-    let mut level = if fl.bool("logtostderr") || fl.bool("alsologtostderr") {
-        sev(min)
-    } else if fl.is_set("stderrthreshold") {
-        sev(fl.int("stderrthreshold").max(min))
-    } else if fl.is_set("minloglevel") {
-        sev(min.max(1))
-    } else {
-        "warn"
-    };
-    if min >= 3 {
-        level = "off";
-    }
-    let v = fl.int("v");
-    if v >= 2 {
-        level = "trace";
-    } else if v == 1 {
-        level = "debug";
-    }
-    if !fl.string("log_dir").is_empty() {
-        warnings.push("--log_dir is ignored: this build logs to stderr only".into());
-    }
-    level.to_string()
-}
-
 /// IPv4 address of a network interface.
 pub fn interface_ipv4(name: &str) -> Option<Ipv4Addr> {
     nix::ifaddrs::getifaddrs()
@@ -1034,6 +385,8 @@ pub fn interface_ipv4(name: &str) -> Option<Ipv4Addr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mooncake_common::gflags::parse_value;
+    use std::collections::HashSet;
 
     fn args(list: &[&str]) -> Vec<String> {
         std::iter::once("mooncake_master")
@@ -1076,7 +429,7 @@ mod tests {
     #[test]
     fn table_is_consistent() {
         let mut seen = HashSet::new();
-        for d in FLAGS {
+        for d in MASTER.all() {
             assert!(seen.insert(d.name), "duplicate flag {}", d.name);
             assert!(
                 parse_value(d, d.default).is_ok(),

@@ -1,6 +1,6 @@
 //! PyO3 bindings: the single extension module `mooncake._native` shared by
 //! `mooncake.store`, `mooncake.engine`, `mooncake.pg` and the
-//! `mooncake_master` entry point.
+//! `mooncake_master` and `mooncake_client` entry points.
 //!
 //! This crate converts only: Python arguments into the domain crates'
 //! types, and their results into upstream's return values, log lines and
@@ -34,12 +34,21 @@ fn run_master(py: Python<'_>, argv: Vec<String>) -> i32 {
     py.allow_threads(|| mooncake_master::server::run_master(argv))
 }
 
+/// Run the standalone store daemon (`mooncake_client`) in this process with
+/// `argv` (program name first) and return its exit code. The GIL is
+/// released for the whole run.
+#[pyfunction]
+fn run_client(py: Python<'_>, argv: Vec<String>) -> i32 {
+    py.allow_threads(|| mooncake_standalone::run_client(argv))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(run_master, m)?)?;
     m.add_function(wrap_pyfunction!(meta::run_http_metadata_server, m)?)?;
     m.add_class::<meta::PyMetadataServer>()?;
+    m.add_function(wrap_pyfunction!(run_client, m)?)?;
     store::register(m)?;
     engine::register(m)?;
     engram::register(m)?;

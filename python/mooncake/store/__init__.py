@@ -1,6 +1,8 @@
 """Mooncake distributed store (Rust implementation).
 
-Re-exports the store classes of the ``mooncake._native`` extension module and
+Re-exports the store classes of the ``mooncake._native`` extension module
+(``MooncakeHostMemAllocator`` included: shared host memory a standalone
+``mooncake_client`` daemon reads and writes in place) and
 the tensor-IO parallelism descriptors (``ParallelAxis``, ``TensorParallelism``,
 ``ReadTarget`` and the ``TP``/``DP``/``EP``/``PP`` helpers), and the tensor
 object helpers ``_tensor_metadata_size``, ``_serialize_tensor`` and
@@ -15,6 +17,7 @@ from mooncake._native import (
     EngramStoreConfig,
     ErrorCode,
     MooncakeDistributedStore,
+    MooncakeHostMemAllocator,
     ObjectDataType,
     ReplicateConfig,
     SoftPinAction,
@@ -63,6 +66,7 @@ __all__ = [
     "EngramStoreConfig",
     "ErrorCode",
     "MooncakeDistributedStore",
+    "MooncakeHostMemAllocator",
     "ObjectDataType",
     "ParallelAxis",
     "ReadTarget",

@@ -1,12 +1,15 @@
-//! The `MooncakeDistributedStore` class: holds the optional set-up client.
+//! The `MooncakeDistributedStore` class: holds the optional set-up store
+//! (an in-process client after `setup`, a dummy client of the host's
+//! `mooncake_client` daemon after `setup_dummy`).
 //!
 //! Its methods live in the sibling modules (one `#[pymethods]` block each).
 //! Every call goes through [`MooncakeDistributedStore::run`]: it takes a
-//! clone of the client `Arc` (so a concurrent `close` cannot free it
-//! mid-call), answers a store that is not set up with
-//! [`Error::not_set_up`], and releases the GIL for the client call.
+//! clone of the store (so a concurrent `close` cannot free it mid-call),
+//! answers a store that is not set up with [`Error::not_set_up`], and
+//! releases the GIL for the call.
 
 use mooncake_client::{Client, Error, Result};
+use mooncake_standalone::Store;
 use parking_lot::RwLock;
 use pyo3::prelude::*;
 use std::sync::Arc;
@@ -14,39 +17,44 @@ use std::sync::Arc;
 /// Drop-in replacement for upstream's `mooncake.store.MooncakeDistributedStore`.
 #[pyclass(module = "mooncake.store", frozen, subclass)]
 pub struct MooncakeDistributedStore {
-    client: RwLock<Option<Arc<Client>>>,
+    store: RwLock<Option<Store>>,
 }
 
 impl MooncakeDistributedStore {
-    /// The current client, if set up.
+    /// The in-process client, if set up with `setup`.
     pub(crate) fn current(&self) -> Option<Arc<Client>> {
-        self.client.read().clone()
+        self.store.read().as_ref().and_then(|s| s.client().cloned())
     }
 
-    /// Run `f` on the client with the GIL released; `Err(not set up)` when
+    /// The store, if set up (either way).
+    pub(crate) fn store(&self) -> Option<Store> {
+        self.store.read().clone()
+    }
+
+    /// Run `f` on the store with the GIL released; `Err(not set up)` when
     /// there is none.
     pub(crate) fn run<T, F>(&self, py: Python<'_>, f: F) -> Result<T>
     where
         T: Send,
-        F: FnOnce(&Client) -> Result<T> + Send,
+        F: FnOnce(&Store) -> Result<T> + Send,
     {
-        let client = self.current().ok_or_else(Error::not_set_up)?;
-        py.allow_threads(|| f(&client))
+        let store = self.store().ok_or_else(Error::not_set_up)?;
+        py.allow_threads(|| f(&store))
     }
 
-    /// Replace the client, returning the previous one (to be closed by the caller).
-    pub(crate) fn replace(&self, client: Option<Arc<Client>>) -> Option<Arc<Client>> {
-        std::mem::replace(&mut *self.client.write(), client)
+    /// Replace the store, returning the previous one (to be closed by the caller).
+    pub(crate) fn replace(&self, store: Option<Store>) -> Option<Store> {
+        std::mem::replace(&mut *self.store.write(), store)
     }
 }
 
 #[pymethods]
 impl MooncakeDistributedStore {
-    /// A store that is not set up yet; call `setup` next.
+    /// A store that is not set up yet; call `setup` (or `setup_dummy`) next.
     #[new]
     fn py_new() -> Self {
         MooncakeDistributedStore {
-            client: RwLock::new(None),
+            store: RwLock::new(None),
         }
     }
 }
@@ -56,10 +64,13 @@ impl Drop for MooncakeDistributedStore {
         // Close when this object held the last reference (no capsule or
         // in-flight call shares the client); otherwise the last holder's
         // drop is responsible.
-        if let Some(client) = self.client.get_mut().take() {
-            if Arc::strong_count(&client) == 1 {
-                Python::with_gil(|py| py.allow_threads(|| client.close()));
-            }
+        let last = match self.store.get_mut().take() {
+            Some(Store::Local(c)) if Arc::strong_count(&c) == 1 => Some(Store::Local(c)),
+            Some(Store::Dummy(d)) if Arc::strong_count(&d) == 1 => Some(Store::Dummy(d)),
+            _ => None,
+        };
+        if let Some(s) = last {
+            Python::with_gil(|py| py.allow_threads(|| s.close()));
         }
     }
 }

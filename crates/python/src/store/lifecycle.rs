@@ -1,18 +1,20 @@
-//! Lifecycle methods: `setup`, `close`, `get_hostname`, `health_check`,
-//! `_get_pyclient_capsule` and `get_client_stats` (store spec, "Lifecycle").
+//! Lifecycle methods: `setup`, `setup_dummy`, `close`, `get_hostname`,
+//! `health_check`, `_get_pyclient_capsule` and `get_client_stats` (store
+//! spec, "Lifecycle"; the standalone service for `setup_dummy`).
 
 use super::capsule::client_capsule;
 use super::class::MooncakeDistributedStore;
 use super::setup;
+use crate::args::UInt;
 use crate::report::Call;
 use mooncake_client::{Client, Error, HEALTH_CLOSED};
+use mooncake_standalone::{DummyClient, Store};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
-use std::sync::Arc;
 
-fn close_client(py: Python<'_>, client: Option<Arc<Client>>) {
-    if let Some(c) = client {
-        py.allow_threads(|| c.close());
+fn close_client(py: Python<'_>, store: Option<Store>) {
+    if let Some(s) = store {
+        py.allow_threads(|| s.close());
     }
 }
 
@@ -45,9 +47,50 @@ impl MooncakeDistributedStore {
             None,
             result.map(|client| {
                 // A concurrent setup may have installed another client meanwhile.
-                close_client(py, self.replace(Some(client)));
+                close_client(py, self.replace(Some(Store::Local(client))));
             }),
         ))
+    }
+
+    /// `setup_dummy(mem_pool_size, local_buffer_size, server_address) -> int`:
+    /// attach, as a dummy client, to the `mooncake_client` daemon serving
+    /// `server_address`'s port on this host. 0, or -1 (upstream's code) on
+    /// any failure, with the reason logged. A store that is already set up
+    /// is closed first.
+    fn setup_dummy(
+        &self,
+        py: Python<'_>,
+        mem_pool_size: UInt,
+        local_buffer_size: UInt,
+        server_address: String,
+    ) -> i64 {
+        let call = Call::new(py, "setup_dummy");
+        close_client(py, self.replace(None));
+        let result = py.allow_threads(|| {
+            DummyClient::setup(mem_pool_size.0, local_buffer_size.0, &server_address)
+        });
+        call.code(
+            None,
+            result.map(|dummy| {
+                close_client(py, self.replace(Some(Store::Dummy(dummy))));
+            }),
+        )
+    }
+
+    /// `alloc_from_mem_pool(size) -> int`: shared memory from a dummy
+    /// client's pool (the daemon reads and writes it in place), or 0 on
+    /// failure or when the store is not a dummy client.
+    fn alloc_from_mem_pool(&self, py: Python<'_>, arg0: UInt) -> u64 {
+        let r = self
+            .store()
+            .and_then(|s| s.dummy().cloned())
+            .ok_or_else(|| {
+                Error::internal("alloc_from_mem_pool needs a dummy client (setup_dummy)")
+            });
+        match Call::new(py, "alloc_from_mem_pool").ok(None, r) {
+            Some(d) => py.allow_threads(|| d.alloc_from_mem_pool(arg0.0)),
+            None => 0,
+        }
     }
 
     /// Unmount and disconnect; idempotent, returns 0.
@@ -59,7 +102,7 @@ impl MooncakeDistributedStore {
     /// The segment name `host:port`, or `""` when not set up.
     fn get_hostname(&self, py: Python<'_>) -> String {
         let r = self
-            .current()
+            .store()
             .map(|c| c.hostname())
             .ok_or_else(Error::not_set_up);
         Call::new(py, "get_hostname")
@@ -68,8 +111,11 @@ impl MooncakeDistributedStore {
     }
 
     /// 0 healthy, 1 not set up or closed, 2 the last heartbeat failed.
-    fn health_check(&self) -> i32 {
-        self.current().map_or(HEALTH_CLOSED, |c| c.health())
+    fn health_check(&self, py: Python<'_>) -> i32 {
+        match self.store() {
+            Some(s) => py.allow_threads(|| s.health()),
+            None => HEALTH_CLOSED,
+        }
     }
 
     /// A `PyCapsule` named `mooncake.PyClient.shared_ptr` holding a reference
@@ -85,9 +131,9 @@ impl MooncakeDistributedStore {
     /// `same_host_mappings`); `{}` when not set up.
     fn get_client_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        let r = self.current().ok_or_else(Error::not_set_up);
+        let r = self.store().ok_or_else(Error::not_set_up);
         if let Some(c) = Call::new(py, "get_client_stats").ok(None, r) {
-            for (name, value) in c.stats() {
+            for (name, value) in py.allow_threads(|| c.stats()) {
                 d.set_item(name, value)?;
             }
         }

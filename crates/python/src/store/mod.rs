@@ -1,10 +1,11 @@
 //! `mooncake.store` bindings (store spec, `shared/spec/store.md`):
 //! `MooncakeDistributedStore` and its companion types (`ReplicateConfig`,
-//! `SoftPinAction`, `ObjectDataType`, `BufferHandle`, `ErrorCode`).
+//! `SoftPinAction`, `ObjectDataType`, `BufferHandle`, `ErrorCode`,
+//! `MooncakeHostMemAllocator`).
 //!
 //! The store class is split over several modules, one `#[pymethods]` block
 //! each (pyo3 `multiple-pymethods`): lifecycle, byte-value API, zero-copy
-//! API, removal, sessions and the Tier 2/3 stubs. Each method converts its arguments,
+//! API, removal, sessions and the Tier 2/3 methods. Each method converts its arguments,
 //! runs the client call with the GIL released
 //! ([`MooncakeDistributedStore::run`]) and turns the result into upstream's
 //! return value and log line ([`crate::report::Call`]); the rules are the
@@ -37,6 +38,7 @@ pub(crate) mod capsule;
 mod class;
 mod config;
 mod handle;
+mod host_mem;
 mod lifecycle;
 mod removal;
 mod sessions;
@@ -60,6 +62,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "BufferHandle",
         crate::buffer::exporting_type::<handle::BufferHandle>(m.py())?,
     )?;
+    m.add_class::<host_mem::MooncakeHostMemAllocator>()?;
     m.add("ErrorCode", config::error_code_enum(m.py())?)?;
     tensor::register(m)?;
     Ok(())

@@ -1,28 +1,22 @@
-//! Tier 2/3 methods that exist but are not implemented yet (store spec,
-//! "Tiers": until implemented, a method returning `int` or `list[int]`
-//! returns -1012 NOT_SUPPORTED (per item), any other raises
-//! `NotImplementedError`, and either way logs the method name).
+//! Methods of upstream's Tier 2/3 surface: those whose upstream behaviour
+//! this build gives (segment unmounting, the SSD tier's drain and counter,
+//! `put_from_with_metadata`, the deprecated `init_all`, the CUDA IPC reads'
+//! errors), and those not implemented yet, which raise
+//! `NotImplementedError` and log the method name (store spec, "Tiers").
 //! Signatures follow upstream so callers fail on the result, not on
 //! argument binding.
 
 use super::class::MooncakeDistributedStore;
-use super::config::ReplicateConfig;
+use super::config::{options, ReplicateConfig};
 use crate::args::UInt;
 use crate::report::Call;
-use mooncake_client::Error;
+use mooncake_client::{cuda_tensor_reads, Client, ClientConfig, Error};
+use mooncake_standalone::Store;
 use pyo3::exceptions::PyNotImplementedError;
 use pyo3::prelude::*;
 
 fn not_implemented() -> Error {
     Error::not_supported("not implemented (Tier 2/3)")
-}
-
-fn unsupported_int(py: Python<'_>, method: &'static str) -> i64 {
-    Call::new(py, method).code::<()>(None, Err(not_implemented()))
-}
-
-fn unsupported_list(py: Python<'_>, method: &'static str, keys: &[String]) -> Vec<i64> {
-    Call::new(py, method).codes::<()>(keys, Err(not_implemented()))
 }
 
 fn unsupported_raise<T>(py: Python<'_>, method: &'static str) -> PyResult<T> {
@@ -103,7 +97,8 @@ impl MooncakeDistributedStore {
         unsupported_raise(py, "allocate_and_mount_segment")
     }
 
-    /// Tier 2: returns -1012.
+    /// Unmount segments `mount_segment` added: 0 for `[]`, -1 for any id
+    /// (this client has only its setup segment), -1 on a dummy client.
     #[pyo3(signature = (segment_ids, grace_period_seconds=UInt(0)))]
     fn unmount_segment(
         &self,
@@ -111,11 +106,13 @@ impl MooncakeDistributedStore {
         segment_ids: Vec<String>,
         grace_period_seconds: UInt,
     ) -> i64 {
-        let _ = (segment_ids, grace_period_seconds);
-        unsupported_int(py, "unmount_segment")
+        let _ = grace_period_seconds;
+        let r = self.run(py, |s| s.unmount_segments("unmount_segment", &segment_ids));
+        Call::new(py, "unmount_segment").code(None, r)
     }
 
-    /// Tier 2: returns -1012.
+    /// Unmount and free segments `allocate_and_mount_segment` added: as
+    /// `unmount_segment`.
     #[pyo3(signature = (segment_ids, grace_period_seconds=UInt(0)))]
     fn unmount_and_free_segment(
         &self,
@@ -123,64 +120,86 @@ impl MooncakeDistributedStore {
         segment_ids: Vec<String>,
         grace_period_seconds: UInt,
     ) -> i64 {
-        let _ = (segment_ids, grace_period_seconds);
-        unsupported_int(py, "unmount_and_free_segment")
+        let _ = grace_period_seconds;
+        let r = self.run(py, |s| {
+            s.unmount_segments("unmount_and_free_segment", &segment_ids)
+        });
+        Call::new(py, "unmount_and_free_segment").code(None, r)
     }
 
-    /// Tier 3 (SSD offload): returns -1012.
+    /// Drain the SSD tier's local disk segment: 0 (SSD offload is never
+    /// enabled here, nothing to drain; a WARNING says so), -1 on a dummy client.
     #[pyo3(signature = (grace_period_seconds=UInt(0)))]
     fn unmount_local_disk_segment(&self, py: Python<'_>, grace_period_seconds: UInt) -> i64 {
         let _ = grace_period_seconds;
-        unsupported_int(py, "unmount_local_disk_segment")
+        let call = Call::new(py, "unmount_local_disk_segment");
+        let r = self.run(py, Store::drain_local_disk_segment);
+        if r.is_ok() {
+            call.note("SSD offload is not enabled; no local disk segment to drain");
+        }
+        call.code(None, r)
     }
 
-    /// Tier 3: returns -1012.
-    fn setup_dummy(
-        &self,
-        py: Python<'_>,
-        mem_pool_size: UInt,
-        local_buffer_size: UInt,
-        server_address: String,
-    ) -> i64 {
-        let _ = (mem_pool_size, local_buffer_size, server_address);
-        unsupported_int(py, "setup_dummy")
-    }
-
-    /// Tier 3 (CUDA IPC): returns -1012.
+    /// CUDA IPC read of `key` into a GPU tensor: -600 (needs CUDA; this
+    /// build has none).
     fn get_tensor_into_cuda(&self, py: Python<'_>, key: String, tensor: &Bound<'_, PyAny>) -> i64 {
-        let _ = (key, tensor);
-        unsupported_int(py, "get_tensor_into_cuda")
+        let _ = tensor;
+        let r = self.run(py, |_| {
+            cuda_tensor_reads(1, 1)
+                .pop()
+                .unwrap_or_else(|| Err(Error::internal("no result")))
+        });
+        Call::new(py, "get_tensor_into_cuda").code(Some(&key), r)
     }
 
-    /// Tier 3 (CUDA IPC): -1012 per key.
+    /// CUDA IPC reads into GPU tensors: -600 per key (needs CUDA; this
+    /// build has none).
     fn batch_get_tensor_into_cuda(
         &self,
         py: Python<'_>,
         keys: Vec<String>,
         tensors_list: &Bound<'_, PyAny>,
     ) -> Vec<i64> {
-        let _ = tensors_list;
-        unsupported_list(py, "batch_get_tensor_into_cuda", &keys)
+        let tensors = tensors_list.len().unwrap_or(0);
+        let r = self.run(py, |_| Ok(cuda_tensor_reads(keys.len(), tensors)));
+        Call::new(py, "batch_get_tensor_into_cuda").codes(&keys, r)
     }
 
-    /// Deprecated upstream entry point: returns -1012.
+    /// Deprecated upstream entry point `init_all(protocol, device_name,
+    /// mount_segment_size)`: `setup` with upstream's fixed arguments
+    /// (`ClientConfig::init_all`); -600 when the store is already set up.
     fn init_all(&self, py: Python<'_>, arg0: String, arg1: String, arg2: UInt) -> i64 {
-        let _ = (arg0, arg1, arg2);
-        unsupported_int(py, "init_all")
+        let call = Call::new(py, "init_all");
+        if self.store().is_some() {
+            return call.code::<()>(None, Err(Error::invalid("the store is already set up")));
+        }
+        let cfg = ClientConfig::init_all(&arg0, &arg1, arg2.0);
+        let mut notes = Vec::new();
+        let r = cfg
+            .check(&mut notes)
+            .and_then(|()| py.allow_threads(|| Client::setup(cfg)));
+        for n in &notes {
+            call.note(n);
+        }
+        call.code(
+            None,
+            r.map(|client| {
+                if let Some(old) = self.replace(Some(Store::Local(client))) {
+                    py.allow_threads(|| old.close());
+                }
+            }),
+        )
     }
 
-    /// Tier 3 (memory pool): returns -1012.
-    fn alloc_from_mem_pool(&self, py: Python<'_>, arg0: UInt) -> i64 {
-        let _ = arg0;
-        unsupported_int(py, "alloc_from_mem_pool")
+    /// Reads served from the SSD tier over RPC: 0 (no SSD tier).
+    fn get_offload_rpc_read_count(&self) -> i64 {
+        self.store()
+            .map_or(0, |s| s.offload_rpc_read_count() as i64)
     }
 
-    /// Tier 3 (SSD offload): returns -1012.
-    fn get_offload_rpc_read_count(&self, py: Python<'_>) -> i64 {
-        unsupported_int(py, "get_offload_rpc_read_count")
-    }
-
-    /// Not implemented yet: returns -1012.
+    /// Store `metadata_size` bytes at `metadata_buffer_ptr` followed by
+    /// `size` bytes at `buffer_ptr` as one object (no staging); `size == 0`
+    /// stores nothing and returns 0.
     #[pyo3(signature = (key, buffer_ptr, metadata_buffer_ptr, size, metadata_size, config=None))]
     #[allow(clippy::too_many_arguments)]
     fn put_from_with_metadata(
@@ -193,15 +212,26 @@ impl MooncakeDistributedStore {
         metadata_size: UInt,
         config: Option<ReplicateConfig>,
     ) -> i64 {
-        let _ = (
-            key,
-            buffer_ptr,
-            metadata_buffer_ptr,
-            size,
-            metadata_size,
-            config,
-        );
-        unsupported_int(py, "put_from_with_metadata")
+        let cfg = options(config);
+        // SAFETY: the caller vouches for both ranges (upstream contract).
+        let r = self.run(py, |s| unsafe {
+            s.put_from_with_metadata(
+                &key,
+                buffer_ptr.usize(),
+                metadata_buffer_ptr.usize(),
+                size.usize(),
+                metadata_size.usize(),
+                &cfg,
+            )
+        });
+        let call = Call::new(py, "put_from_with_metadata");
+        if r.is_ok() && size.0 == 0 {
+            call.note(&format!(
+                "key={}: size 0; nothing stored",
+                crate::report::show_key(&key)
+            ));
+        }
+        call.code(Some(&key), r)
     }
 
     /// Tier 2: clear replicas (raises NotImplementedError).

@@ -11,6 +11,7 @@ use crate::report::Call;
 use crate::store::class::MooncakeDistributedStore;
 use crate::store::config::{options, ReplicateConfig};
 use mooncake_client::{object_source, Error, Result, ResultBlock, TensorDest, TensorWrite};
+use mooncake_tensor::ReadOutput;
 use mooncake_tensor::{
     route_for, route_for_object, route_for_tp, ReadRequest, WriteRoute, HEADER_SIZE,
 };
@@ -118,6 +119,14 @@ enum Fresh<'py> {
     Block(ResultBlock),
 }
 
+/// Result memory made before a read, kept across the GIL-free read.
+enum Made {
+    /// A fresh `torch.empty` tensor.
+    Tensor(Py<PyAny>),
+    /// A block of the client's result pool.
+    Block(ResultBlock),
+}
+
 /// The one result of a single-item call.
 fn single<T>(r: Result<Vec<Result<T>>>) -> Result<T> {
     r.and_then(|mut v| v.pop().unwrap_or_else(|| Err(Error::internal("no result"))))
@@ -213,57 +222,79 @@ impl MooncakeDistributedStore {
         into: Option<&[(usize, u64)]>,
     ) -> PyResult<Result<Vec<Result<Bound<'py, PyAny>>>>> {
         let n = reqs.len();
-        let Some(client) = self.current() else {
+        let Some(store) = self.store() else {
             return Ok(Err(Error::not_set_up()));
         };
         if n == 0 {
             return Ok(Ok(Vec::new()));
         }
-        let reads = py.allow_threads(|| client.plan_tensor_reads(reqs));
-        let mut dests: Vec<Option<TensorDest>> = Vec::with_capacity(n);
-        let mut fresh: Vec<Result<Option<Fresh<'py>>>> = Vec::with_capacity(n);
-        for i in 0..n {
-            match (reads.output(i), into) {
-                (Err(_), _) => {
-                    dests.push(None);
-                    fresh.push(Ok(None));
-                }
-                (Ok(_), Some(bufs)) => {
-                    let (ptr, size) = bufs[i];
-                    dests.push(Some(TensorDest::Into { ptr, size }));
-                    fresh.push(Ok(None));
-                }
-                (Ok(out), None) => {
-                    // Large results go into pooled memory (pages already in
-                    // memory when a block is reused); the tensor is built
-                    // over it after the copy.
-                    if let Some(block) = ResultBlock::for_result(out.nbytes) {
-                        dests.push(Some(TensorDest::Payload(block.ptr())));
-                        fresh.push(Ok(Some(Fresh::Block(block))));
-                        continue;
-                    }
-                    // A result that cannot be allocated fails its item, not the call.
-                    match torch::empty(py, out.dtype, &out.shape)
-                        .and_then(|t| torch::data_ptr(&t).map(|p| (t, p)))
-                    {
-                        Ok((t, ptr)) => {
-                            dests.push(Some(TensorDest::Payload(ptr)));
-                            fresh.push(Ok(Some(Fresh::Tensor(t))));
-                        }
-                        Err(e) => {
+        // Destinations are chosen once the plans say what each read
+        // produces (with the GIL, from the call's thread); `made` keeps the
+        // result memory until the tensors are built.
+        let mut made: Vec<Result<Option<Made>>> = Vec::with_capacity(n);
+        let mut raised: Option<PyErr> = None;
+        let alloc = |outs: &[Result<ReadOutput>]| -> Vec<Option<TensorDest>> {
+            Python::with_gil(|py| {
+                let mut dests: Vec<Option<TensorDest>> = Vec::with_capacity(n);
+                for (i, out) in outs.iter().enumerate() {
+                    match (out, into) {
+                        (Err(_), _) => {
                             dests.push(None);
-                            fresh.push(Err(Error::invalid(format!(
-                                "cannot allocate the result: {e}"
-                            ))));
+                            made.push(Ok(None));
+                        }
+                        (Ok(_), Some(bufs)) => {
+                            let (ptr, size) = bufs[i];
+                            dests.push(Some(TensorDest::Into { ptr, size }));
+                            made.push(Ok(None));
+                        }
+                        (Ok(out), None) => {
+                            // Large results go into pooled memory (pages already in
+                            // memory when a block is reused); the tensor is built
+                            // over it after the copy.
+                            if let Some(block) = ResultBlock::for_result(out.nbytes) {
+                                dests.push(Some(TensorDest::Payload(block.ptr())));
+                                made.push(Ok(Some(Made::Block(block))));
+                                continue;
+                            }
+                            // A result that cannot be allocated fails its item, not the call.
+                            match torch::empty(py, out.dtype, &out.shape)
+                                .and_then(|t| torch::data_ptr(&t).map(|p| (t, p)))
+                            {
+                                Ok((t, ptr)) => {
+                                    dests.push(Some(TensorDest::Payload(ptr)));
+                                    made.push(Ok(Some(Made::Tensor(t.unbind()))));
+                                }
+                                Err(e) => {
+                                    dests.push(None);
+                                    made.push(Err(Error::invalid(format!(
+                                        "cannot allocate the result: {e}"
+                                    ))));
+                                    raised.get_or_insert(e);
+                                }
+                            }
                         }
                     }
                 }
-            }
-        }
+                dests
+            })
+        };
         // SAFETY: payload destinations are fresh tensors or pool blocks of
         // at least the output size (kept in `fresh`); `_into` buffers are the caller's
         // (upstream contract) and their size is checked by the executor.
-        let results = py.allow_threads(|| unsafe { reads.execute(&dests) });
+        let results = py.allow_threads(|| unsafe { store.read_tensors(reqs, alloc) });
+        if let Some(e) = raised.filter(|e| e.is_instance_of::<pyo3::exceptions::PyImportError>(py))
+        {
+            return Err(e);
+        }
+        made.resize_with(n, || Ok(None));
+        let fresh = made.into_iter().map(|m| {
+            m.map(|m| {
+                m.map(|m| match m {
+                    Made::Tensor(t) => Fresh::Tensor(t.into_bound(py)),
+                    Made::Block(b) => Fresh::Block(b),
+                })
+            })
+        });
         let mut out = Vec::with_capacity(n);
         for (i, (r, t)) in results.into_iter().zip(fresh).enumerate() {
             out.push(match (r, t, into) {

@@ -1,0 +1,840 @@
+//! The daemon's side: serves the dummy clients of this host with its own
+//! store client.
+//!
+//! Each dummy is an entry with the regions of its shared memory mapped
+//! here, the buffers it registered, and the put and get sessions it holds.
+//! A request names dummy memory as (region, offset, length); the range is
+//! checked against the region before the client reads or writes it in
+//! place. When the dummy's control connection ends (it closed, or its
+//! process died), the entry goes: its sessions are revoked or ended, its
+//! buffers unregistered, its regions unmapped (after any call still using
+//! them), and the other dummies are served as before.
+
+use crate::wire::{
+    self, Attached, Buf, Call, Control, Flat, Nested, Open, Service, WireDest, WireOutput,
+    WireWrite,
+};
+use mooncake_client::{Client, Error, ErrorCode, Result, TensorDest, TensorWrite};
+use mooncake_common::framing::server_handshake;
+use mooncake_common::AuthKey;
+use mooncake_tensor::{numel, ReadRequest, WriteRoute};
+use mooncake_transfer::Segment;
+use parking_lot::{Mutex, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Time a new connection has for the handshake and its first frame.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most connections served at once (all dummies together).
+const MAX_CONNS: usize = 4096;
+
+/// What a daemon grants one dummy client, unless
+/// `MC_STANDALONE_MAX_DUMMY_MEMORY` says otherwise: this host's memory.
+fn default_grant() -> u64 {
+    if let Some(v) = std::env::var("MC_STANDALONE_MAX_DUMMY_MEMORY")
+        .ok()
+        .and_then(|v| mooncake_common::size::parse_size(&v))
+    {
+        return v;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages > 0 && page > 0 {
+        (pages as u64).saturating_mul(page as u64)
+    } else {
+        u64::MAX
+    }
+}
+
+/// One attached dummy client.
+struct Dummy {
+    id: String,
+    pid: u32,
+    regions: RwLock<HashMap<u64, Arc<Segment>>>,
+    /// Registered buffers: address here -> region.
+    buffers: Mutex<HashMap<usize, u64>>,
+    put_sessions: Mutex<HashSet<String>>,
+    get_sessions: Mutex<HashSet<String>>,
+}
+
+/// Where a zero-length, non-null caller pointer points here: never read
+/// or written (nothing is copied for zero bytes), and not null.
+fn dangling() -> usize {
+    std::ptr::NonNull::<u8>::dangling().as_ptr() as usize
+}
+
+impl Dummy {
+    /// The address here of `b`, checked against its region (mapped into
+    /// this process's page table); `keep` holds the region for the call.
+    fn ptr(&self, b: Buf, keep: &mut Vec<Arc<Segment>>) -> Result<usize> {
+        if b.region == 0 {
+            return match (b.offset, b.len) {
+                (0, _) => Ok(0),
+                (1, 0) => Ok(dangling()),
+                _ => Err(Error::invalid("a buffer outside shared memory")),
+            };
+        }
+        let seg = self.regions.read().get(&b.region).cloned().ok_or_else(|| {
+            Error::invalid(format!(
+                "region {} of the dummy client is not mapped by the daemon",
+                b.region
+            ))
+        })?;
+        if !seg.check_range(b.offset, b.len) {
+            return Err(Error::invalid(format!(
+                "bytes {}..+{} lie outside region {} ({} bytes)",
+                b.offset,
+                b.len,
+                b.region,
+                seg.size()
+            )));
+        }
+        seg.map_range(b.offset, b.len);
+        let at = seg.base() as usize + b.offset as usize;
+        keep.push(seg);
+        Ok(at)
+    }
+
+    /// Addresses and sizes of a flat list, each list as long as the caller's.
+    fn flat(&self, f: &Flat, keep: &mut Vec<Arc<Segment>>) -> Result<(Vec<usize>, Vec<usize>)> {
+        let mut ptrs = Vec::with_capacity(f.ptrs);
+        let mut sizes = Vec::with_capacity(f.sizes);
+        for b in &f.bufs {
+            ptrs.push(self.ptr(*b, keep)?);
+            sizes.push(b.len as usize);
+        }
+        ptrs.resize(f.ptrs, 0);
+        sizes.resize(f.sizes, 0);
+        Ok((ptrs, sizes))
+    }
+
+    /// Addresses and sizes of per-key lists, each as long as the caller's.
+    #[allow(clippy::type_complexity)]
+    fn nested(
+        &self,
+        n: &Nested,
+        keep: &mut Vec<Arc<Segment>>,
+    ) -> Result<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
+        let mut ptrs = Vec::with_capacity(n.ptrs.len());
+        let mut sizes = Vec::with_capacity(n.sizes.len());
+        for (i, &np) in n.ptrs.iter().enumerate() {
+            let bufs = n.bufs.get(i).map_or(&[][..], Vec::as_slice);
+            let (p, s) = self.flat(
+                &Flat {
+                    bufs: bufs.to_vec(),
+                    ptrs: np,
+                    sizes: n.sizes.get(i).copied().unwrap_or(0),
+                },
+                keep,
+            )?;
+            ptrs.push(p);
+            if i < n.sizes.len() {
+                sizes.push(s);
+            }
+        }
+        for i in n.ptrs.len()..n.sizes.len() {
+            sizes.push(vec![0; n.sizes[i]]);
+        }
+        Ok((ptrs, sizes))
+    }
+}
+
+struct Shared {
+    client: Arc<Client>,
+    id: String,
+    key: Option<AuthKey>,
+    cluster_id: String,
+    grant: u64,
+    port: u16,
+    dummies: Mutex<HashMap<String, Arc<Dummy>>>,
+    stopped: AtomicBool,
+    conns: AtomicUsize,
+}
+
+/// Serves the dummy clients of this host on the abstract socket of a port.
+pub struct DummyServer {
+    shared: Arc<Shared>,
+    accept: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl DummyServer {
+    /// Listen for dummy clients of `port` (abstract socket
+    /// `@mooncake-rs-client-<port>`), serving them with `client`. Fails when
+    /// another daemon serves that port on this host.
+    pub fn start(client: Arc<Client>, port: u16) -> io::Result<DummyServer> {
+        let name = wire::socket_name(port);
+        let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
+        let listener = UnixListener::bind_addr(&addr).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot listen on the abstract socket @{name}: {e}"),
+            )
+        })?;
+        let key = AuthKey::from_env()
+            .map_err(|e| io::Error::other(format!("cannot load the cluster token: {e}")))?;
+        let shared = Arc::new(Shared {
+            client,
+            id: uuid::Uuid::new_v4().to_string(),
+            key,
+            cluster_id: mooncake_common::ha::client_cluster_id(),
+            grant: default_grant(),
+            port,
+            dummies: Mutex::new(HashMap::new()),
+            stopped: AtomicBool::new(false),
+            conns: AtomicUsize::new(0),
+        });
+        let sh = Arc::clone(&shared);
+        let accept = std::thread::Builder::new()
+            .name("mc-dummy-accept".into())
+            .spawn(move || accept_loop(sh, listener))?;
+        Ok(DummyServer {
+            shared,
+            accept: Mutex::new(Some(accept)),
+        })
+    }
+
+    /// Dummy clients attached now.
+    pub fn dummies(&self) -> usize {
+        self.shared.dummies.lock().len()
+    }
+
+    /// Stop accepting dummy clients and forget the attached ones (their
+    /// calls fail from now on). Idempotent.
+    pub fn stop(&self) {
+        if self.shared.stopped.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // Wake the accept loop.
+        if let Ok(addr) =
+            SocketAddr::from_abstract_name(wire::socket_name(self.shared.port).as_bytes())
+        {
+            let _ = UnixStream::connect_addr(&addr);
+        }
+        if let Some(h) = self.accept.lock().take() {
+            let _ = h.join();
+        }
+        let all: Vec<Arc<Dummy>> = self.shared.dummies.lock().drain().map(|(_, d)| d).collect();
+        for d in all {
+            self.shared.reclaim(&d);
+        }
+    }
+}
+
+impl Drop for DummyServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept_loop(sh: Arc<Shared>, listener: UnixListener) {
+    for conn in listener.incoming() {
+        if sh.stopped.load(Ordering::Acquire) {
+            break;
+        }
+        let c = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "dummy client accept failed");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        if sh.conns.fetch_add(1, Ordering::AcqRel) >= MAX_CONNS {
+            sh.conns.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!("too many dummy client connections; refusing one");
+            continue;
+        }
+        let sh2 = Arc::clone(&sh);
+        let spawned = std::thread::Builder::new()
+            .name("mc-dummy-conn".into())
+            .spawn(move || {
+                serve(&sh2, c);
+                sh2.conns.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            sh.conns.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!(error = %e, "cannot spawn a dummy client thread");
+        }
+    }
+}
+
+fn serve(sh: &Arc<Shared>, mut c: UnixStream) {
+    let opened = c
+        .set_read_timeout(Some(OPEN_TIMEOUT))
+        .and_then(|()| c.set_write_timeout(Some(OPEN_TIMEOUT)))
+        .and_then(|()| server_handshake(&mut c, Service::Standalone, sh.key.as_ref()))
+        .and_then(|()| wire::recv::<Open>(&mut c));
+    let open = match opened {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::warn!(error = %e, "refused a dummy client connection");
+            return;
+        }
+    };
+    let _ = c.set_read_timeout(None);
+    let _ = c.set_write_timeout(None);
+    match open {
+        Open::Attach {
+            dummy,
+            pid,
+            cluster_id,
+            mem_pool_size,
+            local_buffer_size,
+        } => {
+            let asked = mem_pool_size.saturating_add(local_buffer_size);
+            let refusal = if cluster_id != sh.cluster_id {
+                Some(format!(
+                    "this mooncake_client daemon serves cluster {:?}, the dummy client is of \
+                     cluster {cluster_id:?} (MC_STORE_CLUSTER_ID)",
+                    sh.cluster_id
+                ))
+            } else if asked > sh.grant {
+                Some(format!(
+                    "the dummy client asks for {asked} bytes of shared memory (mem_pool_size \
+                     {mem_pool_size} + local_buffer_size {local_buffer_size}); this daemon grants \
+                     at most {} bytes (MC_STANDALONE_MAX_DUMMY_MEMORY)",
+                    sh.grant
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = refusal {
+                tracing::warn!(pid, "refused a dummy client: {why}");
+                let _ = wire::send(&mut c, &Err::<Attached, _>(Error::internal(why)));
+                return;
+            }
+            let d = Arc::new(Dummy {
+                id: dummy.clone(),
+                pid,
+                regions: RwLock::new(HashMap::new()),
+                buffers: Mutex::new(HashMap::new()),
+                put_sessions: Mutex::new(HashSet::new()),
+                get_sessions: Mutex::new(HashSet::new()),
+            });
+            sh.dummies.lock().insert(dummy, Arc::clone(&d));
+            tracing::info!(pid, "dummy client attached");
+            if wire::send(&mut c, &Ok::<_, Error>(sh.attached())).is_ok() {
+                control_loop(sh, &d, &mut c);
+            }
+            sh.dummies.lock().remove(&d.id);
+            sh.reclaim(&d);
+        }
+        Open::Join { dummy } => {
+            let Some(d) = sh.dummies.lock().get(&dummy).cloned() else {
+                let _ = wire::send(
+                    &mut c,
+                    &Err::<Attached, _>(Error::new(
+                        ErrorCode::RpcFail,
+                        "this mooncake_client daemon does not know the dummy client (the daemon \
+                         restarted); call setup_dummy again",
+                    )),
+                );
+                return;
+            };
+            if wire::send(&mut c, &Ok::<_, Error>(sh.attached())).is_err() {
+                return;
+            }
+            loop {
+                let call: Call = match wire::recv(&mut c) {
+                    Ok(call) => call,
+                    Err(_) => return,
+                };
+                if let Err(e) = sh.call(&d, &mut c, call) {
+                    tracing::debug!(pid = d.pid, error = %e, "dummy client connection ended");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn control_loop(sh: &Shared, d: &Dummy, c: &mut UnixStream) {
+    loop {
+        let req: Control = match wire::recv(c) {
+            Ok(r) => r,
+            Err(_) => return,
+        };
+        let sent = match req {
+            Control::Map { region, size } => {
+                let r = wire::recv_fd(c)
+                    .and_then(|fd| {
+                        Segment::from_fd(
+                            format!("dummy-{}-{region}", d.pid),
+                            std::fs::File::from(fd),
+                            size,
+                        )
+                    })
+                    .map_err(|e| Error::invalid(format!("cannot map region {region}: {e}")));
+                if r.is_err() {
+                    // The descriptor may be lost; the connection cannot be trusted.
+                    let _ = wire::send(c, &r.map(|_| ()));
+                    return;
+                }
+                let r = r.map(|seg| {
+                    d.regions.write().insert(region, seg);
+                });
+                wire::send(c, &r)
+            }
+            Control::Unmap { region } => {
+                let gone: Vec<usize> = d
+                    .buffers
+                    .lock()
+                    .iter()
+                    .filter(|(_, &r)| r == region)
+                    .map(|(&p, _)| p)
+                    .collect();
+                for p in gone {
+                    d.buffers.lock().remove(&p);
+                    let _ = sh.client.unregister_buffer(p);
+                }
+                d.regions.write().remove(&region);
+                wire::send(c, &Ok::<(), Error>(()))
+            }
+            Control::Register(b) => {
+                let mut keep = Vec::new();
+                let r = d.ptr(b, &mut keep).and_then(|p| {
+                    sh.client.register_buffer(p, b.len as usize)?;
+                    d.buffers.lock().insert(p, b.region);
+                    Ok(())
+                });
+                wire::send(c, &r)
+            }
+            Control::Unregister(b) => {
+                let mut keep = Vec::new();
+                let r = d.ptr(b, &mut keep).and_then(|p| {
+                    sh.client.unregister_buffer(p)?;
+                    d.buffers.lock().remove(&p);
+                    Ok(())
+                });
+                wire::send(c, &r)
+            }
+            Control::Ping => wire::send(c, &sh.client.health()),
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
+}
+
+/// Checked caller-side extent of a tensor write's source: the payload, or
+/// the whole object of a verbatim write.
+fn write_extent(w: &WireWrite, route: &WriteRoute) -> Result<u64> {
+    let src = w.source()?;
+    let mut extent = numel(&src.shape)
+        .and_then(|n| n.checked_mul(src.dtype.itemsize()))
+        .and_then(|n| n.checked_add(src.payload_offset))
+        .ok_or_else(|| Error::invalid("tensor size overflows"))?;
+    if let WriteRoute::Verbatim { size } = route {
+        extent = extent.max(*size);
+    }
+    Ok(extent)
+}
+
+impl Shared {
+    fn attached(&self) -> Attached {
+        Attached {
+            daemon: self.id.clone(),
+            hostname: self.client.hostname(),
+        }
+    }
+
+    /// Forget a dummy: revoke its put sessions, end its get sessions,
+    /// unregister its buffers and drop its regions.
+    fn reclaim(&self, d: &Dummy) {
+        let c = &self.client;
+        let puts: Vec<String> = d.put_sessions.lock().drain().collect();
+        if !puts.is_empty() {
+            c.batch_put_session_revoke(&puts);
+        }
+        let gets: Vec<String> = d.get_sessions.lock().drain().collect();
+        if !gets.is_empty() {
+            let _ = c.batch_get_session_end(&gets);
+        }
+        let buffers: Vec<usize> = d.buffers.lock().drain().map(|(p, _)| p).collect();
+        for &p in &buffers {
+            let _ = c.unregister_buffer(p);
+        }
+        let regions = d.regions.write().drain().count();
+        tracing::info!(
+            pid = d.pid,
+            regions,
+            buffers = buffers.len(),
+            put_sessions = puts.len(),
+            get_sessions = gets.len(),
+            "dummy client detached (closed or exited); reclaimed what it held"
+        );
+    }
+
+    /// Serve one call on a joined connection.
+    fn call(&self, d: &Dummy, c: &mut UnixStream, call: Call) -> io::Result<()> {
+        let cl = &*self.client;
+        let mut keep: Vec<Arc<Segment>> = Vec::new();
+        let k = &mut keep;
+        match call {
+            Call::Put {
+                key,
+                src,
+                cfg,
+                upsert,
+            } => {
+                // SAFETY: `ptr` checked the range against a mapped region, held by `keep`.
+                let r = d
+                    .ptr(src, k)
+                    .and_then(|p| unsafe { cl.put_prestaged(&key, p, src.len, &cfg, upsert) });
+                wire::send(c, &r)
+            }
+            Call::PutParts {
+                key,
+                parts,
+                cfg,
+                upsert,
+            } => {
+                let r = parts
+                    .iter()
+                    .map(|b| d.ptr(*b, k).map(|p| (p, b.len)))
+                    .collect::<Result<Vec<_>>>()
+                    // SAFETY: every piece was checked against a mapped region held by `keep`.
+                    .and_then(|pieces| unsafe {
+                        cl.put_parts_prestaged(&key, &pieces, &cfg, upsert)
+                    });
+                wire::send(c, &r)
+            }
+            Call::PutBatch {
+                keys,
+                values,
+                cfg,
+                upsert,
+            } => {
+                let r = values
+                    .iter()
+                    .map(|b| d.ptr(*b, k).map(|p| (p, b.len)))
+                    .collect::<Result<Vec<_>>>()
+                    // SAFETY: every value was checked against a mapped region held by `keep`.
+                    .and_then(|vals| unsafe { cl.put_batch_prestaged(&keys, &vals, &cfg, upsert) });
+                wire::send(c, &r)
+            }
+            Call::PutFrom {
+                key,
+                src,
+                cfg,
+                upsert,
+            } => {
+                // SAFETY: the range was checked against a mapped region held by `keep`.
+                let r = d
+                    .ptr(src, k)
+                    .and_then(|p| unsafe { cl.put_from(&key, p, src.len as usize, &cfg, upsert) });
+                wire::send(c, &r)
+            }
+            Call::PutFromWithMetadata {
+                key,
+                src,
+                metadata,
+                cfg,
+            } => {
+                let r = d.ptr(src, k).and_then(|p| {
+                    let m = d.ptr(metadata, k)?;
+                    let (size, msize) = (src.len as usize, metadata.len as usize);
+                    // SAFETY: both ranges were checked against mapped regions held by `keep`.
+                    unsafe { cl.put_from_with_metadata(&key, p, m, size, msize, &cfg) }
+                });
+                wire::send(c, &r)
+            }
+            Call::BatchPutFrom {
+                keys,
+                srcs,
+                cfg,
+                upsert,
+            } => {
+                // SAFETY: every range was checked against a mapped region held by `keep`.
+                let r = d
+                    .flat(&srcs, k)
+                    .and_then(|(p, s)| unsafe { cl.batch_put_from(&keys, &p, &s, &cfg, upsert) });
+                wire::send(c, &r)
+            }
+            Call::GetInto { key, dst } => {
+                // SAFETY: the range was checked against a mapped region held by `keep`.
+                let r = d
+                    .ptr(dst, k)
+                    .and_then(|p| unsafe { cl.get_into(&key, p, dst.len as usize) });
+                wire::send(c, &r)
+            }
+            Call::BatchGetInto { keys, dsts } => {
+                // SAFETY: every range was checked against a mapped region held by `keep`.
+                let r = d
+                    .flat(&dsts, k)
+                    .and_then(|(p, s)| unsafe { cl.batch_get_into(&keys, &p, &s) });
+                wire::send(c, &r)
+            }
+            Call::GetValues { keys } => self.get_values(d, c, &keys),
+            Call::GetSize { key } => wire::send(c, &cl.get_size(&key)),
+            Call::IsExist { key } => wire::send(c, &cl.is_exist(&key)),
+            Call::BatchIsExist { keys } => wire::send(c, &cl.batch_is_exist(&keys)),
+            Call::Remove { key, force } => wire::send(c, &cl.remove(&key, force)),
+            Call::BatchRemove { keys, force } => wire::send(c, &cl.batch_remove(&keys, force)),
+            Call::RemoveByRegex { pattern, force } => {
+                wire::send(c, &cl.remove_by_regex(&pattern, force))
+            }
+            Call::RemoveAll { force } => wire::send(c, &cl.remove_all(force)),
+            Call::PutMulti { keys, bufs, cfg } => {
+                // SAFETY: every range was checked against a mapped region held by `keep`.
+                let r = d.nested(&bufs, k).and_then(|(p, s)| unsafe {
+                    cl.batch_put_from_multi_buffers(&keys, &p, &s, &cfg)
+                });
+                wire::send(c, &r)
+            }
+            Call::GetMulti {
+                keys,
+                bufs,
+                prefer_same_node,
+            } => {
+                // SAFETY: every range was checked against a mapped region held by `keep`.
+                let r = d.nested(&bufs, k).and_then(|(p, s)| unsafe {
+                    cl.batch_get_into_multi_buffers(&keys, &p, &s, prefer_same_node)
+                });
+                wire::send(c, &r)
+            }
+            Call::GetRanges {
+                buffers,
+                keys,
+                dst_offsets,
+                src_offsets,
+                sizes,
+            } => {
+                let ptrs = buffers
+                    .iter()
+                    .map(|b| d.ptr(*b, k))
+                    .collect::<Result<Vec<_>>>();
+                let r = match ptrs {
+                    // SAFETY: each buffer is the rest of a mapped region held
+                    // by `keep`; the client writes only inside registered
+                    // buffers, which lie in those regions.
+                    Ok(p) => unsafe {
+                        cl.get_into_ranges(&p, &keys, &dst_offsets, &src_offsets, &sizes)
+                    },
+                    Err(e) => mooncake_client::ranges_failed(&dst_offsets, buffers.len(), &e),
+                };
+                wire::send(c, &r)
+            }
+            Call::PutSessionStart { keys, sizes, cfg } => {
+                let r = cl.batch_put_session_start(&keys, &sizes, &cfg);
+                if let Ok(v) = &r {
+                    let mut open = d.put_sessions.lock();
+                    for (key, ok) in keys.iter().zip(v) {
+                        if ok.is_ok() {
+                            open.insert(key.clone());
+                        }
+                    }
+                }
+                wire::send(c, &r)
+            }
+            Call::PutSessionRanges {
+                keys,
+                bufs,
+                offsets,
+            } => {
+                // SAFETY: every range was checked against a mapped region held by `keep`.
+                let r = d.nested(&bufs, k).and_then(|(p, s)| unsafe {
+                    cl.batch_put_from_multi_buffer_ranges(&keys, &p, &s, &offsets)
+                });
+                wire::send(c, &r)
+            }
+            Call::PutSessionEnd { keys, revoke } => {
+                {
+                    let mut open = d.put_sessions.lock();
+                    for key in &keys {
+                        open.remove(key);
+                    }
+                }
+                let r = if revoke {
+                    cl.batch_put_session_revoke(&keys)
+                } else {
+                    cl.batch_put_session_end(&keys)
+                };
+                wire::send(c, &r)
+            }
+            Call::GetSessionStart { keys } => {
+                let r = cl.batch_get_session_start(&keys);
+                let mut open = d.get_sessions.lock();
+                for (key, ok) in keys.iter().zip(&r) {
+                    if ok.is_ok() {
+                        open.insert(key.clone());
+                    }
+                }
+                drop(open);
+                wire::send(c, &r)
+            }
+            Call::GetSessionRanges {
+                keys,
+                bufs,
+                offsets,
+            } => {
+                // SAFETY: every range was checked against a mapped region held by `keep`.
+                let r = d.nested(&bufs, k).and_then(|(p, s)| unsafe {
+                    cl.batch_get_into_multi_buffer_ranges(&keys, &p, &s, &offsets)
+                });
+                wire::send(c, &r)
+            }
+            Call::GetSessionEnd { keys } => {
+                {
+                    let mut open = d.get_sessions.lock();
+                    for key in &keys {
+                        open.remove(key);
+                    }
+                }
+                wire::send(c, &cl.batch_get_session_end(&keys))
+            }
+            Call::WriteTensors {
+                items,
+                cfg,
+                upsert,
+                pub_always,
+            } => {
+                let items: Vec<Result<TensorWrite>> = items
+                    .into_iter()
+                    .map(|w| {
+                        let w = w?;
+                        let route = w.route.to_route()?;
+                        if write_extent(&w, &route)? > w.src.len {
+                            return Err(Error::invalid(
+                                "the tensor source is larger than the buffer given",
+                            ));
+                        }
+                        Ok(TensorWrite {
+                            key: w.key.clone(),
+                            source: w.source()?,
+                            ptr: d.ptr(w.src, k)?,
+                            route,
+                        })
+                    })
+                    .collect();
+                // SAFETY: every source lies in a mapped region held by `keep`
+                // and covers the bytes its plan reads (checked above).
+                let r = unsafe { cl.write_tensors(items, &cfg, upsert, pub_always) };
+                wire::send(c, &r)
+            }
+            Call::ReadTensors { reqs } => self.read_tensors(d, c, reqs),
+            Call::Stats => wire::send(c, &self.stats()),
+        }
+    }
+
+    fn stats(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = self
+            .client
+            .stats()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let dummies = self.dummies.lock();
+        v.push(("daemon_dummies".into(), dummies.len() as u64));
+        v.push((
+            "daemon_dummy_regions".into(),
+            dummies
+                .values()
+                .map(|d| d.regions.read().len() as u64)
+                .sum(),
+        ));
+        v.push((
+            "daemon_dummy_buffers".into(),
+            dummies
+                .values()
+                .map(|d| d.buffers.lock().len() as u64)
+                .sum(),
+        ));
+        v
+    }
+
+    /// [`Call::GetValues`]: sizes out, destinations in, results out.
+    fn get_values(&self, d: &Dummy, c: &mut UnixStream, keys: &[String]) -> io::Result<()> {
+        let mut keep: Vec<Arc<Segment>> = Vec::new();
+        let mut broke: Option<io::Error> = None;
+        let results = self.client.get_batch_prestaged_with(keys, |sizes| {
+            let dests =
+                wire::send(c, &sizes.to_vec()).and_then(|()| wire::recv::<Vec<Option<Buf>>>(c));
+            match dests {
+                Ok(dests) => sizes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        let (Ok(n), Some(Some(b))) = (s, dests.get(i)) else {
+                            return None;
+                        };
+                        if b.len < *n {
+                            return None;
+                        }
+                        d.ptr(*b, &mut keep).ok().filter(|&p| p != 0)
+                    })
+                    .collect(),
+                Err(e) => {
+                    broke = Some(e);
+                    vec![None; sizes.len()]
+                }
+            }
+        });
+        match broke {
+            Some(e) => Err(e),
+            None => wire::send(c, &results),
+        }
+    }
+
+    /// [`Call::ReadTensors`]: outputs out, destinations in, results out.
+    fn read_tensors(
+        &self,
+        d: &Dummy,
+        c: &mut UnixStream,
+        reqs: Vec<Result<wire::WireRead>>,
+    ) -> io::Result<()> {
+        let reqs: Vec<Result<ReadRequest>> = reqs
+            .into_iter()
+            .map(|r| r.and_then(|w| w.to_request()))
+            .collect();
+        let reads = self.client.plan_tensor_reads(reqs);
+        let outs: Vec<Result<WireOutput>> = (0..reads.len())
+            .map(|i| reads.output(i).map(WireOutput::from_output))
+            .collect();
+        wire::send(c, &outs)?;
+        let dests: Vec<Option<WireDest>> = wire::recv(c)?;
+        let mut keep: Vec<Arc<Segment>> = Vec::new();
+        let dests: Vec<Option<TensorDest>> = (0..outs.len())
+            .map(|i| {
+                let out = reads.output(i).ok()?;
+                match dests.get(i).copied().flatten()? {
+                    WireDest::Payload(b) if b.len >= out.nbytes => d
+                        .ptr(b, &mut keep)
+                        .ok()
+                        .filter(|&p| p != 0)
+                        .map(TensorDest::Payload),
+                    WireDest::Into(b) => d
+                        .ptr(b, &mut keep)
+                        .ok()
+                        .filter(|&p| p != 0)
+                        .map(|ptr| TensorDest::Into { ptr, size: b.len }),
+                    WireDest::Payload(_) => None,
+                }
+            })
+            .collect();
+        // SAFETY: every destination lies in a mapped region held by `keep`
+        // and is at least as large as the executor writes (payloads were
+        // checked against `nbytes`; `_into` sizes are the buffers' own and
+        // checked by the executor).
+        let results = unsafe { reads.execute(&dests) };
+        let results: Vec<Result<WireOutput>> = results
+            .iter()
+            .map(|r| {
+                r.as_ref()
+                    .map(WireOutput::from_output)
+                    .map_err(Clone::clone)
+            })
+            .collect();
+        wire::send(c, &results)
+    }
+}

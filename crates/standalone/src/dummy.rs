@@ -1,0 +1,1242 @@
+//! The dummy client (`setup_dummy`): a store client without a segment or a
+//! master connection of its own. Every store method is one request to the
+//! `mooncake_client` daemon on this host, whose client does the work.
+//!
+//! Payloads stay in shared memory. A caller pointer inside a region of this
+//! process's shared memory (`MooncakeHostMemAllocator`, `alloc_from_mem_pool`)
+//! goes to the daemon as (region, offset, length), the region's memfd having
+//! been handed over once; the daemon's client then reads or writes those
+//! bytes in place. Any other pointer (a Python `bytes` value, a plain
+//! tensor) is copied through staging memory that the daemon maps: the
+//! local buffer of `local_buffer_size` bytes, or a temporary region when a
+//! value does not fit there.
+//!
+//! Failures keep the daemon's codes. A daemon that is gone (killed,
+//! restarted) fails each call with RPC_FAIL (-900), one that does not
+//! answer within `MC_STANDALONE_TIMEOUT_MS` (default 60 s) with RPC_TIMEOUT
+//! (-901): a dummy never hangs on a dead daemon, and `setup_dummy` to the
+//! new daemon makes it work again.
+
+use crate::shm::{self, Carver, Region};
+use crate::wire::{
+    self, Attached, Buf, Call, Control, Flat, Nested, Open, Service, WireDest, WireOutput,
+    WireRead, WireRoute, WireWrite,
+};
+use mooncake_client::{
+    Error, ErrorCode, Ranges, ReplicateConfig, Result, StagedValue, TensorDest, TensorWrite,
+    HEALTH_CLOSED, HEALTH_PING_FAILED,
+};
+use mooncake_common::framing::client_handshake;
+use mooncake_common::AuthKey;
+use mooncake_tensor::{numel, ReadOutput, ReadRequest, WriteRoute};
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use std::collections::HashSet;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// How long a call waits for the daemon's answer (ms), unless
+/// `MC_STANDALONE_TIMEOUT_MS` says otherwise.
+const DEFAULT_TIMEOUT_MS: u64 = 60_000;
+
+/// Most idle connections a dummy keeps open to its daemon.
+const MAX_IDLE_CONNS: usize = 32;
+
+fn call_timeout() -> Duration {
+    let ms = std::env::var("MC_STANDALONE_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&v| v > 0)
+        .unwrap_or(DEFAULT_TIMEOUT_MS);
+    Duration::from_millis(ms)
+}
+
+/// The port of `host:port` (a dummy's daemon always runs on this host).
+fn parse_port(address: &str) -> Result<u16> {
+    let port = address
+        .rsplit_once(':')
+        .map(|(_, p)| p)
+        .ok_or_else(|| Error::internal(format!("server_address {address:?} has no port")))?;
+    port.parse::<u16>()
+        .ok()
+        .filter(|&p| p != 0)
+        .ok_or_else(|| Error::internal(format!("server_address {address:?} has an invalid port")))
+}
+
+/// A dummy client attached to a daemon. Thread-safe; calls from several
+/// threads run at once, each on a connection of its own.
+pub struct DummyClient {
+    id: String,
+    address: String,
+    port: u16,
+    key: Option<AuthKey>,
+    attached: Attached,
+    timeout: Duration,
+    control: Mutex<Option<UnixStream>>,
+    idle: Mutex<Vec<UnixStream>>,
+    /// Regions the daemon has mapped.
+    mapped: Mutex<HashSet<u64>>,
+    /// The local buffer (staging), when `local_buffer_size > 0`.
+    local: Option<Carver>,
+    /// The memory pool `alloc_from_mem_pool` carves, made on first use.
+    pool: Mutex<Option<Carver>>,
+    mem_pool_size: u64,
+    closed: AtomicBool,
+    staged_bytes: AtomicU64,
+    shared_bytes: AtomicU64,
+    staged_note: std::sync::Once,
+}
+
+/// A region of staging memory held for one call.
+enum Lease {
+    /// Bytes of the local buffer.
+    Local(u64, u64),
+    /// A temporary region (unmapped when the call is done).
+    Temp(Arc<Region>),
+}
+
+/// The caller memory one call hands to the daemon: staging leases, and the
+/// staged destinations to copy back once the daemon has written them.
+struct Handoff<'a> {
+    dummy: &'a DummyClient,
+    leases: Vec<Lease>,
+    /// (caller pointer, staging pointer, length).
+    back: Vec<(usize, usize, u64)>,
+}
+
+impl Drop for Handoff<'_> {
+    fn drop(&mut self) {
+        for lease in self.leases.drain(..) {
+            match lease {
+                Lease::Local(off, len) => {
+                    if let Some(c) = &self.dummy.local {
+                        c.give(off, len);
+                    }
+                }
+                Lease::Temp(r) => self.dummy.unmap(r.id),
+            }
+        }
+    }
+}
+
+impl Handoff<'_> {
+    /// `len` bytes of staging memory: (the daemon's name for them, their address here).
+    fn stage(&mut self, len: u64) -> Result<(Buf, usize)> {
+        let d = self.dummy;
+        d.staged_note.call_once(|| {
+            tracing::info!(
+                "the dummy client copies memory outside shared memory through its staging \
+                 buffer; allocate buffers with MooncakeHostMemAllocator or alloc_from_mem_pool \
+                 to hand them to the daemon in place"
+            )
+        });
+        if let Some(c) = &d.local {
+            if let Some(off) = c.take(len) {
+                self.leases.push(Lease::Local(off, len));
+                let r = c.region();
+                let buf = Buf {
+                    region: r.id,
+                    offset: off,
+                    len,
+                };
+                return Ok((buf, r.base() + off as usize));
+            }
+        }
+        let r = shm::create(len).map_err(|e| {
+            Error::internal(format!(
+                "cannot allocate {len} bytes of staging memory: {e}"
+            ))
+        })?;
+        d.map(&r)?;
+        let buf = Buf {
+            region: r.id,
+            offset: 0,
+            len,
+        };
+        let at = r.base();
+        self.leases.push(Lease::Temp(r));
+        Ok((buf, at))
+    }
+
+    /// Hand `ptr..ptr+len` in place when it lies in shared memory, else
+    /// staged: copied in first when `copy_in`, copied back after the call
+    /// when `copy_back`. A null pointer or an empty range goes as is (the
+    /// daemon's client applies its rules to it).
+    fn place(&mut self, ptr: usize, len: u64, copy_in: bool, copy_back: bool) -> Result<Buf> {
+        if ptr == 0 || len == 0 {
+            return Ok(Buf {
+                region: 0,
+                offset: if ptr == 0 { 0 } else { 1 },
+                len,
+            });
+        }
+        if let Some((r, off)) = shm::find(ptr, len) {
+            self.dummy.ensure_mapped(&r)?;
+            self.dummy.shared_bytes.fetch_add(len, Ordering::Relaxed);
+            return Ok(Buf {
+                region: r.id,
+                offset: off,
+                len,
+            });
+        }
+        let (buf, at) = self.stage(len)?;
+        if copy_in {
+            // SAFETY: the caller vouches for `ptr..ptr+len`; `at` is `len`
+            // bytes of staging memory this call holds.
+            unsafe { std::ptr::copy_nonoverlapping(ptr as *const u8, at as *mut u8, len as usize) };
+        }
+        if copy_back {
+            self.back.push((ptr, at, len));
+        }
+        self.dummy.staged_bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(buf)
+    }
+
+    /// A source the daemon reads.
+    fn src(&mut self, ptr: usize, len: u64) -> Result<Buf> {
+        self.place(ptr, len, true, false)
+    }
+
+    /// A destination the daemon writes (`keep`: bytes it may leave
+    /// untouched keep their value).
+    fn dst(&mut self, ptr: usize, len: u64, keep: bool) -> Result<Buf> {
+        self.place(ptr, len, keep, true)
+    }
+
+    /// Copy staged destinations back to the caller's memory.
+    fn finish(&mut self) {
+        for (ptr, at, len) in self.back.drain(..) {
+            // SAFETY: `ptr..ptr+len` is the caller's writable destination
+            // (vouched for when it was placed); `at` is staging memory this
+            // call still holds.
+            unsafe { std::ptr::copy_nonoverlapping(at as *const u8, ptr as *mut u8, len as usize) };
+        }
+    }
+}
+
+impl DummyClient {
+    /// `setup_dummy(mem_pool_size, local_buffer_size, server_address)`:
+    /// attach to the daemon serving `server_address`'s port on this host.
+    /// Every failure is INTERNAL_ERROR (-1, upstream's code) with its reason.
+    pub fn setup(
+        mem_pool_size: u64,
+        local_buffer_size: u64,
+        server_address: &str,
+    ) -> Result<Arc<DummyClient>> {
+        let port = parse_port(server_address)?;
+        let key = AuthKey::from_env()
+            .map_err(|e| Error::internal(format!("cannot load the cluster token: {e}")))?;
+        let id = uuid::Uuid::new_v4().to_string();
+        let timeout = call_timeout();
+        let mut control = connect(port, key.as_ref(), timeout).map_err(|e| {
+            Error::internal(format!(
+                "no mooncake_client daemon answers for {server_address} on this host \
+                 (abstract socket @{}): {e}",
+                wire::socket_name(port)
+            ))
+        })?;
+        let open = Open::Attach {
+            dummy: id.clone(),
+            pid: std::process::id(),
+            cluster_id: mooncake_common::ha::client_cluster_id(),
+            mem_pool_size,
+            local_buffer_size,
+        };
+        let attached: Result<Attached> = wire::send(&mut control, &open)
+            .and_then(|()| wire::recv(&mut control))
+            .map_err(|e| {
+                Error::internal(format!(
+                    "the mooncake_client daemon at {server_address} broke off attaching: {e}"
+                ))
+            })?;
+        let attached = attached.map_err(|e| Error::new(ErrorCode::InternalError, e.to_string()))?;
+        let local = if local_buffer_size > 0 {
+            let r = shm::create(local_buffer_size).map_err(|e| {
+                Error::internal(format!(
+                    "cannot allocate a local buffer of {local_buffer_size} bytes: {e}"
+                ))
+            })?;
+            Some(Carver::new(r))
+        } else {
+            None
+        };
+        let dummy = Arc::new(DummyClient {
+            id,
+            address: server_address.to_string(),
+            port,
+            key,
+            attached,
+            timeout,
+            control: Mutex::new(Some(control)),
+            idle: Mutex::new(Vec::new()),
+            mapped: Mutex::new(HashSet::new()),
+            local,
+            pool: Mutex::new(None),
+            mem_pool_size,
+            closed: AtomicBool::new(false),
+            staged_bytes: AtomicU64::new(0),
+            shared_bytes: AtomicU64::new(0),
+            staged_note: std::sync::Once::new(),
+        });
+        if let Some(c) = &dummy.local {
+            dummy.map(c.region())?;
+        }
+        let weak: Weak<DummyClient> = Arc::downgrade(&dummy);
+        shm::on_free(move |region| match weak.upgrade() {
+            Some(d) => {
+                d.unmap(region);
+                !d.is_closed()
+            }
+            None => false,
+        });
+        tracing::info!(daemon = %dummy.address, "dummy client attached");
+        Ok(dummy)
+    }
+
+    /// Whether `close` was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Detach: the daemon forgets this dummy's memory, buffers and sessions.
+    /// Idempotent.
+    pub fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.idle.lock().clear();
+        // Closing the control connection is the detach.
+        drop(self.control.lock().take());
+        self.mapped.lock().clear();
+    }
+
+    /// `get_hostname()` of a dummy client: `""` (upstream: a dummy has no segment).
+    pub fn hostname(&self) -> String {
+        String::new()
+    }
+
+    /// The daemon's segment name.
+    pub fn daemon_hostname(&self) -> &str {
+        &self.attached.hostname
+    }
+
+    /// `health_check()`: healthy while the daemon answers, 2 when it does
+    /// not, 1 after `close`.
+    pub fn health(&self) -> i32 {
+        if self.is_closed() {
+            return HEALTH_CLOSED;
+        }
+        match self.control_call::<i32>(&Control::Ping, None) {
+            Ok(h) => h,
+            Err(_) => HEALTH_PING_FAILED,
+        }
+    }
+
+    fn lost(&self, e: &io::Error) -> Error {
+        if matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ) {
+            return Error::new(
+                ErrorCode::RpcTimeout,
+                format!(
+                    "the mooncake_client daemon at {} did not answer within {} ms",
+                    self.address,
+                    self.timeout.as_millis()
+                ),
+            );
+        }
+        Error::new(
+            ErrorCode::RpcFail,
+            format!(
+                "the mooncake_client daemon at {} is unreachable ({e}); if it restarted, call \
+                 setup_dummy again",
+                self.address
+            ),
+        )
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.is_closed() {
+            Err(Error::not_set_up())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// One request on the control connection.
+    fn control_call<T: DeserializeOwned>(&self, req: &Control, fd: Option<i32>) -> Result<T> {
+        self.check_open()?;
+        let mut guard = self.control.lock();
+        let Some(c) = guard.as_mut() else {
+            return Err(Error::not_set_up());
+        };
+        let r = wire::send(c, req)
+            .and_then(|()| fd.map_or(Ok(()), |fd| wire::send_fd(c, fd)))
+            .and_then(|()| wire::recv::<T>(c));
+        r.map_err(|e| self.lost(&e))
+    }
+
+    /// Have the daemon map `r`.
+    fn map(&self, r: &Arc<Region>) -> Result<()> {
+        let req = Control::Map {
+            region: r.id,
+            size: r.size(),
+        };
+        let done: Result<()> = self.control_call(&req, Some(r.seg.fd().as_raw_fd()))?;
+        done?;
+        self.mapped.lock().insert(r.id);
+        Ok(())
+    }
+
+    fn ensure_mapped(&self, r: &Arc<Region>) -> Result<()> {
+        if self.mapped.lock().contains(&r.id) {
+            return Ok(());
+        }
+        self.map(r)
+    }
+
+    /// Have the daemon drop region `id` (if it mapped it).
+    fn unmap(&self, id: u64) {
+        if !self.mapped.lock().remove(&id) {
+            return;
+        }
+        let r: Result<Result<()>> = self.control_call(&Control::Unmap { region: id }, None);
+        if let Err(e) | Ok(Err(e)) = r {
+            tracing::debug!(region = id, error = %e, "daemon could not unmap a region");
+        }
+    }
+
+    /// A connection for one call (an idle one, or a new one).
+    fn conn(&self) -> Result<UnixStream> {
+        self.check_open()?;
+        if let Some(c) = self.idle.lock().pop() {
+            return Ok(c);
+        }
+        let mut c =
+            connect(self.port, self.key.as_ref(), self.timeout).map_err(|e| self.lost(&e))?;
+        let open = Open::Join {
+            dummy: self.id.clone(),
+        };
+        let joined: Result<Attached> = wire::send(&mut c, &open)
+            .and_then(|()| wire::recv(&mut c))
+            .map_err(|e| self.lost(&e))?;
+        let joined = joined.map_err(|e| Error::new(ErrorCode::RpcFail, e.reason().to_string()))?;
+        if joined.daemon != self.attached.daemon {
+            return Err(Error::new(
+                ErrorCode::RpcFail,
+                format!(
+                    "the mooncake_client daemon at {} restarted; call setup_dummy again",
+                    self.address
+                ),
+            ));
+        }
+        Ok(c)
+    }
+
+    fn put_back(&self, c: UnixStream) {
+        let mut idle = self.idle.lock();
+        if idle.len() < MAX_IDLE_CONNS && !self.is_closed() {
+            idle.push(c);
+        }
+    }
+
+    /// One call and its reply.
+    fn call<T: DeserializeOwned>(&self, call: &Call) -> Result<T> {
+        let mut c = self.conn()?;
+        let r = wire::send(&mut c, call).and_then(|()| wire::recv::<T>(&mut c));
+        match r {
+            Ok(v) => {
+                self.put_back(c);
+                Ok(v)
+            }
+            Err(e) => Err(self.lost(&e)),
+        }
+    }
+
+    /// A two-phase call: the daemon's first answer `A` decides the
+    /// dummy's second frame (`next(a)`), then the final reply `T`.
+    fn call2<A, N, T, F>(&self, call: &Call, next: F) -> Result<T>
+    where
+        A: DeserializeOwned,
+        N: serde::Serialize,
+        T: DeserializeOwned,
+        F: FnOnce(A) -> N,
+    {
+        let mut c = self.conn()?;
+        let r = wire::send(&mut c, call)
+            .and_then(|()| wire::recv::<A>(&mut c))
+            .and_then(|a| wire::send(&mut c, &next(a)))
+            .and_then(|()| wire::recv::<T>(&mut c));
+        match r {
+            Ok(v) => {
+                self.put_back(c);
+                Ok(v)
+            }
+            Err(e) => Err(self.lost(&e)),
+        }
+    }
+
+    fn handoff(&self) -> Handoff<'_> {
+        Handoff {
+            dummy: self,
+            leases: Vec::new(),
+            back: Vec::new(),
+        }
+    }
+
+    /// `register_buffer`: the buffer must lie in this process's shared
+    /// memory (upstream's rule for dummy clients: -1 otherwise).
+    pub fn register_buffer(&self, ptr: usize, size: usize) -> Result<()> {
+        let Some((r, off)) = shm::find(ptr, size as u64) else {
+            return Err(Error::internal(format!(
+                "buffer {ptr:#x} size {size} is not in shared memory; a dummy client registers \
+                 only memory from MooncakeHostMemAllocator or alloc_from_mem_pool"
+            )));
+        };
+        self.ensure_mapped(&r)?;
+        let buf = Buf {
+            region: r.id,
+            offset: off,
+            len: size as u64,
+        };
+        self.control_call::<Result<()>>(&Control::Register(buf), None)?
+    }
+
+    /// `unregister_buffer`.
+    pub fn unregister_buffer(&self, ptr: usize) -> Result<()> {
+        let Some((r, off)) = shm::find(ptr, 0) else {
+            return Err(Error::invalid(format!(
+                "no registered buffer starts at {ptr:#x}"
+            )));
+        };
+        let buf = Buf {
+            region: r.id,
+            offset: off,
+            len: 0,
+        };
+        self.control_call::<Result<()>>(&Control::Unregister(buf), None)?
+    }
+
+    /// Methods upstream serves only on an in-process client
+    /// (`unmount_segment`, `unmount_and_free_segment`,
+    /// `unmount_local_disk_segment`): INTERNAL_ERROR (-1), upstream's code.
+    pub fn in_process_only(&self, method: &str) -> Error {
+        Error::internal(format!(
+            "{method} requires an in-process client (setup), not a dummy client"
+        ))
+    }
+
+    /// `alloc_from_mem_pool(size)`: shared memory the daemon reads and
+    /// writes in place, carved from the pool of `mem_pool_size` bytes (a
+    /// request that does not fit gets a region of its own); 0 on failure.
+    pub fn alloc_from_mem_pool(&self, size: u64) -> u64 {
+        if size == 0 || self.is_closed() {
+            return 0;
+        }
+        let mut pool = self.pool.lock();
+        if pool.is_none() && self.mem_pool_size >= size {
+            match shm::create(self.mem_pool_size) {
+                Ok(r) => {
+                    shm::insert(&r);
+                    *pool = Some(Carver::new(r));
+                }
+                Err(e) => {
+                    tracing::warn!(size = self.mem_pool_size, error = %e, "cannot allocate the memory pool")
+                }
+            }
+        }
+        if let Some(c) = pool.as_ref() {
+            if let Some(off) = c.take(size) {
+                return (c.region().base() + off as usize) as u64;
+            }
+        }
+        drop(pool);
+        shm::host_alloc(size) as u64
+    }
+
+    /// `put`/`upsert`.
+    pub fn put(&self, key: &str, value: &[u8], cfg: &ReplicateConfig, upsert: bool) -> Result<()> {
+        let mut h = self.handoff();
+        let src = h.src(value.as_ptr() as usize, value.len() as u64)?;
+        self.call::<Result<()>>(&Call::Put {
+            key: key.to_string(),
+            src,
+            cfg: cfg.clone(),
+            upsert,
+        })?
+    }
+
+    /// `put_parts`/`upsert_parts`: the bytes stored.
+    pub fn put_parts(
+        &self,
+        key: &str,
+        parts: &[&[u8]],
+        cfg: &ReplicateConfig,
+        upsert: bool,
+    ) -> Result<u64> {
+        let mut h = self.handoff();
+        let parts = parts
+            .iter()
+            .map(|p| h.src(p.as_ptr() as usize, p.len() as u64))
+            .collect::<Result<Vec<_>>>()?;
+        self.call::<Result<u64>>(&Call::PutParts {
+            key: key.to_string(),
+            parts,
+            cfg: cfg.clone(),
+            upsert,
+        })?
+    }
+
+    /// `put_batch`/`upsert_batch`.
+    pub fn put_batch(
+        &self,
+        keys: &[String],
+        values: &[&[u8]],
+        cfg: &ReplicateConfig,
+        upsert: bool,
+    ) -> Result<()> {
+        let mut h = self.handoff();
+        let values = values
+            .iter()
+            .map(|v| h.src(v.as_ptr() as usize, v.len() as u64))
+            .collect::<Result<Vec<_>>>()?;
+        self.call::<Result<()>>(&Call::PutBatch {
+            keys: keys.to_vec(),
+            values,
+            cfg: cfg.clone(),
+            upsert,
+        })?
+    }
+
+    /// `put_from`/`upsert_from`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+size` must be readable for the duration of the call.
+    pub unsafe fn put_from(
+        &self,
+        key: &str,
+        ptr: usize,
+        size: usize,
+        cfg: &ReplicateConfig,
+        upsert: bool,
+    ) -> Result<()> {
+        let mut h = self.handoff();
+        let src = h.src(ptr, size as u64)?;
+        self.call::<Result<()>>(&Call::PutFrom {
+            key: key.to_string(),
+            src,
+            cfg: cfg.clone(),
+            upsert,
+        })?
+    }
+
+    /// `put_from_with_metadata`.
+    ///
+    /// # Safety
+    /// Both ranges must be readable for the duration of the call.
+    pub unsafe fn put_from_with_metadata(
+        &self,
+        key: &str,
+        ptr: usize,
+        metadata_ptr: usize,
+        size: usize,
+        metadata_size: usize,
+        cfg: &ReplicateConfig,
+    ) -> Result<()> {
+        let mut h = self.handoff();
+        let src = h.src(ptr, size as u64)?;
+        let metadata = h.src(metadata_ptr, metadata_size as u64)?;
+        self.call::<Result<()>>(&Call::PutFromWithMetadata {
+            key: key.to_string(),
+            src,
+            metadata,
+            cfg: cfg.clone(),
+        })?
+    }
+
+    /// `batch_put_from`/`batch_upsert_from`.
+    ///
+    /// # Safety
+    /// Every `ptrs[i]..+sizes[i]` must be readable for the duration of the call.
+    pub unsafe fn batch_put_from(
+        &self,
+        keys: &[String],
+        ptrs: &[usize],
+        sizes: &[usize],
+        cfg: &ReplicateConfig,
+        upsert: bool,
+    ) -> Result<Vec<Result<()>>> {
+        let mut h = self.handoff();
+        let srcs = Self::flat(&mut h, ptrs, sizes, true)?;
+        self.call::<Result<Vec<Result<()>>>>(&Call::BatchPutFrom {
+            keys: keys.to_vec(),
+            srcs,
+            cfg: cfg.clone(),
+            upsert,
+        })?
+    }
+
+    /// `get_into`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+size` must be writable for the duration of the call.
+    pub unsafe fn get_into(&self, key: &str, ptr: usize, size: usize) -> Result<u64> {
+        let mut h = self.handoff();
+        let dst = h.dst(ptr, size as u64, true)?;
+        let r = self.call::<Result<u64>>(&Call::GetInto {
+            key: key.to_string(),
+            dst,
+        })?;
+        h.finish();
+        r
+    }
+
+    /// `batch_get_into`.
+    ///
+    /// # Safety
+    /// Every `ptrs[i]..+sizes[i]` must be writable for the duration of the call.
+    pub unsafe fn batch_get_into(
+        &self,
+        keys: &[String],
+        ptrs: &[usize],
+        sizes: &[usize],
+    ) -> Result<Vec<Result<u64>>> {
+        let mut h = self.handoff();
+        let dsts = Self::flat(&mut h, ptrs, sizes, false)?;
+        let r = self.call::<Result<Vec<Result<u64>>>>(&Call::BatchGetInto {
+            keys: keys.to_vec(),
+            dsts,
+        })?;
+        h.finish();
+        r
+    }
+
+    /// Whole values (`get`, `get_batch`, `get_buffer`): the daemon reads them
+    /// into staging memory, copied from there into owned vectors.
+    pub fn get_batch(&self, keys: &[String]) -> Vec<Result<StagedValue>> {
+        let mut out: Vec<Option<Vec<u8>>> = Vec::new();
+        let sizes = self.get_batch_with(keys, |sizes| {
+            sizes
+                .iter()
+                .map(|s| {
+                    let mut v: Vec<u8> = Vec::new();
+                    let p = match s {
+                        Ok(n) => v
+                            .try_reserve_exact(*n as usize)
+                            .ok()
+                            .map(|_| v.as_mut_ptr() as usize),
+                        Err(_) => None,
+                    };
+                    out.push(p.map(|_| v));
+                    p
+                })
+                .collect()
+        });
+        sizes
+            .into_iter()
+            .zip(out.into_iter().chain(std::iter::repeat_with(|| None)))
+            .map(|(r, v)| {
+                let n = r?;
+                let mut data = v.ok_or_else(|| Error::internal("no destination"))?;
+                // SAFETY: `n` bytes were copied into the reserved capacity.
+                unsafe { data.set_len(n as usize) };
+                Ok(StagedValue::owned(data))
+            })
+            .collect()
+    }
+
+    /// `get`.
+    pub fn get(&self, key: &str) -> Result<StagedValue> {
+        self.get_batch(&[key.to_string()])
+            .pop()
+            .unwrap_or_else(|| Err(Error::internal("no result")))
+    }
+
+    /// Whole values into memory `alloc` gives once the sizes are known
+    /// (see `mooncake_client::Client::get_batch_with`).
+    pub fn get_batch_with<A>(&self, keys: &[String], alloc: A) -> Vec<Result<u64>>
+    where
+        A: FnOnce(&[Result<u64>]) -> Vec<Option<usize>>,
+    {
+        let fail = |e: Error| vec![Err(e); keys.len()];
+        let mut h = self.handoff();
+        let mut staged: Vec<Option<(usize, usize)>> = Vec::new();
+        let mut why: Option<Error> = None;
+        let r = self.call2::<Vec<Result<u64>>, Vec<Option<Buf>>, Vec<Result<u64>>, _>(
+            &Call::GetValues {
+                keys: keys.to_vec(),
+            },
+            |sizes| {
+                let mut dsts = alloc(&sizes);
+                dsts.resize(sizes.len(), None);
+                sizes
+                    .iter()
+                    .zip(dsts)
+                    .map(|(s, d)| {
+                        let (Ok(n), Some(ptr)) = (s, d) else {
+                            staged.push(None);
+                            return None;
+                        };
+                        match h.stage(*n) {
+                            Ok((buf, at)) => {
+                                staged.push(Some((ptr, at)));
+                                Some(buf)
+                            }
+                            Err(e) => {
+                                why = Some(e);
+                                staged.push(None);
+                                None
+                            }
+                        }
+                    })
+                    .collect()
+            },
+        );
+        let results = match r {
+            Ok(v) => v,
+            Err(e) => return fail(e),
+        };
+        results
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let n = r.map_err(|e| match (&why, e.code()) {
+                    (Some(w), ErrorCode::InvalidParams) => w.clone(),
+                    _ => e,
+                })?;
+                if let Some(Some((ptr, at))) = staged.get(i) {
+                    // SAFETY: the destination `alloc` gave is writable for the
+                    // value's size; `at` holds the `n` bytes the daemon wrote.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(*at as *const u8, *ptr as *mut u8, n as usize)
+                    };
+                    self.staged_bytes.fetch_add(n, Ordering::Relaxed);
+                }
+                Ok(n)
+            })
+            .collect()
+    }
+
+    /// `get_size`.
+    pub fn get_size(&self, key: &str) -> Result<u64> {
+        self.call::<Result<u64>>(&Call::GetSize {
+            key: key.to_string(),
+        })?
+    }
+
+    /// `is_exist`.
+    pub fn is_exist(&self, key: &str) -> Result<bool> {
+        self.call::<Result<bool>>(&Call::IsExist {
+            key: key.to_string(),
+        })?
+    }
+
+    /// `batch_is_exist`.
+    pub fn batch_is_exist(&self, keys: &[String]) -> Vec<Result<bool>> {
+        self.call::<Vec<Result<bool>>>(&Call::BatchIsExist {
+            keys: keys.to_vec(),
+        })
+        .unwrap_or_else(|e| vec![Err(e); keys.len()])
+    }
+
+    /// `remove`.
+    pub fn remove(&self, key: &str, force: bool) -> Result<()> {
+        self.call::<Result<()>>(&Call::Remove {
+            key: key.to_string(),
+            force,
+        })?
+    }
+
+    /// `batch_remove`.
+    pub fn batch_remove(&self, keys: &[String], force: bool) -> Vec<Result<()>> {
+        self.call::<Vec<Result<()>>>(&Call::BatchRemove {
+            keys: keys.to_vec(),
+            force,
+        })
+        .unwrap_or_else(|e| vec![Err(e); keys.len()])
+    }
+
+    /// `remove_by_regex`.
+    pub fn remove_by_regex(&self, pattern: &str, force: bool) -> Result<u64> {
+        self.call::<Result<u64>>(&Call::RemoveByRegex {
+            pattern: pattern.to_string(),
+            force,
+        })?
+    }
+
+    /// `remove_all`.
+    pub fn remove_all(&self, force: bool) -> Result<u64> {
+        self.call::<Result<u64>>(&Call::RemoveAll { force })?
+    }
+
+    /// Caller buffers `ptrs[i]`/`sizes[i]` for the daemon (sources when
+    /// `write`, else destinations).
+    fn flat(h: &mut Handoff<'_>, ptrs: &[usize], sizes: &[usize], write: bool) -> Result<Flat> {
+        let bufs = ptrs
+            .iter()
+            .zip(sizes)
+            .map(|(&p, &s)| {
+                if write {
+                    h.src(p, s as u64)
+                } else {
+                    h.dst(p, s as u64, true)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Flat {
+            bufs,
+            ptrs: ptrs.len(),
+            sizes: sizes.len(),
+        })
+    }
+
+    /// Per-key caller buffers for the daemon (see [`DummyClient::flat`]).
+    fn nested(
+        h: &mut Handoff<'_>,
+        ptrs: &[Vec<usize>],
+        sizes: &[Vec<usize>],
+        write: bool,
+    ) -> Result<Nested> {
+        let none: Vec<usize> = Vec::new();
+        let bufs = ptrs
+            .iter()
+            .enumerate()
+            .map(|(i, ps)| Self::flat(h, ps, sizes.get(i).unwrap_or(&none), write).map(|f| f.bufs))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Nested {
+            bufs,
+            ptrs: ptrs.iter().map(Vec::len).collect(),
+            sizes: sizes.iter().map(Vec::len).collect(),
+        })
+    }
+
+    /// `batch_put_from_multi_buffers`.
+    ///
+    /// # Safety
+    /// Every buffer must be readable for the duration of the call.
+    pub unsafe fn batch_put_from_multi_buffers(
+        &self,
+        keys: &[String],
+        all_ptrs: &[Vec<usize>],
+        all_sizes: &[Vec<usize>],
+        cfg: &ReplicateConfig,
+    ) -> Result<Vec<Result<()>>> {
+        let mut h = self.handoff();
+        let bufs = Self::nested(&mut h, all_ptrs, all_sizes, true)?;
+        self.call::<Result<Vec<Result<()>>>>(&Call::PutMulti {
+            keys: keys.to_vec(),
+            bufs,
+            cfg: cfg.clone(),
+        })?
+    }
+
+    /// `batch_get_into_multi_buffers`.
+    ///
+    /// # Safety
+    /// Every buffer must be writable for the duration of the call.
+    pub unsafe fn batch_get_into_multi_buffers(
+        &self,
+        keys: &[String],
+        all_ptrs: &[Vec<usize>],
+        all_sizes: &[Vec<usize>],
+        prefer_same_node: bool,
+    ) -> Result<Vec<Result<u64>>> {
+        let mut h = self.handoff();
+        let bufs = Self::nested(&mut h, all_ptrs, all_sizes, false)?;
+        let r = self.call::<Result<Vec<Result<u64>>>>(&Call::GetMulti {
+            keys: keys.to_vec(),
+            bufs,
+            prefer_same_node,
+        })?;
+        h.finish();
+        r
+    }
+
+    /// `get_into_ranges`: each buffer must start in a registered buffer (in
+    /// shared memory); it goes to the daemon as the rest of its region.
+    ///
+    /// # Safety
+    /// The registered buffers must stay valid and writable for the call.
+    pub unsafe fn get_into_ranges(
+        &self,
+        buffer_ptrs: &[usize],
+        keys: &[Vec<String>],
+        dst_offsets: &[Vec<Vec<u64>>],
+        src_offsets: &[Vec<Vec<u64>>],
+        sizes: &[Vec<Vec<u64>>],
+    ) -> Ranges {
+        let buffers: Result<Vec<Buf>> = buffer_ptrs
+            .iter()
+            .map(|&p| match shm::find(p, 0) {
+                Some((r, off)) => {
+                    self.ensure_mapped(&r)?;
+                    Ok(Buf {
+                        region: r.id,
+                        offset: off,
+                        len: r.size() - off,
+                    })
+                }
+                None => Ok(Buf {
+                    region: 0,
+                    offset: u64::from(p != 0),
+                    len: 0,
+                }),
+            })
+            .collect();
+        let call = buffers.map(|buffers| Call::GetRanges {
+            buffers,
+            keys: keys.to_vec(),
+            dst_offsets: dst_offsets.to_vec(),
+            src_offsets: src_offsets.to_vec(),
+            sizes: sizes.to_vec(),
+        });
+        match call.and_then(|c| self.call::<Ranges>(&c)) {
+            Ok(r) => r,
+            Err(e) => mooncake_client::ranges_failed(dst_offsets, buffer_ptrs.len(), &e),
+        }
+    }
+
+    /// `batch_put_session_start`.
+    pub fn batch_put_session_start(
+        &self,
+        keys: &[String],
+        sizes: &[u64],
+        cfg: &ReplicateConfig,
+    ) -> Result<Vec<Result<()>>> {
+        self.call::<Result<Vec<Result<()>>>>(&Call::PutSessionStart {
+            keys: keys.to_vec(),
+            sizes: sizes.to_vec(),
+            cfg: cfg.clone(),
+        })?
+    }
+
+    /// `batch_put_from_multi_buffer_ranges`.
+    ///
+    /// # Safety
+    /// Every buffer must be readable for the duration of the call.
+    pub unsafe fn batch_put_from_multi_buffer_ranges(
+        &self,
+        keys: &[String],
+        all_ptrs: &[Vec<usize>],
+        all_sizes: &[Vec<usize>],
+        all_offsets: &[Vec<usize>],
+    ) -> Result<Vec<Result<u64>>> {
+        let mut h = self.handoff();
+        let bufs = Self::nested(&mut h, all_ptrs, all_sizes, true)?;
+        self.call::<Result<Vec<Result<u64>>>>(&Call::PutSessionRanges {
+            keys: keys.to_vec(),
+            bufs,
+            offsets: all_offsets.to_vec(),
+        })?
+    }
+
+    /// `batch_put_session_end`.
+    pub fn batch_put_session_end(&self, keys: &[String]) -> Vec<Result<()>> {
+        self.call::<Vec<Result<()>>>(&Call::PutSessionEnd {
+            keys: keys.to_vec(),
+            revoke: false,
+        })
+        .unwrap_or_else(|e| vec![Err(e); keys.len()])
+    }
+
+    /// `batch_put_session_revoke`.
+    pub fn batch_put_session_revoke(&self, keys: &[String]) -> Vec<Result<()>> {
+        self.call::<Vec<Result<()>>>(&Call::PutSessionEnd {
+            keys: keys.to_vec(),
+            revoke: true,
+        })
+        .unwrap_or_else(|e| vec![Err(e); keys.len()])
+    }
+
+    /// `batch_get_session_start`.
+    pub fn batch_get_session_start(&self, keys: &[String]) -> Vec<Result<()>> {
+        self.call::<Vec<Result<()>>>(&Call::GetSessionStart {
+            keys: keys.to_vec(),
+        })
+        .unwrap_or_else(|e| vec![Err(e); keys.len()])
+    }
+
+    /// `batch_get_into_multi_buffer_ranges`.
+    ///
+    /// # Safety
+    /// Every buffer must be writable for the duration of the call.
+    pub unsafe fn batch_get_into_multi_buffer_ranges(
+        &self,
+        keys: &[String],
+        all_ptrs: &[Vec<usize>],
+        all_sizes: &[Vec<usize>],
+        all_offsets: &[Vec<usize>],
+    ) -> Result<Vec<Result<u64>>> {
+        let mut h = self.handoff();
+        let bufs = Self::nested(&mut h, all_ptrs, all_sizes, false)?;
+        let r = self.call::<Result<Vec<Result<u64>>>>(&Call::GetSessionRanges {
+            keys: keys.to_vec(),
+            bufs,
+            offsets: all_offsets.to_vec(),
+        })?;
+        h.finish();
+        r
+    }
+
+    /// `batch_get_session_end`.
+    pub fn batch_get_session_end(&self, keys: &[String]) -> Result<()> {
+        self.call::<Result<()>>(&Call::GetSessionEnd {
+            keys: keys.to_vec(),
+        })?
+    }
+
+    /// Tensor writes (see `mooncake_client::Client::write_tensors`).
+    ///
+    /// # Safety
+    /// For every item, its source bytes (the tensor's payload, or the whole
+    /// object of a `_from` buffer) must be readable for the call.
+    pub unsafe fn write_tensors(
+        &self,
+        items: Vec<Result<TensorWrite>>,
+        cfg: &ReplicateConfig,
+        upsert: bool,
+        pub_always: bool,
+    ) -> Result<Vec<Result<()>>> {
+        let mut h = self.handoff();
+        let mut wire_items = Vec::with_capacity(items.len());
+        for it in items {
+            let w = match it {
+                Ok(w) => w,
+                Err(e) => {
+                    wire_items.push(Err(e));
+                    continue;
+                }
+            };
+            let payload = numel(&w.source.shape)
+                .map_or(u64::MAX, |n| n.saturating_mul(w.source.dtype.itemsize()));
+            let mut extent = w.source.payload_offset.saturating_add(payload);
+            if let WriteRoute::Verbatim { size } = w.route {
+                extent = extent.max(size);
+            }
+            wire_items.push(h.src(w.ptr, extent).map(|src| WireWrite {
+                key: w.key,
+                dtype: w.source.dtype.code(),
+                shape: w.source.shape,
+                payload_offset: w.source.payload_offset,
+                src,
+                route: WireRoute::from_route(&w.route),
+            }));
+        }
+        self.call::<Result<Vec<Result<()>>>>(&Call::WriteTensors {
+            items: wire_items,
+            cfg: cfg.clone(),
+            upsert,
+            pub_always,
+        })?
+    }
+
+    /// Tensor reads: the daemon plans them, `alloc` names a destination per
+    /// planned output, then the daemon reads into them (see
+    /// `mooncake_client::Client::plan_tensor_reads`).
+    ///
+    /// # Safety
+    /// Every destination `alloc` returns must be writable for its size
+    /// (a payload's `nbytes`, an `_into` buffer's `size`) for the call.
+    pub unsafe fn read_tensors<A>(
+        &self,
+        reqs: Vec<Result<ReadRequest>>,
+        alloc: A,
+    ) -> Vec<Result<ReadOutput>>
+    where
+        A: FnOnce(&[Result<ReadOutput>]) -> Vec<Option<TensorDest>>,
+    {
+        let n = reqs.len();
+        let wire_reqs: Vec<Result<WireRead>> = reqs
+            .iter()
+            .map(|r| r.as_ref().map(WireRead::from_request).map_err(Clone::clone))
+            .collect();
+        let mut h = self.handoff();
+        let mut why: Option<Error> = None;
+        let r = self
+            .call2::<Vec<Result<WireOutput>>, Vec<Option<WireDest>>, Vec<Result<WireOutput>>, _>(
+                &Call::ReadTensors { reqs: wire_reqs },
+                |outs| {
+                    let outs: Vec<Result<ReadOutput>> = outs
+                        .into_iter()
+                        .map(|o| o.and_then(|o| o.to_output()))
+                        .collect();
+                    let dests = alloc(&outs);
+                    dests
+                        .into_iter()
+                        .zip(&outs)
+                        .map(|(d, o)| {
+                            let placed = match (d, o) {
+                                (Some(TensorDest::Payload(ptr)), Ok(o)) => {
+                                    h.dst(ptr, o.nbytes, false).map(WireDest::Payload)
+                                }
+                                (Some(TensorDest::Into { ptr, size }), Ok(_)) => {
+                                    h.dst(ptr, size, true).map(WireDest::Into)
+                                }
+                                _ => return None,
+                            };
+                            match placed {
+                                Ok(d) => Some(d),
+                                Err(e) => {
+                                    why = Some(e);
+                                    None
+                                }
+                            }
+                        })
+                        .collect()
+                },
+            );
+        let outs = match r {
+            Ok(v) => v,
+            Err(e) => return vec![Err(e); n],
+        };
+        h.finish();
+        outs.into_iter()
+            .map(|o| {
+                o.and_then(|o| o.to_output()).map_err(|e| match &why {
+                    Some(w) if e.code() == ErrorCode::InvalidParams => w.clone(),
+                    _ => e,
+                })
+            })
+            .collect()
+    }
+
+    /// The daemon client's counters, with this dummy's own:
+    /// `dummy_shared_bytes` (handed to the daemon in place) and
+    /// `dummy_staged_bytes` (copied through staging memory).
+    pub fn stats(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = self
+            .call::<Vec<(String, u64)>>(&Call::Stats)
+            .unwrap_or_default();
+        v.push((
+            "dummy_shared_bytes".into(),
+            self.shared_bytes.load(Ordering::Relaxed),
+        ));
+        v.push((
+            "dummy_staged_bytes".into(),
+            self.staged_bytes.load(Ordering::Relaxed),
+        ));
+        v
+    }
+}
+
+impl Drop for DummyClient {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Connect to the daemon of `port` and run the handshake.
+fn connect(port: u16, key: Option<&AuthKey>, timeout: Duration) -> io::Result<UnixStream> {
+    let addr = SocketAddr::from_abstract_name(wire::socket_name(port).as_bytes())?;
+    let mut c = UnixStream::connect_addr(&addr)?;
+    c.set_read_timeout(Some(timeout))?;
+    c.set_write_timeout(Some(timeout))?;
+    client_handshake(&mut c, Service::Standalone, key)?;
+    Ok(c)
+}

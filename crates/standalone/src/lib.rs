@@ -1,0 +1,26 @@
+//! Standalone store service (upstream's "standalone" mode): a long-lived
+//! `mooncake_client` daemon per host owns the segment memory and the master
+//! connection ([`run_client`], [`DummyServer`]); inference processes attach
+//! to it with `setup_dummy` ([`DummyClient`]), so the pooled memory
+//! outlives them and several of them share one pool.
+//!
+//! A dummy client performs every store method through the daemon, with
+//! payloads in shared memory the daemon maps (never through the socket):
+//! the dummy's registered buffers and pool ([`host_alloc`], the memory of
+//! `MooncakeHostMemAllocator`), and staging memory for anything else.
+//! [`Store`] is what the Python binding holds: an in-process client or a
+//! dummy client, with the same methods.
+
+mod cli;
+mod daemon;
+mod dummy;
+mod shm;
+mod store;
+mod wire;
+
+pub use cli::{parse_client_args, run_client, DaemonConfig, CLIENT, FLAGS};
+pub use daemon::DummyServer;
+pub use dummy::DummyClient;
+pub use shm::{host_alloc, host_free};
+pub use store::Store;
+pub use wire::socket_name;

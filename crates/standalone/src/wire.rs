@@ -1,0 +1,546 @@
+//! The protocol between a dummy client and its `mooncake_client` daemon.
+//!
+//! Both ends run on one host and talk over the daemon's abstract Unix
+//! socket [`socket_name`]`(port)`. Every connection opens with the stack's
+//! handshake ([`Service::Standalone`]: protocol version and, when either
+//! side holds a cluster token, proof of it), then one [`Open`] frame:
+//!
+//! * the dummy's first connection sends [`Open::Attach`]; it stays open for
+//!   the dummy's life and carries [`Control`] requests (mapping its shared
+//!   memory, registering buffers, pings). Its end (the dummy closed, or its
+//!   process died) is how the daemon learns to reclaim what the dummy held;
+//! * every further connection sends [`Open::Join`] and carries [`Call`]s,
+//!   one at a time; the dummy keeps a pool of them, one per concurrent call.
+//!
+//! Payloads never cross the socket: a [`Buf`] names bytes of the dummy's
+//! shared memory (a region id the daemon mapped, an offset, a length), and
+//! the daemon's client reads and writes them in place. A region's memfd
+//! crosses once, with `SCM_RIGHTS`, right after its [`Control::Map`] frame.
+//!
+//! Frames are the stack's length-prefixed bincode frames. Each request has
+//! one reply type, named in its doc; two-phase calls (a read whose result
+//! sizes decide where it goes) exchange one more frame pair in between.
+
+use mooncake_client::{Error, ReplicateConfig, Result};
+use mooncake_common::framing::{decode, encode_frame, read_frame, MAX_REQUEST_FRAME};
+use mooncake_tensor::{
+    DType, Parallelism, RawAxis, RawWriterPartition, ReadMode, ReadOutput, ReadRequest, WriteRoute,
+    WriteSource, WriterPartition, HEADER_SIZE,
+};
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::io::{self, IoSlice, IoSliceMut, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+pub(crate) use mooncake_common::framing::Service;
+
+/// Largest frame either side accepts (requests list keys and ranges, never
+/// payload bytes).
+pub(crate) const MAX_FRAME: usize = MAX_REQUEST_FRAME;
+
+/// The abstract Unix socket (without its leading NUL) a daemon serving
+/// port `port` listens on.
+pub fn socket_name(port: u16) -> String {
+    format!("mooncake-rs-client-{port}")
+}
+
+/// Bytes of a dummy's shared memory: `len` bytes at `offset` of region `region`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Buf {
+    /// Region id (the dummy's numbering).
+    pub(crate) region: u64,
+    /// Offset in the region.
+    pub(crate) offset: u64,
+    /// Length.
+    pub(crate) len: u64,
+}
+
+/// First frame of a connection, after the handshake.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Open {
+    /// A new dummy attaches (its control connection). Reply: [`Attached`].
+    Attach {
+        /// The dummy's id.
+        dummy: String,
+        /// Its process id (for logs).
+        pid: u32,
+        /// Its `MC_STORE_CLUSTER_ID`.
+        cluster_id: String,
+        /// `setup_dummy`'s `mem_pool_size`.
+        mem_pool_size: u64,
+        /// `setup_dummy`'s `local_buffer_size`.
+        local_buffer_size: u64,
+    },
+    /// Another connection of an attached dummy. Reply: `Result<Attached>`.
+    Join {
+        /// The dummy's id.
+        dummy: String,
+    },
+}
+
+/// The daemon's answer to [`Open`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Attached {
+    /// The daemon's instance id (a restarted daemon has a new one).
+    pub(crate) daemon: String,
+    /// The daemon's segment name (`get_hostname()` of its client).
+    pub(crate) hostname: String,
+}
+
+/// Requests on the control connection.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Control {
+    /// Map region `region` of `size` bytes; its memfd follows with
+    /// `SCM_RIGHTS` on a one-byte message. Reply: `Result<()>`.
+    Map {
+        /// Region id.
+        region: u64,
+        /// Size in bytes.
+        size: u64,
+    },
+    /// Forget region `region` (its buffers are unregistered). Reply: `Result<()>`.
+    Unmap {
+        /// Region id.
+        region: u64,
+    },
+    /// `register_buffer` of `buf`. Reply: `Result<()>`.
+    Register(Buf),
+    /// `unregister_buffer` of the buffer starting at `buf`. Reply: `Result<()>`.
+    Unregister(Buf),
+    /// Is the daemon and its client healthy? Reply: `i32` (`health_check()`).
+    Ping,
+}
+
+/// One tensor axis as the caller gave it; validated again by the daemon.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct WireAxis {
+    kind: String,
+    rank: i64,
+    size: i64,
+    split_dim: Option<i64>,
+    expert_id: Option<i64>,
+    stage_id: Option<i64>,
+}
+
+fn axes_out(p: &Parallelism) -> Vec<WireAxis> {
+    p.axes()
+        .iter()
+        .map(|a| WireAxis {
+            kind: a.kind.name().to_string(),
+            rank: i64::from(a.rank),
+            size: i64::from(a.size),
+            split_dim: a.split_dim.map(|d| d as i64),
+            expert_id: a.expert_id.map(i64::from),
+            stage_id: a.stage_id.map(i64::from),
+        })
+        .collect()
+}
+
+fn axes_in(v: &[WireAxis]) -> Result<Parallelism> {
+    let raw: Vec<RawAxis> = v
+        .iter()
+        .map(|a| RawAxis {
+            kind: a.kind.clone(),
+            rank: a.rank,
+            size: a.size,
+            split_dim: a.split_dim,
+            expert_id: a.expert_id,
+            stage_id: a.stage_id,
+        })
+        .collect();
+    Ok(Parallelism::new(&raw)?)
+}
+
+/// A tensor write's route.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum WireRoute {
+    Full,
+    Verbatim(u64),
+    Writer(i64, i64, i64),
+    Parallelism(Vec<WireAxis>),
+    AllTpRanks(Vec<WireAxis>),
+}
+
+impl WireRoute {
+    pub(crate) fn from_route(r: &WriteRoute) -> WireRoute {
+        match r {
+            WriteRoute::Full => WireRoute::Full,
+            WriteRoute::Verbatim { size } => WireRoute::Verbatim(*size),
+            WriteRoute::Writer(w) => {
+                WireRoute::Writer(i64::from(w.rank), i64::from(w.size), w.split_dim as i64)
+            }
+            WriteRoute::Parallelism(p) => WireRoute::Parallelism(axes_out(p)),
+            WriteRoute::AllTpRanks(p) => WireRoute::AllTpRanks(axes_out(p)),
+        }
+    }
+
+    pub(crate) fn to_route(&self) -> Result<WriteRoute> {
+        Ok(match self {
+            WireRoute::Full => WriteRoute::Full,
+            WireRoute::Verbatim(size) => WriteRoute::Verbatim { size: *size },
+            WireRoute::Writer(rank, size, split_dim) => {
+                WriteRoute::Writer(WriterPartition::new(RawWriterPartition {
+                    rank: *rank,
+                    size: *size,
+                    split_dim: *split_dim,
+                })?)
+            }
+            WireRoute::Parallelism(a) => WriteRoute::Parallelism(axes_in(a)?),
+            WireRoute::AllTpRanks(a) => WriteRoute::AllTpRanks(axes_in(a)?),
+        })
+    }
+}
+
+/// One tensor write: the source lies in `src` (its first byte is the
+/// caller's byte 0).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct WireWrite {
+    pub(crate) key: String,
+    pub(crate) dtype: i32,
+    pub(crate) shape: Vec<u64>,
+    pub(crate) payload_offset: u64,
+    pub(crate) src: Buf,
+    pub(crate) route: WireRoute,
+}
+
+impl WireWrite {
+    /// The source description of this write.
+    pub(crate) fn source(&self) -> Result<WriteSource> {
+        let dtype = DType::from_code(self.dtype)
+            .ok_or_else(|| Error::invalid(format!("unknown dtype code {}", self.dtype)))?;
+        Ok(WriteSource {
+            dtype,
+            shape: self.shape.clone(),
+            payload_offset: self.payload_offset,
+        })
+    }
+}
+
+/// One tensor read request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct WireRead {
+    key: String,
+    mode: u8,
+    parallelism: Option<Vec<WireAxis>>,
+    advisory_split_dim: bool,
+}
+
+impl WireRead {
+    pub(crate) fn from_request(r: &ReadRequest) -> WireRead {
+        WireRead {
+            key: r.key.clone(),
+            mode: match r.mode {
+                ReadMode::AsStored => 0,
+                ReadMode::Shard => 1,
+                ReadMode::Full => 2,
+            },
+            parallelism: r.parallelism.as_ref().map(axes_out),
+            advisory_split_dim: r.advisory_split_dim,
+        }
+    }
+
+    pub(crate) fn to_request(&self) -> Result<ReadRequest> {
+        Ok(ReadRequest {
+            key: self.key.clone(),
+            mode: match self.mode {
+                0 => ReadMode::AsStored,
+                1 => ReadMode::Shard,
+                2 => ReadMode::Full,
+                m => return Err(Error::invalid(format!("unknown read mode {m}"))),
+            },
+            parallelism: self.parallelism.as_deref().map(axes_in).transpose()?,
+            advisory_split_dim: self.advisory_split_dim,
+        })
+    }
+}
+
+/// What a tensor read produces (its dtype, shape, size and header).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct WireOutput {
+    dtype: i32,
+    shape: Vec<u64>,
+    nbytes: u64,
+    header: Vec<u8>,
+}
+
+impl WireOutput {
+    pub(crate) fn from_output(o: &ReadOutput) -> WireOutput {
+        WireOutput {
+            dtype: o.dtype.code(),
+            shape: o.shape.clone(),
+            nbytes: o.nbytes,
+            header: o.header.to_vec(),
+        }
+    }
+
+    pub(crate) fn to_output(&self) -> Result<ReadOutput> {
+        let dtype = DType::from_code(self.dtype)
+            .ok_or_else(|| Error::internal(format!("unknown dtype code {}", self.dtype)))?;
+        let header: [u8; HEADER_SIZE] = self
+            .header
+            .as_slice()
+            .try_into()
+            .map_err(|_| Error::internal("tensor header of the wrong size"))?;
+        Ok(ReadOutput {
+            dtype,
+            shape: self.shape.clone(),
+            nbytes: self.nbytes,
+            header,
+        })
+    }
+}
+
+/// Where one tensor read goes.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(crate) enum WireDest {
+    /// The payload alone, `nbytes` bytes.
+    Payload(Buf),
+    /// A caller buffer: header, then payload.
+    Into(Buf),
+}
+
+/// A flat list of caller buffers (`ptrs[i]`, `sizes[i]`), with the lengths
+/// of both lists as the caller gave them (the daemon's client checks them).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Flat {
+    /// One buffer per pair the two lists have in common.
+    pub(crate) bufs: Vec<Buf>,
+    /// Length of the caller's pointer list.
+    pub(crate) ptrs: usize,
+    /// Length of the caller's size list.
+    pub(crate) sizes: usize,
+}
+
+/// Per-key lists of caller buffers, with every list length as given.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Nested {
+    /// Per key, one buffer per pair its two lists have in common.
+    pub(crate) bufs: Vec<Vec<Buf>>,
+    /// Lengths of the caller's per-key pointer lists.
+    pub(crate) ptrs: Vec<usize>,
+    /// Lengths of the caller's per-key size lists.
+    pub(crate) sizes: Vec<usize>,
+}
+
+/// A store call on a joined connection, one per method of the daemon's
+/// client. The doc of each names its reply.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Call {
+    /// `put`/`upsert` of the bytes in `src`. Reply: `Result<()>`.
+    Put {
+        key: String,
+        src: Buf,
+        cfg: ReplicateConfig,
+        upsert: bool,
+    },
+    /// `put_parts`/`upsert_parts`. Reply: `Result<u64>`.
+    PutParts {
+        key: String,
+        parts: Vec<Buf>,
+        cfg: ReplicateConfig,
+        upsert: bool,
+    },
+    /// `put_batch`/`upsert_batch`. Reply: `Result<()>`.
+    PutBatch {
+        keys: Vec<String>,
+        values: Vec<Buf>,
+        cfg: ReplicateConfig,
+        upsert: bool,
+    },
+    /// `put_from`/`upsert_from`. Reply: `Result<()>`.
+    PutFrom {
+        key: String,
+        src: Buf,
+        cfg: ReplicateConfig,
+        upsert: bool,
+    },
+    /// `put_from_with_metadata`. Reply: `Result<()>`.
+    PutFromWithMetadata {
+        key: String,
+        src: Buf,
+        metadata: Buf,
+        cfg: ReplicateConfig,
+    },
+    /// `batch_put_from`/`batch_upsert_from`. Reply: `Result<Vec<Result<()>>>`.
+    BatchPutFrom {
+        keys: Vec<String>,
+        srcs: Flat,
+        cfg: ReplicateConfig,
+        upsert: bool,
+    },
+    /// `get_into`. Reply: `Result<u64>`.
+    GetInto { key: String, dst: Buf },
+    /// `batch_get_into`. Reply: `Result<Vec<Result<u64>>>`.
+    BatchGetInto { keys: Vec<String>, dsts: Flat },
+    /// Whole values (`get`, `get_batch`, `get_buffer`): the daemon answers
+    /// the sizes (`Vec<Result<u64>>`), the dummy names a destination per key
+    /// (`Vec<Option<Buf>>`), then the reply is `Vec<Result<u64>>`.
+    GetValues { keys: Vec<String> },
+    /// Reply: `Result<u64>`.
+    GetSize { key: String },
+    /// Reply: `Result<bool>`.
+    IsExist { key: String },
+    /// Reply: `Vec<Result<bool>>`.
+    BatchIsExist { keys: Vec<String> },
+    /// Reply: `Result<()>`.
+    Remove { key: String, force: bool },
+    /// Reply: `Vec<Result<()>>`.
+    BatchRemove { keys: Vec<String>, force: bool },
+    /// Reply: `Result<u64>`.
+    RemoveByRegex { pattern: String, force: bool },
+    /// Reply: `Result<u64>`.
+    RemoveAll { force: bool },
+    /// `batch_put_from_multi_buffers`. Reply: `Result<Vec<Result<()>>>`.
+    PutMulti {
+        keys: Vec<String>,
+        bufs: Nested,
+        cfg: ReplicateConfig,
+    },
+    /// `batch_get_into_multi_buffers`. Reply: `Result<Vec<Result<u64>>>`.
+    GetMulti {
+        keys: Vec<String>,
+        bufs: Nested,
+        prefer_same_node: bool,
+    },
+    /// `get_into_ranges`; each buffer is the rest of its region from the
+    /// caller's pointer. Reply: `Ranges` (`Vec<Vec<Vec<Result<u64>>>>`).
+    GetRanges {
+        buffers: Vec<Buf>,
+        keys: Vec<Vec<String>>,
+        dst_offsets: Vec<Vec<Vec<u64>>>,
+        src_offsets: Vec<Vec<Vec<u64>>>,
+        sizes: Vec<Vec<Vec<u64>>>,
+    },
+    /// Reply: `Result<Vec<Result<()>>>`.
+    PutSessionStart {
+        keys: Vec<String>,
+        sizes: Vec<u64>,
+        cfg: ReplicateConfig,
+    },
+    /// `batch_put_from_multi_buffer_ranges`. Reply: `Result<Vec<Result<u64>>>`.
+    PutSessionRanges {
+        keys: Vec<String>,
+        bufs: Nested,
+        offsets: Vec<Vec<usize>>,
+    },
+    /// `batch_put_session_end` (or `_revoke`). Reply: `Vec<Result<()>>`.
+    PutSessionEnd { keys: Vec<String>, revoke: bool },
+    /// Reply: `Vec<Result<()>>`.
+    GetSessionStart { keys: Vec<String> },
+    /// `batch_get_into_multi_buffer_ranges`. Reply: `Result<Vec<Result<u64>>>`.
+    GetSessionRanges {
+        keys: Vec<String>,
+        bufs: Nested,
+        offsets: Vec<Vec<usize>>,
+    },
+    /// Reply: `Result<()>`.
+    GetSessionEnd { keys: Vec<String> },
+    /// Reply: `Result<Vec<Result<()>>>`.
+    WriteTensors {
+        items: Vec<Result<WireWrite>>,
+        cfg: ReplicateConfig,
+        upsert: bool,
+        pub_always: bool,
+    },
+    /// Two-phase: the daemon answers the planned outputs
+    /// (`Vec<Result<WireOutput>>`), the dummy a destination per item
+    /// (`Vec<Option<WireDest>>`), then the reply is `Vec<Result<WireOutput>>`.
+    ReadTensors { reqs: Vec<Result<WireRead>> },
+    /// Reply: `Vec<(String, u64)>` (the daemon client's counters).
+    Stats,
+}
+
+/// Write `value` as one frame.
+pub(crate) fn send<T: Serialize>(s: &mut UnixStream, value: &T) -> io::Result<()> {
+    s.write_all(&encode_frame(value)?)
+}
+
+/// Read one frame and decode it.
+pub(crate) fn recv<T: DeserializeOwned>(s: &mut UnixStream) -> io::Result<T> {
+    decode(&read_frame(s, MAX_FRAME)?)
+}
+
+/// Send `fd` (with one marker byte) after a frame.
+pub(crate) fn send_fd(s: &UnixStream, fd: RawFd) -> io::Result<()> {
+    let fds = [fd];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    sendmsg::<()>(
+        s.as_raw_fd(),
+        &[IoSlice::new(&[1u8])],
+        &cmsg,
+        MsgFlags::empty(),
+        None,
+    )
+    .map_err(io::Error::from)?;
+    Ok(())
+}
+
+/// Receive the descriptor [`send_fd`] sent.
+pub(crate) fn recv_fd(s: &UnixStream) -> io::Result<OwnedFd> {
+    let mut byte = [0u8; 1];
+    let mut cmsg_buf = nix::cmsg_space!([RawFd; 1]);
+    let mut iov = [IoSliceMut::new(&mut byte)];
+    let msg = recvmsg::<()>(
+        s.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg_buf),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(io::Error::from)?;
+    if msg.bytes == 0 {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    for cm in msg.cmsgs().map_err(io::Error::from)? {
+        if let ControlMessageOwned::ScmRights(v) = cm {
+            for fd in v {
+                // SAFETY: each descriptor was just received with SCM_RIGHTS
+                // and is owned by nobody else.
+                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+    }
+    let n = fds.len();
+    match fds.pop() {
+        Some(fd) if n == 1 => Ok(fd),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("expected one descriptor, got {n}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tensor_requests_round_trip_and_are_validated_again() {
+        let p = Parallelism::new(&[RawAxis::new("tp", 1, 4).split(0)]).unwrap();
+        let r = ReadRequest {
+            key: "k".into(),
+            mode: ReadMode::Shard,
+            parallelism: Some(p.clone()),
+            advisory_split_dim: true,
+        };
+        assert_eq!(WireRead::from_request(&r).to_request().unwrap(), r);
+        let route = WriteRoute::Parallelism(p);
+        assert_eq!(WireRoute::from_route(&route).to_route().unwrap(), route);
+        let bad = WireRoute::Writer(3, 2, 0);
+        assert_eq!(
+            bad.to_route().unwrap_err().code(),
+            mooncake_common::ErrorCode::InvalidParams
+        );
+    }
+
+    #[test]
+    fn descriptors_cross_a_socket() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let f = std::fs::File::open("/proc/self/status").unwrap();
+        send_fd(&a, f.as_raw_fd()).unwrap();
+        let got = recv_fd(&b).unwrap();
+        assert!(got.as_raw_fd() >= 0);
+    }
+}
