@@ -33,10 +33,7 @@ UPSTREAM_COMMANDS = (
     "transfer_engine_topology_dump",
 )
 # Upstream commands that this package does not provide yet, with the reason.
-PENDING = {
-    "mooncake_client": "the standalone store client is built on its own branch",
-    "transfer_engine_bench": "built on the shared gflags parser of the standalone branch",
-}
+PENDING: dict[str, str] = {}
 
 
 def declared_scripts() -> dict[str, str]:

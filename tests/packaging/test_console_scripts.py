@@ -20,6 +20,7 @@ HELP_FLAGS = {
         "--use-custom-topo",
         "--custom-topo-json",
     ],
+    "mooncake_client": ["-host", "-port", "-master_server_address", "-global_segment_size"],
     "transfer_engine_bench": [
         "-mode",
         "-metadata_server",

@@ -463,9 +463,20 @@ impl TransferEngine {
     /// The first registered buffer of `segment` (this engine's own name,
     /// or a peer's); 0 when it has none.
     pub fn first_buffer_address(&self, segment: &str) -> Result<u64> {
+        Ok(self.segment_buffers(segment)?.first().map_or(0, |b| b.0))
+    }
+
+    /// The registered regions `(address, length)` of `segment` (this
+    /// engine's own name, or a peer's), in registration order.
+    pub fn segment_buffers(&self, segment: &str) -> Result<Vec<(u64, u64)>> {
         let run = self.running()?;
         if segment == run.name {
-            return Ok(self.registry.first().unwrap_or(0));
+            return Ok(self
+                .registry
+                .regions()
+                .into_iter()
+                .map(|(addr, len, _)| (addr, len))
+                .collect());
         }
         let endpoint = self.endpoint_of(&run, segment)?;
         let mut c = run
@@ -476,7 +487,7 @@ impl TransferEngine {
             .describe()
             .map_err(|e| EngineError::io(segment, "describe failed", e))?;
         run.pool.give(&endpoint, c);
-        Ok(d.buffers.first().map_or(0, |b| b.0))
+        Ok(d.buffers)
     }
 
     /// Map and register a buffer of `len` bytes owned by the engine.

@@ -154,7 +154,9 @@ mod tests {
         ]
         .into();
         let text = to_styled_json(&two);
-        assert!(text.starts_with("{\n\t\"cpu:0\" : \n\t[\n\t\t[ \"a\" ],\n\t\t[]\n\t],\n\t\"cuda:0\""));
+        assert!(
+            text.starts_with("{\n\t\"cpu:0\" : \n\t[\n\t\t[ \"a\" ],\n\t\t[]\n\t],\n\t\"cuda:0\"")
+        );
         let back: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
         assert_eq!(back["cpu:0"][0][0], "a");
     }

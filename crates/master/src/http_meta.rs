@@ -382,13 +382,19 @@ mod tests {
         );
         assert_eq!(kv.get("a/b").as_deref(), Some(&b"v"[..]));
         assert_eq!(
-            req(&app, "PUT", "/metadata?x=1&key=c+d%20e", b"w").await.status,
+            req(&app, "PUT", "/metadata?x=1&key=c+d%20e", b"w")
+                .await
+                .status,
             200
         );
         assert_eq!(kv.get("c d e").as_deref(), Some(&b"w"[..]));
         // A bad escape or non-UTF-8 bytes: 400, nothing stored.
         let before = kv.len();
-        for uri in ["/metadata?key=%ff", "/metadata?key=a%zz", "/metadata?key=%4"] {
+        for uri in [
+            "/metadata?key=%ff",
+            "/metadata?key=a%zz",
+            "/metadata?key=%4",
+        ] {
             for m in ["GET", "PUT", "DELETE"] {
                 let r = req(&app, m, uri, b"v").await;
                 assert_eq!(

@@ -110,9 +110,7 @@ pub(crate) fn typed<T: Element>(obj: &Bound<'_, PyAny>) -> PyResult<Typed<T>> {
 
 /// [`typed`] for an output written in place: a read-only buffer is a
 /// `BufferError` too. Returns the buffer and its address and byte length.
-pub(crate) fn typed_out<T: Element>(
-    obj: &Bound<'_, PyAny>,
-) -> PyResult<(Typed<T>, usize, usize)> {
+pub(crate) fn typed_out<T: Element>(obj: &Bound<'_, PyAny>) -> PyResult<(Typed<T>, usize, usize)> {
     let buf = typed::<T>(obj)?;
     if buf.readonly() && buf.len_bytes() > 0 {
         return Err(PyBufferError::new_err("the output is read-only"));

@@ -11,6 +11,7 @@
 //! the last copy) run with the GIL released.
 
 use crate::buffer::{elements, half_bits, typed, typed_out, Half};
+use crate::pybuf::{Element, Typed};
 use crate::report::{raise, Call, OrRaise};
 use crate::store::capsule::store_client;
 use crate::store::{options, MooncakeDistributedStore, ReplicateConfig};
@@ -19,7 +20,6 @@ use mooncake_engram::{
     empty_ids, ids_kind_ok, ids_not_integer_array, ids_not_integers, not_an_array, EngramConfig,
     EngramCore, Error, OutBuf, OutKind, Table, TableDtype,
 };
-use crate::pybuf::{Element, Typed};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -229,10 +229,7 @@ enum Array {
 
 /// A C-contiguous `T` export of `arr` (`write`: as a writable output), its
 /// address and byte length.
-fn export<T: Element>(
-    arr: &Bound<'_, PyAny>,
-    write: bool,
-) -> PyResult<(Typed<T>, usize, usize)> {
+fn export<T: Element>(arr: &Bound<'_, PyAny>, write: bool) -> PyResult<(Typed<T>, usize, usize)> {
     if write {
         return typed_out::<T>(arr);
     }

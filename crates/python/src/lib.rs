@@ -42,6 +42,13 @@ fn run_client(py: Python<'_>, argv: Vec<String>) -> i32 {
     py.allow_threads(|| mooncake_standalone::run_client(argv))
 }
 
+/// Run `transfer_engine_bench` in this process with `argv` (program name
+/// first) and return its exit code. The GIL is released for the whole run.
+#[pyfunction]
+fn run_transfer_engine_bench(py: Python<'_>, argv: Vec<String>) -> i32 {
+    py.allow_threads(|| mooncake_bench::run_transfer_engine_bench(argv))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -49,6 +56,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(meta::run_http_metadata_server, m)?)?;
     m.add_class::<meta::PyMetadataServer>()?;
     m.add_function(wrap_pyfunction!(run_client, m)?)?;
+    m.add_function(wrap_pyfunction!(run_transfer_engine_bench, m)?)?;
     store::register(m)?;
     engine::register(m)?;
     engram::register(m)?;

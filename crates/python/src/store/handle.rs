@@ -99,4 +99,3 @@ impl BufferHandle {
         format!("<BufferHandle ptr={:#x} size={}>", self.ptr(), self.size())
     }
 }
-

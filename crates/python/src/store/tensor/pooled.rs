@@ -17,7 +17,12 @@ use std::thread::LocalKey;
 
 /// Owner of one pooled result block, exported as a 1-D, itemsize 1,
 /// format `"B"`, writable buffer of the result's size.
-#[pyclass(module = "mooncake.store", name = "_PooledMemoryBase", frozen, subclass)]
+#[pyclass(
+    module = "mooncake.store",
+    name = "_PooledMemoryBase",
+    frozen,
+    subclass
+)]
 pub(crate) struct PooledMemory {
     block: ResultBlock,
 }
@@ -59,7 +64,6 @@ impl PooledMemory {
         self.block.len() as usize
     }
 }
-
 
 /// The result tensor of `dtype` and `shape` over `block` (which holds its
 /// bytes): `torch.frombuffer(...).view(dtype).reshape(shape)`; the tensor
