@@ -66,8 +66,26 @@ SIZES = [1, 16, 64]
 HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
 UPSTREAM_VENV = Path(os.environ.get("UPSTREAM_VENV", "/work/venv-upstream"))
+# Where this interpreter may borrow torch from when its venv has none: a
+# project venv of the same Python version (benchmarks/upstream_env.sh
+# installs torch into the upstream venv itself).
 TORCH_SITE = os.environ.get(
-    "MOONCAKE_TORCH_SITE", str(ROOT / ".venv" / "lib" / "python3.11" / "site-packages")
+    "MOONCAKE_TORCH_SITE",
+    next(
+        (
+            str(site)
+            for venv in (".venv", ".venv-py310")
+            for site in [
+                ROOT
+                / venv
+                / "lib"
+                / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+                / "site-packages"
+            ]
+            if site.is_dir()
+        ),
+        "",
+    ),
 )
 
 

@@ -26,6 +26,12 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/pip" install -q --upgrade pip >/dev/null
 "$VENV/bin/pip" install -q "$PKG" numpy pytest pytest-timeout
+# torch for the tensor benchmark's upstream side (the project's venvs run
+# other Python versions, so their torch cannot be borrowed).
+if [ "${MOONCAKE_SKIP_TORCH:-0}" != "1" ]; then
+  "$VENV/bin/python" -c "import torch" 2>/dev/null \
+    || "$VENV/bin/pip" install -q "torch==${MOONCAKE_TORCH_VERSION:-2.15.0}"
+fi
 
 # Locate the master binary shipped by the wheel.
 MASTER=""

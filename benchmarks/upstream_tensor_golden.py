@@ -25,8 +25,20 @@ import types
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A project venv of this Python version to borrow torch from, when this
+# venv has none (benchmarks/upstream_env.sh installs torch itself).
+_PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
 TORCH_SITE = os.environ.get(
-    "MOONCAKE_TORCH_SITE", os.path.join(ROOT, ".venv", "lib", "python3.11", "site-packages")
+    "MOONCAKE_TORCH_SITE",
+    next(
+        (
+            p
+            for v in (".venv", ".venv-py310")
+            for p in [os.path.join(ROOT, v, "lib", _PY, "site-packages")]
+            if os.path.isdir(p)
+        ),
+        "",
+    ),
 )
 
 

@@ -32,8 +32,23 @@ fi
 if ! command -v cargo-machete >/dev/null 2>&1; then
   cargo install cargo-machete --locked -q
 fi
+# The venv runs the newest supported Python found here (3.13, else 3.12,
+# else 3.11; scripts/find_python.sh), so the whole suite runs on it; the
+# oldest supported one (3.10) gets its own venv (scripts/py310_env.sh).
+# MOONCAKE_PYTHON names an interpreter instead.
+# shellcheck source=scripts/find_python.sh
+. scripts/find_python.sh
+PY="${MOONCAKE_PYTHON:-$(find_python 3.13 3.12 3.11 || command -v python3)}"
+want="$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+if [ -x .venv/bin/python ]; then
+  have="$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo none)"
+  if [ "$have" != "$want" ]; then
+    echo "env.sh: .venv runs Python $have; recreating it on Python $want ($PY)" >&2
+    rm -rf .venv
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
+  "$PY" -m venv .venv
 fi
 # shellcheck disable=SC1091
 . .venv/bin/activate

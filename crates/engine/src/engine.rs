@@ -463,9 +463,20 @@ impl TransferEngine {
     /// The first registered buffer of `segment` (this engine's own name,
     /// or a peer's); 0 when it has none.
     pub fn first_buffer_address(&self, segment: &str) -> Result<u64> {
+        Ok(self.segment_buffers(segment)?.first().map_or(0, |b| b.0))
+    }
+
+    /// The registered regions `(address, length)` of `segment` (this
+    /// engine's own name, or a peer's), in registration order.
+    pub fn segment_buffers(&self, segment: &str) -> Result<Vec<(u64, u64)>> {
         let run = self.running()?;
         if segment == run.name {
-            return Ok(self.registry.first().unwrap_or(0));
+            return Ok(self
+                .registry
+                .regions()
+                .into_iter()
+                .map(|(addr, len, _)| (addr, len))
+                .collect());
         }
         let endpoint = self.endpoint_of(&run, segment)?;
         let mut c = run
@@ -476,7 +487,7 @@ impl TransferEngine {
             .describe()
             .map_err(|e| EngineError::io(segment, "describe failed", e))?;
         run.pool.give(&endpoint, c);
-        Ok(d.buffers.first().map_or(0, |b| b.0))
+        Ok(d.buffers)
     }
 
     /// Map and register a buffer of `len` bytes owned by the engine.
@@ -601,30 +612,11 @@ impl TransferEngine {
         .with_peer(target))
     }
 
-    /// The local topology as upstream reports it without RDMA devices:
-    /// one `cpu:N` entry per NUMA node with empty device lists.
-    pub fn topology(&self) -> String {
-        let nodes = std::fs::read_dir("/sys/devices/system/node")
-            .map(|d| {
-                let mut v: Vec<u32> = d
-                    .filter_map(|e| e.ok())
-                    .filter_map(|e| {
-                        e.file_name()
-                            .to_str()
-                            .and_then(|n| n.strip_prefix("node"))
-                            .and_then(|n| n.parse().ok())
-                    })
-                    .collect();
-                v.sort_unstable();
-                v
-            })
-            .unwrap_or_default();
-        let nodes = if nodes.is_empty() { vec![0] } else { nodes };
-        let mut m = serde_json::Map::new();
-        for n in nodes {
-            m.insert(format!("cpu:{n}"), serde_json::json!([[], []]));
-        }
-        serde_json::Value::Object(m).to_string()
+    /// The local topology as upstream prints it ([`crate::topology`]);
+    /// `device_name` lists the devices a caller wants, comma-separated
+    /// (upstream's filter; empty: all).
+    pub fn topology(&self, device_name: &str) -> String {
+        crate::topology::to_styled_json(&crate::topology::local(device_name))
     }
 
     /// The RPC endpoint of `peer`.

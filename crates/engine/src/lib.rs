@@ -12,6 +12,7 @@ pub mod metadata;
 mod peers;
 pub mod registry;
 mod server;
+pub mod topology;
 mod vm;
 pub mod wire;
 

@@ -14,9 +14,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, RawQuery, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -78,16 +77,65 @@ struct MetaState {
     nonces: Arc<Mutex<Nonces>>,
 }
 
-type KeyQuery = Result<Query<HashMap<String, String>>, QueryRejection>;
+type KeyQuery = RawQuery;
 
-fn key_param(q: KeyQuery) -> Option<String> {
-    q.ok()
-        .and_then(|Query(mut m)| m.remove("key"))
-        .filter(|k| !k.is_empty())
+/// Why a request names no usable key.
+#[derive(Debug, PartialEq, Eq)]
+enum KeyError {
+    /// No `key` parameter, or an empty one.
+    Missing,
+    /// A `key` that is not percent-encoded UTF-8.
+    Malformed,
 }
 
-fn missing_key() -> Response {
-    (StatusCode::BAD_REQUEST, "Missing key parameter").into_response()
+/// The value of the `key` query parameter (form-decoded: `%XX` escapes,
+/// `+` for a space). A bad escape or bytes that are not UTF-8 make it
+/// malformed rather than silently another key.
+fn key_param(RawQuery(q): KeyQuery) -> Result<String, KeyError> {
+    let q = q.unwrap_or_default();
+    let raw = q
+        .split('&')
+        .find_map(|p| p.strip_prefix("key="))
+        .ok_or(KeyError::Missing)?;
+    let key = form_decode(raw).ok_or(KeyError::Malformed)?;
+    if key.is_empty() {
+        return Err(KeyError::Missing);
+    }
+    Ok(key)
+}
+
+/// `s` form-decoded, or `None` for a bad escape or non-UTF-8 bytes.
+fn form_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = b.get(i + 1..i + 3)?;
+                let hex = std::str::from_utf8(hex).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn bad_key(e: KeyError) -> Response {
+    let msg = match e {
+        KeyError::Missing => "Missing key parameter",
+        KeyError::Malformed => "Malformed key parameter",
+    };
+    (StatusCode::BAD_REQUEST, msg).into_response()
 }
 
 async fn not_found() -> Response {
@@ -142,8 +190,9 @@ async fn challenge(State(st): State<MetaState>) -> Response {
 }
 
 async fn get_metadata(State(st): State<MetaState>, q: KeyQuery) -> Response {
-    let Some(key) = key_param(q) else {
-        return missing_key();
+    let key = match key_param(q) {
+        Ok(k) => k,
+        Err(e) => return bad_key(e),
     };
     match st.kv.get(&key) {
         Some(v) => (
@@ -156,14 +205,54 @@ async fn get_metadata(State(st): State<MetaState>, q: KeyQuery) -> Response {
     }
 }
 
+/// The body of a PUT, at most [`MAX_METADATA_BODY`] bytes: 413 when it
+/// is larger (at once when `Content-Length` says so, before reading it),
+/// 400 when it cannot be read whole (a truncated or malformed body).
+async fn put_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
+    let too_large = || {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("metadata body larger than {MAX_METADATA_BODY} bytes"),
+        )
+            .into_response()
+    };
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|n| n > MAX_METADATA_BODY as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, MAX_METADATA_BODY)
+        .await
+        .map_err(|e| {
+            let limit = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if limit {
+                too_large()
+            } else {
+                (
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the request body: {e}"),
+                )
+                    .into_response()
+            }
+        })
+}
+
 async fn put_metadata(
     State(st): State<MetaState>,
     headers: HeaderMap,
     q: KeyQuery,
-    body: Bytes,
+    body: Body,
 ) -> Response {
-    let Some(key) = key_param(q) else {
-        return missing_key();
+    let key = match key_param(q) {
+        Ok(k) => k,
+        Err(e) => return bad_key(e),
+    };
+    let body = match put_body(&headers, body).await {
+        Ok(b) => b,
+        Err(r) => return r,
     };
     if let Err(why) = check_write(&st, &Method::PUT, &headers, &key, &body) {
         return (StatusCode::UNAUTHORIZED, why).into_response();
@@ -183,8 +272,9 @@ async fn put_metadata(
 }
 
 async fn delete_metadata(State(st): State<MetaState>, headers: HeaderMap, q: KeyQuery) -> Response {
-    let Some(key) = key_param(q) else {
-        return missing_key();
+    let key = match key_param(q) {
+        Ok(k) => k,
+        Err(e) => return bad_key(e),
     };
     if let Err(why) = check_write(&st, &Method::DELETE, &headers, &key, b"") {
         return (StatusCode::UNAUTHORIZED, why).into_response();
@@ -291,6 +381,30 @@ mod tests {
             200
         );
         assert_eq!(kv.get("a/b").as_deref(), Some(&b"v"[..]));
+        assert_eq!(
+            req(&app, "PUT", "/metadata?x=1&key=c+d%20e", b"w")
+                .await
+                .status,
+            200
+        );
+        assert_eq!(kv.get("c d e").as_deref(), Some(&b"w"[..]));
+        // A bad escape or non-UTF-8 bytes: 400, nothing stored.
+        let before = kv.len();
+        for uri in [
+            "/metadata?key=%ff",
+            "/metadata?key=a%zz",
+            "/metadata?key=%4",
+        ] {
+            for m in ["GET", "PUT", "DELETE"] {
+                let r = req(&app, m, uri, b"v").await;
+                assert_eq!(
+                    (r.status, r.body_str()),
+                    (400, "Malformed key parameter".into()),
+                    "{m} {uri}"
+                );
+            }
+        }
+        assert_eq!(kv.len(), before);
 
         let r = req(&app, "GET", "/health", b"").await;
         assert_eq!((r.status, r.body_str()), (200, "OK".into()));

@@ -1,8 +1,8 @@
 //! The `mooncake_master` metadata service: client registry, segments with
 //! per-segment allocators, objects and replicas, leases, pins, eviction, the
-//! RPC server, the embedded HTTP metadata server and the admin server, with
-//! connection admission limits and optional cluster-token authentication
-//! on every listener.
+//! RPC server, the embedded (and standalone) HTTP metadata server and the
+//! admin server, with connection admission limits and optional
+//! cluster-token authentication on every listener.
 
 pub mod admin;
 pub mod allocator;
@@ -18,6 +18,7 @@ pub mod http_meta;
 mod ledger_push;
 pub mod listener;
 mod memory;
+pub mod meta_server;
 pub mod metadata_kv;
 pub mod metrics;
 mod objects;

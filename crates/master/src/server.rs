@@ -76,7 +76,7 @@ pub fn worker_threads(cfg: &MasterConfig) -> usize {
 }
 
 /// Install the stderr subscriber; `MC_LOG_LEVEL` overrides `level`.
-fn init_logging(level: &str) {
+pub(crate) fn init_logging(level: &str) {
     use tracing_subscriber::EnvFilter;
     let wanted = std::env::var(LOG_ENV)
         .ok()

@@ -779,8 +779,7 @@ impl TransferEngine {
 
     #[pyo3(signature = (device_name=None))]
     fn get_local_topology(&self, device_name: Option<&str>) -> String {
-        let _ = device_name;
-        self.inner.topology()
+        self.inner.topology(device_name.unwrap_or(""))
     }
 
     fn get_notifies(&self, py: Python<'_>) -> Vec<TransferNotify> {

@@ -11,6 +11,7 @@
 //! the last copy) run with the GIL released.
 
 use crate::buffer::{elements, half_bits, typed, typed_out, Half};
+use crate::pybuf::{Element, Typed};
 use crate::report::{raise, Call, OrRaise};
 use crate::store::capsule::store_client;
 use crate::store::{options, MooncakeDistributedStore, ReplicateConfig};
@@ -19,7 +20,6 @@ use mooncake_engram::{
     empty_ids, ids_kind_ok, ids_not_integer_array, ids_not_integers, not_an_array, EngramConfig,
     EngramCore, Error, OutBuf, OutKind, Table, TableDtype,
 };
-use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -222,22 +222,19 @@ pub(crate) struct PyEngramStore {
 /// while the GIL is released: float32 values, float16 values, or raw
 /// bfloat16 bits (`uint16`).
 enum Array {
-    F32(PyBuffer<f32>),
-    F16(PyBuffer<Half>),
-    U16(PyBuffer<u16>),
+    F32(Typed<f32>),
+    F16(Typed<Half>),
+    U16(Typed<u16>),
 }
 
 /// A C-contiguous `T` export of `arr` (`write`: as a writable output), its
 /// address and byte length.
-fn export<T: Element>(
-    arr: &Bound<'_, PyAny>,
-    write: bool,
-) -> PyResult<(PyBuffer<T>, usize, usize)> {
+fn export<T: Element>(arr: &Bound<'_, PyAny>, write: bool) -> PyResult<(Typed<T>, usize, usize)> {
     if write {
         return typed_out::<T>(arr);
     }
     let b = typed::<T>(arr)?;
-    let (p, n) = (b.buf_ptr() as usize, b.len_bytes());
+    let (p, n) = (b.ptr() as usize, b.len_bytes());
     Ok((b, p, n))
 }
 

@@ -9,7 +9,8 @@
 //! `mooncake-engram` or `mooncake-pg`. The shared helpers:
 //!
 //! - `args`: argument types (`UInt`, `Flag`, `arg0`/`key` aliases);
-//! - `buffer`: buffer-protocol input and output through `PyBuffer`;
+//! - `pybuf`: the C buffer protocol (outside the 3.10 stable ABI);
+//! - `buffer`: buffer-protocol input and output over it;
 //! - `report`: a domain error to a return code plus one log line
 //!   (store), or to the spec's exception (EngramStore);
 //! - `store::capsule`: the client capsule shared with EngramStore.
@@ -20,7 +21,9 @@ mod args;
 mod buffer;
 mod engine;
 mod engram;
+mod meta;
 mod pg;
+mod pybuf;
 mod report;
 mod store;
 
@@ -47,12 +50,22 @@ fn run_client(py: Python<'_>, argv: Vec<String>) -> i32 {
     py.allow_threads(|| mooncake_standalone::run_client(argv))
 }
 
+/// Run `transfer_engine_bench` in this process with `argv` (program name
+/// first) and return its exit code. The GIL is released for the whole run.
+#[pyfunction]
+fn run_transfer_engine_bench(py: Python<'_>, argv: Vec<String>) -> i32 {
+    py.allow_threads(|| mooncake_bench::run_transfer_engine_bench(argv))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(run_master, m)?)?;
     m.add_function(wrap_pyfunction!(parse_size, m)?)?;
+    m.add_function(wrap_pyfunction!(meta::run_http_metadata_server, m)?)?;
+    m.add_class::<meta::PyMetadataServer>()?;
     m.add_function(wrap_pyfunction!(run_client, m)?)?;
+    m.add_function(wrap_pyfunction!(run_transfer_engine_bench, m)?)?;
     store::register(m)?;
     engine::register(m)?;
     engram::register(m)?;

@@ -6,13 +6,16 @@
 
 use super::capsule::store_client;
 use crate::args::UInt;
-use crate::buffer::export_bytes;
+use crate::buffer::{export_object, exporting_type, take_pending, Exporter};
 use mooncake_client::{Lease, LeasePool, PoolConfig, PoolError};
-use pyo3::exceptions::{PyBufferError, PyRuntimeError};
-use pyo3::ffi;
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use std::ffi::c_int;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::PyType;
+use std::cell::RefCell;
+use std::ffi::CStr;
 use std::sync::Arc;
+use std::thread::LocalKey;
 
 fn err(e: PoolError) -> PyErr {
     PyRuntimeError::new_err(e.to_string())
@@ -125,7 +128,7 @@ impl BufferLease {
     #[getter]
     fn buffer<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.lease.ptr().map_err(err)?;
-        let view = Bound::new(py, BufferLeaseView::new(Arc::clone(&self.lease)))?;
+        let view = export_object(py, BufferLeaseView::new(Arc::clone(&self.lease)))?;
         py.import("builtins")?.getattr("memoryview")?.call1((view,))
     }
 
@@ -152,7 +155,7 @@ impl BufferLease {
 }
 
 /// The exporter behind `BufferLease.buffer`: counts as a live view.
-#[pyclass(module = "mooncake.store", frozen)]
+#[pyclass(module = "mooncake.store", frozen, subclass)]
 pub struct BufferLeaseView {
     lease: Arc<Lease>,
 }
@@ -170,8 +173,39 @@ impl Drop for BufferLeaseView {
     }
 }
 
+thread_local! {
+    static PENDING: RefCell<Option<BufferLeaseView>> = const { RefCell::new(None) };
+}
+static SUBCLASS: GILOnceCell<Py<PyType>> = GILOnceCell::new();
+
+// SAFETY: the lease's memory cannot be released while this view object
+// lives (it counts as an export), and it never moves.
+unsafe impl Exporter for BufferLeaseView {
+    const FORMAT: &'static CStr = c"B";
+    const SUBCLASS_NAME: &'static CStr = c"mooncake.store.BufferLeaseView";
+
+    fn region(slf: &Bound<'_, Self>) -> PyResult<(*mut u8, usize)> {
+        let lease = &slf.get().lease;
+        Ok((lease.ptr().map_err(err)? as *mut u8, lease.size() as usize))
+    }
+
+    fn subclass() -> &'static GILOnceCell<Py<PyType>> {
+        &SUBCLASS
+    }
+
+    fn pending() -> &'static LocalKey<RefCell<Option<Self>>> {
+        &PENDING
+    }
+}
+
 #[pymethods]
 impl BufferLeaseView {
+    /// Made only by `BufferLease.buffer`, never from Python.
+    #[new]
+    fn py_new() -> PyResult<Self> {
+        take_pending()
+    }
+
     /// A memoryview of this view.
     #[getter]
     fn buffer<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
@@ -180,42 +214,13 @@ impl BufferLeaseView {
             .getattr("memoryview")?
             .call1((slf,))
     }
-
-    /// Buffer protocol export (1-D, itemsize 1, format "B", writable).
-    ///
-    /// # Safety
-    /// Called by Python with a valid `view` (or null, which is rejected).
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
-        if view.is_null() {
-            return Err(PyBufferError::new_err("BufferLeaseView: view is null"));
-        }
-        let (ptr, len) = {
-            let lease = &slf.get().lease;
-            (lease.ptr().map_err(err)?, lease.size() as usize)
-        };
-        // SAFETY: `view` is valid (checked non-null, given by Python); the
-        // lease's memory cannot be released while this view object (which
-        // the buffer references) counts as an export, and it never moves.
-        unsafe { export_bytes(view, slf.into_any(), ptr as *mut u8, len, flags, c"B") };
-        Ok(())
-    }
-
-    /// Nothing to free: the format string is static.
-    ///
-    /// # Safety
-    /// Called by Python with the view `__getbuffer__` filled.
-    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
 }
 
 /// Add the pool classes and their `Registered*` aliases.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BufferPool>()?;
     m.add_class::<BufferLease>()?;
-    m.add_class::<BufferLeaseView>()?;
+    m.add("BufferLeaseView", exporting_type::<BufferLeaseView>(m.py())?)?;
     m.add("RegisteredBufferPool", m.getattr("BufferPool")?)?;
     m.add("RegisteredBufferLease", m.getattr("BufferLease")?)?;
     m.add("RegisteredBufferLeaseView", m.getattr("BufferLeaseView")?)?;

@@ -221,34 +221,35 @@ impl MooncakeDistributedStore {
 
     /// A `BufferHandle` with the value of `arg0` (alias `key=`), or `None`.
     #[pyo3(signature = (arg0=None, *, key=None))]
-    fn get_buffer(
+    fn get_buffer<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         arg0: Option<String>,
         key: Option<String>,
-    ) -> PyResult<Option<BufferHandle>> {
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let key = one_of("get_buffer", arg0, key, "key")?;
         let r = self.run(py, |c| c.get(&key));
-        Ok(Call::new(py, "get_buffer")
+        Call::new(py, "get_buffer")
             .ok(Some(&key), r)
-            .map(BufferHandle::new))
+            .map(|v| BufferHandle::wrap(py, v))
+            .transpose()
     }
 
     /// One `BufferHandle` (or `None`) per key of `arg0` (alias `keys=`).
     #[pyo3(signature = (arg0=None, *, keys=None))]
-    fn batch_get_buffer(
+    fn batch_get_buffer<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         arg0: Option<Vec<String>>,
         keys: Option<Vec<String>>,
-    ) -> PyResult<Vec<Option<BufferHandle>>> {
+    ) -> PyResult<Vec<Option<Bound<'py, PyAny>>>> {
         let keys = one_of("batch_get_buffer", arg0, keys, "keys")?;
         let r = self.run(py, |c| Ok(c.get_batch(&keys)));
         let values = Call::new(py, "batch_get_buffer").oks(&keys, r);
-        Ok(values
+        values
             .into_iter()
-            .map(|v| v.map(BufferHandle::new))
-            .collect())
+            .map(|v| v.map(|v| BufferHandle::wrap(py, v)).transpose())
+            .collect()
     }
 
     /// Size of the object `arg0` (alias `key=`), or a negative code. Grants a lease.

@@ -1,19 +1,22 @@
 //! `BufferHandle`, the result of `get_buffer` (store spec, "Byte-value
 //! API"): a private copy of the value that stays readable after `remove`,
 //! `close` or eviction, exported through the buffer protocol as a 1-D,
-//! itemsize 1, format `"b"`, writable buffer.
+//! itemsize 1, format `"b"`, writable buffer. Python's `BufferHandle` is
+//! the exporting subclass of this class ([`crate::buffer::Exporter`]).
 
-use crate::buffer::{export_bytes, ByteView};
+use crate::buffer::{export_object, take_pending, ByteView, Exporter};
 use mooncake_client::StagedValue;
-use pyo3::exceptions::PyBufferError;
-use pyo3::ffi;
 use pyo3::prelude::*;
-use std::ffi::c_int;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::PyType;
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::thread::LocalKey;
 
 /// The value returned by `get_buffer`: owns a private copy of the object's
 /// bytes (and its staging reservation), and exports them through the buffer
 /// protocol as a 1-D, itemsize 1, format `"b"`, writable buffer.
-#[pyclass(module = "mooncake.store")]
+#[pyclass(module = "mooncake.store", name = "_BufferHandleBase", subclass)]
 pub struct BufferHandle {
     /// The bytes; never resized, so exported pointers stay valid.
     data: Vec<u8>,
@@ -22,26 +25,60 @@ pub struct BufferHandle {
 }
 
 impl BufferHandle {
-    /// Wrap a staged read (takes over its bytes and its reservation).
-    pub(crate) fn new(mut value: StagedValue) -> Self {
+    /// A `BufferHandle` over a staged read (takes over its bytes and its
+    /// reservation).
+    pub(crate) fn wrap(py: Python<'_>, mut value: StagedValue) -> PyResult<Bound<'_, PyAny>> {
         let data = std::mem::take(&mut value.data);
-        BufferHandle {
+        let handle = BufferHandle {
             data,
             _staged: Some(value),
-        }
+        };
+        export_object(py, handle)
+    }
+}
+
+thread_local! {
+    static PENDING: RefCell<Option<BufferHandle>> = const { RefCell::new(None) };
+}
+static SUBCLASS: GILOnceCell<Py<PyType>> = GILOnceCell::new();
+
+// SAFETY: the bytes are a Vec owned by the object, never resized or moved
+// out, so the region is valid and writable while the object lives.
+unsafe impl Exporter for BufferHandle {
+    const FORMAT: &'static CStr = c"b";
+    const SUBCLASS_NAME: &'static CStr = c"mooncake.store.BufferHandle";
+
+    fn region(slf: &Bound<'_, Self>) -> PyResult<(*mut u8, usize)> {
+        let mut this = slf.try_borrow_mut()?;
+        Ok((this.data.as_mut_ptr(), this.data.len()))
+    }
+
+    fn subclass() -> &'static GILOnceCell<Py<PyType>> {
+        &SUBCLASS
+    }
+
+    fn pending() -> &'static LocalKey<RefCell<Option<Self>>> {
+        &PENDING
     }
 }
 
 #[pymethods]
 impl BufferHandle {
+    /// Made only by the store (`get_buffer`), never from Python.
+    #[new]
+    fn py_new() -> PyResult<Self> {
+        take_pending()
+    }
+
     /// A handle over a private copy of `data` (internal; for tests and tools).
     #[staticmethod]
-    fn _from_bytes(data: &Bound<'_, PyAny>) -> PyResult<Self> {
+    fn _from_bytes<'py>(data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let input = ByteView::new(data)?;
-        Ok(BufferHandle {
+        let handle = BufferHandle {
             data: input.as_slice().to_vec(),
             _staged: None,
-        })
+        };
+        export_object(data.py(), handle)
     }
 
     /// Address of the first byte.
@@ -61,34 +98,4 @@ impl BufferHandle {
     fn __repr__(&self) -> String {
         format!("<BufferHandle ptr={:#x} size={}>", self.ptr(), self.size())
     }
-
-    /// Buffer protocol export (1-D, itemsize 1, format "b", writable).
-    ///
-    /// # Safety
-    /// Called by Python with a valid `view` (or null, which is rejected).
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
-        if view.is_null() {
-            return Err(PyBufferError::new_err("BufferHandle: view is null"));
-        }
-        let (buf, len) = {
-            let mut this = slf.borrow_mut();
-            let data = &mut this.data;
-            (data.as_mut_ptr(), data.len())
-        };
-        // SAFETY: `view` is valid (checked non-null, given by Python); the
-        // memory is owned by `slf`, never moves or shrinks, and lives as long
-        // as the reference the view keeps.
-        unsafe { export_bytes(view, slf.into_any(), buf, len, flags, c"b") };
-        Ok(())
-    }
-
-    /// Nothing to free: the format string is static and the data is owned.
-    ///
-    /// # Safety
-    /// Called by Python with the view `__getbuffer__` filled.
-    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
 }

@@ -59,7 +59,10 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ReplicateConfig>()?;
     m.add_class::<config::SoftPinAction>()?;
     m.add_class::<config::ObjectDataType>()?;
-    m.add_class::<handle::BufferHandle>()?;
+    m.add(
+        "BufferHandle",
+        crate::buffer::exporting_type::<handle::BufferHandle>(m.py())?,
+    )?;
     buffer_pool::register(m)?;
     m.add_class::<host_mem::MooncakeHostMemAllocator>()?;
     m.add("ErrorCode", config::error_code_enum(m.py())?)?;

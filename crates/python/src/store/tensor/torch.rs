@@ -153,7 +153,8 @@ pub(crate) unsafe fn view_of<'py>(
     let len = ffi::Py_ssize_t::try_from(nbytes)
         .map_err(|_| PyValueError::new_err("tensor is too large"))?;
     // SAFETY: the caller vouches for the memory; the memoryview does not own it.
-    let mv = unsafe { ffi::PyMemoryView_FromMemory(ptr as *mut c_char, len, ffi::PyBUF_WRITE) };
+    let mv =
+        unsafe { ffi::PyMemoryView_FromMemory(ptr as *mut c_char, len, crate::pybuf::PYBUF_WRITE) };
     // SAFETY: a new reference or null with an exception set.
     let mv = unsafe { Bound::from_owned_ptr_or_err(py, mv) }?;
     let kwargs = PyDict::new(py);
