@@ -22,8 +22,8 @@ from typing import Any
 import mooncake.pg as mpg
 import torch
 import torch.distributed as dist
-from mooncake.pg import MooncakeBackendOptions
-from pg_elastic import activate_once, hub_get, hub_set, i32, wait_until
+from mooncake.pg import MooncakeBackendOptions, ProposalStatus
+from pg_elastic import hub_get, hub_set, i32, wait_until
 from pg_scenarios import eq, init
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -39,6 +39,28 @@ def _wait(w: Any, what: str) -> None:
     w.wait(timeout=datetime.timedelta(seconds=OP_BOUND_S))
     took = time.monotonic() - t0
     assert took < OP_BOUND_S, f"{what} waited {took:.1f}s"
+
+
+def _activate(rank: int, victim: int, epoch: int) -> None:
+    """Once the replacement of ``victim`` is ready here, rank 0 activates it
+    (Applied at ``epoch``); the other survivor waits for that view. Every
+    wait within ``OP_BOUND_S``."""
+    pg = dist.group.WORLD
+    wait_until(lambda: all(mpg.get_peer_state(pg, [victim])), "the replacement", OP_BOUND_S)
+    if rank == 0:
+        r = mpg.activate_ranks(pg, [victim])
+        assert r.status == ProposalStatus.Applied and r.new_epoch == epoch, r
+    else:
+        wait_until(lambda: mpg.get_current_epoch(pg) == epoch, "the activation", OP_BOUND_S)
+
+
+def _join_as(victim: int, port: int) -> None:
+    """The replacement process: rank ``victim`` of 3 with ``is_extension``,
+    local-only until ``join_group`` returns (within ``OP_BOUND_S``)."""
+    hub_get("replace")
+    init(victim, 3, port, MooncakeBackendOptions(3, True))
+    eq(mpg.get_active_ranks(dist.group.WORLD), i32(*(int(r == victim) for r in range(3))), "local")
+    mpg.join_group(dist.group.WORLD, timeout=OP_BOUND_S)
 
 
 def _gone(pid: int) -> bool:
@@ -145,9 +167,7 @@ def send_to_departed(rank: int, world: int, port: int) -> None:
     assert world == 3
     victim = 1
     if rank >= 100:
-        hub_get("replace")
-        init(victim, 3, port, MooncakeBackendOptions(3, True))
-        mpg.join_group(dist.group.WORLD)
+        _join_as(victim, port)
         rank = victim
     else:
         init(rank, 3, port, MooncakeBackendOptions(3))
@@ -178,7 +198,7 @@ def send_to_departed(rank: int, world: int, port: int) -> None:
         eq(mpg.get_failed_ranks_hint(w), i32(0, 1, 0), "hint of the late send")
         if rank == 0:
             hub_set("replace")
-        activate_once(pg, rank, [victim], epoch=2)
+        _activate(rank, victim, epoch=2)
     # The full group again: P2P both ways with the replacement, then a sum.
     if rank == 0:
         got = torch.zeros(3)
@@ -245,9 +265,7 @@ def gather_scatter_recover(rank: int, world: int, port: int) -> None:
     assert world == 3
     victim, k, rounds = 1, 1 << 16, 4  # 256 KiB per rank and slot: two pieces
     if rank >= 100:
-        hub_get("replace")
-        init(victim, 3, port, MooncakeBackendOptions(3, True))
-        mpg.join_group(dist.group.WORLD)
+        _join_as(victim, port)
         rank = victim
     else:
         init(rank, 3, port, MooncakeBackendOptions(3))
@@ -260,7 +278,7 @@ def gather_scatter_recover(rank: int, world: int, port: int) -> None:
         eq(mpg.get_active_ranks(pg), i32(1, 0, 1), "after the death")
         if rank == 0:
             hub_set("replace")
-        activate_once(pg, rank, [victim], epoch=2)
+        _activate(rank, victim, epoch=2)
     for i in range(rounds):
         _gather_scatter_round(rank, k, f"full round {i}")
     eq(mpg.get_active_ranks(dist.group.WORLD), i32(1, 1, 1), "full group")
