@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mooncake.pg as mpg
 import pg_elastic
 import pg_scenarios
+import pg_semantics
 import torch
 import torch.distributed as dist
 
@@ -60,7 +61,11 @@ def main() -> None:
         t0 = time.monotonic()
         try:
             name = step["scenario"]
-            scenario = getattr(pg_scenarios, name, None) or getattr(pg_elastic, name)
+            scenario = next(
+                getattr(m, name)
+                for m in (pg_scenarios, pg_elastic, pg_semantics)
+                if hasattr(m, name)
+            )
             scenario(rank, step["world"], port)
         except BaseException:  # noqa: BLE001 - reported, then the process ends
             print(f"@@STEP {sid} FAIL", flush=True)

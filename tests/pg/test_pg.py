@@ -119,7 +119,43 @@ ELASTIC: list[Step] = [
     for s in pair
 ]
 
-LAUNCHES = {"main": (MAIN, 8), "faults": (FAULTS, 16), "elastic": (ELASTIC, 14)}
+
+# Real training and failure semantics: two lanes of seven processes, one per
+# transport. A step's victim (``dies``) is never reused; ``101`` is the
+# process that replaces rank 1.
+def _semantics_lane(t: str, p: list[int]) -> list[Step]:
+    return [
+        Step("reinit_env", 4, p[:4], t),
+        Step("reinit_env", 2, p[4:6], t),
+        Step("training_losses", 4, p[:4], t),
+        Step("training_losses", 2, p[4:6], t),
+        Step("p2p_dead_peer", 3, p[:3], t, dies=[p[1]]),
+        Step("send_to_departed", 3, [p[0], p[2], p[3], p[4]], t, ranks=[0, 1, 2, 101], dies=[p[2]]),
+        Step(
+            "gather_scatter_recover",
+            3,
+            [p[0], p[3], p[5], p[6]],
+            t,
+            ranks=[0, 1, 2, 101],
+            dies=[p[3]],
+        ),
+    ]
+
+
+SEMANTICS: list[Step] = [
+    s
+    for pair in zip(
+        _semantics_lane("auto", list(range(7))), _semantics_lane("tcp", list(range(7, 14)))
+    )
+    for s in pair
+]
+
+LAUNCHES = {
+    "main": (MAIN, 8),
+    "faults": (FAULTS, 16),
+    "elastic": (ELASTIC, 14),
+    "semantics": (SEMANTICS, 14),
+}
 
 
 @functools.cache
@@ -134,7 +170,8 @@ def _params(name: str) -> list[object]:
 
 
 @pytest.mark.parametrize(
-    ("launch", "step"), _params("main") + _params("faults") + _params("elastic")
+    ("launch", "step"),
+    _params("main") + _params("faults") + _params("elastic") + _params("semantics"),
 )
 def test_scenario(launch: str, step: str) -> None:
     _launch(launch).check(step)

@@ -908,11 +908,13 @@ impl Group {
                     // `ptr` for the duration of this call.
                     unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
                 };
-                if p2p::send(&l, self.shared.cfg.p2p_frame, data).is_err() {
-                    l.mark_dead();
-                    self.shared.finish(&done, None, 1u64 << dst);
-                } else {
-                    done.complete(None, 0);
+                if p2p::send(&l, self.shared.cfg.p2p_frame, data, done.clone()).is_err() {
+                    l.fence();
+                }
+                // The link's reader fails unacknowledged sends when it ends;
+                // one that ended before this send was registered left it to us.
+                if l.is_dead() {
+                    self.shared.fail_sends(dst, l.take_sends());
                 }
             }
             _ => self.shared.finish(&done, None, 1u64 << dst),

@@ -4,6 +4,7 @@
 //! `reader`; this module knows nothing about the group around it.
 
 use crate::clock::now_ns;
+use crate::completion::Completion;
 use crate::fault;
 use crate::shm::Segment;
 use crate::wire::{self, Hdr};
@@ -54,6 +55,20 @@ pub(crate) struct PeerLink {
     /// The peer's segment, mapped, until both sides agreed to use it.
     shm_pending: Mutex<Option<Arc<Segment>>>,
     abort_seq: AtomicU64,
+    /// Sends written to this link and not yet acknowledged, by message
+    /// number (a send succeeds when the peer acknowledges it, not when its
+    /// bytes are handed to the socket).
+    sends: Mutex<SendLedger>,
+    /// P2P messages received whole from the peer (a running count).
+    rx_msgs: AtomicU64,
+    /// The highest count acknowledged to the peer so far.
+    rx_acked: AtomicU64,
+}
+
+#[derive(Default)]
+struct SendLedger {
+    next: u64,
+    pending: VecDeque<(u64, Arc<Completion>)>,
 }
 
 /// What the front of a collective channel holds.
@@ -95,6 +110,9 @@ impl PeerLink {
             offer_claimed: AtomicBool::new(false),
             shm_pending: Mutex::new(None),
             abort_seq: AtomicU64::new(0),
+            sends: Mutex::new(SendLedger::default()),
+            rx_msgs: AtomicU64::new(0),
+            rx_acked: AtomicU64::new(0),
         }
     }
 
@@ -167,9 +185,88 @@ impl PeerLink {
     pub(crate) fn write_frame(&self, hdr: &Hdr, payload: &[u8]) -> std::io::Result<()> {
         fault::delay(&self.group, self.slot);
         let mut w = self.writer.lock();
-        wire::write_frame(&mut *w, hdr, payload)?;
+        let res = wire::write_frame(&mut *w, hdr, payload);
+        drop(w);
+        self.flush_acks();
+        res?;
         self.last_tx.store(now_ns(), Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Registers a send of the next P2P message on this link (call with
+    /// `p2p_lock` held, before its first frame is written): it completes
+    /// when the peer acknowledges that message, or fails with the link.
+    pub(crate) fn register_send(&self, done: Arc<Completion>) {
+        let mut l = self.sends.lock();
+        l.next += 1;
+        let n = l.next;
+        l.pending.push_back((n, done));
+    }
+
+    /// The peer acknowledged every message up to number `upto`: those sends
+    /// succeeded.
+    pub(crate) fn acked(&self, upto: u64) {
+        let mut done = Vec::new();
+        {
+            let mut l = self.sends.lock();
+            while l.pending.front().is_some_and(|(n, _)| *n <= upto) {
+                if let Some((_, d)) = l.pending.pop_front() {
+                    done.push(d);
+                }
+            }
+        }
+        for d in done {
+            d.complete(None, 0);
+        }
+    }
+
+    /// Takes the sends still waiting for an acknowledgement (the link
+    /// failed or is shutting down; the caller fails them).
+    pub(crate) fn take_sends(&self) -> Vec<Arc<Completion>> {
+        self.sends
+            .lock()
+            .pending
+            .drain(..)
+            .map(|(_, d)| d)
+            .collect()
+    }
+
+    /// Whether sends wait for this peer's acknowledgement.
+    pub(crate) fn sends_pending(&self) -> bool {
+        !self.sends.lock().pending.is_empty()
+    }
+
+    /// A P2P message from the peer arrived whole: acknowledge it.
+    pub(crate) fn received_message(&self) {
+        self.rx_msgs.fetch_add(1, Ordering::SeqCst);
+        self.flush_acks();
+    }
+
+    /// Sends the acknowledgement count if it moved. Acknowledgements are
+    /// cumulative, so none is lost when the writer is busy: whoever holds
+    /// the writer flushes after releasing it (every write path calls this),
+    /// and a reader never blocks on its own socket to acknowledge.
+    fn flush_acks(&self) {
+        // Pairs with the count's increment: a reader that found the writer
+        // busy, and the holder releasing it, cannot both miss the other.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        while self.rx_msgs.load(Ordering::SeqCst) > self.rx_acked.load(Ordering::SeqCst) {
+            let Some(mut w) = self.writer.try_lock() else {
+                return;
+            };
+            let upto = self.rx_msgs.load(Ordering::SeqCst);
+            let hdr = Hdr {
+                kind: wire::KIND_P2P_ACK,
+                seq: upto,
+                ..Default::default()
+            };
+            let ok = wire::write_frame(&mut *w, &hdr, &[]).is_ok();
+            self.rx_acked.store(upto, Ordering::SeqCst);
+            drop(w);
+            if !ok {
+                return;
+            }
+        }
     }
 
     /// Writes a control frame (carrying `seq`: a watermark for PONGs)
@@ -184,7 +281,10 @@ impl PeerLink {
             seq,
             ..Default::default()
         };
-        wire::write_frame(&mut *w, &hdr, &[]).is_ok()
+        let ok = wire::write_frame(&mut *w, &hdr, &[]).is_ok();
+        drop(w);
+        self.flush_acks();
+        ok
     }
 
     /// True while a thread is writing to the socket.

@@ -199,13 +199,16 @@ impl P2p {
     }
 
     /// Reader-thread handler for one P2P frame from `src`. Returns false on
-    /// a broken stream.
+    /// a broken stream. `arrived` runs once a message's last byte is in,
+    /// before its receive completes (it acknowledges the message: the
+    /// sender's wait is then not behind the receiver's wakeup).
     pub(crate) fn on_frame(
         &self,
         src: usize,
         hdr: &Hdr,
         r: &mut impl Read,
         cur: &mut Option<RxMessage>,
+        arrived: impl FnOnce(),
     ) -> bool {
         if hdr.offset == 0 {
             *cur = Some(match self.next_posted(src) {
@@ -263,6 +266,7 @@ impl P2p {
             return false;
         }
         if hdr.offset + hdr.len as u64 >= hdr.total {
+            arrived();
             match cur.take() {
                 Some(RxMessage::Posted {
                     recv,
@@ -329,9 +333,16 @@ impl P2p {
     }
 }
 
-/// Sends one message to `link` from the calling thread.
-pub(crate) fn send(link: &PeerLink, frame: usize, data: &[u8]) -> std::io::Result<()> {
+/// Sends one message to `link` from the calling thread; `done` completes
+/// when the peer acknowledges it (see [`PeerLink::register_send`]).
+pub(crate) fn send(
+    link: &PeerLink,
+    frame: usize,
+    data: &[u8],
+    done: Arc<Completion>,
+) -> std::io::Result<()> {
     let _g = link.p2p_lock.lock();
+    link.register_send(done);
     let total = data.len() as u64;
     let mut off = 0usize;
     loop {

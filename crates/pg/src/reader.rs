@@ -18,8 +18,8 @@ use crate::retain::{Request, Retention, Verdict};
 use crate::shared::{Links, Shared};
 use crate::shm::PIECE;
 use crate::wire::{
-    Hdr, KIND_ABORT, KIND_BYE, KIND_COLL, KIND_MAPPED, KIND_P2P, KIND_PING, KIND_PONG,
-    KIND_PULL_REQ, KIND_PULL_RESP, PULL_NOT_HELD,
+    Hdr, KIND_ABORT, KIND_BYE, KIND_COLL, KIND_MAPPED, KIND_P2P, KIND_P2P_ACK, KIND_PING,
+    KIND_PONG, KIND_PULL_REQ, KIND_PULL_RESP, PULL_NOT_HELD,
 };
 use std::io::{BufReader, Read};
 use std::net::TcpStream;
@@ -151,7 +151,15 @@ pub(crate) fn reader_loop(shared: Arc<Shared>, link: Arc<PeerLink>, stream: TcpS
                 }
                 ok
             }
-            KIND_P2P => shared.p2p.on_frame(link.slot, &hdr, &mut r, &mut rx_msg),
+            KIND_P2P => shared
+                .p2p
+                .on_frame(link.slot, &hdr, &mut r, &mut rx_msg, || {
+                    link.received_message()
+                }),
+            KIND_P2P_ACK => {
+                link.acked(hdr.seq);
+                true
+            }
             KIND_MAPPED => {
                 link.set_mapped(hdr.aux == 1);
                 if let Some(own) = &shared.seg {
@@ -189,6 +197,7 @@ pub(crate) fn reader_loop(shared: Arc<Shared>, link: Arc<PeerLink>, stream: TcpS
     shared.retain.fail_pulls(link.slot, None);
     let pending = shared.p2p.take_pending(link.slot, &mut rx_msg);
     shared.fail_recvs(link.slot, pending);
+    shared.fail_sends(link.slot, link.take_sends());
     shared.bell().ring();
     shared.notify_ctrl();
 }

@@ -309,6 +309,18 @@ impl Shared {
         }
     }
 
+    /// Completes sends the peer at `slot` never acknowledged: failed
+    /// (flagged in their hints), or cancelled at shutdown.
+    pub(crate) fn fail_sends(&self, slot: usize, sends: Vec<Arc<Completion>>) {
+        for d in sends {
+            if self.is_shutdown() {
+                d.complete(Some(PgError::Shutdown), 0);
+            } else {
+                self.finish(&d, None, 1u64 << slot);
+            }
+        }
+    }
+
     /// Slots of the committed mask whose links are dead (or missing).
     pub(crate) fn dead_links(&self) -> u64 {
         let mask = self.mask() & !(1u64 << self.rank);

@@ -1,6 +1,6 @@
 //! The per-group liveness watchdog (pg spec, detection and bound): while
 //! anything waits on a peer (a running collective, a posted receive, a
-//! blocked write), it PINGs that peer every `min(T/4, 100 ms)` and fences it
+//! send awaiting its acknowledgement, a blocked write), it PINGs that peer every `min(T/4, 100 ms)` and fences it
 //! once it has been silent for T (no frame received, no write completed).
 //! Live peers answer from their reader threads, so a slow but live peer is
 //! never fenced. While nothing waits it sleeps for `min(T/2, 1 s)` (only
@@ -39,7 +39,7 @@ pub(crate) fn watchdog_loop(shared: Arc<Shared>) {
                 since[slot] = None;
                 continue;
             };
-            if waited >> slot & 1 == 0 && !l.writing() {
+            if waited >> slot & 1 == 0 && !l.writing() && !l.sends_pending() {
                 since[slot] = None;
                 continue;
             }

@@ -37,6 +37,9 @@ pub(crate) const KIND_PONG: u8 = 7;
 pub(crate) const KIND_PULL_REQ: u8 = 8;
 /// A piece of a pulled range, or a refusal (`aux` = [`PULL_NOT_HELD`]).
 pub(crate) const KIND_PULL_RESP: u8 = 9;
+/// The receiver took in every P2P message of this link up to message
+/// number `seq` (a running count from 1): what makes a send successful.
+pub(crate) const KIND_P2P_ACK: u8 = 10;
 /// `aux` of a [`KIND_PULL_RESP`]: the input of that op is not (or no
 /// longer) held.
 pub(crate) const PULL_NOT_HELD: u32 = 1;

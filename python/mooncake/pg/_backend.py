@@ -11,6 +11,8 @@ import contextlib
 import datetime
 import json
 import os
+import socket
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,6 +33,8 @@ PREFIX = "mcpg/v1"
 _PROCESS_COORDINATOR: list[str | None] = [None]
 _HOST_OVERRIDE: list[str | None] = [None]
 AUTO_SPIN_US = 30
+# Longest a rank's destroy of the default group waits for rank 0's.
+CLOSE_WAIT_S = 10.0
 # Most same-host ranks seen in any group of this process (spin policy).
 _MAX_LOCAL_RANKS = 1
 _STRIDED = torch.strided
@@ -45,6 +49,78 @@ def _timeout_s(t: Any, default: float = 1800.0) -> float:
     if isinstance(t, datetime.timedelta):
         return max(t.total_seconds(), 0.001)
     return max(float(t), 0.001)
+
+
+def _store_failure(e: BaseException, timeout: float) -> str:
+    """What went wrong with a store wait: its deadline, or the store itself
+    (its host closed it or went away)."""
+    lost = getattr(dist, "DistNetworkError", None)
+    if lost is not None and isinstance(e, lost):
+        return f"lost the connection to the store ({e})"
+    return f"timed out after {timeout:.1f}s"
+
+
+_WARNED_THREADS = [False]
+
+
+def _warn_oversubscribed(local_ranks: int) -> None:
+    """Warns once per process when this host's ranks run more torch threads
+    than there are CPUs. OpenMP's idle threads spin for milliseconds
+    between parallel regions (libgomp, unless it sees more threads than
+    CPUs in its own process), so ranks that oversubscribe the CPUs spend
+    their compute time spinning: FSDP2 training of a small MLP at world 2
+    on 2 CPUs ran 3-5x slower with torch's default of 2 threads per rank
+    than with one (see benchmarks/pg_training_bench.py --threads)."""
+    threads = torch.get_num_threads()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if _WARNED_THREADS[0] or threads <= 1 or local_ranks * threads <= (cpus or 1):
+        return
+    _WARNED_THREADS[0] = True
+    warnings.warn(
+        f"mooncake-pg: {local_ranks} ranks on this host each run {threads} torch threads on "
+        f"{cpus} CPUs; spinning OpenMP threads then take the CPU from compute and "
+        f"communication. Set torch.set_num_threads({max(1, (cpus or 1) // local_ranks)}) "
+        "(or OMP_NUM_THREADS) in each rank, as torchrun does by default.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
+def _watch_store(store: Any) -> socket.socket | None:
+    """A bare connection to the TCPStore server behind ``store``, which
+    only ever reads the server closing it (see ``_await_store_close``)."""
+    base = store
+    while isinstance(base, dist.PrefixStore):
+        base = base.underlying_store
+    if not isinstance(base, dist.TCPStore):
+        return None
+    try:
+        return socket.create_connection((base.host, base.port), timeout=5.0)
+    except OSError:
+        return None
+
+
+def _await_store_close(watch: socket.socket, host_live: bool) -> None:
+    """Destroying the default group ends once torch's rendezvous store is gone.
+
+    With ``env://`` or ``tcp://`` initialisation torch creates the store,
+    rank 0 hosts it, and torch frees it a moment after this group's shutdown
+    on rank 0. A rank that left earlier and re-initialised at once on the
+    same ``MASTER_PORT`` would reach that old store just before it closes,
+    and its second ``init_process_group`` would fail (``recvValue failed``;
+    gloo has the same race). So every other rank waits until rank 0's
+    store server closed its connection (``watch``, opened at init; a failing
+    store request would make torch log the error), at most ``CLOSE_WAIT_S``
+    (a rank 0 that goes on serving without destroying). A store the user
+    passed in outlives the group and is not waited on; neither is a rank 0
+    this member no longer counts as live.
+    """
+    if not host_live or getattr(dist.distributed_c10d, "_default_pg_init_method", None) is None:
+        return
+    with contextlib.suppress(OSError):  # reset, or the wait's bound
+        watch.settimeout(CLOSE_WAIT_S)
+        while watch.recv(4096):  # the server never writes here; b"" is its close
+            pass
 
 
 class _Shim(_C10dBackend):
@@ -184,6 +260,9 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             raise
         finally:
             self._store = None
+        # The default group's rank 0 hosts torch's rendezvous store; the
+        # other ranks watch it for the closing handshake (see shutdown).
+        self._store_watch = _watch_store(store) if default_group and rank != 0 else None
         if default_group:
             _PROCESS_COORDINATOR[0] = coordinator
         try:
@@ -248,7 +327,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             store.wait([key], datetime.timedelta(seconds=self._timeout))
         except Exception as e:  # torch raises DistStoreError / RuntimeError
             raise RuntimeError(
-                f"{self._name}: timed out after {self._timeout:.1f}s waiting for rank 0 to "
+                f"{self._name}: {_store_failure(e, self._timeout)} waiting for rank 0 to "
                 "start the membership coordinator"
             ) from e
         return bytes(store.get(key)).decode()
@@ -281,14 +360,17 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         try:
             store.wait(list(keys.values()), datetime.timedelta(seconds=self._timeout))
         except Exception as e:  # torch raises DistStoreError / RuntimeError
-            missing = [r for r, k in keys.items() if not store.check([k])]
-            why = "".join(
-                f"; rank {r} failed: {bytes(store.get(f)).decode(errors='replace')}"
-                for r in missing
-                if store.check([f := f"{self._key_prefix}/failed/{r}"])
-            )
+            missing: list[int] | str = "?"
+            why = ""
+            with contextlib.suppress(Exception):  # the store itself may be gone
+                missing = [r for r, k in keys.items() if not store.check([k])]
+                why = "".join(
+                    f"; rank {r} failed: {bytes(store.get(f)).decode(errors='replace')}"
+                    for r in missing
+                    if store.check([f := f"{self._key_prefix}/failed/{r}"])
+                )
             raise RuntimeError(
-                f"{self._name}: timed out after {self._timeout:.1f}s waiting for rank(s) "
+                f"{self._name}: {_store_failure(e, self._timeout)} waiting for rank(s) "
                 f"{missing} to join process group '{group_id}'{why}"
             ) from e
         peers = []
@@ -298,6 +380,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
                 (r, rec["endpoint"], int(rec["member_id"]), rec["host"] == me_host, rec["shm"])
             )
         self._set_spin(1 + sum(1 for p in peers if p[3]))
+        _warn_oversubscribed(1 + sum(1 for p in peers if p[3]))
         try:
             self._native.connect(peers, self._timeout)
         except TimeoutError as e:
@@ -784,6 +867,9 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         if self._closed:
             return
         self._closed = True
+        # Whether rank 0 is still a live member we may wait for (read before
+        # the core stops).
+        host_live = self._rank != 0 and self._native.is_active() and self._native.mask() & 1 == 1
         self._native.shutdown()
         for w in list(self._inflight.values()):
             w._finalize()
@@ -793,6 +879,10 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         if self._coordinator is not None:
             self._coordinator.shutdown()
             self._coordinator = None
+        watch, self._store_watch = self._store_watch, None
+        if watch is not None:
+            with watch:
+                _await_store_close(watch, host_live)
 
     def abort(self) -> None:
         self.shutdown()
