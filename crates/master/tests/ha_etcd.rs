@@ -61,14 +61,32 @@ fn start_etcd() -> Option<Etcd> {
         dir,
         endpoint: format!("http://127.0.0.1:{cport}"),
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // etcd accepts connections before it has elected itself leader, and
+    // answers requests only after that: wait for `/health` to say so.
+    let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        if std::net::TcpStream::connect(("127.0.0.1", cport)).is_ok() {
+        if etcd_healthy(cport) {
             return Some(etcd);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("etcd did not start");
+    panic!("etcd did not become healthy within 30 s");
+}
+
+/// Whether etcd on `port` answers `GET /health` with `"health":"true"`.
+fn etcd_healthy(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let req = format!("GET /health HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.contains("\"health\":\"true\"")
 }
 
 /// Records term starts and ends.
