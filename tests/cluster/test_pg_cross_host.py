@@ -59,7 +59,11 @@ def test_ranks_on_two_hosts_meet_through_init_method_and_links_avoid_pacing(
     for p in ranks:
         assert p.stdout is not None
         line = p.stdout.readline()
-        assert line, p.stderr.read() if p.stderr else ""
+        if not line:
+            for q in ranks:
+                q.kill()
+            errs = [(q.wait(), q.stderr.read() if q.stderr else "") for q in ranks]
+            raise AssertionError(f"a rank printed no result: {errs}")
         assert json.loads(line) == {"sum": 3.0, "all_equal": True}
     # The rank links run between the hosts' addresses, with cubic at both ends.
     peers = {

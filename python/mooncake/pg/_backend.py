@@ -130,6 +130,18 @@ class _Shim(_C10dBackend):
     def __init__(self, pg: MooncakeProcessGroup, rank: int, capacity: int) -> None:
         super().__init__(rank, capacity)
         self._pg = weakref.ref(pg)
+        self._options = _C10dBackend.Options(
+            pg.getBackendName(), datetime.timedelta(seconds=pg._timeout)
+        )
+
+    @property
+    def options(self) -> _C10dBackend.Options:
+        """The backend's name and timeout. Defined here because torch's
+        trampoline for a Python backend looks ``options`` up on the Python
+        object, and the base class's own property calls that trampoline
+        again (endless recursion; torch 2.15 asks for it when it attaches
+        its flight recorder to a group)."""
+        return self._options
 
     def _owner(self) -> MooncakeProcessGroup:
         pg = self._pg()
