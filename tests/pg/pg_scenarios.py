@@ -1190,7 +1190,7 @@ def _coordinator_gone(msg: str) -> bool:
 
 
 def refused_connect(rank: int, world: int, port: int) -> None:
-    """§10 fail_connect: rank 1 refuses to dial rank 0, so init fails on both
+    """Fault rule fail_connect: rank 1 refuses to dial rank 0, so init fails on both
     within the timeout, naming the missing rank; without the rule it works."""
     from mooncake.pg import _testing
 
@@ -1249,7 +1249,7 @@ def _token_round(rank: int, world: int, port: int) -> None:
 
 
 def cluster_token(rank: int, world: int, port: int) -> None:
-    """Issue 10 for PG ranks: with MC_AUTH_TOKEN on every rank the group
+    """Cluster token for PG ranks: with MC_AUTH_TOKEN on every rank the group
     works; a rank with a wrong or missing token is refused with a clear
     error, its peers fail within their timeout naming it and why, nobody
     hangs or crashes, and the same processes then form a group again."""

@@ -23,7 +23,8 @@ BENCH_ARGS = (
     "-m mooncake.pg.bench --collective all_reduce --backends mooncake-cpu,gloo "
     "-g 2 -b 8 -e 1M -f 4 -n 5"
 )
-# Silence timeout T for the failure scenarios (spec §12 E: T = 2 s).
+# Silence timeout T for the failure scenarios: 2 s, so survivors finish within
+# 2·T = 4 s of a failure.
 FAULT_ENV = {
     "MOONCAKE_PG_COLLECTIVE_TIMEOUT_US": "2000000",
     "MOONCAKE_PG_P2P_TIMEOUT_US": "2000000",
@@ -38,7 +39,8 @@ def _pairs(scenario: str, world: int, groups: list[list[int]], **kw: object) -> 
     ]
 
 
-# A cluster token for every rank of a step (issue 10: PG ranks likewise).
+# A cluster token for every rank of a step: PG ranks authenticate like the
+# store's clients.
 TOKEN_ENV = {"MC_AUTH_TOKEN": "pg-cluster-secret"}
 
 LO4, HI4 = [0, 1, 2, 3], [4, 5, 6, 7]
@@ -57,7 +59,7 @@ MAIN: list[Step] = [
     # Only rank 0 of a 2-rank group ever starts.
     *_pairs("never_joins", 2, [[2], [3]]),
     *_pairs("refused_connect", 2, [[4, 5], [6, 7]]),
-    # Issue 10, PG ranks: every link and coordinator session authenticated.
+    # With a cluster token, every link and coordinator session is authenticated.
     *_pairs("cluster_token", 3, [[0, 1, 2], [4, 5, 6]], env=TOKEN_ENV),
 ]
 

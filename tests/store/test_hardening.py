@@ -1,7 +1,8 @@
-"""Issue 10 (hardening): a broken or hostile peer on the network must not
-crash the master, empty the store, or starve a client.
+"""Hardening: a broken or hostile peer on the network must not crash the
+master, empty the store, or starve a client.
 
-Each test names the numbered item of the issue it pins down. Attack traffic
+Three groups: connection and descriptor limits, the cluster token on every
+connection, and puts that avoid the segment of a dead owner. Attack traffic
 comes from 127.0.0.2 where a per-peer limit matters, so that honest clients
 (127.0.0.1) are a different peer.
 """
@@ -146,7 +147,7 @@ def _token_file(tmp_path: Path, token: str = TOKEN) -> str:
     return str(p)
 
 
-# ---------------------------------------------------------------- item 3
+# ------------------------------------------ connection and descriptor limits
 
 
 @pytest.mark.slow
@@ -268,7 +269,7 @@ def test_heartbeat_reconnects_with_no_descriptor_left(
         assert owner.call("release_fds") == 0
 
 
-# ---------------------------------------------------------------- item 6
+# ----------------------------------------- the cluster token on every connection
 
 
 def test_token_required_on_every_connection(
@@ -406,7 +407,7 @@ def test_metadata_writes_need_the_token(
     assert (status, body) == (200, b"v")
 
 
-# ---------------------------------------------------------------- item 7
+# ------------------------------------------------- puts avoid dead owners' segments
 
 
 @pytest.mark.slow

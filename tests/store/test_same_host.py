@@ -1,4 +1,4 @@
-"""Transfer paths and get_client_stats() (spec §5, ours)."""
+"""Transfer paths and get_client_stats() (ours)."""
 
 from __future__ import annotations
 

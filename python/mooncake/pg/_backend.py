@@ -1,6 +1,6 @@
 """``MooncakeProcessGroup``: the torch ProcessGroup subclass over the Rust core.
 
-Torch's C++ trampoline dispatches to these methods by name (spec §1.2), so
+Torch's C++ trampoline dispatches to these methods by name, so
 both current and legacy method names are defined. Validation happens here,
 synchronously, before anything is submitted.
 """
@@ -562,7 +562,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
     def _slots(
         self, spec: Any, unit: torch.Tensor, what: str, finish: list[Finish], out: bool
     ) -> tuple[list[int], list[Any]]:
-        """Per-slot addresses (spec §4.2) and what to keep alive. ``spec`` is a
+        """Per-slot addresses (slot j always means rank j) and what to keep alive. ``spec`` is a
         tensor list (K = its length, each like ``unit``) or one tensor (K =
         numel / unit.numel()); outputs go through temporaries where needed."""
         if not isinstance(spec, torch.Tensor):

@@ -125,7 +125,7 @@ class MooncakeWork(Work):
     def synchronize(self) -> None:
         self.wait()
 
-    # Failure reporting (spec §5.3).
+    # Failure reporting: which ranks' contributions this op could not obtain.
     def failed_mask(self) -> int:
         """Bitmap of ranks whose contribution this rank could not obtain."""
         return int(self._native.failed_mask())
