@@ -35,7 +35,7 @@ def _pairs(scenario: str, world: int, groups: list[list[int]], **kw: object) -> 
     """``scenario`` once per transport, on two disjoint process sets (concurrently)."""
     return [
         Step(scenario, world, procs, transport=t, **kw)  # type: ignore[arg-type]
-        for t, procs in zip(TRANSPORTS, groups)
+        for t, procs in zip(TRANSPORTS, groups, strict=True)
     ]
 
 
@@ -80,7 +80,9 @@ def _fault_lane(t: str, p: list[int]) -> list[Step]:
 
 FAULTS: list[Step] = [
     s
-    for pair in zip(_fault_lane("auto", list(range(8))), _fault_lane("tcp", list(range(8, 16))))
+    for pair in zip(
+        _fault_lane("auto", list(range(8))), _fault_lane("tcp", list(range(8, 16))), strict=True
+    )
     for s in pair
 ]
 
@@ -117,7 +119,9 @@ def _elastic_lane(t: str, q: list[int]) -> list[Step]:
 
 ELASTIC: list[Step] = [
     s
-    for pair in zip(_elastic_lane("auto", list(range(7))), _elastic_lane("tcp", list(range(7, 14))))
+    for pair in zip(
+        _elastic_lane("auto", list(range(7))), _elastic_lane("tcp", list(range(7, 14))), strict=True
+    )
     for s in pair
 ]
 
@@ -147,7 +151,9 @@ def _semantics_lane(t: str, p: list[int]) -> list[Step]:
 SEMANTICS: list[Step] = [
     s
     for pair in zip(
-        _semantics_lane("auto", list(range(7))), _semantics_lane("tcp", list(range(7, 14)))
+        _semantics_lane("auto", list(range(7))),
+        _semantics_lane("tcp", list(range(7, 14))),
+        strict=True,
     )
     for s in pair
 ]
@@ -249,7 +255,7 @@ def test_codes_come_from_the_core() -> None:
     assert len(set(dtypes.values())) == len(dtypes) == 14
     for name, code in dtypes.items():
         if name == "raw":
-            assert _codes.RAW == code
+            assert code == _codes.RAW
         elif hasattr(torch, name):
             assert _codes.dtype_code(getattr(torch, name)) == code, name
     for name in ("float32", "bfloat16", "int64", "bool"):

@@ -110,7 +110,11 @@ class ProposeViewUpdateResponse:
     __slots__ = ("_dropped", "_epoch", "_reason", "_status")
 
     def __init__(
-        self, status: ProposalStatus, new_epoch: int, dropped_ranks: list[int], reject_reason: str
+        self,
+        status: ProposalStatus | int,
+        new_epoch: int,
+        dropped_ranks: list[int],
+        reject_reason: str,
     ) -> None:
         self._status = ProposalStatus(status)
         self._epoch = int(new_epoch)

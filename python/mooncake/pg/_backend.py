@@ -15,17 +15,21 @@ import socket
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
+from torch._C._distributed_c10d import PrefixStore, TCPStore
 
 from mooncake import _native
 from mooncake.pg import _codes
 from mooncake.pg._host import advertised_host, host_identity, store_host
 from mooncake.pg._options import MAX_CAPACITY, MooncakeBackendOptions
 from mooncake.pg._work import MooncakeWork
+
+if TYPE_CHECKING:
+    from torch.distributed.distributed_c10d import GroupName
 
 PREFIX = "mcpg/v1"
 # The membership coordinator's address once the default group is a Mooncake
@@ -90,9 +94,9 @@ def _watch_store(store: Any) -> socket.socket | None:
     """A bare connection to the TCPStore server behind ``store``, which
     only ever reads the server closing it (see ``_await_store_close``)."""
     base = store
-    while isinstance(base, dist.PrefixStore):
+    while isinstance(base, PrefixStore):
         base = base.underlying_store
-    if not isinstance(base, dist.TCPStore):
+    if not isinstance(base, TCPStore):
         return None
     try:
         return socket.create_connection((base.host, base.port), timeout=5.0)
@@ -274,10 +278,9 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         except (AttributeError, RuntimeError, TypeError):  # older torch: optional
             pass
         self._group_id = group_id
-        try:  # torch <= 2.12 returns custom groups before naming them
-            self._set_group_name(group_id)
-        except (AttributeError, RuntimeError, TypeError):
-            pass
+        # torch <= 2.12 returns custom groups before naming them
+        with contextlib.suppress(AttributeError, RuntimeError, TypeError):
+            self._set_group_name(cast("GroupName", group_id))
 
     # ----------------------------------------------------------------- setup
     def _make_mask(
@@ -396,17 +399,17 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             return
         _MAX_LOCAL_RANKS = max(_MAX_LOCAL_RANKS, local_ranks)
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        self._native.set_spin_us(AUTO_SPIN_US if _MAX_LOCAL_RANKS <= (cpus or 1) else 0)
+        self._native.set_spin_us(AUTO_SPIN_US if (cpus or 1) >= _MAX_LOCAL_RANKS else 0)
 
     # -------------------------------------------------------------- identity
     @property
-    def group_name(self) -> str:
+    def group_name(self) -> GroupName:
         """Torch's group name; falls back to the group id where torch (<= 2.12)
         cannot attach a Python backend to carry it."""
         try:
-            return str(super().group_name)
+            return cast("GroupName", str(super().group_name))
         except RuntimeError:
-            return self._group_id
+            return cast("GroupName", self._group_id)
 
     def getBackendName(self) -> str:
         return self._name
@@ -549,10 +552,12 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         n = self._native.submit(kind, srcs, dsts, nbytes, codes[0], codes[1], root)
         return self._work(n, keep, finish, result)
 
-    def _one_list(self, lists: Any, what: str) -> list[Any]:
+    def _one_list(self, lists: object, what: str) -> object:
+        """The one element of a one-element list or tuple (the caller's tensor
+        list, or one tensor, which the op validates)."""
         if not isinstance(lists, (list, tuple)) or len(lists) != 1:
             raise ValueError(f"{self._name}: {what} takes exactly one tensor list")
-        return lists[0]
+        return cast(object, lists[0])
 
     def _root_only(self, lists: Any, what: str) -> None:
         """Non-root ranks pass no slots (None), only empty lists."""
@@ -584,7 +589,9 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         nb, base = self._nbytes(unit), host.data_ptr()
         return [base + j * nb for j in range(k)], [big, host]
 
-    def _inplace(self, kind: str, tensors: Any, opts: Any, reduces: bool, rooted: bool) -> Any:
+    def _inplace(
+        self, kind: str, tensors: Any, opts: Any, reduces: bool, rooted: bool
+    ) -> MooncakeWork:
         """all_reduce, broadcast and reduce: one tensor, updated in place."""
         self._check_open()
         t = self._single(tensors, kind)
@@ -600,7 +607,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         p = buf.data_ptr()
         return self._submit(kind, [p], [p], self._nbytes(buf), codes, [t, buf], finish, [t], root)
 
-    def _collect(self, kind: str, inp: Any, spec: Any, what: str, root: int = 0) -> Any:
+    def _collect(self, kind: str, inp: Any, spec: Any, what: str, root: int = 0) -> MooncakeWork:
         """all_gather and gather: everyone's input into per-slot outputs
         (``spec`` is None on a gather's non-root ranks)."""
         inp = self._check_tensor(inp, f"{kind} input")
@@ -643,7 +650,10 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             root,
         )
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
+    # The collectives take the arguments torch's C++ trampoline passes them
+    # (tensor lists and an options object: the "dispatch form"), not the
+    # overloads of torch's Python stubs, hence the override ignores below.
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:  # type: ignore[override]
         return self._inplace("all_reduce", tensors, opts, reduces=True, rooted=False)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
@@ -652,10 +662,10 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             w.wait()
         return works[-1]
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:  # type: ignore[override]
         return self._inplace("broadcast", tensors, opts, reduces=False, rooted=True)
 
-    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:  # type: ignore[override]
         return self._inplace("reduce", tensors, opts, reduces=True, rooted=True)
 
     def allgather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:
@@ -670,15 +680,16 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     _allgather_base = all_gather_single
 
-    def gather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:
+    def gather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:  # type: ignore[override]
         self._check_open()
         inp = self._single(input_tensors, "gather input")
         root = self._root(opts)
         self._check_root(root)
+        outs: object = None  # non-root ranks pass no slots
         if root == self._rank:
             outs = self._one_list(output_tensors, "gather root output")
         else:
-            outs = self._root_only(output_tensors, "gather output")  # type: ignore[func-returns-value]
+            self._root_only(output_tensors, "gather output")
         return self._collect("gather", inp, outs, "gather output", root)
 
     def gather_single(self, output: Any, input: Any, opts: Any = None) -> MooncakeWork:
@@ -690,7 +701,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     gather_into_tensor = gather_single
 
-    def reduce_scatter(
+    def reduce_scatter(  # type: ignore[override]
         self, output_tensors: Any, input_tensors: Any, opts: Any = None
     ) -> MooncakeWork:
         self._check_open()
@@ -702,17 +713,18 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         self._check_open()
         return self._spread("reduce_scatter", output, input, "reduce_scatter_tensor input", opts)
 
-    _reduce_scatter_base = reduce_scatter_single
+    _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]
 
-    def scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:
+    def scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:  # type: ignore[override]
         self._check_open()
         out = self._single(output_tensors, "scatter output")
         root = self._root(opts)
         self._check_root(root)
+        ins: object = None  # non-root ranks pass no slots
         if root == self._rank:
             ins = self._one_list(input_tensors, "scatter root input")
         else:
-            ins = self._root_only(input_tensors, "scatter input")  # type: ignore[func-returns-value]
+            self._root_only(input_tensors, "scatter input")
         return self._spread("scatter", out, ins, "scatter input", opts, root)
 
     def _all_to_all(
@@ -820,7 +832,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         s_out = ranges(out, host, outs_split, "output")
         return self._all_to_all(s_in, s_out, inp.dtype, [out, inp, src, host], finish, [out])
 
-    alltoall_base = all_to_all_single
+    alltoall_base = all_to_all_single  # type: ignore[assignment]
 
     def barrier(self, opts: Any = None) -> MooncakeWork:
         self._check_open()

@@ -18,10 +18,7 @@ if TYPE_CHECKING:
 def _seconds(timeout: Any) -> float | None:
     if timeout is None:
         return None
-    if isinstance(timeout, datetime.timedelta):
-        s = timeout.total_seconds()
-    else:
-        s = float(timeout)
+    s = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
     return s if s > 0 else None
 
 
@@ -103,7 +100,7 @@ class MooncakeWork(Work):
     def is_success(self) -> bool:
         return self._native.is_completed() and self._native.error() is None
 
-    def exception(self) -> Exception | None:  # type: ignore[override]
+    def exception(self) -> Exception | None:
         err = self._native.error()
         return RuntimeError(err) if err else None
 
