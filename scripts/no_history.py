@@ -2,8 +2,9 @@
 
 Comments, docstrings, scripts and docs state the rule itself for a reader who
 has only this repository. They never cite a tracker number ("issue" and a
-number), a numbered work-log heading ("session" and a number) or a section
-sign of a document outside the repository. This script scans every file git
+number), a numbered work-log heading ("session" and a number), a section
+sign, or the path of a document outside the repository (the team's shared
+specification and reference folders). This script scans every file git
 knows in the repository (tracked, or untracked and not ignored) except the
 results page, and prints ``path:line: text`` for each hit; it exits 1 if there
 is any.
@@ -26,6 +27,7 @@ PATTERNS = [
     ("tracker reference", re.compile(r"\b[Ii]ssues? ?#?[0-9]+|\b[Ii]ssue-[0-9]+")),
     ("numbered log heading", re.compile(r"\b[Ss]essions? [0-9]+")),
     ("section sign", re.compile("\u00a7")),
+    ("document outside the repository", re.compile(r"\bshared/(spec|reference)/")),
 ]
 
 # (path relative to the repository root, the stripped line) pairs allowed to match.
