@@ -131,7 +131,7 @@ def same(got: dict[str, Any], want: dict[str, Any], rows: list[int] | None = Non
                     return False
             else:
                 expect = list(ref) if rows is None else [ref[r] for r in rows]
-                for a, b in zip(value, expect):
+                for a, b in zip(value, expect, strict=True):
                     if isinstance(b, torch.Tensor):
                         if not torch.equal(a, b):
                             return False

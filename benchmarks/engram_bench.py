@@ -168,26 +168,60 @@ def run_owner(args: argparse.Namespace) -> None:
     store.close()
 
 
+def run_numpy(
+    args: argparse.Namespace, batches: list[int], base: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The numpy reference: ``np.take`` per head into a preallocated output."""
+    h, _n, d = SHAPES[args.shape]
+    results: list[dict[str, Any]] = []
+    tables = [t.astype(NP_DTYPE[args.dtype]) for t in make_tables(args.shape)]
+    for b in batches:
+        ids = make_ids(args.shape, b, args.length)
+        out = np.empty((b, args.length, h, d), tables[0].dtype)
+
+        def take(ids: np.ndarray = ids, out: np.ndarray = out) -> None:
+            for hh in range(h):
+                np.take(tables[hh], ids[..., hh], axis=0, out=out[..., hh, :])
+
+        results.append(
+            {**base, "batch": b, **stats(timed(take, args.warmup, args.iters), b * args.length)}
+        )
+    return results
+
+
+def populate_own(
+    args: argparse.Namespace, master: str, populate_s: list[float], setup_s: list[float]
+) -> tuple[Any, Any]:
+    """Populates the tables ``args.populate_reps`` times, each into a fresh
+    client's segment; records the setup and populate times; returns the last
+    (store, engram)."""
+    store: Any = None
+    if args.prefault:
+        os.environ["MC_STORE_PREFAULT"] = "on"
+    tables = make_tables(args.shape)
+    seg = sum(t.nbytes for t in tables) + (64 << 20)
+    # Each populate goes into a fresh client's (never touched) segment.
+    for rep in range(args.populate_reps):
+        if store is not None:
+            store.close()
+        t0 = time.perf_counter()
+        store = connect(args.impl, master, seg)
+        setup_s.append(time.perf_counter() - t0)
+        e = make_engram(args.impl, args.shape, args.dtype, store, args.layer + rep)
+        t0 = time.perf_counter()
+        e.populate(tables)
+        populate_s.append(time.perf_counter() - t0)
+    del tables
+    return store, e
+
+
 def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Measure one (impl, shape, dtype, mode, input) over all batch sizes."""
     batches = [int(x) for x in args.batches.split(",")]
-    h, _n, d = SHAPES[args.shape]
     results: list[dict[str, Any]] = []
     base = {k: getattr(args, k) for k in ("impl", "shape", "dtype", "mode", "input", "iters")}
     if args.impl == "numpy":
-        tables = [t.astype(NP_DTYPE[args.dtype]) for t in make_tables(args.shape)]
-        for b in batches:
-            ids = make_ids(args.shape, b, args.length)
-            out = np.empty((b, args.length, h, d), tables[0].dtype)
-
-            def take(ids: np.ndarray = ids, out: np.ndarray = out) -> None:
-                for hh in range(h):
-                    np.take(tables[hh], ids[..., hh], axis=0, out=out[..., hh, :])
-
-            results.append(
-                {**base, "batch": b, **stats(timed(take, args.warmup, args.iters), b * args.length)}
-            )
-        return results
+        return run_numpy(args, batches, base)
 
     proc = owner = None
     master = args.master
@@ -198,22 +232,7 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
         setup_s: list[float] = []
         store: Any = None
         if args.mode == "own":
-            if args.prefault:
-                os.environ["MC_STORE_PREFAULT"] = "on"
-            tables = make_tables(args.shape)
-            seg = sum(t.nbytes for t in tables) + (64 << 20)
-            # Each populate goes into a fresh client's (never touched) segment.
-            for rep in range(args.populate_reps):
-                if store is not None:
-                    store.close()
-                t0 = time.perf_counter()
-                store = connect(args.impl, master, seg)
-                setup_s.append(time.perf_counter() - t0)
-                e = make_engram(args.impl, args.shape, args.dtype, store, args.layer + rep)
-                t0 = time.perf_counter()
-                e.populate(tables)
-                populate_s.append(time.perf_counter() - t0)
-            del tables
+            store, e = populate_own(args, master, populate_s, setup_s)
         else:
             owner = subprocess.Popen(
                 [sys.executable, __file__, "--role", "owner", "--master", master]

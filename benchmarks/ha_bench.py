@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Resilience benchmarks (issue 13): master restart, HA failover, cross-host path.
+"""Resilience benchmarks: master restart, HA failover, cross-host path.
 
     python benchmarks/ha_bench.py restart     # ours and upstream side by side
     python benchmarks/ha_bench.py failover    # 3 HA masters on etcd (ours; needs etcd)

@@ -123,7 +123,7 @@ class Pools:
 
     def same(self, page: int, a: list[int], b: list[int]) -> bool:
         """Pages ``a[i]`` and ``b[i]`` hold equal bytes in both pools."""
-        for pa, pb in zip(a, b):
+        for pa, pb in zip(a, b, strict=True):
             for pool in (self.k, self.v):
                 if not self.np.array_equal(
                     pool[pa * page : (pa + 1) * page], pool[pb * page : (pb + 1) * page]
@@ -134,7 +134,7 @@ class Pools:
 
 def keys_ptrs(pools: Pools, prefix: str, page: int, pages: list[int], slots: list[int]):
     keys, ptrs = [], []
-    for p, s in zip(pages, slots):
+    for p, s in zip(pages, slots, strict=True):
         keys += [f"{prefix}:{p}:k", f"{prefix}:{p}:v"]
         ptrs += [pools.kp + s * page, pools.vp + s * page]
     return keys, ptrs
@@ -409,7 +409,7 @@ def side_main(args: argparse.Namespace) -> int:
                 tag = page // KiB
                 nbytes = 2 * n * page
                 cold, warm, rself, rpeer = [], [], [], []
-                for rep in range(reps):
+                for _rep in range(reps):
                     # A fresh client per pass: its segment has never been written, as
                     # when an engine starts filling its cache.
                     store = sb.new_store(rpc, meta, SEGMENT, 64 * MiB)

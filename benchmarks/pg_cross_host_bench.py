@@ -137,7 +137,7 @@ def main() -> int:
                     print(f"{world:>5d}  mooncake: {mc if isinstance(mc, str) else 'ok'}; "
                           f"gloo: {gl if isinstance(gl, str) else 'ok'}")  # fmt: skip
                     continue
-                for m, g in zip(mc, gl):
+                for m, g in zip(mc, gl, strict=True):
                     print(
                         f"{world:>5d} {m['size'] // MiB:>4d}Mi | {m['p50_ms']:12.3f} "
                         f"{m['p99_ms']:7.3f} {m['busbw']:6.2f} | {g['p50_ms']:8.3f} "

@@ -194,8 +194,8 @@ def run_cell(backend: str, mode: str, world: int, args: argparse.Namespace) -> d
 
 def compare_losses(a: list[list[float]], b: list[list[float]]) -> str:
     worst = 0.0
-    for la, lb in zip(a, b):
-        for x, y in zip(la, lb):
+    for la, lb in zip(a, b, strict=True):
+        for x, y in zip(la, lb, strict=True):
             if x != y:
                 worst = max(worst, abs(x - y) / max(abs(x), abs(y), 1e-30))
     return "bitwise" if worst == 0.0 else f"rel {worst:.1e}"

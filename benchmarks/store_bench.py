@@ -187,7 +187,7 @@ class Ops:
             vals = [self.src[i * size : (i + 1) * size].tobytes() for i in range(n)]
 
             def run() -> None:
-                check_all([s.put(k, v) for k, v in zip(keys, vals)], 0, "put")
+                check_all([s.put(k, v) for k, v in zip(keys, vals, strict=True)], 0, "put")
 
         elif method == "put_from":
 
@@ -486,7 +486,7 @@ class MachineLoad:
         cpu1, psi1 = self._cpu(), self._psi()
         parts = []
         if self.cpu0 and cpu1:
-            d = [b - a for a, b in zip(self.cpu0, cpu1)]
+            d = [b - a for a, b in zip(self.cpu0, cpu1, strict=True)]
             total = sum(d) or 1
             parts.append(f"busy {100 * (total - d[3] - d[4]) / total:.0f}%")
             parts.append(f"steal {100 * d[7] / total:.1f}%")

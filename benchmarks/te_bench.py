@@ -302,35 +302,14 @@ def run_side(python: str, mode: str, quick: bool) -> list[dict[str, Any]] | str:
         Path(path).unlink(missing_ok=True)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--only", choices=["ours", "upstream"])
-    p.add_argument("--mode", choices=["same", "tcp"])
-    p.add_argument("--json", help="write the table's rows here")
-    p.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--target", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.target:
-        return target_main()
-    if args.side:
-        return side_main(args)
-
-    modes = [args.mode] if args.mode else ["same", "tcp"]
-    sides = {"ours": sys.executable, "upstream": str(UPSTREAM_PY)}
-    if args.only:
-        sides = {args.only: sides[args.only]}
-    if "upstream" in sides and not UPSTREAM_PY.exists():
-        print(f"no upstream venv at {UPSTREAM_PY} (run benchmarks/upstream_env.sh)")
-        sides.pop("upstream")
-    results: dict[str, dict[str, list[dict[str, Any]] | str]] = {s: {} for s in sides}
-    for mode in modes:
-        for side, py in sides.items():
-            t0 = time.perf_counter()
-            results[side][mode] = run_side(py, mode, args.quick)
-            print(f"# {side} {mode}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    copies = copy_ceilings(args.quick)
-    ceiling = loopback_ceiling() if "tcp" in modes else None
+def print_table(
+    modes: list[str],
+    results: dict[str, dict[str, list[dict[str, Any]] | str]],
+    copies: dict[tuple[str, str], float],
+    ceiling: float | None,
+) -> list[dict[str, Any]]:
+    """Prints the markdown table (ours, upstream and the ceiling per mode, op and
+    size) and returns its rows."""
 
     def cell(side: str, mode: str, op: str, size: str) -> dict[str, Any] | None:
         rows = results.get(side, {}).get(mode)
@@ -373,6 +352,40 @@ def main() -> int:
                         "ceiling_kind": ceil_name,
                     }
                 )
+    return rows_out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--only", choices=["ours", "upstream"])
+    p.add_argument("--mode", choices=["same", "tcp"])
+    p.add_argument("--json", help="write the table's rows here")
+    p.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--target", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.target:
+        return target_main()
+    if args.side:
+        return side_main(args)
+
+    modes = [args.mode] if args.mode else ["same", "tcp"]
+    sides = {"ours": sys.executable, "upstream": str(UPSTREAM_PY)}
+    if args.only:
+        sides = {args.only: sides[args.only]}
+    if "upstream" in sides and not UPSTREAM_PY.exists():
+        print(f"no upstream venv at {UPSTREAM_PY} (run benchmarks/upstream_env.sh)")
+        sides.pop("upstream")
+    results: dict[str, dict[str, list[dict[str, Any]] | str]] = {s: {} for s in sides}
+    for mode in modes:
+        for side, py in sides.items():
+            t0 = time.perf_counter()
+            results[side][mode] = run_side(py, mode, args.quick)
+            print(f"# {side} {mode}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    copies = copy_ceilings(args.quick)
+    ceiling = loopback_ceiling() if "tcp" in modes else None
+
+    rows_out = print_table(modes, results, copies, ceiling)
     for side, by_mode in results.items():
         for mode, r in by_mode.items():
             if isinstance(r, str):

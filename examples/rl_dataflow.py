@@ -114,7 +114,7 @@ def trainer(args: argparse.Namespace) -> None:
     want = make_batch(args.rows, args.width)
     ok = torch.equal(mb["batch"]["input_ids"], want["batch"]["input_ids"][rows]) and all(
         torch.equal(a, want["non_tensor_batch"]["responses"][r])
-        for a, r in zip(mb["non_tensor_batch"]["responses"], rows)
+        for a, r in zip(mb["non_tensor_batch"]["responses"], rows, strict=True)
     )
     ok = ok and set(mb["batch"]) == {"input_ids"} and set(mb["non_tensor_batch"]) == {"responses"}
     print(json.dumps({"verified": ok, "rows": len(rows), "bytes": moved, "secs": secs}), flush=True)

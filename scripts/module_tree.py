@@ -1,4 +1,4 @@
-"""Gate: inside every crate, the modules form a tree (issue 9).
+"""Gate: inside every crate, the modules form a tree.
 
 For each pair of sibling modules (children of the same parent module), a
 reference from anything inside one to anything inside the other is an edge

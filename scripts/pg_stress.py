@@ -6,7 +6,7 @@ world 4) ``K`` times over shared memory and ``K`` times over TCP, then prints
 how many steps failed. A failing launch's full output is written to
 ``--report``. Not part of CI (about 2-5 minutes per 40 iterations here);
 it found the shared-memory double-offer race and the mask write after
-shutdown (benchmarks/RESULTS.md, Session 6).
+shutdown, both fixed since.
 
     MC_LOG_LEVEL=info python scripts/pg_stress.py 40
 """

@@ -6,8 +6,9 @@ imports and a REAL ``mooncake_master`` process. The master binary is taken from
 (the venv's console script), else ``mooncake_master`` on ``PATH``.
 
 Markers:
-  ours  -- behaviour that is ours (spec *(ours)* lines, §7 deviations, or spec
-           rules that upstream 0.3.13 does not follow); it fails on upstream.
+  ours  -- behaviour that is ours (our additions, deliberate deviations from
+           upstream, or rules that upstream 0.3.13 does not follow); it fails
+           on upstream.
            ``-m "not ours"`` selects the upstream-comparable subset.
   slow  -- fault / TTL tests that take a few seconds each.
 
@@ -56,8 +57,8 @@ DEFAULT_TEST_TIMEOUT = 120
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "ours: behaviour specific to this implementation (spec '(ours)' lines, §7 "
-        "deviations, or spec rules upstream 0.3.13 does not follow); fails on upstream",
+        "ours: behaviour specific to this implementation (our additions, deliberate "
+        "deviations, or rules upstream 0.3.13 does not follow); fails on upstream",
     )
     config.addinivalue_line("markers", "slow: takes several seconds (faults, TTL expiry)")
     if not config.pluginmanager.hasplugin("timeout"):

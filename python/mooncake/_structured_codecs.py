@@ -404,7 +404,7 @@ def encode_typed_ragged(
         if a.ndim:
             shapes[row, : a.ndim] = a.shape
     is_array = [isinstance(v, np.ndarray) for v in values]
-    if all(v is None or a for v, a in zip(values, is_array)):
+    if all(v is None or a for v, a in zip(values, is_array, strict=True)):
         row_format = "ndarray"
     elif any(is_array):
         row_format = "mixed"
@@ -616,7 +616,7 @@ def encode_leaf(path: str, values: list[Any], decision: _CodecDecision) -> _Enco
     elif codec in ("bytes_ragged", "media_bytes"):
         pairs = [_media_bytes(v) for v in values]
         payload, metadata = encode_byte_rows(
-            [None if v is None else b for v, (b, _e) in zip(values, pairs)],
+            [None if v is None else b for v, (b, _e) in zip(values, pairs, strict=True)],
             [e for _b, e in pairs],
         )
     elif codec == "utf8_ragged":
@@ -676,7 +676,7 @@ def encode_recursive(
     leaf_specs: list[dict[str, Any]] = []
     for i, leaf in enumerate(leaves):
         missing = [isinstance(v, _Missing) for v in leaf.values]
-        column = [None if m else v for m, v in zip(missing, leaf.values)]
+        column = [None if m else v for m, v in zip(missing, leaf.values, strict=True)]
         decision = leaf.decision
         if not decision.accepted and not _non_null(leaf.values):
             decision = _CodecDecision(True, "json_ragged", "all rows are null or missing", "json")
@@ -788,7 +788,7 @@ def schema_dtype(metadata: Mapping[str, Any]) -> np.dtype[Any] | None:
     if name is None:
         return None
     try:
-        dtype = np.dtype(name)
+        dtype: np.dtype[Any] = np.dtype(name)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"invalid FieldSchema metadata['dtype']: {name!r}") from exc
     if dtype.kind not in "biufc":
@@ -816,7 +816,7 @@ def encode_with_codec(
     elif codec in ("bytes_ragged", "media_bytes"):
         pairs = [_media_bytes(v) for v in values]
         payload, meta = encode_byte_rows(
-            [None if v is None else b for v, (b, _e) in zip(values, pairs)],
+            [None if v is None else b for v, (b, _e) in zip(values, pairs, strict=True)],
             [e for _b, e in pairs],
         )
     elif codec == "media_list_ragged":
@@ -908,13 +908,16 @@ def decode_typed_ragged(
 
 
 def decode_numeric_scalars(payload: Mapping[str, Any]) -> list[Any]:
-    data = payload["data"]
+    data: np.ndarray[Any, Any] = payload["data"]
     nulls = payload["nulls"]
+    out: list[Any]
     if not bool(np.asarray(nulls).any()):
-        return data.tolist()
+        out = data.tolist()
+        return out
     values = data.astype(object)
     values[np.asarray(nulls, dtype=bool)] = None
-    return values.tolist()
+    out = values.tolist()
+    return out
 
 
 def _decode_media(view: memoryview, encoding: Mapping[str, Any] | None) -> Any:

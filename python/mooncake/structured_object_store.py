@@ -23,6 +23,7 @@ sequences, ragged tensors, nested dicts and lists).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
 import json
@@ -557,17 +558,23 @@ class _Transport:
         if config is None and self._has("batch_put_tensor_from"):
             results = self.store.batch_put_tensor_from(keys, ptrs, sizes)
         elif config is None and self._has("put_tensor_from"):
-            results = [self.store.put_tensor_from(k, p, n) for k, p, n in zip(keys, ptrs, sizes)]
+            results = [
+                self.store.put_tensor_from(k, p, n)
+                for k, p, n in zip(keys, ptrs, sizes, strict=True)
+            ]
         elif self._has("put_from"):
             cfg = () if config is None else (_config_for(config, 1),)
-            results = [self.store.put_from(k, p, n, *cfg) for k, p, n in zip(keys, ptrs, sizes)]
+            results = [
+                self.store.put_from(k, p, n, *cfg)
+                for k, p, n in zip(keys, ptrs, sizes, strict=True)
+            ]
         else:
             self.write(objs, config)
             return
         self._check_writes(objs, list(results), "put_tensor_from")
 
     def _check_writes(self, objs: Sequence[_Obj], results: Sequence[Any], op: str) -> None:
-        failed = [(o, r) for o, r in zip(objs, results) if r not in (0, None)]
+        failed = [(o, r) for o, r in zip(objs, results, strict=True) if r not in (0, None)]
         if len(results) != len(objs):
             failed = [(o, -1) for o in objs]
         if failed:
@@ -588,7 +595,9 @@ class _Transport:
             except TypeError:
                 results = list(self.store.batch_remove(pending))
             bad = [
-                (k, r) for k, r in zip(pending, results) if r not in (0, None, MISSING_OBJECT_ERROR)
+                (k, r)
+                for k, r in zip(pending, results, strict=True)
+                if r not in (0, None, MISSING_OBJECT_ERROR)
             ]
             pending = [k for k, _r in bad]
             bad = []
@@ -677,8 +686,8 @@ class _Transport:
             for p in registered:
                 self.store.unregister_buffer(p)
         again: list[_ReadGroup] = []
-        for g, keys, want, got in zip(groups, all_keys, sizes, results):
-            for key, w, r in zip(keys, want, got):
+        for g, keys, want, got in zip(groups, all_keys, sizes, results, strict=True):
+            for key, w, r in zip(keys, want, got, strict=True):
                 if list(r) != list(w):
                     codes = sorted({c for c in r if c < 0})
                     if MISSING_OBJECT_ERROR in codes:
@@ -838,10 +847,8 @@ def _fresh(nbytes: int) -> Any:
     mm = mmap.mmap(-1, nbytes)
     advise = getattr(mm, "madvise", None)
     if advise is not None and hasattr(mmap, "MADV_HUGEPAGE"):
-        try:
+        with contextlib.suppress(OSError):
             advise(mmap.MADV_HUGEPAGE)
-        except OSError:
-            pass
     return mm
 
 
@@ -870,7 +877,7 @@ def _ndarray_target(
     if isinstance(dest, _RawDestinationBuffer):
         ptr, _size, pre = _dest_ptr(label, dest, nbytes)
         buf = (ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr)
-        arr = np.frombuffer(buf, dtype=np.uint8, count=nbytes).view(dtype).reshape(shape)  # type: ignore[call-overload]
+        arr = np.frombuffer(buf, dtype=np.uint8, count=nbytes).view(dtype).reshape(shape)
         return arr, pre
     if not isinstance(dest, np.ndarray):
         raise TypeError(f"{label}: destination must be a numpy.ndarray or raw_destination")
@@ -1143,6 +1150,112 @@ def _encode_member(name: str, value: Any, policy: BundleTransferPolicy) -> _Memb
     )
 
 
+def _check_stage_update(
+    ref: MooncakeDataProtoRef,
+    stage: str,
+    batch: Mapping[str, Any],
+    non_tensor: Mapping[str, Any],
+    batch_size: int,
+    overwrite: bool,
+) -> None:
+    """Rules of a put into an existing DataProto ref: same batch size, and
+    fields that exist already only with ``overwrite=True``, which must then
+    replace all of the stage's fields and no other stage's."""
+    if (batch or non_tensor) and batch_size != ref.batch_size:
+        raise ValueError(
+            f"DataProto append batch size {batch_size} does not match ref batch size {ref.batch_size}"
+        )
+    updates = {**{n: "batch" for n in batch}, **{n: "non_tensor_batch" for n in non_tensor}}
+    dup = sorted(set(ref.field_index) & set(updates))
+    if dup and not overwrite:
+        raise ValueError(
+            f"DataProto fields already exist: {dup}; pass overwrite=True to replace a stage's fields"
+        )
+    if overwrite:
+        dangling = sorted(
+            n for n, loc in ref.field_index.items() if loc.stage == stage and n not in updates
+        )
+        if dangling:
+            raise ValueError(
+                f"DataProto overwrite for stage {stage!r} must include existing fields: {dangling}"
+            )
+        moved = sorted(n for n in dup if ref.field_index[n].stage != stage)
+        if moved:
+            raise ValueError(
+                f"DataProto overwrite for stage {stage!r} would replace fields of other stages: {moved}"
+            )
+
+
+def _encode_batch_fields(
+    batch: Mapping[str, Any],
+    stage: str,
+    p: BundleTransferPolicy,
+    members: dict[str, _Member],
+    index: dict[str, StructuredFieldLocation],
+) -> None:
+    """Encodes the ``batch`` (tensor) fields into ``members`` and ``index``."""
+    for name, value in batch.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"DataProto field names must be non-empty strings, got {name!r}")
+        if not (is_tensor(value) or isinstance(value, (np.ndarray, _TensorObjectBufferPayload))):
+            raise TypeError(
+                f"batch field {name!r} must be a torch.Tensor, numpy.ndarray or tensor_object_buffer, "
+                f"got {type(value).__name__}"
+            )
+        if isinstance(value, np.ndarray) and value.dtype.hasobject:
+            raise TypeError(f"batch field {name!r} is an object array; put it in non_tensor_batch")
+        member = f"batch.{name}"
+        try:
+            members[member] = _encode_member(member, value, p)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise type(exc)(f"batch field {name!r}: {exc}") from exc
+        index[name] = StructuredFieldLocation(stage, member, "batch")
+
+
+def _encode_non_tensor_fields(
+    non_tensor: Mapping[str, Any],
+    stage: str,
+    p: BundleTransferPolicy,
+    field_schemas: Mapping[str, FieldSchema] | None,
+    members: dict[str, _Member],
+    index: dict[str, StructuredFieldLocation],
+    encoded_updates: dict[str, Any],
+) -> None:
+    """Encodes the ``non_tensor_batch`` fields into ``members``, ``index``
+    and ``encoded_updates`` (the codec record of each encoded field)."""
+    for name, value in non_tensor.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"DataProto field names must be non-empty strings, got {name!r}")
+        path = f"non_tensor_batch.{name}"
+        try:
+            encoded = _encode_non_tensor(
+                path, value, _schema_for(field_schemas, name, "non_tensor_batch")
+            )
+            if p.copy_mode == "zero_copy":
+                raise RuntimeError("zero-copy put requires tensor-object buffers")
+        except (TypeError, ValueError, RuntimeError, RecursionError, OverflowError) as exc:
+            kind = (
+                type(exc) if isinstance(exc, (TypeError, ValueError, RuntimeError)) else ValueError
+            )
+            raise kind(f"non_tensor_batch field {name!r}: {exc}") from exc
+        if isinstance(encoded, np.ndarray):
+            members[path] = _encode_member(path, encoded, p)
+            index[name] = StructuredFieldLocation(stage, path, "non_tensor_batch")
+            continue
+        payload_members: dict[str, str] = {}
+        for pname, pvalue in encoded.payload.items():
+            member = f"{path}.{pname}"
+            members[member] = _encode_member(member, pvalue, p)
+            payload_members[pname] = member
+        index[name] = StructuredFieldLocation(stage, path, "non_tensor_batch")
+        encoded_updates[name] = {
+            "codec": encoded.codec,
+            "rows": encoded.rows,
+            "metadata": _json_safe(encoded.metadata),
+            "payload_members": payload_members,
+        }
+
+
 # ---------------------------------------------------------------- the transfer facade
 
 
@@ -1274,7 +1387,7 @@ class MooncakeBundleTransfer:
                 missing.append((i, key))
         if missing:
             blobs = self._transport.get_blobs([k for _i, k in missing])
-            for (i, key), blob in zip(missing, blobs):
+            for (i, key), blob in zip(missing, blobs, strict=True):
                 if not blob:
                     raise StructuredObjectMissingError(
                         f"{what} manifest {key!r} is missing from the store (cleaned up or evicted)"
@@ -1448,7 +1561,7 @@ class MooncakeBundleTransfer:
                 _plan_member(self._transport, name, buffers[name], fspec, rows, dests.get(name))
             )
         values = _run(self._transport, pendings)
-        return StructuredObjectResult(dict(metadata), dict(zip(names, values)))
+        return StructuredObjectResult(dict(metadata), dict(zip(names, values, strict=True)))
 
     def _metadata_of(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         if "metadata" in manifest:
@@ -1617,7 +1730,7 @@ class MooncakeBundleTransfer:
         """Fields, stages and member specs of a ref, read from its manifests."""
         r = _resolve_ref(ref)
         stages = list(r.stage_refs)
-        manifests = dict(zip(stages, self._stage_manifests(r, stages)))
+        manifests = dict(zip(stages, self._stage_manifests(r, stages), strict=True))
         metas = {s: self._metadata_of(m) for s, m in manifests.items()}
         fields: dict[str, dict[str, Any]] = {}
         for name, loc in r.field_index.items():
@@ -1692,7 +1805,7 @@ class MooncakeBundleTransfer:
                 stages.append(s)
         manifests = self._stage_manifests(r, stages)
         keys: list[str] = []
-        for stage, manifest in zip(stages, manifests):
+        for stage, manifest in zip(stages, manifests, strict=True):
             keys.extend(self._keys_of(manifest, r.stage_refs[stage].manifest_key))
         self._transport.remove(keys, strict=True)
         for stage in stages:
@@ -1732,88 +1845,15 @@ class MooncakeBundleTransfer:
                 "(a field name may be used in one section only)"
             )
         batch_size = _batch_size(batch, non_tensor)
-        if ref is not None and (batch or non_tensor) and batch_size != ref.batch_size:
-            raise ValueError(
-                f"DataProto append batch size {batch_size} does not match ref batch size {ref.batch_size}"
-            )
-        updates = {**{n: "batch" for n in batch}, **{n: "non_tensor_batch" for n in non_tensor}}
         if ref is not None:
-            dup = sorted(set(ref.field_index) & set(updates))
-            if dup and not overwrite:
-                raise ValueError(
-                    f"DataProto fields already exist: {dup}; pass overwrite=True to replace a stage's fields"
-                )
-            if overwrite:
-                dangling = sorted(
-                    n
-                    for n, loc in ref.field_index.items()
-                    if loc.stage == stage and n not in updates
-                )
-                if dangling:
-                    raise ValueError(
-                        f"DataProto overwrite for stage {stage!r} must include existing fields: {dangling}"
-                    )
-                moved = sorted(n for n in dup if ref.field_index[n].stage != stage)
-                if moved:
-                    raise ValueError(
-                        f"DataProto overwrite for stage {stage!r} would replace fields of other stages: {moved}"
-                    )
+            _check_stage_update(ref, stage, batch, non_tensor, batch_size, overwrite)
         members: dict[str, _Member] = {}
         index: dict[str, StructuredFieldLocation] = {}
         encoded_updates: dict[str, Any] = {}
-        for name, value in batch.items():
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"DataProto field names must be non-empty strings, got {name!r}")
-            if not (
-                is_tensor(value) or isinstance(value, (np.ndarray, _TensorObjectBufferPayload))
-            ):
-                raise TypeError(
-                    f"batch field {name!r} must be a torch.Tensor, numpy.ndarray or tensor_object_buffer, "
-                    f"got {type(value).__name__}"
-                )
-            if isinstance(value, np.ndarray) and value.dtype.hasobject:
-                raise TypeError(
-                    f"batch field {name!r} is an object array; put it in non_tensor_batch"
-                )
-            member = f"batch.{name}"
-            try:
-                members[member] = _encode_member(member, value, p)
-            except (TypeError, ValueError, RuntimeError) as exc:
-                raise type(exc)(f"batch field {name!r}: {exc}") from exc
-            index[name] = StructuredFieldLocation(stage, member, "batch")
-        for name, value in non_tensor.items():
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"DataProto field names must be non-empty strings, got {name!r}")
-            path = f"non_tensor_batch.{name}"
-            try:
-                encoded = _encode_non_tensor(
-                    path, value, _schema_for(field_schemas, name, "non_tensor_batch")
-                )
-                if p.copy_mode == "zero_copy":
-                    raise RuntimeError("zero-copy put requires tensor-object buffers")
-            except (TypeError, ValueError, RuntimeError, RecursionError, OverflowError) as exc:
-                kind = (
-                    type(exc)
-                    if isinstance(exc, (TypeError, ValueError, RuntimeError))
-                    else ValueError
-                )
-                raise kind(f"non_tensor_batch field {name!r}: {exc}") from exc
-            if isinstance(encoded, np.ndarray):
-                members[path] = _encode_member(path, encoded, p)
-                index[name] = StructuredFieldLocation(stage, path, "non_tensor_batch")
-                continue
-            payload_members: dict[str, str] = {}
-            for pname, pvalue in encoded.payload.items():
-                member = f"{path}.{pname}"
-                members[member] = _encode_member(member, pvalue, p)
-                payload_members[pname] = member
-            index[name] = StructuredFieldLocation(stage, path, "non_tensor_batch")
-            encoded_updates[name] = {
-                "codec": encoded.codec,
-                "rows": encoded.rows,
-                "metadata": _json_safe(encoded.metadata),
-                "payload_members": payload_members,
-            }
+        _encode_batch_fields(batch, stage, p, members, index)
+        _encode_non_tensor_fields(
+            non_tensor, stage, p, field_schemas, members, index, encoded_updates
+        )
         group = ref._storage_group_id if ref is not None else _storage_group(config)
         if not members:
             base = ref or MooncakeDataProtoRef(
@@ -1913,7 +1953,7 @@ class MooncakeBundleTransfer:
         if unknown_dest:
             raise KeyError(f"destinations name fields that are not read: {unknown_dest}")
         stages = list(dict.fromkeys(r.field_index[n].stage for n in names))
-        manifests = dict(zip(stages, self._stage_manifests(r, stages)))
+        manifests = dict(zip(stages, self._stage_manifests(r, stages), strict=True))
         metas = {s: self._metadata_of(m) for s, m in manifests.items()}
         plans: dict[str, Any] = {}
         for name in names:
@@ -2072,7 +2112,7 @@ class _EncodedRead:
             frags: list[tuple[str, int, int, int]] = []
             # Coalesce rows whose data ranges touch.
             start = None
-            for (b, e), dst in zip(pairs.tolist(), new_offsets[:-1].tolist()):
+            for (b, e), dst in zip(pairs.tolist(), new_offsets[:-1].tolist(), strict=True):
                 if e == b:
                     continue
                 if start is not None and start[0] + start[1] == b and start[2] + start[1] == dst:

@@ -1,4 +1,4 @@
-"""Network faults between hosts (issue 13): added latency, packet loss and a
+"""Network faults between hosts: added latency, packet loss and a
 5 s partition of one client host. Calls return (success or an error) within
 their timeout and never hang; no read ever returns a wrong value; after the
 fault is gone everything works again and nothing acknowledged is lost.

@@ -1,4 +1,4 @@
-"""HA masters on etcd across hosts (issue 13): one leader among three
+"""HA masters on etcd across hosts: one leader among three
 masters, clients that follow it through ``etcd://`` addresses, failover
 without losing objects, no split brain when the leader loses etcd, and the
 bad inputs (unreachable etcd, no master registered, duplicate addresses).

@@ -75,7 +75,7 @@ def test_module_names_members_and_flags() -> None:
     assert [m for m in ("Read", "Write") if hasattr(TransferOpcode, m)] == ["Read", "Write"]
     assert int(TransferOpcode.Read) == 0 and int(TransferOpcode.Write) == 1
     assert (
-        TransferOpcode.READ == TransferOpcode.Read and TransferOpcode.WRITE == TransferOpcode.Write
+        TransferOpcode.Read == TransferOpcode.READ and TransferOpcode.Write == TransferOpcode.WRITE
     )
     assert me.Read == TransferOpcode.Read and me.Write == TransferOpcode.Write
     n = TransferNotify()

@@ -58,7 +58,7 @@ def kv_caches(seed: int | None) -> list[np.ndarray]:
 def coalesce(src_blocks: list[int], dst_blocks: list[int]) -> list[tuple[int, int, int]]:
     """(src block, dst block, count) runs where both sides are contiguous."""
     runs: list[tuple[int, int, int]] = []
-    for s, d in zip(src_blocks, dst_blocks):
+    for s, d in zip(src_blocks, dst_blocks, strict=True):
         if runs and runs[-1][0] + runs[-1][2] == s and runs[-1][1] + runs[-1][2] == d:
             runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
         else:
@@ -120,7 +120,7 @@ def test_vllm_mooncake_connector_sequence(peers: Any) -> None:
     for layer in range(2 * NUM_LAYERS):
         got = decode.read(decode_base[layer], NUM_BLOCKS * BLOCK_LEN)
         for src, dst in requests:
-            for s, d in zip(src, dst):
+            for s, d in zip(src, dst, strict=True):
                 want = caches[layer][s * BLOCK_LEN : (s + 1) * BLOCK_LEN].tobytes()
                 assert got[d * BLOCK_LEN : (d + 1) * BLOCK_LEN] == want, (layer, s, d)
         # Blocks no request named stay untouched.

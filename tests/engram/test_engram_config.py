@@ -1,5 +1,5 @@
 """EngramStoreConfig and EngramStore construction: defaults, assignment
-rules, validation order and messages, store resolution (spec §1, §2)."""
+rules, validation order and messages, store resolution."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """EngramStore's ``replicate_config`` follows the store's write-config rules
-(issue 9: the EngramStore binding used to read the config its own way).
+(the same conversion and checks as the store's own write methods).
 
 Store spec, "Configuration types": a non-empty ``preferred_segment`` replaces
 ``preferred_segments``; ``replica_num`` 0, a soft-pin TTL without

@@ -1,5 +1,5 @@
 """EngramStore against a real master (lease 500 ms): populate, lookup,
-lookup_into, remove, invalidation, dtypes (spec §3-§8, acceptance list)."""
+lookup_into, remove, invalidation, dtypes."""
 
 from __future__ import annotations
 

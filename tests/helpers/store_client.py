@@ -104,7 +104,7 @@ class Client:
         data = pattern_array(sum(sizes), int(msg.get("seed", 0)))
         arr, ptrs = self._scattered(sizes)
         at = 0
-        for p, n in zip(ptrs, sizes):
+        for p, n in zip(ptrs, sizes, strict=True):
             off = p - int(arr.ctypes.data)
             arr[off : off + n] = data[at : at + n]
             at += n
@@ -121,7 +121,7 @@ class Client:
         got = np.concatenate(
             [
                 arr[p - int(arr.ctypes.data) : p - int(arr.ctypes.data) + k]
-                for p, k in zip(ptrs, sizes)
+                for p, k in zip(ptrs, sizes, strict=True)
             ]
         )
         want = pattern_array(sum(sizes), int(msg.get("seed", 0)))

@@ -1,7 +1,7 @@
-"""An independent reader of the stored tensor format (spec tensor-io §1), for tests.
+"""An independent reader of the stored tensor format, for tests.
 
 Decodes the 304-byte header and the 96-byte manifest with ``struct`` at the
-spec's byte offsets, so tests check the bytes we store without going through
+format's byte offsets (upstream's layout), so tests check the bytes we store without going through
 the implementation under test.
 """
 

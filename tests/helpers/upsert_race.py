@@ -146,7 +146,7 @@ class Reader:
             rcs = [self.s.get_into(self.keys[0], ptrs[0], self.size)]
         else:
             rcs = list(self.s.batch_get_into(self.keys, ptrs, [self.size] * len(self.keys)))
-        return [(rc, b if rc == self.size else None) for rc, b in zip(rcs, self.bufs)]
+        return [(rc, b if rc == self.size else None) for rc, b in zip(rcs, self.bufs, strict=True)]
 
 
 def run_writer(store: Any, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -172,7 +172,7 @@ def run_writer(store: Any, cfg: dict[str, Any]) -> dict[str, Any]:
         n += 1
         if int(cfg.get("writers", 1)) == 1:
             # This writer's own next read sees what it just wrote.
-            for rc, arr in Reader(store, cfg).read():
+            for _rc, arr in Reader(store, cfg).read():
                 if arr is None or version_of(arr) != v % 251:
                     stale_readback += 1
     return {

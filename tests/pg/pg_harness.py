@@ -150,7 +150,8 @@ def run_launch(steps: list[Step], nprocs: int, timeout: float = 400.0) -> Launch
         for s in steps
     }
     report = "\n".join(
-        f"--- process {i} (rc={p.returncode}) ---\n{o}" for i, (p, o) in enumerate(zip(procs, outs))
+        f"--- process {i} (rc={p.returncode}) ---\n{o}"
+        for i, (p, o) in enumerate(zip(procs, outs, strict=True))
     )
     if timed_out:
         report = f"launch timed out after {timeout}s\n{report}"

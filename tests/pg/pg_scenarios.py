@@ -128,25 +128,10 @@ def shapes(numel: int) -> list[tuple[str, torch.Tensor]]:
 
 
 # --------------------------------------------------------------------------- B
-def collectives(rank: int, world: int, port: int) -> None:
-    """B1-B7 at one world size: every op, dtype class, sizes, layouts, async.
-
-    A2: the TCP run passes seed-form options (the backend owns the mask tensor).
-    """
-    opts = None
-    if os.environ.get("MOONCAKE_PG_TRANSPORT") == "tcp":
-        opts = MooncakeBackendOptions(torch.full((world,), 5, dtype=torch.int32))
-    init(rank, world, port, opts)
-    assert dist.get_world_size() == world and dist.get_rank() == rank
-    check_transport(world)
-    n = world
+def _all_reduce_checks(rank: int, n: int) -> None:
+    """``all_reduce`` over every reducible dtype and op, sizes, layouts, bool and
+    determinism (B1)."""
     x = rank + 1
-    mask = mpg.get_active_ranks(dist.group.WORLD)
-    eq(mask, torch.ones(n, dtype=torch.int32), "mask")
-    if opts is not None:
-        assert mask.data_ptr() == opts.active_ranks.data_ptr(), "mask is not the user's tensor"
-
-    # B1 all_reduce over every reducible dtype.
     for dt in REDUCIBLE:
         for numel in (1, 1023):
             ops = [
@@ -213,7 +198,9 @@ def collectives(rank: int, world: int, port: int) -> None:
         dist.all_reduce(tb)
         assert torch.equal(tb, acc.bfloat16()), f"bf16 sum is not rounded once ({numel})"
 
-    # B2 broadcast from every root, several sizes and layouts.
+
+def _broadcast_checks(rank: int, n: int) -> None:
+    """``broadcast`` from every root, several sizes and layouts (B2)."""
     for root in range(n):
         for numel in (1, 1023, 1 << 20):
             for name, z in shapes(numel):
@@ -224,7 +211,9 @@ def collectives(rank: int, world: int, port: int) -> None:
         dist.broadcast(c, src=root)
         eq(c, torch.full((5,), complex(root, 1), dtype=torch.complex64), "broadcast complex")
 
-    # B3 all_gather list and tensor.
+
+def _all_gather_checks(rank: int, n: int) -> None:
+    """``all_gather`` list and tensor forms (B3)."""
     for numel in (1, 1023):
         inp = torch.tensor([rank, 10 * rank], dtype=torch.float32).repeat(numel)
         outs = [torch.zeros_like(inp) for _ in range(n)]
@@ -253,7 +242,10 @@ def collectives(rank: int, world: int, port: int) -> None:
         for j in range(n):
             eq(outs8[j].float(), float(j), "all_gather float8")
 
-    # B4 reduce_scatter list and tensor.
+
+def _reduce_scatter_checks(rank: int, n: int) -> None:
+    """``reduce_scatter`` list and tensor forms (B4)."""
+    x = rank + 1
     for k in (1, 1023):
         inp = torch.arange(n * k, dtype=torch.float32) + rank
         exp = n * torch.arange(rank * k, (rank + 1) * k, dtype=torch.float32) + sum(range(n))
@@ -269,7 +261,9 @@ def collectives(rank: int, world: int, port: int) -> None:
     )
     eq(out, float(n), "reduce_scatter bf16 max")
 
-    # B5 all_to_all list and single, even and uneven splits.
+
+def _all_to_all_checks(rank: int, n: int) -> None:
+    """``all_to_all`` list and single, even and uneven splits (B5)."""
     ins = [torch.full((2,), 100.0 * rank + j) for j in range(n)]
     outs = [torch.zeros(2) for _ in range(n)]
     dist.all_to_all(outs, ins)
@@ -294,7 +288,11 @@ def collectives(rank: int, world: int, port: int) -> None:
         "all_to_all_single uneven",
     )
 
-    # B6 reduce, gather, gather_into_tensor, scatter for every root, sync and async.
+
+def _rooted_checks(rank: int, n: int) -> None:
+    """``reduce``, ``gather``, ``gather_into_tensor`` and ``scatter`` for every root,
+    sync and async (B6)."""
+    x = rank + 1
     for root in range(n):
         for async_op in (False, True):
             t = torch.full((7,), float(x))
@@ -333,7 +331,10 @@ def collectives(rank: int, world: int, port: int) -> None:
                 w.wait()
             eq(s, 10.0 * rank, "scatter")
 
-    # Async pipelining: many ops in flight, waited in reverse order.
+
+def _async_checks(rank: int, n: int) -> None:
+    """Async pipelining: many ops in flight, waited in reverse order."""
+    x = rank + 1
     works, bufs = [], []
     for i in range(8):
         t = torch.full((1000 * (i + 1),), float(x + i))
@@ -351,7 +352,9 @@ def collectives(rank: int, world: int, port: int) -> None:
     assert mpg.get_local_success(w)
     eq(mpg.get_failed_ranks_hint(w), torch.zeros(n, dtype=torch.int32), "hint")
 
-    # B7 barrier: nobody leaves before rank 0 has entered.
+
+def _barrier_checks(rank: int, n: int) -> None:
+    """``barrier``: nobody leaves before rank 0 has entered (B7)."""
     store = dist.distributed_c10d._get_default_store()
     if rank == 0:
         time.sleep(0.2)
@@ -359,7 +362,9 @@ def collectives(rank: int, world: int, port: int) -> None:
     dist.barrier()
     assert store.check(["b7/entered"]), "left the barrier before rank 0 entered"
 
-    # A6: wait() releases the GIL while a peer is late.
+
+def _gil_checks(rank: int, n: int) -> None:
+    """``wait()`` releases the GIL while a peer is late (A6)."""
     if n > 1:
         counter = [0]
         stop = threading.Event()
@@ -380,15 +385,40 @@ def collectives(rank: int, world: int, port: int) -> None:
         th.join()
         if rank != 0:
             assert counter[0] > before, "python thread made no progress during wait()"
+
+
+def collectives(rank: int, world: int, port: int) -> None:
+    """B1-B7 at one world size: every op, dtype class, sizes, layouts, async.
+
+    A2: the TCP run passes seed-form options (the backend owns the mask tensor).
+    """
+    opts = None
+    if os.environ.get("MOONCAKE_PG_TRANSPORT") == "tcp":
+        opts = MooncakeBackendOptions(torch.full((world,), 5, dtype=torch.int32))
+    init(rank, world, port, opts)
+    assert dist.get_world_size() == world and dist.get_rank() == rank
+    check_transport(world)
+    n = world
+    mask = mpg.get_active_ranks(dist.group.WORLD)
+    eq(mask, torch.ones(n, dtype=torch.int32), "mask")
+    if opts is not None:
+        assert mask.data_ptr() == opts.active_ranks.data_ptr(), "mask is not the user's tensor"
+    _all_reduce_checks(rank, n)
+    _broadcast_checks(rank, n)
+    _all_gather_checks(rank, n)
+    _reduce_scatter_checks(rank, n)
+    _all_to_all_checks(rank, n)
+    _rooted_checks(rank, n)
+    _async_checks(rank, n)
+    _barrier_checks(rank, n)
+    _gil_checks(rank, n)
     dist.barrier()
     dist.destroy_process_group()
 
 
 # --------------------------------------------------------------------------- C
-def p2p(rank: int, world: int, port: int) -> None:
-    """C1-C5 (world 4; C2/C3/C5 between ranks 0 and 1)."""
-    init(rank, world, port)
-    n = world
+def _p2p_ring_and_batched(rank: int, n: int) -> None:
+    """Ring via ``batch_isend_irecv`` (C1); direct and batched send (C2)."""
     # C1 ring via batch_isend_irecv.
     y = torch.zeros(4)
     ops = [
@@ -409,6 +439,10 @@ def p2p(rank: int, world: int, port: int) -> None:
         for w in dist.batch_isend_irecv([dist.P2POp(dist.irecv, b, 0)]):
             w.wait()
         assert (int(a), int(b)) == (12, 1200)
+
+
+def _p2p_ordering(rank: int, n: int) -> None:
+    """Ordering: 64 messages alternating 4 B and 4 MiB (C3)."""
     # C3 ordering: 64 messages alternating 4 B and 4 MiB.
     if rank == 0:
         ws = []
@@ -426,6 +460,10 @@ def p2p(rank: int, world: int, port: int) -> None:
             assert bool((t == t[0]).all())
             got.append(int(t[0]))
         assert got == list(range(64)), got
+
+
+def _p2p_many_senders(rank: int, n: int) -> None:
+    """Several senders to one receiver (C4); recv without src (any source)."""
     # C4 several senders to one receiver.
     if rank == 0:
         dist.send(torch.tensor([100]), 1)
@@ -448,6 +486,11 @@ def p2p(rank: int, world: int, port: int) -> None:
         t = torch.zeros(1, dtype=torch.int64)
         src = dist.recv(t)
         assert int(t) == 33 and src == 3, (int(t), src)
+
+
+def _p2p_late_and_large(rank: int, n: int) -> None:
+    """Recv posted before and after the send, a 64 MiB message (C5); a
+    non-contiguous receive buffer."""
     # C5 recv posted before and after the send; a 64 MiB message.
     dist.barrier()
     if rank == 0:
@@ -473,11 +516,68 @@ def p2p(rank: int, world: int, port: int) -> None:
         t = torch.zeros(3, 2).t()
         dist.recv(t, 2)
         eq(t, torch.arange(6, dtype=torch.float32).reshape(2, 3), "p2p non-contiguous")
+
+
+def p2p(rank: int, world: int, port: int) -> None:
+    """C1-C5 (world 4; C2/C3/C5 between ranks 0 and 1)."""
+    init(rank, world, port)
+    n = world
+    _p2p_ring_and_batched(rank, n)
+    _p2p_ordering(rank, n)
+    _p2p_many_senders(rank, n)
+    _p2p_late_and_large(rank, n)
     dist.barrier()
     dist.destroy_process_group()
 
 
 # ------------------------------------------------------------------- subgroups
+def _subgroup_p2p_and_order(
+    rank: int, g01: dist.ProcessGroup, even: dist.ProcessGroup, over: dist.ProcessGroup
+) -> None:
+    """P2P to a rank outside a subgroup is rejected; overlapping groups issued
+    in different orders do not deadlock; P2P inside a subgroup is FIFO per peer."""
+    x = rank + 1
+    # P2P to a rank outside a subgroup is rejected.
+    if rank in (0, 1):
+        try:
+            dist.send(torch.ones(1), group_dst=5, group=g01)
+        except (ValueError, RuntimeError):
+            pass
+        else:
+            raise AssertionError("send to group_dst=5 in a 2-rank group did not fail")
+    # Overlapping groups issued in different orders on different ranks: each
+    # group has its own sequence, so nothing deadlocks.
+    if rank < 2:
+        a, b = torch.tensor([float(x)]), torch.tensor([float(x)])
+        if rank == 0:
+            wa = dist.all_reduce(a, group=over, async_op=True)
+            wb = dist.all_reduce(b, group=g01, async_op=True)
+        else:
+            wb = dist.all_reduce(b, group=g01, async_op=True)
+            wa = dist.all_reduce(a, group=over, async_op=True)
+        wb.wait()
+        wa.wait()
+        eq(a, 6.0, "cross-order over")
+        eq(b, 3.0, "cross-order pair")
+    elif rank == 2:
+        a = torch.tensor([float(x)])
+        dist.all_reduce(a, group=over)
+        eq(a, 6.0, "cross-order over (rank 2)")
+    # FIFO per peer inside a subgroup (group_dst/group_src), mixed sizes.
+    if rank == 0:
+        ws = [
+            dist.isend(torch.full((1 if i % 2 else 300_000,), i), group_dst=1, group=even)
+            for i in range(8)
+        ]
+        for w in ws:
+            w.wait()
+    elif rank == 2:
+        for i in range(8):
+            t = torch.zeros(1 if i % 2 else 300_000, dtype=torch.int64)
+            dist.recv(t, group_src=0, group=even)
+            eq(t, float(i), "subgroup FIFO")
+
+
 def subgroups(rank: int, world: int, port: int) -> None:
     """A5, even/odd and overlapping groups, D1-D3, group_dst/group_src."""
     init(rank, world, port)
@@ -526,45 +626,7 @@ def subgroups(rank: int, world: int, port: int) -> None:
         w.wait()
     if rank >= 2:
         eq(recv_kv, float(rank - 1), "prefill->decode")
-    # P2P to a rank outside a subgroup is rejected.
-    if rank in (0, 1):
-        try:
-            dist.send(torch.ones(1), group_dst=5, group=g01)
-        except (ValueError, RuntimeError):
-            pass
-        else:
-            raise AssertionError("send to group_dst=5 in a 2-rank group did not fail")
-    # Overlapping groups issued in different orders on different ranks: each
-    # group has its own sequence, so nothing deadlocks.
-    if rank < 2:
-        a, b = torch.tensor([float(x)]), torch.tensor([float(x)])
-        if rank == 0:
-            wa = dist.all_reduce(a, group=over, async_op=True)
-            wb = dist.all_reduce(b, group=g01, async_op=True)
-        else:
-            wb = dist.all_reduce(b, group=g01, async_op=True)
-            wa = dist.all_reduce(a, group=over, async_op=True)
-        wb.wait()
-        wa.wait()
-        eq(a, 6.0, "cross-order over")
-        eq(b, 3.0, "cross-order pair")
-    elif rank == 2:
-        a = torch.tensor([float(x)])
-        dist.all_reduce(a, group=over)
-        eq(a, 6.0, "cross-order over (rank 2)")
-    # FIFO per peer inside a subgroup (group_dst/group_src), mixed sizes.
-    if rank == 0:
-        ws = [
-            dist.isend(torch.full((1 if i % 2 else 300_000,), i), group_dst=1, group=even)
-            for i in range(8)
-        ]
-        for w in ws:
-            w.wait()
-    elif rank == 2:
-        for i in range(8):
-            t = torch.zeros(1 if i % 2 else 300_000, dtype=torch.int64)
-            dist.recv(t, group_src=0, group=even)
-            eq(t, float(i), "subgroup FIFO")
+    _subgroup_p2p_and_order(rank, g01, even, over)
     for g in (g01, g23, even, odd, over):
         dist.destroy_process_group(g)
     t = torch.tensor([float(x)])
@@ -1190,7 +1252,7 @@ def _coordinator_gone(msg: str) -> bool:
 
 
 def refused_connect(rank: int, world: int, port: int) -> None:
-    """§10 fail_connect: rank 1 refuses to dial rank 0, so init fails on both
+    """Fault rule fail_connect: rank 1 refuses to dial rank 0, so init fails on both
     within the timeout, naming the missing rank; without the rule it works."""
     from mooncake.pg import _testing
 
@@ -1249,7 +1311,7 @@ def _token_round(rank: int, world: int, port: int) -> None:
 
 
 def cluster_token(rank: int, world: int, port: int) -> None:
-    """Issue 10 for PG ranks: with MC_AUTH_TOKEN on every rank the group
+    """Cluster token for PG ranks: with MC_AUTH_TOKEN on every rank the group
     works; a rank with a wrong or missing token is refused with a clear
     error, its peers fail within their timeout naming it and why, nobody
     hangs or crashes, and the same processes then form a group again."""

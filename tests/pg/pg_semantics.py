@@ -94,7 +94,7 @@ def training_losses(rank: int, world: int, port: int) -> None:
         ref, got = losses["gloo"][mode], losses["mooncake-cpu"][mode]
         assert len(ref) == len(got) == kw["steps"], (ref, got)
         assert len(set(ref)) > 1, f"{mode}: the loss never moved: {ref}"
-        for step, (a, b) in enumerate(zip(ref, got)):
+        for step, (a, b) in enumerate(zip(ref, got, strict=True)):
             if world == 2:
                 assert a == b, f"{mode} step {step}: gloo {a!r} mooncake-cpu {b!r}"
             else:
@@ -113,7 +113,7 @@ def _all_to_all_p2p(rank: int, peers: list[int]) -> tuple[list[tuple[str, int, A
         ops.append(dist.P2POp(dist.irecv, got[p], p))
         meta.append(("irecv", p))
     works = dist.batch_isend_irecv(ops)
-    return [(k, p, w) for (k, p), w in zip(meta, works)], got
+    return [(k, p, w) for (k, p), w in zip(meta, works, strict=True)], got
 
 
 def p2p_dead_peer(rank: int, world: int, port: int) -> None:

@@ -23,7 +23,8 @@ BENCH_ARGS = (
     "-m mooncake.pg.bench --collective all_reduce --backends mooncake-cpu,gloo "
     "-g 2 -b 8 -e 1M -f 4 -n 5"
 )
-# Silence timeout T for the failure scenarios (spec §12 E: T = 2 s).
+# Silence timeout T for the failure scenarios: 2 s, so survivors finish within
+# 2·T = 4 s of a failure.
 FAULT_ENV = {
     "MOONCAKE_PG_COLLECTIVE_TIMEOUT_US": "2000000",
     "MOONCAKE_PG_P2P_TIMEOUT_US": "2000000",
@@ -34,11 +35,12 @@ def _pairs(scenario: str, world: int, groups: list[list[int]], **kw: object) -> 
     """``scenario`` once per transport, on two disjoint process sets (concurrently)."""
     return [
         Step(scenario, world, procs, transport=t, **kw)  # type: ignore[arg-type]
-        for t, procs in zip(TRANSPORTS, groups)
+        for t, procs in zip(TRANSPORTS, groups, strict=True)
     ]
 
 
-# A cluster token for every rank of a step (issue 10: PG ranks likewise).
+# A cluster token for every rank of a step: PG ranks authenticate like the
+# store's clients.
 TOKEN_ENV = {"MC_AUTH_TOKEN": "pg-cluster-secret"}
 
 LO4, HI4 = [0, 1, 2, 3], [4, 5, 6, 7]
@@ -57,7 +59,7 @@ MAIN: list[Step] = [
     # Only rank 0 of a 2-rank group ever starts.
     *_pairs("never_joins", 2, [[2], [3]]),
     *_pairs("refused_connect", 2, [[4, 5], [6, 7]]),
-    # Issue 10, PG ranks: every link and coordinator session authenticated.
+    # With a cluster token, every link and coordinator session is authenticated.
     *_pairs("cluster_token", 3, [[0, 1, 2], [4, 5, 6]], env=TOKEN_ENV),
 ]
 
@@ -78,7 +80,9 @@ def _fault_lane(t: str, p: list[int]) -> list[Step]:
 
 FAULTS: list[Step] = [
     s
-    for pair in zip(_fault_lane("auto", list(range(8))), _fault_lane("tcp", list(range(8, 16))))
+    for pair in zip(
+        _fault_lane("auto", list(range(8))), _fault_lane("tcp", list(range(8, 16))), strict=True
+    )
     for s in pair
 ]
 
@@ -115,7 +119,9 @@ def _elastic_lane(t: str, q: list[int]) -> list[Step]:
 
 ELASTIC: list[Step] = [
     s
-    for pair in zip(_elastic_lane("auto", list(range(7))), _elastic_lane("tcp", list(range(7, 14))))
+    for pair in zip(
+        _elastic_lane("auto", list(range(7))), _elastic_lane("tcp", list(range(7, 14))), strict=True
+    )
     for s in pair
 ]
 
@@ -145,7 +151,9 @@ def _semantics_lane(t: str, p: list[int]) -> list[Step]:
 SEMANTICS: list[Step] = [
     s
     for pair in zip(
-        _semantics_lane("auto", list(range(7))), _semantics_lane("tcp", list(range(7, 14)))
+        _semantics_lane("auto", list(range(7))),
+        _semantics_lane("tcp", list(range(7, 14))),
+        strict=True,
     )
     for s in pair
 ]
@@ -247,7 +255,7 @@ def test_codes_come_from_the_core() -> None:
     assert len(set(dtypes.values())) == len(dtypes) == 14
     for name, code in dtypes.items():
         if name == "raw":
-            assert _codes.RAW == code
+            assert code == _codes.RAW
         elif hasattr(torch, name):
             assert _codes.dtype_code(getattr(torch, name)) == code, name
     for name in ("float32", "bfloat16", "int64", "bool"):

@@ -1,4 +1,4 @@
-"""Calls on a closed or never-set-up store return error values, never crash (§2.3, §7.1).
+"""Calls on a closed or never-set-up store return error values, never crash.
 
 Upstream 0.3.13 segfaults on most of these, so each scenario runs in a child
 process (tests/helpers/closed_store.py).

@@ -1,4 +1,4 @@
-"""Metadata survives the master (issue 13): after a master restart, every
+"""Metadata survives the master: after a master restart, every
 object whose write returned 0 and that was not removed is readable again once
 the clients holding its replicas have remounted; removed objects stay removed,
 upserted objects show the new value, and an object whose only replicas lived

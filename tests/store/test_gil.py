@@ -1,4 +1,4 @@
-"""The GIL is released during network transfers (spec §0, §8 GIL line)."""
+"""The GIL is released during network transfers."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Issue 10 (hardening): a broken or hostile peer on the network must not
-crash the master, empty the store, or starve a client.
+"""Hardening: a broken or hostile peer on the network must not crash the
+master, empty the store, or starve a client.
 
-Each test names the numbered item of the issue it pins down. Attack traffic
+Three groups: connection and descriptor limits, the cluster token on every
+connection, and puts that avoid the segment of a dead owner. Attack traffic
 comes from 127.0.0.2 where a per-peer limit matters, so that honest clients
 (127.0.0.1) are a different peer.
 """
@@ -9,6 +10,7 @@ comes from 127.0.0.2 where a per-peer limit matters, so that honest clients
 from __future__ import annotations
 
 import array
+import contextlib
 import hashlib
 import hmac
 import json
@@ -119,10 +121,7 @@ def _data_handshake(sk: socket.socket, token: str | None) -> bool:
 
 def _write_request(uuid: str, offset: int, payload: bytes, ticket: bytes | None = None) -> bytes:
     u = uuid.encode()
-    if ticket is None:
-        head = bytes([2, len(u)]) + u
-    else:
-        head = bytes([3, len(u)]) + u + ticket
+    head = bytes([2, len(u)]) + u if ticket is None else bytes([3, len(u)]) + u + ticket
     return head + struct.pack("<IQI", 1, offset, len(payload)) + payload
 
 
@@ -146,7 +145,7 @@ def _token_file(tmp_path: Path, token: str = TOKEN) -> str:
     return str(p)
 
 
-# ---------------------------------------------------------------- item 3
+# ------------------------------------------ connection and descriptor limits
 
 
 @pytest.mark.slow
@@ -268,7 +267,7 @@ def test_heartbeat_reconnects_with_no_descriptor_left(
         assert owner.call("release_fds") == 0
 
 
-# ---------------------------------------------------------------- item 6
+# ----------------------------------------- the cluster token on every connection
 
 
 def test_token_required_on_every_connection(
@@ -314,10 +313,8 @@ def test_data_port_refuses_writes_without_token_or_ticket(
     # No token: the handshake does not open a session; a write anyway is dropped.
     sk = _connect(_port(endpoint))
     assert not _data_handshake(sk, None)
-    try:
+    with contextlib.suppress(OSError):
         sk.sendall(_write_request(meta["uuid"], offset, evil))
-    except OSError:
-        pass
     assert _closed_by_peer(sk, 15.0)
     sk.close()
 
@@ -406,7 +403,7 @@ def test_metadata_writes_need_the_token(
     assert (status, body) == (200, b"v")
 
 
-# ---------------------------------------------------------------- item 7
+# ------------------------------------------------- puts avoid dead owners' segments
 
 
 @pytest.mark.slow

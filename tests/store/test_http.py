@@ -1,4 +1,4 @@
-"""Embedded metadata server and admin server (spec §6)."""
+"""Embedded metadata server and admin server."""
 
 from __future__ import annotations
 

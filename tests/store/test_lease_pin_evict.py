@@ -1,4 +1,4 @@
-"""Full store, eviction, hard and soft pins (spec §3.1, §3.4)."""
+"""Full store, eviction, hard and soft pins."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_eviction_frees_space(
     full_at = time.monotonic()
     assert len(keys) == SEG // MiB
     # The -200 sets the need-eviction flag; the eviction thread runs every
-    # 10 ms, so unleased objects are gone within 100 ms (spec §8). The
+    # 10 ms, so unleased objects are gone within 100 ms. The
     # master's own counter is polled: is_exist would lease the objects.
     evicted_in_time = wait_until(
         lambda: (m.metric("master_evicted_key_count") or 0) >= 1, 0.1, interval=0.005

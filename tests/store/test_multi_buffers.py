@@ -50,16 +50,18 @@ class Scattered:
     def load(self, data: bytes) -> None:
         assert len(data) == sum(self.sizes)
         at = 0
-        for o, n in zip(self.offs, self.sizes):
+        for o, n in zip(self.offs, self.sizes, strict=True):
             self.arr[o : o + n] = np.frombuffer(data[at : at + n], np.uint8)
             at += n
 
     def joined(self) -> bytes:
-        return b"".join(self.arr[o : o + n].tobytes() for o, n in zip(self.offs, self.sizes))
+        return b"".join(
+            self.arr[o : o + n].tobytes() for o, n in zip(self.offs, self.sizes, strict=True)
+        )
 
     def gaps_intact(self, fill: int = FILL) -> bool:
         mask = np.ones(self.arr.size, bool)
-        for o, n in zip(self.offs, self.sizes):
+        for o, n in zip(self.offs, self.sizes, strict=True):
             mask[o : o + n] = False
         return bool(np.all(self.arr[mask] == fill))
 
@@ -90,11 +92,11 @@ def test_round_trip_is_byte_exact(store: Any, key: K, count: int) -> None:
     outs = [Scattered(s) for s in splits]
     rcs = store.batch_get_into_multi_buffers(keys, [o.ptrs for o in outs], [o.sizes for o in outs])
     assert rcs == [len(v) for v in values]
-    for o, v in zip(outs, values):
+    for o, v in zip(outs, values, strict=True):
         assert o.joined() == v
         assert o.gaps_intact()
     # A different split of the same length.
-    for k, v in zip(keys, values):
+    for k, v in zip(keys, values, strict=True):
         other = [len(v) // 3, len(v) - len(v) // 3] if len(v) > 1 else [1]
         o = Scattered([n for n in other if n > 0])
         assert store.batch_get_into_multi_buffers([k], [o.ptrs], [o.sizes]) == [len(v)]
@@ -105,7 +107,7 @@ def test_round_trip_is_byte_exact(store: Any, key: K, count: int) -> None:
 def test_single_buffer_reads_of_multi_buffer_keys(store: Any, key: K, count: int) -> None:
     keys = [key(f"s{count}-{j}") for j in range(2)]
     values = put_values(store, keys, [cut(count, 3), cut(count, 7)], seed=40 + count)
-    for k, v in zip(keys, values):
+    for k, v in zip(keys, values, strict=True):
         assert store.get(k) == v
         assert store.get_size(k) == len(v)
         out = np.zeros(len(v) + 10, np.uint8)
@@ -448,7 +450,7 @@ def test_one_data_request_per_owner_per_batch(
     homes = [o.call("hostname") for o in owners]
     values: list[bytes] = []
     before = s.get_client_stats()
-    for h, half in zip(homes, (slice(0, 4), slice(4, 8))):
+    for h, half in zip(homes, (slice(0, 4), slice(4, 8)), strict=True):
         cfg = ReplicateConfig()
         cfg.preferred_segment = h
         ks, sp = keys[half], splits[half]
@@ -502,7 +504,7 @@ def test_batches_into_one_owner_with_a_cluster_token(
     mid = s.get_client_stats()
     assert mid["tcp_write_requests"] - before["tcp_write_requests"] == len(keys)
     assert mid["bytes_written_tcp"] - before["bytes_written_tcp"] == sum(map(sum, splits))
-    for i, (k, sizes) in enumerate(zip(keys, splits)):
+    for i, (k, sizes) in enumerate(zip(keys, splits, strict=True)):
         r = owner.call("check_pattern", key=k, size=sum(sizes), seed=40 + i)
         assert r == {"n": sum(sizes), "match": True}
     single = [f"tokb{i}" for i in range(5)]
@@ -510,7 +512,7 @@ def test_batches_into_one_owner_with_a_cluster_token(
     bufs = [np.frombuffer(pattern(n, 50 + i), np.uint8).copy() for i, n in enumerate(sizes)]
     assert s.batch_put_from(single, [ptr(b) for b in bufs], sizes) == [0] * 5
     assert s.get_client_stats()["tcp_write_requests"] - mid["tcp_write_requests"] == len(single)
-    for i, (k, n) in enumerate(zip(single, sizes)):
+    for i, (k, n) in enumerate(zip(single, sizes, strict=True)):
         assert owner.call("check_pattern", key=k, size=n, seed=50 + i) == {"n": n, "match": True}
     # Read back in other splits: one request for the batch, every byte.
     outs = [Scattered(list(reversed(sp))) for sp in splits]

@@ -1,4 +1,4 @@
-"""Tensor-IO parallelism descriptors (spec tensor-io.md §3): constructors, setters, errors."""
+"""Tensor-IO parallelism descriptors: constructors, setters, errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Byte-value API: put/get, parts, batches, upsert, BufferHandle, config (spec §2.2, §2.4)."""
+"""Byte-value API: put/get, parts, batches, upsert, BufferHandle, config."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""get_into_ranges (spec §2.5)."""
+"""get_into_ranges: buffer-major ranged reads into registered buffers."""
 
 from __future__ import annotations
 

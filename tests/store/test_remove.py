@@ -1,4 +1,4 @@
-"""Removal and leases on remove (spec §2.6, §3.2)."""
+"""Removal, and the read leases that hold it off unless ``force=True``."""
 
 from __future__ import annotations
 

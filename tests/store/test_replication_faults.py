@@ -1,4 +1,4 @@
-"""Replication, client death, master restart, wire garbage (spec §3.1, §3.6, fault list)."""
+"""Replication, client death, master restart, wire garbage."""
 
 from __future__ import annotations
 
@@ -93,7 +93,9 @@ def test_sigkill_writer(
 ) -> None:
     m = master_factory(client_ttl=3)
     # The reader is another process that reads over TCP: a same-host mapping
-    # would keep a dead owner's memory readable (spec §3.6 speaks of TCP).
+    # would keep a dead owner's memory readable, while the rule under test is
+    # that data of a dead owner reads as failure over TCP, even before the
+    # master expires it.
     reader = child_factory(TCP_ENV)
     w = child_factory(TCP_ENV)
     assert reader.setup(m) == 0
@@ -204,7 +206,7 @@ def test_master_restart_clients_remount(store_factory: StoreFactory, master: Mas
     master.restart()
     assert wait_until(lambda: s.put("after", b"a") == 0, 3.0, interval=0.1)
     assert s.get("after") == b"a"
-    # Issue 13: objects survive the master (the client re-reported them).
+    # Objects survive the master restart (the client re-reported them).
     assert s.get("before") == b"b"
     assert seg in master.segments()
 

@@ -1,4 +1,4 @@
-"""Client lifecycle: setup variants, hostname, health_check, close (spec §2.3)."""
+"""Client lifecycle: setup variants, hostname, health_check, close."""
 
 from __future__ import annotations
 

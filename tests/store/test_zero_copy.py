@@ -1,4 +1,4 @@
-"""Zero-copy API: register/unregister, put_from/get_into and batches (spec §2.5)."""
+"""Zero-copy API: register/unregister, put_from/get_into and batches."""
 
 from __future__ import annotations
 

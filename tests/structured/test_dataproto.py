@@ -70,7 +70,7 @@ def rich_batch(n: int = 6) -> dict[str, Any]:
 
 def assert_same_rows(got: Any, want: Any) -> None:
     assert len(got) == len(want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         if isinstance(w, torch.Tensor):
             assert torch.equal(g, w)
         elif isinstance(w, bytes):
@@ -368,7 +368,7 @@ def test_nested_structures_keep_missing_keys_nulls_and_dotted_keys(transfer: Any
             else [rows[i] for i in ([3, 0] if isinstance(sel, list) else [1, 2])]
         )
         assert len(got) == len(want)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             if w is None:
                 assert g is None
                 continue

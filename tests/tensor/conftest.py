@@ -1,6 +1,6 @@
-"""Fixtures of the tensor IO suite (spec tensor-io.md §12).
+"""Fixtures of the tensor IO suite.
 
-Setup per the spec: one master and a client with a 256 MiB segment and a
+Setup: one master and a client with a 256 MiB segment and a
 128 MiB local buffer (``tstore``); tests use ``key()`` prefixes so they can
 share the module's master. Helpers list stored keys, count master RPCs and
 check log records on ``mooncake.store``.
@@ -21,13 +21,13 @@ MiB = 1 << 20
 
 @pytest.fixture
 def tstore(store_factory: Any) -> Any:
-    """A set-up store with the spec §12 sizes on the module's shared master."""
+    """A set-up store (256 MiB segment, 128 MiB local buffer) on the module's shared master."""
     return store_factory(global_segment_size=256 * MiB, local_buffer_size=128 * MiB)
 
 
 @pytest.fixture
 def full() -> Any:
-    """``torch.arange(24, dtype=torch.float32).reshape(4, 6)`` (spec §12)."""
+    """``torch.arange(24, dtype=torch.float32).reshape(4, 6)``, the suite's reference tensor."""
     return torch.arange(24, dtype=torch.float32).reshape(4, 6)
 
 

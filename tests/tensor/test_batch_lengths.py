@@ -1,4 +1,4 @@
-"""List-length mismatches in every batch form (spec tensor-io §5-§8): each
+"""List-length mismatches in every batch form: each
 fails every item (``-600`` per key for writes and ``batch_get_tensor_into``-style
 reads, ``None`` per key for the unified reads), logs one ``mooncake.store``
 record, and writes nothing."""

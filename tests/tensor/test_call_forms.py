@@ -1,4 +1,4 @@
-"""Upstream call forms of every tensor method (spec tensor-io §5-§8, store.md §0).
+"""Upstream call forms of every tensor method.
 
 ``UPSTREAM`` is the parameter list of each method in the upstream 0.3.13 wheel
 (its pybind11 docstrings). Our signatures must have the same names in the same

@@ -1,5 +1,4 @@
-"""Tensor IO under faults and across processes (spec tensor-io §7 "Order and
-result", §8 reconstruction rules; store.md §3, §5).
+"""Tensor IO under faults and across processes.
 
 What survives a failed shard write, corrupted or inconsistent stored objects,
 reads from another process on this host (mapped path) and over forced TCP,

@@ -1,4 +1,4 @@
-"""Unified parallel tensor IO and the legacy TP wrappers (spec tensor-io §3-§8, §12).
+"""Unified parallel tensor IO and the legacy TP wrappers.
 
 ``full = torch.arange(24, dtype=torch.float32).reshape(4, 6)`` throughout. Key
 listings come from the master's ``/get_all_keys``.

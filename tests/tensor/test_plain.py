@@ -1,4 +1,5 @@
-"""Plain tensor API (spec tensor-io §1, §5, §12 items 1-10 and the pub check).
+"""Plain tensor API: put/get, batches, ``_from``/``_into``, upsert and pub forms,
+and the pub check.
 
 Every failing call is checked for its ``mooncake.store`` log record, and every
 failed write for leaving nothing stored.

@@ -1,4 +1,4 @@
-"""Byte compatibility with upstream Mooncake 0.3.13 (spec tensor-io §1-§2).
+"""Byte compatibility with upstream Mooncake 0.3.13: object format and key names.
 
 ``crates/tensor/tests/data/upstream_golden.json`` holds the raw objects the
 upstream wheel stored for a fixed script (``benchmarks/upstream_tensor_golden.py``).

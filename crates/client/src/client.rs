@@ -8,7 +8,7 @@
 //! comes with a replica ledger; when the master does not know this client
 //! (it restarted, or a new HA leader took over), the heartbeat remounts the
 //! segment and reports the ledger, so the objects in the segment survive
-//! the master (issue 13).
+//! a master restart or failover.
 
 use crate::config::ClientConfig;
 use crate::discovery::MasterLocator;

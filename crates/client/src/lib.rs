@@ -2,8 +2,8 @@
 //! serves it to peers, and implements put/get/batch/ranges/upsert/remove on
 //! top of the transfer engine.
 //!
-//! This crate is the one home of the store's client-side rules (store
-//! spec, `shared/spec/store.md`): `setup`'s argument checks and the dict
+//! This crate is the one home of the store's client-side rules:
+//! `setup`'s argument checks and the dict
 //! form ([`ClientConfig`]), the write config and its validation
 //! ([`ReplicateConfig`]), per-key and per-batch argument rules, and the
 //! shape of batch results. Every failure is an [`Error`] carrying the

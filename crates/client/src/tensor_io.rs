@@ -1,5 +1,6 @@
-//! Tensor IO executor: runs the plans of `mooncake-tensor` against the store
-//! (spec tensor-io §5-§8, "Batch round trips").
+//! Tensor IO executor: runs the plans of `mooncake-tensor` against the store,
+//! with a number of master RPCs and data rounds per batch that does not grow
+//! with the batch's length.
 //!
 //! * Writes: every object of a whole batch (shards and manifests of every
 //!   item) goes in **one** PutStart, is gathered straight from the caller's
@@ -99,8 +100,8 @@ pub enum TensorDest {
 }
 
 /// The tensor object held in a caller buffer (`_from` writes): validates
-/// that `ptr..ptr+size` holds exactly one valid object (spec §5
-/// `put_tensor_from`: ptr 0, `size < 304` or an invalid header is -600).
+/// that `ptr..ptr+size` holds exactly one valid object (`put_tensor_from`:
+/// ptr 0, `size < 304` or an invalid header is -600).
 ///
 /// # Safety
 /// When `ptr` is non-zero, `ptr..ptr+min(size, 304)` must be readable.
@@ -114,7 +115,7 @@ pub unsafe fn object_source(ptr: usize, size: u64) -> Result<WriteSource> {
     Ok(WriteSource::from_object(prefix, size).map(|(src, _)| src)?)
 }
 
-/// Spec §5 pub check: a non-empty `preferred_segments` must name one
+/// The pub check: a non-empty `preferred_segments` must name one
 /// segment per replica (`pub_tensor*`, and the FULL route of the unified writes).
 pub fn check_pub_config(cfg: &ReplicateConfig) -> Result<()> {
     let n = cfg.preferred_segments.len() as u64;
@@ -127,7 +128,7 @@ pub fn check_pub_config(cfg: &ReplicateConfig) -> Result<()> {
     Ok(())
 }
 
-/// Argument rule of `batch_get_tensor_into` (spec §5, an upstream quirk kept):
+/// Argument rule of `batch_get_tensor_into` (an upstream quirk kept):
 /// list lengths differ or a pointer is null -> every item fails with -600.
 pub fn check_into_lists(keys: usize, ptrs: &[usize], sizes: usize) -> Result<()> {
     if keys != ptrs.len() || keys != sizes {
@@ -180,9 +181,10 @@ impl Written {
 }
 
 impl Client {
-    /// Write a batch of tensors (spec §5-§7): plan every item, then one
-    /// PutStart for all their objects, the gathers, and one PutEnd. Items
-    /// that failed conversion or planning keep their error and write nothing.
+    /// Write a batch of tensors (plain, TP and unified writes): plan every
+    /// item, then one PutStart for all their objects, the gathers, and one
+    /// PutEnd. Items that failed conversion or planning keep their error and
+    /// write nothing.
     ///
     /// # Safety
     /// For every item, the runs its plan reads from `ptr` (the source's

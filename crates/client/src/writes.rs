@@ -3,8 +3,9 @@
 //! then one PutEnd (and one PutRevoke for failures).
 //!
 //! A key whose replica write fails is revoked and placed again within the
-//! same call, away from the segments that failed (issue 10: the segment of
-//! an owner that died stays mounted until its client expires).
+//! same call, away from the segments that failed (the segment of an owner
+//! that died stays mounted until its client expires, so a put may be placed
+//! on it meanwhile).
 //!
 //! The argument rules of the store's write methods live here (store spec,
 //! "Byte-value API" and "Zero-copy API"): an empty key or an empty value is

@@ -1,4 +1,4 @@
-//! Regression tests of issue 10 (items 2 and 7) with a real master and real
+//! Hardening against broken or hostile peers, with a real master and real
 //! clients: a segment whose owner does not serve (a fake mount, or an owner
 //! that stopped heartbeating) must not make honest puts fail.
 

@@ -1,5 +1,5 @@
-//! `Client::setup` applies `setup`'s argument rules itself (issue 9: the
-//! binding and the client used to disagree): the protocol must be exactly
+//! `Client::setup` applies `setup`'s argument rules itself, so the binding
+//! and a Rust caller get the same answer: the protocol must be exactly
 //! `"tcp"` (store spec, "Lifecycle"; upstream compares the name as given),
 //! and `MC_FORCE_TCP` counts when its trimmed value is `1`, as the Python
 //! `setup` always treated it. One test in its own binary: it sets

@@ -1,4 +1,6 @@
-//! gflags-compatible command line for `mooncake_master` (spec §4.1, §4.2, §4.4).
+//! gflags-compatible command line for `mooncake_master`: every upstream flag
+//! is recognised and type-checked; the implemented ones configure the master,
+//! feature switches this build lacks fail fast, and the rest warn when set.
 //!
 //! Owns the master's flag table ([`FLAGS`]) and the translation of the
 //! parsed values into the effective [`MasterConfig`]. The parser itself
@@ -38,7 +40,7 @@ hold when they remount (README, 'HA and durability')";
 /// The master's own flags (the common ones, [`mooncake_common::gflags::COMMON_FLAGS`], come after).
 #[rustfmt::skip]
 pub static FLAGS: &[FlagDef] = &[
-    // ---- Tier 1 (§4.2) ----
+    // ---- implemented upstream flags (Tier 1) ----
     f("rpc_address", Str, "0.0.0.0", Core, "RPC bind address"),
     f("rpc_port", Int32, "0", Core, "RPC port; 0 means use --port"),
     f("port", Int32, "50051", Core, "deprecated: use --rpc_port"),
@@ -65,7 +67,7 @@ pub static FLAGS: &[FlagDef] = &[
     f("memory_allocator", Str, "offset", Core, "segment allocator: offset (cachelib accepted, uses offset)"),
     f("allocation_strategy", Str, "random", Core, "random | free_ratio_first | local_first"),
     f("enable_metadata_cleanup_on_timeout", Bool, "false", Core, "delete mooncake/ram/<segment> when a client expires"),
-    // ---- ours (issue 10): authentication and connection limits ----
+    // ---- ours: authentication and connection limits ----
     f("auth_token_file", Str, "", Core, "file holding the cluster token; clients must prove it (MC_AUTH_TOKEN / MC_AUTH_TOKEN_FILE)"),
     f("max_connections", Uint32, "4096", Core, "most open connections per listener (RPC, metadata, admin)"),
     f("max_connections_per_peer", Uint32, "1024", Core, "most open connections per peer address and listener"),
@@ -73,7 +75,7 @@ pub static FLAGS: &[FlagDef] = &[
     // ---- ours: versioned upserts ----
     f("max_pending_versions_per_key", Uint32, "4", Core, "replaced versions of one key kept for their readers before an upsert of the key waits for one to be freed"),
     f("pending_version_wait_ms", Uint64, "5000", Core, "how long such an upsert waits before it returns OBJECT_REPLICA_BUSY (-714)"),
-    // ---- feature switches that fail fast (§4.2) ----
+    // ---- feature switches: true fails fast unless this build implements the feature ----
     f("enable_ha", Bool, "false", Core, "HA: masters elect one leader through etcd; clients use etcd://<connstring>"),
     f("enable_oplog", Bool, "false", Replaced(NO_LOG), "operation log"),
     f("enable_snapshot", Bool, "false", Replaced(NO_LOG), "metadata snapshots"),
@@ -84,7 +86,7 @@ pub static FLAGS: &[FlagDef] = &[
     f("enable_kv_events", Bool, "false", Feature("KV event publishing"), "KV events"),
     f("offload_on_evict", Bool, "false", Feature("offload on eviction"), "offload evicted objects"),
     f("promotion_on_hit", Bool, "false", Feature("promotion from the offload tier"), "promote on hit"),
-    // ---- recognised but unimplemented (§4.4) ----
+    // ---- recognised but unimplemented: a non-default value logs a WARNING ----
     f("batch_oplog_retry_timeout_sec", Uint32, "180", Ignored, IGN),
     f("cluster_id", Str, "mooncake_cluster", Core, "HA cluster name (etcd key prefix); clients set MC_STORE_CLUSTER_ID to match"),
     f("cxl_path", Str, "/dev/dax0.0", Ignored, IGN),

@@ -1,7 +1,7 @@
 //! Accepting connections on the PG listeners (the process engine's link
 //! listener and the membership coordinator's), under the rules every
-//! listener of the stack follows (issue 10: no peer, broken or hostile, can
-//! starve the others):
+//! listener of the stack follows, so that no peer, broken or hostile, can
+//! starve the others:
 //! - each accepted connection runs its handshake on its own thread, so a
 //!   peer that connects and stays silent delays nobody else (it only holds
 //!   its own thread until the handshake's read timeout);

@@ -5,7 +5,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Default silence timeout T (spec §5.2).
+/// Default silence timeout T: a peer that sent neither data nor PONG for T
+/// while an op waits on it is declared failed, and survivors complete
+/// within 2·T of the failure.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 static COLL_TIMEOUT_US: AtomicU64 = AtomicU64::new(0);

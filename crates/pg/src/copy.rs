@@ -8,7 +8,7 @@
 //!   last-level cache, but when the host places them apart (a VM's vCPUs on
 //!   two sockets) every line becomes a remote snoop and the handoff drops
 //!   about fivefold; the streamed push is fast in both placements
-//!   (`benchmarks/RESULTS.md`, session 7);
+//!   (the PG shared-memory figures in `benchmarks/RESULTS.md`);
 //! - out of the ring (the receive buffer): the data is not read again soon,
 //!   and skipping the read-for-ownership of every destination line cuts
 //!   memory traffic by a third.

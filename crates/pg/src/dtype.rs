@@ -3,10 +3,9 @@
 //! Codes are small integers; the extension never sees a torch object. The
 //! tables here are the single source of the codes: the Python package reads
 //! them through `mooncake._native` ([`DType::table`], [`ReduceOp::table`])
-//! instead of keeping its own copy. Reduction support follows the pg spec
-//! (`shared/spec/pg.md`, dtypes and ops): every integer type, bool, f16,
-//! bf16, f32 and f64 reduce; AVG is floating-point only; bitwise ops are
-//! integer/bool only; anything else (f8, complex) moves as raw bytes.
+//! instead of keeping its own copy. Reduction support: every integer type,
+//! bool, f16, bf16, f32 and f64 reduce; AVG is floating-point only; bitwise
+//! ops are integer/bool only; anything else (f8, complex) moves as raw bytes.
 
 use crate::error::PgError;
 use std::fmt;

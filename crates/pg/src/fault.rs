@@ -1,4 +1,4 @@
-//! Fault-injection hook (spec §10), built into the transport.
+//! Fault-injection hook for tests, built into the transport.
 //!
 //! Rules come from `MOONCAKE_PG_FAULT="rule;rule"` (read once, when the first
 //! group is created) or from [`inject`] at run time. A rule is

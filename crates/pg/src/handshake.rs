@@ -11,8 +11,8 @@
 //!   coordinator: `"MCPC"`, the version and the process's instance id,
 //!   answered by one status byte.
 //!
-//! With a cluster token (`MC_AUTH_TOKEN` / `MC_AUTH_TOKEN_FILE`, issue 10:
-//! "PG ranks likewise"), both kinds then run the store's challenge-response
+//! With a cluster token (`MC_AUTH_TOKEN` / `MC_AUTH_TOKEN_FILE`, the same
+//! token the store's clients and masters use), both kinds then run the store's challenge-response
 //! ([`mooncake_common::framing::client_handshake`] for
 //! [`Service::PgRank`]): the secret never crosses the wire, proofs are
 //! compared in constant time, and a link or session is used only after both

@@ -1,7 +1,6 @@
 //! mooncake-pg: the Rust core of the `mooncake-cpu` / `mooncake`
-//! torch.distributed backend (contract: `shared/spec/pg.md`, with upstream
-//! Mooncake's PG API in `shared/reference/` winning on names and observable
-//! behaviour).
+//! torch.distributed backend, with upstream Mooncake's PG API (names,
+//! arguments and observable behaviour).
 //!
 //! Python hands over raw buffer addresses, byte counts and dtype/op codes;
 //! this crate moves and reduces the bytes. Its public surface is what the

@@ -1,4 +1,4 @@
-//! PyO3 surface of EngramStore (engram spec, `shared/spec/engram.md`):
+//! PyO3 surface of EngramStore:
 //! `EngramStoreConfig` and `EngramStore` (`populate`, `lookup`,
 //! `lookup_into`, `remove_from_store`, getters).
 //!

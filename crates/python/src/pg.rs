@@ -406,7 +406,8 @@ fn pg_set_fault_reconciliation_window_us(us: u64) {
     set_fault_reconciliation_window_us(us)
 }
 
-/// Adds fault-injection rules (`rule;rule`, spec §10); raises ValueError
+/// Adds fault-injection rules (`rule;rule`, the syntax of
+/// `MOONCAKE_PG_FAULT`); raises ValueError
 /// on a malformed rule (then nothing is added).
 #[pyfunction]
 fn pg_inject_fault(rules: &str) -> PyResult<()> {

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from mooncake import _native
-from mooncake.pg import _backend
+from mooncake.pg import _rendezvous
 from mooncake.pg._backend import MooncakeProcessGroup, make_creator
 from mooncake.pg._options import MooncakeBackendOptions
 from mooncake.pg._work import MooncakeWork
@@ -110,7 +110,11 @@ class ProposeViewUpdateResponse:
     __slots__ = ("_dropped", "_epoch", "_reason", "_status")
 
     def __init__(
-        self, status: ProposalStatus, new_epoch: int, dropped_ranks: list[int], reject_reason: str
+        self,
+        status: ProposalStatus | int,
+        new_epoch: int,
+        dropped_ranks: list[int],
+        reject_reason: str,
     ) -> None:
         self._status = ProposalStatus(status)
         self._epoch = int(new_epoch)
@@ -197,7 +201,7 @@ def set_host_ip(host_ip: str) -> None:
     ``MOONCAKE_PG_HOST``); ``""`` restores the default."""
     if not isinstance(host_ip, str):
         raise TypeError(f"set_host_ip: host_ip must be a str, got {type(host_ip).__name__}")
-    _backend._HOST_OVERRIDE[0] = host_ip or None
+    _rendezvous.HOST_OVERRIDE[0] = host_ip or None
 
 
 def set_device_filter(filters: list[str]) -> None:
@@ -273,7 +277,7 @@ def join_group(backend: Any, timeout: Any = None) -> None:
 def get_failed_ranks_hint(work: Any) -> torch.Tensor:
     """int32 tensor (length = capacity): 1 for ranks whose part ``work`` lost."""
     w = _work(work)
-    cap = w._group.capacity
+    cap = w._group_capacity()
     m = w.failed_mask()
     return torch.tensor([(m >> i) & 1 for i in range(cap)], dtype=torch.int32)
 

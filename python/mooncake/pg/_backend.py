@@ -1,126 +1,37 @@
 """``MooncakeProcessGroup``: the torch ProcessGroup subclass over the Rust core.
 
-Torch's C++ trampoline dispatches to these methods by name (spec §1.2), so
+Torch's C++ trampoline dispatches to these methods by name, so
 both current and legacy method names are defined. Validation happens here,
-synchronously, before anything is submitted.
+synchronously, before anything is submitted. How the ranks meet through
+torch's store is ``_rendezvous``; how tensors reach host memory the core can
+address is ``_staging``; each op's handle is a ``MooncakeWork``, which tells
+the group through its ``on_done`` callback when it is finalized.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
-import json
-import os
-import socket
-import warnings
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from mooncake import _native
-from mooncake.pg import _codes
+from mooncake.pg import _codes, _rendezvous
 from mooncake.pg._host import advertised_host, host_identity, store_host
 from mooncake.pg._options import MAX_CAPACITY, MooncakeBackendOptions
+from mooncake.pg._staging import Finish, host_in, host_inout, host_out, nbytes
 from mooncake.pg._work import MooncakeWork
 
-PREFIX = "mcpg/v1"
-# The membership coordinator's address once the default group is a Mooncake
-# group (subgroups use it), and the address set by ``set_host_ip``.
-_PROCESS_COORDINATOR: list[str | None] = [None]
-_HOST_OVERRIDE: list[str | None] = [None]
-AUTO_SPIN_US = 30
-# Longest a rank's destroy of the default group waits for rank 0's.
-CLOSE_WAIT_S = 10.0
-# Most same-host ranks seen in any group of this process (spin policy).
-_MAX_LOCAL_RANKS = 1
+if TYPE_CHECKING:
+    from torch.distributed.distributed_c10d import GroupName
+
 _STRIDED = torch.strided
-PROTO = 1
-
-Finish = Callable[[], None]
-
-
-def _timeout_s(t: Any, default: float = 1800.0) -> float:
-    if t is None:
-        return default
-    if isinstance(t, datetime.timedelta):
-        return max(t.total_seconds(), 0.001)
-    return max(float(t), 0.001)
-
-
-def _store_failure(e: BaseException, timeout: float) -> str:
-    """What went wrong with a store wait: its deadline, or the store itself
-    (its host closed it or went away)."""
-    lost = getattr(dist, "DistNetworkError", None)
-    if lost is not None and isinstance(e, lost):
-        return f"lost the connection to the store ({e})"
-    return f"timed out after {timeout:.1f}s"
-
-
-_WARNED_THREADS = [False]
-
-
-def _warn_oversubscribed(local_ranks: int) -> None:
-    """Warns once per process when this host's ranks run more torch threads
-    than there are CPUs. OpenMP's idle threads spin for milliseconds
-    between parallel regions (libgomp, unless it sees more threads than
-    CPUs in its own process), so ranks that oversubscribe the CPUs spend
-    their compute time spinning: FSDP2 training of a small MLP at world 2
-    on 2 CPUs ran 3-5x slower with torch's default of 2 threads per rank
-    than with one (see benchmarks/pg_training_bench.py --threads)."""
-    threads = torch.get_num_threads()
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if _WARNED_THREADS[0] or threads <= 1 or local_ranks * threads <= (cpus or 1):
-        return
-    _WARNED_THREADS[0] = True
-    warnings.warn(
-        f"mooncake-pg: {local_ranks} ranks on this host each run {threads} torch threads on "
-        f"{cpus} CPUs; spinning OpenMP threads then take the CPU from compute and "
-        f"communication. Set torch.set_num_threads({max(1, (cpus or 1) // local_ranks)}) "
-        "(or OMP_NUM_THREADS) in each rank, as torchrun does by default.",
-        RuntimeWarning,
-        stacklevel=2,
-    )
-
-
-def _watch_store(store: Any) -> socket.socket | None:
-    """A bare connection to the TCPStore server behind ``store``, which
-    only ever reads the server closing it (see ``_await_store_close``)."""
-    base = store
-    while isinstance(base, dist.PrefixStore):
-        base = base.underlying_store
-    if not isinstance(base, dist.TCPStore):
-        return None
-    try:
-        return socket.create_connection((base.host, base.port), timeout=5.0)
-    except OSError:
-        return None
-
-
-def _await_store_close(watch: socket.socket, host_live: bool) -> None:
-    """Destroying the default group ends once torch's rendezvous store is gone.
-
-    With ``env://`` or ``tcp://`` initialisation torch creates the store,
-    rank 0 hosts it, and torch frees it a moment after this group's shutdown
-    on rank 0. A rank that left earlier and re-initialised at once on the
-    same ``MASTER_PORT`` would reach that old store just before it closes,
-    and its second ``init_process_group`` would fail (``recvValue failed``;
-    gloo has the same race). So every other rank waits until rank 0's
-    store server closed its connection (``watch``, opened at init; a failing
-    store request would make torch log the error), at most ``CLOSE_WAIT_S``
-    (a rank 0 that goes on serving without destroying). A store the user
-    passed in outlives the group and is not waited on; neither is a rank 0
-    this member no longer counts as live.
-    """
-    if not host_live or getattr(dist.distributed_c10d, "_default_pg_init_method", None) is None:
-        return
-    with contextlib.suppress(OSError):  # reset, or the wait's bound
-        watch.settimeout(CLOSE_WAIT_S)
-        while watch.recv(4096):  # the server never writes here; b"" is its close
-            pass
+# Completed ops are reaped from the in-flight table once it holds this many.
+_REAP_AT = 64
 
 
 class _Shim(_C10dBackend):
@@ -225,26 +136,18 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         self._cpu = device_type == "cpu"
         self._rank = rank
         self._is_extension = opts.is_extension
-        self._timeout = _timeout_s(timeout)
+        self._timeout = _rendezvous.timeout_s(timeout)
         self._inflight: dict[int, MooncakeWork] = {}
         self._closed = False
         self._mask_dev, self._mask_host = self._make_mask(opts.active_ranks, capacity)
         self._last_mask = -1
-        self._coordinator: Any = None
+        self._coordinator: _native.PgCoordinator | None = None
         self._default_group = default_group
 
-        self._store: Any = store
-        if opts.is_extension:
-            # Joiners take the generation the founding members are using.
-            gen_key = f"{PREFIX}/gen"
-            gen = int(store.get(gen_key)) if store.check([gen_key]) else 0
-        else:
-            gen = (int(store.add(f"{PREFIX}/epoch", 1)) - 1) // size
-            if rank == 0:
-                store.set(f"{PREFIX}/gen", str(gen))
-        self._key_prefix = f"{PREFIX}/{gen}"
+        gen = _rendezvous.generation(store, rank, size, opts.is_extension)
+        self._key_prefix = _rendezvous.prefix(gen)
         key = f"{group_id}/{backend_name}/{gen}"
-        host = advertised_host(opts.host_ip or _HOST_OVERRIDE[0], store_host(store))
+        host = advertised_host(opts.host_ip or _rendezvous.HOST_OVERRIDE[0], store_host(store))
         self._native = _native.PgGroup(
             rank,
             size,
@@ -258,25 +161,40 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         self._native.set_mask_tensor(self._mask_host.data_ptr(), capacity, self._mask_host)
         self._sync_mask()
         try:
-            coordinator = self._coordinator_endpoint(store, rank, opts, host)
+            coordinator, self._coordinator = _rendezvous.coordinator_endpoint(
+                store,
+                self._key_prefix,
+                rank,
+                opts.is_extension,
+                default_group,
+                host,
+                self._timeout,
+                self._name,
+            )
             self._native.attach(coordinator, f"{host}:{self._native.port()}", self._timeout)
-            self._rendezvous(store, rank, size, opts, group_id, host)
+            _rendezvous.meet_peers(
+                self._native,
+                store,
+                self._key_prefix,
+                rank,
+                size,
+                opts.is_extension,
+                group_id,
+                host,
+                self._timeout,
+                self._name,
+            )
         except BaseException as e:
-            # Tell the peers waiting for this rank why it will not come (for
-            # example a cluster token the coordinator refused), best effort.
-            with contextlib.suppress(Exception):  # the store may be gone too
-                store.set(f"{self._key_prefix}/failed/{rank}", f"{type(e).__name__}: {e}")
+            _rendezvous.report_failure(store, self._key_prefix, rank, e)
             self._native.shutdown()
             if self._coordinator is not None:
                 self._coordinator.shutdown()
             raise
-        finally:
-            self._store = None
         # The default group's rank 0 hosts torch's rendezvous store; the
         # other ranks watch it for the closing handshake (see shutdown).
-        self._store_watch = _watch_store(store) if default_group and rank != 0 else None
+        self._store_watch = _rendezvous.watch_store(store) if default_group and rank != 0 else None
         if default_group:
-            _PROCESS_COORDINATOR[0] = coordinator
+            _rendezvous.PROCESS_COORDINATOR[0] = coordinator
         try:
             shim = _Shim(self, rank, capacity)
             self._shim = shim
@@ -286,10 +204,9 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         except (AttributeError, RuntimeError, TypeError):  # older torch: optional
             pass
         self._group_id = group_id
-        try:  # torch <= 2.12 returns custom groups before naming them
-            self._set_group_name(group_id)
-        except (AttributeError, RuntimeError, TypeError):
-            pass
+        # torch <= 2.12 returns custom groups before naming them
+        with contextlib.suppress(AttributeError, RuntimeError, TypeError):
+            self._set_group_name(cast("GroupName", group_id))
 
     # ----------------------------------------------------------------- setup
     def _make_mask(
@@ -318,107 +235,15 @@ class MooncakeProcessGroup(dist.ProcessGroup):
                 self._mask_dev.resize_(self._mask_host.numel())
             self._mask_dev.copy_(self._mask_host)
 
-    def _coordinator_endpoint(
-        self, store: Any, rank: int, opts: MooncakeBackendOptions, host: str
-    ) -> str:
-        """Where the membership coordinator of this group runs.
-
-        One coordinator serves every group of the job: rank 0 of the default
-        group (the process that hosts torch's rendezvous store) starts it and
-        publishes its address; subgroups reuse it. When the default group is
-        not a Mooncake group, each Mooncake group's rank 0 hosts its own.
-        """
-        if not self._default_group and _PROCESS_COORDINATOR[0] is not None:
-            return _PROCESS_COORDINATOR[0]
-        key = f"{self._key_prefix}/coordinator"
-        if rank == 0 and not opts.is_extension:
-            self._coordinator = _native.PgCoordinator(host)
-            store.set(key, self._coordinator.endpoint())
-            return str(self._coordinator.endpoint())
-        try:
-            store.wait([key], datetime.timedelta(seconds=self._timeout))
-        except Exception as e:  # torch raises DistStoreError / RuntimeError
-            raise RuntimeError(
-                f"{self._name}: {_store_failure(e, self._timeout)} waiting for rank 0 to "
-                "start the membership coordinator"
-            ) from e
-        return bytes(store.get(key)).decode()
-
-    def _rendezvous(
-        self,
-        store: Any,
-        rank: int,
-        size: int,
-        opts: MooncakeBackendOptions,
-        group_id: str,
-        host: str,
-    ) -> None:
-        me_host = host_identity()
-        record = {
-            "proto": PROTO,
-            "member_id": self._native.member_id(),
-            "instance_id": self._native.instance_id(),
-            "endpoint": f"{host}:{self._native.port()}",
-            "host": me_host,
-            "pid": os.getpid(),
-            "capacity": self.capacity,
-            "is_extension": opts.is_extension,
-            "shm": self._native.shm_name(),
-        }
-        store.set(f"{self._key_prefix}/peer/{rank}", json.dumps(record))
-        if opts.is_extension or size == 1:
-            return
-        keys = {r: f"{self._key_prefix}/peer/{r}" for r in range(size) if r != rank}
-        try:
-            store.wait(list(keys.values()), datetime.timedelta(seconds=self._timeout))
-        except Exception as e:  # torch raises DistStoreError / RuntimeError
-            missing: list[int] | str = "?"
-            why = ""
-            with contextlib.suppress(Exception):  # the store itself may be gone
-                missing = [r for r, k in keys.items() if not store.check([k])]
-                why = "".join(
-                    f"; rank {r} failed: {bytes(store.get(f)).decode(errors='replace')}"
-                    for r in missing
-                    if store.check([f := f"{self._key_prefix}/failed/{r}"])
-                )
-            raise RuntimeError(
-                f"{self._name}: {_store_failure(e, self._timeout)} waiting for rank(s) "
-                f"{missing} to join process group '{group_id}'{why}"
-            ) from e
-        peers = []
-        for r, k in keys.items():
-            rec = json.loads(store.get(k))
-            peers.append(
-                (r, rec["endpoint"], int(rec["member_id"]), rec["host"] == me_host, rec["shm"])
-            )
-        self._set_spin(1 + sum(1 for p in peers if p[3]))
-        _warn_oversubscribed(1 + sum(1 for p in peers if p[3]))
-        try:
-            self._native.connect(peers, self._timeout)
-        except TimeoutError as e:
-            raise RuntimeError(f"{self._name}: {e} (process group '{group_id}')") from e
-
-    def _set_spin(self, local_ranks: int) -> None:
-        """Short spin before sleeping only while every same-host rank can own a core.
-
-        ``MOONCAKE_PG_SPIN_US`` overrides the choice.
-        """
-        global _MAX_LOCAL_RANKS
-        if "MOONCAKE_PG_SPIN_US" in os.environ:
-            return
-        _MAX_LOCAL_RANKS = max(_MAX_LOCAL_RANKS, local_ranks)
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        self._native.set_spin_us(AUTO_SPIN_US if _MAX_LOCAL_RANKS <= (cpus or 1) else 0)
-
     # -------------------------------------------------------------- identity
     @property
-    def group_name(self) -> str:
+    def group_name(self) -> GroupName:
         """Torch's group name; falls back to the group id where torch (<= 2.12)
         cannot attach a Python backend to carry it."""
         try:
-            return str(super().group_name)
+            return cast("GroupName", str(super().group_name))
         except RuntimeError:
-            return self._group_id
+            return cast("GroupName", self._group_id)
 
     def getBackendName(self) -> str:
         return self._name
@@ -462,51 +287,28 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             raise ValueError(f"{self._name}: {op} takes exactly one tensor, got {n}")
         return self._check_tensor(tensors[0], f"{op} tensor")
 
-    def _host_in(self, t: torch.Tensor) -> torch.Tensor:
-        """A contiguous host tensor holding ``t``'s data."""
-        if t.is_cpu and t.is_contiguous():
-            return t
-        if t.device.type != "cpu":
-            return t.detach().to("cpu", copy=True).contiguous()
-        return t.detach().contiguous()
-
-    def _host_out(self, t: torch.Tensor, finish: list[Finish]) -> torch.Tensor:
-        """A contiguous host tensor the op writes; registers the copy back into ``t``."""
-        if t.is_cpu and t.is_contiguous():
-            return t
-        tmp = torch.empty(t.shape, dtype=t.dtype, device="cpu")
-        finish.append(lambda t=t, tmp=tmp: t.copy_(tmp))  # type: ignore[misc]
-        return tmp
-
-    def _host_inout(self, t: torch.Tensor, finish: list[Finish]) -> torch.Tensor:
-        if t.is_cpu and t.is_contiguous():
-            return t
-        tmp = self._host_in(t)
-        finish.append(lambda t=t, tmp=tmp: t.copy_(tmp))  # type: ignore[misc]
-        return tmp
-
-    @staticmethod
-    def _nbytes(t: torch.Tensor) -> int:
-        return t.numel() * t.element_size()
-
     def _work(
         self,
-        native: Any,
+        native: _native.PgWork,
         keep: list[Any],
         finish: list[Finish],
         result: list[torch.Tensor],
     ) -> MooncakeWork:
         if self._mask_dev is not None:
             finish.append(self._sync_mask)
-        w = MooncakeWork(native, self, keep, finish, result)
-        if len(self._inflight) >= 64:
-            done = [k for k, v in self._inflight.items() if v._native.is_completed()]
-            for k in done:
-                self._inflight.pop(k)._finalize()
+        if len(self._inflight) >= _REAP_AT:
+            for done in list(self._inflight.values()):
+                done.is_completed()  # a completed op is finalized: it leaves the table
+        w = MooncakeWork(
+            native, keep, finish, result, capacity=self._native.capacity, on_done=self._forget
+        )
         self._inflight[id(w)] = w
         return w
 
-    def _on_complete(self, w: MooncakeWork) -> None:
+    def _forget(self, w: MooncakeWork) -> None:
+        """``on_done`` of this group's Works: a finalized op leaves the
+        in-flight table (which keeps the Work, and so its tensors, alive
+        until then)."""
         self._inflight.pop(id(w), None)
 
     def _check_k(self, k: int, what: str) -> None:
@@ -561,10 +363,12 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         n = self._native.submit(kind, srcs, dsts, nbytes, codes[0], codes[1], root)
         return self._work(n, keep, finish, result)
 
-    def _one_list(self, lists: Any, what: str) -> list[Any]:
+    def _one_list(self, lists: object, what: str) -> object:
+        """The one element of a one-element list or tuple (the caller's tensor
+        list, or one tensor, which the op validates)."""
         if not isinstance(lists, (list, tuple)) or len(lists) != 1:
             raise ValueError(f"{self._name}: {what} takes exactly one tensor list")
-        return lists[0]
+        return cast(object, lists[0])
 
     def _root_only(self, lists: Any, what: str) -> None:
         """Non-root ranks pass no slots (None), only empty lists."""
@@ -574,13 +378,13 @@ class MooncakeProcessGroup(dist.ProcessGroup):
     def _slots(
         self, spec: Any, unit: torch.Tensor, what: str, finish: list[Finish], out: bool
     ) -> tuple[list[int], list[Any]]:
-        """Per-slot addresses (spec §4.2) and what to keep alive. ``spec`` is a
+        """Per-slot addresses (slot j always means rank j) and what to keep alive. ``spec`` is a
         tensor list (K = its length, each like ``unit``) or one tensor (K =
         numel / unit.numel()); outputs go through temporaries where needed."""
         if not isinstance(spec, torch.Tensor):
             ts = self._same(unit, spec, what)
             self._check_k(len(ts), what)
-            hosts = [self._host_out(t, finish) if out else self._host_in(t) for t in ts]
+            hosts = [host_out(t, finish) if out else host_in(t) for t in ts]
             return [h.data_ptr() for h in hosts], [ts, hosts]
         big = self._check_tensor(spec, what)
         if big.dtype != unit.dtype:
@@ -592,11 +396,13 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             )
         k = big.numel() // unit.numel()
         self._check_k(k, what)
-        host = self._host_out(big, finish) if out else self._host_in(big)
-        nb, base = self._nbytes(unit), host.data_ptr()
+        host = host_out(big, finish) if out else host_in(big)
+        nb, base = nbytes(unit), host.data_ptr()
         return [base + j * nb for j in range(k)], [big, host]
 
-    def _inplace(self, kind: str, tensors: Any, opts: Any, reduces: bool, rooted: bool) -> Any:
+    def _inplace(
+        self, kind: str, tensors: Any, opts: Any, reduces: bool, rooted: bool
+    ) -> MooncakeWork:
         """all_reduce, broadcast and reduce: one tensor, updated in place."""
         self._check_open()
         t = self._single(tensors, kind)
@@ -605,19 +411,17 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             self._check_root(root)
         codes = self._codes(t.dtype, opts, reduces)
         finish: list[Finish] = []
-        if kind == "reduce" and root != self._rank:
-            buf = self._host_in(t)
-        else:
-            buf = self._host_inout(t, finish)
+        # A reduce's non-root ranks only send: their tensor is not written.
+        buf = host_in(t) if kind == "reduce" and root != self._rank else host_inout(t, finish)
         p = buf.data_ptr()
-        return self._submit(kind, [p], [p], self._nbytes(buf), codes, [t, buf], finish, [t], root)
+        return self._submit(kind, [p], [p], nbytes(buf), codes, [t, buf], finish, [t], root)
 
-    def _collect(self, kind: str, inp: Any, spec: Any, what: str, root: int = 0) -> Any:
+    def _collect(self, kind: str, inp: Any, spec: Any, what: str, root: int = 0) -> MooncakeWork:
         """all_gather and gather: everyone's input into per-slot outputs
         (``spec`` is None on a gather's non-root ranks)."""
         inp = self._check_tensor(inp, f"{kind} input")
         finish: list[Finish] = []
-        src = self._host_in(inp)
+        src = host_in(inp)
         ptrs, keep = ([], []) if spec is None else self._slots(spec, inp, what, finish, True)
         result = [] if spec is None else [spec] if isinstance(spec, torch.Tensor) else list(spec)
         codes = self._codes(inp.dtype, None, False)
@@ -625,7 +429,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             kind,
             [src.data_ptr()],
             ptrs,
-            self._nbytes(src),
+            nbytes(src),
             codes,
             [inp, src, keep],
             finish,
@@ -641,13 +445,13 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         out = self._check_tensor(out, f"{kind} output")
         codes = self._codes(out.dtype, opts, kind == "reduce_scatter")
         finish: list[Finish] = []
-        host = self._host_out(out, finish)
+        host = host_out(out, finish)
         ptrs, keep = ([], []) if spec is None else self._slots(spec, out, what, finish, False)
         return self._submit(
             kind,
             ptrs,
             [host.data_ptr()],
-            self._nbytes(host),
+            nbytes(host),
             codes,
             [out, host, keep],
             finish,
@@ -655,7 +459,10 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             root,
         )
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
+    # The collectives take the arguments torch's C++ trampoline passes them
+    # (tensor lists and an options object: the "dispatch form"), not the
+    # overloads of torch's Python stubs, hence the override ignores below.
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:  # type: ignore[override]
         return self._inplace("all_reduce", tensors, opts, reduces=True, rooted=False)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
@@ -664,10 +471,10 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             w.wait()
         return works[-1]
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:  # type: ignore[override]
         return self._inplace("broadcast", tensors, opts, reduces=False, rooted=True)
 
-    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> MooncakeWork:  # type: ignore[override]
         return self._inplace("reduce", tensors, opts, reduces=True, rooted=True)
 
     def allgather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:
@@ -682,15 +489,16 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     _allgather_base = all_gather_single
 
-    def gather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:
+    def gather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:  # type: ignore[override]
         self._check_open()
         inp = self._single(input_tensors, "gather input")
         root = self._root(opts)
         self._check_root(root)
+        outs: object = None  # non-root ranks pass no slots
         if root == self._rank:
             outs = self._one_list(output_tensors, "gather root output")
         else:
-            outs = self._root_only(output_tensors, "gather output")  # type: ignore[func-returns-value]
+            self._root_only(output_tensors, "gather output")
         return self._collect("gather", inp, outs, "gather output", root)
 
     def gather_single(self, output: Any, input: Any, opts: Any = None) -> MooncakeWork:
@@ -702,7 +510,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     gather_into_tensor = gather_single
 
-    def reduce_scatter(
+    def reduce_scatter(  # type: ignore[override]
         self, output_tensors: Any, input_tensors: Any, opts: Any = None
     ) -> MooncakeWork:
         self._check_open()
@@ -714,17 +522,18 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         self._check_open()
         return self._spread("reduce_scatter", output, input, "reduce_scatter_tensor input", opts)
 
-    _reduce_scatter_base = reduce_scatter_single
+    _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]
 
-    def scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:
+    def scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:  # type: ignore[override]
         self._check_open()
         out = self._single(output_tensors, "scatter output")
         root = self._root(opts)
         self._check_root(root)
+        ins: object = None  # non-root ranks pass no slots
         if root == self._rank:
             ins = self._one_list(input_tensors, "scatter root input")
         else:
-            ins = self._root_only(input_tensors, "scatter input")  # type: ignore[func-returns-value]
+            self._root_only(input_tensors, "scatter input")
         return self._spread("scatter", out, ins, "scatter input", opts, root)
 
     def _all_to_all(
@@ -770,11 +579,11 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         if len(dts) != 1:
             raise ValueError(f"{self._name}: all_to_all tensors must share one dtype, got {dts}")
         finish: list[Finish] = []
-        srcs = [self._host_in(t) for t in ins]
-        hosts = [self._host_out(t, finish) for t in outs]
+        srcs = [host_in(t) for t in ins]
+        hosts = [host_out(t, finish) for t in outs]
         return self._all_to_all(
-            [(s.data_ptr(), self._nbytes(s)) for s in srcs],
-            [(h.data_ptr(), self._nbytes(h)) for h in hosts],
+            [(s.data_ptr(), nbytes(s)) for s in srcs],
+            [(h.data_ptr(), nbytes(h)) for h in hosts],
             ins[0].dtype,
             [ins, outs, srcs, hosts],
             finish,
@@ -826,13 +635,13 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             return res
 
         finish: list[Finish] = []
-        src = self._host_in(inp)
+        src = host_in(inp)
         s_in = ranges(inp, src, ins_split, "input")
-        host = self._host_out(out, finish)
+        host = host_out(out, finish)
         s_out = ranges(out, host, outs_split, "output")
         return self._all_to_all(s_in, s_out, inp.dtype, [out, inp, src, host], finish, [out])
 
-    alltoall_base = all_to_all_single
+    alltoall_base = all_to_all_single  # type: ignore[assignment]
 
     def barrier(self, opts: Any = None) -> MooncakeWork:
         self._check_open()
@@ -853,8 +662,8 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         self._check_open()
         t = self._single(tensors, "send")
         dst = self._peer(dstRank, "send")
-        src = self._host_in(t)
-        n = self._native.send(dst, src.data_ptr(), self._nbytes(src))
+        src = host_in(t)
+        n = self._native.send(dst, src.data_ptr(), nbytes(src))
         return self._work(n, [t, src], [], [t])
 
     def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> MooncakeWork:
@@ -862,16 +671,16 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         t = self._single(tensors, "recv")
         src = self._peer(srcRank, "recv")
         finish: list[Finish] = []
-        host = self._host_out(t, finish)
-        n = self._native.recv(src, host.data_ptr(), self._nbytes(host))
+        host = host_out(t, finish)
+        n = self._native.recv(src, host.data_ptr(), nbytes(host))
         return self._work(n, [t, host], finish, [t])
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> MooncakeWork:
         self._check_open()
         t = self._single(tensors, "recv")
         finish: list[Finish] = []
-        host = self._host_out(t, finish)
-        n = self._native.recv(None, host.data_ptr(), self._nbytes(host))
+        host = host_out(t, finish)
+        n = self._native.recv(None, host.data_ptr(), nbytes(host))
         return self._work(n, [t, host], finish, [t])
 
     # ----------------------------------------------------------------- life
@@ -887,14 +696,14 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             w._finalize()
         self._inflight.clear()
         if self._default_group:
-            _PROCESS_COORDINATOR[0] = None
+            _rendezvous.PROCESS_COORDINATOR[0] = None
         if self._coordinator is not None:
             self._coordinator.shutdown()
             self._coordinator = None
         watch, self._store_watch = self._store_watch, None
         if watch is not None:
             with watch:
-                _await_store_close(watch, host_live)
+                _rendezvous.await_store_close(watch, host_live)
 
     def abort(self) -> None:
         self.shutdown()
@@ -954,7 +763,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     def _join(self, timeout: Any = None) -> None:
         self._check_open()
-        t = self._timeout if timeout is None else _timeout_s(timeout)
+        t = self._timeout if timeout is None else _rendezvous.timeout_s(timeout)
         self._native.join(t)
         self._adopt_capacity()
 

@@ -54,6 +54,95 @@ def _env_flag(name: str, default: bool) -> bool:
     return v.strip().lower() not in ("0", "false", "off", "no")
 
 
+def _bind_positional(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Adds the positional arguments to ``kwargs`` under the names of the
+    overload their first one selects."""
+    first = args[0]
+    names: tuple[str, ...]
+    if isinstance(first, torch.Tensor):
+        names = _TENSOR_FORM
+    elif isinstance(first, int) and not isinstance(first, bool):
+        names = _INT_FORM
+    else:
+        raise TypeError(
+            "MooncakeBackendOptions: the first argument must be max_group_size (int) or "
+            f"active_ranks (torch.int32 tensor), got {type(first).__name__}"
+        )
+    if len(args) > len(names):
+        raise TypeError(
+            f"MooncakeBackendOptions({names[0]}, ...) takes at most {len(names)} "
+            f"positional arguments ({', '.join(names)}), got {len(args)}"
+        )
+    # Fewer arguments than names: the trailing ones keep their defaults.
+    for name, value in zip(names, args, strict=False):
+        if name in kwargs:
+            raise TypeError(f"MooncakeBackendOptions got multiple values for {name!r}")
+        kwargs[name] = value
+
+
+def _capacity(cap: Any, alias: Any) -> int | None:
+    """``max_group_size`` (or its alias ``max_world_size``), checked."""
+    if cap is not None and alias is not None and cap != alias:
+        raise ValueError(
+            f"MooncakeBackendOptions: max_group_size={cap} and max_world_size={alias} disagree"
+        )
+    if cap is None:
+        cap = alias
+    if cap is None:
+        return None
+    if isinstance(cap, bool) or not isinstance(cap, int):
+        raise TypeError(f"MooncakeBackendOptions: max_group_size must be an int, got {cap!r}")
+    if not 1 <= cap <= MAX_CAPACITY:
+        raise ValueError(
+            f"MooncakeBackendOptions: max_group_size must be in [1, {MAX_CAPACITY}], got {cap}"
+        )
+    return cap
+
+
+def _check_active_ranks(active: Any, cap: int | None) -> None:
+    if not isinstance(active, torch.Tensor):
+        raise TypeError(
+            f"MooncakeBackendOptions: active_ranks must be a torch.Tensor, "
+            f"got {type(active).__name__}"
+        )
+    if active.dtype != torch.int32:
+        raise ValueError(
+            f"MooncakeBackendOptions: active_ranks must be torch.int32, got {active.dtype}"
+        )
+    if active.dim() != 1 or not active.is_contiguous():
+        raise ValueError("MooncakeBackendOptions: active_ranks must be a contiguous 1-D tensor")
+    if not 1 <= active.numel() <= MAX_CAPACITY:
+        raise ValueError(
+            f"MooncakeBackendOptions: active_ranks has {active.numel()} entries; "
+            f"expected between 1 and {MAX_CAPACITY}"
+        )
+    if cap is not None and active.numel() != cap:
+        raise ValueError(
+            f"MooncakeBackendOptions: active_ranks has {active.numel()} entries but "
+            f"max_group_size is {cap}; size it to max_group_size"
+        )
+
+
+def _failure_flags(kwargs: dict[str, Any]) -> tuple[bool, bool]:
+    """(auto_deactivate_on_failure, auto_sync_on_failure) with their defaults."""
+    if "auto_deactivate_on_failure" in kwargs:
+        auto_deact = _flag("auto_deactivate_on_failure", kwargs["auto_deactivate_on_failure"])
+    else:
+        auto_deact = _env_flag("MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE", True)
+    if "auto_sync_on_failure" in kwargs:
+        auto_sync = _flag("auto_sync_on_failure", kwargs["auto_sync_on_failure"])
+    else:
+        auto_sync = auto_deact
+    if auto_sync and not auto_deact:
+        raise ValueError(
+            "MooncakeBackendOptions: auto_sync_on_failure=True requires "
+            "auto_deactivate_on_failure=True (automatic synchronization only applies when "
+            "the process group owns failure-driven deactivation); use False, False for "
+            "framework-managed failure handling"
+        )
+    return auto_deact, auto_sync
+
+
 class MooncakeBackendOptions:
     """Options for ``dist.init_process_group(..., pg_options=...)`` and ``new_group``.
 
@@ -81,84 +170,13 @@ class MooncakeBackendOptions:
                 f"MooncakeBackendOptions got unexpected keyword argument(s) {sorted(unknown)}"
             )
         if args:
-            first = args[0]
-            if isinstance(first, torch.Tensor):
-                names = _TENSOR_FORM
-            elif isinstance(first, int) and not isinstance(first, bool):
-                names = _INT_FORM
-            else:
-                raise TypeError(
-                    "MooncakeBackendOptions: the first argument must be max_group_size (int) or "
-                    f"active_ranks (torch.int32 tensor), got {type(first).__name__}"
-                )
-            if len(args) > len(names):
-                raise TypeError(
-                    f"MooncakeBackendOptions({names[0]}, ...) takes at most {len(names)} "
-                    f"positional arguments ({', '.join(names)}), got {len(args)}"
-                )
-            for name, value in zip(names, args):
-                if name in kwargs:
-                    raise TypeError(f"MooncakeBackendOptions got multiple values for {name!r}")
-                kwargs[name] = value
-
+            _bind_positional(args, kwargs)
+        cap = _capacity(kwargs.get("max_group_size"), kwargs.get("max_world_size"))
         active = kwargs.get("active_ranks")
-        cap = kwargs.get("max_group_size")
-        alias = kwargs.get("max_world_size")
-        if cap is not None and alias is not None and cap != alias:
-            raise ValueError(
-                f"MooncakeBackendOptions: max_group_size={cap} and max_world_size={alias} disagree"
-            )
-        if cap is None:
-            cap = alias
-        if cap is not None:
-            if isinstance(cap, bool) or not isinstance(cap, int):
-                raise TypeError(
-                    f"MooncakeBackendOptions: max_group_size must be an int, got {cap!r}"
-                )
-            if not 1 <= cap <= MAX_CAPACITY:
-                raise ValueError(
-                    f"MooncakeBackendOptions: max_group_size must be in [1, {MAX_CAPACITY}], got {cap}"
-                )
         if active is not None:
-            if not isinstance(active, torch.Tensor):
-                raise TypeError(
-                    f"MooncakeBackendOptions: active_ranks must be a torch.Tensor, "
-                    f"got {type(active).__name__}"
-                )
-            if active.dtype != torch.int32:
-                raise ValueError(
-                    f"MooncakeBackendOptions: active_ranks must be torch.int32, got {active.dtype}"
-                )
-            if active.dim() != 1 or not active.is_contiguous():
-                raise ValueError(
-                    "MooncakeBackendOptions: active_ranks must be a contiguous 1-D tensor"
-                )
-            if not 1 <= active.numel() <= MAX_CAPACITY:
-                raise ValueError(
-                    f"MooncakeBackendOptions: active_ranks has {active.numel()} entries; "
-                    f"expected between 1 and {MAX_CAPACITY}"
-                )
-            if cap is not None and active.numel() != cap:
-                raise ValueError(
-                    f"MooncakeBackendOptions: active_ranks has {active.numel()} entries but "
-                    f"max_group_size is {cap}; size it to max_group_size"
-                )
+            _check_active_ranks(active, cap)
         is_ext = _flag("is_extension", kwargs.get("is_extension", False))
-        if "auto_deactivate_on_failure" in kwargs:
-            auto_deact = _flag("auto_deactivate_on_failure", kwargs["auto_deactivate_on_failure"])
-        else:
-            auto_deact = _env_flag("MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE", True)
-        if "auto_sync_on_failure" in kwargs:
-            auto_sync = _flag("auto_sync_on_failure", kwargs["auto_sync_on_failure"])
-        else:
-            auto_sync = auto_deact
-        if auto_sync and not auto_deact:
-            raise ValueError(
-                "MooncakeBackendOptions: auto_sync_on_failure=True requires "
-                "auto_deactivate_on_failure=True (automatic synchronization only applies when "
-                "the process group owns failure-driven deactivation); use False, False for "
-                "framework-managed failure handling"
-            )
+        auto_deact, auto_sync = _failure_flags(kwargs)
         self.active_ranks: torch.Tensor | None = active
         self.is_extension = is_ext
         self.max_group_size: int | None = cap

@@ -1,4 +1,4 @@
-"""Fault injection for tests (spec §10).
+"""Fault injection for tests, built into the transport.
 
 Rules are ``action@key=val,...`` strings, several joined by ``;``; the same
 rules can be given in ``MOONCAKE_PG_FAULT`` before the first group is

@@ -6,22 +6,18 @@ import datetime
 import queue
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch._C._distributed_c10d import Work
 
-if TYPE_CHECKING:
-    from mooncake.pg._backend import MooncakeProcessGroup
+from mooncake import _native
 
 
 def _seconds(timeout: Any) -> float | None:
     if timeout is None:
         return None
-    if isinstance(timeout, datetime.timedelta):
-        s = timeout.total_seconds()
-    else:
-        s = float(timeout)
+    s = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
     return s if s > 0 else None
 
 
@@ -57,23 +53,37 @@ def _future_of(work: MooncakeWork) -> torch.futures.Future[Any]:
 
 
 class MooncakeWork(Work):
-    """Handle of one op. Keeps every tensor the op touches alive until it completes."""
+    """Handle of one op. Keeps every tensor the op touches alive until it completes.
+
+    Once the op completed (seen by ``wait``, ``is_completed`` or the group's
+    shutdown) the Work is finalized, once: on success the ``finish``
+    callbacks copy results back into the caller's tensors, the kept tensors
+    are released, and ``on_done(work)`` tells the owner (the group drops the
+    Work from its in-flight table). ``capacity`` reads the owning group's
+    current slot count, the length of a failed-ranks hint.
+    """
 
     def __init__(
         self,
-        native: Any,
-        group: MooncakeProcessGroup,
+        native: _native.PgWork,
         keep: list[Any],
         finish: list[Callable[[], None]],
         result: list[torch.Tensor],
+        capacity: Callable[[], int],
+        on_done: Callable[[MooncakeWork], None] | None = None,
     ) -> None:
         super().__init__()
         self._native = native
-        self._group = group
         self._keep = keep
         self._finish = finish
         self._result = result
+        self._capacity = capacity
+        self._on_done = on_done
         self._finalized = False
+
+    def _group_capacity(self) -> int:
+        """The owning group's current capacity (slots)."""
+        return self._capacity()
 
     def _finalize(self) -> None:
         if self._finalized:
@@ -82,7 +92,8 @@ class MooncakeWork(Work):
         if self._finish and self._native.error() is None:
             for f in self._finish:
                 f()
-        self._group._inflight.pop(id(self), None)
+        if self._on_done is not None:
+            self._on_done(self)
         self._keep = []
 
     def wait(self, timeout: Any = None) -> bool:
@@ -103,7 +114,7 @@ class MooncakeWork(Work):
     def is_success(self) -> bool:
         return self._native.is_completed() and self._native.error() is None
 
-    def exception(self) -> Exception | None:  # type: ignore[override]
+    def exception(self) -> Exception | None:
         err = self._native.error()
         return RuntimeError(err) if err else None
 
@@ -125,7 +136,7 @@ class MooncakeWork(Work):
     def synchronize(self) -> None:
         self.wait()
 
-    # Failure reporting (spec §5.3).
+    # Failure reporting: which ranks' contributions this op could not obtain.
     def failed_mask(self) -> int:
         """Bitmap of ranks whose contribution this rank could not obtain."""
         return int(self._native.failed_mask())

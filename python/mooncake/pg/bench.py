@@ -64,111 +64,154 @@ def nop() -> None:
     """Nothing to reset."""
 
 
-def make_op(
-    coll: str, nbytes: int, rank: int, n: int, root: int, device: str
-) -> tuple[Callable[[], object], Callable[[], object], Callable[[], int], int]:
+# (reset data (untimed), run once (timed), count wrong elements, element count)
+Op = tuple[Callable[[], object], Callable[[], object], Callable[[], int], int]
+F32 = torch.float32
+
+
+def _sum_of_ranks(n: int) -> float:
+    """What a SUM over ranks that each contribute ``rank + 1`` gives."""
+    return n * (n + 1) / 2
+
+
+def _op_all_reduce(count: int, rank: int, n: int, root: int, device: str) -> Op:
+    t = torch.full((count,), float(rank + 1), dtype=F32, device=device)
+    exp = _sum_of_ranks(n)
+    return (
+        lambda: t.fill_(float(rank + 1)),
+        lambda: dist.all_reduce(t),
+        lambda: int((t != exp).sum()),
+        count,
+    )
+
+
+def _op_all_gather(count: int, rank: int, n: int, root: int, device: str) -> Op:
+    per = max(count // n, 1)
+    inp = torch.full((per,), float(rank), dtype=F32, device=device)
+    out = torch.empty(per * n, dtype=F32, device=device)
+    expect = torch.arange(n, dtype=F32, device=device).repeat_interleave(per)
+    return (
+        nop,
+        lambda: dist.all_gather_into_tensor(out, inp),
+        lambda: int((out != expect).sum()),
+        per * n,
+    )
+
+
+def _op_gather(count: int, rank: int, n: int, root: int, device: str) -> Op:
+    per = max(count // n, 1)
+    inp = torch.full((per,), float(rank), dtype=F32, device=device)
+    expect = torch.arange(n, dtype=F32, device=device).repeat_interleave(per)
+    outs = [torch.empty(per, dtype=F32, device=device) for _ in range(n)]
+
+    def run_g() -> None:
+        dist.gather(inp, outs if rank == root else None, dst=root)
+
+    def wrong_g() -> int:
+        if rank != root:
+            return 0
+        return int((torch.cat(outs) != expect).sum())
+
+    return nop, run_g, wrong_g, per * n
+
+
+def _op_reduce_scatter(count: int, rank: int, n: int, root: int, device: str) -> Op:
+    per = max(count // n, 1)
+    inp = torch.full((per * n,), float(rank + 1), dtype=F32, device=device)
+    out = torch.empty(per, dtype=F32, device=device)
+    exp = _sum_of_ranks(n)
+    return (
+        nop,
+        lambda: dist.reduce_scatter_tensor(out, inp),
+        lambda: int((out != exp).sum()),
+        per * n,
+    )
+
+
+def _op_all_to_all(count: int, rank: int, n: int, root: int, device: str) -> Op:
+    per = max(count // n, 1)
+    inp = torch.full((per * n,), float(rank), dtype=F32, device=device)
+    out = torch.empty(per * n, dtype=F32, device=device)
+    expect = torch.arange(n, dtype=F32, device=device).repeat_interleave(per)
+    return (
+        nop,
+        lambda: dist.all_to_all_single(out, inp),
+        lambda: int((out != expect).sum()),
+        per * n,
+    )
+
+
+def _op_broadcast(count: int, rank: int, n: int, root: int, device: str) -> Op:
+    t = torch.empty(count, dtype=F32, device=device)
+    return (
+        lambda: t.fill_(111.0 if rank == root else -1.0),
+        lambda: dist.broadcast(t, src=root),
+        lambda: int((t != 111.0).sum()),
+        count,
+    )
+
+
+def _op_reduce(count: int, rank: int, n: int, root: int, device: str) -> Op:
+    t = torch.empty(count, dtype=F32, device=device)
+    exp = _sum_of_ranks(n)
+    return (
+        lambda: t.fill_(float(rank + 1)),
+        lambda: dist.reduce(t, dst=root),
+        lambda: int((t != exp).sum()) if rank == root else 0,
+        count,
+    )
+
+
+def _op_scatter(count: int, rank: int, n: int, root: int, device: str) -> Op:
+    per = max(count // n, 1)
+    out = torch.empty(per, dtype=F32, device=device)
+    ins = [torch.full((per,), float(j), dtype=F32, device=device) for j in range(n)]
+
+    def run_s() -> None:
+        dist.scatter(out, ins if rank == root else None, src=root)
+
+    return nop, run_s, lambda: int((out != float(rank)).sum()), per * n
+
+
+def _op_barrier(count: int, rank: int, n: int, root: int, device: str) -> Op:
+    return nop, dist.barrier, lambda: 0, 0
+
+
+def _op_sendrecv(count: int, rank: int, n: int, root: int, device: str) -> Op:
+    t = torch.full((count,), float(rank), dtype=F32, device=device)
+
+    def run_p() -> None:
+        # Ping-pong between ranks 0 and 1; time/2 is the one-way latency.
+        if rank == 0:
+            dist.send(t, 1)
+            dist.recv(t, 1)
+        elif rank == 1:
+            dist.recv(t, 0)
+            dist.send(t, 0)
+
+    return nop, run_p, lambda: 0, count
+
+
+_OPS: dict[str, Callable[[int, int, int, int, str], Op]] = {
+    "all_reduce": _op_all_reduce,
+    "all_gather": _op_all_gather,
+    "gather": _op_gather,
+    "reduce_scatter": _op_reduce_scatter,
+    "all_to_all": _op_all_to_all,
+    "broadcast": _op_broadcast,
+    "reduce": _op_reduce,
+    "scatter": _op_scatter,
+    "barrier": _op_barrier,
+    "sendrecv": _op_sendrecv,
+}
+
+
+def make_op(coll: str, nbytes: int, rank: int, n: int, root: int, device: str) -> Op:
     """Returns (reset data (untimed), run once (timed), count wrong elements, element count)."""
-    count = max(nbytes // 4, 1)
-    f32 = torch.float32
-    if coll == "all_reduce":
-        t = torch.full((count,), float(rank + 1), dtype=f32, device=device)
-        exp = n * (n + 1) / 2
-
-        return (
-            lambda: t.fill_(float(rank + 1)),
-            lambda: dist.all_reduce(t),
-            lambda: int((t != exp).sum()),
-            count,
-        )
-    if coll in ("all_gather", "gather"):
-        per = max(count // n, 1)
-        inp = torch.full((per,), float(rank), dtype=f32, device=device)
-        out = torch.empty(per * n, dtype=f32, device=device)
-        expect = torch.arange(n, dtype=f32, device=device).repeat_interleave(per)
-        if coll == "all_gather":
-            return (
-                nop,
-                lambda: dist.all_gather_into_tensor(out, inp),
-                lambda: int((out != expect).sum()),
-                per * n,
-            )
-        outs = [torch.empty(per, dtype=f32, device=device) for _ in range(n)]
-
-        def run_g() -> None:
-            dist.gather(inp, outs if rank == root else None, dst=root)
-
-        def wrong_g() -> int:
-            if rank != root:
-                return 0
-            return int((torch.cat(outs) != expect).sum())
-
-        return nop, run_g, wrong_g, per * n
-    if coll == "reduce_scatter":
-        per = max(count // n, 1)
-        inp = torch.full((per * n,), float(rank + 1), dtype=f32, device=device)
-        out = torch.empty(per, dtype=f32, device=device)
-        exp = n * (n + 1) / 2
-        return (
-            nop,
-            lambda: dist.reduce_scatter_tensor(out, inp),
-            lambda: int((out != exp).sum()),
-            per * n,
-        )
-    if coll == "all_to_all":
-        per = max(count // n, 1)
-        inp = torch.full((per * n,), float(rank), dtype=f32, device=device)
-        out = torch.empty(per * n, dtype=f32, device=device)
-        expect = torch.arange(n, dtype=f32, device=device).repeat_interleave(per)
-        return (
-            nop,
-            lambda: dist.all_to_all_single(out, inp),
-            lambda: int((out != expect).sum()),
-            per * n,
-        )
-    if coll == "broadcast":
-        t = torch.empty(count, dtype=f32, device=device)
-
-        return (
-            lambda: t.fill_(111.0 if rank == root else -1.0),
-            lambda: dist.broadcast(t, src=root),
-            lambda: int((t != 111.0).sum()),
-            count,
-        )
-    if coll == "reduce":
-        t = torch.empty(count, dtype=f32, device=device)
-        exp = n * (n + 1) / 2
-
-        return (
-            lambda: t.fill_(float(rank + 1)),
-            lambda: dist.reduce(t, dst=root),
-            lambda: int((t != exp).sum()) if rank == root else 0,
-            count,
-        )
-    if coll == "scatter":
-        per = max(count // n, 1)
-        out = torch.empty(per, dtype=f32, device=device)
-        ins = [torch.full((per,), float(j), dtype=f32, device=device) for j in range(n)]
-
-        def run_s() -> None:
-            dist.scatter(out, ins if rank == root else None, src=root)
-
-        return nop, run_s, lambda: int((out != float(rank)).sum()), per * n
-    if coll == "barrier":
-        return nop, dist.barrier, lambda: 0, 0
-    if coll == "sendrecv":
-        t = torch.full((count,), float(rank), dtype=f32, device=device)
-
-        def run_p() -> None:
-            # Ping-pong between ranks 0 and 1; time/2 is the one-way latency.
-            if rank == 0:
-                dist.send(t, 1)
-                dist.recv(t, 1)
-            elif rank == 1:
-                dist.recv(t, 0)
-                dist.send(t, 0)
-
-        return nop, run_p, lambda: 0, count
-    raise ValueError(f"unknown collective {coll}")
+    build = _OPS.get(coll)
+    if build is None:
+        raise ValueError(f"unknown collective {coll}")
+    return build(max(nbytes // 4, 1), rank, n, root, device)
 
 
 def worker(rank: int, n: int, ports: list[int], args: argparse.Namespace, q: Any) -> None:
@@ -307,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     rc = 0 if wrong == 0 and all(pr.exitcode == 0 for pr in procs) else 1
     if args.assert_faster and "gloo" in results:
         mc = next(b for b in results if b != "gloo")
-        for a, g in zip(results[mc], results["gloo"]):
+        for a, g in zip(results[mc], results["gloo"], strict=True):
             if a["time_us"] > 1.10 * g["time_us"]:
                 print(f"slower than gloo at {int(a['size'])} bytes", file=sys.stderr)
                 rc = 1

@@ -1,6 +1,6 @@
 """Parallelism descriptors for tensor IO: ``ParallelAxis``, ``TensorParallelism``, ``ReadTarget``.
 
-These are plain value classes (spec tensor-io.md §3): upstream's no-argument
+These are plain value classes: upstream's no-argument
 constructors and read/write attributes, plus keyword constructors, value
 equality and a readable ``repr``. They hold no I/O and no hot path, so they live
 in Python. ``TP``/``DP``/``EP``/``PP`` build the common axes.

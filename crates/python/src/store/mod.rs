@@ -1,4 +1,4 @@
-//! `mooncake.store` bindings (store spec, `shared/spec/store.md`):
+//! `mooncake.store` bindings:
 //! `MooncakeDistributedStore` and its companion types (`ReplicateConfig`,
 //! `SoftPinAction`, `ObjectDataType`, `BufferHandle`, `ErrorCode`,
 //! `MooncakeHostMemAllocator`).

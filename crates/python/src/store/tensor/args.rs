@@ -1,5 +1,5 @@
 //! Conversion of the duck-typed tensor arguments into plain values
-//! (spec tensor-io §3 "Duck typing"): parallelism descriptors (any object
+//! (duck typing, as upstream): parallelism descriptors (any object
 //! with `axes`, or a list of axes), axes (`kind`, `rank`, `size`,
 //! `split_dim`, `expert_id`, `stage_id`), writer partitions (an object with
 //! `rank`/`size`/`split_dim`, a dict, or a 3-tuple), read targets (`mode`,
@@ -66,7 +66,8 @@ fn raw_axis(obj: &Bound<'_, PyAny>) -> Result<RawAxis> {
 }
 
 /// A parallelism request: any object with `axes`, or (ours) a list/tuple
-/// of axes; validated per spec §4.
+/// of axes; `mooncake-tensor` validates its axes (count, kinds, ranks,
+/// split dims).
 pub(crate) fn parallelism(obj: &Bound<'_, PyAny>) -> Result<Parallelism> {
     let axes = match attr(obj, "axes") {
         Some(a) => a,

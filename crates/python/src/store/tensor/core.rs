@@ -75,7 +75,8 @@ pub(crate) struct WriteCall {
     pub(crate) pub_always: bool,
 }
 
-/// Resolve `config` and its `replica=` alias (spec §0 "Keyword alias").
+/// Resolve `config` and its `replica=` alias: every `*_with_parallelism`
+/// write accepts either; passing both raises `TypeError`.
 pub(crate) fn config_or_replica(
     config: Option<ReplicateConfig>,
     replica: Option<ReplicateConfig>,
@@ -142,7 +143,8 @@ impl MooncakeDistributedStore {
         items: Vec<Result<WriteItem<'py>>>,
         keys: &[String],
     ) -> PyResult<Vec<i64>> {
-        // Tensor methods need torch even when they fail early (spec §0: ImportError).
+        // Tensor methods need torch even when they fail early: without it they
+        // raise ImportError, whatever the arguments.
         torch::torch(py)?;
         let report = Call::new(py, call.method);
         if items.is_empty() {
@@ -302,7 +304,8 @@ impl MooncakeDistributedStore {
                 (Ok(o), Ok(_), Some(bufs)) => {
                     let payload = bufs[i].0 + HEADER_SIZE;
                     // SAFETY: the payload was just written into the caller's
-                    // buffer, which the caller keeps alive (spec §0 "Results").
+                    // buffer, which the caller keeps alive (an `_into` read
+                    // returns a view of the caller's buffer).
                     let v = unsafe { torch::view_of(py, payload, o.nbytes, o.dtype, &o.shape) }?;
                     Ok(v)
                 }

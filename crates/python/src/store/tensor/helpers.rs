@@ -1,5 +1,5 @@
-//! Module-level tensor helpers of `mooncake.store` (spec tensor-io §1
-//! "Module helpers"): `_tensor_metadata_size()`, `_serialize_tensor(t)` and
+//! Module-level tensor helpers of `mooncake.store`, which read and write the
+//! stored tensor format: `_tensor_metadata_size()`, `_serialize_tensor(t)` and
 //! `_deserialize_tensor(b)`. Invalid input raises `ValueError`.
 
 use super::torch;

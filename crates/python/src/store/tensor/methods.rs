@@ -1,5 +1,5 @@
 //! The tensor methods of `MooncakeDistributedStore` with upstream's names,
-//! argument order, keywords and defaults (spec tensor-io §5-§8): the plain
+//! argument order, keywords and defaults: the plain
 //! API, the legacy TP wrappers, the unified `*_with_parallelism` writes and
 //! reads. Each converts its arguments and calls one of the two bodies in
 //! `core`; the rules are in `mooncake-tensor` and the client's executor.
@@ -165,7 +165,7 @@ impl MooncakeDistributedStore {
     }
 
     /// `batch_put_tensor_from` and friends: any invalid buffer fails every
-    /// item and writes nothing (spec §5, upstream behaviour).
+    /// item and writes nothing, as upstream does.
     fn write_object_batch_all_or_nothing<'py>(
         &self,
         py: Python<'py>,
@@ -329,7 +329,7 @@ impl MooncakeDistributedStore {
 
 #[pymethods]
 impl MooncakeDistributedStore {
-    // ---- plain API (spec §5) ----
+    // ---- plain API: FULL objects, one key per tensor ----
 
     /// Store `tensor` as a FULL object at `key`; 0 or a negative code.
     #[pyo3(signature = (key, tensor))]
@@ -633,7 +633,7 @@ impl MooncakeDistributedStore {
         })
     }
 
-    // ---- legacy TP wrappers (spec §6) ----
+    // ---- legacy TP wrappers: one shard per TP rank ----
 
     /// Split the full `tensor` into `tp_size` chunks along `split_dim` and
     /// store all of `key_tp_0 ..`; `tp_rank` is ignored (upstream).
@@ -894,7 +894,7 @@ impl MooncakeDistributedStore {
         )
     }
 
-    // ---- unified writes (spec §7) ----
+    // ---- unified writes: `*_with_parallelism` ----
 
     /// Store `tensor` per a `TensorParallelism` request or a writer partition.
     #[pyo3(signature = (key, tensor, parallelism=None, config=None, writer_partition=None, *, replica=None))]
@@ -1135,7 +1135,7 @@ impl MooncakeDistributedStore {
         )
     }
 
-    // ---- unified reads (spec §8) ----
+    // ---- unified reads: `*_with_parallelism` ----
 
     /// Read `key` per a `ReadTarget` (`None`: `get_tensor`).
     #[pyo3(signature = (key, target=None))]

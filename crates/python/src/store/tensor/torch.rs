@@ -42,7 +42,7 @@ fn py_err(e: PyErr, what: &str) -> TensorError {
     TensorError::invalid(format!("{what}: {e}"))
 }
 
-/// Read a tensor argument (spec tensor-io §0 "Accepted input"): any
+/// Read a tensor argument: any
 /// `torch.Tensor` (subclasses such as `nn.Parameter` included) of one of
 /// the 15 dtypes and at most 8 dims; gradients are detached, non-CPU
 /// tensors copied to host and non-contiguous ones made contiguous.
