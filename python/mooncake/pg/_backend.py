@@ -11,6 +11,7 @@ the group through its ``on_done`` callback when it is finalized.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
