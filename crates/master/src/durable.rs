@@ -48,6 +48,20 @@ impl Inner {
     /// remembered under `key`, so that a later write of the key is
     /// acknowledged only after them.
     pub(crate) fn forget_replicas(&mut self, key: Box<str>, o: &Object) -> Waits {
+        let waits = self.push_forgets(o);
+        if !waits.is_empty() {
+            self.key_forgets
+                .entry(key)
+                .or_default()
+                .extend(waits.iter().cloned());
+        }
+        waits
+    }
+
+    /// Tell the owners of `o`'s replicas that they are gone (space released
+    /// on their acks), without remembering the forgets under the key: the
+    /// caller records them (a bulk removal, in `bulk_forgets`).
+    pub(crate) fn push_forgets(&mut self, o: &Object) -> Waits {
         let mut waits = Vec::new();
         for r in &o.replicas {
             if let Some(seg) = self.segments.by_id(r.seg) {
@@ -60,13 +74,22 @@ impl Inner {
                 waits.push((q, seq));
             }
         }
-        if !waits.is_empty() {
-            self.key_forgets
-                .entry(key)
-                .or_default()
-                .extend(waits.iter().cloned());
-        }
         waits
+    }
+
+    /// Remember the forgets of a bulk removal: the last op per owner queue
+    /// (acks are cumulative per queue).
+    pub(crate) fn remember_bulk_forgets(&mut self, waits: &Waits) {
+        for (q, seq) in waits {
+            match self
+                .bulk_forgets
+                .iter_mut()
+                .find(|(b, _)| Arc::ptr_eq(b, q))
+            {
+                Some((_, s)) => *s = (*s).max(*seq),
+                None => self.bulk_forgets.push((Arc::clone(q), *seq)),
+            }
+        }
     }
 
     /// Record `replicas` of `key` at `version` (about to become the
@@ -169,11 +192,17 @@ impl Inner {
     }
 
     /// Forgets of `key`'s earlier replicas that may not be acknowledged yet.
+    /// Those of a bulk removal in flight are included, whatever its keys.
     pub(crate) fn take_key_forgets(&mut self, key: &str) -> Waits {
-        match self.key_forgets.remove(key) {
+        let mut waits: Waits = match self.key_forgets.remove(key) {
             Some(v) => v.into_iter().filter(|(q, s)| q.acked() < *s).collect(),
             None => Vec::new(),
+        };
+        if !self.bulk_forgets.is_empty() {
+            self.bulk_forgets.retain(|(q, s)| q.acked() < *s);
+            waits.extend(self.bulk_forgets.iter().cloned());
         }
+        waits
     }
 }
 
@@ -294,6 +323,44 @@ const KEY_FORGETS_SWEEP: usize = 4096;
 #[cfg(test)]
 mod tests {
     use super::merge_runs;
+    use crate::ledger_push::OwnerQueue;
+    use crate::state::Inner;
+    use mooncake_common::ledger::LedgerOp;
+    use std::sync::Arc;
+
+    fn forget() -> LedgerOp {
+        LedgerOp::Forget {
+            offset: 0,
+            version: 1,
+        }
+    }
+
+    #[test]
+    fn a_bulk_removal_holds_back_writes_of_any_key_until_its_owners_ack() {
+        let mut g = Inner::default();
+        let (a, b) = (
+            Arc::new(OwnerQueue::default()),
+            Arc::new(OwnerQueue::default()),
+        );
+        let waits: Vec<_> = (0..3)
+            .map(|_| (Arc::clone(&a), a.push(forget())))
+            .chain([(Arc::clone(&b), b.push(forget()))])
+            .collect();
+        g.remember_bulk_forgets(&waits);
+        // One entry per owner queue, at its last op.
+        assert_eq!(g.bulk_forgets.len(), 2);
+        assert_eq!(g.bulk_forgets[0].1, 3);
+        assert_eq!(g.bulk_forgets[1].1, 1);
+        // No key was remembered one by one...
+        assert!(g.key_forgets.is_empty());
+        // ...yet a write of any key waits for both queues while unacked.
+        let w = g.take_key_forgets("some-key");
+        assert_eq!(w.len(), 2);
+        assert!(Arc::ptr_eq(&w[0].0, &a) && w[0].1 == 3);
+        assert!(Arc::ptr_eq(&w[1].0, &b) && w[1].1 == 1);
+        // Taking them for one write leaves them for the next.
+        assert_eq!(g.take_key_forgets("other-key").len(), 2);
+    }
 
     #[test]
     fn runs_join_only_ranges_that_follow_one_another() {

@@ -594,18 +594,22 @@ impl MasterState {
         let mut waits = Vec::new();
         for (k, o) in all {
             if removable(&k, &o) {
-                waits.extend(g.drop_object(k, o, now, release));
+                waits.extend(g.drop_object(k, o, now, release, true));
             } else {
                 keep.insert(k, o);
             }
         }
         g.objects = keep;
+        g.remember_bulk_forgets(&waits);
         g.shrink_after_removals();
         drop(g);
         self.await_owners(&waits);
         drop(waits);
         // The owners acknowledged: what was remembered for them can go.
-        self.inner.lock().sweep_key_forgets();
+        let mut g = self.inner.lock();
+        g.bulk_forgets.retain(|(q, s)| q.acked() < *s);
+        g.sweep_key_forgets();
+        drop(g);
         crate::memory::return_free_memory();
         count as i64
     }

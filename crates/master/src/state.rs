@@ -341,6 +341,12 @@ pub(crate) struct Inner {
     pub key_forgets: HashMap<Box<str>, Vec<(Arc<OwnerQueue>, u64)>>,
     /// Entries `key_forgets` kept at its last sweep.
     pub key_forgets_swept: usize,
+    /// Forgets of a bulk removal (`remove_all`, `remove_by_regex`) not yet
+    /// known to be acked: the last op per owner queue, not per key. While
+    /// any is pending, a write of any key is acknowledged only after them
+    /// (remembering each of a million removed keys cost more than the
+    /// removal itself).
+    pub bulk_forgets: Vec<(Arc<OwnerQueue>, u64)>,
     /// Replaced versions still being read, per key, oldest first.
     pub retired: HashMap<String, Vec<Retired>>,
 }

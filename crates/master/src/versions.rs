@@ -162,18 +162,21 @@ impl Inner {
     /// once those reads ended. Returns the forgets to wait for.
     pub(crate) fn remove_object(&mut self, key: &str, now: Instant, release: Duration) -> Waits {
         match self.objects.swap_remove_entry(key) {
-            Some((k, o)) => self.drop_object(k, o, now, release),
+            Some((k, o)) => self.drop_object(k, o, now, release, false),
             None => Vec::new(),
         }
     }
 
     /// [`Inner::remove_object`] for an object already taken out of the map.
+    /// With `bulk`, the forgets of an unread object are not remembered under
+    /// its key: the caller records the removal's in `bulk_forgets`.
     pub(crate) fn drop_object(
         &mut self,
         key: Box<str>,
         mut o: Object,
         now: Instant,
         release: Duration,
+        bulk: bool,
     ) -> Waits {
         self.discard_upserts(&mut o, release);
         if o.status == ObjStatus::Complete && o.being_read(now) {
@@ -192,6 +195,8 @@ impl Inner {
                 &mut handed,
             );
             waits
+        } else if bulk {
+            self.push_forgets(&o)
         } else {
             self.forget_replicas(key, &o)
         }
