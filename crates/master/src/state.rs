@@ -318,6 +318,10 @@ pub(crate) struct DeferredFree {
     pub size: u64,
 }
 
+/// Objects one sweep for stale in-flight writes looks at (about a
+/// millisecond of work under the lock).
+pub(crate) const SWEEP_CHUNK: usize = 65_536;
+
 /// Everything under the master lock.
 #[derive(Debug, Default)]
 pub(crate) struct Inner {
@@ -349,6 +353,10 @@ pub(crate) struct Inner {
     pub bulk_forgets: Vec<(Arc<OwnerQueue>, u64)>,
     /// Replaced versions still being read, per key, oldest first.
     pub retired: HashMap<String, Vec<Retired>>,
+    /// Where the next sweep for stale in-flight writes resumes in `objects`
+    /// (each sweep looks at [`SWEEP_CHUNK`] entries, so its cost and the
+    /// time it holds the lock do not grow with the number of objects).
+    pub sweep_cursor: usize,
 }
 
 /// The master's shared state.
@@ -574,7 +582,8 @@ impl MasterState {
         }
     }
 
-    /// Release deferred frees whose time has come and discard stale PROCESSING puts.
+    /// Release deferred frees whose time has come and discard stale
+    /// PROCESSING puts and upserts (in the next [`SWEEP_CHUNK`] objects).
     pub(crate) fn sweep_discarded(&self) {
         let now = self.clock.now();
         let discard = Duration::from_secs(self.cfg.put_start_discard_timeout_sec);
@@ -582,21 +591,34 @@ impl MasterState {
         let mut g = self.inner.lock();
         let stale_start =
             |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) > discard);
-        let stale: Vec<Box<str>> = g
-            .objects
-            .iter()
-            .filter(|(_, o)| o.status == ObjStatus::Processing && stale_start(o.put_start()))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in stale {
-            g.discard_processing(&k, release);
-        }
-        // Upserts whose writer went silent: their space returns later.
+        // The next chunk of objects, from where the last sweep stopped: a
+        // write that went stale is found within (objects / SWEEP_CHUNK)
+        // sweeps of its deadline. An entry that moved (a removal swaps the
+        // last entry into its place) is found on the next round.
+        let len = g.objects.len();
+        let start = if g.sweep_cursor < len {
+            g.sweep_cursor
+        } else {
+            0
+        };
+        let end = (start + SWEEP_CHUNK).min(len);
+        g.sweep_cursor = if end >= len { 0 } else { end };
+        let mut stale = Vec::new();
         let mut stale_upserts = Vec::new();
-        for o in g.objects.values_mut() {
+        for i in start..end {
+            let Some((k, o)) = g.objects.get_index_mut(i) else {
+                break;
+            };
+            if o.status == ObjStatus::Processing && stale_start(o.put_start()) {
+                stale.push(k.clone());
+            }
+            // Upserts whose writer went silent: their space returns later.
             if o.upserts().iter().any(|p| stale_start(Some(p.put_start))) {
                 stale_upserts.extend(o.take_upserts_where(|p| stale_start(Some(p.put_start))));
             }
+        }
+        for k in stale {
+            g.discard_processing(&k, release);
         }
         for p in stale_upserts {
             g.defer_free(&p.replicas, p.size, p.put_start + release);

@@ -268,3 +268,28 @@ fn a_suspect_owner_gets_new_replicas_only_when_nothing_else_fits() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn stale_writes_among_many_objects_are_found_a_chunk_at_a_time() {
+    use crate::state::SWEEP_CHUNK;
+    let cfg = MasterConfig {
+        put_start_discard_timeout_sec: 30,
+        put_start_release_timeout_sec: 600,
+        ..MasterConfig::default()
+    };
+    let (st, clock) = state(cfg);
+    st.mount_segment("c1", desc("h:2", "u2", 64 << 20)).unwrap();
+    // More writes left in flight than one sweep looks at.
+    let n = SWEEP_CHUNK + SWEEP_CHUNK / 2;
+    let names: Vec<String> = (0..n).map(|i| format!("k{i}")).collect();
+    let items = st.put_start(&names, &vec![1; n], &WriteConfig::default(), false);
+    assert!(items
+        .iter()
+        .all(|i| matches!(i, PutStartItem::Write { .. })));
+    clock.advance(Duration::from_secs(31));
+    // One sweep discards one chunk; the next picks up where it stopped.
+    st.sweep_discarded();
+    assert_eq!(st.inner.lock().objects.len(), n - SWEEP_CHUNK);
+    st.sweep_discarded();
+    assert!(st.inner.lock().objects.is_empty());
+}
