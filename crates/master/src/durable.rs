@@ -77,6 +77,31 @@ impl Inner {
         waits
     }
 
+    /// [`Inner::push_forgets`] for a bulk removal: the forgets are recorded
+    /// in `bulk_forgets` (the last op per owner queue) instead of being
+    /// returned, so removing a million objects allocates nothing per object.
+    pub(crate) fn push_forgets_bulk(&mut self, o: &Object) {
+        for r in &o.replicas {
+            let Some(seg) = self.segments.by_id(r.seg) else {
+                continue;
+            };
+            let q = Arc::clone(&seg.ledger);
+            let op = LedgerOp::Forget {
+                offset: r.offset,
+                version: o.version,
+            };
+            let seq = q.push_forget_then_free(op, r.offset, o.size);
+            match self
+                .bulk_forgets
+                .iter_mut()
+                .find(|(b, _)| Arc::ptr_eq(b, &q))
+            {
+                Some((_, s)) => *s = (*s).max(seq),
+                None => self.bulk_forgets.push((q, seq)),
+            }
+        }
+    }
+
     /// Remember the forgets of a bulk removal: the last op per owner queue
     /// (acks are cumulative per queue).
     pub(crate) fn remember_bulk_forgets(&mut self, waits: &Waits) {

@@ -601,6 +601,7 @@ impl MasterState {
         }
         g.objects = keep;
         g.remember_bulk_forgets(&waits);
+        waits.extend(g.bulk_forgets.iter().cloned());
         g.shrink_after_removals();
         drop(g);
         self.await_owners(&waits);

@@ -168,8 +168,8 @@ impl Inner {
     }
 
     /// [`Inner::remove_object`] for an object already taken out of the map.
-    /// With `bulk`, the forgets of an unread object are not remembered under
-    /// its key: the caller records the removal's in `bulk_forgets`.
+    /// With `bulk`, the forgets of an unread object go to `bulk_forgets`
+    /// (per owner queue), not under its key, and none is returned.
     pub(crate) fn drop_object(
         &mut self,
         key: Box<str>,
@@ -196,7 +196,8 @@ impl Inner {
             );
             waits
         } else if bulk {
-            self.push_forgets(&o)
+            self.push_forgets_bulk(&o);
+            Vec::new()
         } else {
             self.forget_replicas(key, &o)
         }
