@@ -54,6 +54,16 @@ def test_unimplemented_feature_switch_fails_fast() -> None:
 
 
 @pytest.mark.ours
+@pytest.mark.parametrize("arg", ["--root_fs_dir=/tmp/mc-files", "--global_file_segment_size=1073741824"])
+def test_file_tier_settings_fail_fast(arg: str) -> None:
+    # A setting of a feature this build lacks is refused, not ignored.
+    r = run_master([arg, f"--rpc_port={free_port()}"])
+    assert r.returncode == 1
+    text = r.stderr + r.stdout
+    assert f"flag {arg.split('=')[0]} requires persisting objects to files" in text
+
+
+@pytest.mark.ours
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

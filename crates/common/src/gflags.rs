@@ -58,7 +58,8 @@ pub enum FlagRole {
     Core,
     /// Mapped onto our stderr logger.
     Log,
-    /// Feature switch of an unimplemented feature: `true` fails fast.
+    /// Switch or setting of an unimplemented feature: any value other than
+    /// the default (`true` for a switch) fails fast.
     Feature(&'static str),
     /// Feature switch whose guarantee this build provides by another
     /// mechanism (named in the text): `true` fails fast with that text.
@@ -268,7 +269,9 @@ impl Program {
                 continue;
             };
             match def.role {
-                Feature(feature) if s.value == Value::Bool(true) => {
+                Feature(feature)
+                    if parse_value(def, def.default).ok().as_ref() != Some(&s.value) =>
+                {
                     errors.push(format!(
                         "ERROR: flag --{} requires {feature}, which this build does not implement",
                         def.name

@@ -84,6 +84,8 @@ pub static FLAGS: &[FlagDef] = &[
     f("enable_kv_events", Bool, "false", Feature("KV event publishing"), "KV events"),
     f("offload_on_evict", Bool, "false", Feature("offload on eviction"), "offload evicted objects"),
     f("promotion_on_hit", Bool, "false", Feature("promotion from the offload tier"), "promote on hit"),
+    f("root_fs_dir", Str, "", Feature("persisting objects to files"), "root directory of the file tier"),
+    f("global_file_segment_size", Int64, "9223372036854775807", Feature("persisting objects to files"), "capacity of the file tier in bytes"),
     // ---- recognised but unimplemented (§4.4) ----
     f("batch_oplog_retry_timeout_sec", Uint32, "180", Ignored, IGN),
     f("cluster_id", Str, "mooncake_cluster", Core, "HA cluster name (etcd key prefix); clients set MC_STORE_CLUSTER_ID to match"),
@@ -95,7 +97,6 @@ pub static FLAGS: &[FlagDef] = &[
     f("dynamic_replication_mode", Str, "off", Ignored, IGN),
     f("enable_disk_eviction", Bool, "true", Ignored, IGN),
     f("etcd_endpoints", Str, "", Core, "legacy alias of --ha_backend_connstring, used when that is empty"),
-    f("global_file_segment_size", Int64, "9223372036854775807", Ignored, IGN),
     f("ha_backend_connstring", Str, "", Core, "HA backend endpoints: etcd h1:2379;h2:2379"),
     f("ha_backend_type", Str, "etcd", Core, "HA backend: etcd (redis and k8s are not supported by this build)"),
     f("kv_events_additional_salt", Str, "", Ignored, IGN),
@@ -131,7 +132,6 @@ pub static FLAGS: &[FlagDef] = &[
     f("promotion_max_per_heartbeat", Uint32, "1", Ignored, IGN),
     f("promotion_queue_limit", Uint32, "50000", Ignored, IGN),
     f("quota_bytes", Uint64, "0", Ignored, IGN),
-    f("root_fs_dir", Str, "", Ignored, IGN),
     f("snapshot_backup_dir", Str, "", Ignored, IGN),
     f("snapshot_catalog_backend_connstring", Str, "", Ignored, IGN),
     f("snapshot_catalog_backend_type", Str, "", Ignored, IGN),
@@ -436,7 +436,7 @@ mod tests {
                 "bad default for {}",
                 d.name
             );
-            if let Feature(_) | Replaced(_) = d.role {
+            if let Replaced(_) = d.role {
                 assert_eq!(d.ty, FlagType::Bool);
             }
         }
@@ -698,6 +698,25 @@ mod tests {
             assert_eq!(code, 1);
             assert!(msg.contains(&format!("flag --{name} requires")), "{msg}");
         }
+        // Settings of an unimplemented feature fail on any value but the default.
+        for arg in [
+            "--root_fs_dir=/tmp/x",
+            "--global_file_segment_size=1073741824",
+        ] {
+            let (code, msg) = exit(&[arg]);
+            assert_eq!(code, 1, "{arg}");
+            let name = &arg[2..arg.find('=').unwrap_or(arg.len())];
+            assert!(
+                msg.contains(&format!(
+                    "flag --{name} requires persisting objects to files"
+                )),
+                "{msg}"
+            );
+        }
+        run(&[
+            "--root_fs_dir=",
+            "--global_file_segment_size=9223372036854775807",
+        ]);
         // Explicitly false is fine.
         run(&[
             "--enable_ha=false",
