@@ -797,6 +797,7 @@ mod tests {
             f("big", Uint64, "0", Core, "a count"),
             f("on", Bool, "true", Core, "a switch"),
             f("later", Bool, "false", Feature("a later feature"), "later"),
+            f("later_dir", Str, "", Feature("a later feature"), "later"),
             f("old", Int32, "0", Ignored, IGN),
         ],
     };
@@ -877,6 +878,14 @@ mod tests {
         let (code, msg) = exit(&["--later"]);
         assert_eq!(code, 1);
         assert!(msg.contains("requires a later feature"), "{msg}");
+        // A feature's setting fails on any value but its default.
+        let (code, msg) = exit(&["--later_dir=/x"]);
+        assert_eq!(code, 1);
+        assert!(
+            msg.contains("flag --later_dir requires a later feature"),
+            "{msg}"
+        );
+        assert!(matches!(parse(&["--later_dir="]).0, Parsed::Run(_)));
         assert!(matches!(
             parse(&["--bogus=1", "--undefok=bogus"]).0,
             Parsed::Run(_)

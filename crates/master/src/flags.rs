@@ -78,14 +78,14 @@ pub static FLAGS: &[FlagDef] = &[
     f("enable_oplog", Bool, "false", Replaced(NO_LOG), "operation log"),
     f("enable_snapshot", Bool, "false", Replaced(NO_LOG), "metadata snapshots"),
     f("enable_snapshot_restore", Bool, "false", Replaced(NO_LOG), "restore from snapshot"),
-    f("enable_offload", Bool, "false", Feature("SSD/DFS offload"), "offload to storage"),
+    f("enable_offload", Bool, "false", Core, "move evicted objects to their owners' disk tiers (owners set up with enable_ssd_offload / --enable_offload)"),
     f("enable_cxl", Bool, "false", Feature("CXL memory"), "CXL memory"),
     f("enable_multi_tenants", Bool, "false", Feature("multi-tenancy"), "multi-tenancy"),
     f("enable_kv_events", Bool, "false", Feature("KV event publishing"), "KV events"),
-    f("offload_on_evict", Bool, "false", Feature("offload on eviction"), "offload evicted objects"),
+    f("offload_on_evict", Bool, "false", Core, "accepted either way: this build moves objects to disk when memory eviction selects them"),
     f("promotion_on_hit", Bool, "false", Feature("promotion from the offload tier"), "promote on hit"),
-    f("root_fs_dir", Str, "", Feature("persisting objects to files"), "root directory of the file tier"),
-    f("global_file_segment_size", Int64, "9223372036854775807", Feature("persisting objects to files"), "capacity of the file tier in bytes"),
+    f("root_fs_dir", Str, "", Core, "owners keep their disk tiers under <root_fs_dir>/<cluster_id>/ and evicted objects move there (turns offload on)"),
+    f("global_file_segment_size", Int64, "9223372036854775807", Core, "most bytes of disk copies over all owners; beyond it evicted objects are dropped"),
     // ---- recognised but unimplemented (§4.4) ----
     f("batch_oplog_retry_timeout_sec", Uint32, "180", Ignored, IGN),
     f("cluster_id", Str, "mooncake_cluster", Core, "HA cluster name (etcd key prefix); clients set MC_STORE_CLUSTER_ID to match"),
@@ -300,6 +300,15 @@ fn build_config(fl: &Flags, warnings: &mut Vec<String>) -> Result<MasterConfig, 
     cfg.idle_connection_timeout_sec =
         u32::try_from(fl.uint("idle_connection_timeout_sec")).unwrap_or(u32::MAX);
     ha_config(fl, &mut cfg, warnings)?;
+    cfg.enable_offload = fl.bool("enable_offload");
+    cfg.root_fs_dir = fl.string("root_fs_dir");
+    if !cfg.root_fs_dir.is_empty() && !cfg.root_fs_dir.starts_with('/') {
+        return Err(format!(
+            "{}: the root directory must be an absolute path",
+            failed_validation("root_fs_dir", &fl.raw("root_fs_dir"))
+        ));
+    }
+    cfg.global_file_segment_size = fl.int_range("global_file_segment_size", 0, i64::MAX)? as u64;
     cfg.log_level = fl.log_level(warnings);
     Ok(cfg)
 }
@@ -444,11 +453,9 @@ mod tests {
             assert!(matches!(find_flag(name).map(|d| d.role), Some(Replaced(_))));
         }
         for name in [
-            "enable_offload",
             "enable_cxl",
             "enable_multi_tenants",
             "enable_kv_events",
-            "offload_on_evict",
             "promotion_on_hit",
         ] {
             assert!(matches!(find_flag(name).map(|d| d.role), Some(Feature(_))));
@@ -693,36 +700,39 @@ mod tests {
             assert_eq!(code, 1);
             assert!(msg.contains(&format!("flag --{name}: ")), "{msg}");
         }
-        for name in ["enable_offload", "promotion_on_hit", "enable_kv_events"] {
+        for name in ["enable_cxl", "promotion_on_hit", "enable_kv_events"] {
             let (code, msg) = exit(&[&format!("--{name}")]);
             assert_eq!(code, 1);
             assert!(msg.contains(&format!("flag --{name} requires")), "{msg}");
         }
-        // Settings of an unimplemented feature fail on any value but the default.
-        for arg in [
-            "--root_fs_dir=/tmp/x",
-            "--global_file_segment_size=1073741824",
-        ] {
-            let (code, msg) = exit(&[arg]);
-            assert_eq!(code, 1, "{arg}");
-            let name = &arg[2..arg.find('=').unwrap_or(arg.len())];
-            assert!(
-                msg.contains(&format!(
-                    "flag --{name} requires persisting objects to files"
-                )),
-                "{msg}"
-            );
-        }
-        run(&[
-            "--root_fs_dir=",
-            "--global_file_segment_size=9223372036854775807",
-        ]);
         // Explicitly false is fine.
         run(&[
             "--enable_ha=false",
             "--noenable_snapshot",
             "--noenable_oplog",
         ]);
+    }
+
+    #[test]
+    fn offload_flags() {
+        let c = run(&[]);
+        assert!(!c.offloads());
+        assert_eq!(c.global_file_segment_size, i64::MAX as u64);
+        let c = run(&["--enable_offload=true", "--offload_on_evict=true"]);
+        assert!(c.offloads());
+        assert_eq!(c.fsdir(), "");
+        let c = run(&[
+            "--root_fs_dir=/mnt/ssd/",
+            "--global_file_segment_size=1073741824",
+            "--cluster_id=c1",
+        ]);
+        assert!(c.offloads());
+        assert_eq!(c.fsdir(), "/mnt/ssd/c1");
+        assert_eq!(c.global_file_segment_size, 1 << 30);
+        let (code, msg) = exit(&["--root_fs_dir=relative/dir"]);
+        assert_eq!(code, 1);
+        assert!(msg.contains("absolute path"), "{msg}");
+        assert_eq!(exit(&["--global_file_segment_size=-1"]).0, 1);
     }
 
     #[test]
@@ -982,10 +992,10 @@ mod tests {
         let (code, msg) = exit(&[&format!("--config_path={bad}")]);
         assert_eq!(code, 1);
         assert!(msg.starts_with("ERROR: illegal value 'abc' specified for int32 flag 'rpc_port'"));
-        let feat = tmp("feat.json", r#"{"enable_offload": true}"#);
+        let feat = tmp("feat.json", r#"{"enable_cxl": true}"#);
         assert!(exit(&[&format!("--config_path={feat}")])
             .1
-            .contains("enable_offload requires"));
+            .contains("enable_cxl requires"));
         let notobj = tmp("arr.json", "[1,2]");
         assert_eq!(exit(&[&format!("--config_path={notobj}")]).0, 1);
         assert_eq!(exit(&["--config_path=/nonexistent/x.json"]).0, 1);

@@ -95,6 +95,17 @@ pub(crate) struct OwnerQueue {
 
 impl OwnerQueue {
     /// Queue `op`; returns its sequence number.
+    /// The ops not yet acknowledged, oldest first.
+    #[cfg(test)]
+    pub(crate) fn pending_ops(&self) -> Vec<LedgerOp> {
+        self.st
+            .lock()
+            .pending
+            .iter()
+            .map(|(_, op)| op.clone())
+            .collect()
+    }
+
     pub(crate) fn push(&self, op: LedgerOp) -> u64 {
         let mut g = self.st.lock();
         g.last_seq += 1;

@@ -175,6 +175,7 @@ impl Inner {
         now: Instant,
         release: Duration,
     ) -> Waits {
+        self.forget_disk(&key, &mut o);
         self.discard_upserts(&mut o, release);
         if o.status == ObjStatus::Complete && o.being_read(now) {
             let mut waits = Vec::new();

@@ -220,7 +220,10 @@ impl BufferLeaseView {
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BufferPool>()?;
     m.add_class::<BufferLease>()?;
-    m.add("BufferLeaseView", exporting_type::<BufferLeaseView>(m.py())?)?;
+    m.add(
+        "BufferLeaseView",
+        exporting_type::<BufferLeaseView>(m.py())?,
+    )?;
     m.add("RegisteredBufferPool", m.getattr("BufferPool")?)?;
     m.add("RegisteredBufferLease", m.getattr("BufferLease")?)?;
     m.add("RegisteredBufferLeaseView", m.getattr("BufferLeaseView")?)?;
