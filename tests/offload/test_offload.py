@@ -406,3 +406,45 @@ def test_an_owner_restarted_with_its_old_directory_serves_it_again(
     assert any(r["match"] for r in results)
     c.stop()
     assert os.path.isdir(d)
+
+
+@pytest.mark.parametrize("form", ["keywords", "positional", "dict"])
+def test_upstreams_setup_call_forms_turn_offload_on(
+    offload_master: Master, owners: list[Any], tmp_path: Path, form: str
+) -> None:
+    d = tmp_path / "nvme"
+    d.mkdir()
+    m = offload_master
+    s = MooncakeDistributedStore()
+    owners.append(s)
+    if form == "keywords":
+        rc = s.setup(
+            local_hostname="127.0.0.1",
+            metadata_server=m.metadata_url,
+            global_segment_size=16 * 1024 * 1024,
+            local_buffer_size=16 * 1024 * 1024,
+            protocol="tcp",
+            rdma_devices="",
+            master_server_addr=m.rpc_addr,
+            enable_ssd_offload=True,
+            ssd_offload_path=str(d),
+        )
+    elif form == "positional":
+        rc = s.setup(
+            "127.0.0.1", m.metadata_url, SEG, 16 * MiB, "tcp", "", m.rpc_addr, None, True, str(d)
+        )
+    else:
+        rc = s.setup(
+            {
+                "local_hostname": "127.0.0.1",
+                "metadata_server": m.metadata_url,
+                "master_server_addr": m.rpc_addr,
+                "global_segment_size": SEG,
+                "enable_ssd_offload": True,
+                "ssd_offload_path": str(d),
+            }
+        )
+    assert rc == 0
+    keys = fill(s, form)
+    assert buckets(d)
+    assert all(s.get(k) == pattern(MiB, i) for i, k in enumerate(keys))
