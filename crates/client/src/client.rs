@@ -578,7 +578,9 @@ impl Client {
     }
 
     /// Cumulative counters, plus `ledger_entries` (committed replicas
-    /// this client's segment holds, as its ledger says).
+    /// this client's segment holds, as its ledger says) and, with a disk
+    /// tier, `disk_objects`, `disk_bytes_written`, `disk_bytes_read`,
+    /// `disk_failed_writes` and `disk_evicted_buckets`.
     pub fn stats(&self) -> Vec<(&'static str, u64)> {
         let mut v = self.stats.snapshot();
         for e in v.iter_mut() {
@@ -587,6 +589,23 @@ impl Client {
             }
         }
         v.push(("ledger_entries", self.ledger.len() as u64));
+        if let Some(d) = &self.disk {
+            let st = &d.tier.stats;
+            v.push(("disk_objects", d.tier.len() as u64));
+            v.push((
+                "disk_bytes_written",
+                st.bytes_written.load(Ordering::Relaxed),
+            ));
+            v.push(("disk_bytes_read", st.bytes_read.load(Ordering::Relaxed)));
+            v.push((
+                "disk_failed_writes",
+                st.failed_writes.load(Ordering::Relaxed),
+            ));
+            v.push((
+                "disk_evicted_buckets",
+                st.evicted_buckets.load(Ordering::Relaxed),
+            ));
+        }
         v
     }
 

@@ -17,9 +17,18 @@ impl MasterState {
             self.need_eviction.store(false, Ordering::Relaxed);
             return;
         }
+        // Space whose release waits only for a connected owner's ack (an
+        // earlier pass's victims, possibly being copied to disk) counts as
+        // free: evicting again for it would evict twice.
+        let releasing: u64 = g
+            .segments
+            .values()
+            .map(|s| s.ledger.releasing_bytes())
+            .sum();
+        let used = used.saturating_sub(releasing);
         let ratio = used as f64 / total as f64;
         let flagged = self.need_eviction.load(Ordering::Relaxed) && er > 0.0;
-        if ratio <= hw && !flagged {
+        if ratio <= hw && (!flagged || releasing > 0) {
             return;
         }
         self.need_eviction.store(false, Ordering::Relaxed);

@@ -142,6 +142,16 @@ impl OwnerQueue {
         true
     }
 
+    /// Bytes queued for release that a connected owner is about to
+    /// acknowledge (0 while no stream is served: those may wait long).
+    pub(crate) fn releasing_bytes(&self) -> u64 {
+        let g = self.st.lock();
+        if !g.connected {
+            return 0;
+        }
+        g.frees.iter().map(|&(_, _, s)| s).sum()
+    }
+
     /// Bytes queued for release once their forgets are acknowledged.
     #[cfg(test)]
     pub(crate) fn pending_free_bytes(&self) -> u64 {

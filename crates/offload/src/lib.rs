@@ -54,5 +54,5 @@ mod usage;
 pub use config::{TierConfig, DEFAULT_STORAGE_PATH};
 pub use error::{OffloadError, Result};
 pub use layout::{RECORD_HEADER, RECORD_MAGIC};
-pub use tier::{DiskEntry, DiskTier, EvictHandler};
+pub use tier::{DiskEntry, DiskTier, EvictHandler, TierStats};
 pub use usage::disk_usage;

@@ -246,3 +246,28 @@ fn a_record_larger_than_the_cap_is_refused_and_nothing_is_evicted() {
         value(1, 1000)
     );
 }
+
+#[test]
+fn a_large_value_reads_back_whole_and_checked() {
+    let d = tempfile::tempdir().expect("tmp");
+    let t = DiskTier::open(cfg(d.path())).expect("open");
+    let big = value(9, (3 << 20) + 12_345);
+    t.put("big", 1, &big).expect("put");
+    assert_eq!(read_all(&t, "big", 1, big.len()).expect("read"), big);
+    let mut part = vec![0u8; 1 << 20];
+    t.read("big", 1, 700_000, &mut part).expect("range");
+    assert_eq!(part, big[700_000..700_000 + (1 << 20)]);
+    t.flush();
+    let bucket = std::fs::read_dir(d.path())
+        .expect("ls")
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().ends_with(".bucket"))
+        .expect("bucket")
+        .path();
+    let f = OpenOptions::new().write(true).open(&bucket).expect("open");
+    f.write_all_at(b"\x01", 2 << 20).expect("damage");
+    assert!(matches!(
+        read_all(&t, "big", 1, big.len()),
+        Err(OffloadError::Corrupt { .. })
+    ));
+}
