@@ -145,6 +145,36 @@ def test_evicted_objects_read_back_from_disk_on_every_path(
     s.unregister_buffer(ptr(reg))
     # Reads of this client's own tier are local, not served over RPC.
     assert s.get_offload_rpc_read_count() == 0
+    # Memory stays used up to its watermark: eviction does not evict again
+    # for space its victims are still being copied out of.
+    stats = s.get_client_stats()
+    assert stats["disk_objects"] <= N - 10, stats
+    assert stats["disk_bytes_read"] > 0
+
+
+def test_disk_usage_stays_under_the_cap_and_evicted_buckets_are_forgotten(
+    offload_master: Master, owners: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cap = 12 * MiB
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_BUCKET_MAX_PHYSICAL_BYTES", str(cap))
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT", "2")
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_BUCKET_DISK_SCAN_CACHE_MS", "0")
+    d = tmp_path / "tier"
+    d.mkdir()
+    s, rc = setup_owner(offload_master, d)
+    owners.append(s)
+    assert rc == 0
+    keys = fill(s, "b")
+    used = sum(p.stat().st_blocks * 512 for p in d.iterdir())
+    assert used <= cap, used
+    gone = [i for i, k in enumerate(keys) if s.is_exist(k) == 0]
+    # Whole buckets went, the oldest first; the master forgot them.
+    assert len(gone) >= 10, gone
+    assert max(gone) < N - 8, gone
+    for i, k in enumerate(keys):
+        if i not in gone:
+            assert s.get(k) == pattern(MiB, i), k
+    assert s.get_client_stats()["disk_evicted_buckets"] > 0
 
 
 def test_a_remote_client_reads_disk_copies_from_their_owner(
