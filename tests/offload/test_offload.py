@@ -270,8 +270,10 @@ def test_two_owners_on_one_directory_are_refused(
     assert a.put("still", b"here") == 0 and a.get("still") == b"here"
 
 
-def start_daemon(m: Master, tmp_path: Path, env: dict[str, str], *extra: str) -> tuple[Any, Path]:
-    """A real ``mooncake_client`` daemon (SSD offload on); its process and log."""
+def start_daemon(
+    m: Master, tmp_path: Path, env: dict[str, str], *extra: str
+) -> tuple[Any, Path, int]:
+    """A real ``mooncake_client`` daemon (SSD offload on); its process, log and port."""
     exe = Path(sys.executable).parent / "mooncake_client"
     if not exe.exists():
         pytest.skip("mooncake_client not found next to the interpreter")
@@ -306,7 +308,7 @@ def start_daemon(m: Master, tmp_path: Path, env: dict[str, str], *extra: str) ->
     if not ok or proc.poll() is not None:
         proc.kill()
         raise AssertionError(f"daemon did not come up:\n{log.read_text(errors='replace')[-3000:]}")
-    return proc, log
+    return proc, log, port
 
 
 def test_a_full_disk_degrades_to_plain_eviction(
@@ -325,7 +327,7 @@ def test_a_full_disk_degrades_to_plain_eviction(
         "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": str(fs),
         "MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE": str(1 << 30),
     }
-    proc, log = start_daemon(m, tmp_path, env)
+    proc, log, _ = start_daemon(m, tmp_path, env)
     try:
         s = store_factory(m, global_segment_size=0)
         for i in range(N):
@@ -353,7 +355,7 @@ def test_a_daemon_that_serves_no_disk_reads_gives_misses_never_bytes(
     d = tmp_path / "tier"
     d.mkdir()
     env = {"MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": str(d)}
-    proc, _ = start_daemon(m, tmp_path, env, "--start_offload_rpc_server=false")
+    proc, _, _ = start_daemon(m, tmp_path, env, "--start_offload_rpc_server=false")
     try:
         s = store_factory(m, global_segment_size=0)
         for i in range(N):
@@ -478,3 +480,27 @@ def test_upstreams_setup_call_forms_turn_offload_on(
     keys = fill(s, form)
     assert buckets(d)
     assert all(s.get(k) == pattern(MiB, i) for i, k in enumerate(keys))
+
+
+def test_a_dummy_client_reads_disk_copies_through_its_daemon(
+    master_factory: Callable[..., Master], owners: list[Any], tmp_path: Path
+) -> None:
+    m = master_factory(default_kv_lease_ttl=LEASE_MS, enable_offload=True)
+    d = tmp_path / "tier"
+    d.mkdir()
+    proc, _, port = start_daemon(m, tmp_path, {"MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": str(d)})
+    try:
+        dummy = MooncakeDistributedStore()
+        owners.append(dummy)
+        assert dummy.setup_dummy(64 * MiB, 16 * MiB, f"127.0.0.1:{port}") == 0
+        keys = fill(dummy, "dm")
+        assert buckets(d), "the daemon offloaded nothing"
+        assert all(dummy.is_exist(k) == 1 for k in keys)
+        assert all(dummy.get(k) == pattern(MiB, i) for i, k in enumerate(keys))
+    finally:
+        with contextlib.suppress(Exception):
+            dummy.close()
+        proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(20)
+        proc.kill()
