@@ -47,7 +47,8 @@ def test_bad_int_value_exits_1() -> None:
 def test_unimplemented_feature_switch_fails_fast() -> None:
     r = run_master(["--enable_cxl=true", f"--rpc_port={free_port()}"])
     assert r.returncode == 1
-    # spec §4.2: "flag --X requires <feature>, which this build does not implement"
+    # A feature switch set to true fails fast with exit 1 and
+    # "flag --X requires <feature>, which this build does not implement".
     text = (r.stderr + r.stdout).lower()
     assert "not implement" in text
     assert "enable_cxl" in text
