@@ -42,6 +42,10 @@ command -v etcd >/dev/null 2>&1 \
 cargo test -p mooncake-common -p mooncake-transfer -p mooncake-engine -p mooncake-master -p mooncake-client -p mooncake-engram -p mooncake-pg -p mooncake-tensor -p mooncake-standalone -p mooncake-bench 2>&1
 # Each suite has its own conftest helpers, so each runs in its own pytest process.
 python -m pytest tests/store tests/store_binding -q -p no:cacheprovider --timeout=300 "$@"
+# SSD offload: real masters and owners writing three times their memory,
+# reads back from disk (own and remote), a full tmpfs (root), corrupted
+# buckets, restarted owners, a shared directory. About a minute.
+python -m pytest tests/offload -q -p no:cacheprovider --timeout=300 "$@"
 # The standalone service: real mooncake_client daemons on real masters,
 # dummy clients (setup_dummy) in this process and in child processes,
 # daemon and dummy faults, SGLang's and vLLM's standalone call sequences,

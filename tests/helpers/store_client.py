@@ -46,6 +46,10 @@ class Client:
     # ---- ops
     def op_setup(self, msg: dict[str, Any]) -> Any:
         a = msg["args"]
+        extra: dict[str, Any] = {}
+        if "enable_ssd_offload" in a:
+            extra["enable_ssd_offload"] = bool(a["enable_ssd_offload"])
+            extra["ssd_offload_path"] = str(a.get("ssd_offload_path", ""))
         return self.store.setup(
             a["local_hostname"],
             a["metadata_server"],
@@ -54,7 +58,24 @@ class Client:
             a["protocol"],
             a["rdma_devices"],
             a["master_server_addr"],
+            **extra,
         )
+
+    def op_offload_reads(self, msg: dict[str, Any]) -> Any:
+        return self.store.get_offload_rpc_read_count()
+
+    def op_put_pattern_retry(self, msg: dict[str, Any]) -> Any:
+        """put_pattern, retrying NO_AVAILABLE_HANDLE (-200) while eviction frees space."""
+        import time
+
+        size, seed = int(msg["size"]), int(msg.get("seed", 0))
+        data = pattern(size, seed)
+        deadline = time.monotonic() + float(msg.get("timeout", 10.0))
+        while True:
+            rc = self.store.put(msg["key"], data)
+            if rc != -200 or time.monotonic() >= deadline:
+                return rc
+            time.sleep(0.005)
 
     def op_ping(self, msg: dict[str, Any]) -> Any:
         return "pong"

@@ -45,13 +45,21 @@ def test_bad_int_value_exits_1() -> None:
 
 @pytest.mark.ours
 def test_unimplemented_feature_switch_fails_fast() -> None:
-    r = run_master(["--enable_offload=true", f"--rpc_port={free_port()}"])
+    r = run_master(["--enable_cxl=true", f"--rpc_port={free_port()}"])
     assert r.returncode == 1
     # A feature switch set to true fails fast with exit 1 and
     # "flag --X requires <feature>, which this build does not implement".
     text = (r.stderr + r.stdout).lower()
     assert "not implement" in text
-    assert "enable_offload" in text
+    assert "enable_cxl" in text
+
+
+@pytest.mark.ours
+def test_a_relative_root_fs_dir_is_refused() -> None:
+    r = run_master(["--root_fs_dir=relative/dir", f"--rpc_port={free_port()}"])
+    assert r.returncode == 1
+    assert "root_fs_dir" in r.stderr + r.stdout
+    assert "absolute path" in r.stderr + r.stdout
 
 
 @pytest.mark.ours

@@ -251,9 +251,7 @@ def test_engine_argument_rejected(store_factory: StoreFactory, master: Master) -
 
 
 @pytest.mark.ours
-@pytest.mark.parametrize(
-    "kw", [{"enable_ssd_offload": True}, {"tenant_id": "other"}], ids=["ssd", "tenant"]
-)
+@pytest.mark.parametrize("kw", [{"tenant_id": "other"}], ids=["tenant"])
 def test_unsupported_setup_options(
     store_factory: StoreFactory, master: Master, kw: dict[str, Any]
 ) -> None:

@@ -354,7 +354,6 @@ def with_arg(index: int, value: object) -> tuple[object, ...]:
         (with_arg(4, "rdma"), {}, -1),
         (with_arg(1, "etcd://127.0.0.1:2379"), {}, -1),
         (ARGS, {"engine": object()}, -600),
-        (ARGS, {"enable_ssd_offload": True}, -1012),
         (ARGS, {"tenant_id": "t1"}, -1012),
     ],
 )
@@ -393,8 +392,17 @@ def test_setup_dict_invalid(store: MooncakeDistributedStore, config: dict[str, o
 def test_setup_dict_unsupported(store: MooncakeDistributedStore) -> None:
     base = {"local_hostname": "h", "metadata_server": "P2PHANDSHAKE"}
     assert store.setup({**base, "tenant_id": "t"}) == -1012
-    assert store.setup({**base, "enable_ssd_offload": "on"}) == -1012
     assert store.setup({**base, "protocol": "rdma"}) == -1
+
+
+def test_bad_offload_settings_are_refused_before_the_master(
+    store: MooncakeDistributedStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT", "many")
+    assert store.setup(*ARGS, enable_ssd_offload=True) == -600
+    base = {"local_hostname": "h", "metadata_server": "P2PHANDSHAKE"}
+    assert store.setup({**base, "enable_ssd_offload": "on"}) == -600
+    assert store.health_check() == 1
 
 
 def test_setup_type_errors(store: MooncakeDistributedStore) -> None:

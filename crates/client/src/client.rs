@@ -79,6 +79,10 @@ pub struct Client {
     ledger_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Open put and get sessions (`batch_*_session_*`).
     pub(crate) sessions: crate::session_table::Sessions,
+    /// The disk tier (SSD offload), if on.
+    pub(crate) disk: Option<Arc<crate::disk::Disk>>,
+    /// The cluster token (for reads of other owners' disk tiers).
+    pub(crate) auth: Option<AuthKey>,
 }
 
 /// `health_check()`: healthy (store spec, "Lifecycle").
@@ -171,6 +175,24 @@ impl Client {
         // The heartbeat's own path: this connection, and a socket made now
         // for reconnecting, before any data connection can take descriptors.
         let spare = master.spare_socket().ok();
+        // The disk tier, before anything is mounted: a directory that
+        // cannot be used fails setup with nothing half-enabled.
+        let tier = if cfg.enable_ssd_offload {
+            Some(crate::disk::open_configured(cfg.tier_config()?)?)
+        } else {
+            match crate::disk::storage_config(&master) {
+                Ok((fsdir, _)) if !fsdir.is_empty() && gs > 0 => {
+                    let base = mooncake_offload::TierConfig::from_env(&fsdir)
+                        .map_err(|e| Error::invalid(format!("SSD offload: {e}")))?;
+                    Some(crate::disk::open_under(&fsdir, &base)?)
+                }
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot ask the master for its storage config; no disk tier");
+                    None
+                }
+            }
+        };
 
         // On a shared transfer engine, `local_hostname` is the engine's name
         // (`host:rpc_port`, whose port the engine holds): the segment keeps
@@ -240,6 +262,20 @@ impl Client {
         if let Some(s) = &segment {
             register_local(s);
         }
+        let disk = tier.map(|t| {
+            crate::disk::Disk::new(
+                t,
+                Arc::clone(&master),
+                client_id.clone(),
+                name.clone(),
+                segment.clone(),
+            )
+        });
+        if let Some(d) = &disk {
+            if cfg.serve_disk_reads {
+                data_server.serve_disk(Arc::new(crate::disk::Served(Arc::clone(d))));
+            }
+        }
         let client = Arc::new(Client {
             stats: Arc::new(ClientStats::default()),
             master,
@@ -263,6 +299,8 @@ impl Client {
             wake: Arc::new(Wake::default()),
             ledger_thread: Mutex::new(None),
             sessions: Default::default(),
+            disk,
+            auth: auth.clone(),
         });
         client.done.start(&client.master);
         if client.segment.is_some() {
@@ -276,6 +314,9 @@ impl Client {
             )));
         }
         client.start_ledger_stream();
+        if let Some(d) = &client.disk {
+            d.announce(None);
+        }
         client.start_heartbeat(first, spare);
         // Follow HA leader changes at once: drop the old leader's
         // connections and let the heartbeat remount on the new one.
@@ -300,6 +341,7 @@ impl Client {
             segment: self.desc.name.clone(),
             closed: Arc::clone(&self.closed),
             wake: Arc::clone(&self.wake),
+            disk: self.disk.clone(),
         };
         match crate::ledger_stream::start(ctx) {
             Ok(h) => *self.ledger_thread.lock() = Some(h),
@@ -350,6 +392,7 @@ impl Client {
                 let mut conn = Some(conn);
                 let mut spare = spare;
                 let mut failures = 0u32;
+                let mut last_tick = std::time::Instant::now();
                 while !closed.load(Ordering::Acquire) {
                     // In small steps so close() is prompt.
                     let steps = if failures > 0 { 2 } else { 10 };
@@ -385,6 +428,12 @@ impl Client {
                             },
                         )
                     });
+                    if let Some(d) = &me.disk {
+                        if last_tick.elapsed() >= d.tier.config().heartbeat_interval {
+                            last_tick = std::time::Instant::now();
+                            d.tier.tick();
+                        }
+                    }
                     match resp {
                         Some(Ok(MasterResponse::Pong { need_remount })) => {
                             failures = 0;
@@ -427,6 +476,9 @@ impl Client {
                 return;
             }
             self.publish_metadata();
+            if let Some(d) = &self.disk {
+                d.announce(Some(conn));
+            }
             return;
         }
         let entries = self.ledger.snapshot();
@@ -463,6 +515,9 @@ impl Client {
             }
         }
         self.publish_metadata();
+        if let Some(d) = &self.disk {
+            d.announce(Some(conn));
+        }
     }
 
     /// Unmount, stop serving, unpublish metadata. Idempotent.
@@ -471,6 +526,10 @@ impl Client {
             return;
         }
         self.close_sessions();
+        if let Some(d) = &self.disk {
+            // Sealed buckets survive; the directory is free for the next owner.
+            d.tier.close();
+        }
         self.done.stop();
         let done = self.done.take();
         if !done.is_empty() {
@@ -519,7 +578,9 @@ impl Client {
     }
 
     /// Cumulative counters, plus `ledger_entries` (committed replicas
-    /// this client's segment holds, as its ledger says).
+    /// this client's segment holds, as its ledger says) and, with a disk
+    /// tier, `disk_objects`, `disk_bytes_written`, `disk_bytes_read`,
+    /// `disk_failed_writes` and `disk_evicted_buckets`.
     pub fn stats(&self) -> Vec<(&'static str, u64)> {
         let mut v = self.stats.snapshot();
         for e in v.iter_mut() {
@@ -528,6 +589,23 @@ impl Client {
             }
         }
         v.push(("ledger_entries", self.ledger.len() as u64));
+        if let Some(d) = &self.disk {
+            let st = &d.tier.stats;
+            v.push(("disk_objects", d.tier.len() as u64));
+            v.push((
+                "disk_bytes_written",
+                st.bytes_written.load(Ordering::Relaxed),
+            ));
+            v.push(("disk_bytes_read", st.bytes_read.load(Ordering::Relaxed)));
+            v.push((
+                "disk_failed_writes",
+                st.failed_writes.load(Ordering::Relaxed),
+            ));
+            v.push((
+                "disk_evicted_buckets",
+                st.evicted_buckets.load(Ordering::Relaxed),
+            ));
+        }
         v
     }
 
@@ -575,10 +653,17 @@ impl Client {
         Ok(())
     }
 
-    /// `get_offload_rpc_read_count`: reads served from the SSD tier over
-    /// RPC; always 0 (no SSD tier in this build; upstream's count without one).
+    /// `get_offload_rpc_read_count`: reads of this client's disk tier
+    /// served to other processes (0 without a disk tier).
     pub fn offload_rpc_read_count(&self) -> u64 {
-        0
+        self.disk
+            .as_ref()
+            .map_or(0, |d| d.remote_reads.load(Ordering::Relaxed))
+    }
+
+    /// Objects in this client's disk tier (0 without one).
+    pub fn disk_objects(&self) -> usize {
+        self.disk.as_ref().map_or(0, |d| d.tier.len())
     }
 
     /// Register `[ptr, ptr+size)` for `get_into_ranges`; INVALID_PARAMS

@@ -6,7 +6,8 @@
 //!   (every value a string; sizes human-readable; 16 MiB size defaults;
 //!   unknown keys are noted and ignored), and [`ClientConfig::check`] makes
 //!   the checks `setup` does before it contacts the master, in upstream's
-//!   order: a custom transfer engine (-600), SSD offload or a tenant other
+//!   order: a custom transfer engine (-600), `MOONCAKE_OFFLOAD_*` settings
+//!   that do not parse when SSD offload is on (-600), a tenant other
 //!   than `"default"` (-1012), an empty `local_hostname` or a bad port
 //!   (-600), a segment below 1024 bytes or above what a client can map
 //!   ([`MAX_SEGMENT_SIZE`], 2^47 bytes: the master refuses larger mounts
@@ -80,10 +81,15 @@ pub struct ClientConfig {
     /// engine's `host:rpc_port`, as SGLang passes it) while its data server
     /// binds a free port of that host.
     pub engine: Option<SharedEngine>,
-    /// SSD offload (Tier 3): `true` is rejected with -1012.
+    /// SSD offload: objects evicted from this client's segment move to its
+    /// disk tier (when the master offloads), and are read back from there.
     pub enable_ssd_offload: bool,
-    /// Ignored (SSD offload is Tier 3).
+    /// The disk tier's directory; empty = `MOONCAKE_OFFLOAD_FILE_STORAGE_PATH`
+    /// (default `/data/file_storage`). It must exist and be writable.
     pub ssd_offload_path: String,
+    /// Serve this client's disk tier to other processes' reads (the
+    /// standalone daemon's `--start_offload_rpc_server`; true otherwise).
+    pub serve_disk_reads: bool,
     /// Must be [`DEFAULT_TENANT`] (tenants are Tier 3).
     pub tenant_id: String,
     /// The client HTTP server (Tier 2): noted and ignored.
@@ -117,6 +123,16 @@ impl ClientConfig {
     }
 }
 
+impl ClientConfig {
+    /// The disk tier's settings (`ssd_offload_path` over the
+    /// `MOONCAKE_OFFLOAD_*` environment); INVALID_PARAMS naming the
+    /// variable that does not parse.
+    pub fn tier_config(&self) -> Result<mooncake_offload::TierConfig> {
+        mooncake_offload::TierConfig::from_env(&self.ssd_offload_path)
+            .map_err(|e| Error::invalid(format!("SSD offload: {e}")))
+    }
+}
+
 impl Default for ClientConfig {
     /// Upstream's defaults of the optional arguments, the dict form's for
     /// sizes, protocol and master; no host and no metadata server.
@@ -133,6 +149,7 @@ impl Default for ClientConfig {
             engine: None,
             enable_ssd_offload: false,
             ssd_offload_path: String::new(),
+            serve_disk_reads: true,
             tenant_id: DEFAULT_TENANT.into(),
             enable_client_http_server: false,
             client_http_port: DEFAULT_CLIENT_HTTP_PORT,
@@ -225,6 +242,7 @@ impl ClientConfig {
             engine: None,
             enable_ssd_offload: flag("enable_ssd_offload")?,
             ssd_offload_path: text("ssd_offload_path", ""),
+            serve_disk_reads: true,
             tenant_id: text("tenant_id", DEFAULT_TENANT),
             enable_client_http_server: flag("enable_client_http_server")?,
             client_http_port,
@@ -253,7 +271,7 @@ impl ClientConfig {
             }
         }
         if self.enable_ssd_offload {
-            return Err(Error::not_supported("SSD offload is not supported"));
+            self.tier_config()?;
         }
         if self.tenant_id != DEFAULT_TENANT {
             return Err(Error::not_supported("tenants are not supported"));
@@ -465,7 +483,7 @@ mod tests {
             c
         };
         assert_eq!(code(&with(&|c| c.custom_engine = true), false), -600);
-        assert_eq!(code(&with(&|c| c.enable_ssd_offload = true), false), -1012);
+        assert_eq!(code(&with(&|c| c.enable_ssd_offload = true), false), 0);
         assert_eq!(code(&with(&|c| c.tenant_id = "t".into()), false), -1012);
         assert_eq!(code(&with(&|c| c.local_hostname.clear()), false), -600);
         assert_eq!(

@@ -83,7 +83,12 @@ impl Ledger {
                     }
                     g.insert(e.offset, e);
                 }
-                LedgerOp::Forget { offset, version } => {
+                // The disk tier was already given the bytes (ledger stream).
+                LedgerOp::DiskForget { .. } => {}
+                LedgerOp::Forget { offset, version }
+                | LedgerOp::Offload {
+                    offset, version, ..
+                } => {
                     if g.get(&offset).is_some_and(|e| e.version == version) {
                         g.remove(&offset);
                     }

@@ -41,6 +41,8 @@ pub(crate) struct StreamCtx {
     /// Woken when the stream breaks: the heartbeat checks on the master at
     /// once (a restarted master sees the remount sooner).
     pub wake: Arc<crate::wake::Wake>,
+    /// The disk tier: offloaded replicas are copied there before the ack.
+    pub disk: Option<Arc<crate::disk::Disk>>,
 }
 
 /// Start the stream thread; it ends when `ctx.closed` is set.
@@ -104,9 +106,17 @@ fn pump(rd: &mut BufReader<TcpStream>, sock: &mut TcpStream, ctx: &StreamCtx) ->
         }
         let push: LedgerPush = framing::decode(&framing::read_frame(rd, MAX_CONTROL_FRAME)?)?;
         let seq = push.seq;
+        let mut failed = Vec::new();
         if !push.ops.is_empty() {
+            if let Some(d) = &ctx.disk {
+                failed = d.apply(&push.ops);
+            }
             ctx.ledger.apply(push.ops);
         }
         sock.write_all(&framing::encode_frame(&LedgerAck { seq })?)?;
+        if let (Some(d), false) = (&ctx.disk, failed.is_empty()) {
+            // Those objects are dropped, as an eviction without offload would.
+            d.report_dropped(failed);
+        }
     }
 }

@@ -13,6 +13,7 @@
 mod client;
 mod config;
 mod discovery;
+mod disk;
 mod done;
 mod error;
 mod lease_pool;

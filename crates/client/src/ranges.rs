@@ -141,7 +141,7 @@ impl Client {
         let mut info_of: Vec<Option<usize>> = Vec::with_capacity(lk.infos.len());
         for info in &lk.infos {
             match info {
-                Ok(x) if !x.replicas.is_empty() => {
+                Ok(x) if !x.replicas.is_empty() || x.disk.is_some() => {
                     info_of.push(Some(infos.len()));
                     infos.push(x);
                 }
@@ -212,11 +212,52 @@ impl Client {
     }
 }
 
+/// Disk-copy reads of one call run on at most this many threads.
+const DISK_READERS: usize = 4;
+
 impl Client {
+    /// Read `len` bytes of `info`'s disk copy from byte `src` into `dst`:
+    /// from this client's tier, or from the owner's over TCP.
+    ///
+    /// # Safety
+    /// `dst..dst+len` must be writable for the duration of the call.
+    unsafe fn read_disk_copy(
+        &self,
+        info: &ObjectInfo,
+        src: u64,
+        dst: usize,
+        len: u64,
+    ) -> std::result::Result<(), ErrorCode> {
+        let Some(loc) = info.disk.as_ref() else {
+            return Err(ErrorCode::InvalidReplica);
+        };
+        let Ok(n) = usize::try_from(len) else {
+            return Err(ErrorCode::InvalidParams);
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        // SAFETY: the caller vouches for `dst..dst+len`.
+        let buf = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, n) };
+        match &self.disk {
+            Some(d) if loc.segment_name == self.desc.name => {
+                d.read_local(loc, src, buf)?;
+                self.count_read(Path::Local, len);
+            }
+            _ => {
+                crate::disk::read_remote(self.auth.as_ref(), loc, src, buf)?;
+                self.count_read(Path::Tcp, len);
+            }
+        }
+        Ok(())
+    }
+
     /// Read `ops` (ranges of the objects `infos[op.key]`): the first replica
     /// of each object by path preference, ops batched per owner segment,
     /// owners in parallel; a failed owner falls back to each object's other
-    /// replicas. Returns per op `None` or the error.
+    /// replicas. An object with only a disk copy is read from its owner's
+    /// disk tier (this client's own directly), a few ops in parallel.
+    /// Returns per op `None` or the error.
     ///
     /// # Safety
     /// Every `op.dst..+len` must be writable for the duration of the call.
@@ -237,9 +278,14 @@ impl Client {
         }
         let mut groups: Vec<Group> = Vec::new();
         let mut by_seg: HashMap<&str, usize> = HashMap::new();
+        let mut from_disk: Vec<usize> = Vec::new();
         for (i, op) in ops.iter().enumerate() {
             let Some(rep) = chosen[op.key] else {
-                errs[i] = Some(ErrorCode::InvalidReplica);
+                if infos[op.key].disk.is_some() {
+                    from_disk.push(i);
+                } else {
+                    errs[i] = Some(ErrorCode::InvalidReplica);
+                }
                 continue;
             };
             let g = *by_seg.entry(rep.segment_uuid.as_str()).or_insert_with(|| {
@@ -259,6 +305,17 @@ impl Client {
         }
         // Spread big local/same-host groups over several threads; a TCP group
         // is one request (the engine splits it over parallel connections).
+        if !from_disk.is_empty() {
+            let workers = from_disk.len().min(DISK_READERS);
+            let res = run_all(&from_disk, workers, |&i| {
+                let op = ops[i];
+                // SAFETY: destinations vouched for by our caller.
+                unsafe { self.read_disk_copy(infos[op.key], op.src, op.dst, op.len) }
+            });
+            for (&i, r) in from_disk.iter().zip(res) {
+                errs[i] = r.err();
+            }
+        }
         let (tasks, workers) = group_tasks(groups.iter().map(|g| {
             let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
             (g.ops.as_slice(), local)

@@ -78,6 +78,7 @@ mod tests {
         let info = ObjectInfo {
             size: 1,
             replicas: Vec::new(),
+            disk: None,
             lease_ttl_ms: 0,
             read_ticket: 7,
         };

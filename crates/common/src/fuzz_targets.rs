@@ -97,6 +97,7 @@ fn response_seeds() -> Vec<Vec<u8>> {
             Ok(ObjectInfo {
                 size: 10,
                 replicas: vec![loc],
+                disk: None,
                 lease_ttl_ms: 5,
                 read_ticket: 3,
             }),

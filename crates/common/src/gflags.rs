@@ -58,7 +58,8 @@ pub enum FlagRole {
     Core,
     /// Mapped onto our stderr logger.
     Log,
-    /// Feature switch of an unimplemented feature: `true` fails fast.
+    /// Switch or setting of an unimplemented feature: any value other than
+    /// the default (`true` for a switch) fails fast.
     Feature(&'static str),
     /// Feature switch whose guarantee this build provides by another
     /// mechanism (named in the text): `true` fails fast with that text.
@@ -268,7 +269,9 @@ impl Program {
                 continue;
             };
             match def.role {
-                Feature(feature) if s.value == Value::Bool(true) => {
+                Feature(feature)
+                    if parse_value(def, def.default).ok().as_ref() != Some(&s.value) =>
+                {
                     errors.push(format!(
                         "ERROR: flag --{} requires {feature}, which this build does not implement",
                         def.name
@@ -794,6 +797,7 @@ mod tests {
             f("big", Uint64, "0", Core, "a count"),
             f("on", Bool, "true", Core, "a switch"),
             f("later", Bool, "false", Feature("a later feature"), "later"),
+            f("later_dir", Str, "", Feature("a later feature"), "later"),
             f("old", Int32, "0", Ignored, IGN),
         ],
     };
@@ -874,6 +878,14 @@ mod tests {
         let (code, msg) = exit(&["--later"]);
         assert_eq!(code, 1);
         assert!(msg.contains("requires a later feature"), "{msg}");
+        // A feature's setting fails on any value but its default.
+        let (code, msg) = exit(&["--later_dir=/x"]);
+        assert_eq!(code, 1);
+        assert!(
+            msg.contains("flag --later_dir requires a later feature"),
+            "{msg}"
+        );
+        assert!(matches!(parse(&["--later_dir="]).0, Parsed::Run(_)));
         assert!(matches!(
             parse(&["--bogus=1", "--undefok=bogus"]).0,
             Parsed::Run(_)

@@ -61,6 +61,28 @@ pub enum LedgerOp {
         /// Version the entry must have to be dropped.
         version: u64,
     },
+    /// The replica is evicted to the owner's disk tier: the owner copies
+    /// the `size` bytes at `offset` (the object `key` at `version`) to its
+    /// disk tier before acknowledging, then drops the entry as a
+    /// [`LedgerOp::Forget`]. The space is reused only after the ack.
+    Offload {
+        /// Offset of the replica.
+        offset: u64,
+        /// The object's version.
+        version: u64,
+        /// The object's key.
+        key: String,
+        /// Value size in bytes.
+        size: u64,
+    },
+    /// The object `key` at `version` is gone: the owner deletes its disk
+    /// copy (a later version stays).
+    DiskForget {
+        /// The object's key.
+        key: String,
+        /// The version to delete.
+        version: u64,
+    },
 }
 
 /// Master -> owner: ops to apply in order; `seq` is the sequence number of

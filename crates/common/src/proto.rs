@@ -117,6 +117,32 @@ pub struct ReplicaLoc {
     pub ticket: Option<WriteTicket>,
 }
 
+/// Where the disk copy of an object lives: the disk tier of the process
+/// owning `segment_name`, which serves it through its data server at
+/// `endpoint`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskLoc {
+    /// The object's key.
+    pub key: String,
+    /// The version the disk copy holds.
+    pub version: u64,
+    /// Segment (`host:port`) of the owner holding the copy.
+    pub segment_name: String,
+    /// TCP endpoint of the owner's data server.
+    pub endpoint: String,
+}
+
+/// An object in an owner's disk tier, as the owner reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskObject {
+    /// The object's key.
+    pub key: String,
+    /// Its version.
+    pub version: u64,
+    /// Value size in bytes.
+    pub size: u64,
+}
+
 /// Result of a read lookup: the object's size, its complete replicas, and
 /// the lease the master granted (ms from when the master answered).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,6 +151,9 @@ pub struct ObjectInfo {
     pub size: u64,
     /// COMPLETE replicas.
     pub replicas: Vec<ReplicaLoc>,
+    /// The disk copy, when the object has one (only when `replicas` is
+    /// empty: memory replicas are read first).
+    pub disk: Option<DiskLoc>,
     /// Lease granted by this lookup, in ms from when the master answered.
     pub lease_ttl_ms: u64,
     /// Read ticket of this lookup (0 = none): the master keeps the replicas
@@ -254,6 +283,33 @@ pub enum MasterRequest {
         /// Segments whose ledgers the writer updates itself.
         local_segments: Vec<String>,
     },
+    /// The owner of `segment_name` has a disk tier holding `objects` (a
+    /// chunk of its report; `done` on the last). The master adopts as disk
+    /// copies the objects it does not know and answers
+    /// [`MasterResponse::Codes`]: 1 adopted, 0 not (the owner deletes those).
+    DiskTier {
+        /// The owning client.
+        client_id: String,
+        /// Its segment.
+        segment_name: String,
+        /// Objects in its disk tier.
+        objects: Vec<DiskObject>,
+        /// Last chunk of the report.
+        done: bool,
+    },
+    /// These `(key, version)` disk copies left the owner's disk tier
+    /// (evicted, corrupt, or never written): the master forgets them.
+    DiskDropped {
+        /// The owning client.
+        client_id: String,
+        /// Its segment.
+        segment_name: String,
+        /// The copies gone.
+        objects: Vec<(String, u64)>,
+    },
+    /// Where owners keep their disk tiers when the master has a
+    /// `--root_fs_dir`: answered with [`MasterResponse::StorageConfig`].
+    StorageConfig,
     /// Turn this connection into the owner's ledger stream for its segment:
     /// after the `Ok`, the master sends `LedgerPush` frames and the client
     /// answers each with a `LedgerAck` (see `ledger`).
@@ -324,6 +380,13 @@ pub enum MasterResponse {
     Committed {
         /// Ledger ops for the writer's own segments.
         ops: Vec<(String, crate::ledger::LedgerOp)>,
+    },
+    /// Answer to `StorageConfig`.
+    StorageConfig {
+        /// `<root_fs_dir>/<cluster_id>`, or empty without `--root_fs_dir`.
+        fsdir: String,
+        /// The master moves evicted objects to owners' disk tiers.
+        offload: bool,
     },
     /// The remount finished: the owner drops the listed `(offset, version)`
     /// ledger entries (stale: the master has newer versions of those keys),

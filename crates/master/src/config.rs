@@ -89,6 +89,16 @@ pub struct MasterConfig {
     pub ha_endpoints: Vec<String>,
     /// `--cluster_id`.
     pub cluster_id: String,
+    /// `--enable_offload`: evicted objects move to their owner's disk
+    /// tier (owners that have one) instead of being dropped.
+    pub enable_offload: bool,
+    /// `--root_fs_dir`: owners keep their disk tiers under
+    /// `<root_fs_dir>/<cluster_id>/` (each in a directory of its own), and
+    /// offload is on; empty = off.
+    pub root_fs_dir: String,
+    /// `--global_file_segment_size`: most bytes of disk copies over all
+    /// owners; an eviction that would exceed it drops the object instead.
+    pub global_file_segment_size: u64,
 }
 
 impl Default for MasterConfig {
@@ -127,11 +137,32 @@ impl Default for MasterConfig {
             max_connections: 4096,
             max_connections_per_peer: 1024,
             idle_connection_timeout_sec: 60,
+            enable_offload: false,
+            root_fs_dir: String::new(),
+            global_file_segment_size: i64::MAX as u64,
         }
     }
 }
 
 impl MasterConfig {
+    /// Whether evicted objects move to owners' disk tiers.
+    pub fn offloads(&self) -> bool {
+        self.enable_offload || !self.root_fs_dir.is_empty()
+    }
+
+    /// Where owners keep their disk tiers (`<root_fs_dir>/<cluster_id>`),
+    /// or empty.
+    pub fn fsdir(&self) -> String {
+        if self.root_fs_dir.is_empty() {
+            return String::new();
+        }
+        format!(
+            "{}/{}",
+            self.root_fs_dir.trim_end_matches('/'),
+            self.cluster_id
+        )
+    }
+
     /// Admission limits of the RPC listener: the caps, and as idle timeout
     /// `rpc_conn_timeout_seconds` when set, else the master-wide one.
     pub fn rpc_limits(&self) -> mooncake_common::limits::ConnLimits {

@@ -80,12 +80,14 @@ pub static FLAGS: &[FlagDef] = &[
     f("enable_oplog", Bool, "false", Replaced(NO_LOG), "operation log"),
     f("enable_snapshot", Bool, "false", Replaced(NO_LOG), "metadata snapshots"),
     f("enable_snapshot_restore", Bool, "false", Replaced(NO_LOG), "restore from snapshot"),
-    f("enable_offload", Bool, "false", Feature("SSD/DFS offload"), "offload to storage"),
+    f("enable_offload", Bool, "false", Core, "move evicted objects to their owners' disk tiers (owners set up with enable_ssd_offload / --enable_offload)"),
     f("enable_cxl", Bool, "false", Feature("CXL memory"), "CXL memory"),
     f("enable_multi_tenants", Bool, "false", Feature("multi-tenancy"), "multi-tenancy"),
     f("enable_kv_events", Bool, "false", Feature("KV event publishing"), "KV events"),
-    f("offload_on_evict", Bool, "false", Feature("offload on eviction"), "offload evicted objects"),
+    f("offload_on_evict", Bool, "false", Core, "accepted either way: this build moves objects to disk when memory eviction selects them"),
     f("promotion_on_hit", Bool, "false", Feature("promotion from the offload tier"), "promote on hit"),
+    f("root_fs_dir", Str, "", Core, "owners keep their disk tiers under <root_fs_dir>/<cluster_id>/ and evicted objects move there (turns offload on)"),
+    f("global_file_segment_size", Int64, "9223372036854775807", Core, "most bytes of disk copies over all owners; beyond it evicted objects are dropped"),
     // ---- recognised but unimplemented: a non-default value logs a WARNING ----
     f("batch_oplog_retry_timeout_sec", Uint32, "180", Ignored, IGN),
     f("cluster_id", Str, "mooncake_cluster", Core, "HA cluster name (etcd key prefix); clients set MC_STORE_CLUSTER_ID to match"),
@@ -97,7 +99,6 @@ pub static FLAGS: &[FlagDef] = &[
     f("dynamic_replication_mode", Str, "off", Ignored, IGN),
     f("enable_disk_eviction", Bool, "true", Ignored, IGN),
     f("etcd_endpoints", Str, "", Core, "legacy alias of --ha_backend_connstring, used when that is empty"),
-    f("global_file_segment_size", Int64, "9223372036854775807", Ignored, IGN),
     f("ha_backend_connstring", Str, "", Core, "HA backend endpoints: etcd h1:2379;h2:2379"),
     f("ha_backend_type", Str, "etcd", Core, "HA backend: etcd (redis and k8s are not supported by this build)"),
     f("kv_events_additional_salt", Str, "", Ignored, IGN),
@@ -133,7 +134,6 @@ pub static FLAGS: &[FlagDef] = &[
     f("promotion_max_per_heartbeat", Uint32, "1", Ignored, IGN),
     f("promotion_queue_limit", Uint32, "50000", Ignored, IGN),
     f("quota_bytes", Uint64, "0", Ignored, IGN),
-    f("root_fs_dir", Str, "", Ignored, IGN),
     f("snapshot_backup_dir", Str, "", Ignored, IGN),
     f("snapshot_catalog_backend_connstring", Str, "", Ignored, IGN),
     f("snapshot_catalog_backend_type", Str, "", Ignored, IGN),
@@ -302,6 +302,15 @@ fn build_config(fl: &Flags, warnings: &mut Vec<String>) -> Result<MasterConfig, 
     cfg.idle_connection_timeout_sec =
         u32::try_from(fl.uint("idle_connection_timeout_sec")).unwrap_or(u32::MAX);
     ha_config(fl, &mut cfg, warnings)?;
+    cfg.enable_offload = fl.bool("enable_offload");
+    cfg.root_fs_dir = fl.string("root_fs_dir");
+    if !cfg.root_fs_dir.is_empty() && !cfg.root_fs_dir.starts_with('/') {
+        return Err(format!(
+            "{}: the root directory must be an absolute path",
+            failed_validation("root_fs_dir", &fl.raw("root_fs_dir"))
+        ));
+    }
+    cfg.global_file_segment_size = fl.int_range("global_file_segment_size", 0, i64::MAX)? as u64;
     cfg.log_level = fl.log_level(warnings);
     Ok(cfg)
 }
@@ -438,7 +447,7 @@ mod tests {
                 "bad default for {}",
                 d.name
             );
-            if let Feature(_) | Replaced(_) = d.role {
+            if let Replaced(_) = d.role {
                 assert_eq!(d.ty, FlagType::Bool);
             }
         }
@@ -446,11 +455,9 @@ mod tests {
             assert!(matches!(find_flag(name).map(|d| d.role), Some(Replaced(_))));
         }
         for name in [
-            "enable_offload",
             "enable_cxl",
             "enable_multi_tenants",
             "enable_kv_events",
-            "offload_on_evict",
             "promotion_on_hit",
         ] {
             assert!(matches!(find_flag(name).map(|d| d.role), Some(Feature(_))));
@@ -695,7 +702,7 @@ mod tests {
             assert_eq!(code, 1);
             assert!(msg.contains(&format!("flag --{name}: ")), "{msg}");
         }
-        for name in ["enable_offload", "promotion_on_hit", "enable_kv_events"] {
+        for name in ["enable_cxl", "promotion_on_hit", "enable_kv_events"] {
             let (code, msg) = exit(&[&format!("--{name}")]);
             assert_eq!(code, 1);
             assert!(msg.contains(&format!("flag --{name} requires")), "{msg}");
@@ -706,6 +713,28 @@ mod tests {
             "--noenable_snapshot",
             "--noenable_oplog",
         ]);
+    }
+
+    #[test]
+    fn offload_flags() {
+        let c = run(&[]);
+        assert!(!c.offloads());
+        assert_eq!(c.global_file_segment_size, i64::MAX as u64);
+        let c = run(&["--enable_offload=true", "--offload_on_evict=true"]);
+        assert!(c.offloads());
+        assert_eq!(c.fsdir(), "");
+        let c = run(&[
+            "--root_fs_dir=/mnt/ssd/",
+            "--global_file_segment_size=1073741824",
+            "--cluster_id=c1",
+        ]);
+        assert!(c.offloads());
+        assert_eq!(c.fsdir(), "/mnt/ssd/c1");
+        assert_eq!(c.global_file_segment_size, 1 << 30);
+        let (code, msg) = exit(&["--root_fs_dir=relative/dir"]);
+        assert_eq!(code, 1);
+        assert!(msg.contains("absolute path"), "{msg}");
+        assert_eq!(exit(&["--global_file_segment_size=-1"]).0, 1);
     }
 
     #[test]
@@ -965,10 +994,10 @@ mod tests {
         let (code, msg) = exit(&[&format!("--config_path={bad}")]);
         assert_eq!(code, 1);
         assert!(msg.starts_with("ERROR: illegal value 'abc' specified for int32 flag 'rpc_port'"));
-        let feat = tmp("feat.json", r#"{"enable_offload": true}"#);
+        let feat = tmp("feat.json", r#"{"enable_cxl": true}"#);
         assert!(exit(&[&format!("--config_path={feat}")])
             .1
-            .contains("enable_offload requires"));
+            .contains("enable_cxl requires"));
         let notobj = tmp("arr.json", "[1,2]");
         assert_eq!(exit(&[&format!("--config_path={notobj}")]).0, 1);
         assert_eq!(exit(&["--config_path=/nonexistent/x.json"]).0, 1);

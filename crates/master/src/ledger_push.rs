@@ -95,6 +95,17 @@ pub(crate) struct OwnerQueue {
 
 impl OwnerQueue {
     /// Queue `op`; returns its sequence number.
+    /// The ops not yet acknowledged, oldest first.
+    #[cfg(test)]
+    pub(crate) fn pending_ops(&self) -> Vec<LedgerOp> {
+        self.st
+            .lock()
+            .pending
+            .iter()
+            .map(|(_, op)| op.clone())
+            .collect()
+    }
+
     pub(crate) fn push(&self, op: LedgerOp) -> u64 {
         let mut g = self.st.lock();
         g.last_seq += 1;
@@ -129,6 +140,16 @@ impl OwnerQueue {
         let at = g.frees.partition_point(|(s, _, _)| *s <= seq);
         g.frees.insert(at, (seq, offset, size));
         true
+    }
+
+    /// Bytes queued for release that a connected owner is about to
+    /// acknowledge (0 while no stream is served: those may wait long).
+    pub(crate) fn releasing_bytes(&self) -> u64 {
+        let g = self.st.lock();
+        if !g.connected {
+            return 0;
+        }
+        g.frees.iter().map(|&(_, _, s)| s).sum()
     }
 
     /// Bytes queued for release once their forgets are acknowledged.

@@ -22,6 +22,7 @@ pub mod meta_server;
 pub mod metadata_kv;
 pub mod metrics;
 mod objects;
+mod offload;
 mod placement;
 pub mod recovery;
 pub mod rpc;

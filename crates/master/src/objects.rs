@@ -363,10 +363,12 @@ impl MasterState {
             let old_version = std::mem::replace(&mut o.version, c.version);
             let old_size = std::mem::replace(&mut o.size, p.size);
             let old_replicas = std::mem::replace(&mut o.replicas, keep.into_iter().collect());
+            let old_disk = o.disk.take();
             let readers = o.take_readers();
             o.hard_pin |= p.hard_pin;
             apply_pin(o, p.pending_pin, now);
             self.metrics.upsert_versions.inc();
+            g.forget_disk_copy(k, old_version, old_size, old_disk);
             if g.retire(
                 k,
                 old_version,
@@ -461,12 +463,16 @@ impl MasterState {
                         o.add_reader(ticket, d, now);
                         any = true;
                     }
-                    Ok((o.size, o.replicas.clone()))
+                    Ok((o.size, o.replicas.clone(), o.version, o.disk))
                 }
             };
-            out.push(info.map(|(size, reps)| ObjectInfo {
+            out.push(info.map(|(size, reps, version, disk)| ObjectInfo {
                 size,
                 replicas: reps.iter().filter_map(|r| g.replica_loc(r, size)).collect(),
+                disk: match reps.is_empty() {
+                    true => disk.and_then(|d| g.disk_loc(k, version, d)),
+                    false => None,
+                },
                 lease_ttl_ms: ttl,
                 read_ticket: ticket,
             }));

@@ -243,6 +243,7 @@ impl MasterState {
             desc: desc.clone(),
             client_id: client_id.to_string(),
             ledger: Arc::new(OwnerQueue::default()),
+            disk_tier: false,
         });
         if let Some(c) = g.clients.get_mut(client_id) {
             if !c.segments.contains(&name) {

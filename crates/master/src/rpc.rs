@@ -177,6 +177,8 @@ fn is_mutation(req: &MasterRequest) -> bool {
             | MasterRequest::MountSegment { .. }
             | MasterRequest::RemountSegment { .. }
             | MasterRequest::UnmountSegment { .. }
+            | MasterRequest::DiskTier { .. }
+            | MasterRequest::DiskDropped { .. }
     )
 }
 
@@ -299,6 +301,27 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
                 MasterResponse::Remounted { stale, discard_all }
             }
             Err(e) => MasterResponse::Err(e),
+        },
+        MasterRequest::DiskTier {
+            client_id,
+            segment_name,
+            objects,
+            done,
+        } => match state.disk_tier(&client_id, &segment_name, objects, done) {
+            Ok(codes) => MasterResponse::Codes(codes),
+            Err(e) => MasterResponse::Err(e),
+        },
+        MasterRequest::DiskDropped {
+            client_id,
+            segment_name,
+            objects,
+        } => match state.disk_dropped(&client_id, &segment_name, &objects) {
+            Ok(()) => MasterResponse::Ok,
+            Err(e) => MasterResponse::Err(e),
+        },
+        MasterRequest::StorageConfig => MasterResponse::StorageConfig {
+            fsdir: state.config().fsdir(),
+            offload: state.config().offloads(),
         },
         // Only meaningful as a connection's request (handled there).
         MasterRequest::LedgerStream { .. } => MasterResponse::Err(ErrorCode::InvalidParams),

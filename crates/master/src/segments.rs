@@ -20,6 +20,8 @@ pub(crate) struct SegmentEntry {
     pub alloc: OffsetAllocator,
     /// Ledger ops for the owner (commits and forgets of replicas here).
     pub ledger: Arc<OwnerQueue>,
+    /// The owner has a disk tier: evicted replicas here move to it.
+    pub disk_tier: bool,
 }
 
 /// A mounted segment's slot and the generation of the mount it names.

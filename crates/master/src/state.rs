@@ -91,6 +91,8 @@ pub(crate) struct Object {
     pub soft_pin_deadline: Option<Instant>,
     pub status: ObjStatus,
     pub hard_pin: bool,
+    /// The segment whose owner holds this version in its disk tier.
+    pub disk: Option<SegId>,
     extra: Option<Box<Extra>>,
 }
 
@@ -137,6 +139,7 @@ impl Object {
             soft_pin_deadline: None,
             status: ObjStatus::Processing,
             hard_pin,
+            disk: None,
             extra: Some(Box::new(Extra {
                 put_start: Some(now),
                 pending_pin,
@@ -162,6 +165,7 @@ impl Object {
             soft_pin_deadline,
             status: ObjStatus::Complete,
             hard_pin,
+            disk: None,
             extra: None,
         }
     }
@@ -357,6 +361,8 @@ pub(crate) struct Inner {
     /// (each sweep looks at [`SWEEP_CHUNK`] entries, so its cost and the
     /// time it holds the lock do not grow with the number of objects).
     pub sweep_cursor: usize,
+    /// Bytes of all disk copies (see `Object::disk`).
+    pub disk_bytes: u64,
 }
 
 /// The master's shared state.
@@ -500,6 +506,7 @@ impl MasterState {
                 desc: desc.clone(),
                 client_id: client_id.to_string(),
                 ledger: Arc::new(OwnerQueue::default()),
+                disk_tier: false,
             });
         }
         let client = g
@@ -687,14 +694,21 @@ impl Inner {
         self.deferred.retain(|d| d.seg != id);
         self.drop_segment_versions(id);
         let mut empty = Vec::new();
+        let mut disk_freed = 0u64;
         for (k, o) in self.objects.iter_mut() {
             o.drop_upsert_replicas(id);
             let before = o.replicas.len();
             o.replicas.retain(|r| r.seg != id);
-            if o.replicas.is_empty() && before > 0 {
+            let had_disk = o.disk.is_some();
+            if o.disk == Some(id) {
+                o.disk = None;
+                disk_freed = disk_freed.saturating_add(o.size);
+            }
+            if o.replicas.is_empty() && o.disk.is_none() && (before > 0 || had_disk) {
                 empty.push(k.clone());
             }
         }
+        self.disk_bytes = self.disk_bytes.saturating_sub(disk_freed);
         for k in empty {
             self.objects.swap_remove(&k);
         }

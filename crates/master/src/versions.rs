@@ -178,6 +178,7 @@ impl Inner {
         release: Duration,
         bulk: bool,
     ) -> Waits {
+        self.forget_disk(&key, &mut o);
         self.discard_upserts(&mut o, release);
         if o.status == ObjStatus::Complete && o.being_read(now) {
             let mut waits = Vec::new();

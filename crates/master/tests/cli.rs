@@ -116,10 +116,10 @@ fn fromenv_reads_flags_env() {
 
 #[test]
 fn unimplemented_feature_fails() {
-    let o = run(&["--enable_offload=true"]);
+    let o = run(&["--enable_cxl=true"]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--enable_offload"), "{err}");
+    assert!(err.contains("--enable_cxl"), "{err}");
     assert!(err.contains("does not implement"), "{err}");
     // HA is implemented, but needs its backend.
     let o = run(&["--enable_ha=true"]);

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use FlagRole::{Core, Feature, Ignored};
+use FlagRole::Core;
 use FlagType::{Bool, Int32, Str};
 
 /// `mooncake_client`'s own flags (upstream's names, types and defaults).
@@ -36,8 +36,8 @@ pub static FLAGS: &[mooncake_common::gflags::FlagDef] = &[
     f("local_buffer_size", Str, "0", Core, "Size of local buffer (e.g., 16MB, 1GB)"),
     f("threads", Int32, "1", Core, "Number of threads for client service (each dummy client connection has a thread of its own)"),
     f("tenant_id", Str, "default", Core, "Tenant identifier"),
-    f("enable_offload", Bool, "false", Feature("SSD offload"), "Enable offload availability"),
-    f("start_offload_rpc_server", Bool, "true", Ignored, "Expose TCP RPC for disk-tier reads; effective only with --enable_offload"),
+    f("enable_offload", Bool, "false", Core, "Enable SSD offload: evicted objects move to the disk tier in MOONCAKE_OFFLOAD_FILE_STORAGE_PATH"),
+    f("start_offload_rpc_server", Bool, "true", Core, "Serve disk-tier reads to other processes; effective only with --enable_offload"),
     f("enable_http_server", Bool, "false", Core, "Enable embedded HTTP server for health check and metrics"),
     f("http_port", Int32, "9300", Core, "Port for client HTTP server (only effective when --enable_http_server=true)"),
 ];
@@ -95,8 +95,13 @@ pub fn parse_client_args(args: &[String]) -> Result<(DaemonConfig, Vec<String>),
         tenant_id: fl.string("tenant_id"),
         enable_client_http_server: fl.bool("enable_http_server"),
         client_http_port: http_port,
+        enable_ssd_offload: fl.bool("enable_offload"),
+        serve_disk_reads: fl.bool("start_offload_rpc_server"),
         ..ClientConfig::default()
     };
+    if fl.is_set("start_offload_rpc_server") && !fl.bool("enable_offload") {
+        warnings.push("--start_offload_rpc_server has no effect without --enable_offload".into());
+    }
     let mut notes = Vec::new();
     client
         .check(&mut notes)
@@ -360,9 +365,16 @@ mod tests {
                     .to_string()
             )
         );
-        let e = parse_client_args(&args(&["--enable_offload"])).unwrap_err();
-        assert_eq!(e.0, 1);
-        assert!(e.1.contains("SSD offload"), "{}", e.1);
+        let (c, _) = parse_client_args(&args(&[
+            "--enable_offload",
+            "--start_offload_rpc_server=false",
+        ]))
+        .expect("offload flags");
+        assert!(c.client.enable_ssd_offload);
+        assert!(!c.client.serve_disk_reads);
+        let (c, _) = parse_client_args(&args(&[])).expect("defaults");
+        assert!(!c.client.enable_ssd_offload);
+        assert!(c.client.serve_disk_reads);
         let e = parse_client_args(&args(&["--tenant_id=t1"])).unwrap_err();
         assert_eq!(e.0, 1);
         assert!(e.1.contains("tenants are not supported"), "{}", e.1);

@@ -7,6 +7,13 @@
 //! response: status i32 | [read payload, the ranges concatenated in order]
 //! ```
 //!
+//! A read of an owner's disk tier has a format of its own:
+//!
+//! ```text
+//! request:  op u8 (4) | key_len u32 | key | version u64 | offset u64 | len u64
+//! response: status i32 | [len bytes of the value from offset]
+//! ```
+//!
 //! Descriptors are 12 bytes; a range longer than `u32::MAX` is sent as
 //! several consecutive descriptors (the payload is the same concatenation).
 //! A data server with a cluster token accepts writes only as op 3, every
@@ -25,6 +32,10 @@ pub const OP_READ: u8 = 1;
 pub const OP_WRITE: u8 = 2;
 /// Write the ranges under a master-signed [`WriteTicket`] (payload follows).
 pub const OP_WRITE_TICKET: u8 = 3;
+/// Read a range of an object in the owner's disk tier.
+pub const OP_DISK_READ: u8 = 4;
+/// Longest key a disk read names.
+pub const MAX_DISK_KEY: usize = 1 << 16;
 /// Most ranges in one request.
 pub const MAX_RANGES: usize = 1 << 20;
 /// Descriptors parsed per read while decoding.
@@ -88,6 +99,60 @@ pub fn encode_header(
         }
     }
     b
+}
+
+/// A disk-tier read request ([`OP_DISK_READ`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskRead {
+    /// The object's key.
+    pub key: String,
+    /// The version the copy must hold.
+    pub version: u64,
+    /// First byte of the value to read.
+    pub offset: u64,
+    /// Bytes to read.
+    pub len: u64,
+}
+
+impl DiskRead {
+    /// The request's bytes, op included.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(29 + self.key.len());
+        b.push(OP_DISK_READ);
+        b.extend_from_slice(&(self.key.len() as u32).to_le_bytes());
+        b.extend_from_slice(self.key.as_bytes());
+        b.extend_from_slice(&self.version.to_le_bytes());
+        b.extend_from_slice(&self.offset.to_le_bytes());
+        b.extend_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    /// Parse a request whose op byte was already read.
+    pub fn read_body<R: Read>(r: &mut R) -> io::Result<DiskRead> {
+        let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_string());
+        let mut n = [0u8; 4];
+        r.read_exact(&mut n)?;
+        let n = u32::from_le_bytes(n) as usize;
+        if n > MAX_DISK_KEY {
+            return Err(bad("disk read key too long"));
+        }
+        let mut key = vec![0u8; n];
+        r.read_exact(&mut key)?;
+        let key = String::from_utf8(key).map_err(|_| bad("key not utf-8"))?;
+        let mut w = [0u8; 24];
+        r.read_exact(&mut w)?;
+        let word = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&w[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(a)
+        };
+        Ok(DiskRead {
+            key,
+            version: word(0),
+            offset: word(1),
+            len: word(2),
+        })
+    }
 }
 
 impl RequestHeader {
@@ -191,6 +256,23 @@ mod tests {
         let mut bad = enc.clone();
         bad[0] = 9;
         assert!(RequestHeader::read_from(&mut &bad[..]).is_err());
+    }
+
+    #[test]
+    fn disk_reads_roundtrip_and_refuse_huge_keys() {
+        let d = DiskRead {
+            key: "k/1".into(),
+            version: 9,
+            offset: 100,
+            len: 5,
+        };
+        let enc = d.encode();
+        assert_eq!(enc[0], OP_DISK_READ);
+        assert_eq!(DiskRead::read_body(&mut &enc[1..]).unwrap(), d);
+        assert!(DiskRead::read_body(&mut &enc[1..enc.len() - 1]).is_err());
+        let mut huge = vec![];
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(DiskRead::read_body(&mut &huge[..]).is_err());
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! Settings: `MC_DATA_MAX_CONNS`, `MC_DATA_MAX_CONNS_PER_PEER`,
 //! `MC_DATA_IDLE_TIMEOUT_S`.
 
-use crate::data_proto::{RequestHeader, OP_READ, OP_WRITE_TICKET};
+use crate::data_proto::{DiskRead, RequestHeader, OP_DISK_READ, OP_READ, OP_WRITE_TICKET};
 use crate::segment::Segment;
 use crate::sockio::{iov, send_all, sendfile_all, IOV_MAX};
 use mooncake_common::auth::unix_ms;
@@ -22,8 +22,8 @@ use mooncake_common::limits::{AcceptBackoff, ConnLimits, ConnPermit, ConnTracker
 use mooncake_common::spin_read::SpinReader;
 use mooncake_common::tcp_tune::tune_data_stream;
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
-use parking_lot::Mutex;
-use std::io::{self, Read, Write};
+use parking_lot::{Mutex, RwLock};
+use std::io::{self, BufRead, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,11 +41,27 @@ pub fn data_limits() -> ConnLimits {
     ConnLimits::scaled_to_fd_limit(1024, 512, Duration::from_secs(60)).with_env("MC_DATA")
 }
 
+/// What serves reads of the owner's disk tier ([`OP_DISK_READ`]).
+pub trait DiskSource: Send + Sync {
+    /// Size of `key`'s value at `version`, if the tier holds it.
+    fn value_len(&self, key: &str, version: u64) -> Option<u64>;
+    /// Read `dst.len()` bytes of `key`'s value at `version` from byte
+    /// `offset` on: verified bytes, or an error code (never other bytes).
+    fn read_disk(
+        &self,
+        key: &str,
+        version: u64,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<(), ErrorCode>;
+}
+
 /// A running data server; [`DataServer::stop`] closes the listener and every connection.
 pub struct DataServer {
     addr: std::net::SocketAddr,
     stopped: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<Weak<TcpStream>>>>,
+    shared: Arc<Shared>,
 }
 
 /// What every connection of one server shares.
@@ -53,6 +69,7 @@ struct Shared {
     segment: Option<Arc<Segment>>,
     key: Option<AuthKey>,
     idle: Option<Duration>,
+    disk: RwLock<Option<Arc<dyn DiskSource>>>,
 }
 
 impl DataServer {
@@ -84,15 +101,25 @@ impl DataServer {
             segment,
             key,
             idle: limits.idle_timeout,
+            disk: RwLock::new(None),
         });
         std::thread::Builder::new()
             .name("mc-data-accept".into())
-            .spawn(move || accept_loop(listener, st, cs, tracker, shared))?;
+            .spawn({
+                let shared = Arc::clone(&shared);
+                move || accept_loop(listener, st, cs, tracker, shared)
+            })?;
         Ok(DataServer {
             addr,
             stopped,
             conns,
+            shared,
         })
+    }
+
+    /// Serve disk-tier reads from `src` from now on.
+    pub fn serve_disk(&self, src: Arc<dyn DiskSource>) {
+        *self.shared.disk.write() = Some(src);
     }
 
     /// The bound address.
@@ -310,6 +337,33 @@ fn check_ticket(
     }
 }
 
+/// Answer one disk-tier read: the status, then the bytes on success.
+fn serve_disk_read(s: &mut &TcpStream, sh: &Shared, d: &DiskRead) -> io::Result<()> {
+    let src = sh.disk.read().clone();
+    let code = |c: ErrorCode| c.code().to_le_bytes();
+    let Some(src) = src else {
+        return s.write_all(&code(ErrorCode::ObjectNotFound));
+    };
+    let Some(total) = src.value_len(&d.key, d.version) else {
+        return s.write_all(&code(ErrorCode::ObjectNotFound));
+    };
+    let fits = d.offset.checked_add(d.len).is_some_and(|end| end <= total);
+    let Ok(len) = usize::try_from(d.len) else {
+        return s.write_all(&code(ErrorCode::InvalidParams));
+    };
+    if !fits {
+        return s.write_all(&code(ErrorCode::InvalidParams));
+    }
+    let mut buf = vec![0u8; len];
+    match src.read_disk(&d.key, d.version, d.offset, &mut buf) {
+        Ok(()) => {
+            s.write_all(&0i32.to_le_bytes())?;
+            s.write_all(&buf)
+        }
+        Err(c) => s.write_all(&code(c)),
+    }
+}
+
 fn serve_conn(sock: &Arc<TcpStream>, sh: &Shared, _permit: ConnPermit) -> io::Result<()> {
     let mut s: &TcpStream = sock;
     let hs = sh
@@ -323,6 +377,12 @@ fn serve_conn(sock: &Arc<TcpStream>, sh: &Shared, _permit: ConnPermit) -> io::Re
     let mut rd = io::BufReader::with_capacity(64 << 10, SpinReader::new(Arc::clone(sock)));
     let mut stage: Vec<u8> = Vec::with_capacity(STAGE_BYTES);
     loop {
+        if rd.fill_buf()?.first() == Some(&OP_DISK_READ) {
+            rd.consume(1);
+            let d = DiskRead::read_body(&mut rd)?;
+            serve_disk_read(&mut s, sh, &d)?;
+            continue;
+        }
         let h = RequestHeader::read_from(&mut rd)?;
         let seg = match &sh.segment {
             Some(seg) if seg.uuid() == h.uuid => seg,

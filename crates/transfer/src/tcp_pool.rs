@@ -5,7 +5,7 @@
 //! connection is reused only while younger than [`POOL_IDLE_MAX`] and not
 //! closed by the peer (data servers close connections idle for 60 s).
 
-use crate::data_proto::{encode_header, OP_READ, OP_WRITE};
+use crate::data_proto::{encode_header, DiskRead, OP_READ, OP_WRITE};
 use crate::op::Op;
 use crate::sockio::{iov, recv_status_then, send_all};
 use mooncake_common::framing::{client_handshake, Service};
@@ -142,6 +142,49 @@ impl TcpPool {
             }
             Err(e) => {
                 tracing::warn!(peer = endpoint, error = %e, "data read failed");
+                self.forget(endpoint);
+                Err(ErrorCode::TransferFail)
+            }
+        }
+    }
+
+    /// Read `dst.len()` bytes of `key`'s value at `version` (from byte
+    /// `offset` on) from the disk tier of the owner serving `endpoint`.
+    pub fn read_disk(
+        &self,
+        endpoint: &str,
+        key_auth: Option<&AuthKey>,
+        key: &str,
+        version: u64,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<(), ErrorCode> {
+        let mut s = self.connect(endpoint, key_auth)?;
+        let req = DiskRead {
+            key: key.to_string(),
+            version,
+            offset,
+            len: dst.len() as u64,
+        };
+        let r = s.write_all(&req.encode()).and_then(|_| read_status(&mut s));
+        match r {
+            Ok(0) => match s.read_exact(dst) {
+                Ok(()) => {
+                    self.give(endpoint, key_auth, s);
+                    Ok(())
+                }
+                Err(e) => {
+                    tracing::warn!(peer = endpoint, error = %e, "disk read failed");
+                    self.forget(endpoint);
+                    Err(ErrorCode::TransferFail)
+                }
+            },
+            Ok(code) => {
+                self.give(endpoint, key_auth, s);
+                Err(ErrorCode::from_code(code))
+            }
+            Err(e) => {
+                tracing::warn!(peer = endpoint, error = %e, "disk read failed");
                 self.forget(endpoint);
                 Err(ErrorCode::TransferFail)
             }

@@ -141,6 +141,7 @@ fn positional(
             .map(mooncake_client::SharedEngine),
         enable_ssd_offload: flag(8)?,
         ssd_offload_path: text(9, "")?,
+        serve_disk_reads: true,
         tenant_id: text(10, DEFAULT_TENANT)?,
         enable_client_http_server: flag(11)?,
         client_http_port: size(12, DEFAULT_CLIENT_HTTP_PORT)?,
