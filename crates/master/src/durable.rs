@@ -59,61 +59,54 @@ impl Inner {
     }
 
     /// Tell the owners of `o`'s replicas that they are gone (space released
-    /// on their acks), without remembering the forgets under the key: the
-    /// caller records them (a bulk removal, in `bulk_forgets`).
+    /// on their acks), without remembering the forgets under the key.
     pub(crate) fn push_forgets(&mut self, o: &Object) -> Waits {
-        let mut waits = Vec::new();
-        for r in &o.replicas {
-            if let Some(seg) = self.segments.by_id(r.seg) {
-                let q = Arc::clone(&seg.ledger);
-                let op = LedgerOp::Forget {
-                    offset: r.offset,
-                    version: o.version,
-                };
-                let seq = q.push_forget_then_free(op, r.offset, o.size);
-                waits.push((q, seq));
-            }
-        }
-        waits
+        o.replicas
+            .iter()
+            .filter_map(|r| self.push_forget(r, o))
+            .collect()
     }
 
     /// [`Inner::push_forgets`] for a bulk removal: the forgets are recorded
-    /// in `bulk_forgets` (the last op per owner queue) instead of being
-    /// returned, so removing a million objects allocates nothing per object.
+    /// in `bulk_forgets` instead of being returned, so removing a million
+    /// objects allocates nothing per object.
     pub(crate) fn push_forgets_bulk(&mut self, o: &Object) {
         for r in &o.replicas {
-            let Some(seg) = self.segments.by_id(r.seg) else {
-                continue;
-            };
-            let q = Arc::clone(&seg.ledger);
-            let op = LedgerOp::Forget {
-                offset: r.offset,
-                version: o.version,
-            };
-            let seq = q.push_forget_then_free(op, r.offset, o.size);
-            match self
-                .bulk_forgets
-                .iter_mut()
-                .find(|(b, _)| Arc::ptr_eq(b, &q))
-            {
-                Some((_, s)) => *s = (*s).max(seq),
-                None => self.bulk_forgets.push((q, seq)),
+            if let Some((q, seq)) = self.push_forget(r, o) {
+                self.note_bulk_forget(q, seq);
             }
         }
     }
 
-    /// Remember the forgets of a bulk removal: the last op per owner queue
-    /// (acks are cumulative per queue).
+    /// Queue the forget of replica `r` of `o` on its owner's ledger (its
+    /// space is released on the owner's ack); `None` when its segment is gone.
+    fn push_forget(&self, r: &Replica, o: &Object) -> Option<(Arc<OwnerQueue>, u64)> {
+        let q = Arc::clone(&self.segments.by_id(r.seg)?.ledger);
+        let op = LedgerOp::Forget {
+            offset: r.offset,
+            version: o.version,
+        };
+        let seq = q.push_forget_then_free(op, r.offset, o.size);
+        Some((q, seq))
+    }
+
+    /// Remember the forgets of a bulk removal.
     pub(crate) fn remember_bulk_forgets(&mut self, waits: &Waits) {
         for (q, seq) in waits {
-            match self
-                .bulk_forgets
-                .iter_mut()
-                .find(|(b, _)| Arc::ptr_eq(b, q))
-            {
-                Some((_, s)) => *s = (*s).max(*seq),
-                None => self.bulk_forgets.push((Arc::clone(q), *seq)),
-            }
+            self.note_bulk_forget(Arc::clone(q), *seq);
+        }
+    }
+
+    /// Keep the last op per owner queue in `bulk_forgets` (acks are
+    /// cumulative per queue).
+    fn note_bulk_forget(&mut self, q: Arc<OwnerQueue>, seq: u64) {
+        match self
+            .bulk_forgets
+            .iter_mut()
+            .find(|(b, _)| Arc::ptr_eq(b, &q))
+        {
+            Some((_, s)) => *s = (*s).max(seq),
+            None => self.bulk_forgets.push((q, seq)),
         }
     }
 
