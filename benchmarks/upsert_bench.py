@@ -17,6 +17,12 @@ whose every byte is the same (1..4), so a read that mixes two versions shows
 as two different bytes (checked every 512 bytes and at both ends). Reported
 per cell: upserts/s and failed upserts, reads/s over all readers, read p50
 and p99 (ms), torn reads and failed reads. Units: ops/s, ms, counts.
+
+Our readers move many times more bytes per second than upstream's, and on a
+small machine they take the memory bandwidth the writer's copy needs. So
+after both sides ran, ours runs once more ("ours@up") with every reader paced
+so that all readers together read at upstream's measured reads/s for that
+cell: the writer then competes with the same read load on both sides.
 """
 
 from __future__ import annotations
@@ -70,10 +76,19 @@ def reader_main(args: argparse.Namespace) -> int:
     p = int(dst.ctypes.data)
     s.register_buffer(p, size)
     key, ready, stop = cfg["key"], Path(cfg["ready"]), Path(cfg["stop"])
+    # Reads per second this reader keeps to (0: as fast as it can).
+    rate = float(cfg.get("rate") or 0)
     stamps: list[tuple[float, float]] = []
     torn = failed = 0
     announced = False
+    paced_from = time.monotonic()
+    n = 0
     while not stop.exists():
+        if rate:
+            n += 1
+            wait = paced_from + n / rate - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
         t0 = time.monotonic()
         rc = s.get_into(key, p, size)
         t1 = time.monotonic()
@@ -104,6 +119,7 @@ def run_cell(
     n_readers: int,
     secs: float,
     env: dict[str, str],
+    read_rate: float = 0.0,
 ) -> dict[str, Any]:
     key = f"hot-{size}-{n_readers}-{time.monotonic_ns()}"
     ptrs = [int(b.ctypes.data) for b in bufs]
@@ -119,6 +135,7 @@ def run_cell(
         "key": key,
         "ready": str(ready),
         "stop": str(stop),
+        "rate": read_rate / n_readers if n_readers else 0,
     }
     procs = [
         subprocess.Popen(
@@ -171,6 +188,8 @@ def side_main(args: argparse.Namespace) -> int:
     import numpy as np
 
     secs = 1.0 if args.quick else 2.0
+    # Paced readers: total reads/s per "mode/size/readers" cell.
+    rates: dict[str, float] = json.loads(args.read_rates) if args.read_rates else {}
     rows = []
     for mode, env in MODES.items():
         with (
@@ -187,7 +206,10 @@ def side_main(args: argparse.Namespace) -> int:
                     for b in bufs:
                         writer.register_buffer(int(b.ctypes.data), size)
                     for n in READERS:
-                        cell = run_cell(rpc, meta, writer, bufs, size, n, secs, env)
+                        rate = rates.get(f"{mode}/{size}/{n}", 0.0)
+                        if rates and not rate:
+                            continue
+                        cell = run_cell(rpc, meta, writer, bufs, size, n, secs, env, rate)
                         rows.append(dict(cell, mode=mode, size=size, readers=n))
                         print(
                             f"  {mode} {size >> 20}MiB readers={n}: {cell}",
@@ -205,10 +227,14 @@ def side_main(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ orchestration
 
 
-def run_side(name: str, python: str, master: str, quick: bool) -> list[dict[str, Any]] | str:
+def run_side(
+    name: str, python: str, master: str, quick: bool, rates: dict[str, float] | None = None
+) -> list[dict[str, Any]] | str:
     cmd = [python, str(HERE), "--side", name, "--master-bin", master]
     if quick:
         cmd.append("--quick")
+    if rates:
+        cmd += ["--read-rates", json.dumps(rates)]
     print(f"== {name}: {python} (master {master})", file=sys.stderr, flush=True)
     try:
         r = subprocess.run(
@@ -287,6 +313,7 @@ def main() -> int:
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--master-bin", help=argparse.SUPPRESS)
     ap.add_argument("--reader", help=argparse.SUPPRESS)
+    ap.add_argument("--read-rates", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.reader:
         return reader_main(args)
@@ -311,6 +338,18 @@ def main() -> int:
         load = MachineLoad()
         results[name] = run_side(name, python, master, args.quick)
         loads.append(f"# machine while {name} ran: {load.summary()}")
+    up_rows = results.get("upstream")
+    if "ours" in sides and isinstance(up_rows, list):
+        rates = {
+            f"{r['mode']}/{r['size']}/{r['readers']}": r["reads_s"]
+            for r in up_rows
+            if r["readers"] and r["reads_s"]
+        }
+        python, master = sides["ours"]
+        if master is not None and rates:
+            load = MachineLoad()
+            results["ours@up"] = run_side("ours@up", python, master, args.quick, rates)
+            loads.append(f"# machine while ours@up ran: {load.summary()}")
     print_table(results)
     for line in loads:
         print(line)

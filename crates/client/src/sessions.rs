@@ -161,6 +161,7 @@ impl Client {
             wire.writer_segment = Some(self.desc.name.clone());
         }
         wire.writer_host_id = self.engine.host_id().to_string();
+        wire.writer_maps_host = self.engine.maps_same_host();
         let mut results: Vec<Result<()>> = Vec::with_capacity(keys.len());
         let mut send: Vec<usize> = Vec::new();
         {

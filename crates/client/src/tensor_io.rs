@@ -256,6 +256,7 @@ impl Client {
             .map(|o| o.pieces.iter().map(|p| p.1).sum())
             .collect();
         wcfg.writer_host_id = self.engine.host_id().to_string();
+        wcfg.writer_maps_host = self.engine.maps_same_host();
         if cfg.prefer_alloc_in_same_node {
             // A placement hint for tensor writes: this client's own segment first.
             wcfg.writer_segment = Some(self.desc.name.clone());

@@ -105,6 +105,7 @@ impl Client {
         let sizes: Vec<u64> = values.iter().map(|v| v.iter().map(|p| p.1).sum()).collect();
         let mut cfg = cfg.clone();
         cfg.writer_host_id = self.engine.host_id().to_string();
+        cfg.writer_maps_host = self.engine.maps_same_host();
         let mut results: Vec<Result<()>> = vec![Ok(()); keys.len()];
         let mut pending: Vec<usize> = (0..keys.len()).collect();
         let mut exclude: Vec<String> = Vec::new();

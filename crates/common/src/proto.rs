@@ -70,6 +70,10 @@ pub struct WriteConfig {
     pub preferred_segments: Vec<String>,
     /// Host id of the writer, for `local_first` allocation.
     pub writer_host_id: String,
+    /// The writer copies into segments on its own host through memory
+    /// (its same-host path is on), so such a write cannot stop half done
+    /// on a broken connection.
+    pub writer_maps_host: bool,
     /// Segment of the writer (placement hint for tensor writes).
     pub writer_segment: Option<String>,
     /// Upstream `ObjectDataType` value, recorded with the object.
@@ -85,6 +89,7 @@ impl Default for WriteConfig {
             hard_pin: false,
             preferred_segments: Vec::new(),
             writer_host_id: String::new(),
+            writer_maps_host: false,
             writer_segment: None,
             data_type: 0,
         }

@@ -89,6 +89,9 @@ pub struct MasterMetrics {
     /// Upserts committed as a new version over a committed one
     /// (`master_upsert_versions_total`).
     pub upsert_versions: Counter,
+    /// Upserts of an unread key written into its committed replicas
+    /// (`master_upsert_in_place_total`).
+    pub upsert_in_place: Counter,
     /// Upserts that waited for a replaced version of their key to be freed
     /// (`master_upsert_version_waits_total`).
     pub upsert_version_waits: Counter,
@@ -99,7 +102,7 @@ pub struct MasterMetrics {
 
 impl MasterMetrics {
     /// The counters as (exported name, help, counter).
-    fn counters(&self) -> [(&'static str, &'static str, &Counter); 21] {
+    fn counters(&self) -> [(&'static str, &'static str, &Counter); 22] {
         [
             (
                 "master_put_start_requests_total",
@@ -195,6 +198,11 @@ impl MasterMetrics {
                 "master_upsert_versions_total",
                 "Upserts committed as a new version while the old one stays readable",
                 &self.upsert_versions,
+            ),
+            (
+                "master_upsert_in_place_total",
+                "Upserts of a key nobody was reading, written over its committed replicas",
+                &self.upsert_in_place,
             ),
             (
                 "master_upsert_version_waits_total",

@@ -5,8 +5,8 @@ use crate::durable::{soft_pin_until_ms, Handed, TaggedWaits};
 use crate::ledger_push::{AckWait, ACK_TIMEOUT};
 use crate::placement;
 use crate::state::{
-    flag_eviction, is_non_ecmascript, pending_pin, MasterState, ObjStatus, Object, PendingPin,
-    PendingWrite, Replica,
+    flag_eviction, is_non_ecmascript, pending_pin, Inner, MasterState, ObjStatus, Object,
+    PendingPin, PendingWrite, Replica,
 };
 use mooncake_common::auth::unix_ms;
 use mooncake_common::ledger::LedgerOp;
@@ -95,10 +95,14 @@ impl MasterState {
         );
         let mut g = self.inner.lock();
         if upsert {
+            g = self.wait_rewrites(g, keys);
             g = self.wait_for_version_slots(g, keys);
         }
         let now = self.clock.now();
         let mut seen = HashSet::new();
+        // Forgets of versions being rewritten in place, acked before any
+        // writer gets their replicas.
+        let mut rewrite_waits = Vec::new();
         for (key, &size) in keys.iter().zip(sizes) {
             self.metrics.put_start_requests.inc();
             if let Err(e) = self.validate_write(key, size, cfg) {
@@ -113,6 +117,8 @@ impl MasterState {
             let mut hard_pin = cfg.hard_pin;
             // An upsert over the committed version of an existing object.
             let mut over_committed = false;
+            // ... that may write into the committed replicas.
+            let mut in_place = false;
             if let Some(o) = g.objects.get(key.as_str()) {
                 let young = o
                     .put_start()
@@ -145,8 +151,30 @@ impl MasterState {
                         }
                         hard_pin |= o.hard_pin;
                         over_committed = true;
+                        in_place = g.rewritable(o, size, cfg, exclude, now);
                     }
                 }
+            }
+            if in_place {
+                let version = g.next_version();
+                let Some(o) = g.objects.get_mut(key.as_str()) else {
+                    continue;
+                };
+                let old = o.version;
+                let replicas = o.replicas.to_vec();
+                o.begin_rewrite(version, now, hard_pin, pin);
+                rewrite_waits.extend(g.forget_for_rewrite(old, &replicas));
+                let mut locs: Vec<_> = replicas
+                    .iter()
+                    .filter_map(|r| g.replica_loc(r, size))
+                    .collect();
+                self.grant(&mut locs);
+                self.metrics.upsert_in_place.inc();
+                out.push(PutStartItem::Write {
+                    replicas: locs,
+                    version,
+                });
+                continue;
             }
             let replicas = placement::allocate(
                 &mut g,
@@ -201,6 +229,8 @@ impl MasterState {
                 version,
             });
         }
+        drop(g);
+        self.await_owners(&rewrite_waits);
         out
     }
 
@@ -388,6 +418,8 @@ impl MasterState {
             self.metrics.retired_versions_freed.inc_by(freed);
         }
         self.await_owners(&retire_waits);
+        // Lookups held by an in-place rewrite of these keys look again.
+        self.rewrite_done.notify_all();
         if lost > 0 {
             // No owner of any replica confirmed: the write is not durable
             // and was revoked.
@@ -407,6 +439,8 @@ impl MasterState {
                 continue;
             };
             if o.status == ObjStatus::Processing && (want == 0 || want == o.version) {
+                // A revoked in-place rewrite leaves no whole version: the
+                // key goes with it.
                 if let Some(o) = g.objects.swap_remove(k.as_str()) {
                     g.free_replicas(&o.replicas, o.size);
                 }
@@ -419,6 +453,8 @@ impl MasterState {
                 g.free_replicas(&p.replicas, p.size);
             }
         }
+        drop(g);
+        self.rewrite_done.notify_all();
     }
 
     /// COMPLETE replicas per key, granting a lease to each found key. With
@@ -439,27 +475,71 @@ impl MasterState {
         keys: Vec<String>,
         track: bool,
     ) -> Vec<Result<ObjectInfo, ErrorCode>> {
-        let ttl = self.cfg.default_kv_lease_ttl_ms;
-        let now = self.clock.now();
-        let d = now + Duration::from_millis(ttl);
         let ticket = if track {
             self.next_ticket.fetch_add(1, Ordering::Relaxed)
         } else {
             0
         };
+        self.metrics
+            .get_replica_list_requests
+            .inc_by(keys.len() as u64);
         let mut g = self.inner.lock();
+        loop {
+            match self.replica_pass(&mut g, &keys, ticket) {
+                Ok((out, Some(expiry))) => {
+                    g.tickets.insert(ticket, (keys, expiry));
+                    return out;
+                }
+                Ok((out, None)) => return out,
+                Err(held) => {
+                    // A key is being rewritten in place: wait for its new
+                    // version, then look at every key again (the reads
+                    // marked so far are unmarked first).
+                    for k in &keys[..held] {
+                        if let Some(o) = g.objects.get_mut(k.as_str()) {
+                            o.remove_reader(ticket);
+                        }
+                    }
+                    g = self.wait_rewrites(g, &keys[held..=held]);
+                }
+            }
+        }
+    }
+
+    /// One look at `keys` for [`MasterState::get_replica_list_owned`]:
+    /// the infos, and the ticket's expiry when a read was marked under
+    /// `ticket` (0: none is). Err(i): `keys[i]` is being rewritten in
+    /// place (not yet past the discard delay) and the look must wait.
+    #[allow(clippy::type_complexity)]
+    fn replica_pass(
+        &self,
+        g: &mut Inner,
+        keys: &[String],
+        ticket: u64,
+    ) -> Result<(Vec<Result<ObjectInfo, ErrorCode>>, Option<Instant>), usize> {
+        let ttl = self.cfg.default_kv_lease_ttl_ms;
+        let discard = Duration::from_secs(self.cfg.put_start_discard_timeout_sec);
+        let now = self.clock.now();
+        let d = now + Duration::from_millis(ttl);
         let mut out = Vec::with_capacity(keys.len());
         let mut any = false;
-        for k in &keys {
-            self.metrics.get_replica_list_requests.inc();
+        for (i, k) in keys.iter().enumerate() {
             let info = match g.objects.get_mut(k.as_str()) {
                 None => Err(ErrorCode::ObjectNotFound),
-                Some(o) if o.status != ObjStatus::Complete => Err(ErrorCode::ReplicaIsNotReady),
+                Some(o) if o.status != ObjStatus::Complete => {
+                    let young = o
+                        .rewrite_start()
+                        .is_some_and(|t| now.saturating_duration_since(t) <= discard);
+                    if young {
+                        return Err(i);
+                    }
+                    Err(ErrorCode::ReplicaIsNotReady)
+                }
                 Some(o) => {
                     if d > o.lease_deadline {
                         o.lease_deadline = d;
                     }
-                    if track {
+                    if ticket != 0 {
                         o.add_reader(ticket, d, now);
                         any = true;
                     }
@@ -477,10 +557,7 @@ impl MasterState {
                 read_ticket: ticket,
             }));
         }
-        if any {
-            g.tickets.insert(ticket, (keys, d));
-        }
-        out
+        Ok((out, any.then_some(d)))
     }
 
     /// The reads of `tickets` finished: their objects are no longer being
@@ -518,7 +595,8 @@ impl MasterState {
         let mut g = self.inner.lock();
         keys.iter()
             .map(|k| match g.objects.get_mut(k.as_str()) {
-                Some(o) if o.status == ObjStatus::Complete => {
+                // A key rewritten in place exists throughout.
+                Some(o) if o.status == ObjStatus::Complete || o.rewrite_start().is_some() => {
                     if now + ttl > o.lease_deadline {
                         o.lease_deadline = now + ttl;
                     }
@@ -531,14 +609,15 @@ impl MasterState {
 
     /// Remove keys: OBJECT_NOT_FOUND when missing, REPLICA_IS_NOT_READY
     /// while the first write is in flight, OBJECT_HAS_LEASE while a lease
-    /// is active and not `force`. Answers once the owners forgot the
+    /// is active and not `force`. A key being rewritten in place is
+    /// removed once that write ended. Answers once the owners forgot the
     /// removed replicas (a removed object never comes back with a master);
     /// replicas that reads are still copying stay allocated until those
     /// reads end.
     pub fn remove(&self, keys: &[String], force: bool) -> Vec<i32> {
-        let now = self.clock.now();
         let release = Duration::from_secs(self.cfg.put_start_release_timeout_sec);
-        let mut g = self.inner.lock();
+        let mut g = self.wait_rewrites(self.inner.lock(), keys);
+        let now = self.clock.now();
         let mut waits = Vec::new();
         let codes = keys
             .iter()
@@ -998,5 +1077,121 @@ mod tests {
             Err(ErrorCode::RpcTimeout)
         );
         assert_eq!(lookup(&st, "k", false).replicas[0].offset, a);
+    }
+
+    /// A write from the segment's own host.
+    fn same_host() -> WriteConfig {
+        WriteConfig {
+            writer_host_id: "host".into(),
+            writer_maps_host: true,
+            ..WriteConfig::default()
+        }
+    }
+
+    /// A state whose segment owner "h:1" never connects its ledger stream
+    /// (nothing waits for its acks).
+    fn state_unreachable_owner() -> Arc<MasterState> {
+        let st = state_with_segment();
+        st.inner.lock().segments["h:1"].ledger.mark_unreachable();
+        st
+    }
+
+    fn start_with(
+        st: &MasterState,
+        key: &str,
+        size: u64,
+        cfg: &WriteConfig,
+    ) -> Result<(u64, u64), PutStartItem> {
+        let mut items = st.put_start(&keys(key), &[size], cfg, true);
+        match items.remove(0) {
+            PutStartItem::Write { replicas, version } => Ok((version, replicas[0].offset)),
+            other => Err(other),
+        }
+    }
+
+    #[test]
+    fn an_unread_key_is_rewritten_in_place_and_lookups_wait_for_the_new_version() {
+        let st = state_unreachable_owner();
+        let (v1, a) = start_with(&st, "k", 100, &same_host()).unwrap();
+        commit(&st, "k", v1);
+        // Nobody reads it: the upsert gets the committed replica itself.
+        let (v2, b) = start_with(&st, "k", 100, &same_host()).unwrap();
+        assert!(v2 > v1);
+        assert_eq!(a, b);
+        assert_eq!(used(&st), 128);
+        assert_eq!(st.metrics.upsert_in_place.get(), 1);
+        assert_eq!(st.metrics.upsert_versions.get(), 0);
+        // The key exists throughout the rewrite.
+        assert_eq!(st.exist(&keys("k")), vec![1]);
+        // A lookup during the rewrite is held until the write commits.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let st = Arc::clone(&st);
+            std::thread::spawn(move || tx.send(st.get_replica_list(&keys("k"), true)))
+        };
+        assert!(rx
+            .recv_timeout(std::time::Duration::from_millis(50))
+            .is_err());
+        commit(&st, "k", v2);
+        let got = rx.recv().unwrap().remove(0).unwrap();
+        reader.join().unwrap().unwrap();
+        assert_eq!((got.size, got.replicas[0].offset), (100, a));
+        assert_ne!(got.read_ticket, 0);
+        // Now it is being read: the next upsert writes a new version beside it.
+        let (v3, c) = start_with(&st, "k", 100, &same_host()).unwrap();
+        assert!(v3 > v2);
+        assert_ne!(c, a);
+        assert_eq!(st.metrics.upsert_in_place.get(), 1);
+    }
+
+    #[test]
+    fn only_a_writer_on_the_replicas_host_with_the_same_size_rewrites_in_place() {
+        let st = state_unreachable_owner();
+        let (v1, a) = start_with(&st, "k", 100, &same_host()).unwrap();
+        commit(&st, "k", v1);
+        let elsewhere = WriteConfig {
+            writer_host_id: "other".into(),
+            ..same_host()
+        };
+        let (v2, b) = start_with(&st, "k", 100, &elsewhere).unwrap();
+        assert_ne!(a, b);
+        commit(&st, "k", v2);
+        let (v3, c) = start_with(&st, "k", 200, &same_host()).unwrap();
+        assert_ne!(c, b);
+        commit(&st, "k", v3);
+        let two = WriteConfig {
+            replica_num: 2,
+            ..same_host()
+        };
+        let (v4, d) = start_with(&st, "k", 200, &two).unwrap();
+        assert_ne!(d, c);
+        commit(&st, "k", v4);
+        // A writer that reaches the host's segments over TCP only.
+        let tcp = WriteConfig {
+            writer_maps_host: false,
+            ..same_host()
+        };
+        let (v5, e) = start_with(&st, "k", 200, &tcp).unwrap();
+        assert_ne!(e, d);
+        commit(&st, "k", v5);
+        assert_eq!(st.metrics.upsert_in_place.get(), 0);
+        assert_eq!(st.metrics.upsert_versions.get(), 4);
+        assert_eq!(lookup(&st, "k", false).size, 200);
+    }
+
+    #[test]
+    fn a_revoked_rewrite_takes_the_key_with_it() {
+        let st = state_unreachable_owner();
+        let (v1, _) = start_with(&st, "k", 100, &same_host()).unwrap();
+        commit(&st, "k", v1);
+        let (v2, _) = start_with(&st, "k", 100, &same_host()).unwrap();
+        st.put_revoke(&keys("k"), &[v2]);
+        // Half-written bytes are never served: the key is gone.
+        assert_eq!(
+            st.get_replica_list(&keys("k"), true).remove(0).unwrap_err(),
+            ErrorCode::ObjectNotFound
+        );
+        assert_eq!(used(&st), 0);
+        assert_eq!(st.exist(&keys("k")), vec![0]);
     }
 }

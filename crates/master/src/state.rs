@@ -113,11 +113,18 @@ struct Extra {
     /// Upserts in flight over the committed version, each writing into its
     /// own fresh replicas while readers keep reading the committed ones.
     upserts: Vec<PendingWrite>,
+    /// The write in flight (PROCESSING) rewrites a committed value in
+    /// place: the key exists, and lookups wait for the write to end
+    /// instead of failing.
+    rewrite: bool,
 }
 
 impl Extra {
     fn is_idle(&self) -> bool {
-        self.put_start.is_none() && self.readers.is_empty() && self.upserts.is_empty()
+        self.put_start.is_none()
+            && self.readers.is_empty()
+            && self.upserts.is_empty()
+            && !self.rewrite
     }
 }
 
@@ -193,14 +200,43 @@ impl Object {
             .map_or(PendingPin::Keep, |e| e.pending_pin)
     }
 
-    /// The first write committed: the object is COMPLETE.
+    /// The first write (or in-place rewrite) committed: the object is COMPLETE.
     pub(crate) fn mark_complete(&mut self) {
         self.status = ObjStatus::Complete;
         if let Some(e) = self.extra.as_mut() {
             e.put_start = None;
             e.pending_pin = PendingPin::Keep;
+            e.rewrite = false;
         }
         self.tidy();
+    }
+
+    /// Start rewriting this committed object's replicas in place as
+    /// `version`: it is PROCESSING until the write commits (then COMPLETE
+    /// at `version`) or is revoked or discarded (then gone: its bytes are
+    /// no longer a whole version).
+    pub(crate) fn begin_rewrite(
+        &mut self,
+        version: u64,
+        now: Instant,
+        hard_pin: bool,
+        pending_pin: PendingPin,
+    ) {
+        self.status = ObjStatus::Processing;
+        self.version = version;
+        self.hard_pin |= hard_pin;
+        let e = self.extra_mut();
+        e.put_start = Some(now);
+        e.pending_pin = pending_pin;
+        e.rewrite = true;
+    }
+
+    /// When the in-place rewrite in flight started (None: no rewrite).
+    pub(crate) fn rewrite_start(&self) -> Option<Instant> {
+        self.extra
+            .as_ref()
+            .filter(|e| e.rewrite)
+            .and_then(|e| e.put_start)
     }
 
     /// Reads that may be in flight.
@@ -378,6 +414,8 @@ pub struct MasterState {
     pub(crate) stopped: AtomicBool,
     /// Signalled (with `inner` held) whenever a retired version is freed.
     pub(crate) version_freed: Condvar,
+    /// Signalled whenever an in-place rewrite may have ended.
+    pub(crate) rewrite_done: Condvar,
     /// Time for leases, pins, TTLs and delays.
     pub(crate) clock: Arc<dyn Clock>,
 }
@@ -408,6 +446,7 @@ impl MasterState {
             next_ticket: std::sync::atomic::AtomicU64::new(1),
             stopped: AtomicBool::new(false),
             version_freed: Condvar::new(),
+            rewrite_done: Condvar::new(),
             clock,
         })
     }
@@ -624,8 +663,13 @@ impl MasterState {
                 stale_upserts.extend(o.take_upserts_where(|p| stale_start(Some(p.put_start))));
             }
         }
+        let discarded = !stale.is_empty();
         for k in stale {
             g.discard_processing(&k, release);
+        }
+        if discarded {
+            // A discarded in-place rewrite no longer holds its key's lookups.
+            self.rewrite_done.notify_all();
         }
         for p in stale_upserts {
             g.defer_free(&p.replicas, p.size, p.put_start + release);

@@ -293,3 +293,39 @@ fn stale_writes_among_many_objects_are_found_a_chunk_at_a_time() {
     st.sweep_discarded();
     assert!(st.inner.lock().objects.is_empty());
 }
+
+#[test]
+fn a_stale_rewrite_in_place_is_discarded_and_no_longer_holds_lookups() {
+    let cfg = MasterConfig {
+        put_start_discard_timeout_sec: 30,
+        ..MasterConfig::default()
+    };
+    let (st, clock) = state(cfg);
+    st.inner.lock().segments["h:1"].ledger.mark_unreachable();
+    let same_host = WriteConfig {
+        writer_host_id: "host".into(),
+        writer_maps_host: true,
+        ..WriteConfig::default()
+    };
+    put(&st, "k", 100, &same_host, false);
+    let items = st.put_start(&keys("k"), &[100], &same_host, true);
+    assert!(matches!(items[0], PutStartItem::Write { .. }));
+    assert_eq!(st.metrics.upsert_in_place.get(), 1);
+    // The writer went silent: past the discard delay a lookup is not held.
+    clock.advance(Duration::from_secs(31));
+    assert_eq!(
+        st.get_replica_list(&keys("k"), false)
+            .remove(0)
+            .unwrap_err(),
+        ErrorCode::ReplicaIsNotReady
+    );
+    // The sweep drops the half-written object: the key is gone, never torn.
+    st.sweep_discarded();
+    assert_eq!(
+        st.get_replica_list(&keys("k"), false)
+            .remove(0)
+            .unwrap_err(),
+        ErrorCode::ObjectNotFound
+    );
+    assert_eq!(st.exist(&keys("k")), vec![0]);
+}

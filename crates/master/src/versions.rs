@@ -1,19 +1,29 @@
 //! Versioned replicas: how an upsert replaces a value that readers are
 //! copying without tearing their reads or starving the writer.
 //!
-//! An upsert of a committed object never writes into the object's current
-//! replicas. It gets fresh allocations (same placement rules, replication
-//! and pins as any write) and stays a [`PendingWrite`] of the object while
-//! its bytes are copied; readers keep getting the committed replicas. Its
-//! commit switches the object to the new version in one locked step; the
-//! replaced replicas are forgotten in their owners' ledgers before the
-//! upsert is acknowledged (so no master ever serves the old version again,
-//! even after a restart) and become a [`Retired`] version that stays
-//! allocated, its bytes unchanged, until every read that may still copy
-//! from it has finished (its client reported the read ticket) or its lease
-//! ran out (a client discards a copy that finishes after its lease). A
-//! removal of an object that is being read retires its replicas the same
-//! way.
+//! An upsert of a committed object that may be being read never writes
+//! into the object's current replicas. It gets fresh allocations (same
+//! placement rules, replication and pins as any write) and stays a
+//! [`PendingWrite`] of the object while its bytes are copied; readers keep
+//! getting the committed replicas. Its commit switches the object to the
+//! new version in one locked step; the replaced replicas are forgotten in
+//! their owners' ledgers before the upsert is acknowledged (so no master
+//! ever serves the old version again, even after a restart) and become a
+//! [`Retired`] version that stays allocated, its bytes unchanged, until
+//! every read that may still copy from it has finished (its client
+//! reported the read ticket) or its lease ran out (a client discards a copy
+//! that finishes after its lease). A removal of an object that is being
+//! read retires its replicas the same way.
+//!
+//! An upsert of an object nobody is reading, whose replicas the writer
+//! reaches by a memory copy on its own host and which keeps its size and
+//! placement, rewrites the committed replicas in place instead (no second
+//! allocation, and the destination stays in the writer's cache). Before the
+//! writer gets the replicas, their owners forget the committed version (a
+//! master that restarts meanwhile never serves half-written bytes); while
+//! the write is in flight the object is PROCESSING, and lookups, removals
+//! and other upserts of the key wait for it to end rather than fail. A
+//! rewrite that is revoked or goes stale takes the key with it.
 //!
 //! Retired versions count against capacity until freed, and eviction never
 //! sees them. A key may hold at most `max_pending_versions_per_key` of them:
@@ -24,11 +34,66 @@ use crate::durable::{Handed, Waits};
 use crate::segments::SegId;
 use crate::state::{Inner, MasterState, ObjStatus, Object, Replica, Retired};
 use mooncake_common::ledger::LedgerOp;
+use mooncake_common::proto::WriteConfig;
 use parking_lot::MutexGuard;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How often a lookup held by an in-place rewrite looks again (a missed
+/// wake-up costs at most this).
+const REWRITE_RECHECK: Duration = Duration::from_millis(20);
+
 impl Inner {
+    /// Whether an upsert of `o` with `size` bytes under `cfg` may rewrite
+    /// its committed replicas in place at `now`: no read may be in flight
+    /// and no other upsert, the size, replica count and placement stay, no
+    /// disk copy exists, and every replica is on the writer's host (the
+    /// writer copies by memory, so the write cannot stop half done on a
+    /// broken connection) and not in `exclude`.
+    pub(crate) fn rewritable(
+        &self,
+        o: &Object,
+        size: u64,
+        cfg: &WriteConfig,
+        exclude: &[String],
+        now: Instant,
+    ) -> bool {
+        o.status == ObjStatus::Complete
+            && o.size == size
+            && o.disk.is_none()
+            && !o.replicas.is_empty()
+            && o.replicas.len() == cfg.replica_num.max(1) as usize
+            && o.upserts().is_empty()
+            && !o.being_read(now)
+            && cfg.writer_maps_host
+            && !cfg.writer_host_id.is_empty()
+            && o.replicas.iter().all(|r| {
+                self.segments.by_id(r.seg).is_some_and(|s| {
+                    s.desc.host_id == cfg.writer_host_id
+                        && !exclude.contains(&s.desc.name)
+                        && (cfg.preferred_segments.is_empty()
+                            || cfg.preferred_segments.contains(&s.desc.name))
+                })
+            })
+    }
+
+    /// The owners of `replicas` forget the committed `version` that is
+    /// about to be rewritten in place (the space stays allocated). Returns
+    /// the acks to wait for before the writer may touch the bytes.
+    pub(crate) fn forget_for_rewrite(&self, version: u64, replicas: &[Replica]) -> Waits {
+        replicas
+            .iter()
+            .filter_map(|r| {
+                let q = Arc::clone(&self.segments.by_id(r.seg)?.ledger);
+                let seq = q.push(LedgerOp::Forget {
+                    offset: r.offset,
+                    version,
+                });
+                Some((q, seq))
+            })
+            .collect()
+    }
+
     /// Retire the committed `replicas` of `key` at `version`: their owners
     /// forget them now (through `handed` for segments in `local`, which the
     /// writer records itself, otherwise through the owner's queue, whose
@@ -218,6 +283,29 @@ impl Inner {
 }
 
 impl MasterState {
+    /// Wait (releasing the lock) while one of `keys` is being rewritten in
+    /// place, at most until that rewrite would be discarded as stale.
+    pub(crate) fn wait_rewrites<'a>(
+        &'a self,
+        mut g: MutexGuard<'a, Inner>,
+        keys: &[String],
+    ) -> MutexGuard<'a, Inner> {
+        let discard = Duration::from_secs(self.cfg.put_start_discard_timeout_sec);
+        loop {
+            let now = self.clock.now();
+            let held = keys.iter().any(|k| {
+                g.objects
+                    .get(k.as_str())
+                    .and_then(Object::rewrite_start)
+                    .is_some_and(|t| now.saturating_duration_since(t) <= discard)
+            });
+            if !held {
+                return g;
+            }
+            self.rewrite_done.wait_for(&mut g, REWRITE_RECHECK);
+        }
+    }
+
     /// Before an upsert batch: wait (releasing the lock) until every key in
     /// `keys` holds fewer retired versions than the limit, at most
     /// `pending_version_wait_ms`. Keys still at the limit afterwards fail

@@ -106,6 +106,11 @@ impl TransferEngine {
         &self.host_id
     }
 
+    /// Whether segments on this host are reached by mapping their memory.
+    pub fn maps_same_host(&self) -> bool {
+        self.same_host
+    }
+
     /// The path a transfer to this segment would try first (for replica choice).
     pub fn preferred_path(&self, seg: &SegmentRef) -> Path {
         if local_segment(seg.uuid).is_some() {
