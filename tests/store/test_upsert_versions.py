@@ -323,3 +323,35 @@ def test_upsert_right_after_a_read_succeeds(store_factory: StoreFactory, master:
     assert other.get("k") == b"v19"
     assert s.upsert("k", b"after") == 0
     assert s.get("k") == b"after"
+
+
+def test_an_upsert_nobody_reads_writes_in_place_and_reads_back_whole(
+    store_factory: StoreFactory, master: Master
+) -> None:
+    """Without readers, an upsert of the same size on the writer's host goes
+    into the committed replica itself (no second allocation); the value read
+    afterwards is the last one, whole, and the space used does not grow."""
+    s = store_factory(master, global_segment_size=64 * MiB)
+    size = 4 * MiB
+    src = np.empty(size, np.uint8)
+    dst = np.empty(size, np.uint8)
+    for a in (src, dst):
+        assert s.register_buffer(a.ctypes.data, size) == 0
+    src[:] = 1
+    assert s.put_from("k", src.ctypes.data, size) == 0
+    in_place = master.metric("master_upsert_in_place_total") or 0
+    versions = master.metric("master_upsert_versions_total") or 0
+    used = master.metric("master_allocated_bytes")
+    for v in range(2, 12):
+        src[:] = v
+        assert s.upsert_from("k", src.ctypes.data, size) == 0
+    assert (master.metric("master_upsert_in_place_total") or 0) - in_place == 10
+    assert (master.metric("master_upsert_versions_total") or 0) == versions
+    assert master.metric("master_allocated_bytes") == used
+    assert s.get_into("k", dst.ctypes.data, size) == size
+    assert bool(np.all(dst == 11))
+    # A different size cannot reuse the replica: a new version, read whole.
+    assert s.upsert_from("k", src.ctypes.data, size // 2) == 0
+    assert (master.metric("master_upsert_versions_total") or 0) == versions + 1
+    assert s.get_into("k", dst.ctypes.data, size) == size // 2
+    assert bool(np.all(dst[: size // 2] == 11))
