@@ -56,6 +56,16 @@ pub(crate) fn local(name: &str) -> Option<Arc<Ledger>> {
     registry().lock().get(name).and_then(Weak::upgrade)
 }
 
+/// Names of the segments this process owns.
+pub(crate) fn local_names() -> Vec<String> {
+    registry()
+        .lock()
+        .iter()
+        .filter(|(_, l)| l.strong_count() > 0)
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
 impl Ledger {
     /// Apply pushed ops in order.
     pub(crate) fn apply(&self, ops: Vec<LedgerOp>) {

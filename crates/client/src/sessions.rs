@@ -160,8 +160,7 @@ impl Client {
         if cfg.prefer_alloc_in_same_node {
             wire.writer_segment = Some(self.desc.name.clone());
         }
-        wire.writer_host_id = self.engine.host_id().to_string();
-        wire.writer_maps_host = self.engine.maps_same_host();
+        self.describe_writer(&mut wire);
         let mut results: Vec<Result<()>> = Vec::with_capacity(keys.len());
         let mut send: Vec<usize> = Vec::new();
         {

@@ -255,8 +255,7 @@ impl Client {
             .iter()
             .map(|o| o.pieces.iter().map(|p| p.1).sum())
             .collect();
-        wcfg.writer_host_id = self.engine.host_id().to_string();
-        wcfg.writer_maps_host = self.engine.maps_same_host();
+        self.describe_writer(&mut wcfg);
         if cfg.prefer_alloc_in_same_node {
             // A placement hint for tensor writes: this client's own segment first.
             wcfg.writer_segment = Some(self.desc.name.clone());

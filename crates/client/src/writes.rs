@@ -104,8 +104,7 @@ impl Client {
         }
         let sizes: Vec<u64> = values.iter().map(|v| v.iter().map(|p| p.1).sum()).collect();
         let mut cfg = cfg.clone();
-        cfg.writer_host_id = self.engine.host_id().to_string();
-        cfg.writer_maps_host = self.engine.maps_same_host();
+        self.describe_writer(&mut cfg);
         let mut results: Vec<Result<()>> = vec![Ok(()); keys.len()];
         let mut pending: Vec<usize> = (0..keys.len()).collect();
         let mut exclude: Vec<String> = Vec::new();
@@ -559,6 +558,15 @@ impl Client {
 
 /// INVALID_PARAMS for a staged value the local buffer has no room for.
 impl Client {
+    /// Tell the master where this writer stands: its host (for `local_first`
+    /// placement) and which segments it copies into through memory (the
+    /// master may then let an upsert of an unread key write in place).
+    pub(crate) fn describe_writer(&self, cfg: &mut WriteConfig) {
+        cfg.writer_host_id = self.engine.host_id().to_string();
+        cfg.writer_maps_host = self.engine.maps_same_host();
+        cfg.writer_own_segments = crate::ledger::local_names();
+    }
+
     /// Commit written keys (PutEnd). The master acknowledges once the owners
     /// of the replicas recorded the commit in their ledgers; for replicas in
     /// `segments` owned by this process, it hands the entries back and they

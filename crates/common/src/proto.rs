@@ -74,6 +74,9 @@ pub struct WriteConfig {
     /// (its same-host path is on), so such a write cannot stop half done
     /// on a broken connection.
     pub writer_maps_host: bool,
+    /// Segments the writer's own process owns (it copies into them through
+    /// memory in any case).
+    pub writer_own_segments: Vec<String>,
     /// Segment of the writer (placement hint for tensor writes).
     pub writer_segment: Option<String>,
     /// Upstream `ObjectDataType` value, recorded with the object.
@@ -90,6 +93,7 @@ impl Default for WriteConfig {
             preferred_segments: Vec::new(),
             writer_host_id: String::new(),
             writer_maps_host: false,
+            writer_own_segments: Vec::new(),
             writer_segment: None,
             data_type: 0,
         }

@@ -1171,12 +1171,21 @@ mod tests {
             writer_maps_host: false,
             ..same_host()
         };
-        let (v5, e) = start_with(&st, "k", 200, &tcp).unwrap();
+        let (v5, e) = start_with(&st, "k", 200, &tcp.clone()).unwrap();
         assert_ne!(e, d);
         commit(&st, "k", v5);
         assert_eq!(st.metrics.upsert_in_place.get(), 0);
         assert_eq!(st.metrics.upsert_versions.get(), 4);
         assert_eq!(lookup(&st, "k", false).size, 200);
+        // ... unless the replica is in the writer's own segment.
+        let own = WriteConfig {
+            writer_own_segments: vec!["h:1".into()],
+            ..tcp
+        };
+        let (v6, f) = start_with(&st, "k", 200, &own).unwrap();
+        assert_eq!(f, e);
+        commit(&st, "k", v6);
+        assert_eq!(st.metrics.upsert_in_place.get(), 1);
     }
 
     #[test]

@@ -47,9 +47,10 @@ impl Inner {
     /// Whether an upsert of `o` with `size` bytes under `cfg` may rewrite
     /// its committed replicas in place at `now`: no read may be in flight
     /// and no other upsert, the size, replica count and placement stay, no
-    /// disk copy exists, and every replica is on the writer's host (the
-    /// writer copies by memory, so the write cannot stop half done on a
-    /// broken connection) and not in `exclude`.
+    /// disk copy exists, and the writer reaches every replica through
+    /// memory (its own segment, or one on its host while its same-host path
+    /// is on), so the write cannot stop half done on a broken connection;
+    /// none is in `exclude`.
     pub(crate) fn rewritable(
         &self,
         o: &Object,
@@ -65,11 +66,13 @@ impl Inner {
             && o.replicas.len() == cfg.replica_num.max(1) as usize
             && o.upserts().is_empty()
             && !o.being_read(now)
-            && cfg.writer_maps_host
-            && !cfg.writer_host_id.is_empty()
             && o.replicas.iter().all(|r| {
                 self.segments.by_id(r.seg).is_some_and(|s| {
-                    s.desc.host_id == cfg.writer_host_id
+                    let by_memory = cfg.writer_own_segments.contains(&s.desc.name)
+                        || (cfg.writer_maps_host
+                            && !cfg.writer_host_id.is_empty()
+                            && s.desc.host_id == cfg.writer_host_id);
+                    by_memory
                         && !exclude.contains(&s.desc.name)
                         && (cfg.preferred_segments.is_empty()
                             || cfg.preferred_segments.contains(&s.desc.name))
