@@ -14,6 +14,7 @@
 //! recent forgets and ignores a commit they already cancelled.
 
 use mooncake_common::ledger::{alloc_len, LedgerEntry, LedgerOp};
+use mooncake_common::proto::ReplicaLoc;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, OnceLock, Weak};
@@ -56,6 +57,31 @@ pub(crate) fn local(name: &str) -> Option<Arc<Ledger>> {
     registry().lock().get(name).and_then(Weak::upgrade)
 }
 
+/// Drop every entry overlapping the allocation at `offset` of `size` bytes.
+fn drop_overlapping(g: &mut BTreeMap<u64, LedgerEntry>, offset: u64, size: u64) {
+    let end = offset.saturating_add(alloc_len(size).max(1));
+    let overlapping: Vec<u64> = g
+        .range(..end)
+        .rev()
+        .take_while(|(&off, old)| off.saturating_add(alloc_len(old.size).max(1)) > offset)
+        .map(|(&off, _)| off)
+        .collect();
+    for off in overlapping {
+        g.remove(&off);
+    }
+}
+
+/// Before an upsert copies into `replicas`: the entries of this process's
+/// own segments that described those ranges are dropped (see
+/// [`Ledger::vacate`]).
+pub(crate) fn vacate_own(replicas: &[ReplicaLoc]) {
+    for r in replicas {
+        if let Some(l) = local(&r.segment_name) {
+            l.vacate(r.offset, r.size);
+        }
+    }
+}
+
 /// Names of the segments this process owns.
 pub(crate) fn local_names() -> Vec<String> {
     registry()
@@ -78,19 +104,7 @@ impl Ledger {
                     if inner.recent_set.contains(&(e.offset, e.version)) {
                         continue; // cancelled by a forget that came first
                     }
-                    let end = e.offset.saturating_add(alloc_len(e.size).max(1));
-                    // Drop every entry overlapping [offset, end).
-                    let overlapping: Vec<u64> = g
-                        .range(..end)
-                        .rev()
-                        .take_while(|(&off, old)| {
-                            off.saturating_add(alloc_len(old.size).max(1)) > e.offset
-                        })
-                        .map(|(&off, _)| off)
-                        .collect();
-                    for off in overlapping {
-                        g.remove(&off);
-                    }
+                    drop_overlapping(g, e.offset, e.size);
                     g.insert(e.offset, e);
                 }
                 // The disk tier was already given the bytes (ledger stream).
@@ -113,6 +127,14 @@ impl Ledger {
                 }
             }
         }
+    }
+
+    /// `[offset, offset + size)` was handed to a write of this process:
+    /// whatever entry described those bytes no longer does (an upsert
+    /// rewriting its key's replica in place records this before it copies,
+    /// so no master rebuilt from this ledger serves half-written bytes).
+    pub(crate) fn vacate(&self, offset: u64, size: u64) {
+        drop_overlapping(&mut self.entries.lock().entries, offset, size);
     }
 
     /// Every entry, by offset.
@@ -196,6 +218,21 @@ mod tests {
         assert_eq!(l.snapshot()[0].version, 5);
         l.clear();
         assert_eq!(l.len(), 0);
+    }
+
+    #[test]
+    fn a_vacated_range_loses_the_entries_it_overlaps() {
+        let l = Ledger::default();
+        l.apply(vec![
+            LedgerOp::Commit(e("a", 1, 0, 64)),   // [0, 64)
+            LedgerOp::Commit(e("b", 2, 64, 100)), // [64, 192)
+        ]);
+        // An in-place rewrite of "b" is about to copy into [64, 192).
+        l.vacate(64, 100);
+        assert_eq!(l.snapshot(), vec![e("a", 1, 0, 64)]);
+        // Its commit records the new version there.
+        l.apply(vec![LedgerOp::Commit(e("b", 3, 64, 100))]);
+        assert_eq!(l.snapshot()[1], e("b", 3, 64, 100));
     }
 
     #[test]

@@ -294,6 +294,13 @@ impl Client {
                 }
             });
         }
+        if upsert {
+            // An in-place rewrite of an unread key's own replica: its ledger
+            // entry goes first.
+            for (_, locs) in &jobs {
+                crate::ledger::vacate_own(locs);
+            }
+        }
         let located: Vec<(&Pieces, u64, &[ReplicaLoc])> = jobs
             .iter()
             .map(|(j, locs)| (&objs[*j].pieces, 0, locs.as_slice()))

@@ -156,6 +156,13 @@ impl Client {
                     }
                 }
             }
+            if upsert {
+                // The master may hand an unread key's own replica back for an
+                // in-place rewrite: its ledger entry goes first.
+                for (_, locs) in &jobs {
+                    crate::ledger::vacate_own(locs);
+                }
+            }
             // All values of the batch in one pass: one request per owner,
             // large local groups over several threads.
             let located: Vec<(&Pieces, u64, &[ReplicaLoc])> = jobs

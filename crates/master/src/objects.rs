@@ -95,8 +95,16 @@ impl MasterState {
         );
         let mut g = self.inner.lock();
         if upsert {
-            g = self.wait_rewrites(g, keys);
-            g = self.wait_for_version_slots(g, keys);
+            // Until neither wait released the lock: a rewrite may have
+            // started while the slots were awaited.
+            loop {
+                g = self.wait_rewrites(g, keys);
+                let (guard, waited) = self.wait_for_version_slots(g, keys);
+                g = guard;
+                if !waited || !self.rewrite_held(&g, keys) {
+                    break;
+                }
+            }
         }
         let now = self.clock.now();
         let mut seen = HashSet::new();
@@ -163,7 +171,11 @@ impl MasterState {
                 let old = o.version;
                 let replicas = o.replicas.to_vec();
                 o.begin_rewrite(version, now, hard_pin, pin);
-                rewrite_waits.extend(g.forget_for_rewrite(old, &replicas));
+                rewrite_waits.extend(g.forget_for_rewrite(
+                    old,
+                    &replicas,
+                    &cfg.writer_own_segments,
+                ));
                 let mut locs: Vec<_> = replicas
                     .iter()
                     .filter_map(|r| g.replica_loc(r, size))

@@ -82,12 +82,23 @@ impl Inner {
 
     /// The owners of `replicas` forget the committed `version` that is
     /// about to be rewritten in place (the space stays allocated). Returns
-    /// the acks to wait for before the writer may touch the bytes.
-    pub(crate) fn forget_for_rewrite(&self, version: u64, replicas: &[Replica]) -> Waits {
+    /// the acks to wait for before the writer may touch the bytes. A writer
+    /// drops the entries of its own segments (`own`) itself before it
+    /// copies, so those are not sent.
+    pub(crate) fn forget_for_rewrite(
+        &self,
+        version: u64,
+        replicas: &[Replica],
+        own: &[String],
+    ) -> Waits {
         replicas
             .iter()
             .filter_map(|r| {
-                let q = Arc::clone(&self.segments.by_id(r.seg)?.ledger);
+                let seg = self.segments.by_id(r.seg)?;
+                if own.contains(&seg.desc.name) {
+                    return None;
+                }
+                let q = Arc::clone(&seg.ledger);
                 let seq = q.push(LedgerOp::Forget {
                     offset: r.offset,
                     version,
@@ -293,34 +304,38 @@ impl MasterState {
         mut g: MutexGuard<'a, Inner>,
         keys: &[String],
     ) -> MutexGuard<'a, Inner> {
-        let discard = Duration::from_secs(self.cfg.put_start_discard_timeout_sec);
-        loop {
-            let now = self.clock.now();
-            let held = keys.iter().any(|k| {
-                g.objects
-                    .get(k.as_str())
-                    .and_then(Object::rewrite_start)
-                    .is_some_and(|t| now.saturating_duration_since(t) <= discard)
-            });
-            if !held {
-                return g;
-            }
+        while self.rewrite_held(&g, keys) {
             self.rewrite_done.wait_for(&mut g, REWRITE_RECHECK);
         }
+        g
+    }
+
+    /// Whether one of `keys` is being rewritten in place by a write not
+    /// yet past the discard delay.
+    pub(crate) fn rewrite_held(&self, g: &Inner, keys: &[String]) -> bool {
+        let discard = Duration::from_secs(self.cfg.put_start_discard_timeout_sec);
+        let now = self.clock.now();
+        keys.iter().any(|k| {
+            g.objects
+                .get(k.as_str())
+                .and_then(Object::rewrite_start)
+                .is_some_and(|t| now.saturating_duration_since(t) <= discard)
+        })
     }
 
     /// Before an upsert batch: wait (releasing the lock) until every key in
     /// `keys` holds fewer retired versions than the limit, at most
     /// `pending_version_wait_ms`. Keys still at the limit afterwards fail
-    /// with OBJECT_REPLICA_BUSY in the caller.
+    /// with OBJECT_REPLICA_BUSY in the caller. Also returns whether the
+    /// lock was released meanwhile.
     pub(crate) fn wait_for_version_slots<'a>(
         &'a self,
         mut g: MutexGuard<'a, Inner>,
         keys: &[String],
-    ) -> MutexGuard<'a, Inner> {
+    ) -> (MutexGuard<'a, Inner>, bool) {
         let limit = self.cfg.max_pending_versions_per_key.max(1) as usize;
         if !keys.iter().any(|k| g.retired_count(k) >= limit) {
-            return g;
+            return (g, false);
         }
         self.metrics.upsert_version_waits.inc();
         // The wait itself is real time; lease expiries are on the state's clock.
@@ -347,7 +362,7 @@ impl MasterState {
             }
             let real = Instant::now();
             if !full || real >= deadline {
-                return g;
+                return (g, true);
             }
             self.version_freed
                 .wait_until(&mut g, wake.max(real + Duration::from_millis(1)));
