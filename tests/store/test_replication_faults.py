@@ -114,6 +114,31 @@ def test_sigkill_writer(
     assert _endpoints(m, "dup") == [rhost]
 
 
+def test_a_read_from_a_dead_peer_logs_the_peer_and_the_os_error(
+    master_factory: Callable[..., Master], child_factory: Callable[..., Child]
+) -> None:
+    """The failing get's one log line says which peer the read went to and
+    what the operating system answered, not only TRANSFER_FAIL."""
+    m = master_factory(client_ttl=60)
+    reader = child_factory(TCP_ENV)
+    w = child_factory(TCP_ENV)
+    assert reader.setup(m) == 0
+    assert w.setup(m) == 0
+    whost = w.call("hostname")
+    assert w.call("put_pattern", key="gone", size=4096, seed=3, preferred_segment=whost) == 0
+    port = whost.rsplit(":", 1)[1]
+    w.kill()
+    # The owner's data port is closed; the master still lists its segment.
+    assert reader.call("get", key="gone") == ""
+    line = next(
+        (ln for ln in reader.log_tail(20000).splitlines() if "gone" in ln and "peer" in ln),
+        "",
+    )
+    assert f":{port}" in line, reader.log_tail()
+    assert "TRANSFER_FAIL" in line, line
+    assert "os error" in line or "end of file" in line.lower(), line
+
+
 @pytest.mark.slow
 def test_two_replicas_survive_one_client_death(
     store_factory: StoreFactory,

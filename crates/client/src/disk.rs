@@ -302,5 +302,10 @@ pub(crate) fn read_remote(
     src: u64,
     dst: &mut [u8],
 ) -> std::result::Result<(), ErrorCode> {
-    TcpPool::global().read_disk(&loc.endpoint, auth, &loc.key, loc.version, src, dst)
+    TcpPool::global()
+        .read_disk(&loc.endpoint, auth, &loc.key, loc.version, src, dst)
+        .map_err(|e| {
+            tracing::warn!(error = %e, "disk copy read failed");
+            e.code()
+        })
 }

@@ -91,6 +91,14 @@ impl From<ErrorCode> for Error {
     }
 }
 
+impl From<mooncake_transfer::Error> for Error {
+    /// The transfer's code, with what failed, the peer and the OS error as
+    /// the reason.
+    fn from(e: mooncake_transfer::Error) -> Self {
+        Error::new(e.code(), e.to_string())
+    }
+}
+
 impl fmt::Display for Error {
     /// `NAME (code)`, then `: reason` when there is one.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

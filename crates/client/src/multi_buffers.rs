@@ -238,7 +238,7 @@ impl Client {
         self.read_finished(lk.ticket);
         for (e, &i) in errs.iter().zip(&op_key) {
             if let Some(e) = e {
-                out[i] = Err(Error::from(*e));
+                out[i] = Err(e.clone());
             }
         }
         if expired {

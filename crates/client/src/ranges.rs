@@ -198,7 +198,7 @@ impl Client {
         let errs = unsafe { self.read_ranges(&infos, &ops) };
         for (e, &(i, j, k)) in errs.iter().zip(&slots) {
             if let Some(e) = e {
-                results[i][j][k] = Err(Error::from(*e));
+                results[i][j][k] = Err(e.clone());
             }
         }
         self.read_finished(lk.ticket);
@@ -265,8 +265,8 @@ impl Client {
         &self,
         infos: &[&ObjectInfo],
         ops: &[RangeOp],
-    ) -> Vec<Option<ErrorCode>> {
-        let mut errs: Vec<Option<ErrorCode>> = vec![None; ops.len()];
+    ) -> Vec<Option<Error>> {
+        let mut errs: Vec<Option<Error>> = vec![None; ops.len()];
         let chosen: Vec<Option<&ReplicaLoc>> = infos
             .iter()
             .map(|i| self.ordered(i).first().copied())
@@ -284,7 +284,7 @@ impl Client {
                 if infos[op.key].disk.is_some() {
                     from_disk.push(i);
                 } else {
-                    errs[i] = Some(ErrorCode::InvalidReplica);
+                    errs[i] = Some(ErrorCode::InvalidReplica.into());
                 }
                 continue;
             };
@@ -313,34 +313,34 @@ impl Client {
                 unsafe { self.read_disk_copy(infos[op.key], op.src, op.dst, op.len) }
             });
             for (&i, r) in from_disk.iter().zip(res) {
-                errs[i] = r.err();
+                errs[i] = r.err().map(Error::from);
             }
         }
         let (tasks, workers) = group_tasks(groups.iter().map(|g| {
             let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
             (g.ops.as_slice(), local)
         }));
-        let results = run_all(&tasks, workers, |(gi, part)| -> Result<(), ErrorCode> {
+        let results = run_all(&tasks, workers, |(gi, part)| -> Result<()> {
             let g = &groups[*gi];
             // SAFETY: destinations vouched for by our caller.
             let path = unsafe { self.engine.read(&seg_ref(g.rep), part) }?;
             self.count_read(path, part.iter().map(|o| o.len).sum());
             Ok(())
         });
-        let mut failed_groups = vec![false; groups.len()];
+        let mut failed_groups: Vec<Option<Error>> = vec![None; groups.len()];
         for ((gi, _), r) in tasks.iter().zip(results) {
             if let Err(e) = r {
                 tracing::info!(segment = %groups[*gi].rep.segment_name, error = %e, "batched read failed; trying other replicas");
-                failed_groups[*gi] = true;
+                failed_groups[*gi] = Some(e);
             }
         }
         for (gi, g) in groups.iter().enumerate() {
-            if !failed_groups[gi] {
+            let Some(first) = &failed_groups[gi] else {
                 continue;
-            }
+            };
             for &i in &g.idx {
                 let op = ops[i];
-                let mut last = ErrorCode::TransferFail;
+                let mut last = first.clone();
                 let mut ok = false;
                 for r in self.ordered(infos[op.key]) {
                     if r.segment_uuid == g.rep.segment_uuid {
@@ -358,7 +358,7 @@ impl Client {
                             ok = true;
                             break;
                         }
-                        Err(e) => last = e,
+                        Err(e) => last = e.into(),
                     }
                 }
                 if !ok {

@@ -148,7 +148,7 @@ impl Client {
         // SAFETY: the caller vouches for every destination.
         let errs = unsafe { self.read_ranges(&infos, &ops) };
         errs.into_iter()
-            .map(|e| e.map_or(Ok(()), |e| Err(e.into())))
+            .map(|e| e.map_or(Ok(()), Err))
             .collect()
     }
 

@@ -509,7 +509,7 @@ impl Client {
         let errs = unsafe { self.read_ranges(&infos, &ops) };
         for (e, &i) in errs.iter().zip(&op_key) {
             if let Some(e) = e {
-                out[i] = Err(Error::from(*e).context("ranged read"));
+                out[i] = Err(e.clone().context("ranged read"));
             }
         }
         // A copy that ended after the lease ran out may have read replaced

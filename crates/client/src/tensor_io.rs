@@ -531,17 +531,18 @@ impl Client {
         let mut failed = vec![None; keys.len()];
         for (e, &i) in errs.iter().zip(&op_key) {
             if let Some(e) = e {
-                failed[i] = Some(*e);
+                failed[i] = Some(e.clone());
             }
         }
         for (i, (key, info)) in keys.iter().zip(lk.infos).enumerate() {
-            let o = match (info, failed[i]) {
+            let o = match (info, failed[i].take()) {
                 (Err(e), _) => {
                     Observed::Missing(TensorError::store(e.code(), e.reason().to_string()))
                 }
-                (Ok(_), Some(e)) => {
-                    Observed::Missing(TensorError::store(e, "reading the header failed"))
-                }
+                (Ok(_), Some(e)) => Observed::Missing(TensorError::store(
+                    e.code(),
+                    format!("reading the header failed: {}", e.reason()),
+                )),
                 (Ok(info), None) => {
                     let o = Observed::Found {
                         size: info.size,
@@ -667,7 +668,7 @@ impl TensorReads<'_> {
         let errs = unsafe { client.read_ranges(&infos, &ops) };
         for (e, &i) in errs.iter().zip(&op_item) {
             if let (Some(e), Ok(_)) = (e, &out[i]) {
-                out[i] = Err(Error::new(*e, "reading tensor data failed"));
+                out[i] = Err(e.clone().context("reading tensor data failed"));
             }
         }
         let now = Instant::now();

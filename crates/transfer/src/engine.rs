@@ -2,6 +2,7 @@
 //! mapped memcpy, or TCP to the owner's data server (large transfers split
 //! across parallel connections).
 
+use crate::error::{Error, Result};
 pub use crate::op::Op;
 use crate::same_host::{MapLookup, MappingCache};
 use crate::segment::{local_segment, FreshWrite, Segment};
@@ -122,7 +123,7 @@ impl TransferEngine {
         }
     }
 
-    fn memory_for(&self, seg: &SegmentRef) -> Result<Option<(Arc<Segment>, Path)>, ErrorCode> {
+    fn memory_for(&self, seg: &SegmentRef) -> Result<Option<(Arc<Segment>, Path)>> {
         if let Some(s) = local_segment(seg.uuid) {
             return Ok(Some((s, Path::Local)));
         }
@@ -139,7 +140,13 @@ impl TransferEngine {
                 created,
             ) {
                 MapLookup::Mapped(s) => return Ok(Some((s, Path::SameHost))),
-                MapLookup::OwnerDead => return Err(ErrorCode::TransferFail),
+                MapLookup::OwnerDead => {
+                    return Err(Error::new(
+                        ErrorCode::TransferFail,
+                        "same-host owner of the segment is gone",
+                    )
+                    .with_peer(seg.endpoint))
+                }
                 MapLookup::UseTcp => {}
             }
         }
@@ -150,11 +157,14 @@ impl TransferEngine {
     ///
     /// # Safety
     /// Every `op.local_ptr..+len` must be writable.
-    pub unsafe fn read(&self, seg: &SegmentRef, ops: &[Op]) -> Result<Path, ErrorCode> {
+    pub unsafe fn read(&self, seg: &SegmentRef, ops: &[Op]) -> Result<Path> {
         if let Some((mem, path)) = self.memory_for(seg)? {
             for o in ops {
                 if !mem.check_range(o.seg_offset, o.len) {
-                    return Err(ErrorCode::InvalidParams);
+                    return Err(Error::new(
+                        ErrorCode::InvalidParams,
+                        "read range outside the segment",
+                    ));
                 }
                 // SAFETY: the range lies in the mapping (checked above) and
                 // the caller guarantees the destination is writable.
@@ -180,10 +190,13 @@ impl TransferEngine {
     ///
     /// # Safety
     /// Every `op.local_ptr..+len` must be readable.
-    pub unsafe fn write(&self, seg: &SegmentRef, ops: &[Op]) -> Result<Path, ErrorCode> {
+    pub unsafe fn write(&self, seg: &SegmentRef, ops: &[Op]) -> Result<Path> {
         if let Some((mem, path)) = self.memory_for(seg)? {
             if ops.iter().any(|o| !mem.check_range(o.seg_offset, o.len)) {
-                return Err(ErrorCode::InvalidParams);
+                return Err(Error::new(
+                    ErrorCode::InvalidParams,
+                    "write range outside the segment",
+                ));
             }
             // Ops that continue one another in the segment (the buffers of
             // one multi-buffer value) are written as one run: one residency
@@ -287,8 +300,8 @@ pub fn tcp_parts(total: u64, paced: bool, streams: u64) -> u64 {
 fn tcp_parallel(
     endpoint: &str,
     ops: &[Op],
-    run: impl Fn(&[Op]) -> Result<(), ErrorCode> + Sync,
-) -> Result<(), ErrorCode> {
+    run: impl Fn(&[Op]) -> Result<()> + Sync,
+) -> Result<()> {
     let total: u64 = ops.iter().map(|o| o.len).sum();
     if total < 2 * TCP_PART_MIN_PACED {
         // Too small to split under either rule.
@@ -309,15 +322,16 @@ fn tcp_parallel(
     let Some((first, rest)) = parts.split_first() else {
         return Ok(());
     };
-    let results: Vec<Result<(), ErrorCode>> = std::thread::scope(|sc| {
+    let results: Vec<Result<()>> = std::thread::scope(|sc| {
         let handles: Vec<_> = rest.iter().map(|p| sc.spawn(|| run(p))).collect();
         let mine = run(first);
         std::iter::once(mine)
-            .chain(
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or(Err(ErrorCode::InternalError))),
-            )
+            .chain(handles.into_iter().map(|h| {
+                h.join().unwrap_or(Err(Error::new(
+                    ErrorCode::InternalError,
+                    "transfer thread panicked",
+                )))
+            }))
             .collect()
     });
     results.into_iter().collect()

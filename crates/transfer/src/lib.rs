@@ -5,6 +5,7 @@
 pub mod data_proto;
 pub mod data_server;
 pub mod engine;
+mod error;
 mod fresh_gate;
 mod op;
 pub mod same_host;
@@ -13,4 +14,5 @@ pub mod sockio;
 pub mod tcp_pool;
 
 pub use engine::{Op, Path, SegmentRef, TransferEngine};
+pub use error::{Error, Result};
 pub use segment::Segment;

@@ -6,6 +6,7 @@
 //! closed by the peer (data servers close connections idle for 60 s).
 
 use crate::data_proto::{encode_header, DiskRead, OP_READ, OP_WRITE};
+use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::sockio::{iov, recv_status_then, send_all};
 use mooncake_common::framing::{client_handshake, Service};
@@ -108,12 +109,12 @@ impl TcpPool {
         self.idle.lock().remove(endpoint);
     }
 
-    fn connect(&self, endpoint: &str, key: Option<&AuthKey>) -> Result<TcpStream, ErrorCode> {
+    fn connect(&self, endpoint: &str, key: Option<&AuthKey>) -> Result<TcpStream> {
         self.take(endpoint, key).map_err(|e| {
             if e.kind() == io::ErrorKind::PermissionDenied {
                 tracing::warn!(peer = endpoint, error = %e, "data peer refused");
             }
-            ErrorCode::TransferFail
+            Error::io("data connection", endpoint, e)
         })
     }
 
@@ -128,7 +129,7 @@ impl TcpPool {
         uuid: &str,
         ops: &[Op],
         key: Option<&AuthKey>,
-    ) -> Result<(), ErrorCode> {
+    ) -> Result<()> {
         let mut s = self.connect(endpoint, key)?;
         // SAFETY: the caller guarantees the destinations are writable.
         match unsafe { read_on(&mut s, uuid, ops) } {
@@ -138,12 +139,12 @@ impl TcpPool {
             }
             Ok(Err(code)) => {
                 self.give(endpoint, key, s);
-                Err(code)
+                Err(Error::new(code, "data read refused by the owner").with_peer(endpoint))
             }
             Err(e) => {
                 tracing::warn!(peer = endpoint, error = %e, "data read failed");
                 self.forget(endpoint);
-                Err(ErrorCode::TransferFail)
+                Err(Error::io("data read", endpoint, e))
             }
         }
     }
@@ -158,7 +159,7 @@ impl TcpPool {
         version: u64,
         offset: u64,
         dst: &mut [u8],
-    ) -> Result<(), ErrorCode> {
+    ) -> Result<()> {
         let mut s = self.connect(endpoint, key_auth)?;
         let req = DiskRead {
             key: key.to_string(),
@@ -176,17 +177,20 @@ impl TcpPool {
                 Err(e) => {
                     tracing::warn!(peer = endpoint, error = %e, "disk read failed");
                     self.forget(endpoint);
-                    Err(ErrorCode::TransferFail)
+                    Err(Error::io("disk read", endpoint, e))
                 }
             },
             Ok(code) => {
                 self.give(endpoint, key_auth, s);
-                Err(ErrorCode::from_code(code))
+                Err(
+                    Error::new(ErrorCode::from_code(code), "disk read refused by the owner")
+                        .with_peer(endpoint),
+                )
             }
             Err(e) => {
                 tracing::warn!(peer = endpoint, error = %e, "disk read failed");
                 self.forget(endpoint);
-                Err(ErrorCode::TransferFail)
+                Err(Error::io("disk read", endpoint, e))
             }
         }
     }
@@ -203,7 +207,7 @@ impl TcpPool {
         ops: &[Op],
         key: Option<&AuthKey>,
         ticket: Option<&WriteTicket>,
-    ) -> Result<(), ErrorCode> {
+    ) -> Result<()> {
         let mut s = self.connect(endpoint, key)?;
         // SAFETY: the caller guarantees the sources are readable.
         match unsafe { write_on(&mut s, uuid, ops, ticket) } {
@@ -211,11 +215,13 @@ impl TcpPool {
                 self.give(endpoint, key, s);
                 Ok(())
             }
-            Ok(Err(code)) => Err(code),
+            Ok(Err(code)) => {
+                Err(Error::new(code, "data write refused by the owner").with_peer(endpoint))
+            }
             Err(e) => {
                 tracing::warn!(peer = endpoint, error = %e, "data write failed");
                 self.forget(endpoint);
-                Err(ErrorCode::TransferFail)
+                Err(Error::io("data write", endpoint, e))
             }
         }
     }
@@ -254,7 +260,11 @@ fn read_status(s: &mut TcpStream) -> io::Result<i32> {
 ///
 /// # Safety
 /// Every `op.local_ptr..+len` must be writable.
-unsafe fn read_on(s: &mut TcpStream, uuid: &str, ops: &[Op]) -> io::Result<Result<(), ErrorCode>> {
+unsafe fn read_on(
+    s: &mut TcpStream,
+    uuid: &str,
+    ops: &[Op],
+) -> io::Result<std::result::Result<(), ErrorCode>> {
     s.write_all(&header(OP_READ, uuid, None, ops))?;
     let mut dst = local_iovs(ops);
     spin_until_readable(s.as_raw_fd(), spin_budget());
@@ -275,7 +285,7 @@ unsafe fn write_on(
     uuid: &str,
     ops: &[Op],
     ticket: Option<&WriteTicket>,
-) -> io::Result<Result<(), ErrorCode>> {
+) -> io::Result<std::result::Result<(), ErrorCode>> {
     let head = header(OP_WRITE, uuid, ticket, ops);
     let mut iovs = Vec::with_capacity(ops.len() + 1);
     iovs.push(iov(head.as_ptr(), head.len()));

@@ -56,6 +56,7 @@ fn writes_need_a_ticket_for_their_range() {
     // SAFETY: `data` is readable for the call.
     let w = |at: u64, t: Option<&WriteTicket>, k: Option<&AuthKey>| unsafe {
         pool.write(&ep, seg.uuid(), &op(&data, at), k, t)
+            .map_err(|e| e.code())
     };
     assert_eq!(w(8192, Some(&good), Some(&key)), Ok(()));
     assert_eq!(seg_bytes(&seg, 8192, 4096), data);
@@ -92,7 +93,7 @@ fn writes_need_a_ticket_for_their_range() {
             len: 4096,
         }];
         // SAFETY: `back` is writable for the call.
-        unsafe { pool.read(&ep, seg.uuid(), &ops, k) }
+        unsafe { pool.read(&ep, seg.uuid(), &ops, k) }.map_err(|e| e.code())
     };
     assert_eq!(rd(None, &mut back), Err(ErrorCode::TransferFail));
     assert_eq!(rd(Some(&key), &mut back), Ok(()));
@@ -106,7 +107,7 @@ fn without_a_token_writes_need_no_ticket() {
     let data = vec![7u8; 100];
     // SAFETY: `data` is readable for the call.
     let r = unsafe { TcpPool::global().write(&ep, seg.uuid(), &op(&data, 64), None, None) };
-    assert_eq!(r, Ok(()));
+    assert!(r.is_ok(), "{r:?}");
     assert_eq!(seg_bytes(&seg, 64, 100), data);
     ds.stop();
 }

@@ -119,11 +119,11 @@ fn fuzz_data_server_sessions() {
     }];
     // SAFETY: `back` is writable for the call.
     let r = unsafe { TcpPool::global().read(&keyed_ep, seg.uuid(), &ops, Some(&key)) };
-    assert_eq!(r, Ok(()));
+    assert!(r.is_ok(), "{r:?}");
     assert_eq!(back, vec![0u8; 64]);
     // SAFETY: as above.
     let r = unsafe { TcpPool::global().read(&open_ep, open_seg.uuid(), &ops, None) };
-    assert_eq!(r, Ok(()));
+    assert!(r.is_ok(), "{r:?}");
     keyed.stop();
     open.stop();
 }
