@@ -1,11 +1,11 @@
 """EngramStore's ``replicate_config`` follows the store's write-config rules
 (the same conversion and checks as the store's own write methods).
 
-Store spec, "Configuration types": a non-empty ``preferred_segment`` replaces
+A non-empty ``preferred_segment`` replaces
 ``preferred_segments``; ``replica_num`` 0, a soft-pin TTL without
 ``SoftPinAction.ENABLE``, ``prefer_alloc_in_same_node`` on a byte write, and
 ``group_ids`` whose length is not the number of keys are rejected (-600),
-so ``populate`` fails and writes nothing (engram spec, "populate").
+so ``populate`` fails and writes nothing.
 """
 
 from __future__ import annotations

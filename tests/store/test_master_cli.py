@@ -108,7 +108,7 @@ def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
 def _bindable(port: int) -> bool:
     """Whether a listener could bind ``0.0.0.0:port`` now. A connect probe
     misses a port held as the local end of an outgoing connection (or its
-    TIME_WAIT), which the spec's ports, inside the ephemeral range, can be."""
+    TIME_WAIT), which upstream's default ports, inside the ephemeral range, can be."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -128,7 +128,7 @@ def test_single_dash_space_separated_flags(tmp_path: Path) -> None:
         str(http),
         f"-metrics_port={free_port()}",
     ]
-    # The spec's literal ports: wait for a moment when both are free to
+    # Upstream's literal default ports: wait for a moment when both are free to
     # bind. An earlier connection may hold one as its ephemeral local port,
     # for up to TIME_WAIT's 60 s after it closed.
     if not wait_until(lambda: _bindable(rpc) and _bindable(http), 70.0, 0.2):

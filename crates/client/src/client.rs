@@ -85,7 +85,7 @@ pub struct Client {
     pub(crate) auth: Option<AuthKey>,
 }
 
-/// `health_check()`: healthy (store spec, "Lifecycle").
+/// `health_check()`: healthy.
 pub const HEALTHY: i32 = 0;
 /// `health_check()`: not set up, or closed.
 pub const HEALTH_CLOSED: i32 = 1;
@@ -122,8 +122,7 @@ fn bind_data_port(host: &str, explicit: Option<u16>) -> Result<TcpListener> {
 
 impl Client {
     /// Connect to the master, allocate and mount the segment, start the data
-    /// server and heartbeat. The errors are `setup`'s return codes (store
-    /// spec, "Lifecycle"): those of [`ClientConfig::check`], -600 for a
+    /// server and heartbeat. The errors are `setup`'s return codes: those of [`ClientConfig::check`], -600 for a
     /// segment name a live client already mounted, -1 for an unreachable
     /// master or metadata server.
     pub fn setup(cfg: ClientConfig) -> Result<Arc<Client>> {

@@ -1,7 +1,7 @@
 //! What a client is configured with, and the rules for it, in one place
 //! (the Python binding only converts argument types):
 //!
-//! * [`ClientConfig`]: the arguments of `setup` (store spec, "Lifecycle").
+//! * [`ClientConfig`]: the arguments of `setup`.
 //!   [`ClientConfig::from_entries`] reads the `setup(config: dict)` form
 //!   (every value a string; sizes human-readable; 16 MiB size defaults;
 //!   unknown keys are noted and ignored), and [`ClientConfig::check`] makes
@@ -16,9 +16,9 @@
 //!   `MC_FORCE_TCP=1` (-1), a metadata server that is neither `http://…`
 //!   nor `P2PHANDSHAKE` (-1).
 //! * [`ReplicateConfig`]: the replication, placement and pinning options of
-//!   a write (store spec, "Configuration types"), turned into the wire
-//!   [`WriteConfig`] by [`ReplicateConfig::write_config`], which rejects
-//!   what the spec rejects with -600.
+//!   a write, turned into the wire [`WriteConfig`] by
+//!   [`ReplicateConfig::write_config`], which rejects what upstream
+//!   rejects with -600.
 
 use crate::error::{Error, Result};
 use mooncake_common::proto::{SoftPin, WriteConfig, MAX_SEGMENT_SIZE};
@@ -341,7 +341,7 @@ pub enum WriteKind {
     /// Byte and from-buffer writes (`put*`, `upsert*`, `*_from`, Engram
     /// `populate`): `prefer_alloc_in_same_node` is rejected (upstream).
     Bytes,
-    /// Tensor writes (tensor spec): `prefer_alloc_in_same_node` is a
+    /// Tensor writes: `prefer_alloc_in_same_node` is a
     /// placement hint, the writer's own segment first.
     Tensor,
     /// Multi-buffer writes (`batch_put_from_multi_buffers`):
@@ -401,7 +401,7 @@ impl Default for ReplicateConfig {
 
 impl ReplicateConfig {
     /// The wire config of a `kind` write of `n_keys` keys, or the
-    /// INVALID_PARAMS the spec gives: `replica_num` 0, nof/dfs replicas, a
+    /// INVALID_PARAMS upstream gives: `replica_num` 0, nof/dfs replicas, a
     /// soft-pin TTL without `SoftPin::Enable`, `prefer_alloc_in_same_node`
     /// on a byte write (or on a multi-buffer write with more than one
     /// replica), `group_ids` whose length is not `n_keys`. A

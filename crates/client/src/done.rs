@@ -1,14 +1,18 @@
-//! Read-ticket completion reports (store spec, "Upsert": an upsert returns
-//! OBJECT_REPLICA_BUSY while a replica is being read).
+//! Read-ticket completion reports: how the master learns that a read ended.
 //!
 //! Every read lookup gets a ticket from the master, which counts the found
 //! objects as being read until the ticket is reported done (or its lease
-//! runs out). Finished tickets queue here and reach the master in two ways:
+//! runs out): a version an upsert or removal replaced stays allocated while
+//! reads of it are in flight, and an upsert may rewrite a value in place
+//! only while none is. Finished tickets queue here and reach the master in
+//! two ways:
 //!
 //! * piggybacked on this client's next master RPC (`WithDone`), so a later
-//!   upsert from the same client never sees its own finished reads as busy;
+//!   upsert from the same client never sees its own finished reads as
+//!   still in flight;
 //! * by a background flusher a couple of milliseconds later when no RPC
-//!   carried them, so other clients' upserts see the read end promptly.
+//!   carried them, so other clients' upserts and the release of replaced
+//!   versions see the read end promptly.
 //!
 //! A lost report (crash, network) only delays the end until the lease
 //! expiry; a read that finishes after its lease is discarded by the reader

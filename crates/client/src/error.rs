@@ -1,7 +1,7 @@
 //! The client's one error type: the upstream `ErrorCode` a store method
-//! returns (store spec, "Error codes": the values are upstream's) together
-//! with the human reason its log line shows (store spec, "Logging": every
-//! failing return logs one line naming the method, the key and the reason).
+//! returns (upstream's values) together with the human reason its log line
+//! shows (every failing return logs one line naming the method, the key and
+//! the reason).
 //!
 //! Result convention of this crate: every fallible operation returns
 //! [`Result<T>`]; a per-item batch operation returns `Vec<Result<T>>`,
@@ -52,8 +52,7 @@ impl Error {
     }
 
     /// The failure of every call on a store that is not set up or is closed:
-    /// INVALID_PARAMS (store spec, "Not set up / closed": `int` methods
-    /// return -600 and never crash).
+    /// INVALID_PARAMS (`int` methods return -600 and never crash).
     pub fn not_set_up() -> Self {
         Self::invalid("store is not set up (or closed)")
     }

@@ -8,8 +8,7 @@
 //! PutStart, the located writes, one PutEnd), reads onto
 //! `Client::read_ranges` (one lookup, ranged copies out of each object).
 //!
-//! The argument rules live here, with upstream's codes (store spec,
-//! "Zero-copy API"): lists of different lengths fail the whole call with
+//! The argument rules live here, with upstream's codes: lists of different lengths fail the whole call with
 //! INVALID_PARAMS, and so does, for a write, a key whose pointer and size
 //! lists differ in length (upstream writes nothing then); for a read that
 //! fails only its key. Per key, an empty key, a null pointer under a

@@ -1,5 +1,5 @@
-//! `get_into_ranges`: buffer-major ranged reads (store spec, "Zero-copy API",
-//! `get_into_ranges` and its failure table). Every distinct key is looked
+//! `get_into_ranges`: buffer-major ranged reads, with upstream's per-range
+//! failure codes. Every distinct key is looked
 //! up once (one RPC per call); fragments are batched per source segment so
 //! each owner gets one request (or one mapped memcpy pass) per call.
 //!

@@ -2,8 +2,7 @@
 //! choice (own segment, same host, remote), staged and direct reads, and
 //! the lease-deadline check after each copy; existence queries and removal.
 //!
-//! Per-key rules of the store's read and remove methods live here (store
-//! spec, "Byte-value API", "Zero-copy API", "Removal"): an empty key fails
+//! Per-key rules of the store's read and remove methods live here: an empty key fails
 //! its item with INVALID_PARAMS and is never sent to the master; a
 //! destination smaller than the object fails with INVALID_PARAMS and stays
 //! untouched; a copy that ends after the lease ran out is LEASE_EXPIRED.
@@ -147,9 +146,7 @@ impl Client {
             .collect();
         // SAFETY: the caller vouches for every destination.
         let errs = unsafe { self.read_ranges(&infos, &ops) };
-        errs.into_iter()
-            .map(|e| e.map_or(Ok(()), Err))
-            .collect()
+        errs.into_iter().map(|e| e.map_or(Ok(()), Err)).collect()
     }
 
     fn check_lease(deadline: Instant) -> Result<()> {

@@ -7,8 +7,7 @@
 //! that died stays mounted until its client expires, so a put may be placed
 //! on it meanwhile).
 //!
-//! The argument rules of the store's write methods live here (store spec,
-//! "Byte-value API" and "Zero-copy API"): an empty key or an empty value is
+//! The argument rules of the store's write methods live here: an empty key or an empty value is
 //! INVALID_PARAMS; `put_parts` of zero bytes and `put_from` of size 0 store
 //! nothing and succeed; a batch whose lists differ in length fails whole;
 //! in a staged batch the first value of a duplicated key wins; a staged

@@ -103,8 +103,7 @@ fn put_get_remove_ranges() {
     b.close();
 }
 
-/// Per-key and per-batch argument rules (store spec, "Byte-value API",
-/// "Zero-copy API", "Removal"): an empty key fails only its own item and
+/// Per-key and per-batch argument rules: an empty key fails only its own item and
 /// is never sent; lists of different lengths fail the whole call; a
 /// duplicated key in a staged batch is written once with its first value;
 /// `put_parts` of zero bytes stores nothing; `get_into_ranges` answers in

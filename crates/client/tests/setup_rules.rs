@@ -1,6 +1,6 @@
 //! `Client::setup` applies `setup`'s argument rules itself, so the binding
 //! and a Rust caller get the same answer: the protocol must be exactly
-//! `"tcp"` (store spec, "Lifecycle"; upstream compares the name as given),
+//! `"tcp"` (upstream compares the name as given),
 //! and `MC_FORCE_TCP` counts when its trimmed value is `1`, as the Python
 //! `setup` always treated it. One test in its own binary: it sets
 //! `MC_FORCE_TCP` for the whole process.

@@ -247,7 +247,7 @@ pub enum MasterRequest {
         /// Keys to check.
         keys: Vec<String>,
     },
-    /// Remove keys (spec: removal rules).
+    /// Remove keys (OBJECT_HAS_LEASE while leased unless forced).
     Remove {
         /// Keys to remove.
         keys: Vec<String>,

@@ -3,9 +3,9 @@
 //!
 //! * [`EngramConfig`]: the settable fields with upstream's defaults
 //!   (`[1024]`, 64, float32); assignment does not validate.
-//! * [`validate_layout`]: the construction checks, in the spec's order and
+//! * [`validate_layout`]: the construction checks, in upstream's order and
 //!   with its exact `ValueError` messages.
-//! * [`Layout`]: per-call shape rules with the spec's messages: one table
+//! * [`Layout`]: per-call shape rules with their exact messages: one table
 //!   per head of shape `[N_h, D]`, ids of shape `[B, L, H]`, and the output
 //!   dtypes a lookup may write (the table dtype or float32).
 //! * [`TableDtype`]: element types, which populate inputs are accepted and
@@ -231,7 +231,7 @@ impl Layout {
 
     /// The kind of a caller-provided `lookup_into` output for ids of shape
     /// `[b, l, H]`: C-contiguous, writable, shape `[b, l, H, D]`, element
-    /// type one of [`TableDtype::lookup_into_outputs`]; otherwise the spec's
+    /// type one of [`TableDtype::lookup_into_outputs`]; otherwise a
     /// message naming what is expected.
     pub fn check_output(
         &self,
@@ -296,7 +296,7 @@ pub fn ids_not_integers(type_name: &str) -> Error {
     Error::Argument(format!("row_ids elements must be integers (got {type_name})").into())
 }
 
-/// Validate `(table_vocab_sizes, embedding_dim, table_dtype)` in the spec's
+/// Validate `(table_vocab_sizes, embedding_dim, table_dtype)` in upstream's
 /// order, each failure with its exact `ValueError` message.
 pub fn validate_layout(vocab: &[i64], dim: i64, dtype: &str) -> Result<Layout> {
     if vocab.is_empty() {

@@ -15,10 +15,10 @@ use std::borrow::Cow;
 /// A failed EngramStore operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    /// A layer layout the spec rejects; the message is the spec's.
+    /// A layer layout that is rejected, with its exact message.
     #[error("{0}")]
     Layout(&'static str),
-    /// An argument the spec rejects with its own message.
+    /// An argument that is rejected, with its own message.
     #[error("{0}")]
     Argument(Cow<'static, str>),
     /// `populate` failed (`populate failed`); why is in the inner error.
@@ -54,7 +54,7 @@ impl Error {
         }
     }
 
-    /// The exception text the spec gives this failure.
+    /// The exception text Python sees for this failure.
     pub fn message(&self) -> Cow<'static, str> {
         match self {
             Error::Layout(m) => Cow::Borrowed(m),

@@ -1,6 +1,6 @@
-//! Argument types shared by the bindings (store spec, "Return
-//! conventions": only argument-type errors raise `TypeError`, as upstream's
-//! binding does; everything else is a return code).
+//! Argument types shared by the bindings. Only argument-type errors raise
+//! `TypeError`, as upstream's binding does; everything else is a return
+//! code.
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;

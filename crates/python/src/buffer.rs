@@ -4,9 +4,9 @@
 //! owns ([`Exporter`]):
 //!
 //! * [`ByteView`]: the C-order bytes of any buffer-protocol object,
-//!   whatever its element format (store spec, "Byte-value API": a value is
-//!   any buffer-protocol object and is stored as its C-order byte image;
-//!   non-contiguous inputs are copied first).
+//!   whatever its element format: a value is any buffer-protocol object
+//!   and is stored as its C-order byte image (non-contiguous inputs are
+//!   copied first).
 //! * [`typed`] / [`typed_out`]: a C-contiguous `Typed<T>` of a typed
 //!   array (ids as `i64`, tables and outputs as `f32`, `u16` bits or
 //!   [`Half`]), with its elements as a slice ([`elements`], [`half_bits`]).

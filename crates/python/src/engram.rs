@@ -5,7 +5,7 @@
 //! Conversion only: NumPy arrays, torch tensors and nested lists become
 //! ids, tables and outputs; the rules (defaults, layout checks, populate
 //! casts, output dtypes, messages) are `mooncake-engram`'s, and its errors
-//! are raised by [`OrRaise`] with the spec's exact messages. The store
+//! are raised by [`OrRaise`] with their exact messages. The store
 //! client is resolved at call time from the `store` argument
 //! ([`store_client`]). The whole populate and gather (id validation through
 //! the last copy) run with the GIL released.
@@ -473,7 +473,7 @@ impl PyEngramStore {
 
     /// One populate input as a contiguous array the engram core takes:
     /// the table's bytes, or float32 values it narrows. Errors carry the
-    /// spec's messages.
+    /// engram core's messages.
     fn table_source(
         &self,
         np: &Bound<'_, PyModule>,

@@ -12,7 +12,7 @@
 //! - `pybuf`: the C buffer protocol (outside the 3.10 stable ABI);
 //! - `buffer`: buffer-protocol input and output over it;
 //! - `report`: a domain error to a return code plus one log line
-//!   (store), or to the spec's exception (EngramStore);
+//!   (store), or to the documented exception (EngramStore);
 //! - `store::capsule`: the client capsule shared with EngramStore.
 
 use pyo3::prelude::*;

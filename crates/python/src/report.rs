@@ -1,14 +1,13 @@
 //! The one place where a domain error becomes what Python sees: a return
 //! code plus one log line, or an exception.
 //!
-//! Store methods never raise for store failures (store spec, "Return
-//! conventions"): a failure is the upstream code, and it logs exactly one
-//! line on `logging.getLogger("mooncake.store")` naming the method, the key
-//! and the reason (store spec, "Logging"): INFO for OBJECT_NOT_FOUND,
+//! Store methods never raise for store failures: a failure is the upstream
+//! code, and it logs exactly one line on `logging.getLogger("mooncake.store")`
+//! naming the method, the key and the reason: INFO for OBJECT_NOT_FOUND,
 //! WARNING otherwise; nothing on success. [`Call`] does that for single
 //! calls ([`Call::code`], [`Call::ok`]) and per-item batches
 //! ([`Call::codes`], [`Call::oks`]: one line per call, not per item).
-//! EngramStore raises with the spec's exact message and logs the reason
+//! EngramStore raises with its documented exact message and logs the reason
 //! ([`OrRaise`]).
 
 use mooncake_client::{Error, ErrorCode, Result};
@@ -246,8 +245,8 @@ impl<'py> Call<'py> {
     }
 }
 
-/// Raise an EngramStore failure as the spec says: `ValueError` for a
-/// layout, `RuntimeError` otherwise, with the spec's exact message; the
+/// Raise an EngramStore failure: `ValueError` for a layout, `RuntimeError`
+/// otherwise, with the failure's documented exact message; the
 /// reason behind it is logged first on the `mooncake.store` logger.
 pub(crate) trait OrRaise<T> {
     /// `Ok` as is; an error raised (and its reason logged) for `method`.

@@ -1,4 +1,4 @@
-//! Byte-value API (store spec, "Byte-value API"): `put`, `put_parts`,
+//! The byte-value methods: `put`, `put_parts`,
 //! `put_batch`, their `upsert` variants, `get`, `get_batch`, `get_buffer`,
 //! `batch_get_buffer`, `get_size`, `is_exist` and `batch_is_exist`.
 //!

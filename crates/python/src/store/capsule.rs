@@ -1,9 +1,9 @@
 //! The client capsule, through pyo3's supported `PyCapsule` API only: the
 //! store makes it (`_get_pyclient_capsule()`), and other bindings
-//! (`EngramStore`) read the client back out of it (store spec,
-//! "Lifecycle": a `PyCapsule` named `mooncake.PyClient.shared_ptr`
-//! referencing the store's client; engram spec, "Construction": how a
-//! `store` argument is resolved, with its exact `RuntimeError` messages).
+//! (`EngramStore`) read the client back out of it: a `PyCapsule` named
+//! `mooncake.PyClient.shared_ptr` referencing the store's client, and how
+//! an `EngramStore`'s `store` argument is resolved, with its exact
+//! `RuntimeError` messages.
 
 use super::class::MooncakeDistributedStore;
 use mooncake_client::Client;
@@ -39,8 +39,8 @@ pub(crate) fn client_from_capsule(capsule: &Bound<'_, PyCapsule>) -> Option<Arc<
 /// The usable client behind a `store` argument now: `Ok(None)` when there
 /// is none (not set up, closed, or the wrapper returns `None`). A
 /// `MooncakeDistributedStore` is used directly; any other object's
-/// `_get_pyclient_capsule()` is called, and a failure raises the engram
-/// spec's `RuntimeError`.
+/// `_get_pyclient_capsule()` is called, and a failure raises EngramStore's
+/// `RuntimeError`.
 pub(crate) fn store_client(store: &Bound<'_, PyAny>) -> PyResult<Option<Arc<Client>>> {
     let client = if let Ok(s) = store.downcast_exact::<MooncakeDistributedStore>() {
         s.get().current()

@@ -1,4 +1,4 @@
-//! Configuration types (store spec, "Configuration types"): the
+//! The configuration types: the
 //! `SoftPinAction` and `ObjectDataType` enums, `ReplicateConfig`, and the
 //! `ErrorCode` IntEnum.
 //!

@@ -1,5 +1,4 @@
-//! `BufferHandle`, the result of `get_buffer` (store spec, "Byte-value
-//! API"): a private copy of the value that stays readable after `remove`,
+//! `BufferHandle`, the result of `get_buffer`: a private copy of the value that stays readable after `remove`,
 //! `close` or eviction, exported through the buffer protocol as a 1-D,
 //! itemsize 1, format `"b"`, writable buffer. Python's `BufferHandle` is
 //! the exporting subclass of this class ([`crate::buffer::Exporter`]).

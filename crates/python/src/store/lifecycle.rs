@@ -1,6 +1,6 @@
 //! Lifecycle methods: `setup`, `setup_dummy`, `close`, `get_hostname`,
-//! `health_check`, `_get_pyclient_capsule` and `get_client_stats` (store
-//! spec, "Lifecycle"; the standalone service for `setup_dummy`).
+//! `health_check`, `_get_pyclient_capsule` and `get_client_stats`
+//! (`setup_dummy` attaches to a standalone `mooncake_client` daemon).
 
 use super::capsule::client_capsule;
 use super::class::MooncakeDistributedStore;

@@ -1,4 +1,4 @@
-//! Removal (store spec, "Removal"): `remove`, `batch_remove`,
+//! The removal methods: `remove`, `batch_remove`,
 //! `remove_by_regex`, `remove_all`.
 
 use super::class::MooncakeDistributedStore;

@@ -1,4 +1,4 @@
-//! Argument conversion of `setup` (store spec, "Lifecycle"): the
+//! Argument conversion of `setup`: the
 //! positional/keyword form and the `setup(config: dict)` form, both turned
 //! into a [`ClientConfig`]. Only argument *types* are checked here
 //! (`TypeError`, as upstream's binding); every value rule — defaults of

@@ -2,7 +2,7 @@
 //! this build gives (segment unmounting, the SSD tier's drain and counter,
 //! `put_from_with_metadata`, the deprecated `init_all`, the CUDA IPC reads'
 //! errors), and those not implemented yet, which raise
-//! `NotImplementedError` and log the method name (store spec, "Tiers").
+//! `NotImplementedError` and log the method name.
 //! Signatures follow upstream so callers fail on the result, not on
 //! argument binding.
 

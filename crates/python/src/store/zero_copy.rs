@@ -1,4 +1,4 @@
-//! Zero-copy API (store spec, "Zero-copy API"): `register_buffer`,
+//! The zero-copy methods: `register_buffer`,
 //! `unregister_buffer`, `put_from`, `upsert_from`, `get_into`,
 //! `batch_put_from`, `batch_upsert_from`, `batch_get_into`,
 //! `batch_put_from_multi_buffers`, `batch_get_into_multi_buffers` and

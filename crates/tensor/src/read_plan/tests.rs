@@ -1,5 +1,6 @@
-//! Planner tests over the in-memory simulation: the spec's acceptance
-//! scenarios at the planning level, the bad-input cases, and
+//! Planner tests over the in-memory simulation: the re-sharding scenarios
+//! (TP writers read back whole, at another TP, by DP/EP/PP scope) at the
+//! planning level, the bad-input cases, and
 //! property tests (uniform TP/EP splits re-sharded to any divisor reassemble
 //! byte-exact; at most two probe rounds).
 

@@ -1,5 +1,5 @@
 //! Tensor methods of `MooncakeDistributedStore` and the module helpers
-//! (spec tensor-io). This module converts only: Python arguments into the
+//! (unified parallel tensor IO). This module converts only: Python arguments into the
 //! values of `mooncake-tensor` and the client's executor (`tensor_io`),
 //! results back into torch tensors. torch is imported lazily (`torch`); the
 //! duck-typed arguments are read in `args`; `core` holds the two bodies
