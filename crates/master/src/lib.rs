@@ -10,6 +10,7 @@ pub mod clock;
 pub mod config;
 mod durable;
 pub mod embedded;
+pub mod error;
 mod eviction;
 pub mod flags;
 pub mod gate;

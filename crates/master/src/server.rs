@@ -11,6 +11,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::admin::{serve_admin, AdminView};
 use crate::config::{AllocationStrategy, MasterConfig};
+use crate::error::MasterError;
 use crate::flags::{parse_master_args_with_warnings, FlagOutcome};
 use crate::gate::Gate;
 use crate::ha::{lease_ttl_from_env, HaConfig, HaRuntime, HaStatus, Terms};
@@ -102,11 +103,16 @@ pub fn host_port(host: &str, port: u16) -> String {
     }
 }
 
-async fn bind(what: &str, host: &str, port: u16) -> Result<(TcpListener, u16), String> {
+async fn bind(
+    what: &'static str,
+    host: &str,
+    port: u16,
+) -> Result<(TcpListener, u16), MasterError> {
     let addr = host_port(host, port);
-    let l = TcpListener::bind(&addr)
-        .await
-        .map_err(|e| format!("ERROR: failed to bind the {what} on {addr}: {e}"))?;
+    let l = match TcpListener::bind(&addr).await {
+        Ok(l) => l,
+        Err(source) => return Err(MasterError::Bind { what, addr, source }),
+    };
     let bound = l.local_addr().map(|a| a.port()).unwrap_or(port);
     Ok((l, bound))
 }
@@ -204,8 +210,8 @@ async fn run_async(mut cfg: MasterConfig, threads: usize) -> i32 {
     // Bind order: RPC, metadata (if enabled), admin.
     let (rpc_listener, port) = match bind("RPC listener", &cfg.rpc_address, cfg.rpc_port).await {
         Ok(v) => v,
-        Err(msg) => {
-            eprintln!("{msg}");
+        Err(e) => {
+            eprintln!("{e}");
             return 1;
         }
     };
@@ -223,8 +229,8 @@ async fn run_async(mut cfg: MasterConfig, threads: usize) -> i32 {
                 cfg.http_metadata_server_port = port;
                 meta_listener = Some(l);
             }
-            Err(msg) => {
-                eprintln!("{msg}");
+            Err(e) => {
+                eprintln!("{e}");
                 return 1;
             }
         }
@@ -232,8 +238,8 @@ async fn run_async(mut cfg: MasterConfig, threads: usize) -> i32 {
     let (admin_listener, port) =
         match bind("admin/metrics server", &cfg.metrics_host, cfg.metrics_port).await {
             Ok(v) => v,
-            Err(msg) => {
-                eprintln!("{msg}");
+            Err(e) => {
+                eprintln!("{e}");
                 return 1;
             }
         };

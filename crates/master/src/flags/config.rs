@@ -5,11 +5,15 @@ use std::net::Ipv4Addr;
 
 use super::find_flag;
 use crate::config::{AllocationStrategy, MasterConfig};
+use crate::error::MasterError;
 use mooncake_common::gflags::{failed_validation, Flags};
 use mooncake_common::AuthKey;
 
 /// Translate the merged flags into the effective configuration.
-pub(super) fn build_config(fl: &Flags, warnings: &mut Vec<String>) -> Result<MasterConfig, String> {
+pub(super) fn build_config(
+    fl: &Flags,
+    warnings: &mut Vec<String>,
+) -> Result<MasterConfig, MasterError> {
     let mut cfg = MasterConfig {
         rpc_address: fl.string("rpc_address"),
         ..MasterConfig::default()
@@ -23,7 +27,8 @@ pub(super) fn build_config(fl: &Flags, warnings: &mut Vec<String>) -> Result<Mas
                 return Err(format!(
                     "{}: interface has no IPv4 address",
                     failed_validation("rpc_interface", &iface)
-                ))
+                )
+                .into())
             }
         }
     }
@@ -61,7 +66,7 @@ pub(super) fn build_config(fl: &Flags, warnings: &mut Vec<String>) -> Result<Mas
     cfg.allow_evict_soft_pinned_objects = fl.bool("allow_evict_soft_pinned_objects");
     for name in ["eviction_high_watermark_ratio", "eviction_ratio"] {
         if !(0.0..=1.0).contains(&fl.double(name)) {
-            return Err(failed_validation(name, &fl.raw(name)));
+            return Err(failed_validation(name, &fl.raw(name)).into());
         }
     }
     cfg.eviction_high_watermark_ratio = fl.double("eviction_high_watermark_ratio");
@@ -78,22 +83,16 @@ pub(super) fn build_config(fl: &Flags, warnings: &mut Vec<String>) -> Result<Mas
         "cachelib" => warnings.push(
             "--memory_allocator=cachelib is not available in this build; using offset".into(),
         ),
-        _ => {
-            return Err(failed_validation(
-                "memory_allocator",
-                &fl.raw("memory_allocator"),
-            ))
-        }
+        _ => return Err(failed_validation("memory_allocator", &fl.raw("memory_allocator")).into()),
     }
     cfg.allocation_strategy = match fl.string("allocation_strategy").as_str() {
         "random" => AllocationStrategy::Random,
         "free_ratio_first" => AllocationStrategy::FreeRatioFirst,
         "local_first" => AllocationStrategy::LocalFirst,
         _ => {
-            return Err(failed_validation(
-                "allocation_strategy",
-                &fl.raw("allocation_strategy"),
-            ))
+            return Err(
+                failed_validation("allocation_strategy", &fl.raw("allocation_strategy")).into(),
+            )
         }
     };
     cfg.enable_metadata_cleanup_on_timeout = fl.bool("enable_metadata_cleanup_on_timeout");
@@ -119,7 +118,8 @@ pub(super) fn build_config(fl: &Flags, warnings: &mut Vec<String>) -> Result<Mas
         return Err(format!(
             "{}: the root directory must be an absolute path",
             failed_validation("root_fs_dir", &fl.raw("root_fs_dir"))
-        ));
+        )
+        .into());
     }
     cfg.global_file_segment_size = fl.int_range("global_file_segment_size", 0, i64::MAX)? as u64;
     cfg.log_level = fl.log_level(warnings);
@@ -129,7 +129,11 @@ pub(super) fn build_config(fl: &Flags, warnings: &mut Vec<String>) -> Result<Mas
 /// The HA flags (upstream's names and forms): `--enable_ha`,
 /// `--ha_backend_type` (etcd only), `--ha_backend_connstring` (or the legacy
 /// `--etcd_endpoints` when it is empty), `--cluster_id`.
-fn ha_config(fl: &Flags, cfg: &mut MasterConfig, warnings: &mut Vec<String>) -> Result<(), String> {
+fn ha_config(
+    fl: &Flags,
+    cfg: &mut MasterConfig,
+    warnings: &mut Vec<String>,
+) -> Result<(), MasterError> {
     cfg.enable_ha = fl.bool("enable_ha");
     cfg.cluster_id = fl.string("cluster_id");
     let conn = match fl.string("ha_backend_connstring") {
@@ -154,11 +158,13 @@ fn ha_config(fl: &Flags, cfg: &mut MasterConfig, warnings: &mut Vec<String>) -> 
     if ty != "etcd" {
         return Err(format!(
             "ERROR: --ha_backend_type={ty}: this build supports only the etcd HA backend"
-        ));
+        )
+        .into());
     }
     if conn.trim().is_empty() {
         return Err(
             "ERROR: --enable_ha needs --ha_backend_connstring=h1:2379;h2:2379 (or the legacy --etcd_endpoints)"
+                .to_string()
                 .into(),
         );
     }
@@ -174,7 +180,8 @@ fn ha_config(fl: &Flags, cfg: &mut MasterConfig, warnings: &mut Vec<String>) -> 
         return Err(format!(
             "{}: a cluster id is a non-empty name without '/'",
             failed_validation("cluster_id", &cfg.cluster_id)
-        ));
+        )
+        .into());
     }
     let unspecified = cfg
         .rpc_address
@@ -186,7 +193,8 @@ fn ha_config(fl: &Flags, cfg: &mut MasterConfig, warnings: &mut Vec<String>) -> 
             "ERROR: --enable_ha needs a reachable --rpc_address (or --rpc_interface), not '{}': \
              the leader publishes rpc_address:rpc_port for the clients",
             cfg.rpc_address
-        ));
+        )
+        .into());
     }
     Ok(())
 }

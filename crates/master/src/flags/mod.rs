@@ -72,6 +72,12 @@ pub fn parse_master_args_with_warnings(args: &[String]) -> (FlagOutcome, Vec<Str
     };
     match config::build_config(&flags, &mut warnings) {
         Ok(cfg) => (FlagOutcome::Run(Box::new(cfg)), warnings),
-        Err(message) => (FlagOutcome::Exit { code: 1, message }, warnings),
+        Err(e) => (
+            FlagOutcome::Exit {
+                code: 1,
+                message: e.to_string(),
+            },
+            warnings,
+        ),
     }
 }

@@ -59,7 +59,8 @@ pub trait Terms: Send + Sync {
     fn end_term(&self, reason: &str);
 }
 
-/// Startup timeout for reaching etcd (the "clear error within 5 s").
+/// Startup timeout for reaching etcd: an unreachable etcd is a clear error
+/// within this time, not a hang.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Timeout of one ordinary etcd request after startup.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
