@@ -4,15 +4,17 @@
 //! the Python binding converts arrays and raises [`Error`]s.
 //!
 //! - [`config`]: table dtypes, the layout and its checks, with the exact
-//!   spec messages;
+//!   messages;
 //! - [`convert`]: float16 / bfloat16 conversions over slices;
 //! - [`error`]: the one error type ([`Error`]);
+//! - [`ids`]: lookup row ids and their shape rules;
 //! - [`store`]: populate (create-only with rollback), lookup with a cached
 //!   location plan, and batched remove.
 
 pub mod config;
 pub mod convert;
 pub mod error;
+pub mod ids;
 pub mod store;
 
 pub use config::{
@@ -20,4 +22,5 @@ pub use config::{
     validate_layout, EngramConfig, Layout, OutKind, TableDtype,
 };
 pub use error::{Error, Result};
+pub use ids::{Ids, IdsBuilder};
 pub use store::{EngramCore, OutBuf, Table};

@@ -15,10 +15,10 @@ use crate::pybuf::{Element, Typed};
 use crate::report::{raise, Call, OrRaise};
 use crate::store::capsule::store_client;
 use crate::store::{options, MooncakeDistributedStore, ReplicateConfig};
-use mooncake_client::{Client, ErrorCode};
+use mooncake_client::Client;
 use mooncake_engram::{
-    empty_ids, ids_kind_ok, ids_not_integer_array, ids_not_integers, not_an_array, EngramConfig,
-    EngramCore, Error, OutBuf, OutKind, Table, TableDtype,
+    ids_kind_ok, ids_not_integer_array, ids_not_integers, not_an_array, EngramConfig, EngramCore,
+    Ids, IdsBuilder, OutBuf, OutKind, Table, TableDtype,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::ffi;
@@ -203,13 +203,6 @@ impl PyEngramStoreConfig {
     }
 }
 
-/// Row ids parsed into `[B, L, H]` int64 (flat).
-struct Ids {
-    data: Vec<i64>,
-    b: usize,
-    l: usize,
-}
-
 /// One EngramStore layer: per-head tables `engram:l{layer}:h{h}`.
 #[pyclass(module = "mooncake.store", name = "EngramStore", frozen)]
 pub(crate) struct PyEngramStore {
@@ -388,65 +381,35 @@ impl PyEngramStore {
         row_ids: &Bound<'_, PyAny>,
     ) -> PyResult<Ids> {
         let py = row_ids.py();
-        let ragged =
-            |why: String| raise(py, "lookup", Error::lookup(ErrorCode::InvalidParams, why));
-        let empty = || raise(py, "lookup", empty_ids());
+        let fail = |e| raise(py, "lookup", e);
         let outer: Vec<Bound<'_, PyAny>> = row_ids.try_iter()?.collect::<PyResult<_>>()?;
-        if outer.is_empty() {
-            return Err(empty());
-        }
         let np_integer = np.getattr("integer")?;
-        let h_n = self.heads();
-        let mut data = Vec::with_capacity(outer.len() * h_n);
-        let mut l_n = None;
-        for (bi, row) in outer.iter().enumerate() {
-            let mut count_l = 0usize;
-            let it = row
-                .try_iter()
-                .map_err(|_| ragged(format!("row_ids[{bi}] is not a sequence")))?;
+        let mut ib = IdsBuilder::new(self.heads(), outer.len());
+        for row in &outer {
+            ib.begin_batch();
+            let it = row.try_iter().map_err(|_| fail(ib.not_a_sequence(false)))?;
             for item in it {
-                let item = item?;
-                count_l += 1;
-                let mut count_h = 0usize;
-                let xs = item.try_iter().map_err(|_| {
-                    ragged(format!("row_ids[{bi}][{}] is not a sequence", count_l - 1))
-                })?;
+                let xs = item?
+                    .try_iter()
+                    .map_err(|_| fail(ib.not_a_sequence(true)))?;
+                ib.begin_row();
                 for x in xs {
                     let x = x?;
-                    count_h += 1;
                     let v = if let Ok(i) = x.downcast::<PyInt>() {
                         i.extract::<i64>().unwrap_or(-1)
                     } else if x.is_instance(&np_integer)? {
                         x.extract::<i64>().unwrap_or(-1)
                     } else {
                         let name = x.get_type().name()?.to_string();
-                        return Err(raise(py, "lookup", ids_not_integers(&name)));
+                        return Err(fail(ids_not_integers(&name)));
                     };
-                    data.push(v);
+                    ib.push(v);
                 }
-                if count_h != h_n {
-                    return Err(ragged(format!(
-                        "ragged row_ids: row_ids[{bi}][{}] has {count_h} ids, not H={h_n}",
-                        count_l - 1
-                    )));
-                }
+                ib.end_row().map_err(fail)?;
             }
-            match l_n {
-                None if count_l == 0 => return Err(empty()),
-                None => l_n = Some(count_l),
-                Some(l) if l != count_l => {
-                    return Err(ragged(format!(
-                        "ragged row_ids: row_ids[{bi}] has {count_l} rows, not L={l}"
-                    )));
-                }
-                Some(_) => {}
-            }
+            ib.end_batch().map_err(fail)?;
         }
-        Ok(Ids {
-            data,
-            b: outer.len(),
-            l: l_n.unwrap_or(0),
-        })
+        ib.finish().map_err(fail)
     }
 
     /// Gather into `out` (an output of `dtype`, written as `kind`) with the
