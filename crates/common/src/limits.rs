@@ -63,16 +63,12 @@ impl ConnLimits {
 
 /// This process's soft descriptor limit (1024 if it cannot be read).
 pub fn fd_limit() -> usize {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit into the struct we pass.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
-    if rc != 0 || r.rlim_cur == libc::RLIM_INFINITY {
-        return if rc != 0 { 1024 } else { usize::MAX / 8 };
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Err(_) => 1024,
+        Ok((soft, _)) if soft == RLIM_INFINITY => usize::MAX / 8,
+        Ok((soft, _)) => usize::try_from(soft).unwrap_or(usize::MAX / 8),
     }
-    usize::try_from(r.rlim_cur).unwrap_or(usize::MAX / 8)
 }
 
 /// A pooled connection idle for less than this is reused without asking
@@ -83,7 +79,7 @@ pub const POOL_RECHECK_AFTER: Duration = Duration::from_secs(1);
 /// Whether a connection idle in a pool since `since` may be reused: younger
 /// than `max_idle`, and, once idle for [`POOL_RECHECK_AFTER`], not closed
 /// by its peer meanwhile.
-pub fn reusable<S: std::os::fd::AsRawFd>(
+pub fn reusable<S: std::os::fd::AsFd>(
     sock: &S,
     since: std::time::Instant,
     max_idle: Duration,
@@ -94,15 +90,13 @@ pub fn reusable<S: std::os::fd::AsRawFd>(
 
 /// Whether the peer of an idle pooled connection has closed it (or sent
 /// something unexpected): a pool checks this before reusing a connection.
-pub fn peer_closed<S: std::os::fd::AsRawFd>(sock: &S) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: sock.as_raw_fd(),
-        events: libc::POLLIN | libc::POLLRDHUP,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd and a zero timeout.
-    let r = unsafe { libc::poll(&mut pfd, 1, 0) };
-    r != 0
+pub fn peer_closed<S: std::os::fd::AsFd>(sock: &S) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    // A peer's close makes the socket readable (EOF); hang-ups and errors
+    // are always reported.
+    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+    // Readable, hung up, an error, or the poll itself failing: not reusable.
+    poll(&mut fds, PollTimeout::ZERO) != Ok(0)
 }
 
 /// Why a connection was not admitted.

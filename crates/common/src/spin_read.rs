@@ -3,6 +3,8 @@
 //! callers (the client's master RPC, the master's per-connection threads)
 //! poll a bounded time first, yielding the core between polls.
 
+use nix::errno::Errno;
+use nix::sys::socket::{recv, MsgFlags};
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, RawFd};
 
@@ -31,8 +33,7 @@ pub fn spin_budget() -> std::time::Duration {
 /// needs, which costs far more than the yield syscall.
 #[inline]
 fn spin_pause() {
-    // SAFETY: sched_yield has no preconditions.
-    unsafe { libc::sched_yield() };
+    std::thread::yield_now();
 }
 
 /// Read at least one byte into `buf`: poll with non-blocking `recv` for up
@@ -47,24 +48,19 @@ pub fn recv_spin_then_block(
         return Ok(0);
     }
     let deadline = std::time::Instant::now() + spin;
-    let mut flags = libc::MSG_DONTWAIT;
+    let mut flags = MsgFlags::MSG_DONTWAIT;
     loop {
-        // SAFETY: buf is a valid writable slice of buf.len() bytes.
-        let n = unsafe { libc::recv(sock, buf.as_mut_ptr().cast(), buf.len(), flags) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let err = io::Error::last_os_error();
-        match err.kind() {
-            io::ErrorKind::Interrupted => continue,
-            io::ErrorKind::WouldBlock if flags != 0 => {
+        match recv(sock, buf, flags) {
+            Ok(n) => return Ok(n),
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EAGAIN) if !flags.is_empty() => {
                 if std::time::Instant::now() >= deadline {
-                    flags = 0;
+                    flags = MsgFlags::empty();
                 } else {
                     spin_pause();
                 }
             }
-            _ => return Err(err),
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -100,23 +96,11 @@ pub fn spin_until_readable(sock: RawFd, spin: std::time::Duration) {
         return;
     }
     let deadline = std::time::Instant::now() + spin;
-    let mut byte = 0u8;
+    let mut byte = [0u8; 1];
     loop {
-        // SAFETY: one writable byte.
-        let n = unsafe {
-            libc::recv(
-                sock,
-                (&mut byte as *mut u8).cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        if n >= 0 {
-            return;
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::WouldBlock && err.kind() != io::ErrorKind::Interrupted {
-            return;
+        match recv(sock, &mut byte, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
+            Err(Errno::EAGAIN | Errno::EINTR) => {}
+            _ => return,
         }
         if std::time::Instant::now() >= deadline {
             return;
