@@ -47,11 +47,11 @@ fn idle_cap() -> u64 {
     })
 }
 
-/// One mapping: `map..map+map_len` as returned by `mmap`, of which the
-/// 2 MiB-aligned `base..base+cap` is handed out.
+/// One anonymous mapping, of which the 2 MiB-aligned `base..base+cap` is
+/// handed out (unmapped when dropped).
 struct Mapping {
-    map: usize,
-    map_len: usize,
+    /// Keeps the mapping alive; `base` points into it.
+    _map: memmap2::MmapMut,
     base: usize,
     cap: usize,
 }
@@ -59,43 +59,17 @@ struct Mapping {
 impl Mapping {
     fn new(cap: usize) -> Option<Mapping> {
         let map_len = cap.checked_add(STEP)?;
-        // SAFETY: a new private anonymous mapping; no existing memory is touched.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        let map = p as usize;
-        let base = map.next_multiple_of(STEP);
-        // SAFETY: `base..base+cap` lies inside the mapping just created;
-        // MADV_HUGEPAGE only changes how the kernel backs it.
-        unsafe {
-            libc::madvise(base as *mut libc::c_void, cap, libc::MADV_HUGEPAGE);
-        }
+        let map = memmap2::MmapMut::map_anon(map_len).ok()?;
+        let start = map.as_ptr() as usize;
+        let base = start.next_multiple_of(STEP);
+        // Transparent huge pages for the handed-out part (one fault per
+        // 2 MiB); without them the memory is still usable.
+        let _ = map.advise_range(memmap2::Advice::HugePage, base - start, cap);
         Some(Mapping {
-            map,
-            map_len,
+            _map: map,
             base,
             cap,
         })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: the mapping was created by `Mapping::new` and nothing
-        // refers to it any more (its block was dropped or never handed out).
-        unsafe {
-            libc::munmap(self.map as *mut libc::c_void, self.map_len);
-        }
     }
 }
 

@@ -83,10 +83,10 @@ unsafe fn commit_pages(base: *mut u8, len: usize) {
 
 /// The page size (queried once).
 fn page_size() -> usize {
+    use nix::unistd::{sysconf, SysconfVar};
     static PAGE: OnceLock<usize> = OnceLock::new();
-    // SAFETY: sysconf has no preconditions.
-    *PAGE.get_or_init(|| match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-        n if n > 0 => n as usize,
+    *PAGE.get_or_init(|| match sysconf(SysconfVar::PAGE_SIZE) {
+        Ok(Some(n)) if n > 0 => n as usize,
         _ => 4096,
     })
 }
