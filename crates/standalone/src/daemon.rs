@@ -32,6 +32,13 @@ use std::time::Duration;
 const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most connections served at once (all dummies together).
 const MAX_CONNS: usize = 4096;
+/// How long a connection's thread polls for the dummy's next call after
+/// answering one, before it blocks. A dummy issuing calls back to back
+/// sends the next within a few tens of microseconds of its reply (it polls
+/// for the reply, see the dummy's side); a parked thread would cost a
+/// wakeup per call, which on a VM's idle core is of the order of a
+/// 64 KiB copy.
+const NEXT_CALL_SPIN: Duration = Duration::from_micros(200);
 
 /// What a daemon grants one dummy client, unless
 /// `MC_STANDALONE_MAX_DUMMY_MEMORY` says otherwise: this host's memory.
@@ -56,6 +63,34 @@ fn default_grant() -> u64 {
     }
 }
 
+/// The regions of a dummy's memory one call uses, each looked up once and
+/// held until the call is done: a region the dummy unmaps meanwhile stays
+/// mapped here until then.
+#[derive(Default)]
+struct Keep {
+    held: Vec<(u64, Arc<Segment>)>,
+    /// Index in `held` of the region found last (consecutive buffers of a
+    /// call usually lie in one region).
+    last: usize,
+}
+
+impl Keep {
+    /// The held region `region`, if this call holds it.
+    fn find(&mut self, region: u64) -> Option<&Arc<Segment>> {
+        if self.held.get(self.last).is_none_or(|(r, _)| *r != region) {
+            self.last = self.held.iter().position(|(r, _)| *r == region)?;
+        }
+        self.held.get(self.last).map(|(_, seg)| seg)
+    }
+
+    /// Hold `seg` as region `region` for the call.
+    fn hold(&mut self, region: u64, seg: Arc<Segment>) -> &Arc<Segment> {
+        self.last = self.held.len();
+        self.held.push((region, seg));
+        &self.held[self.last].1
+    }
+}
+
 /// One attached dummy client.
 struct Dummy {
     id: String,
@@ -76,7 +111,7 @@ fn dangling() -> usize {
 impl Dummy {
     /// The address here of `b`, checked against its region (mapped into
     /// this process's page table); `keep` holds the region for the call.
-    fn ptr(&self, b: Buf, keep: &mut Vec<Arc<Segment>>) -> Result<usize> {
+    fn ptr(&self, b: Buf, keep: &mut Keep) -> Result<usize> {
         if b.region == 0 {
             return match (b.offset, b.len) {
                 (0, _) => Ok(0),
@@ -84,12 +119,18 @@ impl Dummy {
                 _ => Err(Error::invalid("a buffer outside shared memory")),
             };
         }
-        let seg = self.regions.read().get(&b.region).cloned().ok_or_else(|| {
-            Error::invalid(format!(
-                "region {} of the dummy client is not mapped by the daemon",
-                b.region
-            ))
-        })?;
+        let seg = match keep.find(b.region) {
+            Some(seg) => seg,
+            None => {
+                let seg = self.regions.read().get(&b.region).cloned().ok_or_else(|| {
+                    Error::invalid(format!(
+                        "region {} of the dummy client is not mapped by the daemon",
+                        b.region
+                    ))
+                })?;
+                keep.hold(b.region, seg)
+            }
+        };
         if !seg.check_range(b.offset, b.len) {
             return Err(Error::invalid(format!(
                 "bytes {}..+{} lie outside region {} ({} bytes)",
@@ -100,13 +141,11 @@ impl Dummy {
             )));
         }
         seg.map_range(b.offset, b.len);
-        let at = seg.base() as usize + b.offset as usize;
-        keep.push(seg);
-        Ok(at)
+        Ok(seg.base() as usize + b.offset as usize)
     }
 
     /// Addresses and sizes of a flat list, each list as long as the caller's.
-    fn flat(&self, f: &Flat, keep: &mut Vec<Arc<Segment>>) -> Result<(Vec<usize>, Vec<usize>)> {
+    fn flat(&self, f: &Flat, keep: &mut Keep) -> Result<(Vec<usize>, Vec<usize>)> {
         let mut ptrs = Vec::with_capacity(f.ptrs);
         let mut sizes = Vec::with_capacity(f.sizes);
         for b in &f.bufs {
@@ -120,11 +159,7 @@ impl Dummy {
 
     /// Addresses and sizes of per-key lists, each as long as the caller's.
     #[allow(clippy::type_complexity)]
-    fn nested(
-        &self,
-        n: &Nested,
-        keep: &mut Vec<Arc<Segment>>,
-    ) -> Result<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
+    fn nested(&self, n: &Nested, keep: &mut Keep) -> Result<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
         let mut ptrs = Vec::with_capacity(n.ptrs.len());
         let mut sizes = Vec::with_capacity(n.sizes.len());
         for (i, &np) in n.ptrs.iter().enumerate() {
@@ -345,7 +380,7 @@ fn serve(sh: &Arc<Shared>, mut c: UnixStream) {
                 return;
             }
             loop {
-                let call: Call = match wire::recv(&mut c) {
+                let call: Call = match wire::recv_within(&mut c, NEXT_CALL_SPIN) {
                     Ok(call) => call,
                     Err(_) => return,
                 };
@@ -395,7 +430,7 @@ fn control_loop(sh: &Shared, d: &Dummy, c: &mut UnixStream) {
                 wire::send(c, &Ok::<(), Error>(()))
             }
             Control::Register(b) => {
-                let mut keep = Vec::new();
+                let mut keep = Keep::default();
                 let r = d.ptr(b, &mut keep).and_then(|p| {
                     sh.client.register_buffer(p, b.len as usize)?;
                     d.buffers.lock().insert(p, b.region);
@@ -404,7 +439,7 @@ fn control_loop(sh: &Shared, d: &Dummy, c: &mut UnixStream) {
                 wire::send(c, &r)
             }
             Control::Unregister(b) => {
-                let mut keep = Vec::new();
+                let mut keep = Keep::default();
                 let r = d.ptr(b, &mut keep).and_then(|p| {
                     sh.client.unregister_buffer(p)?;
                     d.buffers.lock().remove(&p);
@@ -472,7 +507,7 @@ impl Shared {
     /// Serve one call on a joined connection.
     fn call(&self, d: &Dummy, c: &mut UnixStream, call: Call) -> io::Result<()> {
         let cl = &*self.client;
-        let mut keep: Vec<Arc<Segment>> = Vec::new();
+        let mut keep = Keep::default();
         let k = &mut keep;
         match call {
             Call::Put {
@@ -756,7 +791,7 @@ impl Shared {
 
     /// [`Call::GetValues`]: sizes out, destinations in, results out.
     fn get_values(&self, d: &Dummy, c: &mut UnixStream, keys: &[String]) -> io::Result<()> {
-        let mut keep: Vec<Arc<Segment>> = Vec::new();
+        let mut keep = Keep::default();
         let mut broke: Option<io::Error> = None;
         let results = self.client.get_batch_prestaged_with(keys, |sizes| {
             let dests =
@@ -804,7 +839,7 @@ impl Shared {
             .collect();
         wire::send(c, &outs)?;
         let dests: Vec<Option<WireDest>> = wire::recv(c)?;
-        let mut keep: Vec<Arc<Segment>> = Vec::new();
+        let mut keep = Keep::default();
         let dests: Vec<Option<TensorDest>> = (0..outs.len())
             .map(|i| {
                 let out = reads.output(i).ok()?;
