@@ -160,7 +160,9 @@ def test_buffers_unregistered_freed_or_allocated_again_between_calls(store: Any,
         # Writes read the new memory too.
         want = pattern_array(4 * page, 6 + round_)
         v[: 4 * page] = want
-        assert store.batch_upsert_from(keys, [p + i * page for i in range(4)], [page] * 4) == [0] * 4
+        assert (
+            store.batch_upsert_from(keys, [p + i * page for i in range(4)], [page] * 4) == [0] * 4
+        )
         assert store.get(keys[3]) == want[3 * page :].tobytes()
         if round_ % 2 == 0:
             assert store.unregister_buffer(p) == 0

@@ -64,9 +64,10 @@ const DEFAULT_REPLY_SPIN_US: u64 = 1000;
 /// per call counting the daemon's thread, which then parks too. So a dummy
 /// polls for the reply of a call the daemon serves on one thread (metadata
 /// calls, and payloads below [`SPIN_PAYLOAD_MAX`]), yielding the core
-/// between polls, for up to `MC_STANDALONE_SPIN_US` (default 1 ms). Larger
-/// calls keep the core free for the daemon's copy threads and poll only
-/// `MC_RPC_SPIN_US`.
+/// between polls, for up to `MC_STANDALONE_SPIN_US` (default 1 ms), and
+/// blocks as soon as a yield shows another thread wants the core (see
+/// `wire::recv_within`). Larger calls keep the core free for the daemon's
+/// copy threads and poll only `MC_RPC_SPIN_US`.
 fn reply_spin(call: &Call) -> Duration {
     static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     let spin = *SPIN.get_or_init(|| {

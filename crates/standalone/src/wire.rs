@@ -23,7 +23,7 @@
 
 use mooncake_client::{Error, ReplicateConfig, Result};
 use mooncake_common::framing::{decode, encode_frame, read_frame, MAX_REQUEST_FRAME};
-use mooncake_common::spin_read::{recv_spin_then_block, spin_budget, SpinReader};
+use mooncake_common::spin_read::{spin_budget, SpinReader};
 use mooncake_tensor::{
     DType, Parallelism, RawAxis, RawWriterPartition, ReadMode, ReadOutput, ReadRequest, WriteRoute,
     WriteSource, WriterPartition, HEADER_SIZE,
@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub(crate) use mooncake_common::framing::Service;
 
@@ -511,27 +511,74 @@ pub(crate) fn recv<T: DeserializeOwned>(s: &mut UnixStream) -> io::Result<T> {
 }
 
 /// [`recv`], polling for up to `spin` (at least `MC_RPC_SPIN_US`) before
-/// blocking.
+/// blocking, while the core is not wanted by another thread
+/// ([`poll_then_block`]).
 pub(crate) fn recv_within<T: DeserializeOwned>(
     s: &mut UnixStream,
     spin: Duration,
 ) -> io::Result<T> {
-    let mut r = SpinFor {
+    let mut r = PollFor {
         fd: s.as_raw_fd(),
         spin: spin.max(spin_budget()),
     };
     decode(&read_frame(&mut r, MAX_FRAME)?)
 }
 
-/// Reads of a socket that poll for `spin` before blocking.
-struct SpinFor {
+/// Reads of a socket through [`poll_then_block`].
+struct PollFor {
     fd: RawFd,
     spin: Duration,
 }
 
-impl Read for SpinFor {
+impl Read for PollFor {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        recv_spin_then_block(self.fd, buf, self.spin)
+        poll_then_block(self.fd, buf, self.spin)
+    }
+}
+
+/// A yield that kept the core away longer than this means another thread
+/// wanted it.
+const YIELD_TAKEN: Duration = Duration::from_micros(20);
+
+/// Read at least one byte into `buf`: poll with non-blocking `recv` for up
+/// to `spin`, yielding the core between polls, then block (honouring the
+/// socket's read timeout). Returns the byte count; 0 means the peer closed.
+///
+/// Polling pays off only on an idle core: there a parked thread costs a
+/// wakeup of tens of microseconds on a VM, while a yield comes straight
+/// back. On a busy core a yield hands the core to another thread for its
+/// whole time slice, while a parked thread is run as soon as its data
+/// comes; so the first yield that kept the core away longer than
+/// [`YIELD_TAKEN`] ends the polling.
+fn poll_then_block(fd: RawFd, buf: &mut [u8], spin: Duration) -> io::Result<usize> {
+    if buf.is_empty() {
+        return Ok(0);
+    }
+    let start = Instant::now();
+    let mut flags = libc::MSG_DONTWAIT;
+    loop {
+        // SAFETY: `buf` is a writable slice of `buf.len()` bytes.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let err = io::Error::last_os_error();
+        match err.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock if flags != 0 => {
+                let before = Instant::now();
+                if before.duration_since(start) >= spin {
+                    flags = 0;
+                    continue;
+                }
+                // SAFETY: sched_yield has no preconditions.
+                unsafe { libc::sched_yield() };
+                if before.elapsed() > YIELD_TAKEN {
+                    flags = 0;
+                }
+            }
+            _ => return Err(err),
+        }
     }
 }
 
