@@ -170,6 +170,42 @@ def test_buffers_unregistered_freed_or_allocated_again_between_calls(store: Any,
     assert alloc.free(p) == 0
 
 
+def test_registering_maps_only_what_the_dummy_wrote(store: Any, daemon: Daemon, key: K) -> None:
+    """Registering a buffer maps into the daemon only the pages the dummy
+    has written: a pool nobody has filled yet commits no memory there (a
+    read of an unwritten page of shared memory would allocate and zero it).
+    The rest is mapped by the calls that use it."""
+    assert daemon.proc is not None
+
+    def daemon_shmem() -> int:
+        with open(f"/proc/{daemon.proc.pid}/status") as f:  # type: ignore[union-attr]
+            for line in f:
+                if line.startswith("RssShmem:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no RssShmem line")
+
+    alloc = MooncakeHostMemAllocator()
+    size = 256 * MiB
+    p = alloc.alloc(size)
+    assert p != 0
+    view = np.frombuffer((ctypes.c_uint8 * size).from_address(p), dtype=np.uint8)
+    view[192 * MiB : 224 * MiB] = 7  # the dummy wrote 32 MiB of it
+    before = daemon_shmem()
+    assert store.register_buffer(p, size) == 0
+    grown = daemon_shmem() - before
+    assert 32 * MiB <= grown < 48 * MiB, grown
+    # Written and unwritten pages both work in place.
+    k1, k2 = key("written"), key("unwritten")
+    assert store.put_from(k1, p + 192 * MiB, MiB) == 0
+    assert store.put_from(k2, p, MiB) == 0
+    assert store.get_into(k1, p + 8 * MiB, MiB) == MiB
+    assert (view[8 * MiB : 9 * MiB] == 7).all()
+    assert store.get_into(k2, p + 200 * MiB, MiB) == MiB
+    assert not view[200 * MiB : 201 * MiB].any()
+    assert store.unregister_buffer(p) == 0
+    assert alloc.free(p) == 0
+
+
 def test_other_memory_is_staged_and_still_correct(store: Any, key: K) -> None:
     src = pattern_array(3 * MiB, 4)
     dst = np.zeros(3 * MiB, np.uint8)

@@ -91,6 +91,59 @@ impl Keep {
     }
 }
 
+/// Map into this process's page table the pages of `[offset, offset+len)`
+/// of `seg` (a range `check_range` accepted) that are in memory, and leave
+/// the others alone: reading a page of shared memory nobody has written
+/// would allocate and zero it, so registering a large pool the dummy has
+/// not filled yet would commit all of it at once.
+fn map_resident(seg: &Segment, offset: u64, len: u64) {
+    /// Pages asked about per `mincore` call.
+    const WINDOW: usize = 1 << 15;
+    // SAFETY: sysconf has no preconditions.
+    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as u64,
+        _ => return,
+    };
+    let end = offset.saturating_add(len).min(seg.size());
+    let mut at = offset & !(page - 1);
+    let mut resident = vec![0u8; WINDOW];
+    // The start of the run of resident pages being gathered.
+    let mut run: Option<u64> = None;
+    while at < end {
+        let pages = ((end - at).div_ceil(page) as usize).min(WINDOW);
+        // SAFETY: `at` is page-aligned inside the mapping, `pages` pages
+        // from it lie inside it (the last one may be partial, which mincore
+        // accepts), and `resident` has a byte per page.
+        let r = unsafe {
+            libc::mincore(
+                seg.base().add(at as usize).cast(),
+                pages * page as usize,
+                resident.as_mut_ptr(),
+            )
+        };
+        if r != 0 {
+            // Unknown: map the rest as a whole.
+            seg.map_range(run.unwrap_or(at), end - run.unwrap_or(at));
+            return;
+        }
+        for (i, &v) in resident[..pages].iter().enumerate() {
+            let p = at + i as u64 * page;
+            match (v & 1 != 0, run) {
+                (true, None) => run = Some(p),
+                (false, Some(start)) => {
+                    seg.map_range(start, p - start);
+                    run = None;
+                }
+                _ => {}
+            }
+        }
+        at += pages as u64 * page;
+    }
+    if let Some(start) = run {
+        seg.map_range(start, end - start);
+    }
+}
+
 /// One attached dummy client.
 struct Dummy {
     id: String,
@@ -112,6 +165,19 @@ impl Dummy {
     /// The address here of `b`, checked against its region (mapped into
     /// this process's page table); `keep` holds the region for the call.
     fn ptr(&self, b: Buf, keep: &mut Keep) -> Result<usize> {
+        self.locate(b, keep, Segment::map_range)
+    }
+
+    /// [`Dummy::ptr`] for a buffer being registered: only the pages the
+    /// dummy has written are mapped here ([`map_resident`]); the rest are
+    /// mapped by the first calls that use them.
+    fn registered_ptr(&self, b: Buf, keep: &mut Keep) -> Result<usize> {
+        self.locate(b, keep, map_resident)
+    }
+
+    /// The address here of `b`, checked against its region, after `map`
+    /// was given the range.
+    fn locate(&self, b: Buf, keep: &mut Keep, map: fn(&Segment, u64, u64)) -> Result<usize> {
         if b.region == 0 {
             return match (b.offset, b.len) {
                 (0, _) => Ok(0),
@@ -140,7 +206,7 @@ impl Dummy {
                 seg.size()
             )));
         }
-        seg.map_range(b.offset, b.len);
+        map(seg, b.offset, b.len);
         Ok(seg.base() as usize + b.offset as usize)
     }
 
@@ -431,7 +497,7 @@ fn control_loop(sh: &Shared, d: &Dummy, c: &mut UnixStream) {
             }
             Control::Register(b) => {
                 let mut keep = Keep::default();
-                let r = d.ptr(b, &mut keep).and_then(|p| {
+                let r = d.registered_ptr(b, &mut keep).and_then(|p| {
                     sh.client.register_buffer(p, b.len as usize)?;
                     d.buffers.lock().insert(p, b.region);
                     Ok(())
