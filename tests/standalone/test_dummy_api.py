@@ -120,6 +120,92 @@ def test_zero_copy_from_shared_memory_is_not_staged(store: Any, shm: Shm, key: K
     assert store.unregister_buffer(p) != 0
 
 
+def test_buffers_unregistered_freed_or_allocated_again_between_calls(store: Any, key: K) -> None:
+    """The daemon resolves each call's buffers afresh. A buffer unregistered
+    between calls is still shared memory, read and written in place; memory
+    freed and allocated again (often at the same address, with a new memfd
+    behind it) gets the bytes of later calls, never the old mapping."""
+    alloc = MooncakeHostMemAllocator()
+    size, page = 4 * MiB, 64 * 1024
+    keys = [key(f"again{i}") for i in range(4)]
+
+    def view(p: int) -> np.ndarray:
+        return np.frombuffer((ctypes.c_uint8 * size).from_address(p), dtype=np.uint8)
+
+    p = alloc.alloc(size)
+    assert p != 0
+    assert store.register_buffer(p, size) == 0
+    v = view(p)
+    v[: 4 * page] = pattern_array(4 * page, 5)
+    srcs = [p + i * page for i in range(4)]
+    assert store.batch_put_from(keys, srcs, [page] * 4) == [0] * 4
+    assert store.unregister_buffer(p) == 0
+    before = staged(store)
+    dsts = [p + MiB + i * page for i in range(4)]
+    assert store.batch_get_into(keys, dsts, [page] * 4) == [page] * 4
+    assert (v[MiB : MiB + 4 * page] == v[: 4 * page]).all()
+    assert staged(store) == before
+    want = v[: 4 * page].copy()
+    for round_ in range(3):
+        assert alloc.free(p) == 0
+        p = alloc.alloc(size)
+        assert p != 0
+        v = view(p)
+        assert not v.any()  # new memory: none of the old bytes
+        if round_ % 2 == 0:
+            assert store.register_buffer(p, size) == 0
+        got = [p + 2 * MiB + i * page for i in range(4)]
+        assert store.batch_get_into(keys, got, [page] * 4) == [page] * 4
+        assert (v[2 * MiB : 2 * MiB + 4 * page] == want).all()
+        # Writes read the new memory too.
+        want = pattern_array(4 * page, 6 + round_)
+        v[: 4 * page] = want
+        assert (
+            store.batch_upsert_from(keys, [p + i * page for i in range(4)], [page] * 4) == [0] * 4
+        )
+        assert store.get(keys[3]) == want[3 * page :].tobytes()
+        if round_ % 2 == 0:
+            assert store.unregister_buffer(p) == 0
+    assert staged(store) - before == page * 3  # only get() staged its bytes
+    assert alloc.free(p) == 0
+
+
+def test_registering_maps_only_what_the_dummy_wrote(store: Any, daemon: Daemon, key: K) -> None:
+    """Registering a buffer maps into the daemon only the pages the dummy
+    has written: a pool nobody has filled yet commits no memory there (a
+    read of an unwritten page of shared memory would allocate and zero it).
+    The rest is mapped by the calls that use it."""
+    assert daemon.proc is not None
+
+    def daemon_shmem() -> int:
+        with open(f"/proc/{daemon.proc.pid}/status") as f:  # type: ignore[union-attr]
+            for line in f:
+                if line.startswith("RssShmem:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no RssShmem line")
+
+    alloc = MooncakeHostMemAllocator()
+    size = 256 * MiB
+    p = alloc.alloc(size)
+    assert p != 0
+    view = np.frombuffer((ctypes.c_uint8 * size).from_address(p), dtype=np.uint8)
+    view[192 * MiB : 224 * MiB] = 7  # the dummy wrote 32 MiB of it
+    before = daemon_shmem()
+    assert store.register_buffer(p, size) == 0
+    grown = daemon_shmem() - before
+    assert 32 * MiB <= grown < 48 * MiB, grown
+    # Written and unwritten pages both work in place.
+    k1, k2 = key("written"), key("unwritten")
+    assert store.put_from(k1, p + 192 * MiB, MiB) == 0
+    assert store.put_from(k2, p, MiB) == 0
+    assert store.get_into(k1, p + 8 * MiB, MiB) == MiB
+    assert (view[8 * MiB : 9 * MiB] == 7).all()
+    assert store.get_into(k2, p + 200 * MiB, MiB) == MiB
+    assert not view[200 * MiB : 201 * MiB].any()
+    assert store.unregister_buffer(p) == 0
+    assert alloc.free(p) == 0
+
+
 def test_other_memory_is_staged_and_still_correct(store: Any, key: K) -> None:
     src = pattern_array(3 * MiB, 4)
     dst = np.zeros(3 * MiB, np.uint8)

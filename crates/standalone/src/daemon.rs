@@ -32,6 +32,13 @@ use std::time::Duration;
 const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most connections served at once (all dummies together).
 const MAX_CONNS: usize = 4096;
+/// How long a connection's thread polls for the dummy's next call after
+/// answering one, before it blocks. A dummy issuing calls back to back
+/// sends the next within a few tens of microseconds of its reply (it polls
+/// for the reply, see the dummy's side); a parked thread would cost a
+/// wakeup per call, tens of microseconds on a VM's idle core. Polling
+/// stops early when the core is wanted (see `wire::recv_within`).
+const NEXT_CALL_SPIN: Duration = Duration::from_micros(200);
 
 /// What a daemon grants one dummy client, unless
 /// `MC_STANDALONE_MAX_DUMMY_MEMORY` says otherwise: this host's memory.
@@ -56,6 +63,87 @@ fn default_grant() -> u64 {
     }
 }
 
+/// The regions of a dummy's memory one call uses, each looked up once and
+/// held until the call is done: a region the dummy unmaps meanwhile stays
+/// mapped here until then.
+#[derive(Default)]
+struct Keep {
+    held: Vec<(u64, Arc<Segment>)>,
+    /// Index in `held` of the region found last (consecutive buffers of a
+    /// call usually lie in one region).
+    last: usize,
+}
+
+impl Keep {
+    /// The held region `region`, if this call holds it.
+    fn find(&mut self, region: u64) -> Option<&Arc<Segment>> {
+        if self.held.get(self.last).is_none_or(|(r, _)| *r != region) {
+            self.last = self.held.iter().position(|(r, _)| *r == region)?;
+        }
+        self.held.get(self.last).map(|(_, seg)| seg)
+    }
+
+    /// Hold `seg` as region `region` for the call.
+    fn hold(&mut self, region: u64, seg: Arc<Segment>) -> &Arc<Segment> {
+        self.last = self.held.len();
+        self.held.push((region, seg));
+        &self.held[self.last].1
+    }
+}
+
+/// Map into this process's page table the pages of `[offset, offset+len)`
+/// of `seg` (a range `check_range` accepted) that are in memory, and leave
+/// the others alone: reading a page of shared memory nobody has written
+/// would allocate and zero it, so registering a large pool the dummy has
+/// not filled yet would commit all of it at once.
+fn map_resident(seg: &Segment, offset: u64, len: u64) {
+    /// Pages asked about per `mincore` call.
+    const WINDOW: usize = 1 << 15;
+    // SAFETY: sysconf has no preconditions.
+    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as u64,
+        _ => return,
+    };
+    let end = offset.saturating_add(len).min(seg.size());
+    let mut at = offset & !(page - 1);
+    let mut resident = vec![0u8; WINDOW];
+    // The start of the run of resident pages being gathered.
+    let mut run: Option<u64> = None;
+    while at < end {
+        let pages = ((end - at).div_ceil(page) as usize).min(WINDOW);
+        // SAFETY: `at` is page-aligned inside the mapping, `pages` pages
+        // from it lie inside it (the last one may be partial, which mincore
+        // accepts), and `resident` has a byte per page.
+        let r = unsafe {
+            libc::mincore(
+                seg.base().add(at as usize).cast(),
+                pages * page as usize,
+                resident.as_mut_ptr(),
+            )
+        };
+        if r != 0 {
+            // Unknown: map the rest as a whole.
+            seg.map_range(run.unwrap_or(at), end - run.unwrap_or(at));
+            return;
+        }
+        for (i, &v) in resident[..pages].iter().enumerate() {
+            let p = at + i as u64 * page;
+            match (v & 1 != 0, run) {
+                (true, None) => run = Some(p),
+                (false, Some(start)) => {
+                    seg.map_range(start, p - start);
+                    run = None;
+                }
+                _ => {}
+            }
+        }
+        at += pages as u64 * page;
+    }
+    if let Some(start) = run {
+        seg.map_range(start, end - start);
+    }
+}
+
 /// One attached dummy client.
 struct Dummy {
     id: String,
@@ -76,7 +164,20 @@ fn dangling() -> usize {
 impl Dummy {
     /// The address here of `b`, checked against its region (mapped into
     /// this process's page table); `keep` holds the region for the call.
-    fn ptr(&self, b: Buf, keep: &mut Vec<Arc<Segment>>) -> Result<usize> {
+    fn ptr(&self, b: Buf, keep: &mut Keep) -> Result<usize> {
+        self.locate(b, keep, Segment::map_range)
+    }
+
+    /// [`Dummy::ptr`] for a buffer being registered: only the pages the
+    /// dummy has written are mapped here ([`map_resident`]); the rest are
+    /// mapped by the first calls that use them.
+    fn registered_ptr(&self, b: Buf, keep: &mut Keep) -> Result<usize> {
+        self.locate(b, keep, map_resident)
+    }
+
+    /// The address here of `b`, checked against its region, after `map`
+    /// was given the range.
+    fn locate(&self, b: Buf, keep: &mut Keep, map: fn(&Segment, u64, u64)) -> Result<usize> {
         if b.region == 0 {
             return match (b.offset, b.len) {
                 (0, _) => Ok(0),
@@ -84,12 +185,18 @@ impl Dummy {
                 _ => Err(Error::invalid("a buffer outside shared memory")),
             };
         }
-        let seg = self.regions.read().get(&b.region).cloned().ok_or_else(|| {
-            Error::invalid(format!(
-                "region {} of the dummy client is not mapped by the daemon",
-                b.region
-            ))
-        })?;
+        let seg = match keep.find(b.region) {
+            Some(seg) => seg,
+            None => {
+                let seg = self.regions.read().get(&b.region).cloned().ok_or_else(|| {
+                    Error::invalid(format!(
+                        "region {} of the dummy client is not mapped by the daemon",
+                        b.region
+                    ))
+                })?;
+                keep.hold(b.region, seg)
+            }
+        };
         if !seg.check_range(b.offset, b.len) {
             return Err(Error::invalid(format!(
                 "bytes {}..+{} lie outside region {} ({} bytes)",
@@ -99,14 +206,12 @@ impl Dummy {
                 seg.size()
             )));
         }
-        seg.map_range(b.offset, b.len);
-        let at = seg.base() as usize + b.offset as usize;
-        keep.push(seg);
-        Ok(at)
+        map(seg, b.offset, b.len);
+        Ok(seg.base() as usize + b.offset as usize)
     }
 
     /// Addresses and sizes of a flat list, each list as long as the caller's.
-    fn flat(&self, f: &Flat, keep: &mut Vec<Arc<Segment>>) -> Result<(Vec<usize>, Vec<usize>)> {
+    fn flat(&self, f: &Flat, keep: &mut Keep) -> Result<(Vec<usize>, Vec<usize>)> {
         let mut ptrs = Vec::with_capacity(f.ptrs);
         let mut sizes = Vec::with_capacity(f.sizes);
         for b in &f.bufs {
@@ -120,11 +225,7 @@ impl Dummy {
 
     /// Addresses and sizes of per-key lists, each as long as the caller's.
     #[allow(clippy::type_complexity)]
-    fn nested(
-        &self,
-        n: &Nested,
-        keep: &mut Vec<Arc<Segment>>,
-    ) -> Result<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
+    fn nested(&self, n: &Nested, keep: &mut Keep) -> Result<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
         let mut ptrs = Vec::with_capacity(n.ptrs.len());
         let mut sizes = Vec::with_capacity(n.sizes.len());
         for (i, &np) in n.ptrs.iter().enumerate() {
@@ -345,7 +446,7 @@ fn serve(sh: &Arc<Shared>, mut c: UnixStream) {
                 return;
             }
             loop {
-                let call: Call = match wire::recv(&mut c) {
+                let call: Call = match wire::recv_within(&mut c, NEXT_CALL_SPIN) {
                     Ok(call) => call,
                     Err(_) => return,
                 };
@@ -395,8 +496,8 @@ fn control_loop(sh: &Shared, d: &Dummy, c: &mut UnixStream) {
                 wire::send(c, &Ok::<(), Error>(()))
             }
             Control::Register(b) => {
-                let mut keep = Vec::new();
-                let r = d.ptr(b, &mut keep).and_then(|p| {
+                let mut keep = Keep::default();
+                let r = d.registered_ptr(b, &mut keep).and_then(|p| {
                     sh.client.register_buffer(p, b.len as usize)?;
                     d.buffers.lock().insert(p, b.region);
                     Ok(())
@@ -404,7 +505,7 @@ fn control_loop(sh: &Shared, d: &Dummy, c: &mut UnixStream) {
                 wire::send(c, &r)
             }
             Control::Unregister(b) => {
-                let mut keep = Vec::new();
+                let mut keep = Keep::default();
                 let r = d.ptr(b, &mut keep).and_then(|p| {
                     sh.client.unregister_buffer(p)?;
                     d.buffers.lock().remove(&p);
@@ -472,7 +573,7 @@ impl Shared {
     /// Serve one call on a joined connection.
     fn call(&self, d: &Dummy, c: &mut UnixStream, call: Call) -> io::Result<()> {
         let cl = &*self.client;
-        let mut keep: Vec<Arc<Segment>> = Vec::new();
+        let mut keep = Keep::default();
         let k = &mut keep;
         match call {
             Call::Put {
@@ -756,7 +857,7 @@ impl Shared {
 
     /// [`Call::GetValues`]: sizes out, destinations in, results out.
     fn get_values(&self, d: &Dummy, c: &mut UnixStream, keys: &[String]) -> io::Result<()> {
-        let mut keep: Vec<Arc<Segment>> = Vec::new();
+        let mut keep = Keep::default();
         let mut broke: Option<io::Error> = None;
         let results = self.client.get_batch_prestaged_with(keys, |sizes| {
             let dests =
@@ -804,7 +905,7 @@ impl Shared {
             .collect();
         wire::send(c, &outs)?;
         let dests: Vec<Option<WireDest>> = wire::recv(c)?;
-        let mut keep: Vec<Arc<Segment>> = Vec::new();
+        let mut keep = Keep::default();
         let dests: Vec<Option<TensorDest>> = (0..outs.len())
             .map(|i| {
                 let out = reads.output(i).ok()?;

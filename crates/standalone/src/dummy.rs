@@ -47,6 +47,42 @@ const DEFAULT_TIMEOUT_MS: u64 = 60_000;
 /// Most idle connections a dummy keeps open to its daemon.
 const MAX_IDLE_CONNS: usize = 32;
 
+/// Calls moving fewer bytes than this are copied by one thread of the
+/// daemon (its client spreads larger local copies over every core).
+const SPIN_PAYLOAD_MAX: u64 = 8 << 20;
+
+/// How long a dummy polls for the reply to a call moving fewer than
+/// [`SPIN_PAYLOAD_MAX`] bytes before it blocks (µs), unless
+/// `MC_STANDALONE_SPIN_US` says otherwise.
+const DEFAULT_REPLY_SPIN_US: u64 = 1000;
+
+/// How long to poll for the reply to `call` before blocking.
+///
+/// An in-process client's calling thread does the work itself and never
+/// sleeps; a dummy's thread waits for the daemon, and waking it once the
+/// reply is there costs tens of microseconds on a VM's idle core, several
+/// per call counting the daemon's thread, which then parks too. So a dummy
+/// polls for the reply of a call the daemon serves on one thread (metadata
+/// calls, and payloads below [`SPIN_PAYLOAD_MAX`]), yielding the core
+/// between polls, for up to `MC_STANDALONE_SPIN_US` (default 1 ms), and
+/// blocks as soon as a yield shows another thread wants the core (see
+/// `wire::recv_within`). Larger calls keep the core free for the daemon's
+/// copy threads and poll only `MC_RPC_SPIN_US`.
+fn reply_spin(call: &Call) -> Duration {
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    let spin = *SPIN.get_or_init(|| {
+        let us = std::env::var("MC_STANDALONE_SPIN_US")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(DEFAULT_REPLY_SPIN_US);
+        Duration::from_micros(us)
+    });
+    match call.payload() {
+        Some(n) if n < SPIN_PAYLOAD_MAX => spin,
+        _ => Duration::ZERO,
+    }
+}
+
 fn call_timeout() -> Duration {
     let ms = std::env::var("MC_STANDALONE_TIMEOUT_MS")
         .ok()
@@ -107,6 +143,9 @@ struct Handoff<'a> {
     leases: Vec<Lease>,
     /// (caller pointer, staging pointer, length).
     back: Vec<(usize, usize, u64)>,
+    /// The shared region the last in-place buffer lay in (base, size, id),
+    /// mapped by the daemon: the next buffers of a call usually lie there too.
+    last: Option<(usize, u64, u64)>,
 }
 
 impl Drop for Handoff<'_> {
@@ -175,9 +214,21 @@ impl Handoff<'_> {
                 len,
             });
         }
+        if let Some((base, size, region)) = self.last {
+            let off = ptr.wrapping_sub(base) as u64;
+            if ptr >= base && off.checked_add(len).is_some_and(|end| end <= size) {
+                self.dummy.shared_bytes.fetch_add(len, Ordering::Relaxed);
+                return Ok(Buf {
+                    region,
+                    offset: off,
+                    len,
+                });
+            }
+        }
         if let Some((r, off)) = shm::find(ptr, len) {
             self.dummy.ensure_mapped(&r)?;
             self.dummy.shared_bytes.fetch_add(len, Ordering::Relaxed);
+            self.last = Some((r.base(), r.size(), r.id));
             return Ok(Buf {
                 region: r.id,
                 offset: off,
@@ -449,7 +500,8 @@ impl DummyClient {
     /// One call and its reply.
     fn call<T: DeserializeOwned>(&self, call: &Call) -> Result<T> {
         let mut c = self.conn()?;
-        let r = wire::send(&mut c, call).and_then(|()| wire::recv::<T>(&mut c));
+        let r = wire::send(&mut c, call)
+            .and_then(|()| wire::recv_within::<T>(&mut c, reply_spin(call)));
         match r {
             Ok(v) => {
                 self.put_back(c);
@@ -487,6 +539,7 @@ impl DummyClient {
             dummy: self,
             leases: Vec::new(),
             back: Vec::new(),
+            last: None,
         }
     }
 
