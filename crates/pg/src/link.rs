@@ -8,7 +8,7 @@ use crate::completion::Completion;
 use crate::fault;
 use crate::shm::Segment;
 use crate::wire::{self, Hdr};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -41,7 +41,11 @@ pub(crate) struct PeerLink {
     last_tx: AtomicU64,
     /// Serialises whole P2P messages from several user threads.
     pub(crate) p2p_lock: Mutex<()>,
-    coll_rx: Mutex<VecDeque<(Hdr, Vec<u8>)>>,
+    coll_rx: Mutex<VecDeque<(Hdr, Rx)>>,
+    /// A receive buffer the executor lent to the reader (see [`Landing`]).
+    landing: Mutex<LandingSlot>,
+    /// Signalled when the reader stops writing into the landing buffer.
+    landing_free: Condvar,
     pool: Mutex<Vec<Vec<u8>>>,
     shm: OnceLock<ShmPair>,
     dead: AtomicBool,
@@ -65,6 +69,40 @@ pub(crate) struct PeerLink {
     rx_acked: AtomicU64,
 }
 
+/// How a queued collective piece holds its payload.
+enum Rx {
+    /// In a pooled buffer.
+    Buf(Vec<u8>),
+    /// Already written by the reader into the op's output (a [`Landing`]).
+    Landed,
+}
+
+/// An op's output range lent to this link's reader: the payload of every
+/// piece of message `(seq, tag)` with signature `sig` and total `len` is
+/// read from the socket straight into `ptr + offset`, saving the copy out
+/// of a pooled buffer. The queue still gets the piece's header, in arrival
+/// order, so the executor accounts for it as for a buffered piece.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Landing {
+    /// Collective sequence number.
+    pub(crate) seq: u64,
+    /// Message tag within the op.
+    pub(crate) tag: u32,
+    /// Op signature.
+    pub(crate) sig: u32,
+    /// Output address.
+    pub(crate) ptr: usize,
+    /// Message length.
+    pub(crate) len: usize,
+}
+
+#[derive(Default)]
+struct LandingSlot {
+    lent: Option<Landing>,
+    /// The reader is writing into the lent range.
+    busy: bool,
+}
+
 #[derive(Default)]
 struct SendLedger {
     next: u64,
@@ -75,7 +113,8 @@ struct SendLedger {
 pub(crate) struct Front {
     /// Piece header.
     pub(crate) hdr: Hdr,
-    /// Piece payload, valid until `pop`.
+    /// Piece payload, valid until `pop`; null when the payload already
+    /// landed in the op's output (see [`Landing`]).
     pub(crate) data: *const u8,
 }
 
@@ -101,6 +140,8 @@ impl PeerLink {
             last_tx: AtomicU64::new(now),
             p2p_lock: Mutex::new(()),
             coll_rx: Mutex::new(VecDeque::new()),
+            landing: Mutex::new(LandingSlot::default()),
+            landing_free: Condvar::new(),
             pool: Mutex::new(Vec::new()),
             shm: OnceLock::new(),
             dead: AtomicBool::new(false),
@@ -343,9 +384,12 @@ impl PeerLink {
             });
         }
         let q = self.coll_rx.lock();
-        q.front().map(|(h, v)| Front {
+        q.front().map(|(h, rx)| Front {
             hdr: *h,
-            data: v.as_ptr(),
+            data: match rx {
+                Rx::Buf(v) => v.as_ptr(),
+                Rx::Landed => std::ptr::null(),
+            },
         })
     }
 
@@ -360,7 +404,7 @@ impl PeerLink {
             return;
         }
         let v = self.coll_rx.lock().pop_front();
-        if let Some((_, buf)) = v {
+        if let Some((_, Rx::Buf(buf))) = v {
             let mut pool = self.pool.lock();
             if pool.len() < 32 {
                 pool.push(buf);
@@ -380,7 +424,74 @@ impl PeerLink {
 
     /// Queues a collective piece that arrived over TCP.
     pub(crate) fn push_coll(&self, hdr: Hdr, buf: Vec<u8>) {
-        self.coll_rx.lock().push_back((hdr, buf));
+        self.coll_rx.lock().push_back((hdr, Rx::Buf(buf)));
+    }
+
+    /// Queues the header of a piece whose payload landed in the op's
+    /// output ([`PeerLink::claim_landing`]).
+    pub(crate) fn push_landed(&self, hdr: Hdr) {
+        self.coll_rx.lock().push_back((hdr, Rx::Landed));
+    }
+
+    /// Lends `to` to the reader (the executor, for one receive of the
+    /// running op; one at a time per link). Pieces already queued stay
+    /// queued; later ones of that message land in `to`.
+    ///
+    /// # Safety
+    /// `to.ptr` must stay valid for writes of `to.len` bytes, and be neither
+    /// read nor written by anyone else, until [`PeerLink::withdraw_landing`]
+    /// returns.
+    pub(crate) unsafe fn lend_landing(&self, to: Landing) {
+        let mut l = self.landing.lock();
+        while l.busy {
+            self.landing_free.wait(&mut l);
+        }
+        l.lent = Some(to);
+    }
+
+    /// Takes the lent range back, waiting while the reader writes a piece
+    /// into it. A reader still writing after `patience` (its peer stalled
+    /// partway through a piece) gets its link fenced, which ends the read.
+    /// Returns whether a range was lent.
+    pub(crate) fn withdraw_landing(&self, patience: std::time::Duration) -> bool {
+        let mut l = self.landing.lock();
+        let was = l.lent.take().is_some();
+        let mut fenced = false;
+        while l.busy {
+            let timed_out = self.landing_free.wait_for(&mut l, patience).timed_out();
+            if timed_out && !fenced {
+                fenced = true;
+                self.fence();
+            }
+        }
+        was
+    }
+
+    /// Reader side: where the payload of piece `hdr` goes when it belongs
+    /// to the lent range, checked to fit inside it; the reader then writes
+    /// exactly `hdr.len` bytes there and calls
+    /// [`PeerLink::landing_done`]. `None`: buffer the piece as usual.
+    pub(crate) fn claim_landing(&self, hdr: &Hdr) -> Option<*mut u8> {
+        let mut l = self.landing.lock();
+        let to = l.lent?;
+        let end = (hdr.offset as usize).checked_add(hdr.len as usize)?;
+        let fits = hdr.seq == to.seq
+            && hdr.phase == to.tag
+            && hdr.aux == to.sig
+            && hdr.total == to.len as u64
+            && end <= to.len
+            && hdr.len > 0;
+        if !fits {
+            return None;
+        }
+        l.busy = true;
+        Some((to.ptr + hdr.offset as usize) as *mut u8)
+    }
+
+    /// Reader side: the write into the lent range is over.
+    pub(crate) fn landing_done(&self) {
+        self.landing.lock().busy = false;
+        self.landing_free.notify_all();
     }
 
     /// Records that a frame just arrived from the peer.
