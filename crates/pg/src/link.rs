@@ -456,13 +456,16 @@ impl PeerLink {
     pub(crate) fn withdraw_landing(&self, patience: std::time::Duration) -> bool {
         let mut l = self.landing.lock();
         let was = l.lent.take().is_some();
-        let mut fenced = false;
+        let deadline = std::time::Instant::now() + patience;
         while l.busy {
-            let timed_out = self.landing_free.wait_for(&mut l, patience).timed_out();
-            if timed_out && !fenced {
-                fenced = true;
+            if self.landing_free.wait_until(&mut l, deadline).timed_out() && l.busy {
+                // Closing the socket ends the reader's read at once.
                 self.fence();
+                break;
             }
+        }
+        while l.busy {
+            self.landing_free.wait(&mut l);
         }
         was
     }
@@ -519,12 +522,125 @@ impl PeerLink {
 mod tests {
     use super::*;
     use std::net::TcpListener;
+    use std::time::Duration;
 
     fn link() -> PeerLink {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         let s = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
         let c = s.try_clone().expect("clone");
         PeerLink::new(1, 0, 7, s, c, Arc::from("g"))
+    }
+
+    fn piece(seq: u64, tag: u32, sig: u32, total: u64, offset: u64, len: u32) -> Hdr {
+        Hdr {
+            kind: wire::KIND_COLL,
+            phase: tag,
+            seq,
+            total,
+            offset,
+            len,
+            aux: sig,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_lent_range_takes_only_the_pieces_of_its_message() {
+        let l = link();
+        let mut out = vec![0u8; 300];
+        let base = out.as_mut_ptr() as usize;
+        assert!(
+            l.claim_landing(&piece(5, 1, 9, 300, 0, 100)).is_none(),
+            "nothing lent"
+        );
+        let to = Landing {
+            seq: 5,
+            tag: 1,
+            sig: 9,
+            ptr: base,
+            len: 300,
+        };
+        // SAFETY: `out` outlives the loan (withdrawn below) and nothing
+        // else touches it meanwhile.
+        unsafe { l.lend_landing(to) };
+        for (h, why) in [
+            (piece(4, 1, 9, 300, 0, 100), "earlier op"),
+            (piece(5, 0, 9, 300, 0, 100), "other message"),
+            (piece(5, 1, 8, 300, 0, 100), "other signature"),
+            (piece(5, 1, 9, 301, 0, 100), "other total"),
+            (piece(5, 1, 9, 300, 250, 51), "past the end"),
+            (piece(5, 1, 9, 300, u64::MAX, 2), "offset overflows"),
+            (piece(5, 1, 9, 300, 0, 0), "empty"),
+        ] {
+            assert!(l.claim_landing(&h).is_none(), "{why}");
+        }
+        let at = l.claim_landing(&piece(5, 1, 9, 300, 200, 100));
+        assert_eq!(at, Some((base + 200) as *mut u8));
+        l.landing_done();
+        assert!(l.withdraw_landing(Duration::from_secs(1)));
+        assert!(!l.is_dead());
+        assert!(
+            l.claim_landing(&piece(5, 1, 9, 300, 0, 100)).is_none(),
+            "withdrawn"
+        );
+        assert!(!l.withdraw_landing(Duration::from_secs(1)), "nothing lent");
+    }
+
+    #[test]
+    fn withdrawing_waits_for_the_piece_being_landed() {
+        use std::sync::atomic::AtomicBool;
+        let l = Arc::new(link());
+        let mut out = vec![0u8; 64];
+        let to = Landing {
+            seq: 1,
+            tag: 0,
+            sig: 3,
+            ptr: out.as_mut_ptr() as usize,
+            len: 64,
+        };
+        // SAFETY: `out` outlives the loan; only the "reader" below writes it.
+        unsafe { l.lend_landing(to) };
+        let at = l.claim_landing(&piece(1, 0, 3, 64, 0, 64)).expect("fits");
+        let written = Arc::new(AtomicBool::new(false));
+        let (l2, w2) = (l.clone(), written.clone());
+        let t = std::thread::spawn(move || {
+            l2.withdraw_landing(Duration::from_secs(3600));
+            w2.load(Ordering::Acquire)
+        });
+        // SAFETY: the claimed range is 64 bytes of `out`.
+        unsafe { std::ptr::write_bytes(at, 7, 64) };
+        written.store(true, Ordering::Release);
+        l.landing_done();
+        assert!(t.join().expect("join"), "withdraw returned mid-piece");
+        assert!(!l.is_dead(), "a piece that finished is no stall");
+        assert_eq!(out, vec![7u8; 64]);
+    }
+
+    #[test]
+    fn a_piece_stalled_past_patience_fences_the_link() {
+        let l = Arc::new(link());
+        let mut out = vec![0u8; 8];
+        let to = Landing {
+            seq: 1,
+            tag: 0,
+            sig: 3,
+            ptr: out.as_mut_ptr() as usize,
+            len: 8,
+        };
+        // SAFETY: `out` outlives the loan; nothing writes it.
+        unsafe { l.lend_landing(to) };
+        assert!(l.claim_landing(&piece(1, 0, 3, 8, 0, 8)).is_some());
+        let l2 = l.clone();
+        let t = std::thread::spawn(move || l2.withdraw_landing(Duration::ZERO));
+        // The fence is what ends a real reader's read; here the "reader"
+        // finishes once it sees it.
+        while !l.is_dead() {
+            std::thread::yield_now();
+        }
+        l.landing_done();
+        assert!(t.join().expect("join"));
+        assert!(l.is_dead());
+        assert_eq!(out, vec![0u8; 8]);
     }
 
     #[test]
