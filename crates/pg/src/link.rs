@@ -8,7 +8,7 @@ use crate::completion::Completion;
 use crate::fault;
 use crate::shm::Segment;
 use crate::wire::{self, Hdr};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -41,7 +41,11 @@ pub(crate) struct PeerLink {
     last_tx: AtomicU64,
     /// Serialises whole P2P messages from several user threads.
     pub(crate) p2p_lock: Mutex<()>,
-    coll_rx: Mutex<VecDeque<(Hdr, Vec<u8>)>>,
+    coll_rx: Mutex<VecDeque<(Hdr, Rx)>>,
+    /// A receive buffer the executor lent to the reader (see [`Landing`]).
+    landing: Mutex<LandingSlot>,
+    /// Signalled when the reader stops writing into the landing buffer.
+    landing_free: Condvar,
     pool: Mutex<Vec<Vec<u8>>>,
     shm: OnceLock<ShmPair>,
     dead: AtomicBool,
@@ -65,6 +69,40 @@ pub(crate) struct PeerLink {
     rx_acked: AtomicU64,
 }
 
+/// How a queued collective piece holds its payload.
+enum Rx {
+    /// In a pooled buffer.
+    Buf(Vec<u8>),
+    /// Already written by the reader into the op's output (a [`Landing`]).
+    Landed,
+}
+
+/// An op's output range lent to this link's reader: the payload of every
+/// piece of message `(seq, tag)` with signature `sig` and total `len` is
+/// read from the socket straight into `ptr + offset`, saving the copy out
+/// of a pooled buffer. The queue still gets the piece's header, in arrival
+/// order, so the executor accounts for it as for a buffered piece.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Landing {
+    /// Collective sequence number.
+    pub(crate) seq: u64,
+    /// Message tag within the op.
+    pub(crate) tag: u32,
+    /// Op signature.
+    pub(crate) sig: u32,
+    /// Output address.
+    pub(crate) ptr: usize,
+    /// Message length.
+    pub(crate) len: usize,
+}
+
+#[derive(Default)]
+struct LandingSlot {
+    lent: Option<Landing>,
+    /// The reader is writing into the lent range.
+    busy: bool,
+}
+
 #[derive(Default)]
 struct SendLedger {
     next: u64,
@@ -75,7 +113,8 @@ struct SendLedger {
 pub(crate) struct Front {
     /// Piece header.
     pub(crate) hdr: Hdr,
-    /// Piece payload, valid until `pop`.
+    /// Piece payload, valid until `pop`; null when the payload already
+    /// landed in the op's output (see [`Landing`]).
     pub(crate) data: *const u8,
 }
 
@@ -101,6 +140,8 @@ impl PeerLink {
             last_tx: AtomicU64::new(now),
             p2p_lock: Mutex::new(()),
             coll_rx: Mutex::new(VecDeque::new()),
+            landing: Mutex::new(LandingSlot::default()),
+            landing_free: Condvar::new(),
             pool: Mutex::new(Vec::new()),
             shm: OnceLock::new(),
             dead: AtomicBool::new(false),
@@ -343,9 +384,12 @@ impl PeerLink {
             });
         }
         let q = self.coll_rx.lock();
-        q.front().map(|(h, v)| Front {
+        q.front().map(|(h, rx)| Front {
             hdr: *h,
-            data: v.as_ptr(),
+            data: match rx {
+                Rx::Buf(v) => v.as_ptr(),
+                Rx::Landed => std::ptr::null(),
+            },
         })
     }
 
@@ -360,7 +404,7 @@ impl PeerLink {
             return;
         }
         let v = self.coll_rx.lock().pop_front();
-        if let Some((_, buf)) = v {
+        if let Some((_, Rx::Buf(buf))) = v {
             let mut pool = self.pool.lock();
             if pool.len() < 32 {
                 pool.push(buf);
@@ -380,7 +424,77 @@ impl PeerLink {
 
     /// Queues a collective piece that arrived over TCP.
     pub(crate) fn push_coll(&self, hdr: Hdr, buf: Vec<u8>) {
-        self.coll_rx.lock().push_back((hdr, buf));
+        self.coll_rx.lock().push_back((hdr, Rx::Buf(buf)));
+    }
+
+    /// Queues the header of a piece whose payload landed in the op's
+    /// output ([`PeerLink::claim_landing`]).
+    pub(crate) fn push_landed(&self, hdr: Hdr) {
+        self.coll_rx.lock().push_back((hdr, Rx::Landed));
+    }
+
+    /// Lends `to` to the reader (the executor, for one receive of the
+    /// running op; one at a time per link). Pieces already queued stay
+    /// queued; later ones of that message land in `to`.
+    ///
+    /// # Safety
+    /// `to.ptr` must stay valid for writes of `to.len` bytes, and be neither
+    /// read nor written by anyone else, until [`PeerLink::withdraw_landing`]
+    /// returns.
+    pub(crate) unsafe fn lend_landing(&self, to: Landing) {
+        let mut l = self.landing.lock();
+        while l.busy {
+            self.landing_free.wait(&mut l);
+        }
+        l.lent = Some(to);
+    }
+
+    /// Takes the lent range back, waiting while the reader writes a piece
+    /// into it. A reader still writing after `patience` (its peer stalled
+    /// partway through a piece) gets its link fenced, which ends the read.
+    /// Returns whether a range was lent.
+    pub(crate) fn withdraw_landing(&self, patience: std::time::Duration) -> bool {
+        let mut l = self.landing.lock();
+        let was = l.lent.take().is_some();
+        let deadline = std::time::Instant::now() + patience;
+        while l.busy {
+            if self.landing_free.wait_until(&mut l, deadline).timed_out() && l.busy {
+                // Closing the socket ends the reader's read at once.
+                self.fence();
+                break;
+            }
+        }
+        while l.busy {
+            self.landing_free.wait(&mut l);
+        }
+        was
+    }
+
+    /// Reader side: where the payload of piece `hdr` goes when it belongs
+    /// to the lent range, checked to fit inside it; the reader then writes
+    /// exactly `hdr.len` bytes there and calls
+    /// [`PeerLink::landing_done`]. `None`: buffer the piece as usual.
+    pub(crate) fn claim_landing(&self, hdr: &Hdr) -> Option<*mut u8> {
+        let mut l = self.landing.lock();
+        let to = l.lent?;
+        let end = (hdr.offset as usize).checked_add(hdr.len as usize)?;
+        let fits = hdr.seq == to.seq
+            && hdr.phase == to.tag
+            && hdr.aux == to.sig
+            && hdr.total == to.len as u64
+            && end <= to.len
+            && hdr.len > 0;
+        if !fits {
+            return None;
+        }
+        l.busy = true;
+        Some((to.ptr + hdr.offset as usize) as *mut u8)
+    }
+
+    /// Reader side: the write into the lent range is over.
+    pub(crate) fn landing_done(&self) {
+        self.landing.lock().busy = false;
+        self.landing_free.notify_all();
     }
 
     /// Records that a frame just arrived from the peer.
@@ -408,12 +522,125 @@ impl PeerLink {
 mod tests {
     use super::*;
     use std::net::TcpListener;
+    use std::time::Duration;
 
     fn link() -> PeerLink {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         let s = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
         let c = s.try_clone().expect("clone");
         PeerLink::new(1, 0, 7, s, c, Arc::from("g"))
+    }
+
+    fn piece(seq: u64, tag: u32, sig: u32, total: u64, offset: u64, len: u32) -> Hdr {
+        Hdr {
+            kind: wire::KIND_COLL,
+            phase: tag,
+            seq,
+            total,
+            offset,
+            len,
+            aux: sig,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_lent_range_takes_only_the_pieces_of_its_message() {
+        let l = link();
+        let mut out = vec![0u8; 300];
+        let base = out.as_mut_ptr() as usize;
+        assert!(
+            l.claim_landing(&piece(5, 1, 9, 300, 0, 100)).is_none(),
+            "nothing lent"
+        );
+        let to = Landing {
+            seq: 5,
+            tag: 1,
+            sig: 9,
+            ptr: base,
+            len: 300,
+        };
+        // SAFETY: `out` outlives the loan (withdrawn below) and nothing
+        // else touches it meanwhile.
+        unsafe { l.lend_landing(to) };
+        for (h, why) in [
+            (piece(4, 1, 9, 300, 0, 100), "earlier op"),
+            (piece(5, 0, 9, 300, 0, 100), "other message"),
+            (piece(5, 1, 8, 300, 0, 100), "other signature"),
+            (piece(5, 1, 9, 301, 0, 100), "other total"),
+            (piece(5, 1, 9, 300, 250, 51), "past the end"),
+            (piece(5, 1, 9, 300, u64::MAX, 2), "offset overflows"),
+            (piece(5, 1, 9, 300, 0, 0), "empty"),
+        ] {
+            assert!(l.claim_landing(&h).is_none(), "{why}");
+        }
+        let at = l.claim_landing(&piece(5, 1, 9, 300, 200, 100));
+        assert_eq!(at, Some((base + 200) as *mut u8));
+        l.landing_done();
+        assert!(l.withdraw_landing(Duration::from_secs(1)));
+        assert!(!l.is_dead());
+        assert!(
+            l.claim_landing(&piece(5, 1, 9, 300, 0, 100)).is_none(),
+            "withdrawn"
+        );
+        assert!(!l.withdraw_landing(Duration::from_secs(1)), "nothing lent");
+    }
+
+    #[test]
+    fn withdrawing_waits_for_the_piece_being_landed() {
+        use std::sync::atomic::AtomicBool;
+        let l = Arc::new(link());
+        let mut out = vec![0u8; 64];
+        let to = Landing {
+            seq: 1,
+            tag: 0,
+            sig: 3,
+            ptr: out.as_mut_ptr() as usize,
+            len: 64,
+        };
+        // SAFETY: `out` outlives the loan; only the "reader" below writes it.
+        unsafe { l.lend_landing(to) };
+        let at = l.claim_landing(&piece(1, 0, 3, 64, 0, 64)).expect("fits");
+        let written = Arc::new(AtomicBool::new(false));
+        let (l2, w2) = (l.clone(), written.clone());
+        let t = std::thread::spawn(move || {
+            l2.withdraw_landing(Duration::from_secs(3600));
+            w2.load(Ordering::Acquire)
+        });
+        // SAFETY: the claimed range is 64 bytes of `out`.
+        unsafe { std::ptr::write_bytes(at, 7, 64) };
+        written.store(true, Ordering::Release);
+        l.landing_done();
+        assert!(t.join().expect("join"), "withdraw returned mid-piece");
+        assert!(!l.is_dead(), "a piece that finished is no stall");
+        assert_eq!(out, vec![7u8; 64]);
+    }
+
+    #[test]
+    fn a_piece_stalled_past_patience_fences_the_link() {
+        let l = Arc::new(link());
+        let mut out = vec![0u8; 8];
+        let to = Landing {
+            seq: 1,
+            tag: 0,
+            sig: 3,
+            ptr: out.as_mut_ptr() as usize,
+            len: 8,
+        };
+        // SAFETY: `out` outlives the loan; nothing writes it.
+        unsafe { l.lend_landing(to) };
+        assert!(l.claim_landing(&piece(1, 0, 3, 8, 0, 8)).is_some());
+        let l2 = l.clone();
+        let t = std::thread::spawn(move || l2.withdraw_landing(Duration::ZERO));
+        // The fence is what ends a real reader's read; here the "reader"
+        // finishes once it sees it.
+        while !l.is_dead() {
+            std::thread::yield_now();
+        }
+        l.landing_done();
+        assert!(t.join().expect("join"));
+        assert!(l.is_dead());
+        assert_eq!(out, vec![0u8; 8]);
     }
 
     #[test]

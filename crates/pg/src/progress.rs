@@ -15,7 +15,7 @@ use crate::config;
 use crate::copy;
 use crate::error::PgError;
 use crate::fault::{self, Point};
-use crate::link::{Front, PeerLink};
+use crate::link::{Front, Landing, PeerLink};
 use crate::plan::{self, Phase, Redo, Reduce, Source, Xfer};
 use crate::reader::answer_pulls;
 use crate::reduce;
@@ -197,6 +197,29 @@ fn run_phase(ctx: &mut Ctx<'_>, ph: &mut Phase) -> Result<(), PgError> {
         // SAFETY: as above: an output range of the op.
         unsafe { std::ptr::write_bytes(d as *mut u8, 0, l) };
     }
+    // Each receive over TCP lends its output to the link's reader, so its
+    // pieces land in place instead of being copied out of a pooled buffer.
+    let mut lent = Lent(Vec::new());
+    for x in ph.recvs.iter().filter(|x| x.len > 0) {
+        if let Some(l) = link(ctx, x.peer) {
+            let taken = lent.0.iter().any(|&o| std::ptr::eq(o, l));
+            if !taken && !l.uses_shm() && !l.is_dead() {
+                let to = Landing {
+                    seq: ctx.seq,
+                    tag: x.tag,
+                    sig: ctx.sig,
+                    ptr: x.ptr,
+                    len: x.len,
+                };
+                // SAFETY: `x` is an output range of the op (valid for
+                // writes until it completes, `Group::submit`) that only this
+                // receive writes; `lent` withdraws it before the phase ends,
+                // and `fail_recv` before it zero-fills it.
+                unsafe { l.lend_landing(to) };
+                lent.0.push(l);
+            }
+        }
+    }
     let spin = ctx.shared.spin();
     loop {
         let seen = ctx.shared.bell().observe();
@@ -247,6 +270,23 @@ fn run_phase(ctx: &mut Ctx<'_>, ph: &mut Phase) -> Result<(), PgError> {
             ctx.shared
                 .bell()
                 .wait(seen, Duration::from_millis(100), spin);
+        }
+    }
+}
+
+/// How long the end of a phase waits for a reader still writing a piece
+/// into a lent output before it fences that peer (which stalled partway
+/// through a piece of a message the op no longer waits for).
+const LANDING_PATIENCE: Duration = Duration::from_secs(2);
+
+/// The links holding a lent output of the running phase; dropping it
+/// withdraws them, however the phase ends.
+struct Lent<'a>(Vec<&'a PeerLink>);
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        for l in &self.0 {
+            l.withdraw_landing(LANDING_PATIENCE);
         }
     }
 }
@@ -344,7 +384,7 @@ fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, PgError> {
                     ctx.partial = true;
                 }
                 ctx.heard |= 1u64 << x.peer;
-                if h.len > 0 {
+                if h.len > 0 && !f.data.is_null() {
                     // SAFETY: `offset + len <= x.len` was checked above, so the
                     // write stays inside the op's output range (valid until
                     // completion, `Group::submit`); the piece holds `len`
@@ -373,6 +413,10 @@ fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, PgError> {
 
 fn fail_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) {
     ctx.failed |= 1u64 << x.peer;
+    if let Some(l) = link(ctx, x.peer) {
+        // The reader may still be landing a piece in the range.
+        l.withdraw_landing(LANDING_PATIENCE);
+    }
     if x.len > 0 {
         // SAFETY: the op's output range of `x.len` bytes (`Group::submit`).
         unsafe { std::ptr::write_bytes(x.ptr as *mut u8, 0, x.len) };
@@ -426,7 +470,10 @@ fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, PgError> {
                     Cls::Ahead => return Err(mismatch(q)),
                     Cls::Cur(f) => {
                         let h = f.hdr;
+                        // A landed piece belongs to a receive, never to a
+                        // reduction.
                         if h.aux != ctx.sig
+                            || f.data.is_null()
                             || h.total != r.len as u64
                             || h.offset as usize != r.pos
                             || h.len as usize != plen

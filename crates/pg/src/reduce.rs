@@ -282,9 +282,9 @@ unsafe fn combine<T: Copy, A: Copy + AvgDiv>(
             let len = BLOCK.min(n - start);
             acc.clear();
             let s0 = (srcs[0] as *const T).add(start);
-            for i in 0..len {
-                acc.push(load(*s0.add(i)));
-            }
+            // One `extend` over a counted range (not a `push` per element,
+            // which checks the capacity each time and stays scalar).
+            acc.extend((0..len).map(|i| load(*s0.add(i))));
             for s in &srcs[1..] {
                 let p = (*s as *const T).add(start);
                 for (i, a) in acc.iter_mut().enumerate() {
