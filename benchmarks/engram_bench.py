@@ -14,7 +14,7 @@ second process owns the tables, read through the shared mapping), ``tcp``
 Shapes: ``upstream`` (H=8, N=50,000, D=16), ``h16`` (H=16, N=262,144,
 D=160), ``27b`` (H=16, N=1,130,000, D=160), ``27b-scaled`` (N=282,500).
 
-``--all`` runs the issue's matrix in subprocesses (starting masters as
+``--all`` runs the full matrix in subprocesses (starting masters as
 needed) and prints a Markdown report. Each measurement is 10 warm-up and
 50 timed lookups; reported: mean, p50, p99 (ms) and tokens/s.
 """
@@ -379,7 +379,7 @@ def report(rows: list[dict[str, Any]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description="EngramStore lookup benchmark")
     ap.add_argument("--role", choices=["one", "owner"], default="one")
-    ap.add_argument("--all", action="store_true", help="run the issue's matrix")
+    ap.add_argument("--all", action="store_true", help="run the full matrix")
     ap.add_argument("--skip-upstream", action="store_true")
     ap.add_argument("--skip-tcp", action="store_true", help="--all: leave out the tcp rows")
     ap.add_argument("--impl", choices=["ours", "numpy", "upstream"], default="ours")

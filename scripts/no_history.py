@@ -28,6 +28,13 @@ PATTERNS = [
     ("numbered log heading", re.compile(r"\b[Ss]essions? [0-9]+")),
     ("section sign", re.compile("\u00a7")),
     ("document outside the repository", re.compile(r"\bshared/(spec|reference)/")),
+    (
+        "spec section named instead of the rule",
+        re.compile(
+            r"\b(store|pg|engram|tensor|engine) spec\b|\bspec [A-Z][0-9]|\bspec [0-9]+\.[0-9]"
+            r"|\bthe issue's\b"
+        ),
+    ),
 ]
 
 # (path relative to the repository root, the stripped line) pairs allowed to match.

@@ -102,8 +102,8 @@ def check_after_join(rank: int, n: int) -> None:
 
 # ------------------------------------------------------------------ scale-up
 def scale_up(rank: int, world: int, port: int) -> None:
-    """Planned scale-up 3 -> 4 into reserved capacity (upstream's scale-up;
-    spec F1/F5): the joiner is local-only until ``join_group``, which blocks
+    """Planned scale-up 3 -> 4 into reserved capacity (upstream's scale-up):
+    the joiner is local-only until ``join_group``, which blocks
     until one healthy rank's ``activate_ranks`` commits; collectives are
     sized to the visible membership before and after; P2P both ways."""
     assert world == 4
@@ -229,7 +229,7 @@ def replace(rank: int, world: int, port: int) -> None:
     """A rank is SIGKILLed; survivors continue at once (detected from its
     closed connection, not a timeout: T is 10 minutes here); a new process
     takes its rank with ``is_extension=True`` and joins; P2P ping-pong with
-    it before and after (spec F2/F3)."""
+    it before and after."""
     assert world == 4
     victim = 1
     if rank >= 100:
@@ -522,7 +522,7 @@ def elastic_bad_input(rank: int, world: int, port: int) -> None:
     expect(ValueError, lambda: mpg.extend_group_size_to(pg, 2), "shrinking capacity")
     expect(ValueError, lambda: mpg.extend_group_size_to(pg, 65), "capacity above 64")
     mpg.extend_group_size_to(pg, 3)  # same size: no-op
-    # Raise capacity locally (spec F6): V and the mask are unchanged.
+    # Raise capacity locally: V and the mask are unchanged.
     mpg.extend_group_size_to(pg, 4)
     eq(mpg.get_active_ranks(pg), i32(1, 1, 1, 0), "mask after extend")
     assert dist.get_world_size() == 3
@@ -646,7 +646,7 @@ def extend_join(rank: int, world: int, port: int) -> None:
 
 # ---------------------------------- recovery after a subgroup was destroyed
 def replace_after_destroy(rank: int, world: int, port: int) -> None:
-    """Recovery after ``destroy_process_group`` of subgroups (spec 7.5: a
+    """Recovery after ``destroy_process_group`` of subgroups (a
     replacement replays the full ``new_group`` sequence, including groups
     that were later destroyed). Group ``g1`` (all three) is destroyed before
     the failure; ``g2`` = {1, 2} is live when rank 2 is SIGKILLed and the

@@ -1137,7 +1137,7 @@ def _over(hint: torch.Tensor, ranks: range, n: int, dtype: torch.dtype) -> torch
 
 
 def pull_recovery(rank: int, world: int, port: int) -> None:
-    """Inclusion is all-or-nothing per rank (pg spec, per-op contract): the
+    """Inclusion is all-or-nothing per rank: the
     top rank exits right after its first piece of a large (two-phase)
     all_reduce reached rank 0, so rank 0 has part of its data and the others
     none; every survivor's result is the exact sum over the ranks its own

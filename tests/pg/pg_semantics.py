@@ -29,7 +29,8 @@ from pg_scenarios import eq, init
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import pg_training_bench
 
-#: Longest any single op may take in these scenarios (the issue's bound).
+#: Longest any single op may take in these scenarios: a failure must end an
+#: op with an error within this bound, never hang it.
 OP_BOUND_S = 30.0
 
 

@@ -1,5 +1,5 @@
 //! Completion state of one submitted op, waited on by `Work.wait()`: done
-//! flag, error, the failed-rank set F_i (pg spec, per-op contract) and the
+//! flag, error, the failed-rank set F_i and the
 //! source of a receive.
 
 use crate::error::PgError;

@@ -1,5 +1,5 @@
 //! Tunables read from the environment when a group is created
-//! (`MOONCAKE_PG_*`, pg spec "Environment"), plus the process-wide silence
+//! (`MOONCAKE_PG_*`), plus the process-wide silence
 //! timeouts that `set_collective_timeout_us` / `set_p2p_timeout_us` change.
 
 use std::sync::atomic::{AtomicU64, Ordering};

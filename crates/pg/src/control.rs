@@ -11,8 +11,8 @@ use std::io::{Read, Write};
 /// error that closes the session).
 const MAX_MESSAGE: usize = 1 << 20;
 
-/// What a member published about itself (pg spec, store keys `peer/{slot}`;
-/// here distributed by the coordinator).
+/// What a member published about itself (the coordinator distributes it
+/// to the group).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct MemberRec {
     /// In-group rank.

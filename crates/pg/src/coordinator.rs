@@ -3,7 +3,7 @@
 //! process's agent over a control session. It owns each group's member
 //! states and active set, serializes membership changes, and publishes them
 //! as epoch-numbered views that every member applies at the same collective
-//! sequence number (upstream design: Coordinator, rank and member states,
+//! sequence number (as upstream's coordinator does: rank and member states,
 //! reconciliation, the three failure-handling modes).
 //!
 //! How a view change runs (two phases, so every member switches at one

@@ -1,5 +1,5 @@
 //! The per-group executor thread: runs queued collectives in sequence order
-//! (pg spec, group model: a per-group executor runs ops in issue order;
+//! (a per-group executor runs ops in issue order;
 //! async ops may pipeline but never reorder). A thread blocked in `wait()`
 //! may run ops inline instead (see `Group::wait`); `exec_lock` makes the two
 //! mutually exclusive.

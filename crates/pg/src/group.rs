@@ -1,5 +1,4 @@
-//! The group model (pg spec, group model; upstream design, dynamic
-//! membership): slot, reserved capacity vs. active set, visible size, the
+//! The group model: slot, reserved capacity vs. active set, visible size, the
 //! links to peers, the op sequence. A [`Group`] owns the shared state and the
 //! threads that run on it (executor, watchdog, sync thread, one reader per
 //! link) and is what the bindings use.

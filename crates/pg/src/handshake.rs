@@ -4,9 +4,8 @@
 //! - a *data link* between two members of one group: the dialer sends
 //!   `"MCPG"`, the protocol version, the group key, its slot and member id;
 //!   the acceptor answers with a status byte and its own member id, and
-//!   acknowledges only a member it currently expects (pg spec, handshake:
-//!   stale records are harmless because the receiver NACKs unknown members
-//!   and the dialer retries);
+//!   acknowledges only a member it currently expects (stale records are
+//!   harmless: the receiver refuses unknown members and the dialer retries);
 //! - a *control session* from a process's agent to a membership
 //!   coordinator: `"MCPC"`, the version and the process's instance id,
 //!   answered by one status byte.

@@ -1,5 +1,5 @@
-//! Point-to-point messaging over the peer sockets (pg spec, point-to-point:
-//! FIFO per (group, source), tags ignored, sends never block on a receive).
+//! Point-to-point messaging over the peer sockets: FIFO per (group,
+//! source), tags ignored, sends never block on a receive.
 //!
 //! Sends write whole messages from the calling thread (GIL released by the
 //! bindings); the peer's reader thread always drains, so sends never
@@ -122,7 +122,7 @@ impl P2p {
     }
 
     /// Forgets what an earlier member of `src` sent and nobody received: a
-    /// replacement starts with empty channels (pg spec, P2P replacement).
+    /// replacement starts with empty channels.
     pub(crate) fn reset_source(&self, src: usize) {
         if let Some(q) = self.st.lock().per_src.get_mut(src) {
             q.unexpected.clear();

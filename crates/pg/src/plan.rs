@@ -400,8 +400,8 @@ pub(crate) fn two_phase(nbytes: usize, esize: usize, n: usize, small: usize) -> 
 }
 
 /// How a reduction is recomputed over whole inputs after a failure left
-/// it with a rank's data included in part of the output only (pg spec,
-/// per-op contract: inclusion is all-or-nothing per rank).
+/// it with a rank's data included in part of the output only (inclusion
+/// is all-or-nothing per rank).
 #[derive(Debug)]
 pub(crate) struct Redo {
     /// This rank's input ranges `(address, bytes)` to retain, concatenated

@@ -2,7 +2,7 @@
 //! (`plan`), pushes pieces, matches incoming pieces by `(seq, tag)`, reduces
 //! in rank order straight out of the channel, and sleeps on the group
 //! doorbell when nothing can move. Peers found dead during the op become
-//! its failed set F_i (pg spec, per-op contract).
+//! its failed set F_i.
 //!
 //! Inclusion is all-or-nothing per rank (same contract): a reduction whose
 //! algorithm can lose a rank's data partway (`plan::redo`) first retains a
@@ -530,8 +530,8 @@ fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, PgError> {
     }
 }
 
-/// Recomputes a reduction over whole inputs (pg spec, per-op contract:
-/// inclusion is all-or-nothing per rank): pulls every other member's
+/// Recomputes a reduction over whole inputs (inclusion is all-or-nothing
+/// per rank): pulls every other member's
 /// retained input range for this op, then reduces, in rank order, our own
 /// retained copy and every input that arrived whole into `dst`. The op's
 /// failed set becomes the members whose input could not be obtained (dead,

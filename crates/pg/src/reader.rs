@@ -1,9 +1,9 @@
 //! The reader thread of one peer link: drains the socket until EOF or error,
 //! answers PINGs, queues collective pieces, feeds P2P frames to the matcher
 //! and records control frames. When the stream ends the peer is declared
-//! failed (pg spec, failure model: a connection error is noticed at once).
+//! failed (a connection error is noticed at once).
 //!
-//! It also answers pulls (pg spec, per-op contract: reader threads answer
+//! It also answers pulls (reader threads answer
 //! the pull requests for retained inputs) and lands the answers to ours,
 //! and records the peer's completed-seq watermarks (PONGs, and the seq of
 //! every collective piece) so retained inputs are released. A held range is

@@ -1,5 +1,4 @@
-//! Input retention and pulls for all-or-nothing reductions (pg spec,
-//! per-op contract: "inclusion is all-or-nothing per rank").
+//! Input retention and pulls for all-or-nothing reductions.
 //!
 //! A reduction that moves a rank's input in several pieces (or, in the
 //! two-phase all_reduce, reduces chunks on different ranks) can lose a

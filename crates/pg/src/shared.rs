@@ -221,8 +221,7 @@ impl Shared {
         q.pop_front()
     }
 
-    /// Reports an op's outcome (pg spec per-op contract and upstream's
-    /// failure-handling modes): without failures, or with no coordinator,
+    /// Reports an op's outcome: without failures, or with no coordinator,
     /// it completes now (auto mode first clears the failed ranks locally);
     /// with `auto_sync_on_failure` the completion waits until the
     /// coordinator has reconciled the failure and this member applied the

@@ -5,7 +5,7 @@
 //! The receiver owns its segment; senders map it and push pieces into "their"
 //! ring, then ring the receiver's doorbell. A consumer that frees a slot rings
 //! the producer's doorbell (in the producer's own segment). Nobody spins.
-//! (pg spec, same-host shared memory: rings per peer pair, unlinked once both
+//! (rings per peer pair, unlinked once both
 //! sides mapped them; TCP still carries control and liveness.)
 
 use crate::copy;

@@ -1,4 +1,4 @@
-//! The per-group liveness watchdog (pg spec, detection and bound): while
+//! The per-group liveness watchdog: while
 //! anything waits on a peer (a running collective, a posted receive, a
 //! send awaiting its acknowledgement, a blocked write), it PINGs that peer every `min(T/4, 100 ms)` and fences it
 //! once it has been silent for T (no frame received, no write completed).

@@ -4,7 +4,7 @@
 //! Layout (40 bytes, little-endian): `kind u8, flags u8, pad [u8;2],
 //! phase u32, seq u64, total u64, offset u64, len u32, aux u32`.
 //!
-//! Pulls (pg spec, per-op contract: a rank that must recompute a reduction
+//! Pulls (a rank that must recompute a reduction
 //! pulls the survivors' original inputs for that `seq`): [`KIND_PULL_REQ`]
 //! carries the pull id in `phase`, the op in `seq`, the byte range in
 //! `offset`/`total`; each [`KIND_PULL_RESP`] carries the same id and seq, and
