@@ -69,4 +69,4 @@ pub use dtype::{DType, ReduceOp};
 pub use error::{ErrorKind, PgError};
 pub use fault::{clear as clear_faults, inject as inject_faults, stats as fault_stats};
 pub use group::{Group, GroupParams, PeerInfo, ProposeOutcome, SyncOutcome};
-pub use plan::{OpArgs, OpKind, KINDS};
+pub use plan::{reduces, OpArgs, OpKind, KINDS};

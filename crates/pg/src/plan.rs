@@ -234,7 +234,26 @@ pub struct OpArgs {
     pub root: usize,
 }
 
+/// Whether the op named `name` reduces: only then do its element type and
+/// operator matter; every other op moves raw bytes.
+pub fn reduces(name: &str) -> bool {
+    matches!(name, "all_reduce" | "reduce_scatter" | "reduce")
+}
+
 impl OpKind {
+    /// [`OpKind::from_args`] from wire codes: the element type `dt` and the
+    /// operator `op` are decoded (and must be known) for an op that
+    /// [`reduces`], and ignored otherwise. Also returns the operator code
+    /// the op carries (0 for an op that does not reduce).
+    pub fn from_codes(name: &str, a: OpArgs, dt: u32, op: u32) -> Result<(OpKind, u32), PgError> {
+        if reduces(name) {
+            let k = Self::from_args(name, a, DType::from_code(dt)?, ReduceOp::from_code(op)?)?;
+            Ok((k, op))
+        } else {
+            Ok((Self::from_args(name, a, DType::U8, ReduceOp::Sum)?, 0))
+        }
+    }
+
     /// Builds the op named `name` (one of [`KINDS`]) from uniform arguments.
     /// Single-buffer ops take `srcs[0]` / `dsts[0]` (0 when absent).
     pub fn from_args(name: &str, a: OpArgs, dtype: DType, op: ReduceOp) -> Result<OpKind, PgError> {
@@ -659,6 +678,46 @@ fn gather_into(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn args() -> OpArgs {
+        OpArgs {
+            srcs: vec![0x1000],
+            dsts: vec![0x2000],
+            nbytes: 64,
+            src_lens: Vec::new(),
+            dst_lens: Vec::new(),
+            root: 0,
+        }
+    }
+
+    #[test]
+    fn only_reductions_decode_their_dtype_and_operator() {
+        let f32 = DType::F32.code();
+        let max = ReduceOp::Max.code();
+        let (k, op) = OpKind::from_codes("all_reduce", args(), f32, max).expect("all_reduce");
+        assert_eq!(op, max);
+        assert!(matches!(
+            k,
+            OpKind::AllReduce {
+                dtype: DType::F32,
+                op: ReduceOp::Max,
+                ..
+            }
+        ));
+        // An unknown operator fails a reduction ...
+        assert!(matches!(
+            OpKind::from_codes("reduce", args(), f32, 999),
+            Err(PgError::UnknownOp(999))
+        ));
+        assert!(matches!(
+            OpKind::from_codes("reduce_scatter", args(), 999, max),
+            Err(PgError::UnknownDtype(999))
+        ));
+        // ... and is ignored by an op that moves bytes.
+        let (_, op) = OpKind::from_codes("broadcast", args(), 999, 999).expect("broadcast");
+        assert_eq!(op, 0);
+        assert!(reduces("all_reduce") && !reduces("all_gather") && !reduces("barrier"));
+    }
 
     #[test]
     fn chunks_cover_everything() {

@@ -333,20 +333,11 @@ impl PgGroup {
             dst_lens: dst_lens.unwrap_or_default(),
             root,
         };
-        let reduces = matches!(kind, "all_reduce" | "reduce_scatter" | "reduce");
-        let (dtype, redop) = if reduces {
-            (
-                DType::from_code(dt).map_err(py_err)?,
-                ReduceOp::from_code(op).map_err(py_err)?,
-            )
-        } else {
-            (DType::U8, ReduceOp::Sum)
-        };
-        let k = OpKind::from_args(kind, args, dtype, redop).map_err(py_err)?;
+        let (k, op) = OpKind::from_codes(kind, args, dt, op).map_err(py_err)?;
         // SAFETY: mooncake.pg passes addresses and sizes of contiguous
         // tensors it keeps alive in the Work (and its in-flight registry)
         // until this op completes.
-        self.coll(unsafe { self.g.submit(k, dt, if reduces { op } else { 0 }) })
+        self.coll(unsafe { self.g.submit(k, dt, op) })
     }
 
     /// Sends from the calling thread with the GIL released.
