@@ -543,6 +543,7 @@ impl MasterState {
                         .rewrite_start()
                         .is_some_and(|t| now.saturating_duration_since(t) <= discard);
                     if young {
+                        o.note_waiting_reader();
                         return Err(i);
                     }
                     Err(ErrorCode::ReplicaIsNotReady)
@@ -1153,6 +1154,34 @@ mod tests {
         let (v3, c) = start_with(&st, "k", 100, &same_host()).unwrap();
         assert!(v3 > v2);
         assert_ne!(c, a);
+        assert_eq!(st.metrics.upsert_in_place.get(), 1);
+    }
+
+    #[test]
+    fn a_reader_held_by_a_rewrite_is_not_held_again_by_the_next_one() {
+        let st = state_unreachable_owner();
+        let (v1, a) = start_with(&st, "k", 100, &same_host()).unwrap();
+        commit(&st, "k", v1);
+        let (v2, _) = start_with(&st, "k", 100, &same_host()).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let st = Arc::clone(&st);
+            std::thread::spawn(move || tx.send(st.get_replica_list(&keys("k"), true)))
+        };
+        // Once the lookup is waiting, the rewrite commits and the writer
+        // starts again before the reader gets the lock: that upsert must
+        // not rewrite in place a second time.
+        while !st.inner.lock().objects["k"].reader_waiting() {
+            std::thread::yield_now();
+        }
+        commit(&st, "k", v2);
+        let (v3, c) = start_with(&st, "k", 100, &same_host()).unwrap();
+        assert_ne!(c, a, "a waiting reader's key is not rewritten again");
+        let got = rx.recv().unwrap().remove(0).unwrap();
+        reader.join().unwrap().unwrap();
+        // The reader got the committed version (v2, rewritten in place).
+        assert_eq!(got.replicas[0].offset, a);
+        commit(&st, "k", v3);
         assert_eq!(st.metrics.upsert_in_place.get(), 1);
     }
 

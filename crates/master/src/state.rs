@@ -117,6 +117,11 @@ struct Extra {
     /// place: the key exists, and lookups wait for the write to end
     /// instead of failing.
     rewrite: bool,
+    /// A lookup waited for an in-place rewrite and has not read yet: the
+    /// next upsert writes a new version beside the value instead of
+    /// rewriting it again, so a writer in a loop cannot keep a reader
+    /// waiting.
+    reader_waiting: bool,
 }
 
 impl Extra {
@@ -125,6 +130,7 @@ impl Extra {
             && self.readers.is_empty()
             && self.upserts.is_empty()
             && !self.rewrite
+            && !self.reader_waiting
     }
 }
 
@@ -249,6 +255,17 @@ impl Object {
         let e = self.extra_mut();
         e.readers.retain(|(_, exp)| *exp > now);
         e.readers.push((ticket, expiry));
+        e.reader_waiting = false;
+    }
+
+    /// A lookup is waiting for the in-place rewrite in flight.
+    pub(crate) fn note_waiting_reader(&mut self) {
+        self.extra_mut().reader_waiting = true;
+    }
+
+    /// Whether a lookup waited for a rewrite and has not read since.
+    pub(crate) fn reader_waiting(&self) -> bool {
+        self.extra.as_ref().is_some_and(|e| e.reader_waiting)
     }
 
     /// The read of `ticket` ended.

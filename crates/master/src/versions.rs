@@ -22,8 +22,10 @@
 //! writer gets the replicas, their owners forget the committed version (a
 //! master that restarts meanwhile never serves half-written bytes); while
 //! the write is in flight the object is PROCESSING, and lookups, removals
-//! and other upserts of the key wait for it to end rather than fail. A
-//! rewrite that is revoked or goes stale takes the key with it.
+//! and other upserts of the key wait for it to end rather than fail; a
+//! lookup that had to wait makes the next upsert of the key write a new
+//! version beside it, so a writer looping on the key cannot keep a reader
+//! waiting. A rewrite that is revoked or goes stale takes the key with it.
 //!
 //! Retired versions count against capacity until freed, and eviction never
 //! sees them. A key may hold at most `max_pending_versions_per_key` of them:
@@ -46,7 +48,7 @@ const REWRITE_RECHECK: Duration = Duration::from_millis(20);
 impl Inner {
     /// Whether an upsert of `o` with `size` bytes under `cfg` may rewrite
     /// its committed replicas in place at `now`: no read may be in flight
-    /// and no other upsert, the size, replica count and placement stay, no
+    /// or waiting for an earlier rewrite, and no other upsert, the size, replica count and placement stay, no
     /// disk copy exists, and the writer reaches every replica through
     /// memory (its own segment, or one on its host while its same-host path
     /// is on), so the write cannot stop half done on a broken connection;
@@ -66,6 +68,7 @@ impl Inner {
             && o.replicas.len() == cfg.replica_num.max(1) as usize
             && o.upserts().is_empty()
             && !o.being_read(now)
+            && !o.reader_waiting()
             && o.replicas.iter().all(|r| {
                 self.segments.by_id(r.seg).is_some_and(|s| {
                     let by_memory = cfg.writer_own_segments.contains(&s.desc.name)
