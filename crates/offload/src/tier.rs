@@ -461,12 +461,8 @@ impl DiskTier {
             if g.open == Some(id) {
                 g.open = None;
             }
-            if let Some(b) = g.buckets.remove(&id) {
-                for k in b.keys {
-                    if let Some(l) = g.index.remove(&k) {
-                        out.keys.push((k, l.entry.version));
-                    }
-                }
+            if let Some(gone) = take_bucket(g, id) {
+                out.keys.extend(gone);
                 out.ids.push(id);
             }
         }
@@ -645,17 +641,7 @@ impl DiskTier {
             g.scanned = None;
         } else if let Err(e) = self.write_meta(g, id) {
             tracing::warn!(bucket = id, error = %e, "cannot rewrite a bucket's meta file; dropping the bucket");
-            let keys: Vec<String> = g
-                .buckets
-                .remove(&id)
-                .map(|b| b.keys.into_iter().collect())
-                .unwrap_or_default();
-            let mut gone = Vec::new();
-            for k in keys {
-                if let Some(l) = g.index.remove(&k) {
-                    gone.push((k, l.entry.version));
-                }
-            }
+            let gone = take_bucket(g, id).unwrap_or_default();
             if let Some(h) = self.handler.read().as_ref() {
                 h(&gone);
             }
@@ -725,17 +711,7 @@ impl DiskTier {
                 }
             }
             Err(e) => {
-                let keys: Vec<String> = g
-                    .buckets
-                    .remove(&id)
-                    .map(|b| b.keys.into_iter().collect())
-                    .unwrap_or_default();
-                let mut gone = Vec::new();
-                for k in keys {
-                    if let Some(l) = g.index.remove(&k) {
-                        gone.push((k, l.entry.version));
-                    }
-                }
+                let gone = take_bucket(&mut g, id).unwrap_or_default();
                 g.scanned = None;
                 drop(g);
                 tracing::warn!(bucket = id, error = %e, objects = gone.len(), "cannot seal a bucket; dropping it");
@@ -894,6 +870,21 @@ impl Drop for DiskTier {
     fn drop(&mut self) {
         self.flush();
     }
+}
+
+/// Take bucket `id` out of `g` together with its keys' index records: the
+/// `(key, version)` of every record that was in it (`None`: no such bucket).
+fn take_bucket(g: &mut Inner, id: u64) -> Option<Vec<(String, u64)>> {
+    let b = g.buckets.remove(&id)?;
+    Some(
+        b.keys
+            .into_iter()
+            .filter_map(|k| {
+                let v = g.index.remove(&k)?.entry.version;
+                Some((k, v))
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
