@@ -153,19 +153,29 @@ impl Inner {
 
     /// Tell the owners of `replicas` (outside `local`) to forget their
     /// entries at `version`, without releasing space (whoever dropped the
-    /// write releases it).
-    pub(crate) fn forget_entries(&self, version: u64, replicas: &[Replica], local: &[String]) {
-        for r in replicas {
-            if let Some(seg) = self.segments.by_id(r.seg) {
+    /// write releases it, or the space stays in use, as for an in-place
+    /// rewrite). Returns the acks to wait for where that matters.
+    pub(crate) fn forget_entries(
+        &self,
+        version: u64,
+        replicas: &[Replica],
+        local: &[String],
+    ) -> Waits {
+        replicas
+            .iter()
+            .filter_map(|r| {
+                let seg = self.segments.by_id(r.seg)?;
                 if local.contains(&seg.desc.name) {
-                    continue;
+                    return None;
                 }
-                seg.ledger.push(LedgerOp::Forget {
+                let q = Arc::clone(&seg.ledger);
+                let seq = q.push(LedgerOp::Forget {
                     offset: r.offset,
                     version,
                 });
-            }
-        }
+                Some((q, seq))
+            })
+            .collect()
     }
 
     /// Forget committed `replicas` at `version` whose write lost

@@ -171,11 +171,10 @@ impl MasterState {
                 let old = o.version;
                 let replicas = o.replicas.to_vec();
                 o.begin_rewrite(version, now, hard_pin, pin);
-                rewrite_waits.extend(g.forget_for_rewrite(
-                    old,
-                    &replicas,
-                    &cfg.writer_own_segments,
-                ));
+                // The owners forget the old version before the writer gets
+                // the bytes; the writer drops its own segments' entries
+                // itself before it copies.
+                rewrite_waits.extend(g.forget_entries(old, &replicas, &cfg.writer_own_segments));
                 let mut locs: Vec<_> = replicas
                     .iter()
                     .filter_map(|r| g.replica_loc(r, size))
@@ -371,7 +370,7 @@ impl MasterState {
                 // replicas' space is released by whoever dropped it; the
                 // owners forget the entries again.
                 unhand(&mut handed, k, c.version);
-                g.forget_entries(c.version, &c.replicas, local);
+                let _ = g.forget_entries(c.version, &c.replicas, local);
                 continue;
             };
             let (gone, keep): (Vec<Replica>, Vec<Replica>) =

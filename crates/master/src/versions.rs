@@ -83,34 +83,6 @@ impl Inner {
             })
     }
 
-    /// The owners of `replicas` forget the committed `version` that is
-    /// about to be rewritten in place (the space stays allocated). Returns
-    /// the acks to wait for before the writer may touch the bytes. A writer
-    /// drops the entries of its own segments (`own`) itself before it
-    /// copies, so those are not sent.
-    pub(crate) fn forget_for_rewrite(
-        &self,
-        version: u64,
-        replicas: &[Replica],
-        own: &[String],
-    ) -> Waits {
-        replicas
-            .iter()
-            .filter_map(|r| {
-                let seg = self.segments.by_id(r.seg)?;
-                if own.contains(&seg.desc.name) {
-                    return None;
-                }
-                let q = Arc::clone(&seg.ledger);
-                let seq = q.push(LedgerOp::Forget {
-                    offset: r.offset,
-                    version,
-                });
-                Some((q, seq))
-            })
-            .collect()
-    }
-
     /// Retire the committed `replicas` of `key` at `version`: their owners
     /// forget them now (through `handed` for segments in `local`, which the
     /// writer records itself, otherwise through the owner's queue, whose
