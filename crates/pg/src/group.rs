@@ -160,6 +160,7 @@ impl Group {
             founding: AtomicBool::new(!p.is_extension),
             epoch: AtomicU64::new(0),
             views: Mutex::new(vec![View { from_seq: 0, mask }]),
+            fenced_before: Mutex::new(None),
             gate: Mutex::new(None),
             members: RwLock::new(vec![None; p.capacity]),
             order: AtomicU64::new(0),

@@ -11,7 +11,7 @@ use crate::engine::{Incoming, LinkHandler};
 use crate::error::PgError;
 use crate::link::PeerLink;
 use crate::reader::reader_loop;
-use crate::shared::{Gate, Shared, View};
+use crate::shared::{FencedBefore, Gate, Shared, View};
 use crate::shm::Segment;
 use crate::wire::{Hdr, KIND_MAPPED};
 use std::net::TcpStream;
@@ -211,6 +211,13 @@ impl Shared {
         self.submit_bell.ring();
     }
 
+    /// Publishes the active set: the atomic, then the caller's int32 mirror,
+    /// so a reader that sees the epoch that follows also sees the mirror.
+    fn set_mask(&self, mask: u64) {
+        self.mask.store(mask, Ordering::Release);
+        self.write_mask();
+    }
+
     fn wake_all(&self) {
         self.write_mask();
         self.submit_bell.ring();
@@ -306,11 +313,11 @@ impl GroupSink for Shared {
                 self.active.store(true, Ordering::Release);
                 self.joining.store(false, Ordering::Release);
             }
-            self.mask.store(active, Ordering::Release);
+            self.set_mask(active);
         } else if was_active {
             self.views.lock().push(View { from_seq, mask: me });
             self.active.store(false, Ordering::Release);
-            self.mask.store(me, Ordering::Release);
+            self.set_mask(me);
         }
         self.epoch.store(epoch, Ordering::Release);
         self.clear_gate(Some(txn));
@@ -336,16 +343,30 @@ impl GroupSink for Shared {
 
     fn on_fenced(&self, epoch: u64) {
         let me = 1u64 << self.rank;
+        {
+            // Collectives submitted before the fence but not yet run lose
+            // every peer of the view they were submitted under: they run
+            // local-only and flag those peers in their hints.
+            let _q = self.queue.lock();
+            let mut views = self.views.lock();
+            let before = std::mem::replace(
+                &mut *views,
+                vec![View {
+                    from_seq: 0,
+                    mask: me,
+                }],
+            );
+            *self.fenced_before.lock() = Some(FencedBefore {
+                next_seq: self.next_seq.load(Ordering::Acquire),
+                views: before,
+            });
+        }
         self.fenced.store(true, Ordering::Release);
         self.active.store(false, Ordering::Release);
         for l in self.links().iter().flatten() {
             l.fence();
         }
-        *self.views.lock() = vec![View {
-            from_seq: 0,
-            mask: me,
-        }];
-        self.mask.store(me, Ordering::Release);
+        self.set_mask(me);
         self.epoch.store(epoch, Ordering::Release);
         self.clear_gate(None);
         eprintln!(

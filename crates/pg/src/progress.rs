@@ -81,7 +81,15 @@ pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
     // Snapshot S: the op's view, minus peers already known dead. Those are
     // flagged in the op's failed set (so survivors agree on C when the
     // failure predates the op) unless a committed view already removed them.
-    let mut known_dead = 0u64;
+    let mut known_dead = if shared.fenced.load(Ordering::Acquire) {
+        shared
+            .fenced_before
+            .lock()
+            .as_ref()
+            .map_or(0, |f| f.lost_peers(op.seq, me))
+    } else {
+        0
+    };
     let mut active: Vec<usize> = Vec::with_capacity(mask.count_ones() as usize + 1);
     for i in (0..64).filter(|i| mask >> i & 1 == 1) {
         // A peer that said BYE (orderly destroy) stays in S: what it sent

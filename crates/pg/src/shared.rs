@@ -51,6 +51,33 @@ pub(crate) struct View {
     pub(crate) mask: u64,
 }
 
+/// What a member dropped for failure owes the collectives submitted before
+/// the drop: those with `seq < next_seq` ran under `views`, so the peers
+/// those views held are missing from their results.
+#[derive(Debug)]
+pub(crate) struct FencedBefore {
+    /// First collective submitted after the drop.
+    pub(crate) next_seq: u64,
+    /// The views in force before the drop, oldest first.
+    pub(crate) views: Vec<View>,
+}
+
+impl FencedBefore {
+    /// Peers of the view collective `seq` was submitted under, or none when
+    /// it was submitted after the drop.
+    pub(crate) fn lost_peers(&self, seq: u64, me: usize) -> u64 {
+        if seq >= self.next_seq {
+            return 0;
+        }
+        self.views
+            .iter()
+            .rev()
+            .find(|v| v.from_seq <= seq)
+            .or(self.views.first())
+            .map_or(0, |v| v.mask & !(1u64 << me))
+    }
+}
+
 /// A prepared view change: no collective at or past `seq` may start.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Gate {
@@ -99,6 +126,9 @@ pub(crate) struct Shared {
     pub(crate) epoch: AtomicU64,
     /// Views for the executor, oldest first.
     pub(crate) views: Mutex<Vec<View>>,
+    /// Set when this member is dropped for failure: the collectives
+    /// submitted before then and the views they were submitted under.
+    pub(crate) fenced_before: Mutex<Option<FencedBefore>>,
     /// The prepared view change, if any.
     pub(crate) gate: Mutex<Option<Gate>>,
     /// Known member records by slot (expected link dialers).
@@ -345,5 +375,35 @@ impl Shared {
                 unsafe { (ptr as *mut i32).add(i).write_volatile((m >> i & 1) as i32) };
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FencedBefore, View};
+
+    #[test]
+    fn a_drop_flags_the_peers_of_collectives_submitted_before_it() {
+        let f = FencedBefore {
+            next_seq: 10,
+            views: vec![
+                View {
+                    from_seq: 0,
+                    mask: 0b0111,
+                },
+                View {
+                    from_seq: 5,
+                    mask: 0b1111,
+                },
+            ],
+        };
+        // Member 1: collectives 0-4 ran over {0,1,2}, 5-9 over {0,1,2,3}.
+        assert_eq!(f.lost_peers(0, 1), 0b0101);
+        assert_eq!(f.lost_peers(4, 1), 0b0101);
+        assert_eq!(f.lost_peers(5, 1), 0b1101);
+        assert_eq!(f.lost_peers(9, 1), 0b1101);
+        // Submitted after the drop: local-only by design, nothing lost.
+        assert_eq!(f.lost_peers(10, 1), 0);
+        assert_eq!(f.lost_peers(11, 1), 0);
     }
 }
