@@ -116,6 +116,15 @@ def test_cross_host_connections_choose_their_congestion_control_and_parts(
     assert reader.call("get", key="cc4096", size=4096, seed=4096)["rc"] == 4096
     client, server = _data_connections(net, owner, reader)
     assert len(client) == 1 and set(client) == {want} and set(server) == {want}, (client, server)
+    # The owner's data listener carries the algorithm itself, so accepted
+    # connections start under it (one switched from bbr after its handshake
+    # would keep bbr's pacing timer).
+    listening = [
+        cc
+        for loc, _, cc in tcp_sockets(net, owner.host, owner.proc.pid, "listening")
+        if loc.startswith(owner.ip)
+    ]
+    assert listening and set(listening) == {want}, listening
 
     before = reader.call("stats")
     assert reader.call("get", key=f"cc{MiB}", size=MiB, seed=MiB)["rc"] == MiB

@@ -78,6 +78,12 @@ def test_ranks_on_two_hosts_meet_through_init_method_and_links_avoid_pacing(
     # Rank links (not the TCP store's connections, which torch owns) are cubic.
     ours = [cc for _, _, cc in links if cc == "cubic"]
     assert len(ours) >= 2, links
+    # Each rank's link listener is set to cubic before it accepts anything,
+    # so no rank link starts under bbr (whose pacing timer would survive a
+    # later switch).
+    for host, p in zip(("c1", "c2"), ranks, strict=True):
+        listening = [cc for _, _, cc in tcp_sockets(net, host, p.pid, "listening")]
+        assert "cubic" in listening, (host, listening)
     for p in ranks:
         assert p.stdin is not None
         p.stdin.close()

@@ -248,6 +248,7 @@ impl TransferEngine {
             EngineError::new(kind, format!("cannot bind the RPC port {bind_host}:{want}"))
                 .with_source(e)
         })?;
+        mooncake_common::tcp_tune::tune_data_listener(&listener);
         let rpc_port = listener
             .local_addr()
             .map_err(|e| EngineError::new(ErrorKind::Internal, "RPC port").with_source(e))?

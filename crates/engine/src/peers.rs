@@ -13,7 +13,7 @@ use mooncake_common::framing::{
 };
 use mooncake_common::limits::reusable;
 use mooncake_common::spin_read::{spin_budget, spin_until_readable};
-use mooncake_common::tcp_tune::{congestion_of, paces, tune_data_stream};
+use mooncake_common::tcp_tune::{congestion_of, connect_data, paces};
 use mooncake_common::AuthKey;
 use mooncake_transfer::sockio::{iov, recv_all, send_all};
 use parking_lot::Mutex;
@@ -157,10 +157,9 @@ impl Pool {
         }
         let mut last = io::Error::new(io::ErrorKind::NotFound, "the name resolves to no address");
         for addr in endpoint.to_socket_addrs()? {
-            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT.min(timeout)) {
+            match connect_data(&addr, CONNECT_TIMEOUT.min(timeout)) {
                 Ok(mut s) => {
                     s.set_nodelay(true)?;
-                    tune_data_stream(&s);
                     let paced = congestion_of(&s).is_none_or(|cc| paces(&cc));
                     self.paced.lock().insert(endpoint.to_string(), paced);
                     s.set_read_timeout(Some(timeout))?;

@@ -12,7 +12,7 @@ use crate::admission;
 use crate::error::PgError;
 use crate::handshake::{self, Accepted, LinkHello};
 use mooncake_common::limits::ConnPermit;
-use mooncake_common::tcp_tune::tune_data_stream;
+use mooncake_common::tcp_tune::{connect_data, tune_data_listener, tune_data_stream};
 use mooncake_common::AuthKey;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -67,6 +67,7 @@ pub(crate) fn engine() -> Result<Arc<Engine>, PgError> {
     }
     let listener =
         TcpListener::bind(("0.0.0.0", 0)).map_err(|e| PgError::io("bind PG listener", e))?;
+    tune_data_listener(&listener);
     let port = listener
         .local_addr()
         .map_err(|e| PgError::io("PG listener address", e))?
@@ -201,9 +202,8 @@ pub(crate) fn dial(
         .to_socket_addrs()?
         .next()
         .ok_or_else(|| std::io::Error::other(format!("cannot resolve {endpoint}")))?;
-    let mut s = TcpStream::connect_timeout(&addr, timeout.max(Duration::from_millis(10)))?;
+    let mut s = connect_data(&addr, timeout.max(Duration::from_millis(10)))?;
     s.set_nodelay(true)?;
-    tune_data_stream(&s);
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     if !handshake::link_dial(&mut s, hello, expect_member, auth)? {
         return Ok(None);

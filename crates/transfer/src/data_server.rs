@@ -20,7 +20,7 @@ use mooncake_common::auth::unix_ms;
 use mooncake_common::framing::{server_handshake, Service};
 use mooncake_common::limits::{AcceptBackoff, ConnLimits, ConnPermit, ConnTracker};
 use mooncake_common::spin_read::SpinReader;
-use mooncake_common::tcp_tune::tune_data_stream;
+use mooncake_common::tcp_tune::{tune_data_listener, tune_data_stream};
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use parking_lot::{Mutex, RwLock};
 use std::io::{self, BufRead, Read, Write};
@@ -92,6 +92,7 @@ impl DataServer {
         limits: ConnLimits,
     ) -> io::Result<DataServer> {
         let addr = listener.local_addr()?;
+        tune_data_listener(&listener);
         let stopped = Arc::new(AtomicBool::new(false));
         let conns: Arc<Mutex<Vec<Weak<TcpStream>>>> = Arc::new(Mutex::new(Vec::new()));
         let st = Arc::clone(&stopped);

@@ -12,7 +12,7 @@ use crate::sockio::{iov, recv_status_then, send_all};
 use mooncake_common::framing::{client_handshake, Service};
 use mooncake_common::limits::reusable;
 use mooncake_common::spin_read::{spin_budget, spin_until_readable};
-use mooncake_common::tcp_tune::{congestion_of, paces, tune_data_stream};
+use mooncake_common::tcp_tune::{congestion_of, connect_data, paces};
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -72,9 +72,8 @@ impl TcpPool {
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "bad endpoint"))?;
-        let mut s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
+        let mut s = connect_data(&addr, CONNECT_TIMEOUT)?;
         s.set_nodelay(true)?;
-        tune_data_stream(&s);
         let paced = congestion_of(&s).is_none_or(|cc| paces(&cc));
         if self.paced.lock().insert(endpoint.to_string(), paced) != Some(paced) {
             tracing::debug!(peer = endpoint, paced, "data connection congestion control");
