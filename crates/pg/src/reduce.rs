@@ -255,7 +255,9 @@ unsafe fn combine<T: Copy, A: Copy + AvgDiv>(
     avg: Option<usize>,
 ) {
     let dst = dst as *mut T;
-    // SAFETY: all offsets are below `n`, inside the ranges the caller vouches for.
+    // SAFETY: all offsets are below `n`, inside the ranges the caller vouches
+    // for; a mutable slice over `dst` is made only where no shared slice
+    // overlaps it (`dst` is that source itself, or apart from it).
     unsafe {
         if srcs.len() == 1 {
             let a = srcs[0] as *const T;
@@ -271,8 +273,37 @@ unsafe fn combine<T: Copy, A: Copy + AvgDiv>(
         if srcs.len() == 2 && avg.is_none() {
             let a = srcs[0] as *const T;
             let b = srcs[1] as *const T;
-            for i in 0..n {
-                *dst.add(i) = store(f(load(*a.add(i)), load(*b.add(i))));
+            // Slices (the destination either is a source or overlaps
+            // neither) let the compiler vectorize; a partial overlap keeps
+            // the element-by-element loop.
+            let bytes = n * std::mem::size_of::<T>();
+            let apart = |p: *const T| {
+                let (x, y) = (p as usize, dst as usize);
+                x + bytes <= y || y + bytes <= x
+            };
+            if dst as *const T == a && apart(b) {
+                let d = std::slice::from_raw_parts_mut(dst, n);
+                let b = std::slice::from_raw_parts(b, n);
+                for (x, y) in d.iter_mut().zip(b) {
+                    *x = store(f(load(*x), load(*y)));
+                }
+            } else if dst as *const T == b && apart(a) {
+                let d = std::slice::from_raw_parts_mut(dst, n);
+                let a = std::slice::from_raw_parts(a, n);
+                for (y, x) in d.iter_mut().zip(a) {
+                    *y = store(f(load(*x), load(*y)));
+                }
+            } else if apart(a) && apart(b) {
+                let d = std::slice::from_raw_parts_mut(dst, n);
+                let a = std::slice::from_raw_parts(a, n);
+                let b = std::slice::from_raw_parts(b, n);
+                for ((z, x), y) in d.iter_mut().zip(a).zip(b) {
+                    *z = store(f(load(*x), load(*y)));
+                }
+            } else {
+                for i in 0..n {
+                    *dst.add(i) = store(f(load(*a.add(i)), load(*b.add(i))));
+                }
             }
             return;
         }
@@ -281,23 +312,29 @@ unsafe fn combine<T: Copy, A: Copy + AvgDiv>(
         while start < n {
             let len = BLOCK.min(n - start);
             acc.clear();
-            let s0 = (srcs[0] as *const T).add(start);
-            // One `extend` over a counted range (not a `push` per element,
-            // which checks the capacity each time and stays scalar).
-            acc.extend((0..len).map(|i| load(*s0.add(i))));
+            let s0 = std::slice::from_raw_parts((srcs[0] as *const T).add(start), len);
+            // One `extend` over a slice (not a `push` per element, which
+            // checks the capacity each time and stays scalar).
+            acc.extend(s0.iter().map(|x| load(*x)));
             for s in &srcs[1..] {
-                let p = (*s as *const T).add(start);
-                for (i, a) in acc.iter_mut().enumerate() {
-                    *a = f(*a, load(*p.add(i)));
+                let p = std::slice::from_raw_parts((*s as *const T).add(start), len);
+                for (a, x) in acc.iter_mut().zip(p) {
+                    *a = f(*a, load(*x));
                 }
             }
-            let d = dst.add(start);
-            for (i, a) in acc.iter().enumerate() {
-                let v = match avg {
-                    Some(div) => a.avg_div(div),
-                    None => *a,
-                };
-                *d.add(i) = store(v);
+            // Every source slice of this block is gone: `dst` may alias them.
+            let d = std::slice::from_raw_parts_mut(dst.add(start), len);
+            match avg {
+                Some(div) => {
+                    for (o, a) in d.iter_mut().zip(&acc) {
+                        *o = store(a.avg_div(div));
+                    }
+                }
+                None => {
+                    for (o, a) in d.iter_mut().zip(&acc) {
+                        *o = store(*a);
+                    }
+                }
             }
             start += len;
         }
@@ -326,6 +363,57 @@ impl AvgDiv for f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_sources_in_place_apart_and_overlapping() {
+        // buf holds x = [0..8) at 0..8 and y = [100..108) at 8..16.
+        let fresh = || -> Vec<f32> {
+            (0..8)
+                .map(|i| i as f32)
+                .chain((100..108).map(|i| i as f32))
+                .collect()
+        };
+        let want: Vec<f32> = (0..8).map(|i| (i + 100 + i) as f32).collect();
+        let sum2 = |dst: *mut f32, a: *const f32, b: *const f32, n: usize| {
+            // SAFETY: every caller below passes ranges inside one live buffer.
+            unsafe {
+                reduce(
+                    DType::F32,
+                    ReduceOp::Sum,
+                    dst as *mut u8,
+                    &[a as *const u8, b as *const u8],
+                    n,
+                    2,
+                )
+            }
+        };
+        // dst is the first source.
+        let mut v = fresh();
+        let p = v.as_mut_ptr();
+        // SAFETY: offsets 0 and 8 with 8 elements stay inside the 16.
+        sum2(p, p, unsafe { p.add(8) }, 8);
+        assert_eq!(&v[..8], &want[..]);
+        // dst is the second source.
+        let mut v = fresh();
+        let p = v.as_mut_ptr();
+        // SAFETY: as above.
+        sum2(unsafe { p.add(8) }, p, unsafe { p.add(8) }, 8);
+        assert_eq!(&v[8..], &want[..]);
+        // dst apart from both.
+        let v = fresh();
+        let mut d = vec![0.0f32; 8];
+        // SAFETY: as above; d holds 8 elements.
+        sum2(d.as_mut_ptr(), v.as_ptr(), unsafe { v.as_ptr().add(8) }, 8);
+        assert_eq!(d, want);
+        // dst overlaps a source by part: element by element, each read
+        // before it is written (d[i] = v[i+1] + v[i+8]).
+        let mut v = fresh();
+        let p = v.as_mut_ptr();
+        // SAFETY: offsets 0, 1 and 8 with 7 elements stay inside the 16.
+        sum2(p, unsafe { p.add(1) }, unsafe { p.add(8) }, 7);
+        let expect: Vec<f32> = (0..7).map(|i| (i + 1 + 100 + i) as f32).collect();
+        assert_eq!(&v[..7], &expect[..]);
+    }
 
     #[test]
     fn sum_three_in_order() {
