@@ -281,13 +281,13 @@ unsafe fn combine<T: Copy, A: Copy + AvgDiv>(
                 let (x, y) = (p as usize, dst as usize);
                 x + bytes <= y || y + bytes <= x
             };
-            if dst as *const T == a && apart(b) {
+            if std::ptr::eq(dst, a) && apart(b) {
                 let d = std::slice::from_raw_parts_mut(dst, n);
                 let b = std::slice::from_raw_parts(b, n);
                 for (x, y) in d.iter_mut().zip(b) {
                     *x = store(f(load(*x), load(*y)));
                 }
-            } else if dst as *const T == b && apart(a) {
+            } else if std::ptr::eq(dst, b) && apart(a) {
                 let d = std::slice::from_raw_parts_mut(dst, n);
                 let a = std::slice::from_raw_parts(a, n);
                 for (y, x) in d.iter_mut().zip(a) {
