@@ -150,7 +150,11 @@ pub(crate) fn reader_loop(shared: Arc<Shared>, link: Arc<PeerLink>, stream: TcpS
             KIND_COLL if hdr.len as usize <= PIECE => {
                 // A piece of op `seq`: the peer completed every earlier op.
                 shared.retain.ack(link.slot, hdr.seq);
-                let ok = if let Some(to) = link.claim_landing(&hdr) {
+                // A piece landed in a lent output only completes a receive
+                // (nothing else waits for it), so the executor is woken for
+                // the message's last piece; a piece queued in a buffer may
+                // feed a reduction at once, so it wakes the executor.
+                let (ok, wake) = if let Some(to) = link.claim_landing(&hdr) {
                     // SAFETY: `claim_landing` checked that `len` bytes at
                     // `to` lie inside the range the executor lent, which
                     // stays valid and untouched by anyone else until
@@ -158,19 +162,20 @@ pub(crate) fn reader_loop(shared: Arc<Shared>, link: Arc<PeerLink>, stream: TcpS
                     let out = unsafe { std::slice::from_raw_parts_mut(to, hdr.len as usize) };
                     let ok = r.read_exact(out).is_ok();
                     link.landing_done();
+                    let last = hdr.offset + u64::from(hdr.len) >= hdr.total;
                     if ok {
                         link.push_landed(hdr);
                     }
-                    ok
+                    (ok, last)
                 } else {
                     let mut buf = link.take_buf(hdr.len as usize);
                     let ok = r.read_exact(&mut buf).is_ok();
                     if ok {
                         link.push_coll(hdr, buf);
                     }
-                    ok
+                    (ok, true)
                 };
-                if ok {
+                if ok && wake {
                     shared.bell().ring();
                 }
                 ok
