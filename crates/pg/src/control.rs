@@ -4,6 +4,7 @@
 //! worth more than its bytes. Connection set-up (who may talk) lives in
 //! `handshake`.
 
+use mooncake_common::framing;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 
@@ -291,28 +292,16 @@ pub(crate) enum ToAgent {
     },
 }
 
-/// Writes one framed message.
+/// Writes one framed message (the shared length-prefixed framing, JSON body).
 pub(crate) fn write_msg<T: Serialize>(w: &mut impl Write, msg: &T) -> std::io::Result<()> {
     let body = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
-    let mut buf = Vec::with_capacity(4 + body.len());
-    buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    buf.extend_from_slice(&body);
-    w.write_all(&buf)
+    framing::write_frame(w, &body)
 }
 
-/// Reads one framed message (an error ends the session).
+/// Reads one framed message of at most [`MAX_MESSAGE`] bytes (an error ends
+/// the session).
 pub(crate) fn read_msg<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> std::io::Result<T> {
-    let mut len = [0u8; 4];
-    r.read_exact(&mut len)?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_MESSAGE {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("control message of {len} bytes exceeds {MAX_MESSAGE}"),
-        ));
-    }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body)?;
+    let body = framing::read_frame(r, MAX_MESSAGE)?;
     serde_json::from_slice(&body)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
