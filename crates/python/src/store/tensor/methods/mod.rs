@@ -1,0 +1,333 @@
+//! The tensor methods of `MooncakeDistributedStore` with upstream's names,
+//! argument order, keywords and defaults, one family per module: the plain
+//! API (`plain`), the legacy TP wrappers (`tp`), the unified
+//! `*_with_parallelism` writes and reads (`parallelism`). Each converts its
+//! arguments and calls one of the two bodies in `core` through the helpers
+//! here; the rules are in `mooncake-tensor` and the client's executor.
+
+mod parallelism;
+mod plain;
+mod tp;
+
+use super::args;
+use super::core::{config_or_replica, RouteArg, Src, WriteCall, WriteItem};
+use crate::args::UInt;
+use crate::report::Call;
+use crate::store::class::MooncakeDistributedStore;
+use crate::store::config::ReplicateConfig;
+use mooncake_client::{check_into_lists, Error, Result};
+use mooncake_tensor::ReadRequest;
+use pyo3::prelude::*;
+
+type Cfg = Option<ReplicateConfig>;
+
+fn legacy_tp(key: &str, rank: i64, size: i64, split_dim: Option<i64>) -> Result<ReadRequest> {
+    Ok(ReadRequest::legacy_tp(key, rank, size, split_dim)?)
+}
+
+fn tensor_items<'py>(
+    keys: &[String],
+    tensors: &[Bound<'py, PyAny>],
+    mut route: impl FnMut(usize) -> RouteArg<'py>,
+) -> Vec<Result<WriteItem<'py>>> {
+    keys.iter()
+        .zip(tensors)
+        .enumerate()
+        .map(|(i, (k, t))| {
+            Ok(WriteItem {
+                key: k.clone(),
+                src: Src::Tensor(t.clone()),
+                route: route(i),
+            })
+        })
+        .collect()
+}
+
+fn object_items<'py>(
+    keys: &[String],
+    ptrs: &[UInt],
+    sizes: &[UInt],
+    mut route: impl FnMut(usize) -> RouteArg<'py>,
+) -> Vec<Result<WriteItem<'py>>> {
+    keys.iter()
+        .zip(ptrs.iter().zip(sizes))
+        .enumerate()
+        .map(|(i, (k, (p, s)))| {
+            Ok(WriteItem {
+                key: k.clone(),
+                src: Src::Object {
+                    ptr: p.usize(),
+                    size: s.0,
+                },
+                route: route(i),
+            })
+        })
+        .collect()
+}
+
+/// Per-item requests of a batch `*_with_parallelism` call: each list is
+/// absent or has one entry per key; both given is INVALID_PARAMS.
+fn request_routes<'py>(
+    n: usize,
+    parallelisms: Option<&Bound<'py, PyAny>>,
+    writer_partitions: Option<&Bound<'py, PyAny>>,
+) -> Result<Option<Vec<RouteArg<'py>>>> {
+    let ps = args::per_item(parallelisms, n, "parallelisms")?;
+    let ws = args::per_item(writer_partitions, n, "writer_partitions")?;
+    Ok(match (ps, ws) {
+        (Some(_), Some(_)) => {
+            return Err(Error::invalid(
+                "parallelisms and writer_partitions are mutually exclusive",
+            ))
+        }
+        (None, None) => None,
+        (Some(ps), None) => Some(
+            ps.into_iter()
+                .map(|p| RouteArg::Request {
+                    parallelism: Some(p),
+                    writer: None,
+                })
+                .collect(),
+        ),
+        (None, Some(ws)) => Some(
+            ws.into_iter()
+                .map(|w| RouteArg::Request {
+                    parallelism: None,
+                    writer: Some(w),
+                })
+                .collect(),
+        ),
+    })
+}
+
+fn lengths_differ(n: usize, others: &[usize]) -> Option<Error> {
+    others.iter().any(|&m| m != n).then(|| {
+        Error::invalid(format!(
+            "argument lists differ in length ({n} keys, {others:?})"
+        ))
+    })
+}
+
+impl MooncakeDistributedStore {
+    #[allow(clippy::too_many_arguments)]
+    fn tensor_write_one<'py>(
+        &self,
+        py: Python<'py>,
+        method: &'static str,
+        key: String,
+        src: Src<'py>,
+        route: RouteArg<'py>,
+        config: Cfg,
+        upsert: bool,
+        pub_always: bool,
+    ) -> PyResult<i64> {
+        let keys = [key.clone()];
+        let call = WriteCall {
+            method,
+            config,
+            batch: false,
+            upsert,
+            pub_always,
+        };
+        let codes = self.tensor_writes(py, call, vec![Ok(WriteItem { key, src, route })], &keys)?;
+        Ok(codes.first().copied().unwrap_or(-1))
+    }
+
+    fn tensor_fail_batch(
+        &self,
+        py: Python<'_>,
+        method: &'static str,
+        keys: &[String],
+        e: Error,
+    ) -> Vec<i64> {
+        Call::new(py, method).codes::<()>(keys, Err(e))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_tensor_batch<'py>(
+        &self,
+        py: Python<'py>,
+        method: &'static str,
+        keys: Vec<String>,
+        tensors: Vec<Bound<'py, PyAny>>,
+        route: impl FnMut(usize) -> RouteArg<'py>,
+        config: Cfg,
+        upsert: bool,
+        pub_always: bool,
+    ) -> PyResult<Vec<i64>> {
+        if let Some(e) = lengths_differ(keys.len(), &[tensors.len()]) {
+            return Ok(self.tensor_fail_batch(py, method, &keys, e));
+        }
+        let items = tensor_items(&keys, &tensors, route);
+        let call = WriteCall {
+            method,
+            config,
+            batch: true,
+            upsert,
+            pub_always,
+        };
+        self.tensor_writes(py, call, items, &keys)
+    }
+
+    /// `batch_put_tensor_from` and friends: any invalid buffer fails every
+    /// item and writes nothing, as upstream does.
+    fn write_object_batch_all_or_nothing<'py>(
+        &self,
+        py: Python<'py>,
+        method: &'static str,
+        (keys, ptrs, sizes): (Vec<String>, Vec<UInt>, Vec<UInt>),
+        config: Cfg,
+        upsert: bool,
+    ) -> PyResult<Vec<i64>> {
+        if let Some(e) = lengths_differ(keys.len(), &[ptrs.len(), sizes.len()]) {
+            return Ok(self.tensor_fail_batch(py, method, &keys, e));
+        }
+        for (i, (p, s)) in ptrs.iter().zip(&sizes).enumerate() {
+            // SAFETY: the caller vouches for each buffer (upstream contract).
+            if let Err(e) = unsafe { mooncake_client::object_source(p.usize(), s.0) } {
+                let e = e.context(format!("item {i} ({:?})", keys[i]));
+                return Ok(self.tensor_fail_batch(py, method, &keys, e));
+            }
+        }
+        let items = object_items(&keys, &ptrs, &sizes, |_| RouteArg::Full);
+        let call = WriteCall {
+            method,
+            config,
+            batch: true,
+            upsert,
+            pub_always: false,
+        };
+        self.tensor_writes(py, call, items, &keys)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn with_parallelism_batch<'py>(
+        &self,
+        py: Python<'py>,
+        method: &'static str,
+        keys: Vec<String>,
+        tensors: Vec<Bound<'py, PyAny>>,
+        parallelisms: Option<Bound<'py, PyAny>>,
+        config: Cfg,
+        writer_partitions: Option<Bound<'py, PyAny>>,
+        upsert: bool,
+    ) -> PyResult<Vec<i64>> {
+        if keys.is_empty() && tensors.is_empty() {
+            return Ok(Vec::new());
+        }
+        if let Some(e) = lengths_differ(keys.len(), &[tensors.len()]) {
+            return Ok(self.tensor_fail_batch(py, method, &keys, e));
+        }
+        let routes = match request_routes(
+            keys.len(),
+            parallelisms.as_ref(),
+            writer_partitions.as_ref(),
+        ) {
+            Ok(r) => r,
+            Err(e) => return Ok(self.tensor_fail_batch(py, method, &keys, e)),
+        };
+        let mut routes = routes.map(Vec::into_iter);
+        self.write_tensor_batch(
+            py,
+            method,
+            keys,
+            tensors,
+            |_| {
+                routes
+                    .as_mut()
+                    .and_then(Iterator::next)
+                    .unwrap_or(RouteArg::Full)
+            },
+            config,
+            upsert,
+            false,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn with_parallelism_from_batch<'py>(
+        &self,
+        py: Python<'py>,
+        method: &'static str,
+        keys: Vec<String>,
+        ptrs: Vec<UInt>,
+        sizes: Vec<UInt>,
+        parallelisms: Option<Bound<'py, PyAny>>,
+        config: Cfg,
+        writer_partitions: Option<Bound<'py, PyAny>>,
+        upsert: bool,
+    ) -> PyResult<Vec<i64>> {
+        if keys.is_empty() && ptrs.is_empty() && sizes.is_empty() {
+            return Ok(Vec::new());
+        }
+        if let Some(e) = lengths_differ(keys.len(), &[ptrs.len(), sizes.len()]) {
+            return Ok(self.tensor_fail_batch(py, method, &keys, e));
+        }
+        let routes = match request_routes(
+            keys.len(),
+            parallelisms.as_ref(),
+            writer_partitions.as_ref(),
+        ) {
+            Ok(r) => r,
+            Err(e) => return Ok(self.tensor_fail_batch(py, method, &keys, e)),
+        };
+        let Some(routes) = routes else {
+            // No requests: exactly batch_put_tensor_from (all or nothing).
+            return self.write_object_batch_all_or_nothing(
+                py,
+                method,
+                (keys, ptrs, sizes),
+                config,
+                upsert,
+            );
+        };
+        let mut routes = routes.into_iter();
+        let items = object_items(&keys, &ptrs, &sizes, |_| {
+            routes.next().unwrap_or(RouteArg::Full)
+        });
+        let call = WriteCall {
+            method,
+            config,
+            batch: true,
+            upsert,
+            pub_always: false,
+        };
+        self.tensor_writes(py, call, items, &keys)
+    }
+
+    fn tensor_read_one<'py>(
+        &self,
+        py: Python<'py>,
+        method: &'static str,
+        key: String,
+        req: Result<ReadRequest>,
+        into: Option<(usize, u64)>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let keys = [key];
+        let mut out =
+            self.tensor_reads(py, method, &keys, vec![req], into.map(|b| vec![b]), false)?;
+        Ok(out.pop().flatten())
+    }
+
+    /// `_into` batch reads whose argument errors are `[-600] * n` ints
+    /// (`batch_get_tensor_into`, `batch_get_tensor_with_tp_into`).
+    fn read_into_batch_ints<'py>(
+        &self,
+        py: Python<'py>,
+        method: &'static str,
+        keys: Vec<String>,
+        ptrs: Vec<UInt>,
+        sizes: Vec<UInt>,
+        req: impl Fn(&str) -> Result<ReadRequest>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let raw: Vec<usize> = ptrs.iter().map(|p| p.usize()).collect();
+        if let Err(e) = check_into_lists(keys.len(), &raw, sizes.len()) {
+            let codes = self.tensor_fail_batch(py, method, &keys, e);
+            return codes.into_pyobject(py).map(Bound::into_any);
+        }
+        let reqs = keys.iter().map(|k| req(k)).collect();
+        let bufs = raw.into_iter().zip(sizes.iter().map(|s| s.0)).collect();
+        let out = self.tensor_reads(py, method, &keys, reqs, Some(bufs), true)?;
+        out.into_pyobject(py).map(Bound::into_any)
+    }
+}

@@ -1,0 +1,266 @@
+//! The legacy tensor-parallel wrappers (`*_with_tp`): one shard per rank
+//! along `split_dim`, written and read under upstream's key layout.
+
+use super::*;
+
+#[pymethods]
+impl MooncakeDistributedStore {
+    /// Split the full `tensor` into `tp_size` chunks along `split_dim` and
+    /// store all of `key_tp_0 ..`; `tp_rank` is ignored (upstream).
+    #[pyo3(signature = (key, tensor, tp_rank=0, tp_size=1, split_dim=0))]
+    fn put_tensor_with_tp<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        tensor: Bound<'py, PyAny>,
+        tp_rank: i64,
+        tp_size: i64,
+        split_dim: i64,
+    ) -> PyResult<i64> {
+        let _ = tp_rank;
+        let route = RouteArg::Tp {
+            size: tp_size,
+            split_dim,
+        };
+        self.tensor_write_one(
+            py,
+            "put_tensor_with_tp",
+            key,
+            Src::Tensor(tensor),
+            route,
+            None,
+            false,
+            false,
+        )
+    }
+
+    /// `put_tensor_with_tp` for many tensors (one batched write).
+    #[pyo3(signature = (base_keys, tensors_list, tp_rank=0, tp_size=1, split_dim=0))]
+    fn batch_put_tensor_with_tp<'py>(
+        &self,
+        py: Python<'py>,
+        base_keys: Vec<String>,
+        tensors_list: Vec<Bound<'py, PyAny>>,
+        tp_rank: i64,
+        tp_size: i64,
+        split_dim: i64,
+    ) -> PyResult<Vec<i64>> {
+        let _ = tp_rank;
+        let route = |_| RouteArg::Tp {
+            size: tp_size,
+            split_dim,
+        };
+        self.write_tensor_batch(
+            py,
+            "batch_put_tensor_with_tp",
+            base_keys,
+            tensors_list,
+            route,
+            None,
+            false,
+            false,
+        )
+    }
+
+    /// `put_tensor_with_tp` with a `ReplicateConfig` (pub check first).
+    #[pyo3(signature = (key, tensor, config=None, tp_rank=0, tp_size=1, split_dim=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn pub_tensor_with_tp<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        tensor: Bound<'py, PyAny>,
+        config: Cfg,
+        tp_rank: i64,
+        tp_size: i64,
+        split_dim: i64,
+    ) -> PyResult<i64> {
+        let _ = tp_rank;
+        let route = RouteArg::Tp {
+            size: tp_size,
+            split_dim,
+        };
+        self.tensor_write_one(
+            py,
+            "pub_tensor_with_tp",
+            key,
+            Src::Tensor(tensor),
+            route,
+            config,
+            false,
+            true,
+        )
+    }
+
+    /// `batch_put_tensor_with_tp` with a `ReplicateConfig` (pub check first).
+    #[pyo3(signature = (base_keys, tensors_list, config=None, tp_rank=0, tp_size=1, split_dim=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn batch_pub_tensor_with_tp<'py>(
+        &self,
+        py: Python<'py>,
+        base_keys: Vec<String>,
+        tensors_list: Vec<Bound<'py, PyAny>>,
+        config: Cfg,
+        tp_rank: i64,
+        tp_size: i64,
+        split_dim: i64,
+    ) -> PyResult<Vec<i64>> {
+        let _ = tp_rank;
+        let route = |_| RouteArg::Tp {
+            size: tp_size,
+            split_dim,
+        };
+        self.write_tensor_batch(
+            py,
+            "batch_pub_tensor_with_tp",
+            base_keys,
+            tensors_list,
+            route,
+            config,
+            false,
+            true,
+        )
+    }
+
+    /// The buffer holds a full tensor object; store all TP chunks of it
+    /// (`tp_size <= 1`: `put_tensor_from`).
+    #[pyo3(signature = (key, buffer_ptr, size, tp_rank=0, tp_size=1, split_dim=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn put_tensor_with_tp_from(
+        &self,
+        py: Python<'_>,
+        key: String,
+        buffer_ptr: UInt,
+        size: UInt,
+        tp_rank: i64,
+        tp_size: i64,
+        split_dim: i64,
+    ) -> PyResult<i64> {
+        let _ = tp_rank;
+        let src = Src::Object {
+            ptr: buffer_ptr.usize(),
+            size: size.0,
+        };
+        let route = RouteArg::Tp {
+            size: tp_size,
+            split_dim,
+        };
+        self.tensor_write_one(
+            py,
+            "put_tensor_with_tp_from",
+            key,
+            src,
+            route,
+            None,
+            false,
+            false,
+        )
+    }
+
+    /// Batch `put_tensor_with_tp_from`; an invalid buffer fails its item.
+    #[pyo3(signature = (base_keys, buffer_ptrs, sizes, tp_rank=0, tp_size=1, split_dim=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn batch_put_tensor_with_tp_from(
+        &self,
+        py: Python<'_>,
+        base_keys: Vec<String>,
+        buffer_ptrs: Vec<UInt>,
+        sizes: Vec<UInt>,
+        tp_rank: i64,
+        tp_size: i64,
+        split_dim: i64,
+    ) -> PyResult<Vec<i64>> {
+        let _ = tp_rank;
+        let method = "batch_put_tensor_with_tp_from";
+        if let Some(e) = lengths_differ(base_keys.len(), &[buffer_ptrs.len(), sizes.len()]) {
+            return Ok(self.tensor_fail_batch(py, method, &base_keys, e));
+        }
+        let items = object_items(&base_keys, &buffer_ptrs, &sizes, |_| RouteArg::Tp {
+            size: tp_size,
+            split_dim,
+        });
+        let call = WriteCall {
+            method,
+            config: None,
+            batch: true,
+            upsert: false,
+            pub_always: false,
+        };
+        self.tensor_writes(py, call, items, &base_keys)
+    }
+
+    /// The `tp_rank` shard of `key` (re-sharded when `tp_size` differs from
+    /// storage); `tp_size <= 1`: `get_tensor`. `split_dim` is advisory.
+    #[pyo3(signature = (key, tp_rank=0, tp_size=1, split_dim=0))]
+    fn get_tensor_with_tp<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        tp_rank: i64,
+        tp_size: i64,
+        split_dim: i64,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let req = legacy_tp(&key, tp_rank, tp_size, Some(split_dim));
+        self.tensor_read_one(py, "get_tensor_with_tp", key, req, None)
+    }
+
+    /// `get_tensor_with_tp` for many keys (split dim taken from storage).
+    #[pyo3(signature = (base_keys, tp_rank=0, tp_size=1))]
+    fn batch_get_tensor_with_tp<'py>(
+        &self,
+        py: Python<'py>,
+        base_keys: Vec<String>,
+        tp_rank: i64,
+        tp_size: i64,
+    ) -> PyResult<Vec<Option<Bound<'py, PyAny>>>> {
+        let reqs = base_keys
+            .iter()
+            .map(|k| legacy_tp(k, tp_rank, tp_size, None))
+            .collect();
+        self.tensor_reads(py, "batch_get_tensor_with_tp", &base_keys, reqs, None, true)
+    }
+
+    /// `_into` form of `get_tensor_with_tp`.
+    #[pyo3(signature = (key, buffer_ptr, size, tp_rank=0, tp_size=1, split_dim=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn get_tensor_with_tp_into<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        buffer_ptr: UInt,
+        size: UInt,
+        tp_rank: i64,
+        tp_size: i64,
+        split_dim: i64,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let req = legacy_tp(&key, tp_rank, tp_size, Some(split_dim));
+        self.tensor_read_one(
+            py,
+            "get_tensor_with_tp_into",
+            key,
+            req,
+            Some((buffer_ptr.usize(), size.0)),
+        )
+    }
+
+    /// `_into` form of `batch_get_tensor_with_tp`; argument errors are `[-600] * n`.
+    #[pyo3(signature = (base_keys, buffer_ptrs, sizes, tp_rank=0, tp_size=1))]
+    fn batch_get_tensor_with_tp_into<'py>(
+        &self,
+        py: Python<'py>,
+        base_keys: Vec<String>,
+        buffer_ptrs: Vec<UInt>,
+        sizes: Vec<UInt>,
+        tp_rank: i64,
+        tp_size: i64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.read_into_batch_ints(
+            py,
+            "batch_get_tensor_with_tp_into",
+            base_keys,
+            buffer_ptrs,
+            sizes,
+            |k| legacy_tp(k, tp_rank, tp_size, None),
+        )
+    }
+}
