@@ -54,5 +54,5 @@ pub use result_pool::{ResultBlock, POOL_MIN};
 pub use safetensor_io::{LoadedTensor, ObjectIo};
 pub use tensor_io::{
     check_into_lists, check_pub_config, cuda_tensor_reads, object_source, TensorDest, TensorReads,
-    TensorWrite,
+    TensorWrite, WriteMode,
 };

@@ -70,6 +70,33 @@ impl From<TensorError> for Error {
     }
 }
 
+/// How a tensor write treats a key that exists and the replication config:
+/// upstream's `put_*`, `upsert_*`, `pub_*` and `upsert_pub_*` families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum WriteMode {
+    /// A key that exists is left as it is (the item reports success).
+    Put,
+    /// A key that exists is replaced by a new version.
+    Upsert,
+    /// As `Put`, and every item's replication config is checked as a
+    /// publication's (not only FULL ones).
+    Pub,
+    /// `Upsert` with `Pub`'s config check.
+    UpsertPub,
+}
+
+impl WriteMode {
+    /// Whether an existing key is replaced.
+    pub fn upserts(self) -> bool {
+        matches!(self, WriteMode::Upsert | WriteMode::UpsertPub)
+    }
+
+    /// Whether every item's config is checked as a publication's.
+    pub fn publishes(self) -> bool {
+        matches!(self, WriteMode::Pub | WriteMode::UpsertPub)
+    }
+}
+
 /// One tensor write: the source bytes at `ptr` (a tensor's `data_ptr()`, or
 /// the start of a `_from` buffer) laid out along `route`.
 #[derive(Debug, Clone)]
@@ -194,9 +221,9 @@ impl Client {
         &self,
         items: Vec<Result<TensorWrite>>,
         cfg: &ReplicateConfig,
-        upsert: bool,
-        pub_always: bool,
+        mode: WriteMode,
     ) -> Result<Vec<Result<()>>> {
+        let (upsert, pub_always) = (mode.upserts(), mode.publishes());
         let n = items.len();
         let mut wcfg = cfg.write_config(WriteKind::Tensor, n)?;
         let pub_check = check_pub_config(cfg);
@@ -756,5 +783,19 @@ impl Drop for TensorReads<'_> {
                 l.reported = true;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WriteMode;
+
+    #[test]
+    fn write_modes_name_upstreams_four_families() {
+        let flags = |m: WriteMode| (m.upserts(), m.publishes());
+        assert_eq!(flags(WriteMode::Put), (false, false));
+        assert_eq!(flags(WriteMode::Upsert), (true, false));
+        assert_eq!(flags(WriteMode::Pub), (false, true));
+        assert_eq!(flags(WriteMode::UpsertPub), (true, true));
     }
 }

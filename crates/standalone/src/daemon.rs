@@ -788,12 +788,7 @@ impl Shared {
                 }
                 wire::send(c, &cl.batch_get_session_end(&keys))
             }
-            Call::WriteTensors {
-                items,
-                cfg,
-                upsert,
-                pub_always,
-            } => {
+            Call::WriteTensors { items, cfg, mode } => {
                 let items: Vec<Result<TensorWrite>> = items
                     .into_iter()
                     .map(|w| {
@@ -814,7 +809,7 @@ impl Shared {
                     .collect();
                 // SAFETY: every source lies in a mapped region held by `keep`
                 // and covers the bytes its plan reads (checked above).
-                let r = unsafe { cl.write_tensors(items, &cfg, upsert, pub_always) };
+                let r = unsafe { cl.write_tensors(items, &cfg, mode) };
                 wire::send(c, &r)
             }
             Call::ReadTensors { reqs } => self.read_tensors(d, c, reqs),

@@ -24,7 +24,7 @@ use crate::wire::{
 };
 use mooncake_client::{
     Error, ErrorCode, Ranges, ReplicateConfig, Result, StagedValue, TensorDest, TensorWrite,
-    HEALTH_CLOSED, HEALTH_PING_FAILED,
+    WriteMode, HEALTH_CLOSED, HEALTH_PING_FAILED,
 };
 use mooncake_common::framing::client_handshake;
 use mooncake_common::AuthKey;
@@ -1153,8 +1153,7 @@ impl DummyClient {
         &self,
         items: Vec<Result<TensorWrite>>,
         cfg: &ReplicateConfig,
-        upsert: bool,
-        pub_always: bool,
+        mode: WriteMode,
     ) -> Result<Vec<Result<()>>> {
         let mut h = self.handoff();
         let mut wire_items = Vec::with_capacity(items.len());
@@ -1184,8 +1183,7 @@ impl DummyClient {
         self.call::<Result<Vec<Result<()>>>>(&Call::WriteTensors {
             items: wire_items,
             cfg: cfg.clone(),
-            upsert,
-            pub_always,
+            mode,
         })?
     }
 

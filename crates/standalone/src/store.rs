@@ -8,6 +8,7 @@
 use crate::dummy::DummyClient;
 use mooncake_client::{
     Client, ObjectIo, Ranges, ReplicateConfig, Result, StagedValue, TensorDest, TensorWrite,
+    WriteMode,
 };
 use mooncake_tensor::{ReadOutput, ReadRequest};
 use std::sync::Arc;
@@ -391,11 +392,10 @@ impl Store {
         &self,
         items: Vec<Result<TensorWrite>>,
         cfg: &ReplicateConfig,
-        upsert: bool,
-        pub_always: bool,
+        mode: WriteMode,
     ) -> Result<Vec<Result<()>>> {
         // SAFETY: the caller's contract is the client's.
-        both!(self, c => unsafe { c.write_tensors(items, cfg, upsert, pub_always) })
+        both!(self, c => unsafe { c.write_tensors(items, cfg, mode) })
     }
 
     /// A batch of tensor reads: planned, then `alloc` gives a destination

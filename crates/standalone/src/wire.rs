@@ -21,7 +21,7 @@
 //! one reply type, named in its doc; two-phase calls (a read whose result
 //! sizes decide where it goes) exchange one more frame pair in between.
 
-use mooncake_client::{Error, ReplicateConfig, Result};
+use mooncake_client::{Error, ReplicateConfig, Result, WriteMode};
 use mooncake_common::framing::{decode, encode_frame, read_frame, MAX_REQUEST_FRAME};
 use mooncake_common::spin_read::{spin_budget, SpinReader};
 use mooncake_tensor::{
@@ -443,8 +443,7 @@ pub(crate) enum Call {
     WriteTensors {
         items: Vec<Result<WireWrite>>,
         cfg: ReplicateConfig,
-        upsert: bool,
-        pub_always: bool,
+        mode: WriteMode,
     },
     /// Two-phase: the daemon answers the planned outputs
     /// (`Vec<Result<WireOutput>>`), the dummy a destination per item

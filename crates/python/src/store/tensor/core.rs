@@ -10,7 +10,9 @@ use super::torch;
 use crate::report::Call;
 use crate::store::class::MooncakeDistributedStore;
 use crate::store::config::{options, ReplicateConfig};
-use mooncake_client::{object_source, Error, Result, ResultBlock, TensorDest, TensorWrite};
+use mooncake_client::{
+    object_source, Error, Result, ResultBlock, TensorDest, TensorWrite, WriteMode,
+};
 use mooncake_tensor::ReadOutput;
 use mooncake_tensor::{
     route_for, route_for_object, route_for_tp, ReadRequest, WriteRoute, HEADER_SIZE,
@@ -68,11 +70,9 @@ pub(crate) struct WriteCall {
     pub(crate) config: Option<ReplicateConfig>,
     /// A batch method (one result per key, `group_ids` per key).
     pub(crate) batch: bool,
-    /// Upsert instead of put.
-    pub(crate) upsert: bool,
-    /// The pub `preferred_segments` check applies to every route (the
-    /// `pub_*` methods), not only the FULL one.
-    pub(crate) pub_always: bool,
+    /// Put, upsert, and whether the pub `preferred_segments` check applies
+    /// to every route (the `pub_*` methods), not only the FULL one.
+    pub(crate) mode: WriteMode,
 }
 
 /// Resolve `config` and its `replica=` alias: every `*_with_parallelism`
@@ -182,12 +182,10 @@ impl MooncakeDistributedStore {
                 })
             }));
         }
-        let (upsert, pub_always) = (call.upsert, call.pub_always);
+        let mode = call.mode;
         // SAFETY: every source pointer is a live tensor in `keep` or a caller
         // buffer (upstream contract); both outlive the call.
-        let r = self.run(py, |c| unsafe {
-            c.write_tensors(writes, &cfg, upsert, pub_always)
-        });
+        let r = self.run(py, |c| unsafe { c.write_tensors(writes, &cfg, mode) });
         drop(keep);
         Ok(if call.batch {
             report.codes(keys, r)

@@ -15,7 +15,7 @@ use crate::args::UInt;
 use crate::report::Call;
 use crate::store::class::MooncakeDistributedStore;
 use crate::store::config::ReplicateConfig;
-use mooncake_client::{check_into_lists, Error, Result};
+use mooncake_client::{check_into_lists, Error, Result, WriteMode};
 use mooncake_tensor::ReadRequest;
 use pyo3::prelude::*;
 
@@ -118,16 +118,14 @@ impl MooncakeDistributedStore {
         src: Src<'py>,
         route: RouteArg<'py>,
         config: Cfg,
-        upsert: bool,
-        pub_always: bool,
+        mode: WriteMode,
     ) -> PyResult<i64> {
         let keys = [key.clone()];
         let call = WriteCall {
             method,
             config,
             batch: false,
-            upsert,
-            pub_always,
+            mode,
         };
         let codes = self.tensor_writes(py, call, vec![Ok(WriteItem { key, src, route })], &keys)?;
         Ok(codes.first().copied().unwrap_or(-1))
@@ -152,8 +150,7 @@ impl MooncakeDistributedStore {
         tensors: Vec<Bound<'py, PyAny>>,
         route: impl FnMut(usize) -> RouteArg<'py>,
         config: Cfg,
-        upsert: bool,
-        pub_always: bool,
+        mode: WriteMode,
     ) -> PyResult<Vec<i64>> {
         if let Some(e) = lengths_differ(keys.len(), &[tensors.len()]) {
             return Ok(self.tensor_fail_batch(py, method, &keys, e));
@@ -163,8 +160,7 @@ impl MooncakeDistributedStore {
             method,
             config,
             batch: true,
-            upsert,
-            pub_always,
+            mode,
         };
         self.tensor_writes(py, call, items, &keys)
     }
@@ -177,7 +173,7 @@ impl MooncakeDistributedStore {
         method: &'static str,
         (keys, ptrs, sizes): (Vec<String>, Vec<UInt>, Vec<UInt>),
         config: Cfg,
-        upsert: bool,
+        mode: WriteMode,
     ) -> PyResult<Vec<i64>> {
         if let Some(e) = lengths_differ(keys.len(), &[ptrs.len(), sizes.len()]) {
             return Ok(self.tensor_fail_batch(py, method, &keys, e));
@@ -194,8 +190,7 @@ impl MooncakeDistributedStore {
             method,
             config,
             batch: true,
-            upsert,
-            pub_always: false,
+            mode,
         };
         self.tensor_writes(py, call, items, &keys)
     }
@@ -210,7 +205,7 @@ impl MooncakeDistributedStore {
         parallelisms: Option<Bound<'py, PyAny>>,
         config: Cfg,
         writer_partitions: Option<Bound<'py, PyAny>>,
-        upsert: bool,
+        mode: WriteMode,
     ) -> PyResult<Vec<i64>> {
         if keys.is_empty() && tensors.is_empty() {
             return Ok(Vec::new());
@@ -239,8 +234,7 @@ impl MooncakeDistributedStore {
                     .unwrap_or(RouteArg::Full)
             },
             config,
-            upsert,
-            false,
+            mode,
         )
     }
 
@@ -255,7 +249,7 @@ impl MooncakeDistributedStore {
         parallelisms: Option<Bound<'py, PyAny>>,
         config: Cfg,
         writer_partitions: Option<Bound<'py, PyAny>>,
-        upsert: bool,
+        mode: WriteMode,
     ) -> PyResult<Vec<i64>> {
         if keys.is_empty() && ptrs.is_empty() && sizes.is_empty() {
             return Ok(Vec::new());
@@ -278,7 +272,7 @@ impl MooncakeDistributedStore {
                 method,
                 (keys, ptrs, sizes),
                 config,
-                upsert,
+                mode,
             );
         };
         let mut routes = routes.into_iter();
@@ -289,8 +283,7 @@ impl MooncakeDistributedStore {
             method,
             config,
             batch: true,
-            upsert,
-            pub_always: false,
+            mode,
         };
         self.tensor_writes(py, call, items, &keys)
     }

@@ -30,8 +30,7 @@ impl MooncakeDistributedStore {
             Src::Tensor(tensor),
             route,
             config,
-            false,
-            false,
+            WriteMode::Put,
         )
     }
 
@@ -60,8 +59,7 @@ impl MooncakeDistributedStore {
             Src::Tensor(tensor),
             route,
             config,
-            true,
-            false,
+            WriteMode::Upsert,
         )
     }
 
@@ -87,7 +85,7 @@ impl MooncakeDistributedStore {
             parallelisms,
             config,
             writer_partitions,
-            false,
+            WriteMode::Put,
         )
     }
 
@@ -113,7 +111,7 @@ impl MooncakeDistributedStore {
             parallelisms,
             config,
             writer_partitions,
-            true,
+            WriteMode::Upsert,
         )
     }
 
@@ -148,8 +146,7 @@ impl MooncakeDistributedStore {
             src,
             route,
             config,
-            false,
-            false,
+            WriteMode::Put,
         )
     }
 
@@ -183,8 +180,7 @@ impl MooncakeDistributedStore {
             src,
             route,
             config,
-            true,
-            false,
+            WriteMode::Upsert,
         )
     }
 
@@ -212,7 +208,7 @@ impl MooncakeDistributedStore {
             parallelisms,
             config,
             writer_partitions,
-            false,
+            WriteMode::Put,
         )
     }
 
@@ -240,7 +236,7 @@ impl MooncakeDistributedStore {
             parallelisms,
             config,
             writer_partitions,
-            true,
+            WriteMode::Upsert,
         )
     }
 

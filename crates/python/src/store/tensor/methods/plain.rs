@@ -15,8 +15,7 @@ impl MooncakeDistributedStore {
             Src::Tensor(tensor),
             RouteArg::Full,
             None,
-            false,
-            false,
+            WriteMode::Put,
         )
     }
 
@@ -35,8 +34,7 @@ impl MooncakeDistributedStore {
             Src::Tensor(tensor),
             RouteArg::Full,
             None,
-            true,
-            false,
+            WriteMode::Upsert,
         )
     }
 
@@ -56,8 +54,7 @@ impl MooncakeDistributedStore {
             Src::Tensor(tensor),
             RouteArg::Full,
             config,
-            false,
-            true,
+            WriteMode::Pub,
         )
     }
 
@@ -77,8 +74,7 @@ impl MooncakeDistributedStore {
             Src::Tensor(tensor),
             RouteArg::Full,
             config,
-            true,
-            true,
+            WriteMode::UpsertPub,
         )
     }
 
@@ -97,8 +93,7 @@ impl MooncakeDistributedStore {
             tensors_list,
             |_| RouteArg::Full,
             None,
-            false,
-            false,
+            WriteMode::Put,
         )
     }
 
@@ -117,8 +112,7 @@ impl MooncakeDistributedStore {
             tensors_list,
             |_| RouteArg::Full,
             None,
-            true,
-            false,
+            WriteMode::Upsert,
         )
     }
 
@@ -138,8 +132,7 @@ impl MooncakeDistributedStore {
             tensors_list,
             |_| RouteArg::Full,
             config,
-            false,
-            true,
+            WriteMode::Pub,
         )
     }
 
@@ -159,8 +152,7 @@ impl MooncakeDistributedStore {
             tensors_list,
             |_| RouteArg::Full,
             config,
-            true,
-            true,
+            WriteMode::UpsertPub,
         )
     }
 
@@ -184,8 +176,7 @@ impl MooncakeDistributedStore {
             src,
             RouteArg::Full,
             None,
-            false,
-            false,
+            WriteMode::Put,
         )
     }
 
@@ -209,8 +200,7 @@ impl MooncakeDistributedStore {
             src,
             RouteArg::Full,
             None,
-            true,
-            false,
+            WriteMode::Upsert,
         )
     }
 
@@ -231,7 +221,7 @@ impl MooncakeDistributedStore {
             "batch_put_tensor_from",
             (keys, buffer_ptrs, sizes),
             None,
-            false,
+            WriteMode::Put,
         )
     }
 
@@ -252,7 +242,7 @@ impl MooncakeDistributedStore {
             "batch_upsert_tensor_from",
             (keys, buffer_ptrs, sizes),
             None,
-            true,
+            WriteMode::Upsert,
         )
     }
 

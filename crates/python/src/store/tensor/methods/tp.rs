@@ -29,8 +29,7 @@ impl MooncakeDistributedStore {
             Src::Tensor(tensor),
             route,
             None,
-            false,
-            false,
+            WriteMode::Put,
         )
     }
 
@@ -57,8 +56,7 @@ impl MooncakeDistributedStore {
             tensors_list,
             route,
             None,
-            false,
-            false,
+            WriteMode::Put,
         )
     }
 
@@ -87,8 +85,7 @@ impl MooncakeDistributedStore {
             Src::Tensor(tensor),
             route,
             config,
-            false,
-            true,
+            WriteMode::Pub,
         )
     }
 
@@ -117,8 +114,7 @@ impl MooncakeDistributedStore {
             tensors_list,
             route,
             config,
-            false,
-            true,
+            WriteMode::Pub,
         )
     }
 
@@ -152,8 +148,7 @@ impl MooncakeDistributedStore {
             src,
             route,
             None,
-            false,
-            false,
+            WriteMode::Put,
         )
     }
 
@@ -183,8 +178,7 @@ impl MooncakeDistributedStore {
             method,
             config: None,
             batch: true,
-            upsert: false,
-            pub_always: false,
+            mode: WriteMode::Put,
         };
         self.tensor_writes(py, call, items, &base_keys)
     }
