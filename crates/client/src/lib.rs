@@ -33,6 +33,7 @@ mod session_table;
 mod sessions;
 mod staging;
 mod stats;
+mod tensor_batch;
 mod tensor_io;
 mod wake;
 mod writes;
@@ -52,6 +53,7 @@ pub use mooncake_transfer::{Op, Path};
 pub use ranges::{ranges_failed, Ranges};
 pub use result_pool::{ResultBlock, POOL_MIN};
 pub use safetensor_io::{LoadedTensor, ObjectIo};
+pub use tensor_batch::{check_lengths, check_object_sources, item_requests, ItemRequest};
 pub use tensor_io::{
     check_into_lists, check_pub_config, cuda_tensor_reads, object_source, TensorDest, TensorReads,
     TensorWrite, WriteMode,

@@ -15,7 +15,10 @@ use crate::args::UInt;
 use crate::report::Call;
 use crate::store::class::MooncakeDistributedStore;
 use crate::store::config::ReplicateConfig;
-use mooncake_client::{check_into_lists, Error, Result, WriteMode};
+use mooncake_client::{
+    check_into_lists, check_lengths, check_object_sources, item_requests, Error, ItemRequest,
+    Result, WriteMode,
+};
 use mooncake_tensor::ReadRequest;
 use pyo3::prelude::*;
 
@@ -74,38 +77,20 @@ fn request_routes<'py>(
 ) -> Result<Option<Vec<RouteArg<'py>>>> {
     let ps = args::per_item(parallelisms, n, "parallelisms")?;
     let ws = args::per_item(writer_partitions, n, "writer_partitions")?;
-    Ok(match (ps, ws) {
-        (Some(_), Some(_)) => {
-            return Err(Error::invalid(
-                "parallelisms and writer_partitions are mutually exclusive",
-            ))
-        }
-        (None, None) => None,
-        (Some(ps), None) => Some(
-            ps.into_iter()
-                .map(|p| RouteArg::Request {
+    Ok(item_requests(ps, ws)?.map(|reqs| {
+        reqs.into_iter()
+            .map(|r| match r {
+                ItemRequest::Parallelism(p) => RouteArg::Request {
                     parallelism: Some(p),
                     writer: None,
-                })
-                .collect(),
-        ),
-        (None, Some(ws)) => Some(
-            ws.into_iter()
-                .map(|w| RouteArg::Request {
+                },
+                ItemRequest::Writer(w) => RouteArg::Request {
                     parallelism: None,
                     writer: Some(w),
-                })
-                .collect(),
-        ),
-    })
-}
-
-fn lengths_differ(n: usize, others: &[usize]) -> Option<Error> {
-    others.iter().any(|&m| m != n).then(|| {
-        Error::invalid(format!(
-            "argument lists differ in length ({n} keys, {others:?})"
-        ))
-    })
+                },
+            })
+            .collect()
+    }))
 }
 
 impl MooncakeDistributedStore {
@@ -152,7 +137,7 @@ impl MooncakeDistributedStore {
         config: Cfg,
         mode: WriteMode,
     ) -> PyResult<Vec<i64>> {
-        if let Some(e) = lengths_differ(keys.len(), &[tensors.len()]) {
+        if let Err(e) = check_lengths(keys.len(), &[tensors.len()]) {
             return Ok(self.tensor_fail_batch(py, method, &keys, e));
         }
         let items = tensor_items(&keys, &tensors, route);
@@ -175,15 +160,17 @@ impl MooncakeDistributedStore {
         config: Cfg,
         mode: WriteMode,
     ) -> PyResult<Vec<i64>> {
-        if let Some(e) = lengths_differ(keys.len(), &[ptrs.len(), sizes.len()]) {
+        if let Err(e) = check_lengths(keys.len(), &[ptrs.len(), sizes.len()]) {
             return Ok(self.tensor_fail_batch(py, method, &keys, e));
         }
-        for (i, (p, s)) in ptrs.iter().zip(&sizes).enumerate() {
-            // SAFETY: the caller vouches for each buffer (upstream contract).
-            if let Err(e) = unsafe { mooncake_client::object_source(p.usize(), s.0) } {
-                let e = e.context(format!("item {i} ({:?})", keys[i]));
-                return Ok(self.tensor_fail_batch(py, method, &keys, e));
-            }
+        let bufs: Vec<(usize, u64)> = ptrs
+            .iter()
+            .zip(&sizes)
+            .map(|(p, s)| (p.usize(), s.0))
+            .collect();
+        // SAFETY: the caller vouches for each buffer (upstream contract).
+        if let Err(e) = unsafe { check_object_sources(&keys, &bufs) } {
+            return Ok(self.tensor_fail_batch(py, method, &keys, e));
         }
         let items = object_items(&keys, &ptrs, &sizes, |_| RouteArg::Full);
         let call = WriteCall {
@@ -210,7 +197,7 @@ impl MooncakeDistributedStore {
         if keys.is_empty() && tensors.is_empty() {
             return Ok(Vec::new());
         }
-        if let Some(e) = lengths_differ(keys.len(), &[tensors.len()]) {
+        if let Err(e) = check_lengths(keys.len(), &[tensors.len()]) {
             return Ok(self.tensor_fail_batch(py, method, &keys, e));
         }
         let routes = match request_routes(
@@ -254,7 +241,7 @@ impl MooncakeDistributedStore {
         if keys.is_empty() && ptrs.is_empty() && sizes.is_empty() {
             return Ok(Vec::new());
         }
-        if let Some(e) = lengths_differ(keys.len(), &[ptrs.len(), sizes.len()]) {
+        if let Err(e) = check_lengths(keys.len(), &[ptrs.len(), sizes.len()]) {
             return Ok(self.tensor_fail_batch(py, method, &keys, e));
         }
         let routes = match request_routes(

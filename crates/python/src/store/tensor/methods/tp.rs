@@ -167,7 +167,7 @@ impl MooncakeDistributedStore {
     ) -> PyResult<Vec<i64>> {
         let _ = tp_rank;
         let method = "batch_put_tensor_with_tp_from";
-        if let Some(e) = lengths_differ(base_keys.len(), &[buffer_ptrs.len(), sizes.len()]) {
+        if let Err(e) = check_lengths(base_keys.len(), &[buffer_ptrs.len(), sizes.len()]) {
             return Ok(self.tensor_fail_batch(py, method, &base_keys, e));
         }
         let items = object_items(&base_keys, &buffer_ptrs, &sizes, |_| RouteArg::Tp {
