@@ -356,7 +356,9 @@ impl GroupSink for Shared {
                     mask: me,
                 }],
             );
-            *self.fenced_before.lock() = Some(FencedBefore {
+            // A second drop notice keeps the first record (the views after
+            // the first drop are this member alone).
+            self.fenced_before.lock().get_or_insert(FencedBefore {
                 next_seq: self.next_seq.load(Ordering::Acquire),
                 views: before,
             });
