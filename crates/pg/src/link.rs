@@ -531,6 +531,18 @@ mod tests {
         PeerLink::new(1, 0, 7, s, c, Arc::from("g"))
     }
 
+    /// The whole of `out` as the landing of op `seq`'s message `tag`
+    /// (signature `sig`).
+    fn landing(seq: u64, tag: u32, sig: u32, out: &mut [u8]) -> Landing {
+        Landing {
+            seq,
+            tag,
+            sig,
+            ptr: out.as_mut_ptr() as usize,
+            len: out.len(),
+        }
+    }
+
     fn piece(seq: u64, tag: u32, sig: u32, total: u64, offset: u64, len: u32) -> Hdr {
         Hdr {
             kind: wire::KIND_COLL,
@@ -553,13 +565,7 @@ mod tests {
             l.claim_landing(&piece(5, 1, 9, 300, 0, 100)).is_none(),
             "nothing lent"
         );
-        let to = Landing {
-            seq: 5,
-            tag: 1,
-            sig: 9,
-            ptr: base,
-            len: 300,
-        };
+        let to = landing(5, 1, 9, &mut out);
         // SAFETY: `out` outlives the loan (withdrawn below) and nothing
         // else touches it meanwhile.
         unsafe { l.lend_landing(to) };
@@ -591,13 +597,7 @@ mod tests {
         use std::sync::atomic::AtomicBool;
         let l = Arc::new(link());
         let mut out = vec![0u8; 64];
-        let to = Landing {
-            seq: 1,
-            tag: 0,
-            sig: 3,
-            ptr: out.as_mut_ptr() as usize,
-            len: 64,
-        };
+        let to = landing(1, 0, 3, &mut out);
         // SAFETY: `out` outlives the loan; only the "reader" below writes it.
         unsafe { l.lend_landing(to) };
         let at = l.claim_landing(&piece(1, 0, 3, 64, 0, 64)).expect("fits");
@@ -620,13 +620,7 @@ mod tests {
     fn a_piece_stalled_past_patience_fences_the_link() {
         let l = Arc::new(link());
         let mut out = vec![0u8; 8];
-        let to = Landing {
-            seq: 1,
-            tag: 0,
-            sig: 3,
-            ptr: out.as_mut_ptr() as usize,
-            len: 8,
-        };
+        let to = landing(1, 0, 3, &mut out);
         // SAFETY: `out` outlives the loan; nothing writes it.
         unsafe { l.lend_landing(to) };
         assert!(l.claim_landing(&piece(1, 0, 3, 8, 0, 8)).is_some());
