@@ -137,21 +137,12 @@ fn set_congestion<F: AsFd>(s: &F, name: &str) -> bool {
     setsockopt(s, TcpCongestion, &OsString::from(name)).is_ok()
 }
 
-fn congestion_of_fd<F: AsFd>(s: &F) -> Option<String> {
+/// The congestion-control algorithm of a TCP socket (a stream, or a
+/// listener: the one its accepted connections start with), as the kernel
+/// reports it (the option's fixed-size buffer comes back NUL-padded).
+pub fn congestion_of<F: AsFd>(s: &F) -> Option<String> {
     let name = getsockopt(s, TcpCongestion).ok()?.into_string().ok()?;
     Some(name.trim_end_matches('\0').to_string())
-}
-
-/// The congestion-control algorithm of `s`, as the kernel reports it
-/// (the option's fixed-size buffer comes back NUL-padded).
-pub fn congestion_of(s: &TcpStream) -> Option<String> {
-    congestion_of_fd(s)
-}
-
-/// The congestion-control algorithm a listener hands to the connections it
-/// accepts (the system default unless one was set on it).
-pub fn listener_congestion(l: &TcpListener) -> Option<String> {
-    congestion_of_fd(l)
 }
 
 /// Sets the algorithm the data listener `l`'s connections start with (see
@@ -159,7 +150,7 @@ pub fn listener_congestion(l: &TcpListener) -> Option<String> {
 /// as well. Returns the algorithm set, or `None` when the listener was left
 /// with the system's.
 pub fn tune_data_listener(l: &TcpListener) -> Option<&'static str> {
-    let current = congestion_of_fd(l);
+    let current = congestion_of(l);
     apply(l, choice_before(policy(), None, current.as_deref()))
 }
 
@@ -172,7 +163,7 @@ pub fn connect_data(addr: &SocketAddr, timeout: Duration) -> io::Result<TcpStrea
         Type::STREAM,
         Some(Protocol::TCP),
     )?;
-    let current = congestion_of_fd(&sock);
+    let current = congestion_of(&sock);
     apply(
         &sock,
         choice_before(policy(), Some(addr), current.as_deref()),
@@ -257,7 +248,7 @@ mod tests {
         // connect_data runs reno (the same-host rule) from its first byte.
         let l = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
         assert!(set_congestion(&l, "reno"));
-        assert_eq!(listener_congestion(&l).as_deref(), Some("reno"));
+        assert_eq!(congestion_of(&l).as_deref(), Some("reno"));
         let at = l.local_addr().unwrap_or_else(|e| panic!("addr: {e}"));
         let c = connect_data(&at, Duration::from_secs(5)).unwrap_or_else(|e| panic!("{e}"));
         let (s, _) = l.accept().unwrap_or_else(|e| panic!("accept: {e}"));
