@@ -116,6 +116,25 @@ impl MooncakeDistributedStore {
         Ok(codes.first().copied().unwrap_or(-1))
     }
 
+    /// One batch write call over its converted items.
+    fn batch_writes<'py>(
+        &self,
+        py: Python<'py>,
+        method: &'static str,
+        config: Cfg,
+        mode: WriteMode,
+        items: Vec<Result<WriteItem<'py>>>,
+        keys: &[String],
+    ) -> PyResult<Vec<i64>> {
+        let call = WriteCall {
+            method,
+            config,
+            batch: true,
+            mode,
+        };
+        self.tensor_writes(py, call, items, keys)
+    }
+
     fn tensor_fail_batch(
         &self,
         py: Python<'_>,
@@ -141,13 +160,7 @@ impl MooncakeDistributedStore {
             return Ok(self.tensor_fail_batch(py, method, &keys, e));
         }
         let items = tensor_items(&keys, &tensors, route);
-        let call = WriteCall {
-            method,
-            config,
-            batch: true,
-            mode,
-        };
-        self.tensor_writes(py, call, items, &keys)
+        self.batch_writes(py, method, config, mode, items, &keys)
     }
 
     /// `batch_put_tensor_from` and friends: any invalid buffer fails every
@@ -173,13 +186,7 @@ impl MooncakeDistributedStore {
             return Ok(self.tensor_fail_batch(py, method, &keys, e));
         }
         let items = object_items(&keys, &ptrs, &sizes, |_| RouteArg::Full);
-        let call = WriteCall {
-            method,
-            config,
-            batch: true,
-            mode,
-        };
-        self.tensor_writes(py, call, items, &keys)
+        self.batch_writes(py, method, config, mode, items, &keys)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -266,13 +273,7 @@ impl MooncakeDistributedStore {
         let items = object_items(&keys, &ptrs, &sizes, |_| {
             routes.next().unwrap_or(RouteArg::Full)
         });
-        let call = WriteCall {
-            method,
-            config,
-            batch: true,
-            mode,
-        };
-        self.tensor_writes(py, call, items, &keys)
+        self.batch_writes(py, method, config, mode, items, &keys)
     }
 
     fn tensor_read_one<'py>(
