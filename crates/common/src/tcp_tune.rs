@@ -179,6 +179,15 @@ fn apply<F: AsFd>(s: &F, candidates: Vec<&'static str>) -> Option<&'static str> 
     candidates.into_iter().find(|name| set_congestion(s, name))
 }
 
+/// Whether a connected stream runs over the loopback device (its peer is
+/// this host: a loopback address, or the same address as its own end).
+pub fn over_loopback(s: &TcpStream) -> bool {
+    match (s.local_addr(), s.peer_addr()) {
+        (Ok(local), Ok(peer)) => same_host(&local, &peer),
+        _ => false,
+    }
+}
+
 /// Whether congestion-control algorithm `name` paces its sender by itself
 /// (the `bbr` family), which holds one flow to its estimated rate.
 pub fn paces(name: &str) -> bool {
@@ -324,5 +333,17 @@ mod tests {
         assert!(before.is_some());
         assert!(!set_congestion(&c, "no-such-algorithm"));
         assert_eq!(congestion_of(&c), before);
+    }
+
+    #[test]
+    fn a_connection_to_this_host_runs_over_loopback() {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let c = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (accepted, _) = l.accept().expect("accept");
+        assert!(over_loopback(&c));
+        assert!(over_loopback(&accepted));
+        // The same address on both ends is this host too; another is not.
+        assert!(same_host(&addr("10.1.2.3:5"), &addr("10.1.2.3:9")));
+        assert!(!same_host(&addr("10.1.2.3:5"), &addr("10.1.2.4:9")));
     }
 }

@@ -20,12 +20,13 @@ use crate::batches::{BatchState, Batches};
 use crate::error::{EngineError, ErrorKind, Result};
 use crate::log::{emit, Level};
 use crate::metadata::{Metadata, P2PHANDSHAKE};
-use crate::peers::{refused, Pool};
+use crate::peers::{refused, Pool, SharedOutcome};
 use crate::registry::{is_mapped, Registry};
 use crate::server::{bind_unix, Server, Shared};
+use crate::vm::{self, Direction};
 use crate::wire::{self, Descriptor, Request};
 use mooncake_common::AuthKey;
-use mooncake_transfer::engine::{tcp_parts, tcp_streams};
+use mooncake_transfer::engine::{local_tcp_streams, tcp_parts, tcp_streams};
 use mooncake_transfer::Op;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
@@ -53,6 +54,16 @@ const SPLIT_MIN: u64 = 512 << 10;
 /// Whether the kernel refused a cross-process copy in this process (a
 /// ptrace policy applies to the whole process).
 static VM_DENIED: AtomicBool = AtomicBool::new(false);
+
+/// Bytes from which a same-host transfer is shared: the target copies the
+/// first half while this process copies the second (two cores instead of
+/// one, for one more message each way).
+const SHARE_MIN: u64 = 512 << 10;
+
+/// Whether the kernel refused this process's own part of a shared copy
+/// (a ptrace policy may allow one direction only); the target then copies
+/// alone.
+static HELP_DENIED: AtomicBool = AtomicBool::new(false);
 
 /// How a peer is reached.
 #[derive(Debug)]
@@ -716,6 +727,13 @@ impl TransferEngine {
             .pool
             .unix(unix, run.key.as_ref(), run.timeout)
             .map_err(|e| connect_error(target, e))?;
+        let total: u64 = items.iter().map(|i| i.2).sum();
+        let helper = (total >= SHARE_MIN && !HELP_DENIED.load(Ordering::Relaxed))
+            .then(|| c.target_pid())
+            .flatten();
+        if let Some(pid) = helper {
+            return self.move_shared(run, target, unix, c, pid, op, items, total);
+        }
         let pairs = items.to_vec();
         let req = match op {
             Opcode::Write => Request::VmWrite { pairs },
@@ -736,6 +754,75 @@ impl TransferEngine {
         }
     }
 
+    /// A shared same-host copy (see `wire`): the target copies the first
+    /// half of the bytes, this process the second; `Ok(false)` when the
+    /// kernel refused the target's copy (use TCP).
+    #[allow(clippy::too_many_arguments)]
+    fn move_shared(
+        &self,
+        run: &Running,
+        target: &str,
+        unix: &str,
+        mut c: crate::peers::Conn,
+        pid: i32,
+        op: Opcode,
+        items: &[Item],
+        total: u64,
+    ) -> Result<bool> {
+        // Page-aligned, so that each process pins pages of its own.
+        let split = (total / 2) & !4095;
+        let pairs = items.to_vec();
+        let (_, rest) = vm::split_at(&pairs, split);
+        // This process's copy: (target address, own address, length).
+        let mine: Vec<(u64, u64, u64)> = rest.iter().map(|&(l, r, n)| (r, l, n)).collect();
+        let (req, dir) = match op {
+            Opcode::Write => (Request::VmWriteShared { pairs, split }, Direction::ToPeer),
+            Opcode::Read => (Request::VmReadShared { pairs, split }, Direction::FromPeer),
+        };
+        let label = format!("{target} (process {pid})");
+        let outcome = c.call_shared(&req, || {
+            // SAFETY: every local range lies in registered memory (pinned
+            // by the caller) that the caller does not use meanwhile; the
+            // target's ranges were checked and are pinned by the target
+            // until this part's status is sent.
+            vm::status_of(unsafe { vm::copy_serial(pid, dir, &mine) }, &label)
+        });
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                run.pool.forget(unix);
+                return Err(EngineError::io(target, "same-host transfer failed", e));
+            }
+        };
+        run.pool.give(unix, c);
+        let own = match outcome {
+            SharedOutcome::Refused(wire::STATUS_VM_DENIED)
+            | SharedOutcome::Done {
+                target: wire::STATUS_VM_DENIED,
+                ..
+            } => return Ok(false),
+            SharedOutcome::Refused(st) => return Err(status_error(target, st)),
+            SharedOutcome::Done { target: st, .. } if st != wire::STATUS_OK => {
+                return Err(status_error(target, st))
+            }
+            SharedOutcome::Done { own, .. } => own,
+        };
+        match own {
+            wire::STATUS_OK => Ok(true),
+            wire::STATUS_VM_DENIED => {
+                if !HELP_DENIED.swap(true, Ordering::Relaxed) {
+                    emit(
+                        Level::Warning,
+                        "transfer engine: the kernel refused this process's part of a \
+                         shared same-host copy (EPERM); targets copy alone from now on",
+                    );
+                }
+                self.move_local(run, target, unix, op, &rest)
+            }
+            st => Err(status_error(target, st)),
+        }
+    }
+
     fn move_tcp(
         &self,
         run: &Running,
@@ -748,7 +835,13 @@ impl TransferEngine {
         let parts_n = if total < SPLIT_MIN {
             1
         } else {
-            tcp_parts(total, run.pool.paced(endpoint), tcp_streams())
+            let path = run.pool.path(endpoint);
+            let streams = if path.loopback {
+                local_tcp_streams()
+            } else {
+                tcp_streams()
+            };
+            tcp_parts(total, path.paced, streams)
         };
         let one = |part: &[Item]| -> Result<()> {
             let mut c = run
@@ -1021,6 +1114,37 @@ mod tests {
             .transfer(&bname, Opcode::Write, &[(s, d + n - 10, 11)], None)
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::OutOfBounds);
+        // The same for a copy large enough to be shared by both processes:
+        // refused before either moves a byte.
+        let e = a
+            .transfer(
+                &bname,
+                Opcode::Write,
+                &[(s, d + n - (1 << 20) + 10, 1 << 20)],
+                None,
+            )
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::OutOfBounds);
+        assert_eq!(dst, src);
+        // A shared copy of several pairs, split inside one of them: exactly
+        // the named bytes move, the gaps stay as they were.
+        let mut gappy = vec![0u8; src.len()];
+        // SAFETY: `gappy` outlives its registration (unregistered below).
+        unsafe {
+            b.register_memory(gappy.as_mut_ptr() as u64, n, "*")
+                .unwrap();
+        }
+        let g = gappy.as_mut_ptr() as u64;
+        let ranges = [(0u64, 300_001u64), (400_000, 500_000), (1_000_000, 7)];
+        let batch: Vec<Item> = ranges.iter().map(|&(o, l)| (s + o, g + o, l)).collect();
+        a.transfer(&bname, Opcode::Write, &batch, None).unwrap();
+        let mut want = vec![0u8; src.len()];
+        for &(o, l) in &ranges {
+            let (o, l) = (o as usize, l as usize);
+            want[o..o + l].copy_from_slice(&src[o..o + l]);
+        }
+        assert_eq!(gappy, want);
+        b.registry().unregister(g).unwrap();
         // A local buffer outside registered memory.
         let e = a
             .transfer(&bname, Opcode::Write, &[(4096, d, 1)], None)
@@ -1111,6 +1235,54 @@ mod tests {
         .unwrap();
         s.read_exact(&mut st).unwrap();
         assert_eq!(i32::from_le_bytes(st), wire::STATUS_BAD_REQUEST);
+        s.write_all(
+            &encode_frame(&Request::VmWriteShared {
+                pairs: vec![(d, d, 8)],
+                split: 4,
+            })
+            .unwrap(),
+        )
+        .unwrap();
+        s.read_exact(&mut st).unwrap();
+        assert_eq!(i32::from_le_bytes(st), wire::STATUS_BAD_REQUEST);
+        // A shared copy whose initiator goes away after GO, before the
+        // status of its part: the target holds its range pinned until the
+        // connection ends, then unpins it.
+        {
+            use std::os::linux::net::SocketAddrExt;
+            let name = t.running().unwrap().shared.desc.unix_name.clone();
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+            let mut u = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+            client_handshake(&mut u, Service::Engine, None).unwrap();
+            let mine = vec![3u8; 4096];
+            u.write_all(
+                &encode_frame(&Request::VmWriteShared {
+                    pairs: vec![(mine.as_ptr() as u64, d, 4096)],
+                    split: 2048,
+                })
+                .unwrap(),
+            )
+            .unwrap();
+            u.read_exact(&mut st).unwrap();
+            assert_eq!(i32::from_le_bytes(st), wire::STATUS_GO);
+            // The target's half is done once its status arrives.
+            u.read_exact(&mut st).unwrap();
+            assert_eq!(i32::from_le_bytes(st), wire::STATUS_OK);
+            assert_eq!(dst[..2048], mine[..2048]);
+            let e = t.registry().unregister(d).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InUse);
+            drop(u);
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while t.registry().unregister(d).is_err() {
+                assert!(std::time::Instant::now() < deadline, "still pinned");
+                std::thread::yield_now();
+            }
+            dst.fill(0);
+            // SAFETY: `dst` outlives the engine's use of it (unregistered below).
+            unsafe {
+                t.register_memory(d, 4096, "*").unwrap();
+            }
+        }
         // The engine still serves everyone else.
         let src = vec![7u8; 4096];
         let a = TransferEngine::new();

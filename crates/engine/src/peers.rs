@@ -13,7 +13,7 @@ use mooncake_common::framing::{
 };
 use mooncake_common::limits::reusable;
 use mooncake_common::spin_read::{spin_budget, spin_until_readable};
-use mooncake_common::tcp_tune::{congestion_of, connect_data, paces};
+use mooncake_common::tcp_tune::{congestion_of, connect_data, over_loopback, paces};
 use mooncake_common::AuthKey;
 use mooncake_transfer::sockio::{iov, recv_all, send_all};
 use parking_lot::Mutex;
@@ -75,6 +75,43 @@ impl Conn {
         self.status()
     }
 
+    /// The target process of a same-host connection (`None` over TCP, or
+    /// when its process is not visible from this one).
+    pub(crate) fn target_pid(&self) -> Option<i32> {
+        match self {
+            Conn::Tcp(_) => None,
+            Conn::Unix(s) => crate::server::peer_pid(s),
+        }
+    }
+
+    /// A shared cross-process copy (`VmWriteShared` / `VmReadShared`):
+    /// send `req`; when the target answers GO, run `mine` (this process's
+    /// part, returning its status), send that status and read the status
+    /// of the target's part.
+    pub(crate) fn call_shared(
+        &mut self,
+        req: &Request,
+        mine: impl FnOnce() -> i32,
+    ) -> io::Result<SharedOutcome> {
+        self.write_all(&encode_frame(req)?)?;
+        let st = self.status()?;
+        if st == wire::STATUS_OK {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the target answered a shared copy without GO",
+            ));
+        }
+        if st != wire::STATUS_GO {
+            return Ok(SharedOutcome::Refused(st));
+        }
+        let own = mine();
+        // Sent before the target's status is read: the target unpins its
+        // ranges only when this arrives.
+        self.write_all(&own.to_le_bytes())?;
+        let target = self.status()?;
+        Ok(SharedOutcome::Done { target, own })
+    }
+
     /// Ask for the peer's descriptor.
     pub(crate) fn describe(&mut self) -> io::Result<Descriptor> {
         self.write_all(&encode_frame(&Request::Describe)?)?;
@@ -126,8 +163,32 @@ impl Conn {
     }
 }
 
+/// How a shared cross-process copy ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SharedOutcome {
+    /// The target refused the request (its negative status); nothing
+    /// moved.
+    Refused(i32),
+    /// Both parts ran: the target's status and this process's.
+    Done {
+        /// The status of the target's part.
+        target: i32,
+        /// The status of this process's part.
+        own: i32,
+    },
+}
+
 fn push_local(iovs: &mut Vec<libc::iovec>, items: &[(u64, u64, u64)]) {
     crate::server::push_iovs(iovs, items.iter().map(|&(l, _, n)| (l, n)));
+}
+
+/// What a peer's TCP connections run over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Path {
+    /// Their congestion control paces the sender.
+    pub(crate) paced: bool,
+    /// They run over the loopback device (the peer is on this host).
+    pub(crate) loopback: bool,
 }
 
 /// Idle connections by endpoint.
@@ -135,9 +196,10 @@ fn push_local(iovs: &mut Vec<libc::iovec>, items: &[(u64, u64, u64)]) {
 pub(crate) struct Pool {
     tcp: Mutex<HashMap<String, Vec<(TcpStream, Instant)>>>,
     unix: Mutex<HashMap<String, Vec<(UnixStream, Instant)>>>,
-    /// Per TCP endpoint: whether its newest connection's congestion
-    /// control paces (decides how finely a transfer is split).
-    paced: Mutex<HashMap<String, bool>>,
+    /// Per TCP endpoint, from its newest connection: whether its congestion
+    /// control paces, and whether it runs over the loopback device (both
+    /// decide how a transfer is split).
+    paths: Mutex<HashMap<String, Path>>,
 }
 
 impl Pool {
@@ -160,8 +222,11 @@ impl Pool {
             match connect_data(&addr, CONNECT_TIMEOUT.min(timeout)) {
                 Ok(mut s) => {
                     s.set_nodelay(true)?;
-                    let paced = congestion_of(&s).is_none_or(|cc| paces(&cc));
-                    self.paced.lock().insert(endpoint.to_string(), paced);
+                    let path = Path {
+                        paced: congestion_of(&s).is_none_or(|cc| paces(&cc)),
+                        loopback: over_loopback(&s),
+                    };
+                    self.paths.lock().insert(endpoint.to_string(), path);
                     s.set_read_timeout(Some(timeout))?;
                     s.set_write_timeout(Some(timeout))?;
                     client_handshake(&mut s, Service::Engine, key)?;
@@ -222,9 +287,13 @@ impl Pool {
         self.unix.lock().remove(endpoint);
     }
 
-    /// Whether connections to `endpoint` are paced (true before the first).
-    pub(crate) fn paced(&self, endpoint: &str) -> bool {
-        self.paced.lock().get(endpoint).copied().unwrap_or(true)
+    /// What connections to `endpoint` run over (paced and not loopback
+    /// before the first).
+    pub(crate) fn path(&self, endpoint: &str) -> Path {
+        self.paths.lock().get(endpoint).copied().unwrap_or(Path {
+            paced: true,
+            loopback: false,
+        })
     }
 }
 

@@ -244,7 +244,10 @@ fn tcp_accept_loop(
     }
 }
 
-fn peer_pid(s: &UnixStream) -> Option<i32> {
+/// The process at the other end of a Unix connection, as the kernel saw it
+/// when the connection was made (`SO_PEERCRED`, in this process's pid
+/// namespace); `None` when it is not visible from here.
+pub(crate) fn peer_pid(s: &UnixStream) -> Option<i32> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -414,9 +417,16 @@ where
                     }
                 }
             }
-            Request::VmWrite { pairs } | Request::VmRead { pairs } if pid.is_none() => {
-                let _ = pairs;
+            Request::VmWrite { .. } | Request::VmRead { .. } if pid.is_none() => {
                 send_status(sock, wire::STATUS_BAD_REQUEST)?;
+            }
+            Request::VmWriteShared { pairs, split } => {
+                let req = (pairs.as_slice(), split);
+                vm_shared(sock, &mut rd, sh, pid, req, Direction::FromPeer, label)?;
+            }
+            Request::VmReadShared { pairs, split } => {
+                let req = (pairs.as_slice(), split);
+                vm_shared(sock, &mut rd, sh, pid, req, Direction::ToPeer, label)?;
             }
             Request::VmWrite { pairs } => {
                 let st = vm_request(sh, pid, &pairs, Direction::FromPeer, label);
@@ -428,6 +438,61 @@ where
             }
         }
     }
+}
+
+/// Check and pin the target ranges of a cross-process copy: the pin, or
+/// the status that refuses the request (logged).
+fn vm_pin(
+    sh: &Shared,
+    pairs: &[(u64, u64, u64)],
+    dir: Direction,
+    label: &str,
+) -> Result<crate::registry::Pin, i32> {
+    if wire::total(pairs.iter().map(|p| p.2)).is_none() {
+        return Err(wire::STATUS_BAD_REQUEST);
+    }
+    sh.registry
+        .pin(
+            pairs.iter().map(|&(_, t, l)| (t, l)),
+            crate::error::ErrorKind::OutOfBounds,
+            "range",
+        )
+        .map_err(|e| {
+            let what = if dir == Direction::FromPeer {
+                "write"
+            } else {
+                "read"
+            };
+            emit(
+                Level::Warning,
+                &format!("transfer engine: refused a {what} from {label}: {e}"),
+            );
+            wire::STATUS_OUT_OF_BOUNDS
+        })
+}
+
+/// Copy between process `pid` and pinned target ranges; the status.
+///
+/// # Safety
+/// Every target range of `pairs` must lie in memory pinned by the caller.
+unsafe fn vm_copy(
+    pid: i32,
+    pairs: &[(u64, u64, u64)],
+    dir: Direction,
+    parallel: bool,
+    label: &str,
+) -> i32 {
+    // SAFETY: every own (target) range lies in pinned registered memory,
+    // which the registrant keeps valid while registered (the caller's
+    // contract); the peer's ranges are checked by the kernel.
+    let r = unsafe {
+        if parallel {
+            vm::copy(pid, dir, pairs)
+        } else {
+            vm::copy_serial(pid, dir, pairs)
+        }
+    };
+    vm::status_of(r, label)
 }
 
 /// Serve one cross-process copy: check the target ranges, then copy
@@ -442,52 +507,50 @@ fn vm_request(
     let Some(pid) = pid else {
         return wire::STATUS_BAD_REQUEST;
     };
-    if wire::total(pairs.iter().map(|p| p.2)).is_none() {
-        return wire::STATUS_BAD_REQUEST;
-    }
-    let pin = match sh.registry.pin(
-        pairs.iter().map(|&(_, t, l)| (t, l)),
-        crate::error::ErrorKind::OutOfBounds,
-        "range",
-    ) {
+    let pin = match vm_pin(sh, pairs, dir, label) {
         Ok(p) => p,
-        Err(e) => {
-            let what = if dir == Direction::FromPeer {
-                "write"
-            } else {
-                "read"
-            };
-            emit(
-                Level::Warning,
-                &format!("transfer engine: refused a {what} from {label}: {e}"),
-            );
-            return wire::STATUS_OUT_OF_BOUNDS;
-        }
+        Err(st) => return st,
     };
-    // (peer address, own address, length)
-    let own: Vec<(u64, u64, u64)> = pairs
-        .iter()
-        .filter(|p| p.2 > 0)
-        .map(|&(i, t, l)| (i, t, l))
-        .collect();
-    // SAFETY: every own range lies in pinned registered memory, which the
-    // registrant keeps valid while registered; the peer's ranges are
-    // checked by the kernel.
-    let r = unsafe { vm::copy(pid, dir, &own) };
+    // SAFETY: `pin` holds every target range.
+    let st = unsafe { vm_copy(pid, pairs, dir, true, label) };
     drop(pin);
-    match r {
-        Ok(()) => wire::STATUS_OK,
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ESRCH)) => {
-            wire::STATUS_VM_DENIED
-        }
-        Err(e) => {
-            emit(
-                Level::Warning,
-                &format!("transfer engine: cross-process copy with {label} failed: {e}"),
-            );
-            wire::STATUS_VM_FAILED
-        }
-    }
+    st
+}
+
+/// Serve one shared cross-process copy (see the protocol in `wire`): check
+/// and pin, answer GO, copy the bytes before `split` and answer its
+/// status, then unpin once the initiator's status of its part arrives.
+fn vm_shared<S, R: Read>(
+    sock: &S,
+    rd: &mut BufReader<R>,
+    sh: &Shared,
+    pid: Option<i32>,
+    req: (&[(u64, u64, u64)], u64),
+    dir: Direction,
+    label: &str,
+) -> io::Result<()>
+where
+    for<'a> &'a S: Write,
+{
+    let (pairs, split) = req;
+    let Some(pid) = pid else {
+        return send_status(sock, wire::STATUS_BAD_REQUEST);
+    };
+    let pin = match vm_pin(sh, pairs, dir, label) {
+        Ok(p) => p,
+        Err(st) => return send_status(sock, st),
+    };
+    send_status(sock, wire::STATUS_GO)?;
+    let (mine, _) = vm::split_at(pairs, split);
+    // SAFETY: `pin` holds every target range.
+    let st = unsafe { vm_copy(pid, &mine, dir, false, label) };
+    send_status(sock, st)?;
+    // The initiator writes into or reads from the pinned ranges until it
+    // sends the status of its part; a connection that ends first unpins.
+    let mut theirs = [0u8; 4];
+    rd.read_exact(&mut theirs)?;
+    drop(pin);
+    Ok(())
 }
 
 /// A descriptor borrowed for reading (the stream outlives the reader).

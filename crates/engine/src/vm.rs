@@ -4,6 +4,8 @@
 //! ptrace (same user, and no Yama or container policy against it); a
 //! refusal is `EPERM`, which callers answer by falling back to TCP.
 
+use crate::log::{emit, Level};
+use crate::wire;
 use std::io;
 
 /// Pairs per system call (the kernel's `IOV_MAX`).
@@ -82,11 +84,62 @@ pub(crate) unsafe fn copy(pid: i32, dir: Direction, pairs: &[(u64, u64, u64)]) -
     })
 }
 
+/// The wire status of a cross-process copy's result: a kernel refusal
+/// (`EPERM`, or the process is gone) says to use TCP; any other failure is
+/// logged with `label` (the other process).
+pub(crate) fn status_of(r: io::Result<()>, label: &str) -> i32 {
+    match r {
+        Ok(()) => wire::STATUS_OK,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ESRCH)) => {
+            wire::STATUS_VM_DENIED
+        }
+        Err(e) => {
+            emit(
+                Level::Warning,
+                &format!("transfer engine: cross-process copy with {label} failed: {e}"),
+            );
+            wire::STATUS_VM_FAILED
+        }
+    }
+}
+
+/// `(address, address, length)` pairs of a cross-process copy.
+pub(crate) type Pairs = Vec<(u64, u64, u64)>;
+
+/// Split `(address, address, length)` pairs at byte `at`, counted along
+/// the pairs: the pairs of the first `at` bytes, and those of the rest (a
+/// pair that straddles `at` is cut in two, both addresses advanced).
+pub(crate) fn split_at(pairs: &[(u64, u64, u64)], at: u64) -> (Pairs, Pairs) {
+    let mut head = Vec::new();
+    let mut tail = Vec::new();
+    let mut seen = 0u64;
+    for &(a, b, l) in pairs {
+        if l == 0 {
+            continue;
+        }
+        if seen >= at {
+            tail.push((a, b, l));
+        } else if seen + l <= at {
+            head.push((a, b, l));
+        } else {
+            let k = at - seen;
+            head.push((a, b, k));
+            tail.push((a + k, b + k, l - k));
+        }
+        seen = seen.saturating_add(l);
+    }
+    (head, tail)
+}
+
 /// [`copy`] on the calling thread.
 ///
 /// # Safety
 /// As [`copy`].
-unsafe fn copy_serial(pid: i32, dir: Direction, pairs: &[(u64, u64, u64)]) -> io::Result<()> {
+pub(crate) unsafe fn copy_serial(
+    pid: i32,
+    dir: Direction,
+    pairs: &[(u64, u64, u64)],
+) -> io::Result<()> {
     let mut own: Vec<libc::iovec> = Vec::with_capacity(pairs.len().min(IOV_MAX));
     let mut peer: Vec<libc::iovec> = Vec::with_capacity(pairs.len().min(IOV_MAX));
     let mut i = 0usize;
@@ -168,6 +221,28 @@ unsafe fn copy_serial(pid: i32, dir: Direction, pairs: &[(u64, u64, u64)]) -> io
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pairs_split_at_a_byte_offset() {
+        let pairs = [(100, 1000, 10), (200, 2000, 0), (300, 3000, 6)];
+        assert_eq!(
+            split_at(&pairs, 0),
+            (vec![], vec![(100, 1000, 10), (300, 3000, 6)])
+        );
+        assert_eq!(
+            split_at(&pairs, 10),
+            (vec![(100, 1000, 10)], vec![(300, 3000, 6)])
+        );
+        assert_eq!(
+            split_at(&pairs, 13),
+            (vec![(100, 1000, 10), (300, 3000, 3)], vec![(303, 3003, 3)])
+        );
+        assert_eq!(
+            split_at(&pairs, 4),
+            (vec![(100, 1000, 4)], vec![(104, 1004, 6), (300, 3000, 6)])
+        );
+        assert_eq!(split_at(&pairs, 99).1, vec![]);
+    }
 
     #[test]
     fn copies_within_this_process_both_ways() {

@@ -12,7 +12,17 @@
 //! Read { ranges }   -> status | the ranges' bytes when status is 0
 //! VmWrite { pairs } -> status   (Unix socket only: the target copies from
 //! VmRead { pairs }  -> status    the initiator's memory, or into it)
+//! VmWriteShared { pairs, split } -> status, or GO + status (see below)
+//! VmReadShared { pairs, split }     (Unix socket only; see below)
 //! ```
+//!
+//! A shared copy splits one cross-process copy between the two processes,
+//! so that two cores move it: the target checks and pins every pair and
+//! answers [`STATUS_GO`] (or a refusal, and the request ends there), then
+//! copies the bytes before `split` (counted along the pairs) while the
+//! initiator copies the rest. Each side then sends the status of its own
+//! part (an `i32` LE); the target keeps its regions pinned until the
+//! initiator's status has arrived.
 //!
 //! A status is an `i32` LE: 0, or one of the `STATUS_*` codes. Ranges are
 //! `(address in the target, length)`; pairs are `(address in the initiator,
@@ -31,6 +41,9 @@ pub const STATUS_VM_DENIED: i32 = -3;
 /// The cross-process copy failed otherwise (the initiator's memory is
 /// not mapped, or the initiator is gone).
 pub const STATUS_VM_FAILED: i32 = -4;
+
+/// The target checked a shared copy's pairs: the initiator copies its part.
+pub const STATUS_GO: i32 = 1;
 
 /// Most ranges one request carries.
 pub const MAX_RANGES: usize = 1 << 22;
@@ -69,6 +82,22 @@ pub enum Request {
         /// `(initiator address, target address, length)`.
         pairs: Vec<(u64, u64, u64)>,
     },
+    /// [`Request::VmWrite`] with the bytes from `split` on copied by the
+    /// initiator.
+    VmWriteShared {
+        /// `(initiator address, target address, length)`.
+        pairs: Vec<(u64, u64, u64)>,
+        /// Bytes, counted along the pairs, that the target copies.
+        split: u64,
+    },
+    /// [`Request::VmRead`] with the bytes from `split` on copied by the
+    /// initiator.
+    VmReadShared {
+        /// `(initiator address, target address, length)`.
+        pairs: Vec<(u64, u64, u64)>,
+        /// Bytes, counted along the pairs, that the target copies.
+        split: u64,
+    },
 }
 
 impl Request {
@@ -76,7 +105,10 @@ impl Request {
     pub fn len(&self) -> usize {
         match self {
             Request::Write { ranges } | Request::Read { ranges } => ranges.len(),
-            Request::VmWrite { pairs } | Request::VmRead { pairs } => pairs.len(),
+            Request::VmWrite { pairs }
+            | Request::VmRead { pairs }
+            | Request::VmWriteShared { pairs, .. }
+            | Request::VmReadShared { pairs, .. } => pairs.len(),
             _ => 0,
         }
     }
@@ -142,6 +174,10 @@ mod tests {
             },
             Request::VmRead {
                 pairs: vec![(1, 2, 3)],
+            },
+            Request::VmWriteShared {
+                pairs: vec![(1, 2, 3)],
+                split: 1,
             },
         ] {
             let b = encode(&r).unwrap();

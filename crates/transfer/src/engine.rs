@@ -282,6 +282,16 @@ pub fn tcp_streams() -> u64 {
     })
 }
 
+/// Most parallel TCP streams for one transfer to a peer on this host (over
+/// the loopback device): each stream keeps a sending and a receiving core
+/// of this host busy, so more streams than half its cores only take turns
+/// on them (on two cores one stream moved a single 16 MiB read at 4.9-5.3
+/// GB/s, four at 2.8-2.9). Never more than [`tcp_streams`].
+pub fn local_tcp_streams() -> u64 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    (cores / 2).clamp(1, tcp_streams())
+}
+
 /// How many connections a TCP transfer of `total` bytes is split over,
 /// given whether the peer's connections are paced (the transfer engine of
 /// `crates/engine` splits its TCP transfers by the same rule).
