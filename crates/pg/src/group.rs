@@ -10,26 +10,26 @@
 //! number on every member; without a reachable coordinator a member falls
 //! back to clearing failed ranks locally.
 
-use crate::agent::{Agent, GroupSink};
+use crate::collectives::p2p::{self, P2p, PostedRecv};
+use crate::collectives::plan::{kind_code, OpKind};
 use crate::completion::Completion;
 use crate::config::{self, Config, Transport};
-use crate::control::{MemberRec, ProposalStatus, SyncStatus, ToAgent, ToCoord};
 use crate::dtype::check_reduction;
-use crate::engine::{self, Engine};
 use crate::error::PgError;
-use crate::executor::executor_loop;
 use crate::fault;
-use crate::futex::Doorbell;
-use crate::handshake::{self, LinkHello};
-use crate::member::{attach_link, offer_shm, Acceptor};
-use crate::p2p::{self, P2p, PostedRecv};
-use crate::plan::{kind_code, OpKind};
-use crate::progress::run_op;
-use crate::shared::{Op, Shared, View, MAX_CAPACITY};
-use crate::shm::{self, Segment};
-use crate::syncer::sync_loop;
-use crate::watchdog::watchdog_loop;
-use crate::wire::{Hdr, KIND_BYE};
+use crate::membership::agent::{Agent, GroupSink};
+use crate::membership::control::{MemberRec, ProposalStatus, SyncStatus, ToAgent, ToCoord};
+use crate::membership::engine::{self, Engine};
+use crate::membership::handshake::{self, LinkHello};
+use crate::runtime::executor::executor_loop;
+use crate::runtime::member::{attach_link, offer_shm, Acceptor};
+use crate::runtime::progress::run_op;
+use crate::runtime::shared::{Op, Shared, View, MAX_CAPACITY};
+use crate::runtime::syncer::sync_loop;
+use crate::runtime::watchdog::watchdog_loop;
+use crate::transport::futex::Doorbell;
+use crate::transport::shm::{self, Segment};
+use crate::transport::wire::{Hdr, KIND_BYE};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -873,7 +873,10 @@ impl Group {
         done.wait(timeout)
     }
 
-    fn active_link(&self, slot: usize) -> Result<Option<Arc<crate::link::PeerLink>>, PgError> {
+    fn active_link(
+        &self,
+        slot: usize,
+    ) -> Result<Option<Arc<crate::transport::link::PeerLink>>, PgError> {
         let cap = self.capacity();
         if slot >= cap || slot == self.shared.rank {
             return Err(PgError::BadPeer {

@@ -10,8 +10,8 @@
 use crate::clock::now_ns;
 use crate::config;
 use crate::fault;
-use crate::shared::Shared;
-use crate::wire::KIND_PING;
+use crate::runtime::shared::Shared;
+use crate::transport::wire::KIND_PING;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;

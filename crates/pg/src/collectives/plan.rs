@@ -5,7 +5,7 @@
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::PgError;
-use crate::shm::PIECE;
+use crate::transport::shm::PIECE;
 
 /// One submitted collective, with raw buffer addresses (kept alive by the
 /// Python `Work`).

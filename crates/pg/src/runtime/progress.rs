@@ -11,17 +11,17 @@
 //! survivors' retained inputs and recomputes the op over exactly
 //! C_i = itself plus the ranks whose whole input it obtained.
 
+use crate::collectives::plan::{self, Phase, Redo, Reduce, Source, Xfer};
+use crate::collectives::reduce;
 use crate::config;
-use crate::copy;
 use crate::error::PgError;
 use crate::fault::{self, Point};
-use crate::link::{Front, Landing, PeerLink};
-use crate::plan::{self, Phase, Redo, Reduce, Source, Xfer};
-use crate::reader::answer_pulls;
-use crate::reduce;
-use crate::shared::{Links, Op, Shared};
-use crate::shm::PIECE;
-use crate::wire::{Hdr, FLAG_TAINT, KIND_ABORT, KIND_COLL, KIND_PULL_REQ};
+use crate::runtime::reader::answer_pulls;
+use crate::runtime::shared::{Links, Op, Shared};
+use crate::transport::copy;
+use crate::transport::link::{Front, Landing, PeerLink};
+use crate::transport::shm::PIECE;
+use crate::transport::wire::{Hdr, FLAG_TAINT, KIND_ABORT, KIND_COLL, KIND_PULL_REQ};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 

@@ -5,8 +5,8 @@
 //! mutually exclusive.
 
 use crate::error::PgError;
-use crate::progress::run_op;
-use crate::shared::Shared;
+use crate::runtime::progress::run_op;
+use crate::runtime::shared::Shared;
 use std::sync::Arc;
 use std::time::Duration;
 

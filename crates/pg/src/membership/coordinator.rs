@@ -26,11 +26,11 @@
 //! Everything runs on one thread fed by a channel (sessions' reader threads
 //! and the acceptor post events), so the state needs no locks.
 
-use crate::admission;
 use crate::config;
-use crate::control::{self, MemberRec, ProposalStatus, SyncStatus, ToAgent, ToCoord};
 use crate::error::PgError;
-use crate::handshake;
+use crate::membership::admission;
+use crate::membership::control::{self, MemberRec, ProposalStatus, SyncStatus, ToAgent, ToCoord};
+use crate::membership::handshake;
 use mooncake_common::limits::ConnPermit;
 use mooncake_common::AuthKey;
 use parking_lot::Mutex;

@@ -4,17 +4,17 @@
 //! thread bodies (`executor`, `reader`, `watchdog`, `progress`) use it and
 //! `group` owns it.
 
-use crate::agent::Agent;
+use crate::collectives::p2p::{P2p, PostedRecv};
+use crate::collectives::plan::OpKind;
+use crate::collectives::retain::Retention;
 use crate::completion::Completion;
 use crate::config::Config;
-use crate::control::{MemberRec, ToCoord};
 use crate::error::PgError;
-use crate::futex::Doorbell;
-use crate::link::PeerLink;
-use crate::p2p::{P2p, PostedRecv};
-use crate::plan::OpKind;
-use crate::retain::Retention;
-use crate::shm::Segment;
+use crate::membership::agent::Agent;
+use crate::membership::control::{MemberRec, ToCoord};
+use crate::transport::futex::Doorbell;
+use crate::transport::link::PeerLink;
+use crate::transport::shm::Segment;
 use mooncake_common::AuthKey;
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{HashMap, VecDeque};

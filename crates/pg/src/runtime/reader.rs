@@ -11,13 +11,13 @@
 //! reader never blocks on its own socket while the peer's reader might be
 //! blocked writing to us.
 
+use crate::collectives::p2p::RxMessage;
+use crate::collectives::retain::{Request, Retention, Verdict};
 use crate::fault;
-use crate::link::PeerLink;
-use crate::p2p::RxMessage;
-use crate::retain::{Request, Retention, Verdict};
-use crate::shared::{Links, Shared};
-use crate::shm::PIECE;
-use crate::wire::{
+use crate::runtime::shared::{Links, Shared};
+use crate::transport::link::PeerLink;
+use crate::transport::shm::PIECE;
+use crate::transport::wire::{
     Hdr, KIND_ABORT, KIND_BYE, KIND_COLL, KIND_MAPPED, KIND_P2P, KIND_P2P_ACK, KIND_PING,
     KIND_PONG, KIND_PULL_REQ, KIND_PULL_RESP, PULL_NOT_HELD,
 };

@@ -8,9 +8,9 @@
 //! cluster secret (if any), which the admitted dialer must prove before the
 //! link is handed over (see `handshake`).
 
-use crate::admission;
 use crate::error::PgError;
-use crate::handshake::{self, Accepted, LinkHello};
+use crate::membership::admission;
+use crate::membership::handshake::{self, Accepted, LinkHello};
 use mooncake_common::limits::ConnPermit;
 use mooncake_common::tcp_tune::{connect_data, tune_data_listener, tune_data_stream};
 use mooncake_common::AuthKey;

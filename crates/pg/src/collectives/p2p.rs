@@ -10,8 +10,8 @@
 
 use crate::completion::Completion;
 use crate::error::PgError;
-use crate::link::PeerLink;
-use crate::wire::{Hdr, KIND_P2P};
+use crate::transport::link::PeerLink;
+use crate::transport::wire::{Hdr, KIND_P2P};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::io::Read;

@@ -6,8 +6,8 @@
 //! local failure handling.
 
 use crate::config;
-use crate::control::{SyncStatus, ToAgent, ToCoord};
-use crate::shared::Shared;
+use crate::membership::control::{SyncStatus, ToAgent, ToCoord};
+use crate::runtime::shared::Shared;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -8,10 +8,10 @@
 //! (rings per peer pair, unlinked once both
 //! sides mapped them; TCP still carries control and liveness.)
 
-use crate::copy;
 use crate::error::PgError;
-use crate::futex::Doorbell;
-use crate::wire::{Hdr, HDR_LEN};
+use crate::transport::copy;
+use crate::transport::futex::Doorbell;
+use crate::transport::wire::{Hdr, HDR_LEN};
 use memmap2::{MmapOptions, MmapRaw};
 use nix::fcntl::OFlag;
 use nix::sys::mman::{shm_open, shm_unlink};
@@ -296,7 +296,7 @@ pub(crate) fn sweep_stale() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::KIND_COLL;
+    use crate::transport::wire::KIND_COLL;
 
     #[test]
     fn ring_push_peek_pop_and_full() {

@@ -7,10 +7,10 @@
 //! process ended) is reported to every group, which then falls back to
 //! local failure handling.
 
-use crate::control::{self, ToAgent, ToCoord};
-use crate::engine;
 use crate::error::PgError;
-use crate::handshake;
+use crate::membership::control::{self, ToAgent, ToCoord};
+use crate::membership::engine;
+use crate::membership::handshake;
 use mooncake_common::AuthKey;
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::HashMap;

@@ -19,7 +19,7 @@
 //! and the puller then counts that rank as failed for that op (its result
 //! still matches its hint).
 
-use crate::copy;
+use crate::transport::copy;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};

@@ -6,8 +6,8 @@
 use crate::clock::now_ns;
 use crate::completion::Completion;
 use crate::fault;
-use crate::shm::Segment;
-use crate::wire::{self, Hdr};
+use crate::transport::shm::Segment;
+use crate::transport::wire::{self, Hdr};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::net::{Shutdown, TcpStream};
@@ -354,7 +354,7 @@ impl PeerLink {
 
     /// Pushes one collective piece. `Ok(false)`: ring full, retry later.
     /// `stream`: the piece belongs to a large message, so a shared-memory
-    /// push bypasses this core's cache (see [`crate::copy::STREAM_MIN_MESSAGE`]).
+    /// push bypasses this core's cache (see [`crate::transport::copy::STREAM_MIN_MESSAGE`]).
     pub(crate) fn send_piece(&self, hdr: &Hdr, data: &[u8], stream: bool) -> std::io::Result<bool> {
         if let Some(p) = self.shm.get() {
             fault::delay(&self.group, self.slot);
@@ -397,7 +397,7 @@ impl PeerLink {
     pub(crate) fn pop(&self) {
         if let Some(p) = self.shm.get() {
             if let Some(ring) = p.own.ring(self.slot) {
-                if ring.pop() <= crate::shm::Ring::WAKE_AT {
+                if ring.pop() <= crate::transport::shm::Ring::WAKE_AT {
                     p.peer.bell().ring();
                 }
             }

@@ -4,16 +4,16 @@
 //! coordinator pushes (member records, two-phase view changes, link
 //! queries, fencing). See `coordinator` for the protocol.
 
-use crate::agent::GroupSink;
 use crate::config;
-use crate::control::MemberRec;
-use crate::engine::{Incoming, LinkHandler};
 use crate::error::PgError;
-use crate::link::PeerLink;
-use crate::reader::reader_loop;
-use crate::shared::{FencedBefore, Gate, Shared, View};
-use crate::shm::Segment;
-use crate::wire::{Hdr, KIND_MAPPED};
+use crate::membership::agent::GroupSink;
+use crate::membership::control::MemberRec;
+use crate::membership::engine::{Incoming, LinkHandler};
+use crate::runtime::reader::reader_loop;
+use crate::runtime::shared::{FencedBefore, Gate, Shared, View};
+use crate::transport::link::PeerLink;
+use crate::transport::shm::Segment;
+use crate::transport::wire::{Hdr, KIND_MAPPED};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
