@@ -11,12 +11,12 @@
 //! a master restart or failover.
 
 use crate::config::ClientConfig;
-use crate::discovery::MasterLocator;
-use crate::done::DoneQueue;
+use crate::durability::ledger::Ledger;
 use crate::error::{Error, Result};
-use crate::ledger::Ledger;
-use crate::master_conn::MasterConn;
-use crate::metadata_pub::MetadataUrl;
+use crate::master::discovery::MasterLocator;
+use crate::master::done::DoneQueue;
+use crate::master::master_conn::MasterConn;
+use crate::master::metadata_pub::MetadataUrl;
 use crate::registered::Regions;
 use crate::staging::StagingArea;
 use crate::stats::ClientStats;
@@ -80,7 +80,7 @@ pub struct Client {
     /// Open put and get sessions (`batch_*_session_*`).
     pub(crate) sessions: crate::session_table::Sessions,
     /// The disk tier (SSD offload), if on.
-    pub(crate) disk: Option<Arc<crate::disk::Disk>>,
+    pub(crate) disk: Option<Arc<crate::durability::disk::Disk>>,
     /// The cluster token (for reads of other owners' disk tiers).
     pub(crate) auth: Option<AuthKey>,
 }
@@ -177,13 +177,15 @@ impl Client {
         // The disk tier, before anything is mounted: a directory that
         // cannot be used fails setup with nothing half-enabled.
         let tier = if cfg.enable_ssd_offload {
-            Some(crate::disk::open_configured(cfg.tier_config()?)?)
+            Some(crate::durability::disk::open_configured(
+                cfg.tier_config()?,
+            )?)
         } else {
-            match crate::disk::storage_config(&master) {
+            match crate::durability::disk::storage_config(&master) {
                 Ok((fsdir, _)) if !fsdir.is_empty() && gs > 0 => {
                     let base = mooncake_offload::TierConfig::from_env(&fsdir)
                         .map_err(|e| Error::invalid(format!("SSD offload: {e}")))?;
-                    Some(crate::disk::open_under(&fsdir, &base)?)
+                    Some(crate::durability::disk::open_under(&fsdir, &base)?)
                 }
                 Ok(_) => None,
                 Err(e) => {
@@ -262,7 +264,7 @@ impl Client {
             register_local(s);
         }
         let disk = tier.map(|t| {
-            crate::disk::Disk::new(
+            crate::durability::disk::Disk::new(
                 t,
                 Arc::clone(&master),
                 client_id.clone(),
@@ -272,7 +274,7 @@ impl Client {
         });
         if let Some(d) = &disk {
             if cfg.serve_disk_reads {
-                data_server.serve_disk(Arc::new(crate::disk::Served(Arc::clone(d))));
+                data_server.serve_disk(Arc::new(crate::durability::disk::Served(Arc::clone(d))));
             }
         }
         let client = Arc::new(Client {
@@ -303,7 +305,7 @@ impl Client {
         });
         client.done.start(&client.master);
         if client.segment.is_some() {
-            crate::ledger::register(&client.desc.name, &client.ledger);
+            crate::durability::ledger::register(&client.desc.name, &client.ledger);
         }
         if !client.publish_metadata() {
             client.close();
@@ -333,7 +335,7 @@ impl Client {
         if self.segment.is_none() {
             return;
         }
-        let ctx = crate::ledger_stream::StreamCtx {
+        let ctx = crate::durability::ledger_stream::StreamCtx {
             master: Arc::clone(&self.master),
             ledger: Arc::clone(&self.ledger),
             client_id: self.client_id.clone(),
@@ -342,7 +344,7 @@ impl Client {
             wake: Arc::clone(&self.wake),
             disk: self.disk.clone(),
         };
-        match crate::ledger_stream::start(ctx) {
+        match crate::durability::ledger_stream::start(ctx) {
             Ok(h) => *self.ledger_thread.lock() = Some(h),
             Err(e) => tracing::warn!(error = %e, "cannot start the ledger stream"),
         }
@@ -541,7 +543,7 @@ impl Client {
         });
         if let Some(s) = &self.segment {
             unregister_local(s.uuid());
-            crate::ledger::unregister(&self.desc.name);
+            crate::durability::ledger::unregister(&self.desc.name);
         }
         if let Some(ds) = self.data_server.lock().take() {
             ds.stop();

@@ -9,34 +9,33 @@
 //! shape of batch results. Every failure is an [`Error`] carrying the
 //! upstream [`ErrorCode`] and its reason; the Python binding only converts
 //! arguments and maps errors to return codes and log lines.
+//!
+//! Module tree (folders are layers; each uses only what is below it):
+//! - `tensor/`: tensor reads and writes, tensor batch rules, safetensors IO;
+//! - `ops/`: the store operations as `Client` methods (writes, reads,
+//!   ranges, locations, multi-buffer values, sessions, `BufferPool` leases);
+//! - `client`: the `Client` itself (setup, mount, serve, close);
+//! - `durability/`: the replica ledger, its stream to the master, the disk
+//!   tier;
+//! - `master/`: the master connection, discovery, read-ticket reports,
+//!   descriptor publishing;
+//! - at the root, used by all: `config`, `error`, `parallel`, `staging`,
+//!   `registered`, `result_pool`, `session_table`, `stats`, `wake`.
 
 mod client;
 mod config;
-mod discovery;
-mod disk;
-mod done;
+mod durability;
 mod error;
-mod lease_pool;
-mod ledger;
-mod ledger_stream;
-mod locations;
-mod master_conn;
-mod metadata_pub;
-mod multi_buffers;
+mod master;
+mod ops;
 mod parallel;
-mod ranges;
-mod reads;
 mod registered;
 mod result_pool;
-mod safetensor_io;
 mod session_table;
-mod sessions;
 mod staging;
 mod stats;
-mod tensor_batch;
-mod tensor_io;
+mod tensor;
 mod wake;
-mod writes;
 
 pub use client::{Client, StagedValue, HEALTHY, HEALTH_CLOSED, HEALTH_PING_FAILED};
 pub use config::{
@@ -44,17 +43,17 @@ pub use config::{
     DEFAULT_DICT_SIZE, DEFAULT_MASTER, DEFAULT_TENANT, MAX_LOCAL_BUFFER, MIN_SIZE,
 };
 pub use error::{Error, Result};
-pub use lease_pool::{Lease, LeasePool, PoolConfig, PoolError};
-pub use locations::{Locations, ObjectLocation};
 pub use mooncake_common::proto::ReplicaLoc;
 pub use mooncake_common::proto::{SoftPin, WriteConfig};
 pub use mooncake_common::ErrorCode;
 pub use mooncake_transfer::{Op, Path};
-pub use ranges::{ranges_failed, Ranges};
+pub use ops::lease_pool::{Lease, LeasePool, PoolConfig, PoolError};
+pub use ops::locations::{Locations, ObjectLocation};
+pub use ops::ranges::{ranges_failed, Ranges};
 pub use result_pool::{ResultBlock, POOL_MIN};
-pub use safetensor_io::{LoadedTensor, ObjectIo};
-pub use tensor_batch::{check_lengths, check_object_sources, item_requests, ItemRequest};
-pub use tensor_io::{
+pub use tensor::safetensor_io::{LoadedTensor, ObjectIo};
+pub use tensor::tensor_batch::{check_lengths, check_object_sources, item_requests, ItemRequest};
+pub use tensor::tensor_io::{
     check_into_lists, check_pub_config, cuda_tensor_reads, object_source, TensorDest, TensorReads,
     TensorWrite, WriteMode,
 };

@@ -25,8 +25,8 @@
 use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
-use crate::ranges::RangeOp;
-use crate::writes::Pieces;
+use crate::ops::ranges::RangeOp;
+use crate::ops::writes::Pieces;
 use mooncake_common::proto::{MasterRequest, MasterResponse, ObjectInfo, PutStartItem, ReplicaLoc};
 use mooncake_common::ErrorCode;
 use mooncake_tensor::{
@@ -325,7 +325,7 @@ impl Client {
             // An in-place rewrite of an unread key's own replica: its ledger
             // entry goes first.
             for (_, locs) in &jobs {
-                crate::ledger::vacate_own(locs);
+                crate::durability::ledger::vacate_own(locs);
             }
         }
         let located: Vec<(&Pieces, u64, &[ReplicaLoc])> = jobs

@@ -42,9 +42,9 @@
 use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
-use crate::ranges::RangeOp;
+use crate::ops::ranges::RangeOp;
+use crate::ops::writes::Pieces;
 use crate::session_table::{GetSession, PutSession};
-use crate::writes::Pieces;
 use mooncake_common::proto::{MasterRequest, MasterResponse, ObjectInfo, PutStartItem, ReplicaLoc};
 use mooncake_common::ErrorCode;
 use std::collections::HashMap;

@@ -9,7 +9,7 @@
 //!   mutually exclusive; neither given means FULL objects.
 
 use crate::error::{Error, Result};
-use crate::tensor_io::object_source;
+use crate::tensor::tensor_io::object_source;
 
 /// The per-item lists of a batch call have one entry per key.
 pub fn check_lengths(keys: usize, others: &[usize]) -> Result<()> {

@@ -18,7 +18,7 @@
 //! expiry; a read that finishes after its lease is discarded by the reader
 //! (LEASE_EXPIRED), so the expiry never un-protects a copy that is used.
 
-use crate::master_conn::MasterConn;
+use crate::master::master_conn::MasterConn;
 use mooncake_common::proto::MasterRequest;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -13,7 +13,7 @@
 //! takes its old directory back).
 
 use crate::error::{Error, Result};
-use crate::master_conn::MasterConn;
+use crate::master::master_conn::MasterConn;
 use mooncake_common::ledger::{LedgerOp, REPORT_CHUNK};
 use mooncake_common::proto::{DiskLoc, DiskObject, MasterRequest, MasterResponse};
 use mooncake_common::{AuthKey, ErrorCode};

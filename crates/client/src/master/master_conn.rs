@@ -10,7 +10,7 @@
 //! leader found through etcd (the pool is emptied when the leader changes,
 //! and connections in use are shut down so no call waits for the old one).
 
-use crate::discovery::MasterLocator;
+use crate::master::discovery::MasterLocator;
 use mooncake_common::framing::{self, client_handshake, Service, MAX_CONTROL_FRAME};
 use mooncake_common::limits::peer_closed;
 use mooncake_common::proto::{encode_request, MasterRequest, MasterResponse};

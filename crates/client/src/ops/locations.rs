@@ -5,7 +5,7 @@
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::writes::seg_ref;
+use crate::ops::writes::seg_ref;
 use mooncake_common::proto::ReplicaLoc;
 use mooncake_common::ErrorCode;
 use mooncake_transfer::{Op, Path};

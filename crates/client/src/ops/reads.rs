@@ -9,8 +9,8 @@
 
 use crate::client::{Client, StagedValue};
 use crate::error::{Error, Result};
-use crate::ranges::RangeOp;
-use crate::writes::{check_key, seg_ref};
+use crate::ops::ranges::RangeOp;
+use crate::ops::writes::{check_key, seg_ref};
 use mooncake_common::proto::{MasterRequest, MasterResponse, ObjectInfo, ReplicaLoc};
 use mooncake_common::ErrorCode;
 use mooncake_transfer::Path;

@@ -9,8 +9,8 @@
 //! change, network fault), every [`RETRY`] until the segment is mounted on
 //! the master again.
 
-use crate::ledger::Ledger;
-use crate::master_conn::MasterConn;
+use crate::durability::ledger::Ledger;
+use crate::master::master_conn::MasterConn;
 use mooncake_common::framing::{self, MAX_CONTROL_FRAME};
 use mooncake_common::ledger::{LedgerAck, LedgerPush};
 use mooncake_common::proto::{encode_request, MasterRequest, MasterResponse};
@@ -42,7 +42,7 @@ pub(crate) struct StreamCtx {
     /// once (a restarted master sees the remount sooner).
     pub wake: Arc<crate::wake::Wake>,
     /// The disk tier: offloaded replicas are copied there before the ack.
-    pub disk: Option<Arc<crate::disk::Disk>>,
+    pub disk: Option<Arc<crate::durability::disk::Disk>>,
 }
 
 /// Start the stream thread; it ends when `ctx.closed` is set.

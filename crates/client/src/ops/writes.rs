@@ -159,7 +159,7 @@ impl Client {
                 // The master may hand an unread key's own replica back for an
                 // in-place rewrite: its ledger entry goes first.
                 for (_, locs) in &jobs {
-                    crate::ledger::vacate_own(locs);
+                    crate::durability::ledger::vacate_own(locs);
                 }
             }
             // All values of the batch in one pass: one request per owner,
@@ -570,7 +570,7 @@ impl Client {
     pub(crate) fn describe_writer(&self, cfg: &mut WriteConfig) {
         cfg.writer_host_id = self.engine.host_id().to_string();
         cfg.writer_maps_host = self.engine.maps_same_host();
-        cfg.writer_own_segments = crate::ledger::local_names();
+        cfg.writer_own_segments = crate::durability::ledger::local_names();
     }
 
     /// Commit written keys (PutEnd). The master acknowledges once the owners
@@ -586,7 +586,7 @@ impl Client {
     ) -> std::result::Result<(), ErrorCode> {
         let local_segments: Vec<String> = segments
             .iter()
-            .filter(|s| crate::ledger::local(s).is_some())
+            .filter(|s| crate::durability::ledger::local(s).is_some())
             .cloned()
             .collect();
         match self.rpc(MasterRequest::CommitEnd {
@@ -614,7 +614,7 @@ fn record_local(ops: Vec<(String, LedgerOp)>) {
         }
     }
     for (seg, ops) in by_segment {
-        if let Some(l) = crate::ledger::local(&seg) {
+        if let Some(l) = crate::durability::ledger::local(&seg) {
             l.apply(ops);
         }
     }

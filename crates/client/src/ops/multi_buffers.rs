@@ -22,8 +22,8 @@
 use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
-use crate::ranges::RangeOp;
-use crate::writes::Pieces;
+use crate::ops::ranges::RangeOp;
+use crate::ops::writes::Pieces;
 use mooncake_common::proto::ObjectInfo;
 use mooncake_common::ErrorCode;
 use std::collections::HashMap;

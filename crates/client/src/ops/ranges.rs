@@ -21,8 +21,8 @@
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::ops::writes::seg_ref;
 use crate::parallel::{group_tasks, run_all};
-use crate::writes::seg_ref;
 use mooncake_common::proto::{ObjectInfo, ReplicaLoc};
 use mooncake_common::ErrorCode;
 use mooncake_transfer::{Op, Path};
@@ -245,7 +245,7 @@ impl Client {
                 self.count_read(Path::Local, len);
             }
             _ => {
-                crate::disk::read_remote(self.auth.as_ref(), loc, src, buf)?;
+                crate::durability::disk::read_remote(self.auth.as_ref(), loc, src, buf)?;
                 self.count_read(Path::Tcp, len);
             }
         }
