@@ -1,213 +1,17 @@
-//! The membership coordinator: one per process tree, hosted by the process
-//! that hosts torch's rendezvous store (global rank 0), reached by every
-//! process's agent over a control session. It owns each group's member
-//! states and active set, serializes membership changes, and publishes them
-//! as epoch-numbered views that every member applies at the same collective
-//! sequence number (as upstream's coordinator does: rank and member states,
-//! reconciliation, the three failure-handling modes).
-//!
-//! How a view change runs (two phases, so every member switches at one
-//! point of the op stream):
-//! 1. `Prepare(new view)` to every live participant. Each answers with the
-//!    number of collectives it has issued (`next_seq`) and whether its links
-//!    to every member of the new view are up, and starts no collective at or
-//!    past that number until phase two.
-//! 2. `Commit(view, from_seq = max next_seq)`: ops with seq >= from_seq run
-//!    under the new view everywhere, earlier ones under the old one.
-//!
-//! Failures: a member whose control session closes is dead at once (its
-//! process ended). Link reports (`Sync`, answers to `Query`) open a
-//! reconciliation; the coordinator decides as soon as every active member
-//! that nobody suspects has reported, or when the window closes, keeping
-//! the largest set of members that are all connected to each other (ties
-//! keep lower ranks). With auto-deactivation the others are dropped in a
-//! view change and, if alive, fenced.
-//!
-//! Everything runs on one thread fed by a channel (sessions' reader threads
-//! and the acceptor post events), so the state needs no locks.
+//! One group's membership: its members and their states, the queue of
+//! changes, the two-phase view-change transaction, reconciliation of link
+//! reports, and the rules that decide them.
 
 use crate::config;
-use crate::error::PgError;
-use crate::membership::admission;
-use crate::membership::control::{self, MemberRec, ProposalStatus, SyncStatus, ToAgent, ToCoord};
-use crate::membership::handshake;
-use mooncake_common::limits::ConnPermit;
-use mooncake_common::AuthKey;
-use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::BufReader;
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
-use std::sync::Arc;
+use crate::membership::control::{MemberRec, ProposalStatus, SyncStatus, ToAgent};
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// How often a prepare is re-sent to members that were not ready yet.
 const PREPARE_RETRY: Duration = Duration::from_millis(20);
-/// How long a joiner's registration may wait for its group to be founded.
-const FOUNDING_WAIT: Duration = Duration::from_secs(600);
-
-enum Event {
-    Open(u64, TcpStream),
-    Msg(u64, ToCoord),
-    Closed(u64),
-    Stop,
-}
-
-/// A running coordinator (stopped when dropped).
-pub(crate) struct Coordinator {
-    endpoint: String,
-    port: u16,
-    tx: parking_lot::Mutex<Sender<Event>>,
-    stopped: Arc<AtomicBool>,
-}
-
-impl Coordinator {
-    /// Starts a coordinator listening on all interfaces; peers reach it at
-    /// `advertise:port`.
-    pub(crate) fn start(advertise: &str) -> Result<Arc<Coordinator>, PgError> {
-        let auth = PgError::load_auth()?;
-        let listener = TcpListener::bind(("0.0.0.0", 0))
-            .map_err(|e| PgError::io("bind the membership coordinator", e))?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| PgError::io("coordinator address", e))?
-            .port();
-        let (tx, rx) = channel::<Event>();
-        let stopped = Arc::new(AtomicBool::new(false));
-        let (acc_tx, acc_stop) = (tx.clone(), stopped.clone());
-        std::thread::Builder::new()
-            .name("mcpg-coord-acc".into())
-            .spawn(move || accept_loop(listener, auth, acc_tx, acc_stop))
-            .map_err(|e| PgError::io("spawn coordinator acceptor", e))?;
-        std::thread::Builder::new()
-            .name("mcpg-coord".into())
-            .spawn(move || {
-                let mut st = State::default();
-                loop {
-                    let wait = st
-                        .next_wake()
-                        .map(|w| w.saturating_duration_since(Instant::now()));
-                    let ev = match wait {
-                        Some(w) => rx.recv_timeout(w),
-                        None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                    };
-                    match ev {
-                        Ok(Event::Stop) | Err(RecvTimeoutError::Disconnected) => break,
-                        Ok(ev) => st.handle(ev),
-                        Err(RecvTimeoutError::Timeout) => {}
-                    }
-                    st.tick();
-                }
-                st.close_all();
-            })
-            .map_err(|e| PgError::io("spawn coordinator", e))?;
-        Ok(Arc::new(Coordinator {
-            endpoint: format!("{advertise}:{port}"),
-            port,
-            tx: parking_lot::Mutex::new(tx),
-            stopped,
-        }))
-    }
-
-    /// Where agents connect.
-    pub(crate) fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
-    /// Stops serving (idempotent); sessions see their connection close.
-    pub(crate) fn stop(&self) {
-        if self.stopped.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let _ = self.tx.lock().send(Event::Stop);
-        // Unblock the acceptor.
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
-    }
-}
-
-impl Drop for Coordinator {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// A membership coordinator hosted by this process (the bindings start one
-/// in the process that hosts torch's rendezvous store). Stopped on drop.
-pub struct CoordinatorHandle(Arc<Coordinator>);
-
-impl CoordinatorHandle {
-    /// Starts a coordinator; agents reach it at `advertise:port`.
-    pub fn start(advertise: &str) -> Result<Self, PgError> {
-        Coordinator::start(advertise).map(CoordinatorHandle)
-    }
-
-    /// Where agents connect (`host:port`).
-    pub fn endpoint(&self) -> &str {
-        self.0.endpoint()
-    }
-
-    /// Stops serving (idempotent).
-    pub fn stop(&self) {
-        self.0.stop()
-    }
-}
-
-fn accept_loop(
-    listener: TcpListener,
-    auth: Option<AuthKey>,
-    tx: Sender<Event>,
-    stopped: Arc<AtomicBool>,
-) {
-    let tx = Mutex::new(tx);
-    admission::serve(
-        listener,
-        "mcpg-coord-rd",
-        move || stopped.load(Ordering::Acquire),
-        move |s, permit| {
-            let tx = tx.lock().clone();
-            serve_session(s, permit, auth.as_ref(), tx);
-        },
-    );
-}
-
-/// One control session: its handshake (on its own thread, see
-/// `admission`), then this thread reads the agent's messages until the
-/// session closes.
-fn serve_session(mut s: TcpStream, permit: ConnPermit, auth: Option<&AuthKey>, tx: Sender<Event>) {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let shook = handshake::control_accept(&mut s, auth);
-    drop(permit);
-    match shook {
-        Ok(Some(_)) => {}
-        Ok(None) => return,
-        Err(e) => {
-            if handshake::is_auth_refusal(&e) {
-                let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-                eprintln!("mooncake-pg: membership coordinator refused {peer}: {e}");
-            }
-            return;
-        }
-    }
-    let _ = s.set_read_timeout(None);
-    let _ = s.set_nodelay(true);
-    let Ok(reader) = s.try_clone() else { return };
-    let id = NEXT.fetch_add(1, Ordering::Relaxed);
-    if tx.send(Event::Open(id, s)).is_err() {
-        return;
-    }
-    let mut r = BufReader::new(reader);
-    while let Ok(msg) = control::read_msg::<ToCoord>(&mut r) {
-        if tx.send(Event::Msg(id, msg)).is_err() {
-            return;
-        }
-    }
-    let _ = tx.send(Event::Closed(id));
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum MState {
+pub(super) enum MState {
     /// Registered, not ready for activation.
     Inactive,
     /// Called `join_group`.
@@ -216,98 +20,98 @@ enum MState {
     Active,
 }
 
-struct CMember {
-    sess: u64,
-    rec: MemberRec,
-    state: MState,
-    alive: bool,
+pub(super) struct CMember {
+    pub(super) sess: u64,
+    pub(super) rec: MemberRec,
+    pub(super) state: MState,
+    pub(super) alive: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Activate,
     Deactivate,
     Drop,
 }
 
 #[derive(Clone, Copy, Debug)]
-enum Waiter {
+pub(super) enum Waiter {
     Propose(u64, u64),
     Sync(u64, u64),
 }
 
-struct Change {
-    kind: Kind,
-    ranks: u64,
-    waiters: Vec<Waiter>,
-    deadline: Instant,
-    dropped: u64,
-    reason: String,
+pub(super) struct Change {
+    pub(super) kind: Kind,
+    pub(super) ranks: u64,
+    pub(super) waiters: Vec<Waiter>,
+    pub(super) deadline: Instant,
+    pub(super) dropped: u64,
+    pub(super) reason: String,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(super) enum Phase {
     Prepare,
     Commit,
 }
 
-struct Txn {
-    id: u64,
-    new_active: u64,
-    participants: u64,
-    old: u64,
-    targets: u64,
-    ready: u64,
-    next_seq: u64,
-    phase: Phase,
-    deadline: Instant,
-    retry: Instant,
-    acked: u64,
-    fence: u64,
+pub(super) struct Txn {
+    pub(super) id: u64,
+    pub(super) new_active: u64,
+    pub(super) participants: u64,
+    pub(super) old: u64,
+    pub(super) targets: u64,
+    pub(super) ready: u64,
+    pub(super) next_seq: u64,
+    pub(super) phase: Phase,
+    pub(super) deadline: Instant,
+    pub(super) retry: Instant,
+    pub(super) acked: u64,
+    pub(super) fence: u64,
 }
 
-struct Recon {
-    deadline: Instant,
-    reports: HashMap<usize, u64>,
-    reported: u64,
-    offline: u64,
-    waiters: Vec<Waiter>,
+pub(super) struct Recon {
+    pub(super) deadline: Instant,
+    pub(super) reports: HashMap<usize, u64>,
+    pub(super) reported: u64,
+    pub(super) offline: u64,
+    pub(super) waiters: Vec<Waiter>,
 }
 
-struct PendingReg {
-    sess: u64,
-    req: u64,
-    rec: MemberRec,
-    deadline: Instant,
+pub(super) struct PendingReg {
+    pub(super) sess: u64,
+    pub(super) req: u64,
+    pub(super) rec: MemberRec,
+    pub(super) deadline: Instant,
 }
 
-struct CGroup {
-    key: u64,
-    label: String,
-    capacity: usize,
-    founding_capacity: usize,
-    size: usize,
-    founded: u64,
-    auto: bool,
-    epoch: u64,
-    active: u64,
-    members: Vec<Option<CMember>>,
-    next_order: u64,
-    pending_regs: Vec<PendingReg>,
-    changes: VecDeque<Change>,
-    txn: Option<Txn>,
-    recon: Option<Recon>,
+pub(super) struct CGroup {
+    pub(super) key: u64,
+    pub(super) label: String,
+    pub(super) capacity: usize,
+    pub(super) founding_capacity: usize,
+    pub(super) size: usize,
+    pub(super) founded: u64,
+    pub(super) auto: bool,
+    pub(super) epoch: u64,
+    pub(super) active: u64,
+    pub(super) members: Vec<Option<CMember>>,
+    pub(super) next_order: u64,
+    pub(super) pending_regs: Vec<PendingReg>,
+    pub(super) changes: VecDeque<Change>,
+    pub(super) txn: Option<Txn>,
+    pub(super) recon: Option<Recon>,
     /// Ranks the last reconciliation found unhealthy but kept in the view
     /// (framework-managed mode): further reports about them are answered at
     /// once.
-    known_bad: u64,
+    pub(super) known_bad: u64,
 }
 
-fn bit(slot: usize) -> u64 {
+pub(super) fn bit(slot: usize) -> u64 {
     1u64 << slot
 }
 
-fn full(n: usize) -> u64 {
+pub(super) fn full(n: usize) -> u64 {
     if n >= 64 {
         u64::MAX
     } else {
@@ -315,19 +119,19 @@ fn full(n: usize) -> u64 {
     }
 }
 
-fn slots(mask: u64) -> impl Iterator<Item = usize> {
+pub(super) fn slots(mask: u64) -> impl Iterator<Item = usize> {
     (0..64).filter(move |i| mask >> i & 1 == 1)
 }
 
-fn list(mask: u64) -> Vec<usize> {
+pub(super) fn list(mask: u64) -> Vec<usize> {
     slots(mask).collect()
 }
 
 /// Messages to send once the state change is done.
-type Out = Vec<(u64, ToAgent)>;
+pub(super) type Out = Vec<(u64, ToAgent)>;
 
 impl CGroup {
-    fn new(key: u64, label: String, capacity: usize) -> Self {
+    pub(super) fn new(key: u64, label: String, capacity: usize) -> Self {
         CGroup {
             key,
             label,
@@ -348,18 +152,18 @@ impl CGroup {
         }
     }
 
-    fn grow(&mut self, capacity: usize) {
+    pub(super) fn grow(&mut self, capacity: usize) {
         self.capacity = self.capacity.max(capacity).min(64);
         while self.members.len() < self.capacity {
             self.members.push(None);
         }
     }
 
-    fn is_founded(&self) -> bool {
+    pub(super) fn is_founded(&self) -> bool {
         self.size > 0 && self.founded == full(self.size)
     }
 
-    fn alive(&self) -> u64 {
+    pub(super) fn alive(&self) -> u64 {
         self.members
             .iter()
             .enumerate()
@@ -367,11 +171,11 @@ impl CGroup {
             .fold(0, |acc, (i, _)| acc | bit(i))
     }
 
-    fn member(&self, slot: usize) -> Option<&CMember> {
+    pub(super) fn member(&self, slot: usize) -> Option<&CMember> {
         self.members.get(slot).and_then(|m| m.as_ref())
     }
 
-    fn live_recs(&self) -> Vec<MemberRec> {
+    pub(super) fn live_recs(&self) -> Vec<MemberRec> {
         self.members
             .iter()
             .flatten()
@@ -380,13 +184,13 @@ impl CGroup {
             .collect()
     }
 
-    fn recs_of(&self, mask: u64) -> Vec<MemberRec> {
+    pub(super) fn recs_of(&self, mask: u64) -> Vec<MemberRec> {
         slots(mask)
             .filter_map(|s| self.member(s).map(|m| m.rec.clone()))
             .collect()
     }
 
-    fn to(&self, mask: u64, msg: &ToAgent, out: &mut Out) {
+    pub(super) fn to(&self, mask: u64, msg: &ToAgent, out: &mut Out) {
         for s in slots(mask) {
             if let Some(m) = self.member(s).filter(|m| m.alive) {
                 out.push((m.sess, msg.clone()));
@@ -394,12 +198,19 @@ impl CGroup {
         }
     }
 
-    fn broadcast_except(&self, slot: usize, msg: &ToAgent, out: &mut Out) {
+    pub(super) fn broadcast_except(&self, slot: usize, msg: &ToAgent, out: &mut Out) {
         self.to(self.alive() & !bit(slot), msg, out);
     }
 }
 
-fn reply(out: &mut Out, w: Waiter, status: ProposalStatus, epoch: u64, dropped: u64, reason: &str) {
+pub(super) fn reply(
+    out: &mut Out,
+    w: Waiter,
+    status: ProposalStatus,
+    epoch: u64,
+    dropped: u64,
+    reason: &str,
+) {
     match w {
         Waiter::Propose(sess, req) => out.push((
             sess,
@@ -435,7 +246,7 @@ fn reply(out: &mut Out, w: Waiter, status: ProposalStatus, epoch: u64, dropped: 
 /// wins (`votes[r]`: how many members reported `r` unreachable, so a rank
 /// that reported a dead peer is not dropped in its place), then the one
 /// whose lowest differing rank is kept.
-fn max_clique(cand: u64, down: &[(usize, usize)], votes: &[u32; 64]) -> u64 {
+pub(super) fn max_clique(cand: u64, down: &[(usize, usize)], votes: &[u32; 64]) -> u64 {
     let accused = |set: u64| -> u32 { slots(cand & !set).map(|s| votes[s]).sum() };
     let better = |a: u64, b: u64| -> bool {
         let (ca, cb) = (a.count_ones(), b.count_ones());
@@ -483,334 +294,9 @@ fn max_clique(cand: u64, down: &[(usize, usize)], votes: &[u32; 64]) -> u64 {
     rec(cand, down, votes, &mut best, &better);
     best.unwrap_or(0)
 }
-
-#[derive(Default)]
-struct State {
-    sessions: HashMap<u64, TcpStream>,
-    groups: HashMap<u64, CGroup>,
-    tombstones: HashSet<u64>,
-    next_txn: u64,
-}
-
-impl State {
-    fn send_all(&mut self, out: Out) {
-        for (sess, msg) in out {
-            let failed = match self.sessions.get_mut(&sess) {
-                Some(w) => control::write_msg(w, &msg).is_err(),
-                None => false,
-            };
-            if failed {
-                if let Some(w) = self.sessions.remove(&sess) {
-                    let _ = w.shutdown(Shutdown::Both);
-                }
-            }
-        }
-    }
-
-    fn close_all(&mut self) {
-        for (_, w) in self.sessions.drain() {
-            let _ = w.shutdown(Shutdown::Both);
-        }
-    }
-
-    fn next_wake(&self) -> Option<Instant> {
-        let mut wake: Option<Instant> = None;
-        let mut at = |t: Instant| wake = Some(wake.map_or(t, |w: Instant| w.min(t)));
-        for g in self.groups.values() {
-            if let Some(r) = &g.recon {
-                at(r.deadline);
-            }
-            if let Some(t) = &g.txn {
-                at(t.deadline);
-                if t.phase == Phase::Prepare && t.ready != t.participants {
-                    at(t.retry);
-                }
-            }
-            if let Some(c) = g.changes.front() {
-                at(c.deadline);
-            }
-            for p in &g.pending_regs {
-                at(p.deadline);
-            }
-        }
-        wake
-    }
-
-    fn handle(&mut self, ev: Event) {
-        let mut out = Out::new();
-        let now = Instant::now();
-        match ev {
-            Event::Open(id, s) => {
-                let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
-                self.sessions.insert(id, s);
-            }
-            Event::Msg(id, msg) => self.on_msg(id, msg, now, &mut out),
-            Event::Closed(id) => self.on_closed(id, now, &mut out),
-            Event::Stop => {}
-        }
-        self.send_all(out);
-    }
-
-    fn tick(&mut self) {
-        let now = Instant::now();
-        let mut out = Out::new();
-        let keys: Vec<u64> = self.groups.keys().copied().collect();
-        for k in keys {
-            if let Some(g) = self.groups.get_mut(&k) {
-                tick_group(g, now, &mut self.next_txn, &mut out);
-            }
-        }
-        self.send_all(out);
-    }
-
-    fn on_closed(&mut self, sess: u64, now: Instant, out: &mut Out) {
-        if let Some(w) = self.sessions.remove(&sess) {
-            let _ = w.shutdown(Shutdown::Both);
-        }
-        let mut empty = Vec::new();
-        for (key, g) in self.groups.iter_mut() {
-            g.pending_regs.retain(|p| p.sess != sess);
-            let gone: Vec<usize> = g
-                .members
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| m.as_ref().is_some_and(|m| m.sess == sess && m.alive))
-                .map(|(i, _)| i)
-                .collect();
-            for slot in gone {
-                member_gone(g, slot, true, now, out);
-            }
-            if g.alive() == 0 {
-                empty.push(*key);
-            }
-        }
-        for k in empty {
-            self.groups.remove(&k);
-            self.tombstones.insert(k);
-        }
-    }
-
-    fn on_msg(&mut self, sess: u64, msg: ToCoord, now: Instant, out: &mut Out) {
-        match msg {
-            ToCoord::Register {
-                req,
-                group,
-                label,
-                rec,
-                capacity,
-                size,
-                extension,
-                auto_deactivate,
-            } => {
-                if self.tombstones.contains(&group) {
-                    out.push((
-                        sess,
-                        ToAgent::Registered {
-                            req,
-                            capacity,
-                            epoch: 0,
-                            active: 0,
-                            members: Vec::new(),
-                            closed: true,
-                        },
-                    ));
-                    return;
-                }
-                let g = self
-                    .groups
-                    .entry(group)
-                    .or_insert_with(|| CGroup::new(group, label, capacity.min(64)));
-                if extension {
-                    if g.is_founded() {
-                        register_joiner(g, sess, req, rec, out);
-                    } else {
-                        g.pending_regs.push(PendingReg {
-                            sess,
-                            req,
-                            rec,
-                            deadline: now + FOUNDING_WAIT,
-                        });
-                    }
-                } else {
-                    register_founder(g, sess, req, rec, capacity, size, auto_deactivate, out);
-                    if g.is_founded() {
-                        for p in std::mem::take(&mut g.pending_regs) {
-                            register_joiner(g, p.sess, p.req, p.rec, out);
-                        }
-                    }
-                }
-            }
-            ToCoord::Leave {
-                group,
-                slot,
-                member_id,
-            } => {
-                let Some(g) = self.groups.get_mut(&group) else {
-                    return;
-                };
-                if g.member(slot)
-                    .is_some_and(|m| m.rec.member_id == member_id && m.alive)
-                {
-                    member_gone(g, slot, false, now, out);
-                }
-                if g.alive() == 0 {
-                    self.groups.remove(&group);
-                    self.tombstones.insert(group);
-                }
-            }
-            ToCoord::Join {
-                req,
-                group,
-                slot,
-                member_id,
-            } => {
-                let Some(g) = self.groups.get_mut(&group) else {
-                    out.push((
-                        sess,
-                        failed(req, "join_group: the group is unknown to the coordinator"),
-                    ));
-                    return;
-                };
-                let label = g.label.clone();
-                match g.members.get_mut(slot).and_then(|m| m.as_mut()) {
-                    Some(m) if m.rec.member_id == member_id && m.alive => match m.state {
-                        MState::Active => out.push((
-                            sess,
-                            failed(
-                                req,
-                                &format!("rank {slot} is already active in group {label}"),
-                            ),
-                        )),
-                        _ => {
-                            m.state = MState::Awaiting;
-                            out.push((sess, ToAgent::Done { req }));
-                        }
-                    },
-                    _ => out.push((
-                        sess,
-                        failed(
-                            req,
-                            &format!("rank {slot} is not registered in group {label}"),
-                        ),
-                    )),
-                }
-            }
-            ToCoord::Unjoin {
-                group,
-                slot,
-                member_id,
-            } => {
-                if let Some(m) = self
-                    .groups
-                    .get_mut(&group)
-                    .and_then(|g| g.members.get_mut(slot))
-                    .and_then(|m| m.as_mut())
-                {
-                    if m.rec.member_id == member_id && m.state == MState::Awaiting {
-                        m.state = MState::Inactive;
-                    }
-                }
-            }
-            ToCoord::Propose {
-                req,
-                group,
-                slot,
-                activate,
-                ranks,
-                admission_ms,
-            } => {
-                let w = Waiter::Propose(sess, req);
-                let Some(g) = self.groups.get_mut(&group) else {
-                    reply(
-                        out,
-                        w,
-                        ProposalStatus::Rejected,
-                        0,
-                        0,
-                        "the group is unknown to the coordinator",
-                    );
-                    return;
-                };
-                propose(g, slot, activate, &ranks, admission_ms, w, now, out);
-            }
-            ToCoord::Sync {
-                req,
-                group,
-                slot,
-                member_id,
-                dead,
-            } => {
-                let Some(g) = self.groups.get_mut(&group) else {
-                    if req != 0 {
-                        out.push((
-                            sess,
-                            ToAgent::Synced {
-                                req,
-                                status: SyncStatus::Rejected,
-                                epoch: 0,
-                                reason: "the group is unknown to the coordinator".into(),
-                            },
-                        ));
-                    }
-                    return;
-                };
-                sync(g, sess, req, slot, member_id, dead, now, out);
-            }
-            ToCoord::Links { group, slot, dead } => {
-                if let Some(g) = self.groups.get_mut(&group) {
-                    if let Some(r) = g.recon.as_mut() {
-                        r.reports.insert(slot, dead);
-                        r.reported |= bit(slot);
-                    }
-                }
-            }
-            ToCoord::PrepareAck {
-                group,
-                txn,
-                slot,
-                next_seq,
-                ready,
-            } => {
-                if let Some(g) = self.groups.get_mut(&group) {
-                    if let Some(t) = g
-                        .txn
-                        .as_mut()
-                        .filter(|t| t.id == txn && t.phase == Phase::Prepare)
-                    {
-                        if t.participants >> slot & 1 == 1 {
-                            if ready {
-                                t.ready |= bit(slot);
-                            }
-                            if t.old >> slot & 1 == 1 {
-                                t.next_seq = t.next_seq.max(next_seq);
-                            }
-                        }
-                    }
-                }
-            }
-            ToCoord::CommitAck { group, txn, slot } => {
-                if let Some(g) = self.groups.get_mut(&group) {
-                    if let Some(t) = g
-                        .txn
-                        .as_mut()
-                        .filter(|t| t.id == txn && t.phase == Phase::Commit)
-                    {
-                        t.acked |= bit(slot);
-                    }
-                }
-            }
-            ToCoord::Extend { group, capacity } => {
-                if let Some(g) = self.groups.get_mut(&group) {
-                    g.grow(capacity);
-                }
-            }
-        }
-    }
-}
-
 /// Queues a failure-driven change ahead of proposals (behind the change a
 /// running transaction belongs to, which is always the queue's front).
-fn push_urgent(g: &mut CGroup, c: Change) {
+pub(super) fn push_urgent(g: &mut CGroup, c: Change) {
     let at = if g.txn.is_some() {
         1.min(g.changes.len())
     } else {
@@ -819,7 +305,7 @@ fn push_urgent(g: &mut CGroup, c: Change) {
     g.changes.insert(at, c);
 }
 
-fn failed(req: u64, reason: &str) -> ToAgent {
+pub(super) fn failed(req: u64, reason: &str) -> ToAgent {
     ToAgent::Failed {
         req,
         reason: reason.to_string(),
@@ -827,7 +313,7 @@ fn failed(req: u64, reason: &str) -> ToAgent {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn register_founder(
+pub(super) fn register_founder(
     g: &mut CGroup,
     sess: u64,
     req: u64,
@@ -897,7 +383,13 @@ fn register_founder(
     ));
 }
 
-fn register_joiner(g: &mut CGroup, sess: u64, req: u64, mut rec: MemberRec, out: &mut Out) {
+pub(super) fn register_joiner(
+    g: &mut CGroup,
+    sess: u64,
+    req: u64,
+    mut rec: MemberRec,
+    out: &mut Out,
+) {
     let slot = rec.slot;
     if slot >= g.capacity {
         out.push((
@@ -956,7 +448,7 @@ fn register_joiner(g: &mut CGroup, sess: u64, req: u64, mut rec: MemberRec, out:
 /// crash of an active member opens a reconciliation at once; a member that
 /// left stays in the view until its peers report its link gone (what it
 /// sent before leaving is still delivered).
-fn member_gone(g: &mut CGroup, slot: usize, crashed: bool, now: Instant, out: &mut Out) {
+pub(super) fn member_gone(g: &mut CGroup, slot: usize, crashed: bool, now: Instant, out: &mut Out) {
     let Some(m) = g.members.get_mut(slot).and_then(|m| m.as_mut()) else {
         return;
     };
@@ -980,7 +472,7 @@ fn member_gone(g: &mut CGroup, slot: usize, crashed: bool, now: Instant, out: &m
     }
 }
 
-fn open_recon(g: &mut CGroup, now: Instant, out: &mut Out) {
+pub(super) fn open_recon(g: &mut CGroup, now: Instant, out: &mut Out) {
     if g.recon.is_some() {
         return;
     }
@@ -996,7 +488,7 @@ fn open_recon(g: &mut CGroup, now: Instant, out: &mut Out) {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn sync(
+pub(super) fn sync(
     g: &mut CGroup,
     sess: u64,
     req: u64,
@@ -1091,7 +583,7 @@ fn sync(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn propose(
+pub(super) fn propose(
     g: &mut CGroup,
     slot: usize,
     activate: bool,
@@ -1166,7 +658,7 @@ fn propose(
     });
 }
 
-fn tick_group(g: &mut CGroup, now: Instant, next_txn: &mut u64, out: &mut Out) {
+pub(super) fn tick_group(g: &mut CGroup, now: Instant, next_txn: &mut u64, out: &mut Out) {
     if !g.pending_regs.is_empty() && !g.is_founded() {
         let label = g.label.clone();
         g.pending_regs.retain(|p| {
@@ -1189,7 +681,7 @@ fn tick_group(g: &mut CGroup, now: Instant, next_txn: &mut u64, out: &mut Out) {
     pump(g, now, next_txn, out);
 }
 
-fn try_decide(g: &mut CGroup, now: Instant, out: &mut Out) {
+pub(super) fn try_decide(g: &mut CGroup, now: Instant, out: &mut Out) {
     let alive = g.alive();
     let Some(r) = g.recon.as_ref() else { return };
     let cand = g.active & alive & !r.offline;
@@ -1241,7 +733,7 @@ fn try_decide(g: &mut CGroup, now: Instant, out: &mut Out) {
     }
 }
 
-fn abort_txn(g: &mut CGroup, out: &mut Out) {
+pub(super) fn abort_txn(g: &mut CGroup, out: &mut Out) {
     if let Some(t) = g.txn.take() {
         g.to(
             t.participants,
@@ -1254,7 +746,7 @@ fn abort_txn(g: &mut CGroup, out: &mut Out) {
     }
 }
 
-fn step_txn(g: &mut CGroup, now: Instant, out: &mut Out) {
+pub(super) fn step_txn(g: &mut CGroup, now: Instant, out: &mut Out) {
     let alive = g.alive();
     let Some(t) = g.txn.as_mut() else { return };
     match t.phase {
@@ -1349,7 +841,7 @@ fn step_txn(g: &mut CGroup, now: Instant, out: &mut Out) {
     }
 }
 
-fn finalize(g: &mut CGroup, out: &mut Out) {
+pub(super) fn finalize(g: &mut CGroup, out: &mut Out) {
     let Some(t) = g.txn.take() else { return };
     let change = g.changes.pop_front();
     let prev = g.active;
@@ -1393,7 +885,7 @@ fn finalize(g: &mut CGroup, out: &mut Out) {
     }
 }
 
-fn pump(g: &mut CGroup, now: Instant, next_txn: &mut u64, out: &mut Out) {
+pub(super) fn pump(g: &mut CGroup, now: Instant, next_txn: &mut u64, out: &mut Out) {
     while g.txn.is_none() {
         let alive = g.alive();
         let Some(c) = g.changes.front_mut() else {
