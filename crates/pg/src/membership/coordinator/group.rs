@@ -2,6 +2,7 @@
 //! changes, the two-phase view-change transaction, reconciliation of link
 //! reports, and the rules that decide them.
 
+use super::rankset::RankSet;
 use crate::config;
 use crate::membership::control::{MemberRec, ProposalStatus, SyncStatus, ToAgent};
 use std::collections::{HashMap, VecDeque};
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 /// How often a prepare is re-sent to members that were not ready yet.
 const PREPARE_RETRY: Duration = Duration::from_millis(20);
 
+/// Where a registered member stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum MState {
     /// Registered, not ready for activation.
@@ -20,13 +22,16 @@ pub(super) enum MState {
     Active,
 }
 
+/// A registered member.
 pub(super) struct CMember {
+    /// The control session it registered on.
     pub(super) sess: u64,
     pub(super) rec: MemberRec,
     pub(super) state: MState,
     pub(super) alive: bool,
 }
 
+/// What a queued change does to the active set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kind {
     Activate,
@@ -34,50 +39,73 @@ pub(super) enum Kind {
     Drop,
 }
 
+/// A request answered when a change is decided: `(session, request id)`.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Waiter {
     Propose(u64, u64),
     Sync(u64, u64),
 }
 
+/// A queued membership change.
 pub(super) struct Change {
     pub(super) kind: Kind,
-    pub(super) ranks: u64,
+    /// The ranks it activates, deactivates or drops.
+    pub(super) ranks: RankSet,
     pub(super) waiters: Vec<Waiter>,
+    /// An activation gives up on targets that have not joined by then.
     pub(super) deadline: Instant,
-    pub(super) dropped: u64,
+    /// Ranks left out of it (reported to the waiters).
+    pub(super) dropped: RankSet,
+    /// Why, when it is rejected.
     pub(super) reason: String,
 }
 
+/// The phase of a view-change transaction.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Phase {
     Prepare,
     Commit,
 }
 
+/// A running view change (see the module documentation of the coordinator).
 pub(super) struct Txn {
     pub(super) id: u64,
-    pub(super) new_active: u64,
-    pub(super) participants: u64,
-    pub(super) old: u64,
-    pub(super) targets: u64,
-    pub(super) ready: u64,
+    /// The active set of the new view.
+    pub(super) new_active: RankSet,
+    /// Who must prepare and commit.
+    pub(super) participants: RankSet,
+    /// Participants of the old view (their `next_seq` counts).
+    pub(super) old: RankSet,
+    /// Ranks being activated.
+    pub(super) targets: RankSet,
+    /// Participants that prepared with every link up.
+    pub(super) ready: RankSet,
+    /// The highest `next_seq` reported: where the new view starts.
     pub(super) next_seq: u64,
     pub(super) phase: Phase,
     pub(super) deadline: Instant,
+    /// When the prepare is sent again to those not ready.
     pub(super) retry: Instant,
-    pub(super) acked: u64,
-    pub(super) fence: u64,
+    /// Participants that acknowledged the commit.
+    pub(super) acked: RankSet,
+    /// Ranks dropped for failure, whose links members fence.
+    pub(super) fence: RankSet,
 }
 
+/// A reconciliation of link reports.
 pub(super) struct Recon {
+    /// The window's end: decided then with the reports at hand.
     pub(super) deadline: Instant,
-    pub(super) reports: HashMap<usize, u64>,
-    pub(super) reported: u64,
-    pub(super) offline: u64,
+    /// Each reporter's dead links.
+    pub(super) reports: HashMap<usize, RankSet>,
+    /// Who reported.
+    pub(super) reported: RankSet,
+    /// Members whose process ended.
+    pub(super) offline: RankSet,
     pub(super) waiters: Vec<Waiter>,
 }
 
+/// A joiner's registration waiting for its group to be founded.
 pub(super) struct PendingReg {
     pub(super) sess: u64,
     pub(super) req: u64,
@@ -85,16 +113,17 @@ pub(super) struct PendingReg {
     pub(super) deadline: Instant,
 }
 
+/// One group's membership.
 pub(super) struct CGroup {
     pub(super) key: u64,
     pub(super) label: String,
     pub(super) capacity: usize,
     pub(super) founding_capacity: usize,
     pub(super) size: usize,
-    pub(super) founded: u64,
+    pub(super) founded: RankSet,
     pub(super) auto: bool,
     pub(super) epoch: u64,
-    pub(super) active: u64,
+    pub(super) active: RankSet,
     pub(super) members: Vec<Option<CMember>>,
     pub(super) next_order: u64,
     pub(super) pending_regs: Vec<PendingReg>,
@@ -104,27 +133,7 @@ pub(super) struct CGroup {
     /// Ranks the last reconciliation found unhealthy but kept in the view
     /// (framework-managed mode): further reports about them are answered at
     /// once.
-    pub(super) known_bad: u64,
-}
-
-pub(super) fn bit(slot: usize) -> u64 {
-    1u64 << slot
-}
-
-pub(super) fn full(n: usize) -> u64 {
-    if n >= 64 {
-        u64::MAX
-    } else {
-        (1u64 << n) - 1
-    }
-}
-
-pub(super) fn slots(mask: u64) -> impl Iterator<Item = usize> {
-    (0..64).filter(move |i| mask >> i & 1 == 1)
-}
-
-pub(super) fn list(mask: u64) -> Vec<usize> {
-    slots(mask).collect()
+    pub(super) known_bad: RankSet,
 }
 
 /// Messages to send once the state change is done.
@@ -138,37 +147,38 @@ impl CGroup {
             capacity,
             founding_capacity: 0,
             size: 0,
-            founded: 0,
+            founded: RankSet::EMPTY,
             auto: true,
             epoch: 0,
-            active: 0,
+            active: RankSet::EMPTY,
             members: (0..capacity).map(|_| None).collect(),
             next_order: 0,
             pending_regs: Vec::new(),
             changes: VecDeque::new(),
             txn: None,
             recon: None,
-            known_bad: 0,
+            known_bad: RankSet::EMPTY,
         }
     }
 
     pub(super) fn grow(&mut self, capacity: usize) {
-        self.capacity = self.capacity.max(capacity).min(64);
+        self.capacity = self.capacity.max(capacity).min(RankSet::CAPACITY);
         while self.members.len() < self.capacity {
             self.members.push(None);
         }
     }
 
     pub(super) fn is_founded(&self) -> bool {
-        self.size > 0 && self.founded == full(self.size)
+        self.size > 0 && self.founded == RankSet::first(self.size)
     }
 
-    pub(super) fn alive(&self) -> u64 {
+    pub(super) fn alive(&self) -> RankSet {
         self.members
             .iter()
             .enumerate()
             .filter(|(_, m)| m.as_ref().is_some_and(|m| m.alive))
-            .fold(0, |acc, (i, _)| acc | bit(i))
+            .map(|(i, _)| i)
+            .collect()
     }
 
     pub(super) fn member(&self, slot: usize) -> Option<&CMember> {
@@ -184,14 +194,14 @@ impl CGroup {
             .collect()
     }
 
-    pub(super) fn recs_of(&self, mask: u64) -> Vec<MemberRec> {
-        slots(mask)
+    pub(super) fn recs_of(&self, set: RankSet) -> Vec<MemberRec> {
+        set.iter()
             .filter_map(|s| self.member(s).map(|m| m.rec.clone()))
             .collect()
     }
 
-    pub(super) fn to(&self, mask: u64, msg: &ToAgent, out: &mut Out) {
-        for s in slots(mask) {
+    pub(super) fn to(&self, set: RankSet, msg: &ToAgent, out: &mut Out) {
+        for s in set.iter() {
             if let Some(m) = self.member(s).filter(|m| m.alive) {
                 out.push((m.sess, msg.clone()));
             }
@@ -199,7 +209,7 @@ impl CGroup {
     }
 
     pub(super) fn broadcast_except(&self, slot: usize, msg: &ToAgent, out: &mut Out) {
-        self.to(self.alive() & !bit(slot), msg, out);
+        self.to(self.alive() - RankSet::one(slot), msg, out);
     }
 }
 
@@ -208,7 +218,7 @@ pub(super) fn reply(
     w: Waiter,
     status: ProposalStatus,
     epoch: u64,
-    dropped: u64,
+    dropped: RankSet,
     reason: &str,
 ) {
     match w {
@@ -218,7 +228,7 @@ pub(super) fn reply(
                 req,
                 status,
                 epoch,
-                dropped: list(dropped),
+                dropped: dropped.to_vec(),
                 reason: reason.to_string(),
             },
         )),
@@ -246,10 +256,14 @@ pub(super) fn reply(
 /// wins (`votes[r]`: how many members reported `r` unreachable, so a rank
 /// that reported a dead peer is not dropped in its place), then the one
 /// whose lowest differing rank is kept.
-pub(super) fn max_clique(cand: u64, down: &[(usize, usize)], votes: &[u32; 64]) -> u64 {
-    let accused = |set: u64| -> u32 { slots(cand & !set).map(|s| votes[s]).sum() };
-    let better = |a: u64, b: u64| -> bool {
-        let (ca, cb) = (a.count_ones(), b.count_ones());
+pub(super) fn max_clique(
+    cand: RankSet,
+    down: &[(usize, usize)],
+    votes: &[u32; RankSet::CAPACITY],
+) -> RankSet {
+    let accused = |set: RankSet| -> u32 { (cand - set).iter().map(|s| votes[s]).sum() };
+    let better = |a: RankSet, b: RankSet| -> bool {
+        let (ca, cb) = (a.len(), b.len());
         if ca != cb {
             return ca > cb;
         }
@@ -257,21 +271,23 @@ pub(super) fn max_clique(cand: u64, down: &[(usize, usize)], votes: &[u32; 64]) 
         if va != vb {
             return va > vb;
         }
-        a != b && (a & (a ^ b)).trailing_zeros() == (a ^ b).trailing_zeros()
+        // The lowest rank in which they differ is in `a`.
+        let differ = (a - b) | (b - a);
+        differ.lowest().is_some_and(|r| a.contains(r))
     };
     fn rec(
-        set: u64,
+        set: RankSet,
         down: &[(usize, usize)],
-        votes: &[u32; 64],
-        best: &mut Option<u64>,
-        better: &dyn Fn(u64, u64) -> bool,
+        votes: &[u32; RankSet::CAPACITY],
+        best: &mut Option<RankSet>,
+        better: &dyn Fn(RankSet, RankSet) -> bool,
     ) {
-        if best.is_some_and(|b| set.count_ones() < b.count_ones()) {
+        if best.is_some_and(|b| set.len() < b.len()) {
             return;
         }
         match down
             .iter()
-            .find(|(a, b)| set >> a & 1 == 1 && set >> b & 1 == 1)
+            .find(|&&(a, b)| set.contains(a) && set.contains(b))
         {
             None => {
                 if best.is_none_or(|b| better(set, b)) {
@@ -285,15 +301,16 @@ pub(super) fn max_clique(cand: u64, down: &[(usize, usize)], votes: &[u32; 64]) 
                 } else {
                     (b, a)
                 };
-                rec(set & !bit(first), down, votes, best, better);
-                rec(set & !bit(second), down, votes, best, better);
+                rec(set - RankSet::one(first), down, votes, best, better);
+                rec(set - RankSet::one(second), down, votes, best, better);
             }
         }
     }
     let mut best = None;
     rec(cand, down, votes, &mut best, &better);
-    best.unwrap_or(0)
+    best.unwrap_or(RankSet::EMPTY)
 }
+
 /// Queues a failure-driven change ahead of proposals (behind the change a
 /// running transaction belongs to, which is always the queue's front).
 pub(super) fn push_urgent(g: &mut CGroup, c: Change) {
@@ -328,7 +345,7 @@ pub(super) fn register_founder(
         g.size = size;
         g.founding_capacity = capacity;
         g.auto = auto;
-        g.active = full(size);
+        g.active = RankSet::first(size);
         g.grow(capacity);
     } else if g.size != size || g.founding_capacity != capacity {
         let why = format!(
@@ -350,7 +367,7 @@ pub(super) fn register_founder(
         ));
         return;
     }
-    if g.member(slot).is_some_and(|m| m.alive) || g.founded >> slot & 1 == 1 {
+    if g.member(slot).is_some_and(|m| m.alive) || g.founded.contains(slot) {
         out.push((
             sess,
             failed(
@@ -362,7 +379,7 @@ pub(super) fn register_founder(
     }
     rec.order = g.next_order;
     g.next_order += 1;
-    g.founded |= bit(slot);
+    g.founded |= RankSet::one(slot);
     g.members[slot] = Some(CMember {
         sess,
         rec: rec.clone(),
@@ -376,7 +393,7 @@ pub(super) fn register_founder(
             req,
             capacity: g.capacity,
             epoch: g.epoch,
-            active: g.active,
+            active: g.active.bits(),
             members: g.live_recs(),
             closed: false,
         },
@@ -423,7 +440,7 @@ pub(super) fn register_joiner(
     }
     rec.order = g.next_order;
     g.next_order += 1;
-    g.known_bad &= !bit(slot);
+    g.known_bad &= !RankSet::one(slot);
     g.members[slot] = Some(CMember {
         sess,
         rec: rec.clone(),
@@ -437,7 +454,7 @@ pub(super) fn register_joiner(
             req,
             capacity: g.capacity,
             epoch: g.epoch,
-            active: g.active,
+            active: g.active.bits(),
             members: g.live_recs(),
             closed: false,
         },
@@ -454,7 +471,7 @@ pub(super) fn member_gone(g: &mut CGroup, slot: usize, crashed: bool, now: Insta
     };
     m.alive = false;
     let member_id = m.rec.member_id;
-    let was_active = g.active >> slot & 1 == 1;
+    let was_active = g.active.contains(slot);
     g.broadcast_except(
         slot,
         &ToAgent::MemberGone {
@@ -467,7 +484,7 @@ pub(super) fn member_gone(g: &mut CGroup, slot: usize, crashed: bool, now: Insta
     if was_active && crashed {
         open_recon(g, now, out);
         if let Some(r) = g.recon.as_mut() {
-            r.offline |= bit(slot);
+            r.offline |= RankSet::one(slot);
         }
     }
 }
@@ -479,8 +496,8 @@ pub(super) fn open_recon(g: &mut CGroup, now: Instant, out: &mut Out) {
     g.recon = Some(Recon {
         deadline: now + config::reconciliation_window(),
         reports: HashMap::new(),
-        reported: 0,
-        offline: 0,
+        reported: RankSet::EMPTY,
+        offline: RankSet::EMPTY,
         waiters: Vec::new(),
     });
     let q = ToAgent::Query { group: g.key };
@@ -494,14 +511,14 @@ pub(super) fn sync(
     req: u64,
     slot: usize,
     member_id: u64,
-    dead: u64,
+    dead: RankSet,
     now: Instant,
     out: &mut Out,
 ) {
     let is_member = g
         .member(slot)
         .is_some_and(|m| m.rec.member_id == member_id && m.alive);
-    if !is_member || g.active >> slot & 1 == 0 {
+    if !is_member || !g.active.contains(slot) {
         if req != 0 {
             let reason = if is_member {
                 format!(
@@ -526,16 +543,16 @@ pub(super) fn sync(
         }
         return;
     }
-    let evidence = dead & g.active & !bit(slot);
-    if config::log_info() && evidence != 0 {
+    let evidence = (dead & g.active) - RankSet::one(slot);
+    if config::log_info() && !evidence.is_empty() {
         eprintln!(
             "mooncake-pg: process group {}: rank {slot} reports rank(s) {:?} unreachable",
             g.label,
-            list(evidence)
+            evidence.to_vec()
         );
     }
     let pending = g.recon.is_some() || g.changes.iter().any(|c| c.kind == Kind::Drop);
-    if !pending && evidence != 0 && evidence & !g.known_bad == 0 {
+    if !pending && !evidence.is_empty() && evidence.is_subset(g.known_bad) {
         // Framework-managed: already reconciled, the view keeps them.
         if req != 0 {
             out.push((
@@ -550,7 +567,7 @@ pub(super) fn sync(
         }
         return;
     }
-    if evidence == 0 && !pending {
+    if evidence.is_empty() && !pending {
         if req != 0 {
             out.push((
                 sess,
@@ -564,13 +581,13 @@ pub(super) fn sync(
         }
         return;
     }
-    if evidence != 0 {
+    if !evidence.is_empty() {
         open_recon(g, now, out);
     }
     let w = Waiter::Sync(sess, req);
     if let Some(r) = g.recon.as_mut() {
         r.reports.insert(slot, dead);
-        r.reported |= bit(slot);
+        r.reported |= RankSet::one(slot);
         if req != 0 {
             r.waiters.push(w);
         }
@@ -593,8 +610,16 @@ pub(super) fn propose(
     now: Instant,
     out: &mut Out,
 ) {
-    let reject =
-        |out: &mut Out, why: String| reply(out, w, ProposalStatus::Rejected, g.epoch, 0, &why);
+    let reject = |out: &mut Out, why: String| {
+        reply(
+            out,
+            w,
+            ProposalStatus::Rejected,
+            g.epoch,
+            RankSet::EMPTY,
+            &why,
+        )
+    };
     if !g.member(slot).is_some_and(|m| m.alive) {
         return reject(
             out,
@@ -607,7 +632,7 @@ pub(super) fn propose(
     if ranks.is_empty() {
         return reject(out, "no ranks given".into());
     }
-    let mut mask = 0u64;
+    let mut mask = RankSet::EMPTY;
     for &r in ranks {
         if r >= g.capacity {
             return reject(
@@ -618,10 +643,11 @@ pub(super) fn propose(
                 ),
             );
         }
-        mask |= bit(r);
+        mask |= RankSet::one(r);
     }
     if activate {
-        let absent: Vec<usize> = slots(mask & !g.active)
+        let absent: Vec<usize> = (mask - g.active)
+            .iter()
             .filter(|&r| !g.member(r).is_some_and(|m| m.alive))
             .collect();
         if !absent.is_empty() {
@@ -634,12 +660,12 @@ pub(super) fn propose(
                 ),
             );
         }
-    } else if g.active & !mask == 0 {
+    } else if g.active.is_subset(mask) {
         return reject(
             out,
             format!(
                 "deactivating rank(s) {:?} would leave process group {} without an active rank",
-                list(mask & g.active),
+                (mask & g.active).to_vec(),
                 g.label
             ),
         );
@@ -653,7 +679,7 @@ pub(super) fn propose(
         ranks: mask,
         waiters: vec![w],
         deadline: now + Duration::from_millis(admission_ms),
-        dropped: 0,
+        dropped: RankSet::EMPTY,
         reason: String::new(),
     });
 }
@@ -684,36 +710,36 @@ pub(super) fn tick_group(g: &mut CGroup, now: Instant, next_txn: &mut u64, out: 
 pub(super) fn try_decide(g: &mut CGroup, now: Instant, out: &mut Out) {
     let alive = g.alive();
     let Some(r) = g.recon.as_ref() else { return };
-    let cand = g.active & alive & !r.offline;
-    let suspects = r.reports.values().fold(0u64, |a, d| a | d) & cand;
-    let needed = cand & !suspects;
-    if needed & !r.reported != 0 && now < r.deadline {
+    let cand = (g.active & alive) - r.offline;
+    let suspects = r.reports.values().fold(RankSet::EMPTY, |a, &d| a | d) & cand;
+    let needed = cand - suspects;
+    if !needed.is_subset(r.reported) && now < r.deadline {
         return;
     }
     let mut down = Vec::new();
-    let mut votes = [0u32; 64];
+    let mut votes = [0u32; RankSet::CAPACITY];
     for (&a, &d) in &r.reports {
-        for b in slots(d & cand) {
-            if cand >> a & 1 == 1 && a != b {
+        for b in (d & cand).iter() {
+            if cand.contains(a) && a != b {
                 down.push((a, b));
                 votes[b] += 1;
             }
         }
     }
     let keep = max_clique(cand, &down, &votes);
-    let drop = g.active & !keep;
+    let drop = g.active - keep;
     if config::log_info() {
         eprintln!(
             "mooncake-pg: process group {}: reconciled: candidates {:?}, reports {:?}, keep {:?}, drop {:?}",
             g.label,
-            list(cand),
-            r.reports.iter().map(|(k, v)| (*k, list(*v))).collect::<Vec<_>>(),
-            list(keep),
-            list(drop)
+            cand.to_vec(),
+            r.reports.iter().map(|(k, v)| (*k, v.to_vec())).collect::<Vec<_>>(),
+            keep.to_vec(),
+            drop.to_vec()
         );
     }
     let Some(r) = g.recon.take() else { return };
-    if g.auto && drop != 0 && keep != 0 {
+    if g.auto && !drop.is_empty() && !keep.is_empty() {
         push_urgent(
             g,
             Change {
@@ -721,14 +747,14 @@ pub(super) fn try_decide(g: &mut CGroup, now: Instant, out: &mut Out) {
                 ranks: drop,
                 waiters: r.waiters,
                 deadline: now,
-                dropped: 0,
+                dropped: RankSet::EMPTY,
                 reason: String::new(),
             },
         );
     } else {
         g.known_bad = drop;
         for w in r.waiters {
-            reply(out, w, ProposalStatus::Applied, g.epoch, 0, "");
+            reply(out, w, ProposalStatus::Applied, g.epoch, RankSet::EMPTY, "");
         }
     }
 }
@@ -751,71 +777,78 @@ pub(super) fn step_txn(g: &mut CGroup, now: Instant, out: &mut Out) {
     let Some(t) = g.txn.as_mut() else { return };
     match t.phase {
         Phase::Prepare => {
-            let dead = t.participants & !alive;
-            if !g.auto && dead & !t.targets != 0 {
+            let dead = t.participants - alive;
+            if !g.auto && !dead.is_subset(t.targets) {
                 // Framework-managed: a dead member stays in the view; go on without it.
-                t.participants &= !(dead & !t.targets);
+                t.participants -= dead - t.targets;
                 t.old &= alive;
             }
-            let dead = t.participants & !alive;
-            if t.ready == t.participants && dead == 0 {
+            let dead = t.participants - alive;
+            if t.ready == t.participants && dead.is_empty() {
                 t.phase = Phase::Commit;
                 t.deadline = now + config::collective_timeout();
                 let msg = ToAgent::Commit {
                     group: g.key,
                     txn: t.id,
                     epoch: g.epoch + 1,
-                    active: t.new_active,
+                    active: t.new_active.bits(),
                     from_seq: t.next_seq,
                     capacity: g.capacity,
-                    fence: t.fence,
+                    fence: t.fence.bits(),
                 };
                 let parts = t.participants;
                 g.to(parts, &msg, out);
                 return;
             }
             let missing = if now >= t.deadline {
-                t.participants & !t.ready
+                t.participants - t.ready
             } else {
                 dead
             };
-            if missing != 0 {
+            if !missing.is_empty() {
                 if config::log_info() {
                     eprintln!(
                         "mooncake-pg: process group {}: view change {} lacks rank(s) {:?} (dead {:?})",
                         g.label,
                         t.id,
-                        list(missing),
-                        list(dead)
+                        missing.to_vec(),
+                        dead.to_vec()
                     );
                 }
                 let targets = t.targets;
                 abort_txn(g, out);
                 let bad_targets = missing & targets;
-                let bad_old = missing & !targets;
-                if bad_targets != 0 {
+                let bad_old = missing - targets;
+                if !bad_targets.is_empty() {
                     if let Some(c) = g.changes.front_mut() {
                         c.dropped |= bad_targets;
                     }
                 }
-                if bad_old != 0 {
+                if !bad_old.is_empty() {
                     if g.auto {
                         g.changes.push_front(Change {
                             kind: Kind::Drop,
                             ranks: bad_old,
                             waiters: Vec::new(),
                             deadline: now,
-                            dropped: 0,
+                            dropped: RankSet::EMPTY,
                             reason: String::new(),
                         });
                     } else if let Some(c) = g.changes.pop_front() {
                         let why = format!(
                             "rank(s) {:?} of process group {} did not acknowledge the view change",
-                            list(bad_old),
+                            bad_old.to_vec(),
                             g.label
                         );
                         for w in c.waiters {
-                            reply(out, w, ProposalStatus::Rejected, g.epoch, 0, &why);
+                            reply(
+                                out,
+                                w,
+                                ProposalStatus::Rejected,
+                                g.epoch,
+                                RankSet::EMPTY,
+                                &why,
+                            );
                         }
                     }
                 }
@@ -823,18 +856,18 @@ pub(super) fn step_txn(g: &mut CGroup, now: Instant, out: &mut Out) {
             }
             if now >= t.retry && t.ready != t.participants {
                 t.retry = now + PREPARE_RETRY;
-                let (id, active, pending) = (t.id, t.new_active, t.participants & !t.ready);
+                let (id, active, pending) = (t.id, t.new_active, t.participants - t.ready);
                 let msg = ToAgent::Prepare {
                     group: g.key,
                     txn: id,
-                    active,
+                    active: active.bits(),
                     members: g.recs_of(active),
                 };
                 g.to(pending, &msg, out);
             }
         }
         Phase::Commit => {
-            if (t.acked | !alive) & t.participants == t.participants || now >= t.deadline {
+            if t.participants.is_subset(t.acked | !alive) || now >= t.deadline {
                 finalize(g, out);
             }
         }
@@ -848,12 +881,12 @@ pub(super) fn finalize(g: &mut CGroup, out: &mut Out) {
     g.epoch += 1;
     g.active = t.new_active;
     g.known_bad &= t.new_active;
-    for s in slots(t.new_active & !prev) {
+    for s in (t.new_active - prev).iter() {
         if let Some(Some(m)) = g.members.get_mut(s) {
             m.state = MState::Active;
         }
     }
-    for s in slots(prev & !t.new_active) {
+    for s in (prev - t.new_active).iter() {
         if let Some(Some(m)) = g.members.get_mut(s) {
             m.state = MState::Inactive;
         }
@@ -864,12 +897,12 @@ pub(super) fn finalize(g: &mut CGroup, out: &mut Out) {
                 group: g.key,
                 epoch: g.epoch,
             };
-            g.to(prev & !t.new_active, &fenced, out);
+            g.to(prev - t.new_active, &fenced, out);
         }
-        let (status, dropped) = if c.dropped != 0 {
+        let (status, dropped) = if !c.dropped.is_empty() {
             (ProposalStatus::AppliedWithDroppedRanks, c.dropped)
         } else {
-            (ProposalStatus::Applied, 0)
+            (ProposalStatus::Applied, RankSet::EMPTY)
         };
         for w in c.waiters {
             reply(out, w, status, g.epoch, dropped, "");
@@ -880,7 +913,7 @@ pub(super) fn finalize(g: &mut CGroup, out: &mut Out) {
             "mooncake-pg: process group {}: epoch {} active ranks {:?}",
             g.label,
             g.epoch,
-            list(g.active)
+            g.active.to_vec()
         );
     }
 }
@@ -894,61 +927,62 @@ pub(super) fn pump(g: &mut CGroup, now: Instant, next_txn: &mut u64, out: &mut O
         let (new_active, targets, fence) = match c.kind {
             Kind::Drop => {
                 let eff = c.ranks & g.active;
-                if eff == 0 || g.active & !eff & alive == 0 {
+                if eff.is_empty() || ((g.active - eff) & alive).is_empty() {
                     if let Some(c) = g.changes.pop_front() {
                         for w in c.waiters {
-                            reply(out, w, ProposalStatus::Applied, g.epoch, 0, "");
+                            reply(out, w, ProposalStatus::Applied, g.epoch, RankSet::EMPTY, "");
                         }
                     }
                     continue;
                 }
-                (g.active & !eff, 0, eff)
+                (g.active - eff, RankSet::EMPTY, eff)
             }
             Kind::Deactivate => {
                 let eff = c.ranks & g.active;
-                let why = (g.active & !eff == 0).then(|| {
+                let why = g.active.is_subset(eff).then(|| {
                     format!(
                         "deactivating rank(s) {:?} would leave process group {} without an active rank",
-                        list(eff),
+                        eff.to_vec(),
                         g.label
                     )
                 });
-                if eff == 0 || why.is_some() {
+                if eff.is_empty() || why.is_some() {
                     if let Some(c) = g.changes.pop_front() {
                         let (st, why) = match &why {
                             Some(w) => (ProposalStatus::Rejected, w.as_str()),
                             None => (ProposalStatus::Applied, ""),
                         };
                         for w in c.waiters {
-                            reply(out, w, st, g.epoch, 0, why);
+                            reply(out, w, st, g.epoch, RankSet::EMPTY, why);
                         }
                     }
                     continue;
                 }
-                (g.active & !eff, 0, 0)
+                (g.active - eff, RankSet::EMPTY, RankSet::EMPTY)
             }
             Kind::Activate => {
-                let mut targets = c.ranks & !g.active & !c.dropped;
-                for s in slots(targets) {
+                let mut targets = c.ranks - g.active - c.dropped;
+                for s in targets.iter() {
                     if !g
                         .members
                         .get(s)
                         .and_then(|m| m.as_ref())
                         .is_some_and(|m| m.alive)
                     {
-                        c.dropped |= bit(s);
-                        targets &= !bit(s);
+                        c.dropped.insert(s);
+                        targets.remove(s);
                     }
                 }
-                let waiting = slots(targets)
+                let waiting: RankSet = targets
+                    .iter()
                     .filter(|&s| {
                         g.members
                             .get(s)
                             .and_then(|m| m.as_ref())
                             .is_some_and(|m| m.state != MState::Awaiting)
                     })
-                    .fold(0u64, |a, s| a | bit(s));
-                if waiting != 0 {
+                    .collect();
+                if !waiting.is_empty() {
                     if now < c.deadline {
                         return;
                     }
@@ -956,21 +990,21 @@ pub(super) fn pump(g: &mut CGroup, now: Instant, next_txn: &mut u64, out: &mut O
                     if c.reason.is_empty() {
                         c.reason = format!(
                             "rank(s) {:?} did not call join_group within the admission timeout",
-                            list(waiting)
+                            waiting.to_vec()
                         );
                     }
                     continue;
                 }
-                if targets == 0 {
+                if targets.is_empty() {
                     if let Some(c) = g.changes.pop_front() {
-                        let activated = c.ranks & !c.dropped;
-                        let (st, why) = if c.dropped == 0 {
+                        let activated = c.ranks - c.dropped;
+                        let (st, why) = if c.dropped.is_empty() {
                             (ProposalStatus::Applied, String::new())
-                        } else if activated == 0 {
+                        } else if activated.is_empty() {
                             let why = if c.reason.is_empty() {
                                 format!(
                                     "rank(s) {:?} left before they could be activated",
-                                    list(c.dropped)
+                                    c.dropped.to_vec()
                                 )
                             } else {
                                 c.reason.clone()
@@ -985,7 +1019,7 @@ pub(super) fn pump(g: &mut CGroup, now: Instant, next_txn: &mut u64, out: &mut O
                     }
                     continue;
                 }
-                (g.active | targets, targets, 0)
+                (g.active | targets, targets, RankSet::EMPTY)
             }
         };
         let kind = c.kind;
@@ -1002,18 +1036,18 @@ pub(super) fn pump(g: &mut CGroup, now: Instant, next_txn: &mut u64, out: &mut O
             participants,
             old: old & participants,
             targets,
-            ready: 0,
+            ready: RankSet::EMPTY,
             next_seq: 0,
             phase: Phase::Prepare,
             deadline: now + config::collective_timeout(),
             retry: now + PREPARE_RETRY,
-            acked: 0,
+            acked: RankSet::EMPTY,
             fence,
         };
         let msg = ToAgent::Prepare {
             group: g.key,
             txn: t.id,
-            active: new_active,
+            active: new_active.bits(),
             members: g.recs_of(new_active),
         };
         g.to(participants, &msg, out);
@@ -1025,30 +1059,32 @@ pub(super) fn pump(g: &mut CGroup, now: Instant, next_txn: &mut u64, out: &mut O
 mod tests {
     use super::*;
 
+    fn set(bits: u64) -> RankSet {
+        RankSet::from_bits(bits)
+    }
+
     #[test]
     fn clique_keeps_the_connected_majority_and_lower_ranks_on_ties() {
         let mut v = [0u32; 64];
         // 0-1 broken, each accusing the other: keep {0, 2}.
         v[0] = 1;
         v[1] = 1;
-        assert_eq!(max_clique(0b111, &[(0, 1), (1, 0)], &v), 0b101);
+        assert_eq!(max_clique(set(0b111), &[(0, 1), (1, 0)], &v), set(0b101));
         // 3 cut from everyone: keep {0, 1, 2}.
         let mut v = [0u32; 64];
         v[3] = 3;
-        assert_eq!(max_clique(0b1111, &[(0, 3), (1, 3), (2, 3)], &v), 0b0111);
+        assert_eq!(
+            max_clique(set(0b1111), &[(0, 3), (1, 3), (2, 3)], &v),
+            set(0b0111)
+        );
         // Only 3 noticed that 1 is gone: drop the accused 1, not 3.
         let mut v = [0u32; 64];
         v[1] = 1;
-        assert_eq!(max_clique(0b1111, &[(3, 1)], &v), 0b1101);
+        assert_eq!(max_clique(set(0b1111), &[(3, 1)], &v), set(0b1101));
         // Two ranks that cannot see each other, no accusation: keep the lower.
-        assert_eq!(max_clique(0b11, &[(1, 0)], &[0; 64]), 0b01);
-        assert_eq!(max_clique(0b1011, &[], &[0; 64]), 0b1011);
-    }
-
-    #[test]
-    fn masks() {
-        assert_eq!(full(3), 0b111);
-        assert_eq!(full(64), u64::MAX);
-        assert_eq!(list(0b1010), vec![1, 3]);
+        assert_eq!(max_clique(set(0b11), &[(1, 0)], &[0; 64]), set(0b01));
+        assert_eq!(max_clique(set(0b1011), &[], &[0; 64]), set(0b1011));
+        // A report naming a rank beyond the capacity is ignored.
+        assert_eq!(max_clique(set(0b11), &[(0, 99)], &[0; 64]), set(0b11));
     }
 }

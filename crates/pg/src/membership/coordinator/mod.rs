@@ -30,6 +30,7 @@
 //! inputs with the time and sends what it answers.
 
 mod group;
+mod rankset;
 mod state;
 
 use crate::error::PgError;

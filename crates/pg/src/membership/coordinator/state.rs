@@ -3,9 +3,10 @@
 //! [`Input`]s and explicit times.
 
 use super::group::{
-    bit, failed, member_gone, propose, register_founder, register_joiner, reply, sync, tick_group,
+    failed, member_gone, propose, register_founder, register_joiner, reply, sync, tick_group,
     CGroup, MState, Out, PendingReg, Phase, Waiter,
 };
+use super::rankset::RankSet;
 use crate::membership::control::{ProposalStatus, SyncStatus, ToAgent, ToCoord};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -95,7 +96,7 @@ impl State {
             for slot in gone {
                 member_gone(g, slot, true, now, out);
             }
-            if g.alive() == 0 {
+            if g.alive().is_empty() {
                 empty.push(*key);
             }
         }
@@ -168,7 +169,7 @@ impl State {
                 {
                     member_gone(g, slot, false, now, out);
                 }
-                if g.alive() == 0 {
+                if g.alive().is_empty() {
                     self.groups.remove(&group);
                     self.tombstones.insert(group);
                 }
@@ -241,7 +242,7 @@ impl State {
                         w,
                         ProposalStatus::Rejected,
                         0,
-                        0,
+                        RankSet::EMPTY,
                         "the group is unknown to the coordinator",
                     );
                     return;
@@ -269,13 +270,16 @@ impl State {
                     }
                     return;
                 };
+                let dead = RankSet::from_bits(dead);
                 sync(g, sess, req, slot, member_id, dead, now, out);
             }
             ToCoord::Links { group, slot, dead } => {
                 if let Some(g) = self.groups.get_mut(&group) {
-                    if let Some(r) = g.recon.as_mut() {
-                        r.reports.insert(slot, dead);
-                        r.reported |= bit(slot);
+                    // Only a live member's own session reports its links.
+                    let own = g.member(slot).is_some_and(|m| m.alive && m.sess == sess);
+                    if let Some(r) = g.recon.as_mut().filter(|_| own) {
+                        r.reports.insert(slot, RankSet::from_bits(dead));
+                        r.reported |= RankSet::one(slot);
                     }
                 }
             }
@@ -292,11 +296,11 @@ impl State {
                         .as_mut()
                         .filter(|t| t.id == txn && t.phase == Phase::Prepare)
                     {
-                        if t.participants >> slot & 1 == 1 {
+                        if t.participants.contains(slot) {
                             if ready {
-                                t.ready |= bit(slot);
+                                t.ready |= RankSet::one(slot);
                             }
-                            if t.old >> slot & 1 == 1 {
+                            if t.old.contains(slot) {
                                 t.next_seq = t.next_seq.max(next_seq);
                             }
                         }
@@ -310,7 +314,7 @@ impl State {
                         .as_mut()
                         .filter(|t| t.id == txn && t.phase == Phase::Commit)
                     {
-                        t.acked |= bit(slot);
+                        t.acked |= RankSet::one(slot);
                     }
                 }
             }
@@ -320,5 +324,416 @@ impl State {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The state machine driven without sockets or a clock: each test feeds
+    //! inputs at explicit times and checks the messages that come out.
+
+    use super::*;
+    use crate::config;
+    use crate::membership::control::MemberRec;
+
+    const G: u64 = 77;
+
+    fn rec(slot: usize) -> MemberRec {
+        MemberRec {
+            slot,
+            member_id: 1000 + slot as u64,
+            endpoint: format!("10.0.0.{slot}:5000"),
+            host: format!("h{slot}"),
+            ..MemberRec::default()
+        }
+    }
+
+    /// Session ids: rank `r` talks on session `r + 1`.
+    fn sess(r: usize) -> u64 {
+        r as u64 + 1
+    }
+
+    fn register(st: &mut State, r: usize, size: usize, cap: usize, t: Instant) -> Out {
+        let msg = ToCoord::Register {
+            req: 10 + r as u64,
+            group: G,
+            label: "g".into(),
+            rec: rec(r),
+            capacity: cap,
+            size,
+            extension: r >= size,
+            auto_deactivate: true,
+        };
+        st.handle(Input::Msg(sess(r), msg), t)
+    }
+
+    /// A group founded by ranks `0..size` at `t`.
+    fn founded(size: usize, cap: usize, t: Instant) -> State {
+        let mut st = State::default();
+        for r in 0..size {
+            let out = register(&mut st, r, size, cap, t);
+            assert!(
+                out.iter()
+                    .any(|(s, m)| *s == sess(r) && matches!(m, ToAgent::Registered { .. })),
+                "rank {r} not registered: {out:?}"
+            );
+        }
+        st
+    }
+
+    fn to(out: &Out, r: usize) -> Vec<&ToAgent> {
+        out.iter()
+            .filter(|(s, _)| *s == sess(r))
+            .map(|(_, m)| m)
+            .collect()
+    }
+
+    fn msg(st: &mut State, r: usize, m: ToCoord, t: Instant) -> Out {
+        st.handle(Input::Msg(sess(r), m), t)
+    }
+
+    /// The prepare every rank of `ranks` got, as `(txn, active mask)`.
+    fn prepared(out: &Out, ranks: &[usize]) -> (u64, u64) {
+        let mut seen = None;
+        for &r in ranks {
+            let p = to(out, r).into_iter().find_map(|m| match m {
+                ToAgent::Prepare { txn, active, .. } => Some((*txn, *active)),
+                _ => None,
+            });
+            let p = p.unwrap_or_else(|| panic!("rank {r} got no prepare: {out:?}"));
+            assert!(seen.is_none_or(|s| s == p));
+            seen = Some(p);
+        }
+        seen.unwrap_or_default()
+    }
+
+    fn ack_prepare(st: &mut State, ranks: &[(usize, u64)], txn: u64, t: Instant) {
+        for &(r, next_seq) in ranks {
+            let m = ToCoord::PrepareAck {
+                group: G,
+                txn,
+                slot: r,
+                next_seq,
+                ready: true,
+            };
+            assert!(msg(st, r, m, t).is_empty());
+        }
+    }
+
+    fn ack_commit(st: &mut State, ranks: &[usize], txn: u64, t: Instant) {
+        for &r in ranks {
+            let m = ToCoord::CommitAck {
+                group: G,
+                txn,
+                slot: r,
+            };
+            assert!(msg(st, r, m, t).is_empty());
+        }
+    }
+
+    #[test]
+    fn founders_register_once_and_with_one_shape() {
+        let t = Instant::now();
+        let mut st = founded(2, 4, t);
+        // The second founder was announced to the first.
+        let mut again = State::default();
+        register(&mut again, 0, 2, 4, t);
+        let out = register(&mut again, 1, 2, 4, t);
+        assert!(to(&out, 0)
+            .iter()
+            .any(|m| matches!(m, ToAgent::Member { rec, .. } if rec.slot == 1)));
+        // A rank registering twice, and a founder with another shape, fail.
+        let out = register(&mut st, 1, 2, 4, t);
+        assert!(
+            matches!(to(&out, 1)[..], [ToAgent::Failed { reason, .. }] if reason.contains("twice"))
+        );
+        let mut st = State::default();
+        register(&mut st, 0, 2, 4, t);
+        let out = register(&mut st, 1, 3, 4, t);
+        assert!(
+            matches!(to(&out, 1)[..], [ToAgent::Failed { reason, .. }] if reason.contains("disagree"))
+        );
+        assert_eq!(st.next_wake(), None);
+    }
+
+    #[test]
+    fn a_crash_is_reconciled_and_committed_at_the_highest_issued_seq() {
+        let t0 = Instant::now();
+        let mut st = founded(3, 3, t0);
+        // Rank 2's process ends: the others are asked for their links, and
+        // the window's end is the next wake-up.
+        let out = st.handle(Input::Closed(sess(2)), t0);
+        for r in [0, 1] {
+            assert!(to(&out, r)
+                .iter()
+                .any(|m| matches!(m, ToAgent::Query { .. })));
+        }
+        let window = config::reconciliation_window();
+        assert_eq!(st.next_wake(), Some(t0 + window));
+        // One report: nothing is decided before the window closes.
+        let t1 = t0 + Duration::from_millis(5);
+        let links = |r: usize| ToCoord::Links {
+            group: G,
+            slot: r,
+            dead: RankSet::one(2).bits(),
+        };
+        assert!(msg(&mut st, 0, links(0), t1).is_empty());
+        assert!(st.tick(t1).is_empty());
+        // Every unsuspected member reported: decided at once, well inside
+        // the window; the view without rank 2 is prepared.
+        assert!(msg(&mut st, 1, links(1), t1).is_empty());
+        let out = st.tick(t1);
+        let (txn, active) = prepared(&out, &[0, 1]);
+        assert_eq!(active, 0b011);
+        assert!(to(&out, 2).is_empty());
+        // Prepared: the commit starts at the highest seq either issued.
+        ack_prepare(&mut st, &[(0, 5), (1, 7)], txn, t1);
+        let out = st.tick(t1);
+        for r in [0, 1] {
+            match to(&out, r)[..] {
+                [ToAgent::Commit {
+                    epoch,
+                    active,
+                    from_seq,
+                    fence,
+                    ..
+                }] => {
+                    assert_eq!((*epoch, *active, *from_seq), (1, 0b011, 7));
+                    assert_eq!(*fence, 0b100);
+                }
+                ref other => panic!("rank {r}: {other:?}"),
+            }
+        }
+        ack_commit(&mut st, &[0, 1], txn, t1);
+        assert!(st.tick(t1).is_empty());
+        assert_eq!(st.next_wake(), None);
+        assert_eq!(st.groups[&G].epoch, 1);
+        assert_eq!(st.groups[&G].active, RankSet::from_bits(0b011));
+    }
+
+    #[test]
+    fn without_every_report_the_window_decides() {
+        let t0 = Instant::now();
+        let mut st = founded(3, 3, t0);
+        st.handle(Input::Closed(sess(2)), t0);
+        let m = ToCoord::Links {
+            group: G,
+            slot: 0,
+            dead: RankSet::one(2).bits(),
+        };
+        msg(&mut st, 0, m, t0);
+        let window = config::reconciliation_window();
+        let almost = t0 + window - Duration::from_millis(1);
+        assert!(st.tick(almost).is_empty());
+        let (_, active) = prepared(&st.tick(t0 + window), &[0, 1]);
+        assert_eq!(active, 0b011);
+    }
+
+    #[test]
+    fn two_ranks_that_lost_each_other_keep_the_lower_and_fence_the_other() {
+        let t0 = Instant::now();
+        let mut st = founded(2, 2, t0);
+        // Both alive, each reports the other dead (with a wait, req != 0).
+        let sync = |r: usize, other: usize| ToCoord::Sync {
+            req: 50 + r as u64,
+            group: G,
+            slot: r,
+            member_id: 1000 + r as u64,
+            dead: RankSet::one(other).bits(),
+        };
+        let out = msg(&mut st, 0, sync(0, 1), t0);
+        assert!(to(&out, 1)
+            .iter()
+            .any(|m| matches!(m, ToAgent::Query { .. })));
+        msg(&mut st, 1, sync(1, 0), t0);
+        let out = st.tick(t0);
+        let (txn, active) = prepared(&out, &[0]);
+        assert_eq!(active, 0b01);
+        assert!(to(&out, 1).is_empty(), "the dropped rank takes no part");
+        ack_prepare(&mut st, &[(0, 3)], txn, t0);
+        let out = st.tick(t0);
+        assert!(matches!(
+            to(&out, 0)[..],
+            [ToAgent::Commit { fence: 0b10, .. }]
+        ));
+        ack_commit(&mut st, &[0], txn, t0);
+        let out = st.tick(t0);
+        // The dropped rank is fenced; both waiters learn the outcome.
+        assert!(to(&out, 1)
+            .iter()
+            .any(|m| matches!(m, ToAgent::Fenced { epoch: 1, .. })));
+        assert!(to(&out, 0).iter().any(|m| matches!(
+            m,
+            ToAgent::Synced {
+                req: 50,
+                status: SyncStatus::Reconciled,
+                epoch: 1,
+                ..
+            }
+        )));
+        assert!(to(&out, 1)
+            .iter()
+            .any(|m| matches!(m, ToAgent::Synced { req: 51, .. })));
+    }
+
+    #[test]
+    fn an_activation_waits_for_join_and_times_out_without_it() {
+        let t0 = Instant::now();
+        let mut st = founded(2, 4, t0);
+        let out = register(&mut st, 2, 2, 4, t0);
+        assert!(matches!(
+            to(&out, 2)[..],
+            [ToAgent::Registered { active: 0b11, .. }]
+        ));
+        let propose = |req: u64, rank: usize| ToCoord::Propose {
+            req,
+            group: G,
+            slot: 0,
+            activate: true,
+            ranks: vec![rank],
+            admission_ms: 100,
+        };
+        // Rank 2 has not called join_group: nothing starts before it does.
+        assert!(msg(&mut st, 0, propose(60, 2), t0).is_empty());
+        assert!(st.tick(t0 + Duration::from_millis(50)).is_empty());
+        let join = ToCoord::Join {
+            req: 61,
+            group: G,
+            slot: 2,
+            member_id: 1002,
+        };
+        let out = msg(&mut st, 2, join, t0 + Duration::from_millis(60));
+        assert!(matches!(to(&out, 2)[..], [ToAgent::Done { req: 61 }]));
+        let t1 = t0 + Duration::from_millis(60);
+        let out = st.tick(t1);
+        let (txn, active) = prepared(&out, &[0, 1, 2]);
+        assert_eq!(active, 0b111);
+        ack_prepare(&mut st, &[(0, 9), (1, 9), (2, 0)], txn, t1);
+        st.tick(t1);
+        ack_commit(&mut st, &[0, 1, 2], txn, t1);
+        let out = st.tick(t1);
+        assert!(matches!(
+            to(&out, 0)[..],
+            [ToAgent::Proposed {
+                req: 60,
+                status: ProposalStatus::Applied,
+                epoch: 1,
+                ..
+            }]
+        ));
+        // Rank 3 registers but never joins: rejected once the admission
+        // time has passed, and the view stays.
+        register(&mut st, 3, 2, 4, t1);
+        assert!(msg(&mut st, 0, propose(62, 3), t1).is_empty());
+        assert!(st.tick(t1 + Duration::from_millis(99)).is_empty());
+        let out = st.tick(t1 + Duration::from_millis(100));
+        match to(&out, 0)[..] {
+            [ToAgent::Proposed {
+                req: 62,
+                status: ProposalStatus::Rejected,
+                reason,
+                ..
+            }] => assert!(reason.contains("join_group"), "{reason}"),
+            ref other => panic!("{other:?}"),
+        }
+        assert_eq!(st.groups[&G].active, RankSet::from_bits(0b111));
+    }
+
+    #[test]
+    fn an_unready_member_gets_the_prepare_again_then_the_change_aborts() {
+        let t0 = Instant::now();
+        let mut st = founded(3, 3, t0);
+        let propose = ToCoord::Propose {
+            req: 70,
+            group: G,
+            slot: 0,
+            activate: false,
+            ranks: vec![2],
+            admission_ms: 0,
+        };
+        msg(&mut st, 0, propose, t0);
+        let (txn, active) = prepared(&st.tick(t0), &[0, 1, 2]);
+        assert_eq!(active, 0b011);
+        // Rank 1 is not ready: after the retry interval only it is asked again.
+        ack_prepare(&mut st, &[(0, 1), (2, 1)], txn, t0);
+        let retry = t0 + Duration::from_millis(20);
+        assert!(st.tick(retry - Duration::from_millis(1)).is_empty());
+        let out = st.tick(retry);
+        assert_eq!(prepared(&out, &[1]).0, txn);
+        assert!(to(&out, 0).is_empty() && to(&out, 2).is_empty());
+        // It never answers: at the collective timeout the transaction aborts
+        // and, in this auto-deactivating group, rank 1 is dropped first.
+        let late = t0 + config::collective_timeout();
+        let out = st.tick(late);
+        for r in [0, 1, 2] {
+            assert!(
+                to(&out, r)
+                    .iter()
+                    .any(|m| matches!(m, ToAgent::Abort { txn: x, .. } if *x == txn)),
+                "rank {r}: {out:?}"
+            );
+        }
+        let (_, active) = prepared(&out, &[0, 2]);
+        assert_eq!(active, 0b101);
+    }
+
+    #[test]
+    fn messages_naming_ranks_beyond_the_capacity_change_nothing() {
+        let t0 = Instant::now();
+        let mut st = founded(3, 3, t0);
+        // A reconciliation waiting for rank 1's links.
+        let report = ToCoord::Sync {
+            req: 0,
+            group: G,
+            slot: 0,
+            member_id: 1000,
+            dead: RankSet::one(2).bits(),
+        };
+        msg(&mut st, 0, report, t0);
+        assert!(st.tick(t0).is_empty());
+        let bad = [
+            ToCoord::Links {
+                group: G,
+                slot: 99,
+                dead: u64::MAX,
+            },
+            ToCoord::PrepareAck {
+                group: G,
+                txn: 1,
+                slot: 99,
+                next_seq: 1,
+                ready: true,
+            },
+            ToCoord::CommitAck {
+                group: G,
+                txn: 1,
+                slot: 200,
+            },
+            ToCoord::Leave {
+                group: G,
+                slot: 1000,
+                member_id: 1,
+            },
+        ];
+        for m in bad {
+            assert!(msg(&mut st, 0, m, t0).is_empty());
+        }
+        // Rank 1's links reported from another member's session.
+        let forged = ToCoord::Links {
+            group: G,
+            slot: 1,
+            dead: 0,
+        };
+        assert!(msg(&mut st, 0, forged, t0).is_empty());
+        assert!(st.tick(t0).is_empty(), "still waiting for rank 1");
+        assert_eq!(st.groups[&G].active, RankSet::from_bits(0b111));
+        // Its own report decides.
+        let own = ToCoord::Links {
+            group: G,
+            slot: 1,
+            dead: RankSet::one(2).bits(),
+        };
+        msg(&mut st, 1, own, t0);
+        assert_eq!(prepared(&st.tick(t0), &[0, 1]).1, 0b011);
     }
 }
