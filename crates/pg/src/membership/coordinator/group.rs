@@ -334,7 +334,7 @@ pub(super) fn register_founder(
     g: &mut CGroup,
     sess: u64,
     req: u64,
-    mut rec: MemberRec,
+    rec: MemberRec,
     capacity: usize,
     size: usize,
     auto: bool,
@@ -377,36 +377,11 @@ pub(super) fn register_founder(
         ));
         return;
     }
-    rec.order = g.next_order;
-    g.next_order += 1;
     g.founded |= RankSet::one(slot);
-    g.members[slot] = Some(CMember {
-        sess,
-        rec: rec.clone(),
-        state: MState::Active,
-        alive: true,
-    });
-    g.broadcast_except(slot, &ToAgent::Member { group: g.key, rec }, out);
-    out.push((
-        sess,
-        ToAgent::Registered {
-            req,
-            capacity: g.capacity,
-            epoch: g.epoch,
-            active: g.active.bits(),
-            members: g.live_recs(),
-            closed: false,
-        },
-    ));
+    admit(g, sess, req, rec, MState::Active, out);
 }
 
-pub(super) fn register_joiner(
-    g: &mut CGroup,
-    sess: u64,
-    req: u64,
-    mut rec: MemberRec,
-    out: &mut Out,
-) {
+pub(super) fn register_joiner(g: &mut CGroup, sess: u64, req: u64, rec: MemberRec, out: &mut Out) {
     let slot = rec.slot;
     if slot >= g.capacity {
         out.push((
@@ -438,13 +413,20 @@ pub(super) fn register_joiner(
         out.push((sess, failed(req, &why)));
         return;
     }
+    g.known_bad -= RankSet::one(slot);
+    admit(g, sess, req, rec, MState::Inactive, out);
+}
+
+/// Seat a registrant in its slot (in `state`), announce it to the others
+/// and answer it with the group as it stands.
+fn admit(g: &mut CGroup, sess: u64, req: u64, mut rec: MemberRec, state: MState, out: &mut Out) {
+    let slot = rec.slot;
     rec.order = g.next_order;
     g.next_order += 1;
-    g.known_bad &= !RankSet::one(slot);
     g.members[slot] = Some(CMember {
         sess,
         rec: rec.clone(),
-        state: MState::Inactive,
+        state,
         alive: true,
     });
     g.broadcast_except(slot, &ToAgent::Member { group: g.key, rec }, out);
