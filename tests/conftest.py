@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import selectors
-import shutil
 import signal
 import socket
 import subprocess
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.bins import console_script
 from helpers.common import pattern  # noqa: F401  (re-exported for tests)
 from helpers.master_proc import ephemeral_flags, read_ports
 
@@ -148,17 +148,7 @@ def log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
 
 
 def master_bin() -> str:
-    env = os.environ.get("MOONCAKE_MASTER_BIN")
-    if env:
-        return env
-    sibling = Path(sys.executable).parent / "mooncake_master"
-    if sibling.exists():
-        return str(sibling)
-    found = shutil.which("mooncake_master")
-    if found:
-        return found
-    pytest.skip("mooncake_master not found (set MOONCAKE_MASTER_BIN)")
-    raise AssertionError("unreachable")
+    return console_script("mooncake_master", "MOONCAKE_MASTER_BIN")
 
 
 def _kill_tree(proc: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.bins import console_script
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -43,17 +44,7 @@ HOSTS = ["ctl", "m1", "m2", "m3", "c1", "c2"]
 
 
 def master_bin() -> str:
-    env = os.environ.get("MOONCAKE_MASTER_BIN")
-    if env:
-        return env
-    sibling = Path(sys.executable).parent / "mooncake_master"
-    if sibling.exists():
-        return str(sibling)
-    found = shutil.which("mooncake_master")
-    if found:
-        return found
-    pytest.skip("mooncake_master not found (set MOONCAKE_MASTER_BIN)")
-    raise AssertionError("unreachable")
+    return console_script("mooncake_master", "MOONCAKE_MASTER_BIN")
 
 
 def wait_until(pred: Any, timeout: float, interval: float = 0.05) -> Any:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.bins import console_script
 
 HERE = Path(__file__).resolve().parent
 DUMMY_PROC = HERE / "dummy_proc.py"
@@ -59,17 +59,7 @@ def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.05) 
 
 
 def client_bin() -> str:
-    env = os.environ.get("MOONCAKE_CLIENT_BIN")
-    if env:
-        return env
-    sibling = Path(sys.executable).parent / "mooncake_client"
-    if sibling.exists():
-        return str(sibling)
-    found = shutil.which("mooncake_client")
-    if found:
-        return found
-    pytest.skip("mooncake_client not found (set MOONCAKE_CLIENT_BIN)")
-    raise AssertionError("unreachable")
+    return console_script("mooncake_client", "MOONCAKE_CLIENT_BIN")
 
 
 READY = "serving dummy clients"
