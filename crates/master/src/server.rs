@@ -45,6 +45,8 @@ pub fn run_master(args: Vec<String>) -> i32 {
     for w in &warnings {
         tracing::warn!("{w}");
     }
+    // Before the runtime's threads exist (see `memory`).
+    crate::memory::one_arena();
 
     let threads = worker_threads(&cfg);
     let rt = match tokio::runtime::Builder::new_multi_thread()
