@@ -14,7 +14,7 @@
 //! it) and a removal's reply does not wait for it.
 
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 /// Make every thread of this process allocate from glibc's main arena (call
 /// before starting threads; elsewhere a no-op).
@@ -31,7 +31,7 @@ pub(crate) fn one_arena() {
 /// on the trimming thread (requests made while one trim runs are served by
 /// the next).
 pub(crate) fn return_free_memory() {
-    static TRIMMER: OnceLock<Option<Mutex<Sender<()>>>> = OnceLock::new();
+    static TRIMMER: OnceLock<Option<Sender<()>>> = OnceLock::new();
     let tx = TRIMMER.get_or_init(|| {
         let (tx, rx) = channel::<()>();
         std::thread::Builder::new()
@@ -43,13 +43,11 @@ pub(crate) fn return_free_memory() {
                 }
             })
             .ok()
-            .map(|_| Mutex::new(tx))
+            .map(|_| tx)
     });
     match tx {
         Some(tx) => {
-            if let Ok(tx) = tx.lock() {
-                let _ = tx.send(());
-            }
+            let _ = tx.send(());
         }
         // No thread could be started: trim here.
         None => trim(),

@@ -287,9 +287,15 @@ pub fn tcp_streams() -> u64 {
 /// of this host busy, so more streams than half its cores only take turns
 /// on them (on two cores one stream moved a single 16 MiB read at 4.9-5.3
 /// GB/s, four at 2.8-2.9). Never more than [`tcp_streams`].
+///
+/// Read once: the core count comes from the affinity mask and the cgroup's
+/// files, too slow to ask for on every transfer.
 pub fn local_tcp_streams() -> u64 {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    (cores / 2).clamp(1, tcp_streams())
+    static STREAMS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *STREAMS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        (cores / 2).clamp(1, tcp_streams())
+    })
 }
 
 /// How many connections a TCP transfer of `total` bytes is split over,

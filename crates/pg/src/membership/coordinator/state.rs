@@ -135,7 +135,7 @@ impl State {
                 let g = self
                     .groups
                     .entry(group)
-                    .or_insert_with(|| CGroup::new(group, label, capacity.min(64)));
+                    .or_insert_with(|| CGroup::new(group, label, capacity.min(RankSet::CAPACITY)));
                 if extension {
                     if g.is_founded() {
                         register_joiner(g, sess, req, rec, out);
