@@ -1140,8 +1140,7 @@ def pull_recovery(rank: int, world: int, port: int) -> None:
     """Inclusion is all-or-nothing per rank: the
     top rank exits right after its first piece of a large (two-phase)
     all_reduce reached rank 0, so rank 0 has part of its data and the others
-    none; every survivor's result is the exact sum over the ranks its own
-    hint does not flag. Then the new top rank dies the same way inside a
+    none; every survivor's result is the exact sum over ranks 0-2. Then the new top rank dies the same way inside a
     multi-piece reduce_scatter (AVG divides by the contributors), and the
     group keeps working."""
     from mooncake.pg import _testing
@@ -1157,9 +1156,12 @@ def pull_recovery(rank: int, world: int, port: int) -> None:
     w = dist.all_reduce(t, async_op=True)
     w.wait()
     assert rank != 3, "the exit rule did not fire"
+    # Rank 3 is flagged unless the view that drops it was committed before
+    # this rank started the op (a slow survivor): then it was never in the
+    # op. Either way no survivor's result includes any of rank 3's data.
     hint = mpg.get_failed_ranks_hint(w)
-    assert int(hint[3]) == 1 and int(hint[:3].sum()) == 0, hint
-    eq(t, _over(hint, range(4), n, torch.int64), "all_reduce over the ranks not in the hint")
+    assert int(hint[:3].sum()) == 0, hint
+    eq(t, _over(torch.tensor([0, 0, 0, 1]), range(4), n, torch.int64), "all_reduce without rank 3")
     # The group goes on over the survivors.
     t = _pattern(rank, 1000, torch.int64)
     dist.all_reduce(t)
@@ -1177,9 +1179,8 @@ def pull_recovery(rank: int, world: int, port: int) -> None:
     w.wait()
     assert rank != 2, "the exit rule did not fire"
     hint = mpg.get_failed_ranks_hint(w)
-    assert int(hint[2]) == 1 and int(hint[:2].sum()) == 0, hint
-    ncontrib = sum(1 for r in range(3) if int(hint[r]) == 0)
-    exp = _over(hint, range(3), m, torch.float64) * (rank + 1) / ncontrib
+    assert int(hint[:2].sum()) == 0, hint
+    exp = _over(torch.tensor([0, 0, 1]), range(3), m, torch.float64) * (rank + 1) / 2
     eq(out, exp, "reduce_scatter AVG over the ranks not in the hint")
     t = _pattern(rank, n, torch.int64)
     dist.all_reduce(t)
