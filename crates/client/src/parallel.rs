@@ -10,7 +10,7 @@
 //! reference VM's 2 cores loaded), and was slower than one thread; now the
 //! calling thread takes whatever the helper has not claimed yet.
 
-use mooncake_transfer::Op;
+use mooncake_transfer::{Op, Stores};
 use parking_lot::{Condvar, Mutex};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -47,25 +47,49 @@ pub(crate) fn split_ops(ops: &[Op], parts: usize) -> Vec<Vec<Op>> {
     Op::split(ops, parts, LOCAL_PIECE)
 }
 
+/// One unit of work of a batch: a part of group `group`'s ops, and the
+/// stores its copy uses when it goes through memory.
+pub(crate) struct Task {
+    pub(crate) group: usize,
+    pub(crate) ops: Vec<Op>,
+    pub(crate) stores: Stores,
+}
+
 /// The tasks of a batch of per-owner groups of ops (each given with
 /// whether its owner is reached locally or on this host): a large local
 /// group (at least [`PAR_LOCAL`] bytes) is shared out in parts
 /// ([`share_ops`]), any other group (a TCP owner, whose engine splits it
-/// over parallel connections, or a small group) is one task. Each task
-/// names its group. Also returns the workers for [`run_all`]: every unsplit
-/// group in flight at once, plus the copy threads if any group was split.
+/// over parallel connections, or a small group) is one task. A batch that
+/// moves at least [`Stores::STREAM_MIN`] bytes through memory in all does
+/// not fit in the cache, so its copies stream. Also returns the workers for
+/// [`run_all`]: every unsplit group in flight at once, plus the copy threads
+/// if any group was split.
 pub(crate) fn group_tasks<'a>(
     groups: impl IntoIterator<Item = (&'a [Op], bool)>,
-) -> (Vec<(usize, Vec<Op>)>, usize) {
-    let mut tasks: Vec<(usize, Vec<Op>)> = Vec::new();
+) -> (Vec<Task>, usize) {
+    let groups: Vec<(&[Op], bool, u64)> = groups
+        .into_iter()
+        .map(|(ops, local)| (ops, local, ops.iter().map(|o| o.len).sum()))
+        .collect();
+    let local_bytes: u64 = groups.iter().filter(|g| g.1).map(|g| g.2).sum();
+    let stores = Stores::for_bytes(local_bytes);
+    let mut tasks: Vec<Task> = Vec::new();
     let (mut split, mut whole) = (false, 0usize);
-    for (gi, (ops, local)) in groups.into_iter().enumerate() {
-        let bytes: u64 = ops.iter().map(|o| o.len).sum();
+    for (group, (ops, local, bytes)) in groups.into_iter().enumerate() {
+        let stores = if local { stores } else { Stores::Cached };
         if local && bytes >= PAR_LOCAL {
-            tasks.extend(share_ops(ops).into_iter().map(|p| (gi, p)));
+            tasks.extend(
+                share_ops(ops)
+                    .into_iter()
+                    .map(|ops| Task { group, ops, stores }),
+            );
             split = true;
         } else {
-            tasks.push((gi, ops.to_vec()));
+            tasks.push(Task {
+                group,
+                ops: ops.to_vec(),
+                stores,
+            });
             whole += 1;
         }
     }
@@ -243,6 +267,52 @@ mod tests {
         }));
         assert!(r.is_err());
         assert_eq!(done.load(Ordering::SeqCst), 7);
+    }
+
+    fn ops_of(mib: u64, at: u64) -> Vec<Op> {
+        (0..mib)
+            .map(|i| Op {
+                seg_offset: at + (i << 20),
+                local_ptr: 0x1000_0000 + (i << 20) as usize,
+                len: 1 << 20,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_too_large_for_the_cache_streams_its_memory_copies() {
+        let streams = |tasks: &[Task], group: usize| -> Vec<Stores> {
+            tasks
+                .iter()
+                .filter(|t| t.group == group)
+                .map(|t| t.stores)
+                .collect()
+        };
+        // 64 MiB from one local owner: split over threads, every part streams.
+        let big = ops_of(64, 0);
+        let (tasks, _) = group_tasks([(big.as_slice(), true)]);
+        assert!(tasks.len() > 1);
+        assert!(streams(&tasks, 0).iter().all(|&s| s == Stores::Streaming));
+        let moved: u64 = tasks.iter().flat_map(|t| &t.ops).map(|o| o.len).sum();
+        assert_eq!(moved, 64 << 20);
+        // 4 MiB stays in the cache: plain stores.
+        let small = ops_of(4, 0);
+        let (tasks, _) = group_tasks([(small.as_slice(), true)]);
+        assert_eq!(streams(&tasks, 0), vec![Stores::Cached]);
+        // Two local owners of 5 MiB each: 10 MiB through memory in all, so
+        // both stream although neither group is split; a TCP owner's bytes
+        // neither count nor stream.
+        let (a, b, c) = (ops_of(5, 0), ops_of(5, 64 << 20), ops_of(64, 0));
+        let (tasks, _) = group_tasks([
+            (a.as_slice(), true),
+            (b.as_slice(), true),
+            (c.as_slice(), false),
+        ]);
+        assert_eq!(streams(&tasks, 0), vec![Stores::Streaming]);
+        assert_eq!(streams(&tasks, 1), vec![Stores::Streaming]);
+        assert_eq!(streams(&tasks, 2), vec![Stores::Cached]);
+        let (tasks, _) = group_tasks([(small.as_slice(), true), (c.as_slice(), false)]);
+        assert_eq!(streams(&tasks, 0), vec![Stores::Cached]);
     }
 
     #[test]

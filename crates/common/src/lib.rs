@@ -2,8 +2,9 @@
 //! codes, the length-prefixed wire framing and handshake used between our
 //! own processes, the client<->master protocol messages, the optional
 //! cluster-secret authentication, connection admission limits, the
-//! congestion-control rule for data connections, the gflags-compatible
-//! command line of our binaries, and small parsing helpers.
+//! congestion-control rule for data connections, bulk copies that bypass
+//! the cache, the gflags-compatible command line of our binaries, and small
+//! parsing helpers.
 
 pub mod auth;
 pub mod error;
@@ -17,6 +18,7 @@ pub mod ha;
 pub mod hostid;
 pub mod ledger;
 pub mod limits;
+pub mod memcopy;
 pub mod proto;
 pub mod size;
 pub mod spin_read;

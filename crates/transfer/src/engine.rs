@@ -62,6 +62,32 @@ const TCP_PART_MIN_PACED: u64 = 256 << 10;
 /// Bytes above which a memcpy uses two threads.
 const PAR_COPY: u64 = 8 << 20;
 
+/// How a local copy stores into its destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stores {
+    /// Plain stores: the destination stays in the cache, where the next
+    /// reader finds it (the fastest copy while both ends fit in it).
+    Cached,
+    /// Non-temporal stores: for a transfer too large for the cache, whose
+    /// plain stores would first read every destination line from memory
+    /// (`mooncake_common::memcopy`).
+    Streaming,
+}
+
+impl Stores {
+    /// Transfers of at least this many bytes in one call stream.
+    pub const STREAM_MIN: u64 = 8 << 20;
+
+    /// The stores for one call that moves `total` bytes locally.
+    pub fn for_bytes(total: u64) -> Stores {
+        if total >= Self::STREAM_MIN {
+            Stores::Streaming
+        } else {
+            Stores::Cached
+        }
+    }
+}
+
 /// Executes transfers for one client.
 pub struct TransferEngine {
     host_id: String,
@@ -153,11 +179,12 @@ impl TransferEngine {
         Ok(None)
     }
 
-    /// Copy segment ranges into local memory.
+    /// Copy segment ranges into local memory; a copy through memory uses
+    /// `stores`.
     ///
     /// # Safety
     /// Every `op.local_ptr..+len` must be writable.
-    pub unsafe fn read(&self, seg: &SegmentRef, ops: &[Op]) -> Result<Path> {
+    pub unsafe fn read(&self, seg: &SegmentRef, ops: &[Op], stores: Stores) -> Result<Path> {
         if let Some((mem, path)) = self.memory_for(seg)? {
             for o in ops {
                 if !mem.check_range(o.seg_offset, o.len) {
@@ -173,6 +200,7 @@ impl TransferEngine {
                         mem.base().add(o.seg_offset as usize),
                         o.local_ptr as *mut u8,
                         o.len,
+                        stores,
                     )
                 };
             }
@@ -186,11 +214,12 @@ impl TransferEngine {
         Ok(Path::Tcp)
     }
 
-    /// Copy local memory into segment ranges.
+    /// Copy local memory into segment ranges; a copy through memory uses
+    /// `stores`.
     ///
     /// # Safety
     /// Every `op.local_ptr..+len` must be readable.
-    pub unsafe fn write(&self, seg: &SegmentRef, ops: &[Op]) -> Result<Path> {
+    pub unsafe fn write(&self, seg: &SegmentRef, ops: &[Op], stores: Stores) -> Result<Path> {
         if let Some((mem, path)) = self.memory_for(seg)? {
             if ops.iter().any(|o| !mem.check_range(o.seg_offset, o.len)) {
                 return Err(Error::new(
@@ -224,6 +253,7 @@ impl TransferEngine {
                             o.local_ptr as *const u8,
                             mem.base().add(o.seg_offset as usize),
                             o.len,
+                            stores,
                         );
                     }
                 }
@@ -245,16 +275,18 @@ fn contiguous_runs(ops: &[Op]) -> impl Iterator<Item = &[Op]> {
     ops.chunk_by(|a, b| a.seg_offset.checked_add(a.len) == Some(b.seg_offset))
 }
 
-/// memcpy, using two threads for large copies.
+/// A copy with `stores`, using two threads for large copies.
 ///
 /// # Safety
 /// `src..+len` must be readable, `dst..+len` writable, and the two must
 /// not overlap.
-unsafe fn copy(src: *const u8, dst: *mut u8, len: u64) {
+unsafe fn copy(src: *const u8, dst: *mut u8, len: u64, stores: Stores) {
+    use mooncake_common::memcopy;
     let n = len as usize;
+    let stream = stores == Stores::Streaming;
     if len < PAR_COPY {
         // SAFETY: the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
+        unsafe { memcopy::copy(src, dst, n, stream) };
         return;
     }
     let half = (n / 2) & !63;
@@ -262,10 +294,10 @@ unsafe fn copy(src: *const u8, dst: *mut u8, len: u64) {
     std::thread::scope(|sc| {
         sc.spawn(move || {
             // SAFETY: disjoint second half of the same valid ranges.
-            unsafe { std::ptr::copy_nonoverlapping(s2 as *const u8, d2 as *mut u8, n - half) }
+            unsafe { memcopy::copy(s2 as *const u8, d2 as *mut u8, n - half, stream) }
         });
         // SAFETY: first half of the caller's valid, disjoint ranges.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, half) };
+        unsafe { memcopy::copy(src, dst, half, stream) };
     });
 }
 

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::ops::writes::seg_ref;
 use mooncake_common::proto::ReplicaLoc;
 use mooncake_common::ErrorCode;
-use mooncake_transfer::{Op, Path};
+use mooncake_transfer::{Op, Path, Stores};
 use std::time::{Duration, Instant};
 
 /// Where one object lives: its size and the replica the path rule prefers
@@ -75,9 +75,11 @@ impl Client {
     /// # Safety
     /// Every `op.local_ptr..+len` must be writable for the duration of the call.
     pub unsafe fn read_ops(&self, replica: &ReplicaLoc, ops: &[Op]) -> Result<Path> {
+        let total: u64 = ops.iter().map(|o| o.len).sum();
+        let stores = Stores::for_bytes(total);
         // SAFETY: the caller vouches for every destination.
-        let path = unsafe { self.engine.read(&seg_ref(replica), ops)? };
-        self.count_read(path, ops.iter().map(|o| o.len).sum());
+        let path = unsafe { self.engine.read(&seg_ref(replica), ops, stores)? };
+        self.count_read(path, total);
         Ok(path)
     }
 

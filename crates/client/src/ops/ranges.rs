@@ -25,7 +25,7 @@ use crate::ops::writes::seg_ref;
 use crate::parallel::{group_tasks, run_all};
 use mooncake_common::proto::{ObjectInfo, ReplicaLoc};
 use mooncake_common::ErrorCode;
-use mooncake_transfer::{Op, Path};
+use mooncake_transfer::{Op, Path, Stores};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -320,18 +320,18 @@ impl Client {
             let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
             (g.ops.as_slice(), local)
         }));
-        let results = run_all(&tasks, workers, |(gi, part)| -> Result<()> {
-            let g = &groups[*gi];
+        let results = run_all(&tasks, workers, |t| -> Result<()> {
+            let g = &groups[t.group];
             // SAFETY: destinations vouched for by our caller.
-            let path = unsafe { self.engine.read(&seg_ref(g.rep), part) }?;
-            self.count_read(path, part.iter().map(|o| o.len).sum());
+            let path = unsafe { self.engine.read(&seg_ref(g.rep), &t.ops, t.stores) }?;
+            self.count_read(path, t.ops.iter().map(|o| o.len).sum());
             Ok(())
         });
         let mut failed_groups: Vec<Option<Error>> = vec![None; groups.len()];
-        for ((gi, _), r) in tasks.iter().zip(results) {
+        for (t, r) in tasks.iter().zip(results) {
             if let Err(e) = r {
-                tracing::info!(segment = %groups[*gi].rep.segment_name, error = %e, "batched read failed; trying other replicas");
-                failed_groups[*gi] = Some(e);
+                tracing::info!(segment = %groups[t.group].rep.segment_name, error = %e, "batched read failed; trying other replicas");
+                failed_groups[t.group] = Some(e);
             }
         }
         for (gi, g) in groups.iter().enumerate() {
@@ -352,7 +352,7 @@ impl Client {
                         len: op.len,
                     }];
                     // SAFETY: as above.
-                    match unsafe { self.engine.read(&seg_ref(r), &one) } {
+                    match unsafe { self.engine.read(&seg_ref(r), &one, Stores::Cached) } {
                         Ok(path) => {
                             self.count_read(path, op.len);
                             ok = true;

@@ -687,21 +687,17 @@ impl Client {
             let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
             (g.ops.as_slice(), local)
         }));
-        let results = run_all(
-            &tasks,
-            workers,
-            |(gi, part)| -> std::result::Result<(), ErrorCode> {
-                let g = &groups[*gi];
-                // SAFETY: sources vouched for by our caller; the master allocated
-                // the destination ranges for these objects.
-                let path = unsafe { self.engine.write(&seg_ref(g.rep), part) }?;
-                self.count_write(path, part.iter().map(|o| o.len).sum());
-                Ok(())
-            },
-        );
-        for ((gi, _), r) in tasks.iter().zip(results) {
+        let results = run_all(&tasks, workers, |t| -> std::result::Result<(), ErrorCode> {
+            let g = &groups[t.group];
+            // SAFETY: sources vouched for by our caller; the master allocated
+            // the destination ranges for these objects.
+            let path = unsafe { self.engine.write(&seg_ref(g.rep), &t.ops, t.stores) }?;
+            self.count_write(path, t.ops.iter().map(|o| o.len).sum());
+            Ok(())
+        });
+        for (t, r) in tasks.iter().zip(results) {
             if let Err(e) = r {
-                let g = &groups[*gi];
+                let g = &groups[t.group];
                 for &ji in &g.jobs {
                     out[ji] = Err((e, Some(g.rep.segment_name.clone())));
                 }
