@@ -16,6 +16,11 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+/// A bulk removal of at least this many objects gives the freed memory back
+/// to the system; a smaller one leaves it to the allocator for the next
+/// writes (a trim costs a `madvise` over every free page, which a loop of
+/// small removals would pay on every call).
+const TRIM_AFTER_REMOVING: usize = 4096;
 impl MasterState {
     fn validate_write(&self, key: &str, size: u64, cfg: &WriteConfig) -> Result<(), ErrorCode> {
         if key.is_empty() || size == 0 || cfg.replica_num == 0 {
@@ -708,7 +713,9 @@ impl MasterState {
         g.bulk_forgets.retain(|(q, s)| q.acked() < *s);
         g.sweep_key_forgets();
         drop(g);
-        crate::memory::return_free_memory();
+        if count >= TRIM_AFTER_REMOVING {
+            crate::memory::return_free_memory();
+        }
         count as i64
     }
 }
