@@ -221,6 +221,25 @@ impl AcceptBackoff {
     pub fn on_success(&mut self) {
         self.delay = None;
     }
+
+    /// The connection a blocking `accept` of `server` returned, or `None`
+    /// after an error, once the back-off pause (if any: logged) has been
+    /// slept.
+    pub fn settle<T>(&mut self, accepted: io::Result<T>, server: &str) -> Option<T> {
+        match accepted {
+            Ok(c) => {
+                self.on_success();
+                Some(c)
+            }
+            Err(e) => {
+                if let Some(pause) = self.on_error(&e) {
+                    tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "{server}: accept failed; backing off");
+                    std::thread::sleep(pause);
+                }
+                None
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -307,5 +326,19 @@ mod tests {
         );
         b.on_success();
         assert_eq!(b.on_error(&emfile), Some(Duration::from_millis(10)));
+    }
+
+    #[test]
+    fn settle_passes_a_connection_and_drops_an_error() {
+        let mut b = AcceptBackoff::default();
+        b.on_error(&io::Error::from_raw_os_error(libc::EMFILE));
+        assert_eq!(b.settle(Ok(7), "test"), Some(7));
+        // The success reset the back-off.
+        assert_eq!(
+            b.on_error(&io::Error::from_raw_os_error(libc::EMFILE)),
+            Some(Duration::from_millis(10))
+        );
+        let aborted = io::Error::from_raw_os_error(libc::ECONNABORTED);
+        assert_eq!(b.settle::<u8>(Err(aborted), "test"), None);
     }
 }

@@ -198,17 +198,8 @@ fn tcp_accept_loop(
         if stopped.load(Ordering::Acquire) {
             break;
         }
-        let (sock, peer) = match accepted {
-            Ok(c) => {
-                backoff.on_success();
-                c
-            }
-            Err(e) => {
-                if let Some(pause) = backoff.on_error(&e) {
-                    std::thread::sleep(pause);
-                }
-                continue;
-            }
+        let Some((sock, peer)) = backoff.settle(accepted, "transfer engine") else {
+            continue;
         };
         let permit = match tracker.try_acquire(peer.ip()) {
             Ok(p) => p,
@@ -280,17 +271,8 @@ fn unix_accept_loop(
         if stopped.load(Ordering::Acquire) {
             break;
         }
-        let sock = match accepted {
-            Ok((s, _)) => {
-                backoff.on_success();
-                s
-            }
-            Err(e) => {
-                if let Some(pause) = backoff.on_error(&e) {
-                    std::thread::sleep(pause);
-                }
-                continue;
-            }
+        let Some((sock, _)) = backoff.settle(accepted, "transfer engine (local)") else {
+            continue;
         };
         let pid = peer_pid(&sock);
         let sock = Arc::new(sock);

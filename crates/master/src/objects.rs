@@ -285,34 +285,41 @@ impl MasterState {
             let Some(o) = g.objects.get_mut(k.as_str()) else {
                 continue;
             };
-            if o.status == ObjStatus::Processing && (want == 0 || want == o.version) {
-                let until = soft_pin_until_ms(o.pending_pin(), o.soft_pin_deadline, now);
-                let (version, size, hard_pin) = (o.version, o.size, o.hard_pin);
-                let replicas = o.replicas.to_vec();
-                let (w, h) = g.commit_replicas(k, version, size, &replicas, hard_pin, until, local);
-                handed.extend(h);
-                commits.push(Commit {
-                    key: k,
-                    version,
-                    replicas,
-                    waits: w,
-                });
-                forgets.extend(g.take_key_forgets(k));
-                continue;
-            }
-            let Some(p) = o.upserts().iter().find(|p| p.version == want && want != 0) else {
-                continue;
-            };
-            if p.version < o.version {
-                // Superseded before it committed: nobody recorded it.
-                if let Some(p) = o.take_upsert(want) {
-                    g.free_replicas(&p.replicas, p.size);
-                }
-                continue;
-            }
-            let until = soft_pin_until_ms(p.pending_pin, o.soft_pin_deadline, now);
-            let (version, size, hard_pin) = (p.version, p.size, p.hard_pin);
-            let replicas = p.replicas.clone();
+            // The version to commit: the object's own pending write, or one
+            // of its pending upserts.
+            let (version, size, hard_pin, replicas, until, own) =
+                if o.status == ObjStatus::Processing && (want == 0 || want == o.version) {
+                    let until = soft_pin_until_ms(o.pending_pin(), o.soft_pin_deadline, now);
+                    (
+                        o.version,
+                        o.size,
+                        o.hard_pin,
+                        o.replicas.to_vec(),
+                        until,
+                        true,
+                    )
+                } else {
+                    let Some(p) = o.upserts().iter().find(|p| p.version == want && want != 0)
+                    else {
+                        continue;
+                    };
+                    if p.version < o.version {
+                        // Superseded before it committed: nobody recorded it.
+                        if let Some(p) = o.take_upsert(want) {
+                            g.free_replicas(&p.replicas, p.size);
+                        }
+                        continue;
+                    }
+                    let until = soft_pin_until_ms(p.pending_pin, o.soft_pin_deadline, now);
+                    (
+                        p.version,
+                        p.size,
+                        p.hard_pin,
+                        p.replicas.clone(),
+                        until,
+                        false,
+                    )
+                };
             let (w, h) = g.commit_replicas(k, version, size, &replicas, hard_pin, until, local);
             handed.extend(h);
             commits.push(Commit {
@@ -321,6 +328,9 @@ impl MasterState {
                 replicas,
                 waits: w,
             });
+            if own {
+                forgets.extend(g.take_key_forgets(k));
+            }
         }
         drop(g);
         // Wait for the owners; a replica whose owner did not confirm in time
@@ -809,6 +819,15 @@ mod tests {
         items.remove(0)
     }
 
+    /// `put`, which must be granted a write.
+    fn put_ok(st: &MasterState, key: &str, size: u64, upsert: bool) {
+        let item = put(st, key, size, upsert);
+        assert!(
+            matches!(item, PutStartItem::Write { .. }),
+            "{key}: {item:?}"
+        );
+    }
+
     fn lookup(st: &MasterState, key: &str, track: bool) -> ObjectInfo {
         st.get_replica_list(&keys(key), track).remove(0).unwrap()
     }
@@ -845,10 +864,7 @@ mod tests {
         assert_eq!(st.metrics.retired_versions_freed.get(), 1);
         assert_eq!(st.metrics.upsert_versions.get(), 1);
         // A different size is a new version like any other.
-        assert!(matches!(
-            put(&st, "k", 200, true),
-            PutStartItem::Write { .. }
-        ));
+        put_ok(&st, "k", 200, true);
         let info = lookup(&st, "k", false);
         assert_eq!(info.size, 200);
         assert_eq!(used(&st), 256);
@@ -860,10 +876,7 @@ mod tests {
     fn an_unread_version_is_freed_when_replaced() {
         let st = state_with_segment();
         for _ in 0..10 {
-            assert!(matches!(
-                put(&st, "k", 1000, true),
-                PutStartItem::Write { .. }
-            ));
+            put_ok(&st, "k", 1000, true);
             assert_eq!(used(&st), 1024);
         }
         assert!(st.inner.lock().retired.is_empty());
@@ -877,17 +890,11 @@ mod tests {
             ..MasterConfig::default()
         };
         let st = state_with(cfg);
-        assert!(matches!(
-            put(&st, "k", 64, false),
-            PutStartItem::Write { .. }
-        ));
+        put_ok(&st, "k", 64, false);
         let mut tickets = Vec::new();
         for _ in 0..2 {
             tickets.push(lookup(&st, "k", true).read_ticket);
-            assert!(matches!(
-                put(&st, "k", 64, true),
-                PutStartItem::Write { .. }
-            ));
+            put_ok(&st, "k", 64, true);
         }
         assert_eq!(st.inner.lock().retired_count("k"), 2);
         tickets.push(lookup(&st, "k", true).read_ticket);
@@ -897,16 +904,10 @@ mod tests {
         );
         assert_eq!(st.metrics.upsert_version_waits.get(), 1);
         // Other keys are not affected.
-        assert!(matches!(
-            put(&st, "other", 64, true),
-            PutStartItem::Write { .. }
-        ));
+        put_ok(&st, "other", 64, true);
         // One read ends: one slot frees.
         st.reads_done(&tickets[..1]);
-        assert!(matches!(
-            put(&st, "k", 64, true),
-            PutStartItem::Write { .. }
-        ));
+        put_ok(&st, "k", 64, true);
     }
 
     #[test]
@@ -917,15 +918,9 @@ mod tests {
             ..MasterConfig::default()
         };
         let st = state_with(cfg);
-        assert!(matches!(
-            put(&st, "k", 64, false),
-            PutStartItem::Write { .. }
-        ));
+        put_ok(&st, "k", 64, false);
         let t = lookup(&st, "k", true).read_ticket;
-        assert!(matches!(
-            put(&st, "k", 64, true),
-            PutStartItem::Write { .. }
-        ));
+        put_ok(&st, "k", 64, true);
         let t2 = lookup(&st, "k", true).read_ticket;
         let st2 = Arc::clone(&st);
         let writer = std::thread::spawn(move || put(&st2, "k", 64, true));
@@ -943,10 +938,7 @@ mod tests {
     fn concurrent_upserts_end_with_the_later_version_whole() {
         for later_commits_first in [false, true] {
             let st = state_with_segment();
-            assert!(matches!(
-                put(&st, "k", 64, false),
-                PutStartItem::Write { .. }
-            ));
+            put_ok(&st, "k", 64, false);
             let (va, a) = start(&st, "k", 64, true).unwrap();
             let (vb, b) = start(&st, "k", 128, true).unwrap();
             assert!(vb > va);
@@ -999,10 +991,7 @@ mod tests {
     #[test]
     fn a_removed_object_being_read_keeps_its_bytes_until_the_read_ends() {
         let st = state_with_segment();
-        assert!(matches!(
-            put(&st, "k", 64, false),
-            PutStartItem::Write { .. }
-        ));
+        put_ok(&st, "k", 64, false);
         let t = lookup(&st, "k", true).read_ticket;
         assert_eq!(st.remove(&keys("k"), true), vec![0]);
         assert_eq!(
@@ -1023,15 +1012,9 @@ mod tests {
     #[test]
     fn a_dropped_segment_takes_its_versions_with_it() {
         let st = state_with_segment();
-        assert!(matches!(
-            put(&st, "k", 64, false),
-            PutStartItem::Write { .. }
-        ));
+        put_ok(&st, "k", 64, false);
         let _t = lookup(&st, "k", true);
-        assert!(matches!(
-            put(&st, "k", 64, true),
-            PutStartItem::Write { .. }
-        ));
+        put_ok(&st, "k", 64, true);
         let _ = start(&st, "k", 64, true).unwrap();
         st.disconnect("c1");
         let g = st.inner.lock();

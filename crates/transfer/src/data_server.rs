@@ -161,18 +161,8 @@ fn accept_loop(
         if stopped.load(Ordering::Acquire) {
             break;
         }
-        let (sock, peer) = match accepted {
-            Ok(c) => {
-                backoff.on_success();
-                c
-            }
-            Err(e) => {
-                if let Some(pause) = backoff.on_error(&e) {
-                    tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "data server accept failed; backing off");
-                    std::thread::sleep(pause);
-                }
-                continue;
-            }
+        let Some((sock, peer)) = backoff.settle(accepted, "data server") else {
+            continue;
         };
         let permit = match tracker.try_acquire(peer.ip()) {
             Ok(p) => p,

@@ -87,18 +87,8 @@ impl MappingServer {
                     if st.load(Ordering::Acquire) {
                         break;
                     }
-                    let c = match accepted {
-                        Ok((c, _)) => {
-                            backoff.on_success();
-                            c
-                        }
-                        Err(e) => {
-                            if let Some(pause) = backoff.on_error(&e) {
-                                tracing::warn!(error = %e, "mapping server accept failed; backing off");
-                                std::thread::sleep(pause);
-                            }
-                            continue;
-                        }
+                    let Some((c, _)) = backoff.settle(accepted, "mapping server") else {
+                        continue;
                     };
                     let Ok(permit) = tracker.try_acquire(local) else {
                         tracing::info!("mapping server busy; refusing a request");

@@ -58,17 +58,8 @@ where
         if stopped() {
             return;
         }
-        let (s, peer) = match accepted {
-            Ok(c) => {
-                backoff.on_success();
-                c
-            }
-            Err(e) => {
-                if let Some(pause) = backoff.on_error(&e) {
-                    std::thread::sleep(pause);
-                }
-                continue;
-            }
+        let Some((s, peer)) = backoff.settle(accepted, "pg admission") else {
+            continue;
         };
         let Ok(permit) = tracker.try_acquire(peer.ip()) else {
             // Over the cap: closed at once (dropping `s`).
