@@ -121,6 +121,20 @@ impl ClientConfig {
             ..ClientConfig::default()
         }
     }
+
+    /// A client on this host (`127.0.0.1`) that finds its peers without a
+    /// metadata server (`P2PHANDSHAKE`), lends `global_segment_size` bytes
+    /// and keeps a 16 MiB local buffer, against the master at `master`.
+    pub fn loopback(master: &str, global_segment_size: u64) -> ClientConfig {
+        ClientConfig {
+            local_hostname: "127.0.0.1".into(),
+            metadata_server: "P2PHANDSHAKE".into(),
+            global_segment_size,
+            local_buffer_size: 16 << 20,
+            master_server_addr: master.into(),
+            ..ClientConfig::default()
+        }
+    }
 }
 
 impl ClientConfig {

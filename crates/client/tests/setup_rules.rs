@@ -10,13 +10,9 @@ use mooncake_master::config::MasterConfig;
 
 fn config(master: &str, protocol: &str) -> ClientConfig {
     ClientConfig {
-        local_hostname: "127.0.0.1".into(),
-        metadata_server: "P2PHANDSHAKE".into(),
-        global_segment_size: 0,
         local_buffer_size: 1 << 20,
         protocol: protocol.into(),
-        master_server_addr: master.into(),
-        ..ClientConfig::default()
+        ..ClientConfig::loopback(master, 0)
     }
 }
 

@@ -16,15 +16,7 @@ fn start_master(lease_ms: u64) -> String {
 }
 
 fn client(master: &str, seg: u64) -> Arc<Client> {
-    Client::setup(ClientConfig {
-        local_hostname: "127.0.0.1".into(),
-        metadata_server: "P2PHANDSHAKE".into(),
-        global_segment_size: seg,
-        local_buffer_size: 16 << 20,
-        master_server_addr: master.into(),
-        ..ClientConfig::default()
-    })
-    .expect("client setup")
+    Client::setup(ClientConfig::loopback(master, seg)).expect("client setup")
 }
 
 const VOCAB: [i64; 3] = [5, 7, 11];
