@@ -25,8 +25,9 @@ stored leaf by leaf (``structured_recursive``), anything else as one
 from __future__ import annotations
 
 import json
+import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -284,6 +285,13 @@ def infer_structure(
 def _path_tokens(path: str) -> list[Any]:
     tokens: list[Any] = []
     current: list[str] = []
+
+    def flush() -> None:
+        # A name ends at ".", "[" or the end of the path; empty names are dropped.
+        if current:
+            tokens.append("".join(current))
+            current.clear()
+
     i = 0
     while i < len(path):
         c = path[i]
@@ -292,23 +300,18 @@ def _path_tokens(path: str) -> list[Any]:
             i += 2
             continue
         if c == ".":
-            if current:
-                tokens.append("".join(current))
-                current = []
+            flush()
             i += 1
             continue
         if c == "[":
-            if current:
-                tokens.append("".join(current))
-                current = []
+            flush()
             end = path.index("]", i)
             tokens.append(int(path[i + 1 : end]))
             i = end + 1
             continue
         current.append(c)
         i += 1
-    if current:
-        tokens.append("".join(current))
+    flush()
     return tokens
 
 
@@ -378,6 +381,47 @@ def _contiguous(value: Any, dtype: np.dtype[Any]) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(value, dtype=dtype))
 
 
+def _ragged_layout(
+    values: Sequence[Any],
+    row_shapes: Sequence[tuple[int, ...] | None],
+    data: Parts,
+    dtype_name: str,
+    row_format: str,
+    ndarray_rows: list[bool] | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ragged layout of rows with shapes ``row_shapes`` (``None`` for a
+    null row) whose elements are ``data``: element offsets, shapes padded to
+    the largest ndim, ndims and nulls, plus the metadata describing them."""
+    rows = len(values)
+    max_ndim = max((len(s) for s in row_shapes if s is not None), default=0)
+    shapes = np.zeros((rows, max(max_ndim, 1)), dtype=np.int64)
+    ndims = np.zeros(rows, dtype=np.int16)
+    lengths = np.zeros(rows, dtype=np.int64)
+    for row, shape in enumerate(row_shapes):
+        if shape is None:
+            continue
+        ndims[row] = len(shape)
+        lengths[row] = math.prod(shape)
+        if shape:
+            shapes[row, : len(shape)] = shape
+    return (
+        {
+            "data": data,
+            "offsets": _offsets(lengths),
+            "shapes": shapes,
+            "ndims": ndims,
+            "nulls": _nulls(values),
+        },
+        {
+            "dtype": dtype_name,
+            "max_ndim": int(max_ndim),
+            "shape_policy": "ragged",
+            "row_format": row_format,
+            "ndarray_rows": ndarray_rows,
+        },
+    )
+
+
 def encode_typed_ragged(
     values: Sequence[Any], dtype_hint: Any = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -391,18 +435,6 @@ def encode_typed_ragged(
         raise ValueError(f"typed_ragged codec requires a numeric dtype, got {dtype}")
     arrays = [None if v is None else _contiguous(v, dtype) for v in values]
     present = [a for a in arrays if a is not None]
-    max_ndim = max((a.ndim for a in present), default=0)
-    rows = len(values)
-    shapes = np.zeros((rows, max(max_ndim, 1)), dtype=np.int64)
-    ndims = np.zeros(rows, dtype=np.int16)
-    lengths = np.zeros(rows, dtype=np.int64)
-    for row, a in enumerate(arrays):
-        if a is None:
-            continue
-        ndims[row] = a.ndim
-        lengths[row] = a.size
-        if a.ndim:
-            shapes[row, : a.ndim] = a.shape
     is_array = [isinstance(v, np.ndarray) for v in values]
     if all(v is None or a for v, a in zip(values, is_array, strict=True)):
         row_format = "ndarray"
@@ -410,21 +442,13 @@ def encode_typed_ragged(
         row_format = "mixed"
     else:
         row_format = "list"
-    return (
-        {
-            "data": parts_of_arrays(present, dtype),
-            "offsets": _offsets(lengths),
-            "shapes": shapes,
-            "ndims": ndims,
-            "nulls": _nulls(values),
-        },
-        {
-            "dtype": str(dtype),
-            "max_ndim": int(max_ndim),
-            "shape_policy": "ragged",
-            "row_format": row_format,
-            "ndarray_rows": is_array if row_format == "mixed" else None,
-        },
+    return _ragged_layout(
+        values,
+        [None if a is None else a.shape for a in arrays],
+        parts_of_arrays(present, dtype),
+        str(dtype),
+        row_format,
+        is_array if row_format == "mixed" else None,
     )
 
 
@@ -452,38 +476,17 @@ def encode_ragged_tensor(values: Sequence[Any]) -> tuple[dict[str, Any], dict[st
         elif t.dtype != dtype:
             raise ValueError(f"mixed tensor dtype: {dtype} vs {t.dtype}")
         tensors.append(t)
-    rows = len(values)
     present = [t for t in tensors if t is not None]
-    max_ndim = max((t.dim() for t in present), default=0)
-    shapes = np.zeros((rows, max(max_ndim, 1)), dtype=np.int64)
-    ndims = np.zeros(rows, dtype=np.int16)
-    lengths = np.zeros(rows, dtype=np.int64)
-    for row, t in enumerate(tensors):
-        if t is None:
-            continue
-        ndims[row] = t.dim()
-        lengths[row] = t.numel()
-        if t.dim():
-            shapes[row, : t.dim()] = tuple(t.shape)
     dtype_name = str(dtype) if dtype is not None else _RAGGED_TENSOR_DEFAULT_DTYPE
     itemsize = present[0].element_size() if present else 4
     pieces = [(int(t.data_ptr()), int(t.numel()) * itemsize) for t in present if t.numel()]
-    data = Parts(pieces, present)
-    return (
-        {
-            "data": data,
-            "offsets": _offsets(lengths),
-            "shapes": shapes,
-            "ndims": ndims,
-            "nulls": _nulls(values),
-        },
-        {
-            "dtype": dtype_name,
-            "max_ndim": int(max_ndim),
-            "shape_policy": "ragged",
-            "row_format": "tensor",
-            "ndarray_rows": None,
-        },
+    return _ragged_layout(
+        values,
+        [None if t is None else tuple(t.shape) for t in tensors],
+        Parts(pieces, present),
+        dtype_name,
+        "tensor",
+        None,
     )
 
 
@@ -544,36 +547,50 @@ def encode_text(values: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return encode_byte_rows([None if v is None else v.encode("utf-8") for v in values])
 
 
-def encode_msgpack(path: str, values: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    packer = msgpack.Packer(use_bin_type=True, strict_types=True)
+def _serialized_rows(
+    path: str,
+    values: Sequence[Any],
+    serialize: Callable[[Any], bytes],
+    errors: tuple[type[Exception], ...],
+    problem: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Byte rows of ``serialize(value)`` per non-null row; a row it fails on
+    with one of ``errors`` raises ``ValueError`` saying the value is ``problem``."""
     chunks: list[bytes | None] = []
     for row, v in enumerate(values):
         if v is None:
             chunks.append(None)
             continue
         try:
-            chunks.append(packer.pack(v))
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise ValueError(
-                f"field {path!r} row {row}: value is not serializable by the msgpack_ragged "
-                f"codec ({exc})"
-            ) from None
+            chunks.append(serialize(v))
+        except errors as exc:
+            raise ValueError(f"field {path!r} row {row}: value is {problem} ({exc})") from None
     return encode_byte_rows(chunks)
+
+
+def encode_msgpack(path: str, values: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    packer = msgpack.Packer(use_bin_type=True, strict_types=True)
+    return _serialized_rows(
+        path,
+        values,
+        packer.pack,
+        (TypeError, ValueError, OverflowError),
+        "not serializable by the msgpack_ragged codec",
+    )
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def encode_json(path: str, values: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    chunks: list[bytes | None] = []
-    for row, v in enumerate(values):
-        if v is None:
-            chunks.append(None)
-            continue
-        try:
-            chunks.append(json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode())
-        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-            raise ValueError(
-                f"field {path!r} row {row}: value is not JSON-serializable ({exc})"
-            ) from None
-    return encode_byte_rows(chunks)
+    return _serialized_rows(
+        path,
+        values,
+        _json_bytes,
+        (TypeError, ValueError, OverflowError, RecursionError),
+        "not JSON-serializable",
+    )
 
 
 def encode_media_lists(values: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -598,6 +615,35 @@ def encode_media_lists(values: Sequence[Any]) -> tuple[dict[str, Any], dict[str,
     )
 
 
+def _encode_rows(
+    path: str, values: list[Any], codec: str, dtype: Any
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Payload and metadata of ``values`` under the column codec ``codec``
+    (``dtype`` serves ``typed_ragged`` and ``ndarray``); ``None`` for a codec
+    that is not a column codec."""
+    if codec == "ragged_tensor":
+        return encode_ragged_tensor(values)
+    if codec == "typed_ragged":
+        return encode_typed_ragged(values, dtype)
+    if codec == "media_list_ragged":
+        return encode_media_lists(values)
+    if codec == "ndarray":
+        return encode_numeric_scalars(values, dtype)
+    if codec in ("bytes_ragged", "media_bytes"):
+        pairs = [_media_bytes(v) for v in values]
+        return encode_byte_rows(
+            [None if v is None else b for v, (b, _e) in zip(values, pairs, strict=True)],
+            [e for _b, e in pairs],
+        )
+    if codec == "utf8_ragged":
+        return encode_text(values)
+    if codec == "msgpack_ragged":
+        return encode_msgpack(path, values)
+    if codec == "json_ragged":
+        return encode_json(path, values)
+    return None
+
+
 def encode_leaf(path: str, values: list[Any], decision: _CodecDecision) -> _EncodedStructuredLeaf:
     """Encode a column with an accepted decision (``ValueError`` otherwise)."""
     if not decision.accepted:
@@ -605,28 +651,11 @@ def encode_leaf(path: str, values: list[Any], decision: _CodecDecision) -> _Enco
             f"field {path!r}: unsupported structured non-tensor values ({decision.reason})"
         )
     codec = decision.codec
-    if codec == "ragged_tensor":
-        payload, metadata = encode_ragged_tensor(values)
-    elif codec == "typed_ragged":
-        payload, metadata = encode_typed_ragged(values, decision.metadata.get("dtype"))
-    elif codec == "media_list_ragged":
-        payload, metadata = encode_media_lists(values)
-    elif codec == "ndarray":
-        payload, metadata = encode_numeric_scalars(values, decision.metadata["dtype"])
-    elif codec in ("bytes_ragged", "media_bytes"):
-        pairs = [_media_bytes(v) for v in values]
-        payload, metadata = encode_byte_rows(
-            [None if v is None else b for v, (b, _e) in zip(values, pairs, strict=True)],
-            [e for _b, e in pairs],
-        )
-    elif codec == "utf8_ragged":
-        payload, metadata = encode_text(values)
-    elif codec == "msgpack_ragged":
-        payload, metadata = encode_msgpack(path, values)
-    elif codec == "json_ragged":
-        payload, metadata = encode_json(path, values)
-    else:
+    dtype = decision.metadata["dtype"] if codec == "ndarray" else decision.metadata.get("dtype")
+    encoded = _encode_rows(path, values, codec, dtype)
+    if encoded is None:
         raise ValueError(f"field {path!r}: unsupported codec {codec!r}")
+    payload, metadata = encoded
     metadata.update(
         {
             "schema_source": "inferred_from_runtime_values",
@@ -804,31 +833,13 @@ def encode_with_codec(
         return encode_fallback(path, values)
     if codec == "ragged_tensor_dict":
         return encode_ragged_tensor_dict(path, values, metadata.get("keys"))
-    if codec == "ragged_tensor":
-        payload, meta = encode_ragged_tensor(values)
-    elif codec == "typed_ragged":
-        payload, meta = encode_typed_ragged(values, schema_dtype(metadata))
-    elif codec == "ndarray":
-        dtype = schema_dtype(metadata)
-        if dtype is None:
-            return encode_fallback(path, values)
-        payload, meta = encode_numeric_scalars(values, dtype)
-    elif codec in ("bytes_ragged", "media_bytes"):
-        pairs = [_media_bytes(v) for v in values]
-        payload, meta = encode_byte_rows(
-            [None if v is None else b for v, (b, _e) in zip(values, pairs, strict=True)],
-            [e for _b, e in pairs],
-        )
-    elif codec == "media_list_ragged":
-        payload, meta = encode_media_lists(values)
-    elif codec == "utf8_ragged":
-        payload, meta = encode_text(values)
-    elif codec == "msgpack_ragged":
-        payload, meta = encode_msgpack(path, values)
-    elif codec == "json_ragged":
-        payload, meta = encode_json(path, values)
-    else:
+    dtype = schema_dtype(metadata) if codec in ("typed_ragged", "ndarray") else None
+    if codec == "ndarray" and dtype is None:
+        return encode_fallback(path, values)
+    encoded = _encode_rows(path, values, codec, dtype)
+    if encoded is None:
         raise ValueError(f"unsupported schema codec: {codec!r}")
+    payload, meta = encoded
     return _EncodedStructuredLeaf(codec, len(values), payload, meta)
 
 

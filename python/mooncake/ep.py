@@ -17,69 +17,18 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from mooncake.pg import (
-    MooncakeBackendOptions,
-    MooncakeProcessGroup,
-    MooncakeWork,
-    ProposalStatus,
-    ProposeViewUpdateResponse,
-    SyncAfterFailureResponse,
-    SyncAfterFailureStatus,
-    ViewUpdateStatus,
-    activate_ranks,
-    deactivate_ranks,
-    extend_group_size_to,
-    get_active_ranks,
-    get_current_epoch,
-    get_failed_ranks_hint,
-    get_local_success,
-    get_num_synced_ranks,
-    get_peer_state,
-    join_group,
-    recover_ranks,
-    set_collective_timeout_us,
-    set_device_filter,
-    set_fault_reconciliation_window_us,
-    set_host_ip,
-    set_p2p_timeout_us,
-    set_transfer_engine,
-    sync_after_failure,
-)
+from mooncake import pg as _pg
+from mooncake.pg import *  # the process-group API, re-exported unchanged
 
 __all__ = [
     "MAX_QP_COUNT",
     "Buffer",
     "ElasticBuffer",
     "EventHandle",
-    "MooncakeBackendOptions",
-    "MooncakeProcessGroup",
-    "MooncakeWork",
-    "ProposalStatus",
-    "ProposeViewUpdateResponse",
-    "SyncAfterFailureResponse",
-    "SyncAfterFailureStatus",
-    "ViewUpdateStatus",
-    "activate_ranks",
     "calculate_elastic_buffer_size",
-    "deactivate_ranks",
-    "extend_group_size_to",
-    "get_active_ranks",
-    "get_current_epoch",
     "get_ep_buffer_size_hint",
-    "get_failed_ranks_hint",
-    "get_local_success",
-    "get_num_synced_ranks",
-    "get_peer_state",
-    "join_group",
-    "recover_ranks",
-    "set_collective_timeout_us",
-    "set_device_filter",
-    "set_fault_reconciliation_window_us",
-    "set_host_ip",
-    "set_p2p_timeout_us",
-    "set_transfer_engine",
-    "sync_after_failure",
 ]
+__all__ += _pg.__all__
 
 #: Queue pairs per peer of upstream's EP kernels (a compile-time constant there).
 MAX_QP_COUNT = 256

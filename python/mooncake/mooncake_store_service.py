@@ -264,6 +264,18 @@ class MooncakeStoreService:
             raise BadRequest("Request body must be a JSON object")
         return data
 
+    def _unmount_request(self, body: bytes) -> tuple[list[Any], Any] | None:
+        """The ``segment_ids`` (a lone string names one segment) and
+        ``grace_period_seconds`` (default 0) of an unmount request; None when
+        it names no segment."""
+        data = self._object(body)
+        segment_ids = data.get("segment_ids", [])
+        if isinstance(segment_ids, str):
+            segment_ids = [segment_ids]
+        if not segment_ids:
+            return None
+        return segment_ids, data.get("grace_period_seconds", 0)
+
     def _store(self) -> MooncakeDistributedStore:
         if self.store is None:
             raise RuntimeError("the store is not set up")
@@ -334,13 +346,10 @@ class MooncakeStoreService:
         return _ok(segment_ids=ids, allocated_size=allocated)
 
     def handle_unmount(self, body: bytes) -> Reply:
-        data = self._object(body)
-        segment_ids = data.get("segment_ids", [])
-        if isinstance(segment_ids, str):
-            segment_ids = [segment_ids]
-        if not segment_ids:
+        request = self._unmount_request(body)
+        if request is None:
             return _error(400, "Missing segment_ids")
-        grace = data.get("grace_period_seconds", 0)
+        segment_ids, grace = request
         ret = self._store().unmount_and_free_segment(segment_ids, grace)
         if ret != 0:
             return _error(500, f"Unmount and free failed, ret={ret}")
@@ -384,13 +393,10 @@ class MooncakeStoreService:
         return _ok(segment_ids=ids)
 
     def handle_unmount_shm(self, body: bytes) -> Reply:
-        data = self._object(body)
-        segment_ids = data.get("segment_ids", [])
-        if isinstance(segment_ids, str):
-            segment_ids = [segment_ids]
-        if not segment_ids:
+        request = self._unmount_request(body)
+        if request is None:
             return _error(400, "Missing segment_ids")
-        grace = data.get("grace_period_seconds", 0)
+        segment_ids, grace = request
         failed = []
         with self._state_lock:
             for sid in segment_ids:

@@ -376,6 +376,17 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         if lists and any(len(x) for x in lists):
             raise ValueError(f"{self._name}: {what} list must be empty on non-root ranks")
 
+    def _root_list(self, opts: Any, lists: Any, op: str, side: str) -> tuple[int, object]:
+        """The checked root of ``opts`` and, on the root, its one tensor list
+        of ``lists`` (the ``side`` of ``op``); non-root ranks pass no slots
+        (None) and must give only empty lists."""
+        root = self._root(opts)
+        self._check_root(root)
+        if root == self._rank:
+            return root, self._one_list(lists, f"{op} root {side}")
+        self._root_only(lists, f"{op} {side}")
+        return root, None
+
     def _slots(
         self, spec: Any, unit: torch.Tensor, what: str, finish: list[Finish], out: bool
     ) -> tuple[list[int], list[Any]]:
@@ -493,13 +504,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
     def gather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:  # type: ignore[override]
         self._check_open()
         inp = self._single(input_tensors, "gather input")
-        root = self._root(opts)
-        self._check_root(root)
-        outs: object = None  # non-root ranks pass no slots
-        if root == self._rank:
-            outs = self._one_list(output_tensors, "gather root output")
-        else:
-            self._root_only(output_tensors, "gather output")
+        root, outs = self._root_list(opts, output_tensors, "gather", "output")
         return self._collect("gather", inp, outs, "gather output", root)
 
     def gather_single(self, output: Any, input: Any, opts: Any = None) -> MooncakeWork:
@@ -528,13 +533,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
     def scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> MooncakeWork:  # type: ignore[override]
         self._check_open()
         out = self._single(output_tensors, "scatter output")
-        root = self._root(opts)
-        self._check_root(root)
-        ins: object = None  # non-root ranks pass no slots
-        if root == self._rank:
-            ins = self._one_list(input_tensors, "scatter root input")
-        else:
-            self._root_only(input_tensors, "scatter input")
+        root, ins = self._root_list(opts, input_tensors, "scatter", "input")
         return self._spread("scatter", out, ins, "scatter input", opts, root)
 
     def _all_to_all(

@@ -85,23 +85,41 @@ def _op_all_reduce(count: int, rank: int, n: int, root: int, device: str) -> Op:
     )
 
 
-def _op_all_gather(count: int, rank: int, n: int, root: int, device: str) -> Op:
+def _rank_blocks(n: int, per: int, device: str) -> torch.Tensor:
+    """``n`` blocks of ``per`` elements, block ``j`` holding ``j``."""
+    return torch.arange(n, dtype=F32, device=device).repeat_interleave(per)
+
+
+def _op_blocks_from_ranks(
+    count: int,
+    rank: int,
+    n: int,
+    device: str,
+    in_blocks: int,
+    run: Callable[[torch.Tensor, torch.Tensor], object],
+) -> Op:
+    """``run(out, inp)`` with ``inp`` ``in_blocks`` blocks holding this rank's
+    number, which leaves block ``j`` of ``out`` holding ``j``."""
     per = max(count // n, 1)
-    inp = torch.full((per,), float(rank), dtype=F32, device=device)
+    inp = torch.full((per * in_blocks,), float(rank), dtype=F32, device=device)
     out = torch.empty(per * n, dtype=F32, device=device)
-    expect = torch.arange(n, dtype=F32, device=device).repeat_interleave(per)
+    expect = _rank_blocks(n, per, device)
     return (
         nop,
-        lambda: dist.all_gather_into_tensor(out, inp),
+        lambda: run(out, inp),
         lambda: int((out != expect).sum()),
         per * n,
     )
 
 
+def _op_all_gather(count: int, rank: int, n: int, root: int, device: str) -> Op:
+    return _op_blocks_from_ranks(count, rank, n, device, 1, dist.all_gather_into_tensor)
+
+
 def _op_gather(count: int, rank: int, n: int, root: int, device: str) -> Op:
     per = max(count // n, 1)
     inp = torch.full((per,), float(rank), dtype=F32, device=device)
-    expect = torch.arange(n, dtype=F32, device=device).repeat_interleave(per)
+    expect = _rank_blocks(n, per, device)
     outs = [torch.empty(per, dtype=F32, device=device) for _ in range(n)]
 
     def run_g() -> None:
@@ -129,16 +147,7 @@ def _op_reduce_scatter(count: int, rank: int, n: int, root: int, device: str) ->
 
 
 def _op_all_to_all(count: int, rank: int, n: int, root: int, device: str) -> Op:
-    per = max(count // n, 1)
-    inp = torch.full((per * n,), float(rank), dtype=F32, device=device)
-    out = torch.empty(per * n, dtype=F32, device=device)
-    expect = torch.arange(n, dtype=F32, device=device).repeat_interleave(per)
-    return (
-        nop,
-        lambda: dist.all_to_all_single(out, inp),
-        lambda: int((out != expect).sum()),
-        per * n,
-    )
+    return _op_blocks_from_ranks(count, rank, n, device, n, dist.all_to_all_single)
 
 
 def _op_broadcast(count: int, rank: int, n: int, root: int, device: str) -> Op:
