@@ -622,17 +622,7 @@ mod tests {
     fn stored_axis_records_follow_the_caller_order() {
         let q = p(&[RawAxis::new("tp", 1, 3).split(1), RawAxis::new("dp", 1, 2)]).expect("valid");
         let s = q.stored_axes(&[4, 2]);
-        let t = |a: &StoredAxis| {
-            (
-                a.kind,
-                a.axis_index,
-                a.shard_rank,
-                a.shard_count,
-                a.split_dim,
-                a.reserved0,
-                a.reserved1,
-            )
-        };
+        let t = StoredAxis::fields;
         assert_eq!(t(&s[0]), (1, 0, 1, 3, 1, 0, 2));
         assert_eq!(t(&s[1]), (0, 1, 1, 2, -1, 0, 0));
         let pp = p(&[RawAxis::new("pp", 0, 4).stage(2)]).expect("valid");

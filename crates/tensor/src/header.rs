@@ -69,6 +69,22 @@ pub struct StoredAxis {
     pub reserved1: i64,
 }
 
+#[cfg(test)]
+impl StoredAxis {
+    /// Every field in record order, for comparing with a literal tuple.
+    pub(crate) fn fields(&self) -> (i32, i32, i32, i32, i32, i32, i64) {
+        (
+            self.kind,
+            self.axis_index,
+            self.shard_rank,
+            self.shard_count,
+            self.split_dim,
+            self.reserved0,
+            self.reserved1,
+        )
+    }
+}
+
 /// A decoded (and, when it came from [`TensorHeader::decode`], validated)
 /// tensor object header.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -122,18 +122,7 @@ fn tp_set_a_scenarios() {
         (vec![4, 6], vec![2, 6])
     );
     let a = h.axes[0];
-    assert_eq!(
-        (
-            a.kind,
-            a.axis_index,
-            a.shard_rank,
-            a.shard_count,
-            a.split_dim,
-            a.reserved0,
-            a.reserved1
-        ),
-        (1, 0, 1, 2, 0, 0, 2)
-    );
+    assert_eq!(a.fields(), (1, 0, 1, 2, 0, 0, 2));
     // full read before rank 0 exists fails
     assert!(s
         .read(&req("A", ReadMode::Full, Some(p(&[tp(0, 2, 0)]))))
@@ -185,18 +174,7 @@ fn reshard_output_header_is_a_shard_with_the_request_axes() {
     let h = TensorHeader::decode(&b.output.header, 304 + b.output.nbytes).expect("valid header");
     assert_eq!(h.layout, Layout::Shard);
     let a = h.axes[0];
-    assert_eq!(
-        (
-            a.kind,
-            a.axis_index,
-            a.shard_rank,
-            a.shard_count,
-            a.split_dim,
-            a.reserved0,
-            a.reserved1
-        ),
-        (1, 0, 1, 4, 0, 0, 1)
-    );
+    assert_eq!(a.fields(), (1, 0, 1, 4, 0, 0, 1));
     assert_eq!(b.rounds, 1, "A_tp_0 and A_tp_1 are both round-1 candidates");
     let f = s
         .read(&req("A", ReadMode::Full, Some(p(&[tp(0, 2, 0)]))))
@@ -215,19 +193,8 @@ fn multi_axis_b_scenarios() {
         vec!["B__dp_1of2__tp_1of3_sd1", "B__parallelism_manifest"]
     );
     let h = TensorHeader::decode(&s.objs["B__dp_1of2__tp_1of3_sd1"], 304 + 32).expect("header");
-    let t = |a: &crate::header::StoredAxis| {
-        (
-            a.kind,
-            a.axis_index,
-            a.shard_rank,
-            a.shard_count,
-            a.split_dim,
-            a.reserved0,
-            a.reserved1,
-        )
-    };
-    assert_eq!(t(&h.axes[0]), (1, 0, 1, 3, 1, 0, 2));
-    assert_eq!(t(&h.axes[1]), (0, 1, 1, 2, -1, 0, 0));
+    assert_eq!(h.axes[0].fields(), (1, 0, 1, 3, 1, 0, 2));
+    assert_eq!(h.axes[1].fields(), (0, 1, 1, 2, -1, 0, 0));
     let m = Manifest::decode(&s.objs["B__parallelism_manifest"]).expect("manifest");
     assert_eq!(
         (m.split_dim, m.shard_count, m.global_shape.clone()),
@@ -460,18 +427,7 @@ fn legacy_tp_g_scenarios() {
     for i in 0..3 {
         let h = TensorHeader::decode(&s.objs[&format!("G_tp_{i}")], 304 + 32).expect("header");
         let a = h.axes[0];
-        assert_eq!(
-            (
-                a.kind,
-                a.axis_index,
-                a.shard_rank,
-                a.shard_count,
-                a.split_dim,
-                a.reserved0,
-                a.reserved1
-            ),
-            (1, 0, i, 3, 1, 0, 2)
-        );
+        assert_eq!(a.fields(), (1, 0, i, 3, 1, 0, 2));
     }
     let r = ReadRequest::legacy_tp("G", 2, 3, Some(1)).expect("valid");
     assert_eq!(read_vals(&s, &r), Some((vec![4, 2], rows(&SHAPE, 1, 4, 6))));
