@@ -36,8 +36,18 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (
+    add_json,
+    add_only,
+    add_upstream_python,
+    find_sides,
+    master_argv,
+    print_failures,
+    print_footer,
+    print_header,
+    write_json,
+)
 from netns_hosts import cubic_allowed, free_port_in, run, set_default_cc, veth_pair
-from store_bench import UPSTREAM_VENV, find_ours_master, find_upstream_master
 
 KiB, MiB = 1 << 10, 1 << 20
 SIZES = [4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB]
@@ -175,12 +185,7 @@ def run_side(nss: tuple[str, str], python: str, master: str, secs: float) -> lis
             "netns",
             "exec",
             a,
-            master,
-            f"--rpc_port={rpc}",
-            "--enable_http_metadata_server=true",
-            f"--http_metadata_server_port={http}",
-            f"--metrics_port={metrics}",
-            "--eviction_high_watermark_ratio=0.98",
+            *master_argv(master, rpc, http, metrics, "--eviction_high_watermark_ratio=0.98"),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -254,15 +259,12 @@ def print_table(
             f"# ceiling (bare C pair, 16 MiB request/response): {ceil['gbps']:.2f} GB/s, "
             f"p50 {ceil['p50_ms']:.2f} ms, p99 {ceil['p99_ms']:.2f} ms, max {ceil['max_ms']:.2f} ms"
         )
-    for side, rows in res.items():
-        if isinstance(rows, str):
-            print(f"# {side}: {rows}")
+    print_failures(res)
     hdr = (
         f"{'op':20s} {'size':>6s} | {'ours GB/s':>9s} {'p50':>7s} {'p99':>7s} {'max':>7s} | "
         f"{'up GB/s':>8s} {'p50':>7s} {'p99':>7s} {'max':>7s} | {'GB/s x':>6s} {'p99 x':>6s}"
     )
-    print(hdr)
-    print("-" * len(hdr))
+    print_header(hdr)
     ours = res.get("ours") if isinstance(res.get("ours"), list) else []
     up = res.get("upstream") if isinstance(res.get("upstream"), list) else []
     keyed_up = {(r["op"], r["size"]): r for r in up or []}  # type: ignore[union-attr]
@@ -280,11 +282,11 @@ def print_table(
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cc", default="bbr,cubic,reno")
-    ap.add_argument("--only", choices=["ours", "upstream"])
+    add_only(ap)
     ap.add_argument("--quick", action="store_true", help="0.5 s per cell instead of 2 s")
     ap.add_argument("--secs", type=float)
-    ap.add_argument("--upstream-python", default=str(UPSTREAM_VENV / "bin" / "python"))
-    ap.add_argument("--json", metavar="OUT")
+    add_upstream_python(ap)
+    add_json(ap)
     ap.add_argument("--role", help=argparse.SUPPRESS)
     ap.add_argument("cfg", nargs="?", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -295,12 +297,7 @@ def main() -> int:
         print("network namespaces need root", file=sys.stderr)
         return 2
     secs = args.secs or (0.5 if args.quick else 2.0)
-    sides: dict[str, tuple[str, str | None]] = {}
-    if args.only in (None, "ours"):
-        sides["ours"] = (sys.executable, find_ours_master())
-    if args.only in (None, "upstream"):
-        up = Path(args.upstream_python)
-        sides["upstream"] = (str(up), find_upstream_master(up) if up.exists() else None)
+    sides = find_sides(args.only, args.upstream_python)
     out: dict[str, Any] = {}
     t0 = time.monotonic()
     with cubic_allowed(), veth_pair(A_IP, B_IP) as nss:
@@ -319,9 +316,8 @@ def main() -> int:
             ceil = ceiling(nss, cc)
             print_table(cc, res, ceil)
             out[cc] = {"results": res, "ceiling": ceil}
-    print(f"# total {time.monotonic() - t0:.0f}s")
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
+    print_footer(t0)
+    write_json(args.json, out)
     return 0
 
 

@@ -48,24 +48,21 @@ from typing import Any
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
-from store_bench import find_ours_master, find_upstream_master, running_master
+from _common import (
+    add_only,
+    add_upstream_python,
+    find_sides,
+    import_torch,
+    running_master,
+    write_json,
+)
 
-UPSTREAM_VENV = Path(os.environ.get("UPSTREAM_VENV", "/work/venv-upstream"))
 TORCH_SITE = os.environ.get(
     "MOONCAKE_TORCH_SITE", str(ROOT / ".venv" / "lib" / "python3.11" / "site-packages")
 )
 
 
-def import_torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        sys.path.append(TORCH_SITE)
-        import torch
-    return torch
-
-
-torch = import_torch()
+torch = import_torch(TORCH_SITE)
 import numpy as np
 
 
@@ -161,6 +158,16 @@ def new_store(rpc: str, meta: str, segment: int) -> Any:
     return s
 
 
+def shape_argv(args: argparse.Namespace) -> list[str]:
+    """The batch shape and repeat count, as options for a child of this script."""
+    return ["--rows", str(args.rows), "--width", str(args.width), "--repeats", str(args.repeats)]
+
+
+def minibatch_rows(n: int) -> list[int]:
+    """The rows a trainer reads: up to 1024 of ``n``, a fixed random choice, in order."""
+    return sorted(np.random.default_rng(1).choice(n, size=min(1024, n), replace=False).tolist())
+
+
 def reader_main(args: argparse.Namespace) -> int:
     from mooncake.structured_object_store import MooncakeBundleTransfer, import_ref
 
@@ -168,11 +175,7 @@ def reader_main(args: argparse.Namespace) -> int:
     transfer = MooncakeBundleTransfer(store, key_prefix="bench")
     handle = json.loads(sys.stdin.readline())
     want = make_batch(args.rows, args.width)
-    rows = sorted(
-        np.random.default_rng(1)
-        .choice(args.rows, size=min(1024, args.rows), replace=False)
-        .tolist()
-    )
+    rows = minibatch_rows(args.rows)
     out: dict[str, Any] = {}
     full = transfer.get_dataproto(import_ref(handle))
     ok = same(full, want)
@@ -207,11 +210,7 @@ def side_main(args: argparse.Namespace) -> int:
         store = new_store(rpc, meta, segment)
         transfer = MooncakeBundleTransfer(store, key_prefix="bench")
         batch = make_batch(args.rows, args.width)
-        rows = sorted(
-            np.random.default_rng(1)
-            .choice(args.rows, size=min(1024, args.rows), replace=False)
-            .tolist()
-        )
+        rows = minibatch_rows(args.rows)
         results: dict[str, Any] = {}
         sizes = {
             "put": payload_bytes(batch),
@@ -272,12 +271,7 @@ def side_main(args: argparse.Namespace) -> int:
                 rpc,
                 "--meta",
                 meta,
-                "--rows",
-                str(args.rows),
-                "--width",
-                str(args.width),
-                "--repeats",
-                str(args.repeats),
+                *shape_argv(args),
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -335,12 +329,7 @@ def run_side(name: str, python: str, master: str, args: argparse.Namespace) -> d
         name,
         "--master-bin",
         master,
-        "--rows",
-        str(args.rows),
-        "--width",
-        str(args.width),
-        "--repeats",
-        str(args.repeats),
+        *shape_argv(args),
     ]
     env = dict(os.environ, MOONCAKE_TORCH_SITE=TORCH_SITE)
     print(f"== {name}: {python}", file=sys.stderr, flush=True)
@@ -402,13 +391,13 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="one repeat")
-    ap.add_argument("--only", choices=["ours", "upstream"])
+    add_only(ap)
     ap.add_argument("--side", choices=["ours", "upstream"])
     ap.add_argument("--reader", action="store_true")
     ap.add_argument("--master-bin")
     ap.add_argument("--rpc")
     ap.add_argument("--meta")
-    ap.add_argument("--upstream-python", default=str(UPSTREAM_VENV / "bin" / "python"))
+    add_upstream_python(ap)
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.quick:
@@ -418,18 +407,11 @@ def main() -> int:
     if args.side:
         return side_main(args)
     results: dict[str, Any] = {}
-    if args.only in (None, "ours"):
-        master = find_ours_master()
-        results["ours"] = run_side("ours", sys.executable, master, args) if master else "no master"
-    if args.only in (None, "upstream"):
-        py = Path(args.upstream_python)
-        master = find_upstream_master(py) if py.exists() else None
-        results["upstream"] = (
-            run_side("upstream", str(py), master, args) if master else "no upstream venv"
-        )
+    missing = {"ours": "no master", "upstream": "no upstream venv"}
+    for name, (python, master) in find_sides(args.only, args.upstream_python).items():
+        results[name] = run_side(name, python, master, args) if master else missing[name]
     print_table(results, args)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+    write_json(args.json, results)
     return 0
 
 

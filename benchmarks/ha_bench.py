@@ -35,43 +35,25 @@ import os
 import selectors
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parents[1]
 CLIENT = REPO / "tests" / "cluster" / "cluster_client.py"
-UPSTREAM_VENV = Path(os.environ.get("UPSTREAM_VENV", "/work/venv-upstream"))
 MiB = 1 << 20
 sys.path.insert(0, str(REPO / "tests" / "cluster"))
-
+sys.path.insert(0, str(HERE.parent))
+from _common import UPSTREAM_VENV, add_only, free_port, port_open
 
 # ------------------------------------------------------------------ processes
-
-
-def free_port() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not 12300 <= port <= 14300:
-            return port
-
-
-def port_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 def ours_master() -> str | None:
@@ -171,7 +153,7 @@ class MasterProc:
             self.cmd, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
         t0 = time.monotonic()
-        while wait and not port_open(self.host, self.port):
+        while wait and not port_open(self.port, self.host):
             if self.p.poll() is not None or time.monotonic() - t0 > 30:
                 raise RuntimeError(f"master did not start; log {self.log.name}")
             time.sleep(0.01)
@@ -213,6 +195,45 @@ def gap_stats(summaries: list[dict[str, Any]], fail_at: float, back_at: float) -
     }
 
 
+def run_workload(
+    procs: list[Proc],
+    master_addr: str,
+    prefix: str,
+    size: int,
+    seconds: float,
+    fault: Callable[[], tuple[float, float]],
+) -> tuple[list[dict[str, Any]], dict[str, int], dict[str, int], float, float]:
+    """Set the clients up against ``master_addr``, run their put workload for
+    ``seconds`` with ``fault()`` (returning when the master went away and when one
+    was back) a third of the way in, and stop it: (per-client summaries, acked
+    keys, acked keys the cluster lacks, killed, back)."""
+    for p in procs:
+        r = p.call(
+            "setup",
+            local_hostname="127.0.0.1",
+            master_server_addr=master_addr,
+            global_segment_size=256 * MiB,
+        )
+        assert r["rc"] == 0, r
+    for i, p in enumerate(procs):
+        p.call("workload_start", prefix=f"{prefix}{i}", size=size)
+    time.sleep(seconds / 3)
+    killed, back = fault()
+    time.sleep(seconds * 2 / 3)
+    sums = [p.call("workload_stop", with_calls=True) for p in procs]
+    acked: dict[str, int] = {}
+    for s in sums:
+        acked.update(s["acked"])
+    # Count what the cluster has once remounting is over (the gap is bounded).
+    deadline = time.monotonic() + 10
+    while True:
+        missing = procs[0].call("check_many", size=size, keys=acked)
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    return sums, acked, missing, killed, back
+
+
 def run_restart(
     side: str, python: str, master_bin: str, clients: int, seconds: float, size: int
 ) -> dict[str, Any]:
@@ -225,31 +246,14 @@ def run_restart(
     )
     procs = [Proc(python) for _ in range(clients)]
     try:
-        for p in procs:
-            r = p.call(
-                "setup",
-                local_hostname="127.0.0.1",
-                master_server_addr=f"127.0.0.1:{rpc}",
-                global_segment_size=256 * MiB,
-            )
-            assert r["rc"] == 0, r
-        for i, p in enumerate(procs):
-            p.call("workload_start", prefix=f"w{i}", size=size)
-        time.sleep(seconds / 3)
-        killed = m.kill()
-        back = m.start()
-        time.sleep(seconds * 2 / 3)
-        sums = [p.call("workload_stop", with_calls=True) for p in procs]
-        acked: dict[str, int] = {}
-        for s in sums:
-            acked.update(s["acked"])
-        # Count what the cluster has once remounting is over (the gap is bounded).
-        deadline = time.monotonic() + 10
-        while True:
-            missing = procs[0].call("check_many", size=size, keys=acked)
-            if not missing or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+
+        def fault() -> tuple[float, float]:
+            killed = m.kill()
+            return killed, m.start()
+
+        sums, acked, missing, killed, back = run_workload(
+            procs, f"127.0.0.1:{rpc}", "w", size, seconds, fault
+        )
         g = gap_stats(sums, killed, back)
         return {
             "side": side,
@@ -295,7 +299,7 @@ def local_etcd() -> Iterator[str]:
     )
     try:
         t0 = time.monotonic()
-        while not port_open("127.0.0.1", c):
+        while not port_open(c):
             if time.monotonic() - t0 > 20:
                 raise RuntimeError("etcd did not start")
             time.sleep(0.05)
@@ -344,29 +348,14 @@ def run_failover(clients: int, seconds: float, size: int) -> dict[str, Any]:
         assert leader is not None, "no leader elected"
         procs = [Proc(sys.executable, env={"MC_STORE_CLUSTER_ID": cluster}) for _ in range(clients)]
         try:
-            for p in procs:
-                r = p.call(
-                    "setup",
-                    local_hostname="127.0.0.1",
-                    master_server_addr=f"etcd://{ep}",
-                    global_segment_size=256 * MiB,
-                )
-                assert r["rc"] == 0, r
-            for i, p in enumerate(procs):
-                p.call("workload_start", prefix=f"f{i}", size=size)
-            time.sleep(seconds / 3)
-            killed = leader.kill()
-            time.sleep(seconds * 2 / 3)
-            sums = [p.call("workload_stop", with_calls=True) for p in procs]
-            acked: dict[str, int] = {}
-            for s in sums:
-                acked.update(s["acked"])
-            deadline = time.monotonic() + 10
-            while True:
-                missing = procs[0].call("check_many", size=size, keys=acked)
-                if not missing or time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)
+
+            def fault() -> tuple[float, float]:
+                killed = leader.kill()
+                return killed, killed
+
+            sums, acked, missing, killed, _ = run_workload(
+                procs, f"etcd://{ep}", "f", size, seconds, fault
+            )
             g = gap_stats(sums, killed, killed)
             return {
                 "side": "ours",
@@ -483,7 +472,7 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--size", type=int, default=4096)
-    ap.add_argument("--only", choices=["ours", "upstream"])
+    add_only(ap)
     ap.add_argument("--json")
     a = ap.parse_args()
     out: dict[str, Any] = {"load_before": load()}

@@ -66,6 +66,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import store_bench as sb
+from _common import add_json, add_only, add_side_args, add_upstream_python, running_master
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 POOL = 1 * GiB  # per pool (K and V): 2 GiB registered in all
@@ -130,6 +131,16 @@ class Pools:
                 ):
                     return False
         return True
+
+
+def fresh_client(rpc: str, meta: str, pools: Pools | None) -> tuple[Any, Pools]:
+    """A new client with the page pools registered in it (made on first use)."""
+    store = sb.new_store(rpc, meta, SEGMENT, 64 * MiB)
+    if pools is None:
+        pools = Pools(store, seed=7)
+    else:
+        pools.register(store)
+    return store, pools
 
 
 def keys_ptrs(pools: Pools, prefix: str, page: int, pages: list[int], slots: list[int]):
@@ -390,7 +401,7 @@ def side_main(args: argparse.Namespace) -> int:
         rows.append({"scenario": scenario, "op": op, "size": size, "value": gbs, "unit": "GB/s"})
         print(f"  {scenario} {op:14s} {size:>9s} {gbs:8.3f} GB/s", file=sys.stderr)
 
-    with sb.running_master(args.master_bin) as (rpc, meta):
+    with running_master(args.master_bin) as (rpc, meta):
         pools: Pools | None = None
         peer = subprocess.Popen(
             [sys.executable, str(HERE), "--peer", "--rpc", rpc, "--meta", meta],
@@ -412,11 +423,7 @@ def side_main(args: argparse.Namespace) -> int:
                 for _rep in range(reps):
                     # A fresh client per pass: its segment has never been written, as
                     # when an engine starts filling its cache.
-                    store = sb.new_store(rpc, meta, SEGMENT, 64 * MiB)
-                    if pools is None:
-                        pools = Pools(store, seed=7)
-                    else:
-                        pools.register(store)
+                    store, pools = fresh_client(rpc, meta, pools)
                     pools.stamp(page, src, tag)
                     prefix = f"kv{page}"
                     backup(store, pools, "warm", page, src[:2])  # connections
@@ -481,11 +488,7 @@ def mb_case(
     cold, warm, rself, rpeer = [], [], [], []
     failures: list[str] = []
     for _ in range(reps):
-        store = sb.new_store(rpc, meta, SEGMENT, 64 * MiB)
-        if pools is None:
-            pools = Pools(store, seed=7)
-        else:
-            pools.register(store)
+        store, pools = fresh_client(rpc, meta, pools)
         mb_stamp(pools, src, tag)
         put(store, pools, f"{row}warm", src[:2])  # connections
         cold.append(put(store, pools, row, src))
@@ -524,8 +527,8 @@ def mb_case(
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=["ours", "upstream"])
-    ap.add_argument("--json", metavar="OUT")
+    add_only(ap)
+    add_json(ap)
     ap.add_argument("--cases", help="comma-separated: page,mb,session (default: all)")
     ap.add_argument(
         "--rounds",
@@ -533,12 +536,8 @@ def main() -> int:
         default=2,
         help="rounds with the sides alternating which runs first (default 2); median per row",
     )
-    ap.add_argument("--upstream-python", default=str(sb.UPSTREAM_VENV / "bin" / "python"))
-    ap.add_argument("--side", help=argparse.SUPPRESS)
-    ap.add_argument("--master-bin", help=argparse.SUPPRESS)
-    ap.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--rpc", help=argparse.SUPPRESS)
-    ap.add_argument("--meta", help=argparse.SUPPRESS)
+    add_upstream_python(ap)
+    add_side_args(ap, "--rpc", "--meta", switch="--peer")
     args = ap.parse_args()
     if args.peer:
         return peer_main(args)

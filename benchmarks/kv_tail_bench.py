@@ -31,14 +31,20 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from store_bench import (
-    UPSTREAM_VENV,
-    MachineLoad,
-    find_ours_master,
-    find_upstream_master,
-    new_store,
+from _common import (
+    add_json,
+    add_only,
+    add_side_args,
+    add_upstream_python,
+    find_sides,
+    print_failures,
+    print_header,
+    run_sides,
     running_master,
+    side_rows,
+    write_json,
 )
+from store_bench import new_store
 
 KiB, MiB = 1 << 10, 1 << 20
 PAGES = 200
@@ -143,50 +149,31 @@ def side_main(args: argparse.Namespace) -> int:
 
 
 def run_side(name: str, python: str, master: str, iters: int) -> list[dict[str, Any]] | str:
-    print(f"== {name}: {python} (master {master})", file=sys.stderr, flush=True)
-    cmd = [python, str(HERE), "--side", name, "--master-bin", master, "--iters", str(iters)]
-    try:
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=1800, check=False)
-    except subprocess.TimeoutExpired:
-        return "timed out"
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith('{"rows"')]
-    if r.returncode != 0 or not lines:
-        return f"failed (exit {r.returncode})"
-    return json.loads(lines[-1])["rows"]
+    rows: list[dict[str, Any]] | str = side_rows(
+        HERE, name, python, master, ["--iters", str(iters)], 1800
+    )
+    return rows
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--iters", type=int, default=1000)
-    ap.add_argument("--only", choices=["ours", "upstream"])
-    ap.add_argument("--upstream-python", default=str(UPSTREAM_VENV / "bin" / "python"))
-    ap.add_argument("--json", metavar="OUT")
-    ap.add_argument("--side", help=argparse.SUPPRESS)
-    ap.add_argument("--master-bin", help=argparse.SUPPRESS)
-    ap.add_argument("--reader", help=argparse.SUPPRESS)
+    add_only(ap)
+    add_upstream_python(ap)
+    add_json(ap)
+    add_side_args(ap, "--reader")
     args = ap.parse_args()
     if args.reader:
         return reader_main(json.loads(args.reader))
     if args.side:
         return side_main(args)
-    sides: dict[str, tuple[str, str | None]] = {}
-    if args.only in (None, "ours"):
-        sides["ours"] = (sys.executable, find_ours_master())
-    if args.only in (None, "upstream"):
-        up = Path(args.upstream_python)
-        sides["upstream"] = (str(up), find_upstream_master(up) if up.exists() else None)
+    sides = find_sides(args.only, args.upstream_python)
     res: dict[str, Any] = {}
-    loads = []
-    for name, (python, master) in sides.items():
-        if master is None:
-            res[name] = "master not found"
-            continue
-        load = MachineLoad()
-        res[name] = run_side(name, python, master, args.iters)
-        loads.append(f"# machine while {name} ran: {load.summary()}")
-    for name, rows in res.items():
-        if isinstance(rows, str):
-            print(f"# {name}: {rows}")
+    loads: list[str] = []
+    run_sides(
+        sides, lambda name, python, master: run_side(name, python, master, args.iters), res, loads
+    )
+    print_failures(res)
     keyed = {
         name: {(r["shape"], r["who"], r["path"]): r for r in rows}
         for name, rows in res.items()
@@ -194,8 +181,7 @@ def main() -> int:
     }
     hdr = (f"{'page':7s} {'reader':10s} {'path':9s} | {'ours p50':>9s} {'p99':>8s} {'max':>8s} | "
            f"{'up p50':>8s} {'p99':>8s} {'max':>8s} | {'p50 x':>6s} {'p99 x':>6s}")  # fmt: skip
-    print(hdr)
-    print("-" * len(hdr))
+    print_header(hdr)
     for cell in CELLS:
         o = keyed.get("ours", {}).get(cell)
         u = keyed.get("upstream", {}).get(cell)
@@ -217,8 +203,7 @@ def main() -> int:
         print(f"{cell[0]:7s} {cell[1]:10s} {cell[2]:9s} | {oc} | {uc} | {rx}")
     for line in loads:
         print(line)
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1))
+    write_json(args.json, res)
     return 0
 
 

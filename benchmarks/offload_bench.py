@@ -34,12 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from store_bench import (
-    UPSTREAM_VENV,
-    find_ours_master,
-    find_upstream_master,
-    running_master,
-)
+from _common import add_upstream_python, find_ours_master, find_upstream_master, running_master
 
 MiB = 1 << 20
 
@@ -184,7 +179,7 @@ def main() -> int:
     ap.add_argument("--settle", type=float, default=5.0)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--work-dir", default=None, help="where the files go (default: a temp dir)")
-    ap.add_argument("--upstream-python", default=str(UPSTREAM_VENV / "bin" / "python"))
+    add_upstream_python(ap)
     args = ap.parse_args()
     if args.side:
         return side_main(args)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import add_json, print_footer, print_header, write_json
 from netns_hosts import bridged, cubic_allowed, free_port_in, set_default_cc
 
 MiB = 1 << 20
@@ -134,7 +135,7 @@ def main() -> int:
         metavar="PYTHON",
         help="also run mooncake-cpu with this interpreter (another build's venv) in each cell",
     )
-    ap.add_argument("--json", metavar="OUT")
+    add_json(ap)
     ap.add_argument("--rank", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rank:
@@ -158,8 +159,7 @@ def main() -> int:
                 hdr += (
                     f" | {'before p50':>10s} {'p99':>7s} {'cpu':>6s} {'speedup':>7s} {'p99 x':>6s}"
                 )
-            print(hdr)
-            print("-" * len(hdr))
+            print_header(hdr)
             for world in worlds:
                 cell = {
                     b: run_cell(hosts, b, world, args.iters, sizes)
@@ -190,9 +190,8 @@ def main() -> int:
                             f"{g['p50_ms'] / b['p50_ms']:7.2f} {b['p99_ms'] / g['p99_ms']:6.2f}"
                         )
                     print(line)
-    print(f"# total {time.monotonic() - t0:.0f}s")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+    print_footer(t0)
+    write_json(args.json, results)
     return 0
 
 

@@ -45,6 +45,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_json
+
 HERE = Path(__file__).resolve()
 
 
@@ -268,8 +271,7 @@ def main() -> None:
                 f" | {compare_losses(c[ref]['losses'], c[b]['losses'])}"
             )
         print(row + " |")
-    if args.json:
-        Path(args.json).write_text(json.dumps(cells, indent=1))
+    write_json(args.json, cells)
 
 
 if __name__ == "__main__":

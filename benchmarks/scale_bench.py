@@ -23,21 +23,26 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from store_bench import (
-    UPSTREAM_VENV,
-    MachineLoad,
-    find_ours_master,
-    find_upstream_master,
-    free_port,
-    new_store,
+from _common import (
+    add_json,
+    add_only,
+    add_side_args,
+    add_upstream_python,
+    find_sides,
+    print_failures,
+    print_footer,
+    run_sides,
+    side_rows,
+    start_master,
+    write_json,
 )
+from store_bench import new_store
 
 KiB = 1 << 10
 OBJ = 1 * KiB
@@ -56,40 +61,14 @@ def rss(pid: int) -> int:
     return 0
 
 
-def start_master(master_bin: str) -> tuple[subprocess.Popen[bytes], str, str]:
-    rpc, http, metrics = free_port(), free_port(), free_port()
-    proc = subprocess.Popen(
-        [
-            master_bin,
-            f"--rpc_port={rpc}",
-            "--enable_http_metadata_server=true",
-            f"--http_metadata_server_port={http}",
-            f"--metrics_port={metrics}",
-            f"--default_kv_lease_ttl={LEASE_MS}",
-            "--eviction_high_watermark_ratio=0.99",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 20
-    import socket
-
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", rpc), timeout=0.2):
-                break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("master did not start") from None
-            time.sleep(0.05)
-    return proc, f"127.0.0.1:{rpc}", f"http://127.0.0.1:{http}/metadata"
-
-
 def one_count(master_bin: str, n: int) -> dict[str, Any]:
     import numpy as np
 
-    proc, rpc, meta = start_master(master_bin)
+    proc, rpc, meta = start_master(
+        master_bin,
+        [f"--default_kv_lease_ttl={LEASE_MS}", "--eviction_high_watermark_ratio=0.99"],
+        timeout=20,
+    )
     try:
         seg = (n * OBJ * 11) // 10 + (64 << 20)
         s = new_store(rpc, meta, seg, 64 << 20)
@@ -171,16 +150,10 @@ def side_main(args: argparse.Namespace) -> int:
 
 
 def run_side(name: str, python: str, master: str, counts: str) -> list[dict[str, Any]] | str:
-    print(f"== {name}: {python} (master {master})", file=sys.stderr, flush=True)
-    cmd = [python, str(HERE), "--side", name, "--master-bin", master, "--counts", counts]
-    try:
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=3600, check=False)
-    except subprocess.TimeoutExpired:
-        return "timed out"
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith('{"rows"')]
-    if r.returncode != 0 or not lines:
-        return f"failed (exit {r.returncode})"
-    return json.loads(lines[-1])["rows"]
+    rows: list[dict[str, Any]] | str = side_rows(
+        HERE, name, python, master, ["--counts", counts], 3600
+    )
+    return rows
 
 
 def fmt_n(n: int) -> str:
@@ -188,9 +161,7 @@ def fmt_n(n: int) -> str:
 
 
 def print_table(res: dict[str, Any]) -> None:
-    for side, rows in res.items():
-        if isinstance(rows, str):
-            print(f"# {side}: {rows}")
+    print_failures(res)
     cols = [
         ("put ops/s", "put_ops", "{:.0f}"),
         ("get p50 µs", "get_p50_us", "{:.1f}"),
@@ -237,36 +208,23 @@ def print_table(res: dict[str, Any]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--counts", default="10000,100000,1000000")
-    ap.add_argument("--only", choices=["ours", "upstream"])
-    ap.add_argument("--upstream-python", default=str(UPSTREAM_VENV / "bin" / "python"))
-    ap.add_argument("--json", metavar="OUT")
-    ap.add_argument("--side", help=argparse.SUPPRESS)
-    ap.add_argument("--master-bin", help=argparse.SUPPRESS)
+    add_only(ap)
+    add_upstream_python(ap)
+    add_json(ap)
+    add_side_args(ap)
     args = ap.parse_args()
     if args.side:
         return side_main(args)
-    sides: dict[str, tuple[str, str | None]] = {}
-    if args.only in (None, "ours"):
-        sides["ours"] = (sys.executable, find_ours_master())
-    if args.only in (None, "upstream"):
-        up = Path(args.upstream_python)
-        sides["upstream"] = (str(up), find_upstream_master(up) if up.exists() else None)
+    sides = find_sides(args.only, args.upstream_python)
     res: dict[str, Any] = {}
-    loads = []
+    loads: list[str] = []
     t0 = time.monotonic()
-    for name, (python, master) in sides.items():
-        if master is None:
-            res[name] = "master not found"
-            continue
-        load = MachineLoad()
-        res[name] = run_side(name, python, master, args.counts)
-        loads.append(f"# machine while {name} ran: {load.summary()}")
+    run_sides(
+        sides, lambda name, python, master: run_side(name, python, master, args.counts), res, loads
+    )
     print_table(res)
-    for line in loads:
-        print(line)
-    print(f"# total {time.monotonic() - t0:.0f}s")
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1))
+    print_footer(t0, loads=loads)
+    write_json(args.json, res)
     return 0
 
 

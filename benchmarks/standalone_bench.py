@@ -30,9 +30,7 @@ import argparse
 import contextlib
 import ctypes
 import json
-import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +38,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import UPSTREAM_VENV, free_port, master_argv, port_open, write_json
 
 KiB, MiB = 1 << 10, 1 << 20
 PAGES = 64
@@ -51,25 +52,7 @@ CELLS = [
     ("get_into", 16 * MiB),
 ]
 SEGMENT = "2GB"
-UPSTREAM_VENV = Path(os.environ.get("UPSTREAM_VENV", "/work/venv-upstream"))
 HERE = Path(__file__).resolve()
-
-
-def free_port() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if not 12300 <= port <= 14300:
-            return port
-
-
-def port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 def label(size: int) -> str:
@@ -105,14 +88,7 @@ def processes(dummy: bool) -> Iterator[tuple[str, str, int]]:
     try:
         procs.append(
             subprocess.Popen(
-                [
-                    master_bin,
-                    f"--rpc_port={rpc}",
-                    "--enable_http_metadata_server=true",
-                    f"--http_metadata_server_port={http}",
-                    f"--metrics_port={metrics}",
-                    "--default_kv_lease_ttl=5000",
-                ],
+                master_argv(master_bin, rpc, http, metrics, "--default_kv_lease_ttl=5000"),
                 stdout=null,
                 stderr=null,
             )
@@ -303,8 +279,7 @@ def main() -> int:
             f"| {ceiling:.2f} |"
         )
     print(f"(GB/s, median over {args.passes} passes and {args.rounds} round(s))")
-    if args.json:
-        Path(args.json).write_text(json.dumps(fig, indent=1))
+    write_json(args.json, fig)
     return 0
 
 

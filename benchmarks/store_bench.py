@@ -27,90 +27,45 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (
+    MachineLoad,
+    add_json,
+    add_only,
+    add_side_args,
+    add_upstream_python,
+    env_overrides,
+    find_ours_master,
+    find_upstream_master,
+    print_failures,
+    print_footer,
+    print_header,
+    running_master,
+    side_rows,
+    write_json,
+)
 
 KiB = 1 << 10
 MiB = 1 << 20
 SIZES = [4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB]
 RANGE_COUNTS = [1, 16, 256, 4096]
 ROW = 64
-UPSTREAM_VENV = Path(os.environ.get("UPSTREAM_VENV", "/work/venv-upstream"))
 HERE = Path(__file__).resolve()
 
 
 # ------------------------------------------------------------------ utilities
 
 
-def free_port() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not 12300 <= port <= 14300:
-            return port
-
-
-def port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
 def size_label(size: int) -> str:
     return f"{size // MiB}MiB" if size >= MiB else f"{size // KiB}KiB"
-
-
-@contextlib.contextmanager
-def running_master(master_bin: str, extra: list[str] | None = None) -> Iterator[tuple[str, str]]:
-    rpc, http, metrics = free_port(), free_port(), free_port()
-    proc = subprocess.Popen(
-        [
-            master_bin,
-            f"--rpc_port={rpc}",
-            "--enable_http_metadata_server=true",
-            f"--http_metadata_server_port={http}",
-            f"--metrics_port={metrics}",
-            "--eviction_high_watermark_ratio=0.98",
-            *(extra or []),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 15
-        while not port_open(rpc):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"master {master_bin} did not start")
-            time.sleep(0.05)
-        yield f"127.0.0.1:{rpc}", f"http://127.0.0.1:{http}/metadata"
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
-@contextlib.contextmanager
-def env_overrides(env: dict[str, str]) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class Params:
@@ -428,92 +383,14 @@ def side_main(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ orchestration
 
 
-def find_ours_master() -> str | None:
-    env = os.environ.get("MOONCAKE_MASTER_BIN_OURS")
-    if env:
-        return env
-    sib = Path(sys.executable).parent / "mooncake_master"
-    if sib.exists():
-        return str(sib)
-    return shutil.which("mooncake_master")
-
-
-def find_upstream_master(python: Path) -> str | None:
-    code = (
-        "import os, mooncake\n"
-        "for b in mooncake.__path__:\n"
-        "    p = os.path.join(b, 'mooncake_master')\n"
-        "    if os.path.exists(p): print(p); break\n"
-    )
-    try:
-        out = subprocess.run(
-            [str(python), "-c", code], capture_output=True, text=True, timeout=60, check=False
-        ).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out or None
-
-
-class MachineLoad:
-    """What else the machine did while a side ran: the hypervisor's steal time
-    (``/proc/stat``) and CPU pressure (``/proc/pressure/cpu``, the share of
-    time some runnable task waited for a core). Printed under the table, so a
-    figure taken while the machine was busy or the host took the vCPUs shows."""
-
-    def __init__(self) -> None:
-        self.t0 = time.monotonic()
-        self.cpu0 = self._cpu()
-        self.psi0 = self._psi()
-
-    @staticmethod
-    def _cpu() -> list[int]:
-        try:
-            with open("/proc/stat") as f:
-                return [int(x) for x in f.readline().split()[1:9]]
-        except (OSError, ValueError):
-            return []
-
-    @staticmethod
-    def _psi() -> int | None:
-        try:
-            with open("/proc/pressure/cpu") as f:
-                some = f.readline().split()
-            return int(some[-1].split("=")[1])
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def summary(self) -> str:
-        cpu1, psi1 = self._cpu(), self._psi()
-        parts = []
-        if self.cpu0 and cpu1:
-            d = [b - a for a, b in zip(self.cpu0, cpu1, strict=True)]
-            total = sum(d) or 1
-            parts.append(f"busy {100 * (total - d[3] - d[4]) / total:.0f}%")
-            parts.append(f"steal {100 * d[7] / total:.1f}%")
-        if self.psi0 is not None and psi1 is not None:
-            wall_us = (time.monotonic() - self.t0) * 1e6 or 1
-            parts.append(f"cpu pressure {100 * (psi1 - self.psi0) / wall_us:.0f}%")
-        return ", ".join(parts) or "not available"
-
-
 def run_side(
     name: str, python: str, master: str, quick: bool, script: Path = HERE
 ) -> list[dict[str, Any]] | str:
-    cmd = [python, str(script), "--side", name, "--master-bin", master]
-    if quick:
-        cmd.append("--quick")
     env = dict(os.environ, MOONCAKE_MASTER_BIN=master)
-    print(f"== {name}: {python} (master {master})", file=sys.stderr, flush=True)
-    try:
-        r = subprocess.run(
-            cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=env, timeout=900, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return "timed out"
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith('{"rows"')]
-    if r.returncode != 0 or not lines:
-        return f"failed (exit {r.returncode})"
-    return json.loads(lines[-1])["rows"]
+    rows: list[dict[str, Any]] | str = side_rows(
+        script, name, python, master, ["--quick"] if quick else [], 900, env
+    )
+    return rows
 
 
 def print_table(results: dict[str, list[dict[str, Any]] | str]) -> None:
@@ -528,15 +405,12 @@ def print_table(results: dict[str, list[dict[str, Any]] | str]) -> None:
                 table[k] = {"unit": r["unit"]}
                 order.append(k)
             table[k][side] = r["value"]
-    for side, rows in results.items():
-        if isinstance(rows, str):
-            print(f"# {side}: {rows}")
+    print_failures(results)
     hdr = (
         f"{'scenario':10s} {'op':16s} {'size':>6s} {'unit':>6s} {'ours':>12s} "
         f"{'upstream':>12s} {'ours/up':>8s}"
     )
-    print(hdr)
-    print("-" * len(hdr))
+    print_header(hdr)
     for k in order:
         row = table[k]
         ours, up = row.get("ours"), row.get("upstream")
@@ -553,18 +427,14 @@ def print_table(results: dict[str, list[dict[str, Any]] | str]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="~1 minute run")
-    ap.add_argument("--only", choices=["ours", "upstream"])
-    ap.add_argument("--json", metavar="OUT", help="write all figures as JSON")
+    add_only(ap)
+    add_json(ap, "write all figures as JSON")
     ap.add_argument(
         "--rounds", type=int, default=1, help="alternate which side runs first; median per row"
     )
-    ap.add_argument("--upstream-python", default=str(UPSTREAM_VENV / "bin" / "python"))
+    add_upstream_python(ap)
     # internal modes
-    ap.add_argument("--side", help=argparse.SUPPRESS)
-    ap.add_argument("--master-bin", help=argparse.SUPPRESS)
-    ap.add_argument("--writer", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--rpc", help=argparse.SUPPRESS)
-    ap.add_argument("--meta", help=argparse.SUPPRESS)
+    add_side_args(ap, "--rpc", "--meta", switch="--writer")
     args = ap.parse_args()
 
     if args.writer:
@@ -635,12 +505,8 @@ def compare(script: Path, args: argparse.Namespace) -> int:
     print_table(results)
     if rounds > 1:
         print(f"# {rounds} rounds, sides alternating which runs first; each figure is the median")
-    for line in loads:
-        print(line)
-    print(f"# total {time.monotonic() - t0:.0f}s{' (quick)' if args.quick else ''}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"quick": args.quick, "rounds": rounds, "results": results}, f, indent=1)
+    print_footer(t0, args.quick, loads)
+    write_json(args.json, {"quick": args.quick, "rounds": rounds, "results": results})
     ok = any(not isinstance(v, str) for v in results.values())
     return 0 if ok else 1
 

@@ -25,20 +25,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tcp_ceiling.h"
+
 #define BUF (64UL << 20)
 
 static const char *cc;
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static void die(const char *what) {
-    perror(what);
-    exit(1);
-}
 
 static void tune(int s) {
     int one = 1;

@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tcp_ceiling.h"
+
 #define OBJ (16UL << 20)
 static int streams = 1, objs = 12, use_sendfile = 1, busy = 0, iters = 240, port;
 static int memfd;
@@ -44,17 +46,6 @@ static void set_cc(int s) {
 static char *seg, *dst;
 static int socks[16];
 static pthread_barrier_t start_b, done_b;
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static void die(const char *what) {
-    perror(what);
-    exit(1);
-}
 
 static void *serve(void *arg) {
     int c = (int)(long)arg, one = 1;

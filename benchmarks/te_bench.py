@@ -42,6 +42,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import add_only, write_json
+
 KiB = 1 << 10
 MiB = 1 << 20
 SIZES = [4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB]
@@ -358,7 +361,7 @@ def print_table(
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--only", choices=["ours", "upstream"])
+    add_only(p)
     p.add_argument("--mode", choices=["same", "tcp"])
     p.add_argument("--json", help="write the table's rows here")
     p.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
@@ -390,8 +393,7 @@ def main() -> int:
         for mode, r in by_mode.items():
             if isinstance(r, str):
                 print(f"{side} {mode}: {r}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows_out, indent=1))
+    write_json(args.json, rows_out)
     return 0
 
 

@@ -52,20 +52,28 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from store_bench import (
+from _common import (
+    add_json,
+    add_only,
+    add_side_args,
+    add_upstream_python,
     env_overrides,
-    find_ours_master,
-    find_upstream_master,
-    new_store,
+    find_sides,
+    import_torch,
+    print_failures,
+    print_footer,
+    print_header,
     running_master,
+    side_rows,
+    write_json,
 )
+from store_bench import new_store
 
 MiB = 1 << 20
 COLS = 4096
 SIZES = [1, 16, 64]
 HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
-UPSTREAM_VENV = Path(os.environ.get("UPSTREAM_VENV", "/work/venv-upstream"))
 # Where this interpreter may borrow torch from when its venv has none: a
 # project venv of the same Python version (benchmarks/upstream_env.sh
 # installs torch into the upstream venv itself).
@@ -89,16 +97,7 @@ TORCH_SITE = os.environ.get(
 )
 
 
-def import_torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        sys.path.append(TORCH_SITE)
-        import torch
-    return torch
-
-
-torch = import_torch()
+torch = import_torch(TORCH_SITE)
 
 
 def tensor_of(mib: int, seed: int = 0) -> Any:
@@ -542,21 +541,10 @@ TARGETS = {
 
 
 def run_side(name: str, python: str, master: str, quick: bool) -> list[dict[str, Any]] | str:
-    cmd = [python, str(HERE), "--side", name, "--master-bin", master]
-    if quick:
-        cmd.append("--quick")
     env = dict(os.environ, MOONCAKE_MASTER_BIN=master, MOONCAKE_TORCH_SITE=TORCH_SITE)
-    print(f"== {name}: {python} (master {master})", file=sys.stderr, flush=True)
-    try:
-        r = subprocess.run(
-            cmd, stdout=subprocess.PIPE, text=True, env=env, timeout=1800, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return "timed out"
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith('{"rows"')]
-    if r.returncode != 0 or not lines:
-        return f"failed (exit {r.returncode})"
-    return json.loads(lines[-1])["rows"]
+    extra = ["--quick"] if quick else []
+    rows: list[dict[str, Any]] | str = side_rows(HERE, name, python, master, extra, 1800, env)
+    return rows
 
 
 def fmt(v: Any) -> str:
@@ -568,9 +556,7 @@ def fmt(v: Any) -> str:
 
 
 def print_table(results: dict[str, list[dict[str, Any]] | str]) -> None:
-    for side, rows in results.items():
-        if isinstance(rows, str):
-            print(f"# {side}: {rows}")
+    print_failures(results)
     table: dict[tuple[str, str, str], dict[str, Any]] = {}
     order: list[tuple[str, str, str]] = []
     for side, rows in results.items():
@@ -591,8 +577,7 @@ def print_table(results: dict[str, list[dict[str, Any]] | str]) -> None:
         f"{'scenario':10s} {'op':15s} {'size':>10s} {'ours GB/s':>9s} {'up GB/s':>9s} "
         f"{'ours/up':>8s} {'/clone':>7s} {'rpc/call':>8s} {'moved':>6s}  target"
     )
-    print(hdr)
-    print("-" * len(hdr))
+    print_header(hdr)
     for k in order:
         row = table[k]
         o = row.get("ours", {}).get("value")
@@ -615,14 +600,10 @@ def print_table(results: dict[str, list[dict[str, Any]] | str]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="3 repeats per figure instead of 7")
-    ap.add_argument("--only", choices=["ours", "upstream"])
-    ap.add_argument("--json", metavar="OUT", help="write all figures as JSON")
-    ap.add_argument("--upstream-python", default=str(UPSTREAM_VENV / "bin" / "python"))
-    ap.add_argument("--side", help=argparse.SUPPRESS)
-    ap.add_argument("--master-bin", help=argparse.SUPPRESS)
-    ap.add_argument("--writer", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--rpc", help=argparse.SUPPRESS)
-    ap.add_argument("--meta", help=argparse.SUPPRESS)
+    add_only(ap)
+    add_json(ap, "write all figures as JSON")
+    add_upstream_python(ap)
+    add_side_args(ap, "--rpc", "--meta", switch="--writer")
     args = ap.parse_args()
     if args.writer:
         return writer_main(args)
@@ -630,21 +611,16 @@ def main() -> int:
         return side_main(args)
     results: dict[str, list[dict[str, Any]] | str] = {}
     t0 = time.monotonic()
-    if args.only in (None, "ours"):
-        m = find_ours_master()
-        results["ours"] = run_side("ours", sys.executable, m, args.quick) if m else "no master"
-    if args.only in (None, "upstream"):
-        up = Path(args.upstream_python)
-        m = find_upstream_master(up) if up.exists() else None
-        results["upstream"] = (
-            run_side("upstream", str(up), m, args.quick)
-            if m
-            else f"upstream venv not found at {up} (run benchmarks/upstream_env.sh)"
-        )
+    up = Path(args.upstream_python)
+    missing = {
+        "ours": "no master",
+        "upstream": f"upstream venv not found at {up} (run benchmarks/upstream_env.sh)",
+    }
+    for name, (python, m) in find_sides(args.only, args.upstream_python).items():
+        results[name] = run_side(name, python, m, args.quick) if m else missing[name]
     print_table(results)
-    print(f"# total {time.monotonic() - t0:.0f}s{' (quick)' if args.quick else ''}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+    print_footer(t0, args.quick)
+    write_json(args.json, results)
     return 0
 
 

@@ -38,15 +38,21 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from store_bench import (
-    UPSTREAM_VENV,
-    MachineLoad,
+from _common import (
+    add_json,
+    add_only,
+    add_side_args,
+    add_upstream_python,
     env_overrides,
-    find_ours_master,
-    find_upstream_master,
-    new_store,
+    find_sides,
+    print_footer,
+    run_noted,
+    run_sides,
     running_master,
+    side_rows,
+    write_json,
 )
+from store_bench import new_store
 
 MiB = 1 << 20
 SIZES = [1 * MiB, 16 * MiB]
@@ -230,27 +236,12 @@ def side_main(args: argparse.Namespace) -> int:
 def run_side(
     name: str, python: str, master: str, quick: bool, rates: dict[str, float] | None = None
 ) -> list[dict[str, Any]] | str:
-    cmd = [python, str(HERE), "--side", name, "--master-bin", master]
-    if quick:
-        cmd.append("--quick")
+    extra = ["--quick"] if quick else []
     if rates:
-        cmd += ["--read-rates", json.dumps(rates)]
-    print(f"== {name}: {python} (master {master})", file=sys.stderr, flush=True)
-    try:
-        r = subprocess.run(
-            cmd,
-            stdout=subprocess.PIPE,
-            text=True,
-            timeout=900,
-            check=False,
-            env=dict(os.environ, MOONCAKE_MASTER_BIN=master),
-        )
-    except subprocess.TimeoutExpired:
-        return "timed out"
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith('{"rows"')]
-    if r.returncode != 0 or not lines:
-        return f"failed (exit {r.returncode})"
-    return json.loads(lines[-1])["rows"]
+        extra += ["--read-rates", json.dumps(rates)]
+    env = dict(os.environ, MOONCAKE_MASTER_BIN=master)
+    rows: list[dict[str, Any]] | str = side_rows(HERE, name, python, master, extra, 900, env)
+    return rows
 
 
 def fmt(v: Any, digits: int = 0) -> str:
@@ -304,40 +295,32 @@ def print_table(results: dict[str, list[dict[str, Any]] | str]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=["ours", "upstream"])
-    ap.add_argument("--upstream-python", default=str(UPSTREAM_VENV / "bin" / "python"))
+    add_only(ap)
+    add_upstream_python(ap)
     ap.add_argument(
         "--baseline-python", help="a venv with an earlier build of ours, shown as 'before'"
     )
-    ap.add_argument("--json", metavar="OUT")
-    ap.add_argument("--side", help=argparse.SUPPRESS)
-    ap.add_argument("--master-bin", help=argparse.SUPPRESS)
-    ap.add_argument("--reader", help=argparse.SUPPRESS)
-    ap.add_argument("--read-rates", help=argparse.SUPPRESS)
+    add_json(ap)
+    add_side_args(ap, "--reader", "--read-rates")
     args = ap.parse_args()
     if args.reader:
         return reader_main(args)
     if args.side:
         return side_main(args)
-    sides: dict[str, tuple[str, str | None]] = {}
-    if args.only in (None, "ours"):
-        sides["ours"] = (sys.executable, find_ours_master())
+    before: dict[str, tuple[str, str | None]] = {}
     if args.baseline_python:
         base = Path(args.baseline_python)
-        sides["before"] = (str(base), str(base.parent / "mooncake_master"))
-    if args.only in (None, "upstream"):
-        up = Path(args.upstream_python)
-        sides["upstream"] = (str(up), find_upstream_master(up) if up.exists() else None)
+        before["before"] = (str(base), str(base.parent / "mooncake_master"))
+    sides = find_sides(args.only, args.upstream_python, before)
     results: dict[str, list[dict[str, Any]] | str] = {}
-    loads = []
+    loads: list[str] = []
     t0 = time.monotonic()
-    for name, (python, master) in sides.items():
-        if master is None:
-            results[name] = "master not found"
-            continue
-        load = MachineLoad()
-        results[name] = run_side(name, python, master, args.quick)
-        loads.append(f"# machine while {name} ran: {load.summary()}")
+    run_sides(
+        sides,
+        lambda name, python, master: run_side(name, python, master, args.quick),
+        results,
+        loads,
+    )
     up_rows = results.get("upstream")
     if "ours" in sides and isinstance(up_rows, list):
         rates = {
@@ -347,15 +330,15 @@ def main() -> int:
         }
         python, master = sides["ours"]
         if master is not None and rates:
-            load = MachineLoad()
-            results["ours@up"] = run_side("ours@up", python, master, args.quick, rates)
-            loads.append(f"# machine while ours@up ran: {load.summary()}")
+            run_noted(
+                "ours@up",
+                lambda: run_side("ours@up", python, master, args.quick, rates),
+                results,
+                loads,
+            )
     print_table(results)
-    for line in loads:
-        print(line)
-    print(f"# total {time.monotonic() - t0:.0f}s{' (quick)' if args.quick else ''}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+    print_footer(t0, args.quick, loads)
+    write_json(args.json, results)
     return 0
 
 

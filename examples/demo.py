@@ -10,31 +10,14 @@ and prints what moved over which path and how fast.
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
 
+from _launch import start_master, wait_port
+
 N_OBJECTS = 32
 OBJ_SIZE = 4 << 20
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"port {port} did not open")
 
 
 def role(name: str, master: str, meta: str) -> None:
@@ -80,19 +63,7 @@ def main() -> None:
     if len(sys.argv) == 4:
         role(sys.argv[1], sys.argv[2], sys.argv[3])
         return
-    master_bin = os.environ.get("MOONCAKE_MASTER_BIN") or shutil.which("mooncake_master")
-    if not master_bin:
-        raise SystemExit("mooncake_master not found on PATH")
-    rpc, http, admin = free_port(), free_port(), free_port()
-    master = subprocess.Popen(
-        [
-            master_bin,
-            f"--rpc_port={rpc}",
-            "--enable_http_metadata_server",
-            f"--http_metadata_server_port={http}",
-            f"--metrics_port={admin}",
-        ],
-    )
+    master, rpc, http, admin = start_master(quiet=False)
     try:
         wait_port(rpc)
         maddr, meta = f"127.0.0.1:{rpc}", f"http://127.0.0.1:{http}/metadata"

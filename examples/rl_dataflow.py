@@ -18,34 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
 
 import numpy as np
 import torch
+from _launch import start_master, wait_port
 from mooncake.store import MooncakeDistributedStore
 from mooncake.structured_object_store import MooncakeBundleTransfer, export_ref, import_ref
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"port {port} did not open")
 
 
 def make_batch(rows: int, width: int) -> dict:
@@ -136,21 +117,7 @@ def main() -> None:
         return rollout(args)
     if args.role == "trainer":
         return trainer(args)
-    master_bin = os.environ.get("MOONCAKE_MASTER_BIN") or shutil.which("mooncake_master")
-    if not master_bin:
-        raise SystemExit("mooncake_master not found on PATH")
-    rpc, http, admin = free_port(), free_port(), free_port()
-    master = subprocess.Popen(
-        [
-            master_bin,
-            f"--rpc_port={rpc}",
-            "--enable_http_metadata_server",
-            f"--http_metadata_server_port={http}",
-            f"--metrics_port={admin}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    master, rpc, http, _ = start_master()
     common = [
         "--master",
         f"127.0.0.1:{rpc}",

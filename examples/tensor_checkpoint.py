@@ -23,36 +23,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
 import zlib
 
 import torch
+from _launch import start_master, wait_port
 from mooncake.store import TP, MooncakeDistributedStore, ReadTarget, TensorParallelism
 
 TP_WRITE = 4
 TP_READ = 2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"port {port} did not open")
 
 
 def model_spec(mib: int) -> list[tuple[str, tuple[int, ...], torch.dtype, int | None]]:
@@ -169,21 +150,7 @@ def main() -> None:
         )
         return
 
-    master_bin = os.environ.get("MOONCAKE_MASTER_BIN") or shutil.which("mooncake_master")
-    if not master_bin:
-        raise SystemExit("mooncake_master not found on PATH")
-    rpc, http, admin = free_port(), free_port(), free_port()
-    master_proc = subprocess.Popen(
-        [
-            master_bin,
-            f"--rpc_port={rpc}",
-            "--enable_http_metadata_server",
-            f"--http_metadata_server_port={http}",
-            f"--metrics_port={admin}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    master_proc, rpc, http, _ = start_master()
     common = ["--master", f"127.0.0.1:{rpc}", "--meta", f"http://127.0.0.1:{http}/metadata"]
     common += ["--mib", str(args.mib), "--prefix", args.prefix]
     writers: list[subprocess.Popen[str]] = []

@@ -1,0 +1,307 @@
+"""Helpers shared by the benchmark scripts: free ports, starting a master,
+finding ours and upstream's ``mooncake_master``, the options every comparison
+takes, running a side in a child process and collecting its rows, the
+machine-load note, and the lines printed around a table.
+
+Standard library only: scripts run under the upstream venv import it too.
+Scripts import it as a sibling module (``benchmarks/`` is on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+UPSTREAM_VENV = Path(os.environ.get("UPSTREAM_VENV", "/work/venv-upstream"))
+
+
+# ------------------------------------------------------------------ ports and processes
+
+
+def free_port() -> int:
+    """A free loopback port outside the store clients' data port range (12300-14300)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if not 12300 <= port <= 14300:
+            return port
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def master_argv(master_bin: str, rpc: int, http: int, metrics: int, *extra: str) -> list[str]:
+    """A ``mooncake_master`` command line with the embedded HTTP metadata server on."""
+    return [
+        master_bin,
+        f"--rpc_port={rpc}",
+        "--enable_http_metadata_server=true",
+        f"--http_metadata_server_port={http}",
+        f"--metrics_port={metrics}",
+        *extra,
+    ]
+
+
+def start_master(
+    master_bin: str, extra: list[str], timeout: float = 15.0
+) -> tuple[subprocess.Popen[bytes], str, str]:
+    """A master on free ports, its RPC port open: (process, rpc address, metadata URL)."""
+    rpc, http, metrics = free_port(), free_port(), free_port()
+    proc = subprocess.Popen(
+        master_argv(master_bin, rpc, http, metrics, *extra),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + timeout
+    while not port_open(rpc):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait(timeout=10)
+            raise RuntimeError(f"master {master_bin} did not start")
+        time.sleep(0.05)
+    return proc, f"127.0.0.1:{rpc}", f"http://127.0.0.1:{http}/metadata"
+
+
+@contextlib.contextmanager
+def running_master(master_bin: str, extra: list[str] | None = None) -> Iterator[tuple[str, str]]:
+    """A master on free ports for the ``with`` block: yields (rpc address, metadata URL)."""
+    proc, rpc, meta = start_master(
+        master_bin, ["--eviction_high_watermark_ratio=0.98", *(extra or [])]
+    )
+    try:
+        yield rpc, meta
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def env_overrides(env: dict[str, str]) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def import_torch(site: str) -> Any:
+    """``torch``, borrowed from ``site`` when this interpreter has none."""
+    try:
+        import torch
+    except ImportError:
+        sys.path.append(site)
+        import torch
+    return torch
+
+
+# ------------------------------------------------------------------ finding the masters
+
+
+def find_ours_master() -> str | None:
+    env = os.environ.get("MOONCAKE_MASTER_BIN_OURS")
+    if env:
+        return env
+    sib = Path(sys.executable).parent / "mooncake_master"
+    if sib.exists():
+        return str(sib)
+    return shutil.which("mooncake_master")
+
+
+def find_upstream_master(python: Path) -> str | None:
+    code = (
+        "import os, mooncake\n"
+        "for b in mooncake.__path__:\n"
+        "    p = os.path.join(b, 'mooncake_master')\n"
+        "    if os.path.exists(p): print(p); break\n"
+    )
+    try:
+        out = subprocess.run(
+            [str(python), "-c", code], capture_output=True, text=True, timeout=60, check=False
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out or None
+
+
+# ------------------------------------------------------------------ options
+
+
+def add_only(ap: argparse.ArgumentParser) -> None:
+    """``--only ours|upstream``: run one side."""
+    ap.add_argument("--only", choices=["ours", "upstream"])
+
+
+def add_json(ap: argparse.ArgumentParser, help_text: str | None = None) -> None:
+    """``--json OUT``: where ``write_json`` puts the figures."""
+    ap.add_argument("--json", metavar="OUT", help=help_text)
+
+
+def add_upstream_python(ap: argparse.ArgumentParser) -> None:
+    """``--upstream-python``: the interpreter of the venv with the upstream wheel."""
+    ap.add_argument("--upstream-python", default=str(UPSTREAM_VENV / "bin" / "python"))
+
+
+def add_side_args(ap: argparse.ArgumentParser, *options: str, switch: str | None = None) -> None:
+    """The hidden options of a script's internal modes: ``--side`` and ``--master-bin``
+    (what ``side_rows`` passes), then ``options`` (each takes a value) and ``switch``
+    (an on/off flag)."""
+    for opt in ("--side", "--master-bin", *options):
+        ap.add_argument(opt, help=argparse.SUPPRESS)
+    if switch:
+        ap.add_argument(switch, action="store_true", help=argparse.SUPPRESS)
+
+
+# ------------------------------------------------------------------ running the sides
+
+
+Sides = dict[str, tuple[str, str | None]]
+
+
+def find_sides(only: str | None, upstream_python: str, extra: Sides | None = None) -> Sides:
+    """(python, master or None) per side: ours, then ``extra``, then upstream; ``only``
+    keeps one of ours and upstream."""
+    sides: Sides = {}
+    if only in (None, "ours"):
+        sides["ours"] = (sys.executable, find_ours_master())
+    sides.update(extra or {})
+    if only in (None, "upstream"):
+        up = Path(upstream_python)
+        sides["upstream"] = (str(up), find_upstream_master(up) if up.exists() else None)
+    return sides
+
+
+def side_rows(
+    script: Path,
+    name: str,
+    python: str,
+    master: str,
+    extra: list[str],
+    timeout: float,
+    env: dict[str, str] | None = None,
+) -> Any:
+    """Run ``script --side name --master-bin master *extra`` under ``python``; its rows
+    (the last ``{"rows": ...}`` line of its stdout), or why there are none."""
+    print(f"== {name}: {python} (master {master})", file=sys.stderr, flush=True)
+    cmd = [python, str(script), "--side", name, "--master-bin", master, *extra]
+    try:
+        r = subprocess.run(
+            cmd, stdout=subprocess.PIPE, text=True, env=env, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith('{"rows"')]
+    if r.returncode != 0 or not lines:
+        return f"failed (exit {r.returncode})"
+    return json.loads(lines[-1])["rows"]
+
+
+class MachineLoad:
+    """What else the machine did while a side ran: the hypervisor's steal time
+    (``/proc/stat``) and CPU pressure (``/proc/pressure/cpu``, the share of
+    time some runnable task waited for a core). Printed under the table, so a
+    figure taken while the machine was busy or the host took the vCPUs shows."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.cpu0 = self._cpu()
+        self.psi0 = self._psi()
+
+    @staticmethod
+    def _cpu() -> list[int]:
+        try:
+            with open("/proc/stat") as f:
+                return [int(x) for x in f.readline().split()[1:9]]
+        except (OSError, ValueError):
+            return []
+
+    @staticmethod
+    def _psi() -> int | None:
+        try:
+            with open("/proc/pressure/cpu") as f:
+                some = f.readline().split()
+            return int(some[-1].split("=")[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def summary(self) -> str:
+        cpu1, psi1 = self._cpu(), self._psi()
+        parts = []
+        if self.cpu0 and cpu1:
+            d = [b - a for a, b in zip(self.cpu0, cpu1, strict=True)]
+            total = sum(d) or 1
+            parts.append(f"busy {100 * (total - d[3] - d[4]) / total:.0f}%")
+            parts.append(f"steal {100 * d[7] / total:.1f}%")
+        if self.psi0 is not None and psi1 is not None:
+            wall_us = (time.monotonic() - self.t0) * 1e6 or 1
+            parts.append(f"cpu pressure {100 * (psi1 - self.psi0) / wall_us:.0f}%")
+        return ", ".join(parts) or "not available"
+
+
+def run_noted(name: str, run: Callable[[], Any], res: dict[str, Any], loads: list[str]) -> None:
+    """``res[name] = run()``, noting the machine's load while it ran in ``loads``."""
+    load = MachineLoad()
+    res[name] = run()
+    loads.append(f"# machine while {name} ran: {load.summary()}")
+
+
+def run_sides(
+    sides: Sides, run: Callable[[str, str, str], Any], res: dict[str, Any], loads: list[str]
+) -> None:
+    """Run each side that has a master (``run(name, python, master)``) into ``res``,
+    noting the machine's load while it ran in ``loads``."""
+    for name, (python, master) in sides.items():
+        if master is None:
+            res[name] = "master not found"
+            continue
+        run_noted(name, lambda: run(name, python, master), res, loads)  # noqa: B023 - called at once
+
+
+# ------------------------------------------------------------------ output
+
+
+def print_failures(results: dict[str, Any]) -> None:
+    """One ``# side: why`` line for each side that has no rows."""
+    for side, rows in results.items():
+        if isinstance(rows, str):
+            print(f"# {side}: {rows}")
+
+
+def print_header(hdr: str) -> None:
+    """A table's header line, underlined."""
+    print(hdr)
+    print("-" * len(hdr))
+
+
+def print_footer(t0: float, quick: bool = False, loads: list[str] | None = None) -> None:
+    """Under a table: the machine-load notes, then the run's total time since ``t0``."""
+    for line in loads or []:
+        print(line)
+    print(f"# total {time.monotonic() - t0:.0f}s{' (quick)' if quick else ''}")
+
+
+def write_json(path: str | None, obj: Any) -> None:
+    """Write ``obj`` to ``path`` (the ``--json`` option), when one was given."""
+    if path:
+        Path(path).write_text(json.dumps(obj, indent=1))
