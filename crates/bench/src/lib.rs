@@ -18,6 +18,8 @@
 mod config;
 mod run;
 
+use mooncake_common::binary;
+
 pub use config::{parse_bench_args, BenchConfig, Mode};
 pub use run::{run_initiator, run_target, Report};
 
@@ -27,18 +29,11 @@ pub fn run_transfer_engine_bench(args: Vec<String>) -> i32 {
     let (cfg, warnings) = match parse_bench_args(&args) {
         Ok(v) => v,
         Err((code, message)) => {
-            if message.starts_with("ERROR") {
-                eprintln!("{message}");
-            } else {
-                println!("{message}");
-            }
+            binary::print_exit(&message);
             return code;
         }
     };
-    init_logging(&cfg.log_level);
-    for w in &warnings {
-        tracing::warn!("{w}");
-    }
+    binary::start_logging(&cfg.log_level, &warnings);
     let result = match cfg.mode {
         Mode::Target => run_target(&cfg),
         Mode::Initiator => run_initiator(&cfg).map(|report| {
@@ -52,20 +47,4 @@ pub fn run_transfer_engine_bench(args: Vec<String>) -> i32 {
             1
         }
     }
-}
-
-/// Environment variable overriding the log filter (as for the other binaries).
-const LOG_ENV: &str = "MC_LOG_LEVEL";
-
-fn init_logging(level: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter = std::env::var(LOG_ENV)
-        .ok()
-        .and_then(|v| EnvFilter::try_new(v).ok())
-        .unwrap_or_else(|| EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
 }

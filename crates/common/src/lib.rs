@@ -7,6 +7,7 @@
 //! parsing helpers.
 
 pub mod auth;
+pub mod binary;
 pub mod error;
 pub mod framing;
 #[cfg(any(test, feature = "fuzz"))]

@@ -19,7 +19,8 @@ use crate::config::MasterConfig;
 use crate::http_meta::metadata_router;
 use crate::listener::LimitedListener;
 use crate::metadata_kv::MetadataKv;
-use crate::server::{host_port, init_logging};
+use crate::server::host_port;
+use mooncake_common::binary;
 
 /// Why the standalone metadata server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -181,7 +182,7 @@ impl Drop for MetadataServer {
 /// `MC_LOG_LEVEL` overrides it). Returns the exit code: 0 after a signal,
 /// 1 when it cannot start (the reason on stderr).
 pub fn run_http_metadata_server(host: &str, port: u16, log_level: &str) -> i32 {
-    init_logging(log_level);
+    binary::start_logging(log_level, &[]);
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

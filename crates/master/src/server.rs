@@ -19,9 +19,10 @@ use crate::http_meta::serve_metadata;
 use crate::metadata_kv::MetadataKv;
 use crate::metrics::MasterMetrics;
 use crate::state::MasterState;
+use mooncake_common::binary;
 
 /// Environment variable overriding the log filter (e.g. `info`, `debug`).
-pub const LOG_ENV: &str = "MC_LOG_LEVEL";
+pub use mooncake_common::binary::LOG_ENV;
 
 /// Interval of the `--enable_metric_reporting` summary line.
 pub const REPORT_INTERVAL: Duration = Duration::from_secs(10);
@@ -33,18 +34,11 @@ pub fn run_master(args: Vec<String>) -> i32 {
     let cfg = match outcome {
         FlagOutcome::Run(cfg) => *cfg,
         FlagOutcome::Exit { code, message } => {
-            if message.starts_with("ERROR") {
-                eprintln!("{message}");
-            } else {
-                println!("{message}");
-            }
+            binary::print_exit(&message);
             return code;
         }
     };
-    init_logging(&cfg.log_level);
-    for w in &warnings {
-        tracing::warn!("{w}");
-    }
+    binary::start_logging(&cfg.log_level, &warnings);
     // Before the runtime's threads exist (see `memory`).
     crate::memory::one_arena();
 
@@ -76,24 +70,6 @@ pub fn worker_threads(cfg: &MasterConfig) -> usize {
             .unwrap_or(2)
             .clamp(2, 4)
     }
-}
-
-/// Install the stderr subscriber; `MC_LOG_LEVEL` overrides `level`.
-pub(crate) fn init_logging(level: &str) {
-    use tracing_subscriber::EnvFilter;
-    let wanted = std::env::var(LOG_ENV)
-        .ok()
-        .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| level.to_string());
-    let filter = EnvFilter::try_new(&wanted).unwrap_or_else(|e| {
-        eprintln!("WARNING: invalid log level '{wanted}' ({e}); using 'warn'");
-        EnvFilter::new("warn")
-    });
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(filter)
-        .try_init();
 }
 
 /// `host:port`, bracketing bare IPv6 addresses.

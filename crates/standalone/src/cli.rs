@@ -14,6 +14,7 @@
 
 use crate::daemon::DummyServer;
 use mooncake_client::{Client, ClientConfig};
+use mooncake_common::binary;
 use mooncake_common::gflags::{f, failed_validation, FlagRole, FlagType, Parsed, Program};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -119,21 +120,6 @@ pub fn parse_client_args(args: &[String]) -> Result<(DaemonConfig, Vec<String>),
     ))
 }
 
-/// Environment variable overriding the log filter (as for `mooncake_master`).
-const LOG_ENV: &str = "MC_LOG_LEVEL";
-
-fn init_logging(level: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter = std::env::var(LOG_ENV)
-        .ok()
-        .and_then(|v| EnvFilter::try_new(v).ok())
-        .unwrap_or_else(|| EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 /// Set up the store client, retrying while the master (or the metadata
 /// server) cannot be reached; `None` when stopped first.
 fn setup_client(cfg: &ClientConfig, stop: &AtomicBool) -> Option<Arc<Client>> {
@@ -193,18 +179,11 @@ pub fn run_client(args: Vec<String>) -> i32 {
     let (cfg, warnings) = match parse_client_args(&args) {
         Ok(x) => x,
         Err((code, message)) => {
-            if message.starts_with("ERROR") {
-                eprintln!("{message}");
-            } else {
-                println!("{message}");
-            }
+            binary::print_exit(&message);
             return code;
         }
     };
-    init_logging(&cfg.log_level);
-    for w in &warnings {
-        tracing::warn!("{w}");
-    }
+    binary::start_logging(&cfg.log_level, &warnings);
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
