@@ -21,7 +21,6 @@ import contextlib
 import json
 import logging
 import os
-import selectors
 import signal
 import socket
 import subprocess
@@ -37,10 +36,15 @@ from typing import Any
 import pytest
 from helpers.bins import console_script
 from helpers.common import pattern  # noqa: F401  (re-exported for tests)
+from helpers.fixtures import default_timeouts, started_by
+from helpers.json_child import JsonLineChild
+from helpers.logged import LoggedProcess
 from helpers.master_proc import ephemeral_flags, read_ports
+from helpers.waits import free_port, wait_until  # noqa: F401  (re-exported for tests)
 
 REPO = Path(__file__).resolve().parent.parent
-HELPERS = Path(__file__).resolve().parent / "helpers"
+HERE = Path(__file__).resolve().parent
+HELPERS = HERE / "helpers"
 
 MiB = 1 << 20
 SEGMENT_SIZE = 64 * MiB
@@ -66,28 +70,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("timeout"):
-        return
-    store_dir = Path(__file__).resolve().parent / "store"
-    for item in items:
-        if store_dir not in Path(str(item.path)).parents:
-            continue
-        if item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(DEFAULT_TEST_TIMEOUT, method="thread"))
+    default_timeouts(items, config, DEFAULT_TEST_TIMEOUT, under=HERE / "store")
 
 
 # ---------------------------------------------------------------- small utils
-
-
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1 (outside the client port range)."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not 12300 <= port <= 14300:
-            return port
-    raise RuntimeError("could not find a free port")
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
@@ -96,16 +82,6 @@ def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
             return True
     except OSError:
         return False
-
-
-def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.05) -> Any:
-    """Poll ``pred`` until truthy or ``timeout`` seconds pass; return its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        val = pred()
-        if val or time.monotonic() >= deadline:
-            return val
-        time.sleep(interval)
 
 
 def _lower(items: Any) -> dict[str, str]:
@@ -140,6 +116,27 @@ def store_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == "mooncake.store"]
 
 
+def check_codes(
+    caplog: pytest.LogCaptureFixture,
+    calls: list[tuple[Callable[[], Any], Any, str | None]],
+    logged: bool = True,
+) -> None:
+    """Runs each ``(call, codes, reason)``: the call returns ``codes``; with
+    ``logged``, it logs one store record containing ``reason``, or none when
+    ``reason`` is None."""
+    for call, codes, reason in calls:
+        caplog.clear()
+        assert call() == codes, reason
+        recs = store_records(caplog)
+        if not logged:
+            continue
+        if reason is None:
+            assert recs == [], [r.getMessage() for r in recs]
+        else:
+            assert len(recs) == 1, (reason, [r.getMessage() for r in recs])
+            assert reason in recs[0].getMessage()
+
+
 @pytest.fixture
 def log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     """``caplog`` capturing the store binding's records from INFO up."""
@@ -163,7 +160,7 @@ def _kill_tree(proc: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
 # ---------------------------------------------------------------- master
 
 
-class Master:
+class Master(LoggedProcess):
     """A real ``mooncake_master`` process on ports the kernel picked.
 
     The first start binds port 0 on 127.0.0.1 for every listener and reads
@@ -253,12 +250,6 @@ class Master:
                     raise
                 time.sleep(0.2)
 
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
     # admin helpers
     def admin_get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes, dict[str, str]]:
         return http_request(self.admin_url + path, timeout=timeout)
@@ -292,16 +283,7 @@ class Master:
 @pytest.fixture
 def master_factory(tmp_path: Path) -> Iterator[Callable[..., Master]]:
     """``master_factory(**flags)`` starts a fresh master; all are killed at teardown."""
-    started: list[Master] = []
-
-    def make(**flags: Any) -> Master:
-        m = Master(tmp_path, **flags)
-        started.append(m)
-        return m
-
-    yield make
-    for m in started:
-        m.kill()
+    yield from started_by(lambda **flags: Master(tmp_path, **flags), Master.kill)
 
 
 @pytest.fixture
@@ -327,14 +309,17 @@ def _store_cls() -> Any:
     return MooncakeDistributedStore
 
 
-def new_store(
+def setup_positional(
+    s: Any,
     m: Master,
     global_segment_size: int = SEGMENT_SIZE,
     local_buffer_size: int = LOCAL_BUFFER_SIZE,
     local_hostname: str = "127.0.0.1",
-) -> tuple[Any, int]:
-    s = _store_cls()()
-    rc = s.setup(
+    **kw: Any,
+) -> int:
+    """``s.setup`` on ``m`` over TCP with upstream's seven positional
+    arguments (and ``kw`` as keywords); its return code."""
+    return s.setup(
         local_hostname,
         m.metadata_url,
         global_segment_size,
@@ -342,7 +327,18 @@ def new_store(
         "tcp",
         "",
         m.rpc_addr,
+        **kw,
     )
+
+
+def new_store(
+    m: Master,
+    global_segment_size: int = SEGMENT_SIZE,
+    local_buffer_size: int = LOCAL_BUFFER_SIZE,
+    local_hostname: str = "127.0.0.1",
+) -> tuple[Any, int]:
+    s = _store_cls()()
+    rc = setup_positional(s, m, global_segment_size, local_buffer_size, local_hostname)
     return s, rc
 
 
@@ -447,71 +443,22 @@ class ChildError(AssertionError):
     pass
 
 
-class Child:
+class Child(JsonLineChild):
     """A client process (tests/helpers/store_client.py) driven by JSON lines."""
 
+    error = ChildError
+
     def __init__(self, tmpdir: Path, env: dict[str, str] | None = None) -> None:
-        full_env = dict(os.environ)
-        full_env.update(env or {})
-        full_env["PYTHONUNBUFFERED"] = "1"
         self.log_path = Path(tempfile.mkstemp(prefix="child-", suffix=".log", dir=tmpdir)[1])
-        log = open(self.log_path, "wb")  # noqa: SIM115
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(HELPERS / "store_client.py")],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                env=full_env,
-                cwd=str(REPO),
-            )
-        finally:
-            log.close()
-        self._buf = b""
-        hello = self._readline(30.0)
-        assert hello.get("ready"), hello
+        argv = [sys.executable, str(HELPERS / "store_client.py")]
+        self._spawn(subprocess.Popen, argv, env, str(REPO), 30.0)
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
-    def _readline(self, timeout: float) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        try:
-            while b"\n" not in self._buf:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise ChildError(f"child timed out after {timeout}s; log:\n{self.log_tail()}")
-                if not sel.select(min(left, 0.5)):
-                    if self.proc.poll() is not None:
-                        raise ChildError(
-                            f"child exited rc={self.proc.returncode}; log:\n{self.log_tail()}"
-                        )
-                    continue
-                chunk = os.read(self.proc.stdout.fileno(), 65536)
-                if not chunk:
-                    self.proc.wait(timeout=5)
-                    raise ChildError(
-                        f"child exited rc={self.proc.returncode}; log:\n{self.log_tail()}"
-                    )
-                self._buf += chunk
-        finally:
-            sel.close()
-        line, self._buf = self._buf.split(b"\n", 1)
-        return json.loads(line)
-
-    def call(self, op: str, timeout: float = 60.0, **kw: Any) -> Any:
-        assert self.proc.stdin is not None
-        msg = dict(kw, op=op)
-        self.proc.stdin.write((json.dumps(msg) + "\n").encode())
-        self.proc.stdin.flush()
-        reply = self._readline(timeout)
-        if not reply.get("ok"):
-            raise ChildError(f"{op} failed in child: {reply.get('error')}")
-        return reply.get("result")
+    def name(self) -> str:
+        return "child"
 
     def setup(self, m: Master, **kw: Any) -> int:
         args = {
@@ -537,14 +484,11 @@ class Child:
 
     def stop(self) -> None:
         """Ask the child to close and exit; SIGKILL if it does not within 15 s."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(Exception):
-                assert self.proc.stdin is not None
-                self.proc.stdin.write(b'{"op": "exit"}\n')
-                self.proc.stdin.flush()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=15)
+        self.ask_exit(15.0)
         self.kill()
+        self.close_pipes()
+
+    def close_pipes(self) -> None:
         for f in (self.proc.stdin, self.proc.stdout):
             if f is not None:
                 with contextlib.suppress(Exception):
@@ -556,20 +500,37 @@ def child_factory(
     tmp_path: Path, master_factory: Callable[..., Master]
 ) -> Iterator[Callable[..., Child]]:
     """``child_factory(env={...})`` starts a client child process; all are killed at teardown."""
-    children: list[Child] = []
 
-    def make(env: dict[str, str] | None = None) -> Child:
-        c = Child(tmp_path, env)
-        children.append(c)
-        return c
-
-    yield make
-    for c in children:
+    def stop(c: Child) -> None:
         c.kill()
-        for f in (c.proc.stdin, c.proc.stdout):
-            if f is not None:
-                with contextlib.suppress(Exception):
-                    f.close()
+        c.close_pipes()
+
+    yield from started_by(lambda env=None: Child(tmp_path, env), stop)
+
+
+@pytest.fixture
+def token_owner(
+    master_factory: Callable[..., Master],
+    child_factory: Callable[..., Child],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Callable[..., tuple[Master, Child]]:
+    """``token_owner(token_text, **master_flags)`` writes ``token_text`` to a
+    token file, starts a master that requires it and an owner child process
+    (same-host path off) that holds it, and sets this process's environment
+    to hold it too; returns ``(master, owner)``."""
+
+    def start(token_text: str, **master_flags: Any) -> tuple[Master, Child]:
+        token = tmp_path / "cluster.token"
+        token.write_text(token_text)
+        m = master_factory(auth_token_file=str(token), **master_flags)
+        owner = child_factory({"MC_AUTH_TOKEN_FILE": str(token), "MC_STORE_SAME_HOST": "off"})
+        assert owner.setup(m) == 0
+        monkeypatch.setenv("MC_AUTH_TOKEN_FILE", str(token))
+        monkeypatch.setenv("MC_STORE_SAME_HOST", "off")
+        return m, owner
+
+    return start
 
 
 def run_script(

@@ -15,11 +15,9 @@ data of the right length but the wrong content is reported as ``WRONG``
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
 
 import numpy as np
 from common import pattern_array
-from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+from json_child import serve
+from mooncake.store import MooncakeDistributedStore
+from replicate import replicate_config as _cfg
 
 WRONG = -99999
-
-
-def _cfg(replica_num: int, preferred: str = "") -> Any:
-    c = ReplicateConfig()
-    c.replica_num = replica_num
-    if preferred:
-        c.preferred_segment = preferred
-    return c
 
 
 class Workload:
@@ -224,22 +216,7 @@ class Client:
 
 def main() -> None:
     c = Client()
-    print(json.dumps({"ready": True}), flush=True)
-    for line in sys.stdin:
-        line = line.strip()
-        if not line:
-            continue
-        msg = json.loads(line)
-        op = msg.get("op")
-        if op == "exit":
-            c.store.close()
-            print(json.dumps({"ok": True, "result": None}), flush=True)
-            return
-        try:
-            result = getattr(c, "op_" + op)(msg)
-            print(json.dumps({"ok": True, "result": result}), flush=True)
-        except Exception:  # noqa: BLE001 - reported to the test, keep serving
-            print(json.dumps({"ok": False, "error": traceback.format_exc()}), flush=True)
+    serve(c)
     c.store.close()
 
 

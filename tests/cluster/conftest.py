@@ -13,9 +13,9 @@ every namespace removed at teardown.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
-import selectors
 import shutil
 import signal
 import subprocess
@@ -30,6 +30,11 @@ from typing import Any
 
 import pytest
 from helpers.bins import console_script
+from helpers.fixtures import started_by
+from helpers.json_child import JsonLineChild
+from helpers.logged import LoggedProcess
+from helpers.ss import ss_sockets
+from helpers.waits import wait_until
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -45,15 +50,6 @@ HOSTS = ["ctl", "m1", "m2", "m3", "c1", "c2"]
 
 def master_bin() -> str:
     return console_script("mooncake_master", "MOONCAKE_MASTER_BIN")
-
-
-def wait_until(pred: Any, timeout: float, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(interval)
 
 
 def _kill(proc: subprocess.Popen[Any] | None, sig: int = signal.SIGKILL) -> None:
@@ -122,22 +118,13 @@ def default_cc(net: Any) -> Iterator[Callable[[str], None]]:
 def tcp_sockets(net: Any, host: str, pid: int, state: str) -> list[tuple[str, str, str]]:
     """(local, peer, congestion algorithm) of ``pid``'s TCP sockets in ``state``,
     read in ``host``'s namespace with ``ss``."""
-    out = net.exec(host, ["ss", "-tinpH", "state", state]).stdout
-    rows: list[tuple[str, str, str]] = []
-    lines = out.splitlines()
-    for i, line in enumerate(lines):
-        if f"pid={pid}," not in line:
-            continue
-        parts = line.split()
-        info = lines[i + 1].split() if i + 1 < len(lines) else []
-        rows.append((parts[2], parts[3], info[0] if info else ""))
-    return rows
+    return ss_sockets(net.exec(host, ["ss", "-tinpH", "state", state]).stdout, pid)
 
 
 # ---------------------------------------------------------------- etcd
 
 
-class Etcd:
+class Etcd(LoggedProcess):
     """A single-member etcd inside host ``ctl`` (data on tmpfs when available)."""
 
     def __init__(self, net: Net, host: str = "ctl") -> None:
@@ -180,12 +167,6 @@ class Etcd:
 
         return bool(wait_until(ok, timeout, 0.1))
 
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
     def stop(self) -> None:
         _kill(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -214,7 +195,7 @@ def cluster_id() -> str:
 # ---------------------------------------------------------------- masters
 
 
-class NsMaster:
+class NsMaster(LoggedProcess):
     """A ``mooncake_master`` inside one host, on that host's address."""
 
     def __init__(self, net: Net, host: str, tmpdir: Path, **flags: Any) -> None:
@@ -265,15 +246,6 @@ class NsMaster:
         self.kill()
         self.start()
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
     def admin(self, path: str, timeout: float = 2.0) -> tuple[int, bytes]:
         try:
             with urllib.request.urlopen(
@@ -305,22 +277,15 @@ class NsMaster:
 @pytest.fixture
 def masters(net: Net, tmp_path: Path) -> Iterator[Any]:
     """``masters(host, **flags)`` starts a master in ``host``; all are killed at teardown."""
-    started: list[NsMaster] = []
-
-    def make(host: str, **flags: Any) -> NsMaster:
-        m = NsMaster(net, host, tmp_path, **flags)
-        started.append(m)
-        return m
-
-    yield make
-    for m in started:
-        m.kill()
+    yield from started_by(
+        lambda host, **flags: NsMaster(net, host, tmp_path, **flags), NsMaster.kill
+    )
 
 
 # ---------------------------------------------------------------- clients
 
 
-class NsClient:
+class NsClient(JsonLineChild):
     """``cluster_client.py`` inside one host, driven by JSON lines."""
 
     def __init__(
@@ -329,56 +294,12 @@ class NsClient:
         self.net = net
         self.host = host
         self.ip = net.ip(host)
-        full_env = dict(os.environ)
-        full_env.update(env or {})
-        full_env["PYTHONUNBUFFERED"] = "1"
         self.log_path = tmpdir / f"client-{host}-{time.monotonic_ns()}.log"
-        with open(self.log_path, "wb") as log:
-            self.proc = net.popen(
-                host,
-                [sys.executable, str(HERE / "cluster_client.py")],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                env=full_env,
-                cwd=str(REPO),
-            )
-        self._buf = b""
-        assert self._readline(60.0).get("ready")
+        argv = [sys.executable, str(HERE / "cluster_client.py")]
+        self._spawn(functools.partial(net.popen, host), argv, env, str(REPO), 60.0)
 
-    def _readline(self, timeout: float) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        try:
-            while b"\n" not in self._buf:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(
-                        f"client on {self.host} timed out after {timeout}s:\n{self.log_tail()}"
-                    )
-                if not sel.select(min(left, 0.5)):
-                    if self.proc.poll() is not None:
-                        raise AssertionError(f"client on {self.host} exited:\n{self.log_tail()}")
-                    continue
-                chunk = os.read(self.proc.stdout.fileno(), 1 << 20)
-                if not chunk:
-                    raise AssertionError(f"client on {self.host} exited:\n{self.log_tail()}")
-                self._buf += chunk
-        finally:
-            sel.close()
-        line, self._buf = self._buf.split(b"\n", 1)
-        return json.loads(line)
-
-    def call(self, op: str, timeout: float = 60.0, **kw: Any) -> Any:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps(dict(kw, op=op)) + "\n").encode())
-        self.proc.stdin.flush()
-        reply = self._readline(timeout)
-        if not reply.get("ok"):
-            raise AssertionError(f"{op} failed on {self.host}: {reply.get('error')}")
-        return reply.get("result")
+    def name(self) -> str:
+        return f"client on {self.host}"
 
     def setup(self, master_server_addr: str, **kw: Any) -> dict[str, Any]:
         return self.call(
@@ -395,26 +316,11 @@ class NsClient:
         _kill(self.proc)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(Exception):
-                assert self.proc.stdin is not None
-                self.proc.stdin.write(b'{"op": "exit"}\n')
-                self.proc.stdin.flush()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=15)
+        self.ask_exit(15.0)
         self.kill()
 
 
 @pytest.fixture
 def clients(net: Net, tmp_path: Path) -> Iterator[Any]:
     """``clients(host, env=None)`` starts a client process in ``host``."""
-    started: list[NsClient] = []
-
-    def make(host: str, env: dict[str, str] | None = None) -> NsClient:
-        c = NsClient(net, host, tmp_path, env)
-        started.append(c)
-        return c
-
-    yield make
-    for c in started:
-        c.stop()
+    yield from started_by(lambda host, env=None: NsClient(net, host, tmp_path, env), NsClient.stop)

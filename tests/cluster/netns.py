@@ -200,15 +200,28 @@ class Faults:
         print(f"[faults] {what}", file=sys.stderr)
 
     # ------------------------------------------------------------ latency / loss
+    def _try_netem(self, host: str, args: list[str], what: str) -> bool:
+        """Marks ``host`` for clearing; when the kernel has sch_netem, applies
+        netem ``args`` to every packet ``host`` sends (noting ``what``) and
+        returns True."""
+        self._dirty.add(host)
+        if not self.netem_available():
+            return False
+        dev = self.net.hosts[host]["dev"]
+        self.net.exec(host, ["tc", "qdisc", "replace", "dev", dev, "root", "netem", *args])
+        self._note(f"netem: {what}")
+        return True
+
+    def _output_rule(self, host: str, rule: list[str], what: str) -> None:
+        """Appends an iptables OUTPUT ``rule`` for ``host``'s device inside
+        ``host`` (the fallback without sch_netem) and notes ``what``."""
+        dev = self.net.hosts[host]["dev"]
+        self.net.exec(host, ["iptables", "-A", "OUTPUT", "-o", dev, *rule])
+        self._note(what)
+
     def delay(self, host: str, ms: int) -> str:
         """Add ``ms`` of latency to every packet ``host`` sends. Returns the mechanism."""
-        dev = self.net.hosts[host]["dev"]
-        self._dirty.add(host)
-        if self.netem_available():
-            self.net.exec(
-                host, ["tc", "qdisc", "replace", "dev", dev, "root", "netem", "delay", f"{ms}ms"]
-            )
-            self._note(f"netem: {ms} ms delay on {host}")
+        if self._try_netem(host, ["delay", f"{ms}ms"], f"{ms} ms delay on {host}"):
             return "netem"
         queue = 100 + list(self.net.hosts).index(host)
         proc = self.net.popen(
@@ -225,57 +238,22 @@ class Faults:
             err = proc.stderr.read().decode() if proc.stderr else ""
             raise RuntimeError(f"mc_nfq_delay did not start: {line!r} {err}")
         self._delayers[host] = proc
-        self.net.exec(
+        self._output_rule(
             host,
-            [
-                "iptables",
-                "-A",
-                "OUTPUT",
-                "-o",
-                dev,
-                "-j",
-                "NFQUEUE",
-                "--queue-num",
-                str(queue),
-                "--queue-bypass",
-            ],
-        )
-        self._note(
-            f"iptables NFQUEUE + mc_nfq_delay (no sch_netem in this kernel): {ms} ms delay on {host}"
+            ["-j", "NFQUEUE", "--queue-num", str(queue), "--queue-bypass"],
+            f"iptables NFQUEUE + mc_nfq_delay (no sch_netem in this kernel): {ms} ms delay on {host}",
         )
         return "nfqueue"
 
     def loss(self, host: str, percent: float) -> str:
         """Drop ``percent`` % of the packets ``host`` sends, at random."""
-        dev = self.net.hosts[host]["dev"]
-        self._dirty.add(host)
-        if self.netem_available():
-            self.net.exec(
-                host, ["tc", "qdisc", "replace", "dev", dev, "root", "netem", "loss", f"{percent}%"]
-            )
-            self._note(f"netem: {percent}% loss on {host}")
+        if self._try_netem(host, ["loss", f"{percent}%"], f"{percent}% loss on {host}"):
             return "netem"
         p = f"{percent / 100:.4f}"
-        self.net.exec(
+        self._output_rule(
             host,
-            [
-                "iptables",
-                "-A",
-                "OUTPUT",
-                "-o",
-                dev,
-                "-m",
-                "statistic",
-                "--mode",
-                "random",
-                "--probability",
-                p,
-                "-j",
-                "DROP",
-            ],
-        )
-        self._note(
-            f"iptables statistic DROP (no sch_netem in this kernel): {percent}% loss on {host}"
+            ["-m", "statistic", "--mode", "random", "--probability", p, "-j", "DROP"],
+            f"iptables statistic DROP (no sch_netem in this kernel): {percent}% loss on {host}",
         )
         return "iptables"
 

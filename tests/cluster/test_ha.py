@@ -41,8 +41,12 @@ def _wait_one_leader(ms: list[Any], timeout: float = 20.0) -> Any:
     return got[0]
 
 
-def _start_trio(masters: Any, etcd: Any, cluster_id: str) -> list[Any]:
-    return [masters(h, **_ha_flags(etcd, cluster_id)) for h in ("m1", "m2", "m3")]
+def _trio_with_leader(masters: Any, etcd: Any, cluster_id: str) -> tuple[list[Any], Any, list[Any]]:
+    """HA masters on m1, m2 and m3, once one of them leads: (all three, the
+    leader, the other two)."""
+    ms = [masters(h, **_ha_flags(etcd, cluster_id)) for h in ("m1", "m2", "m3")]
+    leader = _wait_one_leader(ms)
+    return ms, leader, [m for m in ms if m is not leader]
 
 
 def _env(cluster_id: str) -> dict[str, str]:
@@ -53,9 +57,7 @@ def _env(cluster_id: str) -> dict[str, str]:
 def test_three_masters_one_leader_and_failover_loses_nothing(
     net: Any, etcd: Any, masters: Any, clients: Any, cluster_id: str
 ) -> None:
-    ms = _start_trio(masters, etcd, cluster_id)
-    leader = _wait_one_leader(ms)
-    others = [m for m in ms if m is not leader]
+    _, leader, others = _trio_with_leader(masters, etcd, cluster_id)
     for m in others:
         h = m.health()
         assert h["role"] == "standby" and h["leader_address"] == leader.rpc_addr, h
@@ -103,9 +105,7 @@ def test_three_masters_one_leader_and_failover_loses_nothing(
 def test_leader_cut_off_from_etcd_steps_down_before_a_new_leader_serves(
     net: Any, etcd: Any, masters: Any, clients: Any, faults: Any, cluster_id: str
 ) -> None:
-    ms = _start_trio(masters, etcd, cluster_id)
-    old = _wait_one_leader(ms)
-    others = [m for m in ms if m is not old]
+    _, old, others = _trio_with_leader(masters, etcd, cluster_id)
     # c1 talks to the old leader directly; c2 follows etcd.
     direct = clients("c1", _env(cluster_id))
     follower = clients("c2", _env(cluster_id))
@@ -138,9 +138,7 @@ def test_leader_cut_off_from_etcd_steps_down_before_a_new_leader_serves(
 def test_leader_host_cut_off_clients_fail_over_and_never_hang(
     net: Any, etcd: Any, masters: Any, clients: Any, faults: Any, cluster_id: str
 ) -> None:
-    ms = _start_trio(masters, etcd, cluster_id)
-    old = _wait_one_leader(ms)
-    others = [m for m in ms if m is not old]
+    ms, old, others = _trio_with_leader(masters, etcd, cluster_id)
     a, b = clients("c1", _env(cluster_id)), clients("c2", _env(cluster_id))
     assert a.setup(_etcd_addr(etcd))["rc"] == 0
     assert b.setup(_etcd_addr(etcd))["rc"] == 0
@@ -193,24 +191,25 @@ def test_master_with_unreachable_etcd_fails_within_5s(net: Any, cluster_id: str)
     assert took < 6.0, took
 
 
+def _setup_fails_fast(c: Any, addr: str, why: str) -> None:
+    """Client ``c``'s setup on ``addr`` fails (-1) within the connect timeout
+    and logs ``why``."""
+    r = c.setup(addr)
+    assert r["rc"] == -1
+    assert r["s"] < 7.0, r
+    assert why in c.log_tail(1 << 20)
+
+
 def test_client_with_unreachable_etcd_fails_within_the_connect_timeout(
     net: Any, clients: Any
 ) -> None:
-    c = clients("c1")
-    r = c.setup(f"etcd://{net.ip('c2')}:{ETCD_PORT}")
-    assert r["rc"] == -1
-    assert r["s"] < 7.0, r
-    assert "cannot reach etcd" in c.log_tail(1 << 20)
+    _setup_fails_fast(clients("c1"), f"etcd://{net.ip('c2')}:{ETCD_PORT}", "cannot reach etcd")
 
 
 def test_client_with_no_master_registered(
     net: Any, etcd: Any, clients: Any, cluster_id: str
 ) -> None:
-    c = clients("c1", _env(cluster_id))
-    r = c.setup(_etcd_addr(etcd))
-    assert r["rc"] == -1
-    assert r["s"] < 7.0, r
-    assert "no master is registered" in c.log_tail(1 << 20)
+    _setup_fails_fast(clients("c1", _env(cluster_id)), _etcd_addr(etcd), "no master is registered")
 
 
 def test_two_masters_with_the_same_rpc_address(

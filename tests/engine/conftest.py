@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.fixtures import default_timeouts, started_by
 
 HERE = Path(__file__).resolve().parent
 PEER = HERE / "engine_peer.py"
@@ -29,11 +30,7 @@ _names = itertools.count(1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("timeout"):
-        return
-    for item in items:
-        if item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(120, method="thread"))
+    default_timeouts(items, config, 120)
 
 
 class Peer:
@@ -102,16 +99,7 @@ class Peer:
 @pytest.fixture
 def peers() -> Iterator[Callable[..., Peer]]:
     """``peers(env=None)`` starts a peer process; all are killed at teardown."""
-    started: list[Peer] = []
-
-    def make(env: dict[str, str] | None = None) -> Peer:
-        p = Peer(env)
-        started.append(p)
-        return p
-
-    yield make
-    for p in started:
-        p.kill()
+    yield from started_by(Peer, Peer.kill)
 
 
 @pytest.fixture

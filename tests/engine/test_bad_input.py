@@ -27,12 +27,13 @@ def one_line(log: pytest.LogCaptureFixture, *words: str) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def pair(peers: Any) -> tuple[TransferEngine, np.ndarray, Peer, str, int]:
-    """(initiator engine, its registered 64 KiB buffer, target peer, target
-    name, address of the target's registered 64 KiB in the middle of a
-    192 KiB array)."""
-    target: Peer = peers()
+def make_pair(
+    peers: Any, env: dict[str, str] | None = None
+) -> tuple[TransferEngine, np.ndarray, Peer, str, int]:
+    """(initiator engine, its registered 64 KiB buffer, target peer started
+    with ``env``, target name, address of the target's registered 64 KiB in
+    the middle of a 192 KiB array)."""
+    target: Peer = peers(env)
     tname = target.init(P2P)
     whole = target.array(3 << 16, register=False)
     remote = whole + (1 << 16)
@@ -42,6 +43,12 @@ def pair(peers: Any) -> tuple[TransferEngine, np.ndarray, Peer, str, int]:
     buf = np.full(1 << 16, 0xAB, np.uint8)
     assert engine.register_memory(buf.ctypes.data, buf.nbytes) == 0
     return engine, buf, target, tname, remote
+
+
+@pytest.fixture
+def pair(peers: Any) -> tuple[TransferEngine, np.ndarray, Peer, str, int]:
+    """``make_pair(peers)``."""
+    return make_pair(peers)
 
 
 def test_calls_before_initialize(engine_log: pytest.LogCaptureFixture) -> None:
@@ -170,15 +177,8 @@ def test_peer_ranges_outside_registered_memory(
         monkeypatch.setenv("MC_FORCE_TCP", "1")
     else:
         monkeypatch.delenv("MC_FORCE_TCP", raising=False)
-    target: Peer = peers({"MC_FORCE_TCP": "1"} if tcp else {})
-    tname = target.init(P2P)
-    whole = target.array(3 << 16, register=False)
-    remote = whole + (1 << 16)
-    assert target.call("register_memory", remote, 1 << 16) == 0
-    engine = TransferEngine()
-    init_local(engine, P2P)
-    buf = np.full(1 << 16, 0xAB, np.uint8)
-    assert engine.register_memory(buf.ctypes.data, buf.nbytes) == 0
+    engine, buf, target, tname, remote = make_pair(peers, {"MC_FORCE_TCP": "1"} if tcp else {})
+    whole = remote - (1 << 16)
     addr = buf.ctypes.data
     engine_log.clear()
     bad = [

@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 
-from conftest import ROOT
+from helpers.examples import run_repo_script
 
 
 def clean_env() -> dict[str, str]:
@@ -21,30 +19,16 @@ def clean_env() -> dict[str, str]:
 def test_example_engram_layer_runs() -> None:
     args = ["--heads", "4", "--dim", "16", "--table-size", "5000", "--batch", "2"]
     args += ["--tokens", "64", "--iters", "3"]
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "engram_layer.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=clean_env(),
-        check=False,
-    )
+    r = run_repo_script("examples/engram_layer.py", *args, env=clean_env(), timeout=120)
     assert r.returncode == 0, r.stderr
     assert "output shape (2, 64, 4, 16) float32" in r.stdout
     assert re.search(r"lookup [0-9.]+ ms per call, [0-9.]+ ns per token", r.stdout), r.stdout
 
 
 def test_benchmark_script_runs() -> None:
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "engram_bench.py")]
-        + ["--shape", "upstream", "--mode", "same-host", "--batches", "1,4"]
-        + ["--warmup", "1", "--iters", "3", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=clean_env(),
-        check=False,
-    )
+    args = ["--shape", "upstream", "--mode", "same-host", "--batches", "1,4"]
+    args += ["--warmup", "1", "--iters", "3", "--json"]
+    r = run_repo_script("benchmarks/engram_bench.py", *args, env=clean_env(), timeout=300)
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout.strip().splitlines()[-1])
     assert [row["batch"] for row in rows] == [1, 4]

@@ -16,24 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import Master, make_client, owner_process
+from helpers.engram_tables import IDS, VOCAB, D, expected, make_tables
 from mooncake.store import EngramStore, EngramStoreConfig
 
-VOCAB = [17, 19, 23, 29]
-D = 8
-IDS = [[[0, 1, 2, 3], [4, 5, 6, 7]], [[16, 18, 22, 28], [8, 9, 10, 11]]]
 _layers = itertools.count(500)
-
-
-def make_tables(offset: float = 0.0) -> list[np.ndarray]:
-    return [
-        np.arange(n * D, dtype=np.float32).reshape(n, D) + 1000 * h + offset
-        for h, n in enumerate(VOCAB)
-    ]
-
-
-def expected(tables: list[np.ndarray], ids: Any) -> np.ndarray:
-    a = np.asarray(ids)
-    return np.stack([tables[h][a[..., h]] for h in range(len(tables))], axis=2)
 
 
 def cfg() -> Any:

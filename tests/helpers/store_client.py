@@ -11,14 +11,13 @@ reader processes never ship bulk bytes through the pipe.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import traceback
 from typing import Any
 
 import numpy as np
 from common import pattern, pattern_array
+from json_child import serve
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 
 
@@ -218,30 +217,11 @@ def main() -> int:
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         resource.setrlimit(resource.RLIMIT_NOFILE, (int(nofile), hard))
     client = Client()
-    out = sys.stdout
-    out.write(json.dumps({"ready": True}) + "\n")
-    out.flush()
-    for line in sys.stdin:
-        line = line.strip()
-        if not line:
-            continue
-        msg = json.loads(line)
-        op = msg.get("op")
-        if op == "exit":
-            break
-        fn = getattr(client, f"op_{op}", None)
-        try:
-            if fn is None:
-                raise ValueError(f"unknown op {op!r}")
-            reply = {"ok": True, "result": fn(msg)}
-        except Exception as e:  # noqa: BLE001 - reported to the test, keep serving
-            reply = {"ok": False, "error": f"{e!r}\n{traceback.format_exc()}"}
-        out.write(json.dumps(reply) + "\n")
-        out.flush()
+    serve(client)
     try:
         client.store.close()
     finally:
-        out.flush()
+        sys.stdout.flush()
     return 0
 
 

@@ -84,6 +84,33 @@ def owners() -> Iterator[list[Any]]:
 
 
 @pytest.fixture
+def owner(offload_master: Master, owners: list[Any]) -> Callable[..., tuple[Any, int]]:
+    """``owner(path, **kw)``: ``setup_owner`` on the offload master; closed at teardown."""
+
+    def make(path: Path | str, **kw: Any) -> tuple[Any, int]:
+        s, rc = setup_owner(offload_master, path, **kw)
+        owners.append(s)
+        return s, rc
+
+    return make
+
+
+@pytest.fixture
+def tier(tmp_path: Path) -> Path:
+    """An empty directory for a disk tier."""
+    d = tmp_path / "tier"
+    d.mkdir()
+    return d
+
+
+def stop_daemon(proc: Any) -> None:
+    proc.send_signal(signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(20)
+    proc.kill()
+
+
+@pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
     """``tmpfs(size_mib, ro=False)`` mounts a small tmpfs (root only; skips otherwise)."""
     mounted: list[Path] = []
@@ -108,12 +135,10 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
 
 
 def test_evicted_objects_read_back_from_disk_on_every_path(
-    offload_master: Master, owners: list[Any], tmp_path: Path
+    owner: Callable[..., tuple[Any, int]], tier: Path
 ) -> None:
-    d = tmp_path / "tier"
-    d.mkdir()
-    s, rc = setup_owner(offload_master, d)
-    owners.append(s)
+    d = tier
+    s, rc = owner(d)
     assert rc == 0
     keys = fill(s, "k")
     # Three times the memory was written: most objects live on disk now.
@@ -153,16 +178,14 @@ def test_evicted_objects_read_back_from_disk_on_every_path(
 
 
 def test_disk_usage_stays_under_the_cap_and_evicted_buckets_are_forgotten(
-    offload_master: Master, owners: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    owner: Callable[..., tuple[Any, int]], tier: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    d = tier
     cap = 12 * MiB
     monkeypatch.setenv("MOONCAKE_OFFLOAD_BUCKET_MAX_PHYSICAL_BYTES", str(cap))
     monkeypatch.setenv("MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT", "2")
     monkeypatch.setenv("MOONCAKE_OFFLOAD_BUCKET_DISK_SCAN_CACHE_MS", "0")
-    d = tmp_path / "tier"
-    d.mkdir()
-    s, rc = setup_owner(offload_master, d)
-    owners.append(s)
+    s, rc = owner(d)
     assert rc == 0
     keys = fill(s, "b")
     used = sum(p.stat().st_blocks * 512 for p in d.iterdir())
@@ -181,12 +204,13 @@ def test_disk_usage_stays_under_the_cap_and_evicted_buckets_are_forgotten(
 
 
 def test_a_remote_client_reads_disk_copies_from_their_owner(
-    offload_master: Master, owners: list[Any], child_factory: Callable[..., Child], tmp_path: Path
+    offload_master: Master,
+    owner: Callable[..., tuple[Any, int]],
+    child_factory: Callable[..., Child],
+    tier: Path,
 ) -> None:
-    d = tmp_path / "tier"
-    d.mkdir()
-    s, rc = setup_owner(offload_master, d)
-    owners.append(s)
+    d = tier
+    s, rc = owner(d)
     assert rc == 0
     keys = fill(s, "r")
     reader = child_factory(env={"MC_STORE_SAME_HOST": "off"})
@@ -201,12 +225,10 @@ def test_a_remote_client_reads_disk_copies_from_their_owner(
 
 
 def test_remove_and_remove_all_delete_the_files(
-    offload_master: Master, owners: list[Any], tmp_path: Path
+    owner: Callable[..., tuple[Any, int]], tier: Path
 ) -> None:
-    d = tmp_path / "tier"
-    d.mkdir()
-    s, rc = setup_owner(offload_master, d)
-    owners.append(s)
+    d = tier
+    s, rc = owner(d)
     assert rc == 0
     keys = fill(s, "x")
     assert buckets(d)
@@ -236,37 +258,35 @@ def test_the_upstream_scenario_with_root_fs_dir(
 
 
 def test_a_missing_or_unwritable_path_fails_setup_with_nothing_mounted(
-    offload_master: Master, owners: list[Any], tmp_path: Path, tmpfs: Callable[..., Path]
+    offload_master: Master,
+    owner: Callable[..., tuple[Any, int]],
+    tmp_path: Path,
+    tmpfs: Callable[..., Path],
 ) -> None:
     before = offload_master.segments()
-    s, rc = setup_owner(offload_master, tmp_path / "missing")
-    owners.append(s)
+    s, rc = owner(tmp_path / "missing")
     assert rc != 0
     assert offload_master.segments() == before
     assert s.put("k", b"v") != 0  # not set up
     f = tmp_path / "a-file"
     f.write_bytes(b"x")
-    s2, rc2 = setup_owner(offload_master, f)
-    owners.append(s2)
+    _, rc2 = owner(f)
     assert rc2 != 0
     ro = tmpfs(1, ro=True)
-    s3, rc3 = setup_owner(offload_master, ro)
-    owners.append(s3)
+    _, rc3 = owner(ro)
     assert rc3 != 0
     assert offload_master.segments() == before
 
 
 def test_two_owners_on_one_directory_are_refused(
-    offload_master: Master, owners: list[Any], tmp_path: Path
+    offload_master: Master, owner: Callable[..., tuple[Any, int]], tmp_path: Path
 ) -> None:
     d = tmp_path / "shared"
     d.mkdir()
-    a, rc = setup_owner(offload_master, d)
-    owners.append(a)
+    a, rc = owner(d)
     assert rc == 0
     segs = offload_master.segments()
-    b, rc2 = setup_owner(offload_master, d)
-    owners.append(b)
+    _, rc2 = owner(d)
     assert rc2 != 0
     assert offload_master.segments() == segs
     # The first owner is unaffected.
@@ -345,18 +365,14 @@ def test_a_full_disk_degrades_to_plain_eviction(
         text = log.read_text(errors="replace")
         assert text.count("disk tier full") == 1, text[-3000:]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(20)
-        proc.kill()
+        stop_daemon(proc)
 
 
 def test_a_daemon_that_serves_no_disk_reads_gives_misses_never_bytes(
-    master_factory: Callable[..., Master], store_factory: Any, tmp_path: Path
+    master_factory: Callable[..., Master], store_factory: Any, tmp_path: Path, tier: Path
 ) -> None:
+    d = tier
     m = master_factory(default_kv_lease_ttl=LEASE_MS, enable_offload=True)
-    d = tmp_path / "tier"
-    d.mkdir()
     env = {"MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": str(d)}
     proc, _, _ = start_daemon(m, tmp_path, env, "--start_offload_rpc_server=false")
     try:
@@ -370,20 +386,15 @@ def test_a_daemon_that_serves_no_disk_reads_gives_misses_never_bytes(
         assert 0 < sum(v != b"" for v in got) <= 16
         assert all(s.is_exist(f"w{i}") == 1 for i in range(N))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(20)
-        proc.kill()
+        stop_daemon(proc)
 
 
 def test_a_corrupted_bucket_reads_as_an_error_never_wrong_bytes(
-    offload_master: Master, owners: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    owner: Callable[..., tuple[Any, int]], tier: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    d = tier
     monkeypatch.setenv("MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT", "4")
-    d = tmp_path / "tier"
-    d.mkdir()
-    s, rc = setup_owner(offload_master, d)
-    owners.append(s)
+    s, rc = owner(d)
     assert rc == 0
     keys = fill(s, "c")
     sealed = [p for p in buckets(d) if p.with_suffix(".meta").exists()]
@@ -410,10 +421,9 @@ def test_a_corrupted_bucket_reads_as_an_error_never_wrong_bytes(
 
 
 def test_an_owner_restarted_with_its_old_directory_serves_it_again(
-    offload_master: Master, child_factory: Callable[..., Child], tmp_path: Path
+    offload_master: Master, child_factory: Callable[..., Child], tier: Path
 ) -> None:
-    d = tmp_path / "tier"
-    d.mkdir()
+    d = tier
     env = {"MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT": "4"}
     a = child_factory(env=env)
     args = {"global_segment_size": SEG, "enable_ssd_offload": True, "ssd_offload_path": str(d)}
@@ -486,11 +496,10 @@ def test_upstreams_setup_call_forms_turn_offload_on(
 
 
 def test_a_dummy_client_reads_disk_copies_through_its_daemon(
-    master_factory: Callable[..., Master], owners: list[Any], tmp_path: Path
+    master_factory: Callable[..., Master], owners: list[Any], tmp_path: Path, tier: Path
 ) -> None:
+    d = tier
     m = master_factory(default_kv_lease_ttl=LEASE_MS, enable_offload=True)
-    d = tmp_path / "tier"
-    d.mkdir()
     proc, _, port = start_daemon(m, tmp_path, {"MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": str(d)})
     try:
         dummy = MooncakeDistributedStore()
@@ -503,7 +512,4 @@ def test_a_dummy_client_reads_disk_copies_through_its_daemon(
     finally:
         with contextlib.suppress(Exception):
             dummy.close()
-        proc.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(20)
-        proc.kill()
+        stop_daemon(proc)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.waits import free_port  # noqa: F401  (re-exported for tests)
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -109,17 +110,6 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
 def run(argv: list[str], timeout: float = 60, **kw: Any) -> subprocess.CompletedProcess[str]:
     """Run a command to completion, capturing its output."""
     return subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout, **kw)
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1, outside the store clients' data range."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not 12300 <= port <= 14300:
-            return port
-    raise RuntimeError("no free port")
 
 
 def wait_port(port: int, proc: Proc | None = None, timeout: float = 30.0) -> None:

@@ -24,6 +24,17 @@ def bench(*flags: str) -> list[str]:
     return [command("transfer_engine_bench"), "--protocol=tcp", *flags]
 
 
+def p2p_initiator(segment: str, *flags: str) -> list[str]:
+    """An initiator on 127.0.0.1 that finds ``segment`` by ``P2PHANDSHAKE``."""
+    return bench(
+        "--mode=initiator",
+        "--metadata_server=P2PHANDSHAKE",
+        "--local_server_name=127.0.0.1",
+        f"--segment_id={segment}",
+        *flags,
+    )
+
+
 def start_target(spawn: Any, *flags: str) -> tuple[Proc, str]:
     """A target; returns it and its segment name (from its first line)."""
     p = spawn(bench("--mode=target", "--local_server_name=127.0.0.1", *SMALL, *flags))
@@ -41,11 +52,8 @@ def start_target(spawn: Any, *flags: str) -> tuple[Proc, str]:
 def test_initiator_against_a_target(spawn: Any, operation: str) -> None:
     target, segment = start_target(spawn, "--metadata_server=P2PHANDSHAKE")
     r = run(
-        bench(
-            "--mode=initiator",
-            "--metadata_server=P2PHANDSHAKE",
-            "--local_server_name=127.0.0.1",
-            f"--segment_id={segment}",
+        p2p_initiator(
+            segment,
             f"--operation={operation}",
             "--duration=1",
             "--report_unit=MiB",
@@ -98,11 +106,8 @@ def test_a_segment_that_does_not_exist_fails_at_once(spawn: Any) -> None:
     missing = f"127.0.0.1:{free_port()}"
     t0 = time.monotonic()
     r = run(
-        bench(
-            "--mode=initiator",
-            "--metadata_server=P2PHANDSHAKE",
-            "--local_server_name=127.0.0.1",
-            f"--segment_id={missing}",
+        p2p_initiator(
+            missing,
             "--duration=30",
             *SMALL,
         ),
@@ -135,11 +140,8 @@ def test_a_segment_that_does_not_exist_fails_at_once(spawn: Any) -> None:
 def test_a_segment_too_small_for_the_run_fails_at_once(spawn: Any) -> None:
     _, segment = start_target(spawn, "--metadata_server=P2PHANDSHAKE")
     r = run(
-        bench(
-            "--mode=initiator",
-            "--metadata_server=P2PHANDSHAKE",
-            "--local_server_name=127.0.0.1",
-            f"--segment_id={segment}",
+        p2p_initiator(
+            segment,
             "--duration=30",
             "--block_size=1048576",
             "--batch_size=4",

@@ -82,6 +82,21 @@ def activate_once(
         wait_until(lambda: mpg.get_current_epoch(pg) == epoch, f"the activation of {ranks}")
 
 
+def ping_pong(rank: int, first: int, second: int, value: float, what: str) -> None:
+    """Rank ``first`` sends ``value`` to rank ``second``, which sends back what
+    it got plus one; ``first`` checks the answer (``what`` names the step).
+    Other ranks do nothing."""
+    if rank == first:
+        got = torch.zeros(1)
+        dist.send(torch.tensor([value]), second)
+        dist.recv(got, second)
+        eq(got, value + 1, what)
+    elif rank == second:
+        got = torch.zeros(1)
+        dist.recv(got, first)
+        dist.send(got + 1, first)
+
+
 def check_after_join(rank: int, n: int) -> None:
     """Collectives sized to the new membership of ``n`` ranks (0..n-1)."""
     x = float(rank + 1)
@@ -256,15 +271,7 @@ def replace(rank: int, world: int, port: int) -> None:
         pg = WORLD()
         s, _ = all_reduce(rank + 1.0)
         assert s == 10.0
-        if rank == 0:
-            got = torch.zeros(1)
-            dist.send(torch.tensor([1.0]), victim)
-            dist.recv(got, victim)
-            eq(got, 2.0, "ping-pong before")
-        elif rank == victim:
-            got = torch.zeros(1)
-            dist.recv(got, 0)
-            dist.send(got + 1, 0)
+        ping_pong(rank, 0, victim, 1.0, "ping-pong before")
         dist.barrier()
         if rank == victim:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -290,15 +297,7 @@ def replace(rank: int, world: int, port: int) -> None:
         activate_once(pg, rank, [victim], epoch=2)
         s, _ = all_reduce(rank + 1.0)
         assert s == 10.0, s
-    if rank == 0:
-        got = torch.zeros(1)
-        dist.send(torch.tensor([5.0]), victim)
-        dist.recv(got, victim)
-        eq(got, 6.0, "ping-pong after replacement")
-    elif rank == victim:
-        got = torch.zeros(1)
-        dist.recv(got, 0)
-        dist.send(got + 1, 0)
+    ping_pong(rank, 0, victim, 5.0, "ping-pong after replacement")
     check_after_join(rank, 4)
     dist.destroy_process_group()
 

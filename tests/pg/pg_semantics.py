@@ -16,6 +16,7 @@ import datetime
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,23 @@ def _join_as(victim: int, port: int) -> None:
     init(victim, 3, port, MooncakeBackendOptions(3, True))
     eq(mpg.get_active_ranks(dist.group.WORLD), i32(*(int(r == victim) for r in range(3))), "local")
     mpg.join_group(dist.group.WORLD, timeout=OP_BOUND_S)
+
+
+def _replace_after(rank: int, victim: int, port: int, survivors: Callable[[int, Any], None]) -> int:
+    """World 3 where rank ``victim`` departs and a replacement takes its
+    place: the replacement process (``rank`` >= 100) joins as ``victim``;
+    every other process initializes rank ``rank``, runs ``survivors(rank,
+    WORLD)`` (which makes ``victim`` depart), then rank 0 asks for the
+    replacement and all activate it. Returns this process's rank."""
+    if rank >= 100:
+        _join_as(victim, port)
+        return victim
+    init(rank, 3, port, MooncakeBackendOptions(3))
+    survivors(rank, dist.group.WORLD)
+    if rank == 0:
+        hub_set("replace")
+    _activate(rank, victim, epoch=2)
+    return rank
 
 
 def _gone(pid: int) -> bool:
@@ -167,12 +185,8 @@ def send_to_departed(rank: int, world: int, port: int) -> None:
     activate it) and P2P and collectives with it succeed."""
     assert world == 3
     victim = 1
-    if rank >= 100:
-        _join_as(victim, port)
-        rank = victim
-    else:
-        init(rank, 3, port, MooncakeBackendOptions(3))
-        pg = dist.group.WORLD
+
+    def survivors(rank: int, pg: Any) -> None:
         t = torch.tensor([float(rank + 1)])
         dist.all_reduce(t)
         eq(t, 6.0, "before")
@@ -197,9 +211,8 @@ def send_to_departed(rank: int, world: int, port: int) -> None:
         _wait(w, "isend after noticing")
         assert not mpg.get_local_success(w), "a send to a departed rank reported success"
         eq(mpg.get_failed_ranks_hint(w), i32(0, 1, 0), "hint of the late send")
-        if rank == 0:
-            hub_set("replace")
-        _activate(rank, victim, epoch=2)
+
+    rank = _replace_after(rank, victim, port, survivors)
     # The full group again: P2P both ways with the replacement, then a sum.
     if rank == 0:
         got = torch.zeros(3)
@@ -265,21 +278,16 @@ def gather_scatter_recover(rank: int, world: int, port: int) -> None:
 
     assert world == 3
     victim, k, rounds = 1, 1 << 16, 4  # 256 KiB per rank and slot: two pieces
-    if rank >= 100:
-        _join_as(victim, port)
-        rank = victim
-    else:
-        init(rank, 3, port, MooncakeBackendOptions(3))
-        pg = dist.group.WORLD
+
+    def survivors(rank: int, pg: Any) -> None:
         for i in range(rounds):
             if i == 2 and rank == victim:
                 _testing.inject_fault("exit@group=0,point=mid_send,code=0")
             _gather_scatter_round(rank, k, f"round {i}")
             assert rank != victim or i < 2, "the exit rule did not fire"
         eq(mpg.get_active_ranks(pg), i32(1, 0, 1), "after the death")
-        if rank == 0:
-            hub_set("replace")
-        _activate(rank, victim, epoch=2)
+
+    rank = _replace_after(rank, victim, port, survivors)
     for i in range(rounds):
         _gather_scatter_round(rank, k, f"full round {i}")
     eq(mpg.get_active_ranks(dist.group.WORLD), i32(1, 1, 1), "full group")

@@ -16,6 +16,7 @@ import sys
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import run_script
 from pg_harness import LaunchResult, Step, run_launch
 
 TRANSPORTS = ["auto", "tcp"]
@@ -272,15 +273,7 @@ def test_codes_come_from_the_core() -> None:
 def _run(
     args: list[str], timeout: float = 300, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    )
+    return run_script(args, timeout, {"OMP_NUM_THREADS": "1", **(env or {})})
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

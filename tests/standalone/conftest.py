@@ -6,6 +6,8 @@ clients in this process (``setup_dummy``) or in child processes
 (``dummy_proc.py``).
 
 Every process started here is killed at teardown; every wait is bounded.
+Tests share the module's daemon and take unique keys from ``key`` of
+``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +25,9 @@ from typing import Any
 
 import pytest
 from helpers.bins import console_script
+from helpers.fixtures import default_timeouts, started_by
+from helpers.logged import LoggedProcess
+from helpers.waits import free_port, wait_until
 
 HERE = Path(__file__).resolve().parent
 DUMMY_PROC = HERE / "dummy_proc.py"
@@ -31,31 +35,7 @@ MiB = 1 << 20
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("timeout"):
-        return
-    for item in items:
-        if item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(120, method="thread"))
-
-
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1 (outside the store's data port range)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if not 12300 <= port <= 14300:
-            return port
-    raise RuntimeError("could not find a free port")
-
-
-def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        val = pred()
-        if val or time.monotonic() >= deadline:
-            return val
-        time.sleep(interval)
+    default_timeouts(items, config, 120)
 
 
 def client_bin() -> str:
@@ -65,7 +45,7 @@ def client_bin() -> str:
 READY = "serving dummy clients"
 
 
-class Daemon:
+class Daemon(LoggedProcess):
     """A real ``mooncake_client`` process."""
 
     def __init__(
@@ -123,15 +103,6 @@ class Daemon:
         )
         assert ok and self.alive(), f"daemon did not come up:\n{self.log_text()[-3000:]}"
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
@@ -158,16 +129,7 @@ class Daemon:
 
 @pytest.fixture
 def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
-    started: list[Daemon] = []
-
-    def make(master: Any, **kw: Any) -> Daemon:
-        d = Daemon(master, tmp_path, **kw)
-        started.append(d)
-        return d
-
-    yield make
-    for d in started:
-        d.kill()
+    yield from started_by(lambda master, **kw: Daemon(master, tmp_path, **kw), Daemon.kill)
 
 
 @pytest.fixture(scope="module")
@@ -241,25 +203,4 @@ class DummyProc:
 
 @pytest.fixture
 def dummy_procs() -> Iterator[Callable[..., DummyProc]]:
-    started: list[DummyProc] = []
-
-    def make(address: str, env: dict[str, str] | None = None) -> DummyProc:
-        p = DummyProc(address, env)
-        started.append(p)
-        return p
-
-    yield make
-    for p in started:
-        p.kill()
-
-
-_keys = 0
-
-
-@pytest.fixture
-def key(request: pytest.FixtureRequest) -> Callable[[str], str]:
-    """``key("k")`` -> a key unique to this test (modules share a daemon)."""
-    global _keys
-    _keys += 1
-    prefix = f"{request.node.name}-{os.getpid()}-{_keys}"
-    return lambda name: f"{prefix}/{name}"
+    yield from started_by(DummyProc, DummyProc.kill)

@@ -18,18 +18,25 @@ from typing import Any
 
 import pytest
 from conftest import Child, Master, StoreFactory, master_bin, pattern, wait_until
-from mooncake.store import ReplicateConfig
+from helpers.replicate import replicate_config as _cfg
 
 MiB = 1 << 20
 SIZES = [17, 4096, 65536, MiB]
 
 
-def _cfg(replica_num: int = 1, preferred: str = "") -> Any:
-    c = ReplicateConfig()
-    c.replica_num = replica_num
-    if preferred:
-        c.preferred_segment = preferred
-    return c
+Owners = tuple[Any, Child, str, str]
+
+
+@pytest.fixture
+def owners(
+    master: Master, store_factory: StoreFactory, child_factory: Callable[..., Child]
+) -> Owners:
+    """A store in this process and one in a child process, both lending a
+    segment on ``master``: ``(store, child, store's segment, child's segment)``."""
+    a = store_factory(master)
+    b = child_factory()
+    assert b.setup(master) == 0
+    return a, b, a.get_hostname(), b.call("hostname")
 
 
 def _read_all(store: Any, expect: dict[str, bytes]) -> dict[str, bytes]:
@@ -43,13 +50,8 @@ def _read_all(store: Any, expect: dict[str, bytes]) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_objects_survive_a_master_restart(
-    master: Master, store_factory: StoreFactory, child_factory: Callable[..., Child]
-) -> None:
-    a = store_factory(master)
-    b = child_factory()
-    assert b.setup(master) == 0
-    seg_a, seg_b = a.get_hostname(), b.call("hostname")
+def test_objects_survive_a_master_restart(master: Master, owners: Owners) -> None:
+    a, b, seg_a, seg_b = owners
     expect: dict[str, bytes] = {}
     for i in range(48):
         key = f"obj{i}"
@@ -93,13 +95,8 @@ def test_objects_survive_a_master_restart(
 
 
 @pytest.mark.slow
-def test_reads_during_the_gap_are_never_wrong(
-    master: Master, store_factory: StoreFactory, child_factory: Callable[..., Child]
-) -> None:
-    a = store_factory(master)
-    b = child_factory()
-    assert b.setup(master) == 0
-    seg_b = b.call("hostname")
+def test_reads_during_the_gap_are_never_wrong(master: Master, owners: Owners) -> None:
+    a, _child, _, seg_b = owners
     expect = {f"g{i}": pattern(4096, i) for i in range(16)}
     for k, v in expect.items():
         assert a.put(k, v, _cfg(1, seg_b)) == 0
@@ -120,12 +117,9 @@ def test_reads_during_the_gap_are_never_wrong(
 
 @pytest.mark.slow
 def test_a_client_that_died_while_the_master_was_down_loses_only_its_objects(
-    master: Master, store_factory: StoreFactory, child_factory: Callable[..., Child]
+    master: Master, owners: Owners
 ) -> None:
-    survivor = store_factory(master)
-    doomed = child_factory()
-    assert doomed.setup(master) == 0
-    seg_s, seg_d = survivor.get_hostname(), doomed.call("hostname")
+    survivor, doomed, seg_s, seg_d = owners
     only_doomed = {f"d{i}": pattern(4096, i) for i in range(8)}
     only_survivor = {f"s{i}": pattern(4096, 100 + i) for i in range(8)}
     both = {f"b{i}": pattern(4096, 200 + i) for i in range(8)}
@@ -151,13 +145,8 @@ def test_a_client_that_died_while_the_master_was_down_loses_only_its_objects(
 
 
 @pytest.mark.slow
-def test_a_moving_upsert_leaves_no_old_version_behind(
-    master: Master, store_factory: StoreFactory, child_factory: Callable[..., Child]
-) -> None:
-    a = store_factory(master)
-    b = child_factory()
-    assert b.setup(master) == 0
-    seg_a, seg_b = a.get_hostname(), b.call("hostname")
+def test_a_moving_upsert_leaves_no_old_version_behind(master: Master, owners: Owners) -> None:
+    a, b, seg_a, seg_b = owners
     assert a.put("u", pattern(4096, 1), _cfg(1, seg_b)) == 0
     assert b.call("stats")["ledger_entries"] == 1
     # A different size moves the object (to a's segment): b forgets v1 first.
@@ -175,16 +164,13 @@ def test_a_moving_upsert_leaves_no_old_version_behind(
 def test_an_upsert_over_a_held_read_comes_back_as_the_new_version(
     master: Master,
     store_factory: StoreFactory,
-    child_factory: Callable[..., Child],
+    owners: Owners,
     move: bool,
 ) -> None:
     """An upsert returned 0 while reads still held the old version: after a
     master restart only the new version is ever read, even during the gap."""
-    a = store_factory(master)
+    a, b, seg_a, seg_b = owners
     reader = store_factory(master, global_segment_size=0)
-    b = child_factory()
-    assert b.setup(master) == 0
-    seg_a, seg_b = a.get_hostname(), b.call("hostname")
     keys = [f"h{i}" for i in range(8)]
     for i, k in enumerate(keys):
         assert a.put(k, pattern(4096, i), _cfg(1, seg_b)) == 0

@@ -123,6 +123,25 @@ def _store() -> Any:
     return MooncakeDistributedStore()
 
 
+def _etcd_store(etcd: str, global_segment_size: int = 32 << 20) -> Any:
+    """A store set up (P2P handshake, TCP) through the masters that ``etcd``
+    lists for this process's cluster."""
+    s = _store()
+    rc = s.setup(
+        "127.0.0.1", "P2PHANDSHAKE", global_segment_size, 16 << 20, "tcp", "", f"etcd://{etcd}"
+    )
+    assert rc == 0
+    return s
+
+
+@pytest.fixture
+def joined(trio: tuple[str, list[HaMaster]], monkeypatch: pytest.MonkeyPatch) -> list[HaMaster]:
+    """The trio's masters, with this process's clients in the trio's cluster."""
+    cluster, ms = trio
+    monkeypatch.setenv("MC_STORE_CLUSTER_ID", cluster)
+    return ms
+
+
 def test_health_and_metrics_of_leader_and_standbys(trio: tuple[str, list[HaMaster]]) -> None:
     cluster, ms = trio
     leader = _leader(ms)
@@ -184,16 +203,10 @@ def test_etcd_address_in_setup_dict_and_mooncake_config(
         b.close()
 
 
-def test_clients_follow_the_leader_across_two_failovers(
-    trio: tuple[str, list[HaMaster]], etcd: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cluster, ms = trio
-    monkeypatch.setenv("MC_STORE_CLUSTER_ID", cluster)
+def test_clients_follow_the_leader_across_two_failovers(joined: list[HaMaster], etcd: str) -> None:
+    ms = joined
     first = _leader(ms)
-    s = _store()
-    assert (
-        s.setup("127.0.0.1", "P2PHANDSHAKE", 32 << 20, 16 << 20, "tcp", "", f"etcd://{etcd}") == 0
-    )
+    s = _etcd_store(etcd)
     try:
         expect = {}
         for round_ in range(2):
@@ -217,15 +230,11 @@ def test_clients_follow_the_leader_across_two_failovers(
 
 
 def test_upserts_over_held_reads_survive_a_failover_as_the_new_version(
-    trio: tuple[str, list[HaMaster]], etcd: str, monkeypatch: pytest.MonkeyPatch
+    joined: list[HaMaster], etcd: str
 ) -> None:
-    cluster, ms = trio
-    monkeypatch.setenv("MC_STORE_CLUSTER_ID", cluster)
+    ms = joined
     _leader(ms)
-    s, r = _store(), _store()
-    addr = f"etcd://{etcd}"
-    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 32 << 20, 16 << 20, "tcp", "", addr) == 0
-    assert r.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", addr) == 0
+    s, r = _etcd_store(etcd), _etcd_store(etcd, 0)
     try:
         keys = [f"v{i}" for i in range(10)]
         for k in keys:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import Child, Master, StoreFactory, pattern, ptr, store_records
+from conftest import Child, Master, StoreFactory, check_codes, pattern, ptr
 from mooncake.store import ReplicateConfig
 
 K = Callable[[str], str]
@@ -347,12 +347,7 @@ def test_failures_log_one_line_each(store: Any, key: K, log: pytest.LogCaptureFi
             "replica_num 1",
         ),
     ]
-    for call, codes, reason in calls:
-        log.clear()
-        assert call() == codes, reason
-        recs = store_records(log)
-        assert len(recs) == 1, (reason, [r.getMessage() for r in recs])
-        assert reason in recs[0].getMessage()
+    check_codes(log, calls)
     assert b.untouched(), "no failed read wrote into the buffers"
     assert store.batch_is_exist(ks) == [0, 0]
 
@@ -478,24 +473,14 @@ def test_one_data_request_per_owner_per_batch(
 
 @pytest.mark.ours
 def test_batches_into_one_owner_with_a_cluster_token(
-    master_factory: Callable[..., Master],
-    store_factory: StoreFactory,
-    child_factory: Callable[..., Child],
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Any,
+    token_owner: Callable[..., tuple[Master, Child]], store_factory: StoreFactory
 ) -> None:
     """With a cluster token every TCP write needs the master's ticket for its
     range: a batch whose values all land in one owner's segment (multi-buffer
     and single-buffer batch puts) is still written, one ticketed request per
     replica (a ticket covers one range), the owner reads every byte back, and
     a multi-buffer batch read from that owner is one TCP request."""
-    token = tmp_path / "cluster.token"
-    token.write_text("kv batch token\n")
-    m = master_factory(auth_token_file=str(token))
-    owner = child_factory({"MC_AUTH_TOKEN_FILE": str(token), "MC_STORE_SAME_HOST": "off"})
-    assert owner.setup(m) == 0
-    monkeypatch.setenv("MC_AUTH_TOKEN_FILE", str(token))
-    monkeypatch.setenv("MC_STORE_SAME_HOST", "off")
+    m, owner = token_owner("kv batch token\n")
     s = store_factory(m, global_segment_size=0)
     keys = [f"tokmb{i}" for i in range(6)]
     splits = [cut(7, i) for i in range(6)]

@@ -7,22 +7,13 @@ import socket
 import struct
 import time
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from conftest import Child, ChildError, Master, StoreFactory, pattern, wait_until
-from mooncake.store import ReplicateConfig
+from helpers.replicate import replicate_config as _cfg
 
 MiB = 1 << 20
 TCP_ENV = {"MC_STORE_SAME_HOST": "off"}
-
-
-def _cfg(replica_num: int = 1, preferred: str = "") -> Any:
-    c = ReplicateConfig()
-    c.replica_num = replica_num
-    if preferred:
-        c.preferred_segment = preferred
-    return c
 
 
 def _endpoints(m: Master, key: str) -> list[str]:
@@ -31,6 +22,15 @@ def _endpoints(m: Master, key: str) -> list[str]:
         return []
     assert body["success"] is True
     return [r["transport_endpoint_"] for r in body["data"]]
+
+
+def _tcp_children(m: Master, child_factory: Callable[..., Child]) -> tuple[Child, Child]:
+    """Two child processes that read and write over TCP, both set up on ``m``."""
+    first = child_factory(TCP_ENV)
+    second = child_factory(TCP_ENV)
+    assert first.setup(m) == 0
+    assert second.setup(m) == 0
+    return first, second
 
 
 # ---------------------------------------------------------------- replication
@@ -96,10 +96,7 @@ def test_sigkill_writer(
     # would keep a dead owner's memory readable, while the rule under test is
     # that data of a dead owner reads as failure over TCP, even before the
     # master expires it.
-    reader = child_factory(TCP_ENV)
-    w = child_factory(TCP_ENV)
-    assert reader.setup(m) == 0
-    assert w.setup(m) == 0
+    reader, w = _tcp_children(m, child_factory)
     whost, rhost = w.call("hostname"), reader.call("hostname")
     size = 200_000
     assert w.call("put_pattern", key="solo", size=size, seed=1, preferred_segment=whost) == 0
@@ -120,10 +117,7 @@ def test_a_read_from_a_dead_peer_logs_the_peer_and_the_os_error(
     """The failing get's one log line says which peer the read went to and
     what the operating system answered, not only TRANSFER_FAIL."""
     m = master_factory(client_ttl=60)
-    reader = child_factory(TCP_ENV)
-    w = child_factory(TCP_ENV)
-    assert reader.setup(m) == 0
-    assert w.setup(m) == 0
+    reader, w = _tcp_children(m, child_factory)
     whost = w.call("hostname")
     assert w.call("put_pattern", key="gone", size=4096, seed=3, preferred_segment=whost) == 0
     port = whost.rsplit(":", 1)[1]
@@ -146,10 +140,7 @@ def test_two_replicas_survive_one_client_death(
     child_factory: Callable[..., Child],
 ) -> None:
     m = master_factory(client_ttl=3)
-    a = child_factory(TCP_ENV)
-    b = child_factory(TCP_ENV)
-    assert a.setup(m) == 0
-    assert b.setup(m) == 0
+    a, b = _tcp_children(m, child_factory)
     ahost = a.call("hostname")
     n = 12
     for i in range(n):

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import Child, Master, StoreFactory, pattern
+from helpers.ss import ss_sockets
 from mooncake.store import ReplicateConfig
 
 MiB = 1 << 20
@@ -39,6 +40,18 @@ def _pair(
     return owner, reader
 
 
+def _read_across(owner: Child, reader: Child, key: str, seed: int) -> dict[str, int]:
+    """``owner`` writes ``pattern(SIZE, seed)`` at ``key`` and ``reader``
+    reads every byte of it back; the changes of the reader's counters."""
+    assert owner.call("put_pattern", key=key, size=SIZE, seed=seed) == 0
+    before = reader.call("stats")
+    assert reader.call("check_pattern", key=key, size=SIZE, seed=seed) == {
+        "n": SIZE,
+        "match": True,
+    }
+    return _delta(reader.call("stats"), before)
+
+
 @pytest.mark.ours
 def test_stats_shape(store: Any) -> None:
     st = store.get_client_stats()
@@ -50,10 +63,7 @@ def test_stats_shape(store: Any) -> None:
 @pytest.mark.ours
 def test_same_host_read_is_mapped(master: Master, child_factory: Callable[..., Child]) -> None:
     owner, reader = _pair(master, child_factory, {"MC_STORE_SAME_HOST": "auto"})
-    assert owner.call("put_pattern", key="sh", size=SIZE, seed=3) == 0
-    before = reader.call("stats")
-    assert reader.call("check_pattern", key="sh", size=SIZE, seed=3) == {"n": SIZE, "match": True}
-    d = _delta(reader.call("stats"), before)
+    d = _read_across(owner, reader, "sh", 3)
     assert d["bytes_read_same_host"] == SIZE
     assert d["bytes_read_tcp"] == 0
     assert d["bytes_read_local"] == 0
@@ -64,10 +74,7 @@ def test_same_host_read_is_mapped(master: Master, child_factory: Callable[..., C
 @pytest.mark.ours
 def test_same_host_off_uses_tcp(master: Master, child_factory: Callable[..., Child]) -> None:
     owner, reader = _pair(master, child_factory, {"MC_STORE_SAME_HOST": "off"})
-    assert owner.call("put_pattern", key="tcp", size=SIZE, seed=4) == 0
-    before = reader.call("stats")
-    assert reader.call("check_pattern", key="tcp", size=SIZE, seed=4) == {"n": SIZE, "match": True}
-    d = _delta(reader.call("stats"), before)
+    d = _read_across(owner, reader, "tcp", 4)
     assert d["bytes_read_tcp"] == SIZE
     assert d["bytes_read_same_host"] == 0
     assert reader.call("stats")["same_host_mappings"] == 0
@@ -145,17 +152,7 @@ def _ss_sockets(pid: int, state: str) -> list[tuple[str, str, str]]:
     out = subprocess.run(
         ["ss", "-tinpH", "state", state], capture_output=True, text=True, check=True
     ).stdout
-    rows: list[tuple[str, str, str]] = []
-    lines = out.splitlines()
-    for i, line in enumerate(lines):
-        if f"pid={pid}," not in line:
-            continue
-        parts = line.split()
-        # state filter drops the State column: Recv-Q Send-Q Local Peer users
-        local, peer = parts[2], parts[3]
-        info = lines[i + 1].split() if i + 1 < len(lines) else []
-        rows.append((local, peer, info[0] if info else ""))
-    return rows
+    return ss_sockets(out, pid)
 
 
 def _data_sockets(owner: Child, reader: Child) -> tuple[list[str], list[str]]:

@@ -62,13 +62,21 @@ def big_master(master_factory: Any) -> Master:
     return master_factory(default_kv_lease_ttl=200)
 
 
+def _started_filler(m: Master, store_factory: StoreFactory) -> tuple[Any, int, Filler]:
+    """A store on ``m`` with room for ``N`` objects, the master's pid, and a
+    ``Filler`` that has put one batch (connections and first allocations in
+    place)."""
+    s = store_factory(m, global_segment_size=N * 64 + (16 << 20))
+    pid = m.proc.pid  # type: ignore[union-attr]
+    f = Filler(s)
+    f.put(BATCH)
+    return s, pid, f
+
+
 def test_objects_cost_under_200_bytes_each_and_remove_all_gives_it_back(
     big_master: Master, store_factory: StoreFactory
 ) -> None:
-    s = store_factory(big_master, global_segment_size=N * 64 + (16 << 20))
-    pid = big_master.proc.pid  # type: ignore[union-attr]
-    f = Filler(s)
-    f.put(BATCH)  # connections and first allocations in place
+    s, pid, f = _started_filler(big_master, store_factory)
     empty = rss(pid)
     f.put(N - BATCH)
     grown = rss(pid) - empty
@@ -93,10 +101,7 @@ def test_objects_cost_under_200_bytes_each_and_remove_all_gives_it_back(
 def test_the_cost_of_a_put_does_not_grow_with_the_object_count(
     big_master: Master, store_factory: StoreFactory
 ) -> None:
-    s = store_factory(big_master, global_segment_size=N * 64 + (16 << 20))
-    pid = big_master.proc.pid  # type: ignore[union-attr]
-    f = Filler(s)
-    f.put(BATCH)
+    _, pid, f = _started_filler(big_master, store_factory)
     step = 10_000
     t0 = cpu_seconds(pid)
     f.put(step)

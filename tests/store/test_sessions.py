@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import Child, Master, StoreFactory, ptr, store_records
+from conftest import Child, Master, StoreFactory, check_codes, ptr
 from helpers.common import pattern_array
 from mooncake.store import ReplicateConfig
 
@@ -34,6 +34,16 @@ LONG_LEASE_MS = 600_000
 def long_master(master_factory: Callable[..., Master]) -> Master:
     """A master whose leases outlive any test (get sessions never expire here)."""
     return master_factory(default_kv_lease_ttl=LONG_LEASE_MS)
+
+
+@pytest.fixture
+def long_store(long_master: Master, store_factory: StoreFactory) -> Any:
+    """A store (64 MiB segment) on ``long_master``."""
+    return store_factory(long_master)
+
+
+# Each code test runs plainly, and (ours) checking one log line per failing call.
+LOGGED = pytest.mark.parametrize("logged", [False, pytest.param(True, marks=pytest.mark.ours)])
 
 
 class Pool:
@@ -65,22 +75,26 @@ def value_of(i: int, seed: int = 0, layers: int = LAYERS, page: int = PAGE) -> n
     return pattern_array(layers * page, seed + i)
 
 
+def each_layer(call: Callable[..., Any], keys: list[str], pool: Pool, slots: list[int]) -> None:
+    """One ranged ``call`` per layer of ``pool`` for ``keys`` stored at
+    ``slots``; each moves one page per key."""
+    for layer in range(pool.layers):
+        rcs = call(keys, *pool.layer_args(layer, slots))
+        assert rcs == [pool.page] * len(keys), (layer, rcs)
+
+
 def session_write(store: Any, keys: list[str], pool: Pool, slots: list[int]) -> None:
     """Put session + one ranged write per layer + end, checking every code."""
     size = pool.layers * pool.page
     assert store.batch_put_session_start(keys, [size] * len(keys)) == [0] * len(keys)
-    for layer in range(pool.layers):
-        rcs = store.batch_put_from_multi_buffer_ranges(keys, *pool.layer_args(layer, slots))
-        assert rcs == [pool.page] * len(keys), (layer, rcs)
+    each_layer(store.batch_put_from_multi_buffer_ranges, keys, pool, slots)
     assert store.batch_put_session_end(keys) == [0] * len(keys)
 
 
 def session_read(store: Any, keys: list[str], pool: Pool, slots: list[int]) -> None:
     """Get session + one ranged read per layer + end, checking every code."""
     assert store.batch_get_session_start(keys) == [0] * len(keys)
-    for layer in range(pool.layers):
-        rcs = store.batch_get_into_multi_buffer_ranges(keys, *pool.layer_args(layer, slots))
-        assert rcs == [pool.page] * len(keys), (layer, rcs)
+    each_layer(store.batch_get_into_multi_buffer_ranges, keys, pool, slots)
     assert store.batch_get_session_end(keys) == 0
 
 
@@ -107,11 +121,7 @@ def test_layerwise_round_trip_is_byte_exact(
     for i, s in enumerate(src_slots):
         src.load(s, value_of(i))
     size = LAYERS * PAGE
-    assert store.batch_put_session_start(keys, [size] * 4) == [0] * 4
-    for layer in range(LAYERS):
-        rcs = store.batch_put_from_multi_buffer_ranges(keys, *src.layer_args(layer, src_slots))
-        assert rcs == [PAGE] * 4, (layer, rcs)
-    assert store.batch_put_session_end(keys) == [0] * 4
+    session_write(store, keys, src, src_slots)
     for i, k in enumerate(keys):
         assert store.get(k) == value_of(i).tobytes()
     # Whole, as multi-buffer reads of 61 scattered pages each.
@@ -148,22 +158,14 @@ def test_one_master_rpc_per_session_and_none_per_layer(
     r0 = rpcs()
     assert store.batch_put_session_start(keys, [LAYERS * PAGE] * 3) == [0] * 3
     r1 = rpcs()
-    for layer in range(LAYERS):
-        assert (
-            store.batch_put_from_multi_buffer_ranges(keys, *pool.layer_args(layer, [0, 1, 2]))
-            == [PAGE] * 3
-        )
+    each_layer(store.batch_put_from_multi_buffer_ranges, keys, pool, [0, 1, 2])
     assert rpcs() == r1 == r0 + 1
     assert store.batch_put_session_end(keys) == [0] * 3
     r2 = rpcs()
     assert r2 == r1 + 1
     assert store.batch_get_session_start(keys) == [0] * 3
     r3 = rpcs()
-    for layer in range(LAYERS):
-        assert (
-            store.batch_get_into_multi_buffer_ranges(keys, *pool.layer_args(layer, [2, 1, 0]))
-            == [PAGE] * 3
-        )
+    each_layer(store.batch_get_into_multi_buffer_ranges, keys, pool, [2, 1, 0])
     assert rpcs() == r3 == r2 + 1
 
 
@@ -194,22 +196,15 @@ def test_peer_reads_layers_through_its_own_session(
 
 @pytest.mark.ours
 def test_layers_into_a_tcp_owner_with_a_cluster_token(
-    master_factory: Callable[..., Master],
-    store_factory: StoreFactory,
-    child_factory: Callable[..., Child],
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Any,
+    token_owner: Callable[..., tuple[Master, Child]], store_factory: StoreFactory
 ) -> None:
     """With a cluster token every TCP write needs the master's ticket for its
     replica's range: ranged writes inside the reserved objects carry it, and
     the owner reads every byte back."""
-    token = tmp_path / "cluster.token"
-    token.write_text("session token\n")
-    m = master_factory(auth_token_file=str(token), default_kv_lease_ttl=LONG_LEASE_MS)
-    owner = child_factory({"MC_AUTH_TOKEN_FILE": str(token), "MC_STORE_SAME_HOST": "off"})
-    assert owner.setup(m) == 0
-    monkeypatch.setenv("MC_AUTH_TOKEN_FILE", str(token))
-    monkeypatch.setenv("MC_STORE_SAME_HOST", "off")
+    m, owner = token_owner(
+        "session token\n",
+        default_kv_lease_ttl=LONG_LEASE_MS,
+    )
     store = store_factory(m, global_segment_size=0)
     keys = [f"tok-{i}" for i in range(3)]
     src = Pool(slots=4)
@@ -328,15 +323,31 @@ def test_close_revokes_open_put_sessions(long_master: Master, store_factory: Sto
 # ---------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("logged", [False, pytest.param(True, marks=pytest.mark.ours)])
-def test_put_session_codes(
-    long_master: Master,
-    store_factory: StoreFactory,
-    log: pytest.LogCaptureFixture,
-    logged: bool,
-) -> None:
+def range_misuses(
+    call: Callable[..., Any], kind: str, absent: str, keys: list[str], p: int, two_ptr_size: int
+) -> list[tuple[Callable[[], Any], Any, str | None]]:
+    """The misuses a ranged ``call`` refuses alike for puts and gets, as
+    ``(call, codes, reason)``: a key without a ``kind`` session, a range past
+    the object, more pointers than sizes, lists of other lengths than ``keys``
+    and a null pointer. ``keys[0]`` has a session of at least 4096 bytes."""
+    k = keys[0]
+    return [
+        (lambda: call([absent], [[p]], [[16]], [[0]]), [-600], f"no {kind} session"),
+        (lambda: call([k], [[p]], [[4096]], [[6000]]), [-600], "ends past the object"),
+        (
+            lambda: call([k], [[p, p]], [[two_ptr_size]], [[0]]),
+            [-600],
+            "2 buffer pointers, 1 sizes",
+        ),
+        (lambda: call(keys, [[p]], [[16]], [[0]]), [-600, -600], "differ in length"),
+        (lambda: call([k], [[0]], [[16]], [[0]]), [-600], "null buffer pointer"),
+    ]
+
+
+@LOGGED
+def test_put_session_codes(long_store: Any, log: pytest.LogCaptureFixture, logged: bool) -> None:
     """Upstream's codes; with ``logged``, one log line per failing call naming why."""
-    store = store_factory(long_master)
+    store = long_store
     src = np.arange(8192, dtype=np.uint8)
     p = ptr(src)
     assert store.put("exists", b"x" * 100) == 0
@@ -349,30 +360,8 @@ def test_put_session_codes(
         (lambda: store.batch_put_session_start(["z"], [0]), [-600], "size 0"),
         (lambda: store.batch_put_session_start([""], [10]), [-600], "empty key"),
         (lambda: store.batch_put_session_start([], []), [], None),
-        (
-            lambda: store.batch_put_from_multi_buffer_ranges(["none"], [[p]], [[16]], [[0]]),
-            [-600],
-            "no put session",
-        ),
-        (
-            lambda: store.batch_put_from_multi_buffer_ranges(["k2"], [[p]], [[4096]], [[6000]]),
-            [-600],
-            "ends past the object",
-        ),
-        (
-            lambda: store.batch_put_from_multi_buffer_ranges(["k2"], [[p, p]], [[4096]], [[0]]),
-            [-600],
-            "2 buffer pointers, 1 sizes",
-        ),
-        (
-            lambda: store.batch_put_from_multi_buffer_ranges(["k2", "k1"], [[p]], [[16]], [[0]]),
-            [-600, -600],
-            "differ in length",
-        ),
-        (
-            lambda: store.batch_put_from_multi_buffer_ranges(["k2"], [[0]], [[16]], [[0]]),
-            [-600],
-            "null buffer pointer",
+        *range_misuses(
+            store.batch_put_from_multi_buffer_ranges, "put", "none", ["k2", "k1"], p, 4096
         ),
         (
             lambda: store.batch_put_from_multi_buffer_ranges(["k2"], [[]], [[]], [[]]),
@@ -384,17 +373,7 @@ def test_put_session_codes(
         (lambda: store.batch_put_session_end(["nosess"]), [-600], "no put session"),
         (lambda: store.batch_put_session_revoke(["nosess"]), [-600], "no put session"),
     ]
-    for call, codes, reason in calls:
-        log.clear()
-        assert call() == codes, reason
-        recs = store_records(log)
-        if not logged:
-            continue
-        if reason is None:
-            assert recs == [], [r.getMessage() for r in recs]
-        else:
-            assert len(recs) == 1, (reason, [r.getMessage() for r in recs])
-            assert reason in recs[0].getMessage()
+    check_codes(log, calls, logged)
     assert store.batch_put_from_multi_buffer_ranges(
         ["k1", "k2"], [[p], [p]], [[4096], [8192]], [[0], [0]]
     ) == [4096, 8192]
@@ -411,15 +390,10 @@ def test_put_session_codes(
     assert store.batch_put_session_start(["huge"], [1 << 40]) == [-200]
 
 
-@pytest.mark.parametrize("logged", [False, pytest.param(True, marks=pytest.mark.ours)])
-def test_get_session_codes(
-    long_master: Master,
-    store_factory: StoreFactory,
-    log: pytest.LogCaptureFixture,
-    logged: bool,
-) -> None:
+@LOGGED
+def test_get_session_codes(long_store: Any, log: pytest.LogCaptureFixture, logged: bool) -> None:
     """Upstream's codes; with ``logged``, one log line per failing call naming why."""
-    store = store_factory(long_master)
+    store = long_store
     data = pattern_array(8192, 9)
     assert store.put_from("g", ptr(data), 8192) == 0
     assert store.batch_put_session_start(["pending"], [64]) == [0]
@@ -428,30 +402,8 @@ def test_get_session_codes(
     assert store.batch_get_session_start(["g", "missing", "pending", ""]) == [0, -704, -703, -704]
     calls: list[tuple[Callable[[], Any], Any, str | None]] = [
         (lambda: store.batch_get_session_start(["missing"]), [-704], "OBJECT_NOT_FOUND"),
-        (
-            lambda: store.batch_get_into_multi_buffer_ranges(["missing"], [[o]], [[16]], [[0]]),
-            [-600],
-            "no get session",
-        ),
-        (
-            lambda: store.batch_get_into_multi_buffer_ranges(["g"], [[o]], [[4096]], [[6000]]),
-            [-600],
-            "ends past the object",
-        ),
-        (
-            lambda: store.batch_get_into_multi_buffer_ranges(["g"], [[o, o]], [[16]], [[0]]),
-            [-600],
-            "2 buffer pointers, 1 sizes",
-        ),
-        (
-            lambda: store.batch_get_into_multi_buffer_ranges(["g", "g"], [[o]], [[16]], [[0]]),
-            [-600, -600],
-            "differ in length",
-        ),
-        (
-            lambda: store.batch_get_into_multi_buffer_ranges(["g"], [[0]], [[16]], [[0]]),
-            [-600],
-            "null buffer pointer",
+        *range_misuses(
+            store.batch_get_into_multi_buffer_ranges, "get", "missing", ["g", "g"], o, 16
         ),
         (lambda: store.batch_get_into_multi_buffer_ranges(["g"], [[o]], [[0]], [[0]]), [0], None),
         (lambda: store.batch_get_into_multi_buffer_ranges(["g"], [[]], [[]], [[]]), [0], None),
@@ -459,17 +411,7 @@ def test_get_session_codes(
         (lambda: store.batch_get_session_end(["never", "started"]), 0, None),
         (lambda: store.batch_get_session_end([]), 0, None),
     ]
-    for call, codes, reason in calls:
-        log.clear()
-        assert call() == codes, reason
-        recs = store_records(log)
-        if not logged:
-            continue
-        if reason is None:
-            assert recs == [], [r.getMessage() for r in recs]
-        else:
-            assert len(recs) == 1, (reason, [r.getMessage() for r in recs])
-            assert reason in recs[0].getMessage()
+    check_codes(log, calls, logged)
     assert (out == 0xA5).all(), "no failed read wrote into the buffer"
     # While the session holds the key, a plain remove is refused.
     assert store.remove("g") == -706

@@ -18,6 +18,7 @@ from conftest import (
     free_port,
     http_request,
     run_script,
+    setup_positional,
     wait_until,
 )
 
@@ -116,15 +117,7 @@ def test_segment_size_above_mappable_rejected(
 
     s = store_factory.raw()
     with caplog.at_level(logging.INFO, logger="mooncake.store"):
-        rc = s.setup(
-            "127.0.0.1",
-            master.metadata_url,
-            (1 << 47) + 1,
-            LOCAL_BUFFER_SIZE,
-            "tcp",
-            "",
-            master.rpc_addr,
-        )
+        rc = setup_positional(s, master, (1 << 47) + 1)
     assert rc == -600
     recs = [r for r in caplog.records if r.name == "mooncake.store"]
     assert any(
@@ -217,15 +210,7 @@ def test_setup_twice_closes_previous(store_factory: StoreFactory, master: Master
     s = store_factory(master)
     first = s.get_hostname()
     assert s.put("old", b"1") == 0
-    rc = s.setup(
-        "127.0.0.1",
-        master.metadata_url,
-        SEGMENT_SIZE,
-        LOCAL_BUFFER_SIZE,
-        "tcp",
-        "",
-        master.rpc_addr,
-    )
+    rc = setup_positional(s, master)
     assert rc == 0
     assert wait_until(lambda: first not in master.segments(), 3.0)
     assert s.get_hostname() in master.segments()
@@ -237,16 +222,7 @@ def test_setup_twice_closes_previous(store_factory: StoreFactory, master: Master
 @pytest.mark.ours
 def test_engine_argument_rejected(store_factory: StoreFactory, master: Master) -> None:
     s = store_factory.raw()
-    rc = s.setup(
-        "127.0.0.1",
-        master.metadata_url,
-        SEGMENT_SIZE,
-        LOCAL_BUFFER_SIZE,
-        "tcp",
-        "",
-        master.rpc_addr,
-        engine=object(),
-    )
+    rc = setup_positional(s, master, engine=object())
     assert rc == -600
 
 
@@ -256,16 +232,7 @@ def test_unsupported_setup_options(
     store_factory: StoreFactory, master: Master, kw: dict[str, Any]
 ) -> None:
     s = store_factory.raw()
-    rc = s.setup(
-        "127.0.0.1",
-        master.metadata_url,
-        SEGMENT_SIZE,
-        LOCAL_BUFFER_SIZE,
-        "tcp",
-        "",
-        master.rpc_addr,
-        **kw,
-    )
+    rc = setup_positional(s, master, **kw)
     assert rc == -1012
 
 

@@ -9,26 +9,11 @@ from typing import Any
 
 import pytest
 import torch
+from helpers.tensor_dtypes import tensor_dtypes
 
 st = pytest.importorskip("safetensors.torch")
 
-DTYPES = [
-    torch.float32,
-    torch.float64,
-    torch.int8,
-    torch.uint8,
-    torch.int16,
-    torch.uint16,
-    torch.int32,
-    torch.uint32,
-    torch.int64,
-    torch.uint64,
-    torch.bool,
-    torch.float16,
-    torch.bfloat16,
-    torch.float8_e4m3fn,
-    torch.float8_e5m2,
-]
+DTYPES = tensor_dtypes()
 
 
 def sample(dtype: torch.dtype) -> torch.Tensor:

@@ -6,17 +6,10 @@ record, and writes nothing."""
 from __future__ import annotations
 
 import pytest
-from mooncake.store import TP, ReadTarget, ReplicateConfig, TensorParallelism, _serialize_tensor
+from helpers.tensor_buffer import obj_buffer
+from mooncake.store import TP, ReadTarget, ReplicateConfig, TensorParallelism
 
 torch = pytest.importorskip("torch")
-
-
-def obj_buffer(t):
-    header, _ptr, n, owner = _serialize_tensor(t)
-    buf = torch.empty(304 + n, dtype=torch.uint8)
-    buf[:304] = torch.frombuffer(bytearray(header), dtype=torch.uint8)
-    buf[304:] = owner.reshape(-1).view(torch.uint8)
-    return buf
 
 
 T = torch.ones(4, 6)

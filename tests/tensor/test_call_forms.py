@@ -14,13 +14,13 @@ import inspect
 import types
 
 import pytest
+from helpers.tensor_buffer import obj_buffer
 from mooncake.store import (
     TP,
     MooncakeDistributedStore,
     ReadTarget,
     ReplicateConfig,
     TensorParallelism,
-    _serialize_tensor,
 )
 
 torch = pytest.importorskip("torch")
@@ -108,14 +108,6 @@ def test_signature_matches_upstream(name):
         else:
             assert repr(p.default) == default, p.name
     assert keyword_only == (["replica"] if "parallelism" in name and "get_" not in name else [])
-
-
-def obj_buffer(t):
-    header, _ptr, n, owner = _serialize_tensor(t)
-    buf = torch.empty(304 + n, dtype=torch.uint8)
-    buf[:304] = torch.frombuffer(bytearray(header), dtype=torch.uint8)
-    buf[304:] = owner.reshape(-1).view(torch.uint8)
-    return buf
 
 
 def test_every_method_positional_and_keyword(tstore, key, full):

@@ -7,35 +7,17 @@ reports each stage verified, with two master RPCs per batched load.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from helpers.examples import example_env, run_repo_script
 
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def test_tensor_checkpoint_example_runs() -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("MC_FORCE_TCP", "MC_STORE_SAME_HOST")}
-    if "MOONCAKE_MASTER_BIN" not in env:
-        sib = Path(sys.executable).parent / "mooncake_master"
-        env["MOONCAKE_MASTER_BIN"] = (
-            str(sib) if sib.exists() else (shutil.which("mooncake_master") or "")
-        )
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "tensor_checkpoint.py"), "--mib", "8"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-        check=False,
-    )
+    env = example_env(drop=("MC_FORCE_TCP", "MC_STORE_SAME_HOST"))
+    r = run_repo_script("examples/tensor_checkpoint.py", "--mib", "8", env=env, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     assert len(re.findall(r"writer \d: \d+ tensors", out)) == 4, out

@@ -244,19 +244,11 @@ def test_gil_released_while_a_read_waits_and_leases_are_refreshed(
         _stop(writer)
 
 
-def test_batched_tensor_writes_with_a_cluster_token(
-    master_factory, store_factory, child_factory, monkeypatch, tmp_path
-):
+def test_batched_tensor_writes_with_a_cluster_token(token_owner, store_factory):
     """With a cluster token every TCP write needs the master's ticket for its
     range; a batch whose shards land in one owner's segment is still written
     (one ticketed request per replica) and reads back byte-exact."""
-    token = tmp_path / "cluster.token"
-    token.write_text("tensor batch token\n")
-    m = master_factory(auth_token_file=str(token))
-    owner = child_factory({"MC_AUTH_TOKEN_FILE": str(token), "MC_STORE_SAME_HOST": "off"})
-    assert owner.setup(m) == 0
-    monkeypatch.setenv("MC_AUTH_TOKEN_FILE", str(token))
-    monkeypatch.setenv("MC_STORE_SAME_HOST", "off")
+    m, _owner = token_owner("tensor batch token\n")
     s = store_factory(m, global_segment_size=0)
     full = torch.arange(64 * 48, dtype=torch.float32).reshape(64, 48)
     keys = [f"tok{i}" for i in range(4)]

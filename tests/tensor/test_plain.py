@@ -10,28 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import rpcs
+from helpers.tensor_dtypes import tensor_dtypes
 from helpers.tensor_format import decode_header
 from mooncake.store import ReplicateConfig, _deserialize_tensor, _serialize_tensor
 
 torch = pytest.importorskip("torch")
 
-DTYPES = [
-    torch.float32,
-    torch.float64,
-    torch.int8,
-    torch.uint8,
-    torch.int16,
-    torch.uint16,
-    torch.int32,
-    torch.uint32,
-    torch.int64,
-    torch.uint64,
-    torch.bool,
-    torch.float16,
-    torch.bfloat16,
-    torch.float8_e4m3fn,
-    torch.float8_e5m2,
-]
+DTYPES = tensor_dtypes()
 
 
 def make(dtype: torch.dtype, shape: tuple[int, ...] = (2, 3)) -> torch.Tensor:

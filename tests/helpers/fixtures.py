@@ -1,0 +1,42 @@
+"""Building blocks for the suites' fixtures and hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+
+def started_by(make: Callable[..., T], stop: Callable[[T], Any]) -> Iterator[Callable[..., T]]:
+    """For a factory fixture (``yield from started_by(...)``): yields a
+    function that calls ``make`` and keeps what it returns; at teardown
+    ``stop`` is called on each of them, in the order they were made."""
+    started: list[T] = []
+
+    def start(*args: Any, **kw: Any) -> T:
+        obj = make(*args, **kw)
+        started.append(obj)
+        return obj
+
+    yield start
+    for obj in started:
+        stop(obj)
+
+
+def default_timeouts(
+    items: list[pytest.Item], config: pytest.Config, seconds: float, under: Path | None = None
+) -> None:
+    """When pytest-timeout is installed, gives each item without a ``timeout``
+    marker a limit of ``seconds`` (thread method); with ``under``, only the
+    items in that directory."""
+    if not config.pluginmanager.hasplugin("timeout"):
+        return
+    for item in items:
+        if under is not None and under not in Path(str(item.path)).parents:
+            continue
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(seconds, method="thread"))
