@@ -1176,6 +1176,35 @@ mod tests {
     }
 
     #[test]
+    fn a_target_may_unregister_as_soon_as_a_shared_copy_returns() {
+        let a = TransferEngine::new();
+        let b = TransferEngine::new();
+        a.initialize("127.0.0.1", P2PHANDSHAKE, "tcp", "").unwrap();
+        b.initialize("127.0.0.1", P2PHANDSHAKE, "tcp", "").unwrap();
+        let n = 1u64 << 20;
+        let mut src = vec![7u8; n as usize];
+        let mut dst = vec![0u8; n as usize];
+        let (s, d) = (src.as_mut_ptr() as u64, dst.as_mut_ptr() as u64);
+        // SAFETY: `src` outlives its registration (unregistered below).
+        unsafe { a.register_memory(s, n, "*").unwrap() };
+        let bname = b.name().unwrap();
+        for round in 0..200u32 {
+            // SAFETY: `dst` outlives its registration (unregistered below).
+            unsafe { b.register_memory(d, n, "*").unwrap() };
+            let op = if round % 2 == 0 {
+                Opcode::Write
+            } else {
+                Opcode::Read
+            };
+            a.transfer(&bname, op, &[(s, d, n)], None).unwrap();
+            // The copy returned: nothing of it holds the target's memory.
+            b.registry().unregister(d).unwrap();
+        }
+        assert_eq!(dst, src);
+        a.registry().unregister(s).unwrap();
+    }
+
+    #[test]
     fn malformed_requests_drop_only_their_connection() {
         use mooncake_common::framing::{client_handshake, encode_frame, write_frame, Service};
         use std::io::{Read, Write};
@@ -1269,7 +1298,10 @@ mod tests {
             u.read_exact(&mut st).unwrap();
             assert_eq!(i32::from_le_bytes(st), wire::STATUS_OK);
             assert_eq!(dst[..2048], mine[..2048]);
-            let e = t.registry().unregister(d).unwrap_err();
+            let e = t
+                .registry()
+                .unregister_within(d, Duration::ZERO)
+                .unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InUse);
             drop(u);
             let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -8,9 +8,13 @@
 //! one process share one registry.
 
 use crate::error::{EngineError, ErrorKind, Result};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// Longest an `unregister` waits for transfers that finished their copy and
+/// wait only for their initiator's last message.
+pub const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Debug)]
 struct Region {
@@ -19,6 +23,9 @@ struct Region {
     seq: u64,
     /// Transfers using the region now.
     pins: u64,
+    /// Of those, the ones whose copy already finished and that only wait
+    /// for their initiator's last word ([`Pin::settle`]).
+    settling: u64,
     /// Where the memory lives (`cpu:0`, `cuda:1`, `*`).
     location: String,
 }
@@ -33,6 +40,8 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct Registry {
     inner: Mutex<Inner>,
+    /// Signalled whenever a pin is released.
+    released: Condvar,
 }
 
 /// Regions held against unregistration while a transfer uses them;
@@ -41,6 +50,25 @@ pub struct Registry {
 pub struct Pin {
     registry: Arc<Registry>,
     starts: Vec<u64>,
+    settled: bool,
+}
+
+impl Pin {
+    /// The transfer's copy into or out of the regions is finished; the pin
+    /// only waits for the initiator to say so (its message is already on
+    /// the way when its call has returned). An `unregister` meanwhile waits
+    /// for the release instead of failing.
+    pub fn settle(&mut self) {
+        if std::mem::replace(&mut self.settled, true) {
+            return;
+        }
+        let mut g = self.registry.inner.lock();
+        for s in &self.starts {
+            if let Some(r) = g.regions.get_mut(s) {
+                r.settling += 1;
+            }
+        }
+    }
 }
 
 impl Drop for Pin {
@@ -49,8 +77,13 @@ impl Drop for Pin {
         for s in &self.starts {
             if let Some(r) = g.regions.get_mut(s) {
                 r.pins = r.pins.saturating_sub(1);
+                if self.settled {
+                    r.settling = r.settling.saturating_sub(1);
+                }
             }
         }
+        drop(g);
+        self.registry.released.notify_all();
     }
 }
 
@@ -101,6 +134,7 @@ impl Registry {
         g.regions.insert(
             addr,
             Region {
+                settling: 0,
                 len,
                 seq,
                 pins: 0,
@@ -110,21 +144,37 @@ impl Registry {
         Ok(())
     }
 
-    /// Unregister the region starting at `addr`; returns its length.
+    /// Unregister the region starting at `addr`; returns its length. A
+    /// region that only settling transfers still hold ([`Pin::settle`]) is
+    /// waited for, up to [`SETTLE_WAIT`].
     pub fn unregister(&self, addr: u64) -> Result<u64> {
+        self.unregister_within(addr, SETTLE_WAIT)
+    }
+
+    /// [`Registry::unregister`], waiting at most `wait` for settling
+    /// transfers to release the region.
+    pub fn unregister_within(&self, addr: u64, wait: std::time::Duration) -> Result<u64> {
+        let deadline = std::time::Instant::now() + wait;
         let mut g = self.inner.lock();
-        let Some(r) = g.regions.get(&addr) else {
-            return Err(EngineError::new(
-                ErrorKind::NotRegistered,
-                format!("no registered region starts at {addr:#x}"),
-            ));
+        let mut waited_out = false;
+        let held = loop {
+            let Some(r) = g.regions.get(&addr) else {
+                return Err(EngineError::new(
+                    ErrorKind::NotRegistered,
+                    format!("no registered region starts at {addr:#x}"),
+                ));
+            };
+            let (pins, settling) = (r.pins, r.settling);
+            if pins == 0 || pins != settling || waited_out {
+                break pins;
+            }
+            waited_out = self.released.wait_until(&mut g, deadline).timed_out();
         };
-        if r.pins > 0 {
+        if held > 0 {
             return Err(EngineError::new(
                 ErrorKind::InUse,
                 format!(
-                    "region at {addr:#x} is in use by {} transfer(s); unregister it after they finish",
-                    r.pins
+                    "region at {addr:#x} is in use by {held} transfer(s); unregister it after they finish"
                 ),
             ));
         }
@@ -175,6 +225,7 @@ impl Registry {
         }
         drop(g);
         Ok(Pin {
+            settled: false,
             registry: Arc::clone(self),
             starts,
         })
@@ -299,6 +350,45 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![(1100, 10), (900, 100)]
         );
+    }
+
+    #[test]
+    fn unregister_waits_only_for_settled_pins() {
+        let r = Registry::new();
+        r.register(1000, 100, "*").unwrap();
+        let pin = || {
+            r.pin(
+                vec![(1000, 10)].into_iter(),
+                ErrorKind::OutOfBounds,
+                "peer range",
+            )
+            .unwrap()
+        };
+        // A transfer still copying: refused at once, whatever the wait.
+        let busy = pin();
+        let t0 = std::time::Instant::now();
+        assert_eq!(r.unregister(1000).unwrap_err().kind(), ErrorKind::InUse);
+        assert!(t0.elapsed() < SETTLE_WAIT);
+        // Settled, with another still copying: still refused.
+        let mut done = pin();
+        done.settle();
+        assert_eq!(r.unregister(1000).unwrap_err().kind(), ErrorKind::InUse);
+        drop(busy);
+        // Only settled pins: refused without a wait, and waited for with one.
+        let e = r
+            .unregister_within(1000, std::time::Duration::ZERO)
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InUse);
+        std::thread::scope(|sc| {
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            sc.spawn(move || {
+                // Released once the unregister below is waiting (or about to).
+                rx.recv().unwrap();
+                drop(done);
+            });
+            tx.send(()).unwrap();
+            assert_eq!(r.unregister(1000).unwrap(), 100);
+        });
     }
 
     #[test]

@@ -518,7 +518,7 @@ where
     let Some(pid) = pid else {
         return send_status(sock, wire::STATUS_BAD_REQUEST);
     };
-    let pin = match vm_pin(sh, pairs, dir, label) {
+    let mut pin = match vm_pin(sh, pairs, dir, label) {
         Ok(p) => p,
         Err(st) => return send_status(sock, st),
     };
@@ -526,6 +526,9 @@ where
     let (mine, _) = vm::split_at(pairs, split);
     // SAFETY: `pin` holds every target range.
     let st = unsafe { vm_copy(pid, &mine, dir, false, label) };
+    // The initiator's call returns once it has this status and has sent its
+    // own (which unpins): an `unregister` in between waits for that.
+    pin.settle();
     send_status(sock, st)?;
     // The initiator writes into or reads from the pinned ranges until it
     // sends the status of its part; a connection that ends first unpins.
