@@ -68,6 +68,12 @@ pub struct Client {
     closed: Arc<AtomicBool>,
     health: Arc<AtomicI32>,
     heartbeat: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Held by the heartbeat thread across one round (its ping and any
+    /// remount); `close` takes it once after setting `closed`, so no round
+    /// runs after the unmount (a round's remount would bring the closed
+    /// client's segment back, and under a reused name reconcile away the
+    /// objects of the client that now owns that name).
+    beat: Mutex<()>,
     /// Remove/upsert counter (see `mutation_epoch`).
     pub(crate) mutations: std::sync::atomic::AtomicU64,
     /// Finished read tickets to report to the master.
@@ -294,6 +300,7 @@ impl Client {
             closed: Arc::new(AtomicBool::new(false)),
             health: Arc::new(AtomicI32::new(HEALTHY)),
             heartbeat: Mutex::new(None),
+            beat: Mutex::new(()),
             mutations: std::sync::atomic::AtomicU64::new(0),
             done: Arc::new(DoneQueue::default()),
             ledger: Arc::new(Ledger::default()),
@@ -411,6 +418,10 @@ impl Client {
                         return;
                     }
                     let Some(me) = weak.upgrade() else { return };
+                    let _round = me.beat.lock();
+                    if closed.load(Ordering::Acquire) {
+                        return;
+                    }
                     if conn.is_none() {
                         conn = match spare.take() {
                             Some(sp) => me.master.connect_spare(sp).ok(),
@@ -526,6 +537,9 @@ impl Client {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
+        // A heartbeat round in flight ends before the unmount; later ones
+        // see `closed` and stop.
+        drop(self.beat.lock());
         self.close_sessions();
         if let Some(d) = &self.disk {
             // Sealed buckets survive; the directory is free for the next owner.
