@@ -103,14 +103,21 @@ def test_the_cost_of_a_put_does_not_grow_with_the_object_count(
 ) -> None:
     _, pid, f = _started_filler(big_master, store_factory)
     step = 10_000
-    t0 = cpu_seconds(pid)
-    f.put(step)
-    first = cpu_seconds(pid) - t0
-    f.put(N - 2 * step - BATCH)
-    t0 = cpu_seconds(pid)
-    f.put(step)
-    last = cpu_seconds(pid) - t0
-    # The last 10k puts (into a map of 90k) cost the master no more CPU than
-    # the first 10k (into an empty one), within a clock tick of slack each.
+
+    def window() -> float:
+        """Master CPU seconds (all threads) of ``step`` more puts."""
+        t0 = cpu_seconds(pid)
+        f.put(step)
+        return cpu_seconds(pid) - t0
+
+    # Each cost is the cheaper of two windows in a row: the count is in
+    # clock ticks of the whole process, and one window may catch a tick of
+    # a background thread (the ledger or ack threads) that the other does
+    # not.
+    first = min(window(), window())
+    f.put(N - 4 * step - BATCH)
+    last = min(window(), window())
+    # The last puts (into a map of 80k-100k) cost the master no more CPU than
+    # the first ones (into an empty one), within a clock tick of slack each.
     slack = 2 / TICK
     assert last <= first * 1.5 + slack, (first, last)
