@@ -50,6 +50,7 @@ pub use mooncake_transfer::{Op, Path};
 pub use ops::lease_pool::{Lease, LeasePool, PoolConfig, PoolError};
 pub use ops::locations::{Locations, ObjectLocation};
 pub use ops::ranges::{ranges_failed, Ranges};
+pub use ops::reads::OwnedValues;
 pub use result_pool::{ResultBlock, POOL_MIN};
 pub use tensor::safetensor_io::{LoadedTensor, ObjectIo};
 pub use tensor::tensor_batch::{check_lengths, check_object_sources, item_requests, ItemRequest};

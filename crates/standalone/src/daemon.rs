@@ -144,6 +144,40 @@ fn map_resident(seg: &Segment, offset: u64, len: u64) {
     }
 }
 
+/// The keys of a dummy's open put or get sessions: ended for it when it
+/// goes away.
+#[derive(Default)]
+struct OpenSessions(Mutex<HashSet<String>>);
+
+impl OpenSessions {
+    /// Note the keys whose session `results` says opened.
+    fn opened<T>(&self, keys: &[String], results: &[Result<T>]) {
+        let mut open = self.0.lock();
+        for (key, r) in keys.iter().zip(results) {
+            if r.is_ok() {
+                open.insert(key.clone());
+            }
+        }
+    }
+
+    /// Forget `keys` (their sessions ended).
+    fn closed(&self, keys: &[String]) {
+        let mut open = self.0.lock();
+        for key in keys {
+            open.remove(key);
+        }
+    }
+
+    /// Every open key, forgotten.
+    fn drain(&self) -> Vec<String> {
+        self.0.lock().drain().collect()
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+}
+
 /// One attached dummy client.
 struct Dummy {
     id: String,
@@ -151,8 +185,8 @@ struct Dummy {
     regions: RwLock<HashMap<u64, Arc<Segment>>>,
     /// Registered buffers: address here -> region.
     buffers: Mutex<HashMap<usize, u64>>,
-    put_sessions: Mutex<HashSet<String>>,
-    get_sessions: Mutex<HashSet<String>>,
+    put_sessions: OpenSessions,
+    get_sessions: OpenSessions,
 }
 
 /// Where a zero-length, non-null caller pointer points here: never read
@@ -211,6 +245,13 @@ impl Dummy {
     }
 
     /// Addresses and sizes of a flat list, each list as long as the caller's.
+    /// (address, length) of each buffer.
+    fn pieces(&self, bufs: &[Buf], keep: &mut Keep) -> Result<Vec<(usize, u64)>> {
+        bufs.iter()
+            .map(|b| self.ptr(*b, keep).map(|p| (p, b.len)))
+            .collect()
+    }
+
     fn flat(&self, f: &Flat, keep: &mut Keep) -> Result<(Vec<usize>, Vec<usize>)> {
         let mut ptrs = Vec::with_capacity(f.ptrs);
         let mut sizes = Vec::with_capacity(f.sizes);
@@ -419,8 +460,8 @@ fn serve(sh: &Arc<Shared>, mut c: UnixStream) {
                 pid,
                 regions: RwLock::new(HashMap::new()),
                 buffers: Mutex::new(HashMap::new()),
-                put_sessions: Mutex::new(HashSet::new()),
-                get_sessions: Mutex::new(HashSet::new()),
+                put_sessions: OpenSessions::default(),
+                get_sessions: OpenSessions::default(),
             });
             sh.dummies.lock().insert(dummy, Arc::clone(&d));
             tracing::info!(pid, "dummy client attached");
@@ -547,11 +588,11 @@ impl Shared {
     /// unregister its buffers and drop its regions.
     fn reclaim(&self, d: &Dummy) {
         let c = &self.client;
-        let puts: Vec<String> = d.put_sessions.lock().drain().collect();
+        let puts: Vec<String> = d.put_sessions.drain();
         if !puts.is_empty() {
             c.batch_put_session_revoke(&puts);
         }
-        let gets: Vec<String> = d.get_sessions.lock().drain().collect();
+        let gets: Vec<String> = d.get_sessions.drain();
         if !gets.is_empty() {
             let _ = c.batch_get_session_end(&gets);
         }
@@ -594,14 +635,10 @@ impl Shared {
                 cfg,
                 upsert,
             } => {
-                let r = parts
-                    .iter()
-                    .map(|b| d.ptr(*b, k).map(|p| (p, b.len)))
-                    .collect::<Result<Vec<_>>>()
-                    // SAFETY: every piece was checked against a mapped region held by `keep`.
-                    .and_then(|pieces| unsafe {
-                        cl.put_parts_prestaged(&key, &pieces, &cfg, upsert)
-                    });
+                // SAFETY: every piece was checked against a mapped region held by `keep`.
+                let r = d.pieces(&parts, k).and_then(|pieces| unsafe {
+                    cl.put_parts_prestaged(&key, &pieces, &cfg, upsert)
+                });
                 wire::send(c, &r)
             }
             Call::PutBatch {
@@ -610,11 +647,9 @@ impl Shared {
                 cfg,
                 upsert,
             } => {
-                let r = values
-                    .iter()
-                    .map(|b| d.ptr(*b, k).map(|p| (p, b.len)))
-                    .collect::<Result<Vec<_>>>()
-                    // SAFETY: every value was checked against a mapped region held by `keep`.
+                // SAFETY: every value was checked against a mapped region held by `keep`.
+                let r = d
+                    .pieces(&values, k)
                     .and_then(|vals| unsafe { cl.put_batch_prestaged(&keys, &vals, &cfg, upsert) });
                 wire::send(c, &r)
             }
@@ -723,33 +758,28 @@ impl Shared {
             Call::PutSessionStart { keys, sizes, cfg } => {
                 let r = cl.batch_put_session_start(&keys, &sizes, &cfg);
                 if let Ok(v) = &r {
-                    let mut open = d.put_sessions.lock();
-                    for (key, ok) in keys.iter().zip(v) {
-                        if ok.is_ok() {
-                            open.insert(key.clone());
-                        }
-                    }
+                    d.put_sessions.opened(&keys, v);
                 }
                 wire::send(c, &r)
             }
-            Call::PutSessionRanges {
+            Call::SessionRanges {
+                write,
                 keys,
                 bufs,
                 offsets,
             } => {
                 // SAFETY: every range was checked against a mapped region held by `keep`.
                 let r = d.nested(&bufs, k).and_then(|(p, s)| unsafe {
-                    cl.batch_put_from_multi_buffer_ranges(&keys, &p, &s, &offsets)
+                    if write {
+                        cl.batch_put_from_multi_buffer_ranges(&keys, &p, &s, &offsets)
+                    } else {
+                        cl.batch_get_into_multi_buffer_ranges(&keys, &p, &s, &offsets)
+                    }
                 });
                 wire::send(c, &r)
             }
             Call::PutSessionEnd { keys, revoke } => {
-                {
-                    let mut open = d.put_sessions.lock();
-                    for key in &keys {
-                        open.remove(key);
-                    }
-                }
+                d.put_sessions.closed(&keys);
                 let r = if revoke {
                     cl.batch_put_session_revoke(&keys)
                 } else {
@@ -759,33 +789,11 @@ impl Shared {
             }
             Call::GetSessionStart { keys } => {
                 let r = cl.batch_get_session_start(&keys);
-                let mut open = d.get_sessions.lock();
-                for (key, ok) in keys.iter().zip(&r) {
-                    if ok.is_ok() {
-                        open.insert(key.clone());
-                    }
-                }
-                drop(open);
-                wire::send(c, &r)
-            }
-            Call::GetSessionRanges {
-                keys,
-                bufs,
-                offsets,
-            } => {
-                // SAFETY: every range was checked against a mapped region held by `keep`.
-                let r = d.nested(&bufs, k).and_then(|(p, s)| unsafe {
-                    cl.batch_get_into_multi_buffer_ranges(&keys, &p, &s, &offsets)
-                });
+                d.get_sessions.opened(&keys, &r);
                 wire::send(c, &r)
             }
             Call::GetSessionEnd { keys } => {
-                {
-                    let mut open = d.get_sessions.lock();
-                    for key in &keys {
-                        open.remove(key);
-                    }
-                }
+                d.get_sessions.closed(&keys);
                 wire::send(c, &cl.batch_get_session_end(&keys))
             }
             Call::WriteTensors { items, cfg, mode } => {
@@ -844,7 +852,7 @@ impl Shared {
             "daemon_dummy_sessions".into(),
             dummies
                 .values()
-                .map(|d| (d.put_sessions.lock().len() + d.get_sessions.lock().len()) as u64)
+                .map(|d| (d.put_sessions.len() + d.get_sessions.len()) as u64)
                 .sum(),
         ));
         v

@@ -23,8 +23,8 @@ use crate::wire::{
     WireRead, WireRoute, WireWrite,
 };
 use mooncake_client::{
-    Error, ErrorCode, Ranges, ReplicateConfig, Result, StagedValue, TensorDest, TensorWrite,
-    WriteMode, HEALTH_CLOSED, HEALTH_PING_FAILED,
+    Error, ErrorCode, OwnedValues, Ranges, ReplicateConfig, Result, StagedValue, TensorDest,
+    TensorWrite, WriteMode, HEALTH_CLOSED, HEALTH_PING_FAILED,
 };
 use mooncake_common::framing::client_handshake;
 use mooncake_common::AuthKey;
@@ -613,194 +613,13 @@ impl DummyClient {
         shm::host_alloc(size) as u64
     }
 
-    /// `put`/`upsert`.
-    pub fn put(&self, key: &str, value: &[u8], cfg: &ReplicateConfig, upsert: bool) -> Result<()> {
-        let mut h = self.handoff();
-        let src = h.src(value.as_ptr() as usize, value.len() as u64)?;
-        self.call::<Result<()>>(&Call::Put {
-            key: key.to_string(),
-            src,
-            cfg: cfg.clone(),
-            upsert,
-        })?
-    }
-
-    /// `put_parts`/`upsert_parts`: the bytes stored.
-    pub fn put_parts(
-        &self,
-        key: &str,
-        parts: &[&[u8]],
-        cfg: &ReplicateConfig,
-        upsert: bool,
-    ) -> Result<u64> {
-        let mut h = self.handoff();
-        let parts = parts
-            .iter()
-            .map(|p| h.src(p.as_ptr() as usize, p.len() as u64))
-            .collect::<Result<Vec<_>>>()?;
-        self.call::<Result<u64>>(&Call::PutParts {
-            key: key.to_string(),
-            parts,
-            cfg: cfg.clone(),
-            upsert,
-        })?
-    }
-
-    /// `put_batch`/`upsert_batch`.
-    pub fn put_batch(
-        &self,
-        keys: &[String],
-        values: &[&[u8]],
-        cfg: &ReplicateConfig,
-        upsert: bool,
-    ) -> Result<()> {
-        let mut h = self.handoff();
-        let values = values
-            .iter()
-            .map(|v| h.src(v.as_ptr() as usize, v.len() as u64))
-            .collect::<Result<Vec<_>>>()?;
-        self.call::<Result<()>>(&Call::PutBatch {
-            keys: keys.to_vec(),
-            values,
-            cfg: cfg.clone(),
-            upsert,
-        })?
-    }
-
-    /// `put_from`/`upsert_from`.
-    ///
-    /// # Safety
-    /// `ptr..ptr+size` must be readable for the duration of the call.
-    pub unsafe fn put_from(
-        &self,
-        key: &str,
-        ptr: usize,
-        size: usize,
-        cfg: &ReplicateConfig,
-        upsert: bool,
-    ) -> Result<()> {
-        let mut h = self.handoff();
-        let src = h.src(ptr, size as u64)?;
-        self.call::<Result<()>>(&Call::PutFrom {
-            key: key.to_string(),
-            src,
-            cfg: cfg.clone(),
-            upsert,
-        })?
-    }
-
-    /// `put_from_with_metadata`.
-    ///
-    /// # Safety
-    /// Both ranges must be readable for the duration of the call.
-    pub unsafe fn put_from_with_metadata(
-        &self,
-        key: &str,
-        ptr: usize,
-        metadata_ptr: usize,
-        size: usize,
-        metadata_size: usize,
-        cfg: &ReplicateConfig,
-    ) -> Result<()> {
-        let mut h = self.handoff();
-        let src = h.src(ptr, size as u64)?;
-        let metadata = h.src(metadata_ptr, metadata_size as u64)?;
-        self.call::<Result<()>>(&Call::PutFromWithMetadata {
-            key: key.to_string(),
-            src,
-            metadata,
-            cfg: cfg.clone(),
-        })?
-    }
-
-    /// `batch_put_from`/`batch_upsert_from`.
-    ///
-    /// # Safety
-    /// Every `ptrs[i]..+sizes[i]` must be readable for the duration of the call.
-    pub unsafe fn batch_put_from(
-        &self,
-        keys: &[String],
-        ptrs: &[usize],
-        sizes: &[usize],
-        cfg: &ReplicateConfig,
-        upsert: bool,
-    ) -> Result<Vec<Result<()>>> {
-        let mut h = self.handoff();
-        let srcs = Self::flat(&mut h, ptrs, sizes, true)?;
-        self.call::<Result<Vec<Result<()>>>>(&Call::BatchPutFrom {
-            keys: keys.to_vec(),
-            srcs,
-            cfg: cfg.clone(),
-            upsert,
-        })?
-    }
-
-    /// `get_into`.
-    ///
-    /// # Safety
-    /// `ptr..ptr+size` must be writable for the duration of the call.
-    pub unsafe fn get_into(&self, key: &str, ptr: usize, size: usize) -> Result<u64> {
-        let mut h = self.handoff();
-        let dst = h.dst(ptr, size as u64, true)?;
-        let r = self.call::<Result<u64>>(&Call::GetInto {
-            key: key.to_string(),
-            dst,
-        })?;
-        h.finish();
-        r
-    }
-
-    /// `batch_get_into`.
-    ///
-    /// # Safety
-    /// Every `ptrs[i]..+sizes[i]` must be writable for the duration of the call.
-    pub unsafe fn batch_get_into(
-        &self,
-        keys: &[String],
-        ptrs: &[usize],
-        sizes: &[usize],
-    ) -> Result<Vec<Result<u64>>> {
-        let mut h = self.handoff();
-        let dsts = Self::flat(&mut h, ptrs, sizes, false)?;
-        let r = self.call::<Result<Vec<Result<u64>>>>(&Call::BatchGetInto {
-            keys: keys.to_vec(),
-            dsts,
-        })?;
-        h.finish();
-        r
-    }
-
     /// Whole values (`get`, `get_batch`, `get_buffer`): the daemon reads them
     /// into staging memory, copied from there into owned vectors.
     pub fn get_batch(&self, keys: &[String]) -> Vec<Result<StagedValue>> {
-        let mut out: Vec<Option<Vec<u8>>> = Vec::new();
-        let sizes = self.get_batch_with(keys, |sizes| {
-            sizes
-                .iter()
-                .map(|s| {
-                    let mut v: Vec<u8> = Vec::new();
-                    let p = match s {
-                        Ok(n) => v
-                            .try_reserve_exact(*n as usize)
-                            .ok()
-                            .map(|_| v.as_mut_ptr() as usize),
-                        Err(_) => None,
-                    };
-                    out.push(p.map(|_| v));
-                    p
-                })
-                .collect()
-        });
-        sizes
-            .into_iter()
-            .zip(out.into_iter().chain(std::iter::repeat_with(|| None)))
-            .map(|(r, v)| {
-                let n = r?;
-                let mut data = v.ok_or_else(|| Error::internal("no destination"))?;
-                // SAFETY: `n` bytes were copied into the reserved capacity.
-                unsafe { data.set_len(n as usize) };
-                Ok(StagedValue::owned(data))
-            })
+        let mut vals = OwnedValues::default();
+        let sizes = self.get_batch_with(keys, |sizes| vals.alloc(sizes));
+        vals.finish(sizes)
+            .map(|r| r.map(StagedValue::owned))
             .collect()
     }
 
@@ -876,56 +695,12 @@ impl DummyClient {
             .collect()
     }
 
-    /// `get_size`.
-    pub fn get_size(&self, key: &str) -> Result<u64> {
-        self.call::<Result<u64>>(&Call::GetSize {
-            key: key.to_string(),
-        })?
-    }
-
-    /// `is_exist`.
-    pub fn is_exist(&self, key: &str) -> Result<bool> {
-        self.call::<Result<bool>>(&Call::IsExist {
-            key: key.to_string(),
-        })?
-    }
-
-    /// `batch_is_exist`.
-    pub fn batch_is_exist(&self, keys: &[String]) -> Vec<Result<bool>> {
-        self.call::<Vec<Result<bool>>>(&Call::BatchIsExist {
-            keys: keys.to_vec(),
-        })
-        .unwrap_or_else(|e| vec![Err(e); keys.len()])
-    }
-
-    /// `remove`.
-    pub fn remove(&self, key: &str, force: bool) -> Result<()> {
-        self.call::<Result<()>>(&Call::Remove {
-            key: key.to_string(),
-            force,
-        })?
-    }
-
-    /// `batch_remove`.
-    pub fn batch_remove(&self, keys: &[String], force: bool) -> Vec<Result<()>> {
-        self.call::<Vec<Result<()>>>(&Call::BatchRemove {
-            keys: keys.to_vec(),
-            force,
-        })
-        .unwrap_or_else(|e| vec![Err(e); keys.len()])
-    }
-
-    /// `remove_by_regex`.
-    pub fn remove_by_regex(&self, pattern: &str, force: bool) -> Result<u64> {
-        self.call::<Result<u64>>(&Call::RemoveByRegex {
-            pattern: pattern.to_string(),
-            force,
-        })?
-    }
-
-    /// `remove_all`.
-    pub fn remove_all(&self, force: bool) -> Result<u64> {
-        self.call::<Result<u64>>(&Call::RemoveAll { force })?
+    /// Caller byte slices for the daemon, as sources.
+    fn slices(h: &mut Handoff<'_>, values: &[&[u8]]) -> Result<Vec<Buf>> {
+        values
+            .iter()
+            .map(|v| h.src(v.as_ptr() as usize, v.len() as u64))
+            .collect()
     }
 
     /// Caller buffers `ptrs[i]`/`sizes[i]` for the daemon (sources when
@@ -967,48 +742,6 @@ impl DummyClient {
             ptrs: ptrs.iter().map(Vec::len).collect(),
             sizes: sizes.iter().map(Vec::len).collect(),
         })
-    }
-
-    /// `batch_put_from_multi_buffers`.
-    ///
-    /// # Safety
-    /// Every buffer must be readable for the duration of the call.
-    pub unsafe fn batch_put_from_multi_buffers(
-        &self,
-        keys: &[String],
-        all_ptrs: &[Vec<usize>],
-        all_sizes: &[Vec<usize>],
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<Result<()>>> {
-        let mut h = self.handoff();
-        let bufs = Self::nested(&mut h, all_ptrs, all_sizes, true)?;
-        self.call::<Result<Vec<Result<()>>>>(&Call::PutMulti {
-            keys: keys.to_vec(),
-            bufs,
-            cfg: cfg.clone(),
-        })?
-    }
-
-    /// `batch_get_into_multi_buffers`.
-    ///
-    /// # Safety
-    /// Every buffer must be writable for the duration of the call.
-    pub unsafe fn batch_get_into_multi_buffers(
-        &self,
-        keys: &[String],
-        all_ptrs: &[Vec<usize>],
-        all_sizes: &[Vec<usize>],
-        prefer_same_node: bool,
-    ) -> Result<Vec<Result<u64>>> {
-        let mut h = self.handoff();
-        let bufs = Self::nested(&mut h, all_ptrs, all_sizes, false)?;
-        let r = self.call::<Result<Vec<Result<u64>>>>(&Call::GetMulti {
-            keys: keys.to_vec(),
-            bufs,
-            prefer_same_node,
-        })?;
-        h.finish();
-        r
     }
 
     /// `get_into_ranges`: each buffer must start in a registered buffer (in
@@ -1053,95 +786,6 @@ impl DummyClient {
             Ok(r) => r,
             Err(e) => mooncake_client::ranges_failed(dst_offsets, buffer_ptrs.len(), &e),
         }
-    }
-
-    /// `batch_put_session_start`.
-    pub fn batch_put_session_start(
-        &self,
-        keys: &[String],
-        sizes: &[u64],
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<Result<()>>> {
-        self.call::<Result<Vec<Result<()>>>>(&Call::PutSessionStart {
-            keys: keys.to_vec(),
-            sizes: sizes.to_vec(),
-            cfg: cfg.clone(),
-        })?
-    }
-
-    /// `batch_put_from_multi_buffer_ranges`.
-    ///
-    /// # Safety
-    /// Every buffer must be readable for the duration of the call.
-    pub unsafe fn batch_put_from_multi_buffer_ranges(
-        &self,
-        keys: &[String],
-        all_ptrs: &[Vec<usize>],
-        all_sizes: &[Vec<usize>],
-        all_offsets: &[Vec<usize>],
-    ) -> Result<Vec<Result<u64>>> {
-        let mut h = self.handoff();
-        let bufs = Self::nested(&mut h, all_ptrs, all_sizes, true)?;
-        self.call::<Result<Vec<Result<u64>>>>(&Call::PutSessionRanges {
-            keys: keys.to_vec(),
-            bufs,
-            offsets: all_offsets.to_vec(),
-        })?
-    }
-
-    /// `batch_put_session_end`.
-    pub fn batch_put_session_end(&self, keys: &[String]) -> Vec<Result<()>> {
-        self.call::<Vec<Result<()>>>(&Call::PutSessionEnd {
-            keys: keys.to_vec(),
-            revoke: false,
-        })
-        .unwrap_or_else(|e| vec![Err(e); keys.len()])
-    }
-
-    /// `batch_put_session_revoke`.
-    pub fn batch_put_session_revoke(&self, keys: &[String]) -> Vec<Result<()>> {
-        self.call::<Vec<Result<()>>>(&Call::PutSessionEnd {
-            keys: keys.to_vec(),
-            revoke: true,
-        })
-        .unwrap_or_else(|e| vec![Err(e); keys.len()])
-    }
-
-    /// `batch_get_session_start`.
-    pub fn batch_get_session_start(&self, keys: &[String]) -> Vec<Result<()>> {
-        self.call::<Vec<Result<()>>>(&Call::GetSessionStart {
-            keys: keys.to_vec(),
-        })
-        .unwrap_or_else(|e| vec![Err(e); keys.len()])
-    }
-
-    /// `batch_get_into_multi_buffer_ranges`.
-    ///
-    /// # Safety
-    /// Every buffer must be writable for the duration of the call.
-    pub unsafe fn batch_get_into_multi_buffer_ranges(
-        &self,
-        keys: &[String],
-        all_ptrs: &[Vec<usize>],
-        all_sizes: &[Vec<usize>],
-        all_offsets: &[Vec<usize>],
-    ) -> Result<Vec<Result<u64>>> {
-        let mut h = self.handoff();
-        let bufs = Self::nested(&mut h, all_ptrs, all_sizes, false)?;
-        let r = self.call::<Result<Vec<Result<u64>>>>(&Call::GetSessionRanges {
-            keys: keys.to_vec(),
-            bufs,
-            offsets: all_offsets.to_vec(),
-        })?;
-        h.finish();
-        r
-    }
-
-    /// `batch_get_session_end`.
-    pub fn batch_get_session_end(&self, keys: &[String]) -> Result<()> {
-        self.call::<Result<()>>(&Call::GetSessionEnd {
-            keys: keys.to_vec(),
-        })?
     }
 
     /// Tensor writes (see `mooncake_client::Client::write_tensors`).
@@ -1290,4 +934,178 @@ fn connect(port: u16, key: Option<&AuthKey>, timeout: Duration) -> io::Result<Un
     c.set_write_timeout(Some(timeout))?;
     client_handshake(&mut c, Service::Standalone, key)?;
     Ok(c)
+}
+
+/// Store methods that are one request to the daemon, generated from their
+/// signature and the request they send:
+/// - `one`: the reply is the result; a daemon that cannot be reached is the
+///   method's error.
+/// - `per_key`: one result per key of `$k`; a daemon that cannot be reached
+///   fails every key.
+/// - `handoff`: the caller's memory goes to the daemon first (the
+///   statements place it through handoff `$h`, binding the names the request
+///   uses); after the reply, what the daemon wrote into staging memory is
+///   copied out to the caller's memory.
+macro_rules! daemon_calls {
+    (
+        one { $($(#[$om:meta])* fn $on:ident(&self $(, $oa:ident: $ot:ty)*) -> $or:ty
+            = $oc:expr;)* }
+        per_key { $($(#[$pm:meta])* fn $pn:ident(&self, $pk:ident: &[String] $(, $pa:ident: $pt:ty)*)
+            -> $pr:ty = $pc:expr;)* }
+        handoff { $($(#[$hm:meta])* [$($q:tt)*] fn $hn:ident(&self $(, $ha:ident: $ht:ty)*)
+            -> $hr:ty = |$h:ident| { $($body:tt)* } $hc:expr;)* }
+    ) => {
+        impl DummyClient {
+            $($(#[$om])* pub fn $on(&self $(, $oa: $ot)*) -> $or {
+                self.call::<$or>(&$oc)?
+            })*
+            $($(#[$pm])* pub fn $pn(&self, $pk: &[String] $(, $pa: $pt)*) -> $pr {
+                self.call::<$pr>(&$pc).unwrap_or_else(|e| vec![Err(e); $pk.len()])
+            })*
+            $($(#[$hm])* pub $($q)* fn $hn(&self $(, $ha: $ht)*) -> $hr {
+                let mut $h = self.handoff();
+                $($body)*
+                let r = self.call::<$hr>(&$hc)?;
+                $h.finish();
+                r
+            })*
+        }
+    };
+}
+
+daemon_calls! {
+    one {
+        /// `get_size`.
+        fn get_size(&self, key: &str) -> Result<u64> = Call::GetSize { key: key.to_string() };
+        /// `is_exist`.
+        fn is_exist(&self, key: &str) -> Result<bool> = Call::IsExist { key: key.to_string() };
+        /// `remove`.
+        fn remove(&self, key: &str, force: bool) -> Result<()>
+            = Call::Remove { key: key.to_string(), force };
+        /// `remove_by_regex`.
+        fn remove_by_regex(&self, pattern: &str, force: bool) -> Result<u64>
+            = Call::RemoveByRegex { pattern: pattern.to_string(), force };
+        /// `remove_all`.
+        fn remove_all(&self, force: bool) -> Result<u64> = Call::RemoveAll { force };
+        /// `batch_put_session_start`.
+        fn batch_put_session_start(&self, keys: &[String], sizes: &[u64], cfg: &ReplicateConfig)
+            -> Result<Vec<Result<()>>>
+            = Call::PutSessionStart { keys: keys.to_vec(), sizes: sizes.to_vec(), cfg: cfg.clone() };
+        /// `batch_get_session_end`.
+        fn batch_get_session_end(&self, keys: &[String]) -> Result<()>
+            = Call::GetSessionEnd { keys: keys.to_vec() };
+    }
+    per_key {
+        /// `batch_is_exist`.
+        fn batch_is_exist(&self, keys: &[String]) -> Vec<Result<bool>>
+            = Call::BatchIsExist { keys: keys.to_vec() };
+        /// `batch_remove`.
+        fn batch_remove(&self, keys: &[String], force: bool) -> Vec<Result<()>>
+            = Call::BatchRemove { keys: keys.to_vec(), force };
+        /// `batch_put_session_end`.
+        fn batch_put_session_end(&self, keys: &[String]) -> Vec<Result<()>>
+            = Call::PutSessionEnd { keys: keys.to_vec(), revoke: false };
+        /// `batch_put_session_revoke`.
+        fn batch_put_session_revoke(&self, keys: &[String]) -> Vec<Result<()>>
+            = Call::PutSessionEnd { keys: keys.to_vec(), revoke: true };
+        /// `batch_get_session_start`.
+        fn batch_get_session_start(&self, keys: &[String]) -> Vec<Result<()>>
+            = Call::GetSessionStart { keys: keys.to_vec() };
+    }
+    handoff {
+        /// `put`/`upsert`.
+        [] fn put(&self, key: &str, value: &[u8], cfg: &ReplicateConfig, upsert: bool) -> Result<()>
+            = |h| { let src = h.src(value.as_ptr() as usize, value.len() as u64)?; }
+            Call::Put { key: key.to_string(), src, cfg: cfg.clone(), upsert };
+        /// `put_parts`/`upsert_parts`: the bytes stored.
+        [] fn put_parts(&self, key: &str, parts: &[&[u8]], cfg: &ReplicateConfig, upsert: bool)
+            -> Result<u64>
+            = |h| { let parts = Self::slices(&mut h, parts)?; }
+            Call::PutParts { key: key.to_string(), parts, cfg: cfg.clone(), upsert };
+        /// `put_batch`/`upsert_batch`.
+        [] fn put_batch(&self, keys: &[String], values: &[&[u8]], cfg: &ReplicateConfig,
+            upsert: bool) -> Result<()>
+            = |h| { let values = Self::slices(&mut h, values)?; }
+            Call::PutBatch { keys: keys.to_vec(), values, cfg: cfg.clone(), upsert };
+        /// `put_from`/`upsert_from`.
+        ///
+        /// # Safety
+        /// `ptr..ptr+size` must be readable for the duration of the call.
+        [unsafe] fn put_from(&self, key: &str, ptr: usize, size: usize, cfg: &ReplicateConfig,
+            upsert: bool) -> Result<()>
+            = |h| { let src = h.src(ptr, size as u64)?; }
+            Call::PutFrom { key: key.to_string(), src, cfg: cfg.clone(), upsert };
+        /// `put_from_with_metadata`.
+        ///
+        /// # Safety
+        /// Both ranges must be readable for the duration of the call.
+        [unsafe] fn put_from_with_metadata(&self, key: &str, ptr: usize, metadata_ptr: usize,
+            size: usize, metadata_size: usize, cfg: &ReplicateConfig) -> Result<()>
+            = |h| {
+                let src = h.src(ptr, size as u64)?;
+                let metadata = h.src(metadata_ptr, metadata_size as u64)?;
+            }
+            Call::PutFromWithMetadata { key: key.to_string(), src, metadata, cfg: cfg.clone() };
+        /// `batch_put_from`/`batch_upsert_from`.
+        ///
+        /// # Safety
+        /// Every `ptrs[i]..+sizes[i]` must be readable for the duration of the call.
+        [unsafe] fn batch_put_from(&self, keys: &[String], ptrs: &[usize], sizes: &[usize],
+            cfg: &ReplicateConfig, upsert: bool) -> Result<Vec<Result<()>>>
+            = |h| { let srcs = Self::flat(&mut h, ptrs, sizes, true)?; }
+            Call::BatchPutFrom { keys: keys.to_vec(), srcs, cfg: cfg.clone(), upsert };
+        /// `batch_put_from_multi_buffers`.
+        ///
+        /// # Safety
+        /// Every buffer must be readable for the duration of the call.
+        [unsafe] fn batch_put_from_multi_buffers(&self, keys: &[String], all_ptrs: &[Vec<usize>],
+            all_sizes: &[Vec<usize>], cfg: &ReplicateConfig) -> Result<Vec<Result<()>>>
+            = |h| { let bufs = Self::nested(&mut h, all_ptrs, all_sizes, true)?; }
+            Call::PutMulti { keys: keys.to_vec(), bufs, cfg: cfg.clone() };
+        /// `batch_put_from_multi_buffer_ranges`.
+        ///
+        /// # Safety
+        /// Every buffer must be readable for the duration of the call.
+        [unsafe] fn batch_put_from_multi_buffer_ranges(&self, keys: &[String],
+            all_ptrs: &[Vec<usize>], all_sizes: &[Vec<usize>], all_offsets: &[Vec<usize>])
+            -> Result<Vec<Result<u64>>>
+            = |h| { let bufs = Self::nested(&mut h, all_ptrs, all_sizes, true)?; }
+            Call::SessionRanges {
+                write: true, keys: keys.to_vec(), bufs, offsets: all_offsets.to_vec()
+            };
+        /// `get_into`.
+        ///
+        /// # Safety
+        /// `ptr..ptr+size` must be writable for the duration of the call.
+        [unsafe] fn get_into(&self, key: &str, ptr: usize, size: usize) -> Result<u64>
+            = |h| { let dst = h.dst(ptr, size as u64, true)?; }
+            Call::GetInto { key: key.to_string(), dst };
+        /// `batch_get_into`.
+        ///
+        /// # Safety
+        /// Every `ptrs[i]..+sizes[i]` must be writable for the duration of the call.
+        [unsafe] fn batch_get_into(&self, keys: &[String], ptrs: &[usize], sizes: &[usize])
+            -> Result<Vec<Result<u64>>>
+            = |h| { let dsts = Self::flat(&mut h, ptrs, sizes, false)?; }
+            Call::BatchGetInto { keys: keys.to_vec(), dsts };
+        /// `batch_get_into_multi_buffers`.
+        ///
+        /// # Safety
+        /// Every buffer must be writable for the duration of the call.
+        [unsafe] fn batch_get_into_multi_buffers(&self, keys: &[String], all_ptrs: &[Vec<usize>],
+            all_sizes: &[Vec<usize>], prefer_same_node: bool) -> Result<Vec<Result<u64>>>
+            = |h| { let bufs = Self::nested(&mut h, all_ptrs, all_sizes, false)?; }
+            Call::GetMulti { keys: keys.to_vec(), bufs, prefer_same_node };
+        /// `batch_get_into_multi_buffer_ranges`.
+        ///
+        /// # Safety
+        /// Every buffer must be writable for the duration of the call.
+        [unsafe] fn batch_get_into_multi_buffer_ranges(&self, keys: &[String],
+            all_ptrs: &[Vec<usize>], all_sizes: &[Vec<usize>], all_offsets: &[Vec<usize>])
+            -> Result<Vec<Result<u64>>>
+            = |h| { let bufs = Self::nested(&mut h, all_ptrs, all_sizes, false)?; }
+            Call::SessionRanges {
+                write: false, keys: keys.to_vec(), bufs, offsets: all_offsets.to_vec()
+            };
+    }
 }

@@ -7,8 +7,7 @@
 
 use crate::dummy::DummyClient;
 use mooncake_client::{
-    Client, ObjectIo, Ranges, ReplicateConfig, Result, StagedValue, TensorDest, TensorWrite,
-    WriteMode,
+    Client, Ranges, ReplicateConfig, Result, StagedValue, TensorDest, TensorWrite, WriteMode,
 };
 use mooncake_tensor::{ReadOutput, ReadRequest};
 use std::sync::Arc;
@@ -104,348 +103,153 @@ impl Store {
             Store::Dummy(_) => 0,
         }
     }
+}
 
-    /// `register_buffer`.
-    pub fn register_buffer(&self, ptr: usize, size: usize) -> Result<()> {
-        both!(self, c => c.register_buffer(ptr, size))
-    }
-
-    /// `unregister_buffer`.
-    pub fn unregister_buffer(&self, ptr: usize) -> Result<()> {
-        both!(self, c => c.unregister_buffer(ptr))
-    }
-
-    /// `put`/`upsert`.
-    pub fn put(&self, key: &str, value: &[u8], cfg: &ReplicateConfig, upsert: bool) -> Result<()> {
-        both!(self, c => c.put(key, value, cfg, upsert))
-    }
-
-    /// `put_parts`/`upsert_parts`.
-    pub fn put_parts(
-        &self,
-        key: &str,
-        parts: &[&[u8]],
-        cfg: &ReplicateConfig,
-        upsert: bool,
-    ) -> Result<u64> {
-        both!(self, c => c.put_parts(key, parts, cfg, upsert))
-    }
-
-    /// `put_batch`/`upsert_batch`.
-    pub fn put_batch(
-        &self,
-        keys: &[String],
-        values: &[&[u8]],
-        cfg: &ReplicateConfig,
-        upsert: bool,
-    ) -> Result<()> {
-        both!(self, c => c.put_batch(keys, values, cfg, upsert))
-    }
-
-    /// `put_from`/`upsert_from`.
-    ///
-    /// # Safety
-    /// `ptr..ptr+size` must be readable for the duration of the call.
-    pub unsafe fn put_from(
-        &self,
-        key: &str,
-        ptr: usize,
-        size: usize,
-        cfg: &ReplicateConfig,
-        upsert: bool,
-    ) -> Result<()> {
-        // SAFETY: the caller's contract is the client's.
-        both!(self, c => unsafe { c.put_from(key, ptr, size, cfg, upsert) })
-    }
-
-    /// `put_from_with_metadata`.
-    ///
-    /// # Safety
-    /// Both ranges must be readable for the duration of the call.
-    pub unsafe fn put_from_with_metadata(
-        &self,
-        key: &str,
-        ptr: usize,
-        metadata_ptr: usize,
-        size: usize,
-        metadata_size: usize,
-        cfg: &ReplicateConfig,
-    ) -> Result<()> {
-        // SAFETY: the caller's contract is the client's.
-        both!(self, c => unsafe {
-            c.put_from_with_metadata(key, ptr, metadata_ptr, size, metadata_size, cfg)
-        })
-    }
-
-    /// `batch_put_from`/`batch_upsert_from`.
-    ///
-    /// # Safety
-    /// Every `ptrs[i]..+sizes[i]` must be readable for the duration of the call.
-    pub unsafe fn batch_put_from(
-        &self,
-        keys: &[String],
-        ptrs: &[usize],
-        sizes: &[usize],
-        cfg: &ReplicateConfig,
-        upsert: bool,
-    ) -> Result<Vec<Result<()>>> {
-        // SAFETY: the caller's contract is the client's.
-        both!(self, c => unsafe { c.batch_put_from(keys, ptrs, sizes, cfg, upsert) })
-    }
-
-    /// `get`/`get_buffer`.
-    pub fn get(&self, key: &str) -> Result<StagedValue> {
-        both!(self, c => c.get(key))
-    }
-
-    /// `get_batch`/`batch_get_buffer`.
-    pub fn get_batch(&self, keys: &[String]) -> Vec<Result<StagedValue>> {
-        both!(self, c => c.get_batch(keys))
-    }
-
-    /// Whole values into memory `alloc` gives once the sizes are known.
-    pub fn get_batch_with<A>(&self, keys: &[String], alloc: A) -> Vec<Result<u64>>
-    where
-        A: FnOnce(&[Result<u64>]) -> Vec<Option<usize>>,
-    {
-        both!(self, c => c.get_batch_with(keys, alloc))
-    }
-
-    /// `get_into`.
-    ///
-    /// # Safety
-    /// `ptr..ptr+size` must be writable for the duration of the call.
-    pub unsafe fn get_into(&self, key: &str, ptr: usize, size: usize) -> Result<u64> {
-        // SAFETY: the caller's contract is the client's.
-        both!(self, c => unsafe { c.get_into(key, ptr, size) })
-    }
-
-    /// `batch_get_into`.
-    ///
-    /// # Safety
-    /// Every `ptrs[i]..+sizes[i]` must be writable for the duration of the call.
-    pub unsafe fn batch_get_into(
-        &self,
-        keys: &[String],
-        ptrs: &[usize],
-        sizes: &[usize],
-    ) -> Result<Vec<Result<u64>>> {
-        // SAFETY: the caller's contract is the client's.
-        both!(self, c => unsafe { c.batch_get_into(keys, ptrs, sizes) })
-    }
-
-    /// `get_size`.
-    pub fn get_size(&self, key: &str) -> Result<u64> {
-        both!(self, c => c.get_size(key))
-    }
-
-    /// `is_exist`.
-    pub fn is_exist(&self, key: &str) -> Result<bool> {
-        both!(self, c => c.is_exist(key))
-    }
-
-    /// `batch_is_exist`.
-    pub fn batch_is_exist(&self, keys: &[String]) -> Vec<Result<bool>> {
-        both!(self, c => c.batch_is_exist(keys))
-    }
-
-    /// `remove`.
-    pub fn remove(&self, key: &str, force: bool) -> Result<()> {
-        both!(self, c => c.remove(key, force))
-    }
-
-    /// `batch_remove`.
-    pub fn batch_remove(&self, keys: &[String], force: bool) -> Vec<Result<()>> {
-        both!(self, c => c.batch_remove(keys, force))
-    }
-
-    /// `remove_by_regex`.
-    pub fn remove_by_regex(&self, pattern: &str, force: bool) -> Result<u64> {
-        both!(self, c => c.remove_by_regex(pattern, force))
-    }
-
-    /// `remove_all`.
-    pub fn remove_all(&self, force: bool) -> Result<u64> {
-        both!(self, c => c.remove_all(force))
-    }
-
-    /// `batch_put_from_multi_buffers`.
-    ///
-    /// # Safety
-    /// Every buffer must be readable for the duration of the call.
-    pub unsafe fn batch_put_from_multi_buffers(
-        &self,
-        keys: &[String],
-        all_ptrs: &[Vec<usize>],
-        all_sizes: &[Vec<usize>],
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<Result<()>>> {
-        // SAFETY: the caller's contract is the client's.
-        both!(self, c => unsafe { c.batch_put_from_multi_buffers(keys, all_ptrs, all_sizes, cfg) })
-    }
-
-    /// `batch_get_into_multi_buffers`.
-    ///
-    /// # Safety
-    /// Every buffer must be writable for the duration of the call.
-    pub unsafe fn batch_get_into_multi_buffers(
-        &self,
-        keys: &[String],
-        all_ptrs: &[Vec<usize>],
-        all_sizes: &[Vec<usize>],
-        prefer_same_node: bool,
-    ) -> Result<Vec<Result<u64>>> {
-        // SAFETY: the caller's contract is the client's.
-        both!(self, c => unsafe {
-            c.batch_get_into_multi_buffers(keys, all_ptrs, all_sizes, prefer_same_node)
-        })
-    }
-
-    /// `get_into_ranges`.
-    ///
-    /// # Safety
-    /// Registered regions must stay valid and writable for the call.
-    pub unsafe fn get_into_ranges(
-        &self,
-        buffer_ptrs: &[usize],
-        keys: &[Vec<String>],
-        dst_offsets: &[Vec<Vec<u64>>],
-        src_offsets: &[Vec<Vec<u64>>],
-        sizes: &[Vec<Vec<u64>>],
-    ) -> Ranges {
-        // SAFETY: the caller's contract is the client's.
-        both!(self, c => unsafe {
-            c.get_into_ranges(buffer_ptrs, keys, dst_offsets, src_offsets, sizes)
-        })
-    }
-
-    /// `batch_put_session_start`.
-    pub fn batch_put_session_start(
-        &self,
-        keys: &[String],
-        sizes: &[u64],
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<Result<()>>> {
-        both!(self, c => c.batch_put_session_start(keys, sizes, cfg))
-    }
-
-    /// `batch_put_from_multi_buffer_ranges`.
-    ///
-    /// # Safety
-    /// Every buffer must be readable for the duration of the call.
-    pub unsafe fn batch_put_from_multi_buffer_ranges(
-        &self,
-        keys: &[String],
-        all_ptrs: &[Vec<usize>],
-        all_sizes: &[Vec<usize>],
-        all_offsets: &[Vec<usize>],
-    ) -> Result<Vec<Result<u64>>> {
-        // SAFETY: the caller's contract is the client's.
-        both!(self, c => unsafe {
-            c.batch_put_from_multi_buffer_ranges(keys, all_ptrs, all_sizes, all_offsets)
-        })
-    }
-
-    /// `batch_put_session_end`.
-    pub fn batch_put_session_end(&self, keys: &[String]) -> Vec<Result<()>> {
-        both!(self, c => c.batch_put_session_end(keys))
-    }
-
-    /// `batch_put_session_revoke`.
-    pub fn batch_put_session_revoke(&self, keys: &[String]) -> Vec<Result<()>> {
-        both!(self, c => c.batch_put_session_revoke(keys))
-    }
-
-    /// `batch_get_session_start`.
-    pub fn batch_get_session_start(&self, keys: &[String]) -> Vec<Result<()>> {
-        both!(self, c => c.batch_get_session_start(keys))
-    }
-
-    /// `batch_get_into_multi_buffer_ranges`.
-    ///
-    /// # Safety
-    /// Every buffer must be writable for the duration of the call.
-    pub unsafe fn batch_get_into_multi_buffer_ranges(
-        &self,
-        keys: &[String],
-        all_ptrs: &[Vec<usize>],
-        all_sizes: &[Vec<usize>],
-        all_offsets: &[Vec<usize>],
-    ) -> Result<Vec<Result<u64>>> {
-        // SAFETY: the caller's contract is the client's.
-        both!(self, c => unsafe {
-            c.batch_get_into_multi_buffer_ranges(keys, all_ptrs, all_sizes, all_offsets)
-        })
-    }
-
-    /// `batch_get_session_end`.
-    pub fn batch_get_session_end(&self, keys: &[String]) -> Result<()> {
-        both!(self, c => c.batch_get_session_end(keys))
-    }
-
-    /// A batch of tensor writes.
-    ///
-    /// # Safety
-    /// For every item, the bytes its plan reads from `ptr` must be readable
-    /// for the duration of the call.
-    pub unsafe fn write_tensors(
-        &self,
-        items: Vec<Result<TensorWrite>>,
-        cfg: &ReplicateConfig,
-        mode: WriteMode,
-    ) -> Result<Vec<Result<()>>> {
-        // SAFETY: the caller's contract is the client's.
-        both!(self, c => unsafe { c.write_tensors(items, cfg, mode) })
-    }
-
-    /// A batch of tensor reads: planned, then `alloc` gives a destination
-    /// per planned output (`None`: that item fails), then read.
-    ///
-    /// # Safety
-    /// Every destination `alloc` returns must be writable for its size (a
-    /// payload's `nbytes`, an `_into` buffer's `size`) for the call.
-    pub unsafe fn read_tensors<A>(
-        &self,
-        reqs: Vec<Result<ReadRequest>>,
-        alloc: A,
-    ) -> Vec<Result<ReadOutput>>
-    where
-        A: FnOnce(&[Result<ReadOutput>]) -> Vec<Option<TensorDest>>,
-    {
-        match self {
-            Store::Local(c) => {
-                let reads = c.plan_tensor_reads(reqs);
-                let outs: Vec<Result<ReadOutput>> =
-                    (0..reads.len()).map(|i| reads.output(i).cloned()).collect();
-                let mut dests = alloc(&outs);
-                dests.resize(outs.len(), None);
-                // SAFETY: the caller vouches for the destinations.
-                unsafe { reads.execute(&dests) }
-            }
-            // SAFETY: the caller vouches for the destinations.
-            Store::Dummy(d) => unsafe { d.read_tensors(reqs, alloc) },
+/// Methods the in-process client and the dummy client both have, with one
+/// signature: each forwards to whichever client the store holds. An
+/// `unsafe` method's caller contract is the clients' (stated in its docs).
+macro_rules! forward {
+    (
+        safe { $($(#[$sm:meta])* fn $sn:ident(&self $(, $sa:ident: $st:ty)*) -> $sr:ty;)* }
+        unsafe { $($(#[$um:meta])* fn $un:ident(&self $(, $ua:ident: $ut:ty)*) -> $ur:ty;)* }
+    ) => {
+        impl Store {
+            $($(#[$sm])* pub fn $sn(&self $(, $sa: $st)*) -> $sr {
+                both!(self, c => c.$sn($($sa),*))
+            })*
+            $($(#[$um])* pub unsafe fn $un(&self $(, $ua: $ut)*) -> $ur {
+                // SAFETY: the caller's contract is the clients', stated above.
+                both!(self, c => unsafe { c.$un($($ua),*) })
+            })*
         }
+    };
+}
+
+forward! {
+    safe {
+        /// `register_buffer`.
+        fn register_buffer(&self, ptr: usize, size: usize) -> Result<()>;
+        /// `unregister_buffer`.
+        fn unregister_buffer(&self, ptr: usize) -> Result<()>;
+        /// `put`/`upsert`.
+        fn put(&self, key: &str, value: &[u8], cfg: &ReplicateConfig, upsert: bool) -> Result<()>;
+        /// `put_parts`/`upsert_parts`.
+        fn put_parts(&self, key: &str, parts: &[&[u8]], cfg: &ReplicateConfig, upsert: bool)
+            -> Result<u64>;
+        /// `put_batch`/`upsert_batch`.
+        fn put_batch(&self, keys: &[String], values: &[&[u8]], cfg: &ReplicateConfig, upsert: bool)
+            -> Result<()>;
+        /// `get`/`get_buffer`.
+        fn get(&self, key: &str) -> Result<StagedValue>;
+        /// `get_batch`/`batch_get_buffer`.
+        fn get_batch(&self, keys: &[String]) -> Vec<Result<StagedValue>>;
+        /// Whole values into memory `alloc` gives once the sizes are known.
+        fn get_batch_with(&self, keys: &[String],
+            alloc: impl FnOnce(&[Result<u64>]) -> Vec<Option<usize>>) -> Vec<Result<u64>>;
+        /// `get_size`.
+        fn get_size(&self, key: &str) -> Result<u64>;
+        /// `is_exist`.
+        fn is_exist(&self, key: &str) -> Result<bool>;
+        /// `batch_is_exist`.
+        fn batch_is_exist(&self, keys: &[String]) -> Vec<Result<bool>>;
+        /// `remove`.
+        fn remove(&self, key: &str, force: bool) -> Result<()>;
+        /// `batch_remove`.
+        fn batch_remove(&self, keys: &[String], force: bool) -> Vec<Result<()>>;
+        /// `remove_by_regex`.
+        fn remove_by_regex(&self, pattern: &str, force: bool) -> Result<u64>;
+        /// `remove_all`.
+        fn remove_all(&self, force: bool) -> Result<u64>;
+        /// `batch_put_session_start`.
+        fn batch_put_session_start(&self, keys: &[String], sizes: &[u64], cfg: &ReplicateConfig)
+            -> Result<Vec<Result<()>>>;
+        /// `batch_put_session_end`.
+        fn batch_put_session_end(&self, keys: &[String]) -> Vec<Result<()>>;
+        /// `batch_put_session_revoke`.
+        fn batch_put_session_revoke(&self, keys: &[String]) -> Vec<Result<()>>;
+        /// `batch_get_session_start`.
+        fn batch_get_session_start(&self, keys: &[String]) -> Vec<Result<()>>;
+        /// `batch_get_session_end`.
+        fn batch_get_session_end(&self, keys: &[String]) -> Result<()>;
+    }
+    unsafe {
+        /// `put_from`/`upsert_from`.
+        ///
+        /// # Safety
+        /// `ptr..ptr+size` must be readable for the duration of the call.
+        fn put_from(&self, key: &str, ptr: usize, size: usize, cfg: &ReplicateConfig, upsert: bool)
+            -> Result<()>;
+        /// `put_from_with_metadata`.
+        ///
+        /// # Safety
+        /// Both ranges must be readable for the duration of the call.
+        fn put_from_with_metadata(&self, key: &str, ptr: usize, metadata_ptr: usize, size: usize,
+            metadata_size: usize, cfg: &ReplicateConfig) -> Result<()>;
+        /// `batch_put_from`/`batch_upsert_from`.
+        ///
+        /// # Safety
+        /// Every `ptrs[i]..+sizes[i]` must be readable for the duration of the call.
+        fn batch_put_from(&self, keys: &[String], ptrs: &[usize], sizes: &[usize],
+            cfg: &ReplicateConfig, upsert: bool) -> Result<Vec<Result<()>>>;
+        /// `get_into`.
+        ///
+        /// # Safety
+        /// `ptr..ptr+size` must be writable for the duration of the call.
+        fn get_into(&self, key: &str, ptr: usize, size: usize) -> Result<u64>;
+        /// `batch_get_into`.
+        ///
+        /// # Safety
+        /// Every `ptrs[i]..+sizes[i]` must be writable for the duration of the call.
+        fn batch_get_into(&self, keys: &[String], ptrs: &[usize], sizes: &[usize])
+            -> Result<Vec<Result<u64>>>;
+        /// `batch_put_from_multi_buffers`.
+        ///
+        /// # Safety
+        /// Every buffer must be readable for the duration of the call.
+        fn batch_put_from_multi_buffers(&self, keys: &[String], all_ptrs: &[Vec<usize>],
+            all_sizes: &[Vec<usize>], cfg: &ReplicateConfig) -> Result<Vec<Result<()>>>;
+        /// `batch_get_into_multi_buffers`.
+        ///
+        /// # Safety
+        /// Every buffer must be writable for the duration of the call.
+        fn batch_get_into_multi_buffers(&self, keys: &[String], all_ptrs: &[Vec<usize>],
+            all_sizes: &[Vec<usize>], prefer_same_node: bool) -> Result<Vec<Result<u64>>>;
+        /// `get_into_ranges`.
+        ///
+        /// # Safety
+        /// Registered regions must stay valid and writable for the call.
+        fn get_into_ranges(&self, buffer_ptrs: &[usize], keys: &[Vec<String>],
+            dst_offsets: &[Vec<Vec<u64>>], src_offsets: &[Vec<Vec<u64>>],
+            sizes: &[Vec<Vec<u64>>]) -> Ranges;
+        /// `batch_put_from_multi_buffer_ranges`.
+        ///
+        /// # Safety
+        /// Every buffer must be readable for the duration of the call.
+        fn batch_put_from_multi_buffer_ranges(&self, keys: &[String], all_ptrs: &[Vec<usize>],
+            all_sizes: &[Vec<usize>], all_offsets: &[Vec<usize>]) -> Result<Vec<Result<u64>>>;
+        /// `batch_get_into_multi_buffer_ranges`.
+        ///
+        /// # Safety
+        /// Every buffer must be writable for the duration of the call.
+        fn batch_get_into_multi_buffer_ranges(&self, keys: &[String], all_ptrs: &[Vec<usize>],
+            all_sizes: &[Vec<usize>], all_offsets: &[Vec<usize>]) -> Result<Vec<Result<u64>>>;
+        /// A batch of tensor writes.
+        ///
+        /// # Safety
+        /// For every item, the bytes its plan reads from `ptr` must be readable
+        /// for the duration of the call.
+        fn write_tensors(&self, items: Vec<Result<TensorWrite>>, cfg: &ReplicateConfig,
+            mode: WriteMode) -> Result<Vec<Result<()>>>;
+        /// A batch of tensor reads: planned, then `alloc` gives a destination
+        /// per planned output (`None`: that item fails), then read.
+        ///
+        /// # Safety
+        /// Every destination `alloc` returns must be writable for its size (a
+        /// payload's `nbytes`, an `_into` buffer's `size`) for the call.
+        fn read_tensors(&self, reqs: Vec<Result<ReadRequest>>,
+            alloc: impl FnOnce(&[Result<ReadOutput>]) -> Vec<Option<TensorDest>>)
+            -> Vec<Result<ReadOutput>>;
     }
 }
 
-impl ObjectIo for Store {
-    fn object_size(&self, key: &str) -> Result<u64> {
-        self.get_size(key)
-    }
-
-    unsafe fn read_object_into(&self, key: &str, ptr: usize, size: usize) -> Result<u64> {
-        // SAFETY: the caller's contract is `get_into`'s.
-        unsafe { self.get_into(key, ptr, size) }
-    }
-
-    unsafe fn write_objects_from(
-        &self,
-        keys: &[String],
-        all_ptrs: &[Vec<usize>],
-        all_sizes: &[Vec<usize>],
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<Result<()>>> {
-        // SAFETY: the caller's contract is the clients'.
-        both!(self, c => unsafe { c.batch_put_from_multi_buffers(keys, all_ptrs, all_sizes, cfg) })
-    }
-}
+mooncake_client::object_io_by_store_methods!(Store);

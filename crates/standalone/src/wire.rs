@@ -421,8 +421,10 @@ pub(crate) enum Call {
         sizes: Vec<u64>,
         cfg: ReplicateConfig,
     },
-    /// `batch_put_from_multi_buffer_ranges`. Reply: `Result<Vec<Result<u64>>>`.
-    PutSessionRanges {
+    /// `batch_put_from_multi_buffer_ranges` (`write`) or
+    /// `batch_get_into_multi_buffer_ranges`. Reply: `Result<Vec<Result<u64>>>`.
+    SessionRanges {
+        write: bool,
         keys: Vec<String>,
         bufs: Nested,
         offsets: Vec<Vec<usize>>,
@@ -431,12 +433,6 @@ pub(crate) enum Call {
     PutSessionEnd { keys: Vec<String>, revoke: bool },
     /// Reply: `Vec<Result<()>>`.
     GetSessionStart { keys: Vec<String> },
-    /// `batch_get_into_multi_buffer_ranges`. Reply: `Result<Vec<Result<u64>>>`.
-    GetSessionRanges {
-        keys: Vec<String>,
-        bufs: Nested,
-        offsets: Vec<Vec<usize>>,
-    },
     /// Reply: `Result<()>`.
     GetSessionEnd { keys: Vec<String> },
     /// Reply: `Result<Vec<Result<()>>>`.
@@ -475,8 +471,7 @@ impl Call {
             Call::BatchGetInto { dsts, .. } => sum(&dsts.bufs),
             Call::PutMulti { bufs, .. }
             | Call::GetMulti { bufs, .. }
-            | Call::PutSessionRanges { bufs, .. }
-            | Call::GetSessionRanges { bufs, .. } => nested(bufs),
+            | Call::SessionRanges { bufs, .. } => nested(bufs),
             Call::GetSize { .. }
             | Call::IsExist { .. }
             | Call::BatchIsExist { .. }

@@ -11,3 +11,12 @@ pub(crate) mod ranges;
 pub(crate) mod reads;
 pub(crate) mod sessions;
 pub(crate) mod writes;
+
+use crate::error::{Error, Result};
+
+/// The result of a one-key call made through its batch form.
+pub(crate) fn only<T>(mut results: Vec<Result<T>>) -> Result<T> {
+    results
+        .pop()
+        .unwrap_or_else(|| Err(Error::internal("no result")))
+}

@@ -9,6 +9,7 @@
 
 use crate::client::{Client, StagedValue};
 use crate::error::{Error, Result};
+use crate::ops::only;
 use crate::ops::ranges::RangeOp;
 use crate::ops::writes::{check_key, seg_ref};
 use mooncake_common::proto::{MasterRequest, MasterResponse, ObjectInfo, ReplicaLoc};
@@ -160,40 +161,17 @@ impl Client {
     /// Staged read (`get`/`get_buffer`): needs local-buffer room for the value.
     pub fn get(&self, key: &str) -> Result<StagedValue> {
         check_key(key)?;
-        self.get_batch(&[key.to_string()])
-            .pop()
-            .unwrap_or_else(|| Err(Error::internal("no result")))
+        only(self.get_batch(&[key.to_string()]))
     }
 
     /// Staged batch read into owned vectors; one result per key.
     pub fn get_batch(&self, keys: &[String]) -> Vec<Result<StagedValue>> {
-        let mut bufs: Vec<Option<Vec<u8>>> = Vec::new();
-        let (res, reservations) = self.staged_with(keys, true, |sizes| {
-            sizes
-                .iter()
-                .map(|s| {
-                    let mut v: Vec<u8> = Vec::new();
-                    let p = match s {
-                        Ok(n) => v
-                            .try_reserve_exact(*n as usize)
-                            .ok()
-                            .map(|_| v.as_mut_ptr() as usize),
-                        Err(_) => None,
-                    };
-                    bufs.push(p.map(|_| v));
-                    p
-                })
-                .collect()
-        });
-        res.into_iter()
+        let mut vals = OwnedValues::default();
+        let (res, reservations) = self.staged_with(keys, true, |sizes| vals.alloc(sizes));
+        vals.finish(res)
             .zip(reservations)
-            .zip(bufs)
-            .map(|((r, resv), buf)| {
-                let n = r?;
-                let mut data = buf.ok_or_else(|| Error::internal("no destination"))?;
-                // SAFETY: `n` bytes were written into the reserved capacity.
-                unsafe { data.set_len(n as usize) };
-                Ok(StagedValue {
+            .map(|(r, resv)| {
+                r.map(|data| StagedValue {
                     data,
                     _reservation: resv,
                 })
@@ -311,8 +289,7 @@ impl Client {
     pub unsafe fn get_into(&self, key: &str, ptr: usize, size: usize) -> Result<u64> {
         check_key(key)?;
         // SAFETY: forwarded from the caller.
-        let mut r = unsafe { self.batch_get_into(&[key.to_string()], &[ptr], &[size])? };
-        r.pop().unwrap_or_else(|| Err(Error::internal("no result")))
+        only(unsafe { self.batch_get_into(&[key.to_string()], &[ptr], &[size])? })
     }
 
     /// Batch read into caller memory; per item as [`Client::get_into`].
@@ -369,18 +346,13 @@ impl Client {
     /// Object size (grants a lease).
     pub fn get_size(&self, key: &str) -> Result<u64> {
         check_key(key)?;
-        match self.lookup(&[key.to_string()], false).infos.pop() {
-            Some(r) => r.map(|i| i.size),
-            None => Err(Error::internal("no result")),
-        }
+        only(self.lookup(&[key.to_string()], false).infos).map(|i| i.size)
     }
 
     /// Whether `key` has a complete replica (grants a lease when it has).
     pub fn is_exist(&self, key: &str) -> Result<bool> {
         check_key(key)?;
-        self.batch_is_exist(&[key.to_string()])
-            .pop()
-            .unwrap_or_else(|| Err(Error::internal("no result")))
+        only(self.batch_is_exist(&[key.to_string()]))
     }
 
     /// [`Client::is_exist`] per key.
@@ -398,9 +370,7 @@ impl Client {
     /// is not complete (even with `force`).
     pub fn remove(&self, key: &str, force: bool) -> Result<()> {
         check_key(key)?;
-        self.batch_remove(&[key.to_string()], force)
-            .pop()
-            .unwrap_or_else(|| Err(Error::internal("no result")))
+        only(self.batch_remove(&[key.to_string()], force))
     }
 
     /// [`Client::remove`] per key (one RPC).
@@ -449,5 +419,57 @@ impl Client {
     pub fn remove_all(&self, force: bool) -> Result<u64> {
         self.bump_mutations();
         self.count_rpc(MasterRequest::RemoveAll { force })
+    }
+}
+
+/// Whole values read into vectors allocated once their sizes are known:
+/// [`OwnedValues::alloc`] is the `alloc` of a `get_batch_with`-style read,
+/// [`OwnedValues::finish`] turns its per-key results into the values.
+#[derive(Default)]
+pub struct OwnedValues {
+    bufs: Vec<Option<Vec<u8>>>,
+}
+
+impl OwnedValues {
+    /// One destination per size: a vector with that capacity, or `None`
+    /// for a failed key or an allocation that failed.
+    pub fn alloc(&mut self, sizes: &[Result<u64>]) -> Vec<Option<usize>> {
+        sizes
+            .iter()
+            .map(|s| {
+                let mut v: Vec<u8> = Vec::new();
+                let p = match s {
+                    Ok(n) => v
+                        .try_reserve_exact(*n as usize)
+                        .ok()
+                        .map(|_| v.as_mut_ptr() as usize),
+                    Err(_) => None,
+                };
+                self.bufs.push(p.map(|_| v));
+                p
+            })
+            .collect()
+    }
+
+    /// Per key the value holding the bytes the read reported, or the
+    /// read's failure.
+    ///
+    /// `read` must be the results of the read `alloc` gave destinations to:
+    /// each `Ok(n)` says `n` bytes (at most the size `alloc` got) were
+    /// written into that key's vector.
+    pub fn finish(self, read: Vec<Result<u64>>) -> impl Iterator<Item = Result<Vec<u8>>> {
+        read.into_iter()
+            .zip(self.bufs.into_iter().chain(std::iter::repeat_with(|| None)))
+            .map(|(r, buf)| {
+                let n = r?;
+                let mut data = buf.ok_or_else(|| Error::internal("no destination"))?;
+                if n as usize > data.capacity() {
+                    return Err(Error::internal("read past its destination"));
+                }
+                // SAFETY: the read wrote `n` bytes into the reserved capacity
+                // (`n` is within it, checked above).
+                unsafe { data.set_len(n as usize) };
+                Ok(data)
+            })
     }
 }

@@ -17,6 +17,7 @@
 use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
+use crate::ops::only;
 use crate::parallel::{group_tasks, run_all};
 use mooncake_common::ledger::LedgerOp;
 use mooncake_common::proto::{
@@ -318,9 +319,7 @@ impl Client {
         };
         let pieces: Pieces = pieces.iter().filter(|p| p.1 > 0).copied().collect();
         // SAFETY: the caller vouches for every piece.
-        let mut r = unsafe { self.put_items(&[key.to_string()], &[pieces], &wire, upsert, false) };
-        r.pop()
-            .unwrap_or_else(|| Err(Error::internal("no result")))
+        only(unsafe { self.put_items(&[key.to_string()], &[pieces], &wire, upsert, false) })
             .map(|()| total)
     }
 
@@ -431,8 +430,7 @@ impl Client {
         }
         let pieces = vec![(ptr, size as u64)];
         // SAFETY: the caller vouches for `ptr..ptr+size`.
-        let mut r = unsafe { self.put_items(&[key.to_string()], &[pieces], &wire, upsert, false) };
-        r.pop().unwrap_or_else(|| Err(Error::internal("no result")))
+        only(unsafe { self.put_items(&[key.to_string()], &[pieces], &wire, upsert, false) })
     }
 
     /// `put_from_with_metadata`: one object made of `metadata_size` bytes
@@ -467,8 +465,7 @@ impl Client {
         }
         pieces.push((ptr, size as u64));
         // SAFETY: the caller vouches for both ranges.
-        let mut r = unsafe { self.put_items(&[key.to_string()], &[pieces], &wire, false, false) };
-        r.pop().unwrap_or_else(|| Err(Error::internal("no result")))
+        only(unsafe { self.put_items(&[key.to_string()], &[pieces], &wire, false, false) })
     }
 
     /// Direct batch write (`batch_put_from`/`batch_upsert_from`): one result

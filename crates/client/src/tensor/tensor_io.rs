@@ -454,6 +454,29 @@ pub struct TensorReads<'c> {
 }
 
 impl Client {
+    /// A batch of tensor reads: planned, then `alloc` gives a destination
+    /// per planned output (`None`: that item fails), then read.
+    ///
+    /// # Safety
+    /// Every destination `alloc` returns must be writable for its size (a
+    /// payload's `nbytes`, an `_into` buffer's `size`) for the call.
+    pub unsafe fn read_tensors<A>(
+        &self,
+        reqs: Vec<Result<ReadRequest>>,
+        alloc: A,
+    ) -> Vec<Result<ReadOutput>>
+    where
+        A: FnOnce(&[Result<ReadOutput>]) -> Vec<Option<TensorDest>>,
+    {
+        let reads = self.plan_tensor_reads(reqs);
+        let outs: Vec<Result<ReadOutput>> =
+            (0..reads.len()).map(|i| reads.output(i).cloned()).collect();
+        let mut dests = alloc(&outs);
+        dests.resize(outs.len(), None);
+        // SAFETY: the caller vouches for the destinations.
+        unsafe { reads.execute(&dests) }
+    }
+
     /// Resolve a batch of reads: up to two probe rounds, each one
     /// GetReplicaList for the whole batch plus one data round reading the
     /// first 304 bytes of every candidate.
