@@ -5,7 +5,6 @@
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
-use std::convert::Infallible;
 
 /// A non-negative integer below 2**64 (pointers, sizes, offsets).
 ///
@@ -23,16 +22,6 @@ impl<'py> FromPyObject<'py> for UInt {
             )),
             Err(e) => Err(e),
         }
-    }
-}
-
-impl<'py> IntoPyObject<'py> for UInt {
-    type Target = PyInt;
-    type Output = Bound<'py, PyInt>;
-    type Error = Infallible;
-
-    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
-        self.0.into_pyobject(py)
     }
 }
 
@@ -62,15 +51,22 @@ impl<'py> FromPyObject<'py> for Flag {
     }
 }
 
-impl<'py> IntoPyObject<'py> for Flag {
-    type Target = PyBool;
-    type Output = Borrowed<'py, 'py, PyBool>;
-    type Error = Infallible;
+/// `IntoPyObject` of an argument newtype: the Python value of what it wraps.
+macro_rules! into_wrapped {
+    ($($ty:ident($inner:ty)),+) => {$(
+        impl<'py> IntoPyObject<'py> for $ty {
+            type Target = <$inner as IntoPyObject<'py>>::Target;
+            type Output = <$inner as IntoPyObject<'py>>::Output;
+            type Error = <$inner as IntoPyObject<'py>>::Error;
 
-    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
-        self.0.into_pyobject(py)
-    }
+            fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+                self.0.into_pyobject(py)
+            }
+        }
+    )+};
 }
+
+into_wrapped!(UInt(u64), Flag(bool));
 
 /// `repr(ob)` limited to a readable length, for error messages.
 pub(crate) fn short_repr(ob: &Bound<'_, PyAny>) -> String {
@@ -108,4 +104,14 @@ pub(crate) fn one_of<T>(
 /// Convert a list of `UInt` to plain values.
 pub(crate) fn plain(v: &[UInt]) -> Vec<u64> {
     v.iter().map(|u| u.0).collect()
+}
+
+/// Caller addresses or sizes as `usize` (lossless on 64-bit targets).
+pub(crate) fn addrs(v: &[UInt]) -> Vec<usize> {
+    v.iter().map(|u| u.usize()).collect()
+}
+
+/// Per-key lists of caller addresses, sizes or offsets as `usize`.
+pub(crate) fn addrs2(v: &[Vec<UInt>]) -> Vec<Vec<usize>> {
+    v.iter().map(|l| addrs(l)).collect()
 }

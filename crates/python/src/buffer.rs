@@ -24,15 +24,15 @@ use crate::args::short_repr;
 use crate::pybuf::{
     Element, RawBuffer, Typed, PYBUF_FORMAT, PYBUF_ND, PYBUF_STRIDES, PY_BF_GETBUFFER,
 };
+use parking_lot::Mutex;
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyByteArray, PyBytes, PyTuple, PyType};
 use pyo3::PyClass;
+use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::ffi::{c_int, c_uint, c_void, CStr};
-use std::thread::LocalKey;
 
 /// The C-contiguous bytes of a buffer-protocol object.
 pub(crate) struct ByteView(Typed<u8>);
@@ -179,8 +179,8 @@ pub(crate) fn uninit_bytes(py: Python<'_>, n: usize) -> Option<(Py<PyBytes>, usi
 /// protocol, as a writable one-dimensional byte view. Python sees it as its
 /// [`exporting_type`]: a subclass that adds the `Py_bf_getbuffer` slot
 /// (pyo3 declares that slot only for the stable ABI of 3.11 on); instances
-/// are made by [`export_object`], through the class's `#[new]`, which takes
-/// the value [`take_pending`] hands it.
+/// are made by [`export_object`], through the class's `#[new]`
+/// ([`exporter_new!`]), which takes the value [`take_pending`] hands it.
 ///
 /// # Safety
 /// [`Exporter::region`] must name memory that stays valid, unmoved and
@@ -192,58 +192,95 @@ pub(crate) unsafe trait Exporter: PyClass {
     const SUBCLASS_NAME: &'static CStr;
     /// The exported memory: its address and length.
     fn region(slf: &Bound<'_, Self>) -> PyResult<(*mut u8, usize)>;
-    /// Where the exporting subclass is kept once made.
-    fn subclass() -> &'static GILOnceCell<Py<PyType>>;
-    /// The value the next `#[new]` on this thread takes.
-    fn pending() -> &'static LocalKey<RefCell<Option<Self>>>;
+}
+
+/// The `#[new]` of an [`Exporter`] class: it takes the value
+/// [`export_object`] is placing, and is a `TypeError` from Python.
+macro_rules! exporter_new {
+    ($class:ident) => {
+        #[pyo3::pymethods]
+        impl $class {
+            #[new]
+            fn py_new() -> pyo3::PyResult<Self> {
+                $crate::buffer::take_pending()
+            }
+        }
+    };
+}
+
+pub(crate) use exporter_new;
+
+/// The exporting subclass of each [`Exporter`] made so far, by class.
+static SUBCLASSES: Mutex<Vec<(TypeId, Py<PyType>)>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// The value the next exporter `#[new]` on this thread takes.
+    static PENDING: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
 }
 
 /// The exporting subclass of `T`, made on first use.
-pub(crate) fn exporting_type<T: Exporter>(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
-    let ty = T::subclass().get_or_try_init(py, || {
-        let mut slots = [
-            ffi::PyType_Slot {
-                slot: PY_BF_GETBUFFER,
-                pfunc: getbuffer::<T> as *mut c_void,
-            },
-            ffi::PyType_Slot {
-                slot: 0,
-                pfunc: std::ptr::null_mut(),
-            },
-        ];
-        let mut spec = ffi::PyType_Spec {
-            name: T::SUBCLASS_NAME.as_ptr(),
-            basicsize: 0,
-            itemsize: 0,
-            flags: ffi::Py_TPFLAGS_DEFAULT as c_uint,
-            slots: slots.as_mut_ptr(),
-        };
-        let bases = PyTuple::new(py, [py.get_type::<T>()])?;
-        // SAFETY: the spec and slots are read during the call; the name is
-        // static; the base is a pyo3 class declared `subclass`, whose layout
-        // the new type inherits (basicsize 0).
-        let ty = unsafe { ffi::PyType_FromSpecWithBases(&mut spec, bases.as_ptr()) };
-        // SAFETY: a new reference, or null with an exception set.
-        let ty = unsafe { Bound::from_owned_ptr_or_err(py, ty) }?;
-        Ok::<_, PyErr>(ty.downcast_into::<PyType>()?.unbind())
-    })?;
-    Ok(ty.bind(py))
+pub(crate) fn exporting_type<T: Exporter>(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+    let find = |made: &[(TypeId, Py<PyType>)]| {
+        let (_, ty) = made.iter().find(|(id, _)| *id == TypeId::of::<T>())?;
+        Some(ty.bind(py).clone())
+    };
+    if let Some(ty) = find(&SUBCLASSES.lock()) {
+        return Ok(ty);
+    }
+    // Made without the lock held: creating a type may run Python code.
+    let ty = new_exporting_type::<T>(py)?;
+    let mut made = SUBCLASSES.lock();
+    if let Some(first) = find(&made) {
+        return Ok(first);
+    }
+    made.push((TypeId::of::<T>(), ty.clone().unbind()));
+    Ok(ty)
+}
+
+fn new_exporting_type<T: Exporter>(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+    let mut slots = [
+        ffi::PyType_Slot {
+            slot: PY_BF_GETBUFFER,
+            pfunc: getbuffer::<T> as *mut c_void,
+        },
+        ffi::PyType_Slot {
+            slot: 0,
+            pfunc: std::ptr::null_mut(),
+        },
+    ];
+    let mut spec = ffi::PyType_Spec {
+        name: T::SUBCLASS_NAME.as_ptr(),
+        basicsize: 0,
+        itemsize: 0,
+        flags: ffi::Py_TPFLAGS_DEFAULT as c_uint,
+        slots: slots.as_mut_ptr(),
+    };
+    let bases = PyTuple::new(py, [py.get_type::<T>()])?;
+    // SAFETY: the spec and slots are read during the call; the name is
+    // static; the base is a pyo3 class declared `subclass`, whose layout
+    // the new type inherits (basicsize 0).
+    let ty = unsafe { ffi::PyType_FromSpecWithBases(&mut spec, bases.as_ptr()) };
+    // SAFETY: a new reference, or null with an exception set.
+    let ty = unsafe { Bound::from_owned_ptr_or_err(py, ty) }?;
+    Ok(ty.downcast_into::<PyType>()?)
 }
 
 /// A new exporting object holding `value`.
 pub(crate) fn export_object<T: Exporter>(py: Python<'_>, value: T) -> PyResult<Bound<'_, PyAny>> {
     let ty = exporting_type::<T>(py)?;
-    T::pending().with(|p| *p.borrow_mut() = Some(value));
+    PENDING.with(|p| *p.borrow_mut() = Some(Box::new(value)));
     let made = ty.call0();
-    T::pending().with(|p| p.borrow_mut().take());
+    PENDING.with(|p| p.borrow_mut().take());
     made
 }
 
 /// For the `#[new]` of an [`Exporter`]: the value [`export_object`] is
 /// placing; a `TypeError` when called from Python.
 pub(crate) fn take_pending<T: Exporter>() -> PyResult<T> {
-    T::pending()
+    PENDING
         .with(|p| p.borrow_mut().take())
+        .and_then(|v| v.downcast::<T>().ok())
+        .map(|v| *v)
         .ok_or_else(|| PyTypeError::new_err("No constructor defined"))
 }
 

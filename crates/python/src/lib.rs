@@ -9,6 +9,7 @@
 //! `mooncake-engram` or `mooncake-pg`. The shared helpers:
 //!
 //! - `args`: argument types (`UInt`, `Flag`, `arg0`/`key` aliases);
+//! - `family`: one `#[pymethods]` body stamped out as several methods;
 //! - `pybuf`: the C buffer protocol (outside the 3.10 stable ABI);
 //! - `buffer`: buffer-protocol input and output over it;
 //! - `report`: a domain error to a return code plus one log line
@@ -21,6 +22,7 @@ mod args;
 mod buffer;
 mod engine;
 mod engram;
+mod family;
 mod meta;
 mod pg;
 mod pybuf;

@@ -193,69 +193,9 @@ impl PgGroup {
         self.g.peer_state(&ranks).map_err(py_err)
     }
 
-    /// `get_num_synced_ranks`.
-    fn num_synced(&self) -> usize {
-        self.g.num_synced()
-    }
-
-    /// Epoch of the last membership view applied.
-    fn epoch(&self) -> u64 {
-        self.g.epoch()
-    }
-
-    /// True while in the group's active set.
-    fn is_active(&self) -> bool {
-        self.g.is_active()
-    }
-
     /// `extend_group_size_to`: raises the capacity.
     fn extend(&self, capacity: usize) -> PyResult<()> {
         self.g.extend(capacity).map_err(py_err)
-    }
-
-    /// TCP port of this process's engine.
-    fn port(&self) -> u16 {
-        self.g.port()
-    }
-
-    /// Random id of this member.
-    fn member_id(&self) -> u64 {
-        self.g.member_id()
-    }
-
-    /// Random id of this process's engine.
-    fn instance_id(&self) -> u64 {
-        self.g.instance_id()
-    }
-
-    /// Shared-memory segment name ("" when shm is off).
-    fn shm_name(&self) -> String {
-        self.g.shm_name()
-    }
-
-    /// Reserved capacity.
-    fn capacity(&self) -> usize {
-        self.g.capacity()
-    }
-
-    /// Active mask bitmap.
-    fn mask(&self) -> u64 {
-        self.g.mask()
-    }
-
-    /// Visible size V.
-    fn visible_size(&self) -> usize {
-        self.g.visible_size()
-    }
-
-    /// Number of peers reached over shared memory.
-    fn shm_peer_count(&self) -> usize {
-        self.g.shm_peer_count()
-    }
-
-    /// Bounded spin (µs) before sleeping; 0 disables it.
-    fn set_spin_us(&self, us: u64) {
-        self.g.set_spin_us(us)
     }
 
     /// Registers the int32 mask tensor (address, elements); `owner` (the
@@ -363,6 +303,49 @@ impl PgGroup {
     }
 }
 
+/// `PgGroup` methods that return what the core group's method of the same
+/// name returns.
+macro_rules! group_forwards {
+    ($($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?;)+) => {
+        #[pymethods]
+        impl PgGroup {
+            $(
+                $(#[$doc])*
+                fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
+                    self.g.$name($($arg),*)
+                }
+            )+
+        }
+    };
+}
+
+group_forwards! {
+    /// `get_num_synced_ranks`.
+    fn num_synced() -> usize;
+    /// Epoch of the last membership view applied.
+    fn epoch() -> u64;
+    /// True while in the group's active set.
+    fn is_active() -> bool;
+    /// TCP port of this process's engine.
+    fn port() -> u16;
+    /// Random id of this member.
+    fn member_id() -> u64;
+    /// Random id of this process's engine.
+    fn instance_id() -> u64;
+    /// Shared-memory segment name ("" when shm is off).
+    fn shm_name() -> String;
+    /// Reserved capacity.
+    fn capacity() -> usize;
+    /// Active mask bitmap.
+    fn mask() -> u64;
+    /// Visible size V.
+    fn visible_size() -> usize;
+    /// Number of peers reached over shared memory.
+    fn shm_peer_count() -> usize;
+    /// Bounded spin (µs) before sleeping; 0 disables it.
+    fn set_spin_us(us: u64);
+}
+
 /// A membership coordinator hosted by this process (stopped by `shutdown`
 /// or when collected).
 #[pyclass(module = "mooncake._native", frozen)]
@@ -391,54 +374,44 @@ impl PgCoordinator {
     }
 }
 
-/// Process-wide fault-reconciliation window in µs (0: the default, 30 s).
-#[pyfunction]
-fn pg_set_fault_reconciliation_window_us(us: u64) {
-    set_fault_reconciliation_window_us(us)
+/// The `pg_*` module functions, each the core function after `=>` applied
+/// to its arguments, and `add_functions`, which adds them all.
+macro_rules! pg_functions {
+    ($($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? => $core:expr;)+) => {
+        $(
+            $(#[$doc])*
+            #[pyfunction]
+            fn $name($($arg: $ty),*) $(-> $ret)? {
+                ($core)($($arg),*)
+            }
+        )+
+
+        fn add_functions(m: &Bound<'_, PyModule>) -> PyResult<()> {
+            $(m.add_function(wrap_pyfunction!($name, m)?)?;)+
+            Ok(())
+        }
+    };
 }
 
-/// Adds fault-injection rules (`rule;rule`, the syntax of
-/// `MOONCAKE_PG_FAULT`); raises ValueError
-/// on a malformed rule (then nothing is added).
-#[pyfunction]
-fn pg_inject_fault(rules: &str) -> PyResult<()> {
-    inject_faults(rules).map_err(py_err)
-}
-
-/// Removes every fault-injection rule.
-#[pyfunction]
-fn pg_clear_faults() {
-    clear_faults()
-}
-
-/// `(rule, times fired)` for every fault-injection rule.
-#[pyfunction]
-fn pg_fault_stats() -> Vec<(String, u64)> {
-    fault_stats()
-}
-
-/// Process-wide collective silence timeout T in µs (0: the environment's).
-#[pyfunction]
-fn pg_set_collective_timeout_us(us: u64) {
-    set_collective_timeout_us(us)
-}
-
-/// Process-wide P2P silence timeout T in µs (0: the environment's).
-#[pyfunction]
-fn pg_set_p2p_timeout_us(us: u64) {
-    set_p2p_timeout_us(us)
-}
-
-/// `(torch dtype name, code)` for every dtype code (`"raw"`: moved, never reduced).
-#[pyfunction]
-fn pg_dtype_codes() -> Vec<(&'static str, u32)> {
-    DType::table()
-}
-
-/// `(torch.distributed.ReduceOp name, code)` for every reduce-op code.
-#[pyfunction]
-fn pg_reduce_op_codes() -> Vec<(&'static str, u32)> {
-    ReduceOp::table()
+pg_functions! {
+    /// Process-wide fault-reconciliation window in µs (0: the default, 30 s).
+    fn pg_set_fault_reconciliation_window_us(us: u64) => set_fault_reconciliation_window_us;
+    /// Adds fault-injection rules (`rule;rule`, the syntax of
+    /// `MOONCAKE_PG_FAULT`); raises ValueError
+    /// on a malformed rule (then nothing is added).
+    fn pg_inject_fault(rules: &str) -> PyResult<()> => |r| inject_faults(r).map_err(py_err);
+    /// Removes every fault-injection rule.
+    fn pg_clear_faults() => clear_faults;
+    /// `(rule, times fired)` for every fault-injection rule.
+    fn pg_fault_stats() -> Vec<(String, u64)> => fault_stats;
+    /// Process-wide collective silence timeout T in µs (0: the environment's).
+    fn pg_set_collective_timeout_us(us: u64) => set_collective_timeout_us;
+    /// Process-wide P2P silence timeout T in µs (0: the environment's).
+    fn pg_set_p2p_timeout_us(us: u64) => set_p2p_timeout_us;
+    /// `(torch dtype name, code)` for every dtype code (`"raw"`: moved, never reduced).
+    fn pg_dtype_codes() -> Vec<(&'static str, u32)> => DType::table;
+    /// `(torch.distributed.ReduceOp name, code)` for every reduce-op code.
+    fn pg_reduce_op_codes() -> Vec<(&'static str, u32)> => ReduceOp::table;
 }
 
 /// Adds the PG classes and functions to the extension module.
@@ -446,13 +419,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PgGroup>()?;
     m.add_class::<PgWork>()?;
     m.add_class::<PgCoordinator>()?;
-    m.add_function(wrap_pyfunction!(pg_set_fault_reconciliation_window_us, m)?)?;
-    m.add_function(wrap_pyfunction!(pg_inject_fault, m)?)?;
-    m.add_function(wrap_pyfunction!(pg_clear_faults, m)?)?;
-    m.add_function(wrap_pyfunction!(pg_fault_stats, m)?)?;
-    m.add_function(wrap_pyfunction!(pg_set_collective_timeout_us, m)?)?;
-    m.add_function(wrap_pyfunction!(pg_set_p2p_timeout_us, m)?)?;
-    m.add_function(wrap_pyfunction!(pg_dtype_codes, m)?)?;
-    m.add_function(wrap_pyfunction!(pg_reduce_op_codes, m)?)?;
+    add_functions(m)?;
     Ok(())
 }

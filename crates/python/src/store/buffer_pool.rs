@@ -6,16 +6,13 @@
 
 use super::capsule::store_client;
 use crate::args::UInt;
-use crate::buffer::{export_object, exporting_type, take_pending, Exporter};
+use crate::buffer::{export_object, exporter_new, exporting_type, Exporter};
+use crate::family::method_family;
 use mooncake_client::{Lease, LeasePool, PoolConfig, PoolError};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::sync::GILOnceCell;
-use pyo3::types::PyType;
-use std::cell::RefCell;
 use std::ffi::CStr;
 use std::sync::Arc;
-use std::thread::LocalKey;
 
 fn err(e: PoolError) -> PyErr {
     PyRuntimeError::new_err(e.to_string())
@@ -62,9 +59,20 @@ impl BufferPool {
         })
     }
 
-    /// Lease `size` bytes; waits per `block`/`timeout` when nothing is free.
+    /// Accepted for compatibility: leases are allocated on demand.
+    fn prewarm(&self, size: UInt, count: UInt) {
+        let _ = (size, count);
+    }
+
+    /// Close the pool (a `RuntimeError` while leases are active).
+    fn close(&self) -> PyResult<()> {
+        self.pool.close().map_err(err)
+    }
+}
+
+method_family! {
     #[pyo3(signature = (size, block=None, timeout=None))]
-    fn acquire(
+    fn _method(
         &self,
         py: Python<'_>,
         size: UInt,
@@ -79,27 +87,11 @@ impl BufferPool {
             lease: Arc::new(lease),
         })
     }
-
-    /// Same as `acquire` (for `with pool.buffer(n) as lease:`).
-    #[pyo3(signature = (size, block=None, timeout=None))]
-    fn buffer(
-        &self,
-        py: Python<'_>,
-        size: UInt,
-        block: Option<bool>,
-        timeout: Option<f64>,
-    ) -> PyResult<BufferLease> {
-        self.acquire(py, size, block, timeout)
-    }
-
-    /// Accepted for compatibility: leases are allocated on demand.
-    fn prewarm(&self, size: UInt, count: UInt) {
-        let _ = (size, count);
-    }
-
-    /// Close the pool (a `RuntimeError` while leases are active).
-    fn close(&self) -> PyResult<()> {
-        self.pool.close().map_err(err)
+    #[pymethods] for BufferPool {
+        /// Lease `size` bytes; waits per `block`/`timeout` when nothing is free.
+        acquire {}
+        /// Same as `acquire` (for `with pool.buffer(n) as lease:`).
+        buffer {}
     }
 }
 
@@ -173,11 +165,6 @@ impl Drop for BufferLeaseView {
     }
 }
 
-thread_local! {
-    static PENDING: RefCell<Option<BufferLeaseView>> = const { RefCell::new(None) };
-}
-static SUBCLASS: GILOnceCell<Py<PyType>> = GILOnceCell::new();
-
 // SAFETY: the lease's memory cannot be released while this view object
 // lives (it counts as an export), and it never moves.
 unsafe impl Exporter for BufferLeaseView {
@@ -188,24 +175,12 @@ unsafe impl Exporter for BufferLeaseView {
         let lease = &slf.get().lease;
         Ok((lease.ptr().map_err(err)? as *mut u8, lease.size() as usize))
     }
-
-    fn subclass() -> &'static GILOnceCell<Py<PyType>> {
-        &SUBCLASS
-    }
-
-    fn pending() -> &'static LocalKey<RefCell<Option<Self>>> {
-        &PENDING
-    }
 }
+
+exporter_new!(BufferLeaseView);
 
 #[pymethods]
 impl BufferLeaseView {
-    /// Made only by `BufferLease.buffer`, never from Python.
-    #[new]
-    fn py_new() -> PyResult<Self> {
-        take_pending()
-    }
-
     /// A memoryview of this view.
     #[getter]
     fn buffer<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {

@@ -9,8 +9,10 @@ use super::config::{options, ReplicateConfig};
 use super::handle::BufferHandle;
 use crate::args::one_of;
 use crate::buffer::{byte_views, uninit_bytes, ByteView};
+use crate::family::method_family;
 use crate::report::Call;
 use mooncake_client::Error;
+use mooncake_standalone::Store;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
@@ -51,22 +53,6 @@ impl MooncakeDistributedStore {
         call.code(Some(key), r.map(|_| ()))
     }
 
-    /// Shared body of put_batch/upsert_batch: 0 or the first failing code.
-    fn write_batch(
-        &self,
-        call: Call<'_>,
-        keys: Vec<String>,
-        values: Vec<Bound<'_, PyAny>>,
-        config: Option<ReplicateConfig>,
-        upsert: bool,
-    ) -> PyResult<i64> {
-        let views = byte_views(values)?;
-        let cfg = options(config);
-        let slices: Vec<&[u8]> = views.iter().map(ByteView::as_slice).collect();
-        let r = self.run(call.py(), |c| c.put_batch(&keys, &slices, &cfg, upsert));
-        Ok(call.batch_code(keys.len(), r))
-    }
-
     /// Staged reads of `keys` straight into new `bytes` objects: each
     /// object is allocated (uninitialised) once the sizes are known and
     /// filled with the GIL released, so a value is copied exactly once.
@@ -101,86 +87,136 @@ impl MooncakeDistributedStore {
         });
         call.oks(keys, items)
     }
+    /// `get_batch`'s values: `b""` per failed key; `get_batch([])` returns
+    /// `[b""]` (upstream quirk).
+    fn values<'py>(&self, call: Call<'py>, keys: Vec<String>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let py = call.py();
+        if keys.is_empty() {
+            call.note("no keys given; returning [b\"\"]");
+            return Ok(vec![PyBytes::new(py, b"").into_any()]);
+        }
+        let values = self.read_bytes(call, &keys).into_iter();
+        Ok(values
+            .map(|v| {
+                v.map_or_else(
+                    || PyBytes::new(py, b"").into_any(),
+                    |b| b.into_bound(py).into_any(),
+                )
+            })
+            .collect())
+    }
+
+    /// `batch_get_buffer`'s handles: `None` per failed key.
+    fn buffers<'py>(&self, call: Call<'py>, keys: Vec<String>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let py = call.py();
+        let r = self.run(py, |c| Ok(c.get_batch(&keys)));
+        let values = call.oks(&keys, r).into_iter();
+        values
+            .map(|v| {
+                v.map_or_else(
+                    || Ok(py.None().into_bound(py)),
+                    |v| BufferHandle::wrap(py, v),
+                )
+            })
+            .collect()
+    }
+}
+
+method_family! {
+    fn method(&self, py: Python<'_>, key: String) -> PyResult<i64> {
+        Ok(write(self, Call::new(py, method), &key, &views?, config, upsert))
+    }
+    #[pymethods] for MooncakeDistributedStore {
+        /// Store `value` (any buffer-protocol object) under `key`; write-once.
+        #[pyo3(signature = (key, value, config=None))]
+        put(value: &Bound<'_, PyAny>, config: Option<ReplicateConfig>) {
+            views: ByteView::new(value),
+            write: Self::write_value,
+            upsert: false,
+        }
+        /// Insert or replace `key` with `value`.
+        #[pyo3(signature = (key, value, config=None))]
+        upsert(value: &Bound<'_, PyAny>, config: Option<ReplicateConfig>) {
+            views: ByteView::new(value),
+            write: Self::write_value,
+            upsert: true,
+        }
+        /// Store the concatenation of `parts`; no data at all stores nothing and returns 0.
+        #[pyo3(signature = (key, *parts, config=None))]
+        put_parts(parts: &Bound<'_, PyTuple>, config: Option<ReplicateConfig>) {
+            views: byte_views(parts.iter()),
+            write: Self::write_parts,
+            upsert: false,
+        }
+        /// Insert or replace `key` with the concatenation of `parts`.
+        #[pyo3(signature = (key, *parts, config=None))]
+        upsert_parts(parts: &Bound<'_, PyTuple>, config: Option<ReplicateConfig>) {
+            views: byte_views(parts.iter()),
+            write: Self::write_parts,
+            upsert: true,
+        }
+    }
+}
+
+method_family! {
+    #[pyo3(signature = (keys, values, config=None))]
+    fn method(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        values: Vec<Bound<'_, PyAny>>,
+        config: Option<ReplicateConfig>,
+    ) -> PyResult<i64> {
+        let views = byte_views(values)?;
+        let cfg = options(config);
+        let slices: Vec<&[u8]> = views.iter().map(ByteView::as_slice).collect();
+        let r = self.run(py, |c| c.put_batch(&keys, &slices, &cfg, upsert));
+        Ok(Call::new(py, method).batch_code(keys.len(), r))
+    }
+    #[pymethods] for MooncakeDistributedStore {
+        /// Store many values; 0 or the first failing code.
+        put_batch { upsert: false }
+        /// Insert or replace many values; 0 or the first failing code.
+        upsert_batch { upsert: true }
+    }
+}
+
+method_family! {
+    #[pyo3(signature = (arg0=None, *, key=None))]
+    fn method(&self, py: Python<'_>, arg0: Option<String>, key: Option<String>) -> PyResult<i64> {
+        let key = one_of(method, arg0, key, "key")?;
+        let r = self.run(py, |c| query(c, &key));
+        Ok(Call::new(py, method).code(Some(&key), r))
+    }
+    #[pymethods] for MooncakeDistributedStore {
+        /// Size of the object `arg0` (alias `key=`), or a negative code. Grants a lease.
+        get_size { query: Store::get_size }
+        /// 1 if `arg0` (alias `key=`) has a complete replica, 0 if not, negative on error.
+        is_exist { query: Store::is_exist }
+    }
+}
+
+method_family! {
+    #[pyo3(signature = (arg0=None, *, keys=None))]
+    fn method<'py>(
+        &self,
+        py: Python<'py>,
+        arg0: Option<Vec<String>>,
+        keys: Option<Vec<String>>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let keys = one_of(method, arg0, keys, "keys")?;
+        read(self, Call::new(py, method), keys)
+    }
+    #[pymethods] for MooncakeDistributedStore {
+        /// One value per key of `arg0` (alias `keys=`), `b""` for failures.
+        get_batch { read: Self::values }
+        /// One `BufferHandle` (or `None`) per key of `arg0` (alias `keys=`).
+        batch_get_buffer { read: Self::buffers }
+    }
 }
 
 #[pymethods]
 impl MooncakeDistributedStore {
-    /// Store `value` (any buffer-protocol object) under `key`; write-once.
-    #[pyo3(signature = (key, value, config=None))]
-    fn put(
-        &self,
-        py: Python<'_>,
-        key: String,
-        value: &Bound<'_, PyAny>,
-        config: Option<ReplicateConfig>,
-    ) -> PyResult<i64> {
-        let view = ByteView::new(value)?;
-        Ok(self.write_value(Call::new(py, "put"), &key, &view, config, false))
-    }
-
-    /// Insert or replace `key` with `value`.
-    #[pyo3(signature = (key, value, config=None))]
-    fn upsert(
-        &self,
-        py: Python<'_>,
-        key: String,
-        value: &Bound<'_, PyAny>,
-        config: Option<ReplicateConfig>,
-    ) -> PyResult<i64> {
-        let view = ByteView::new(value)?;
-        Ok(self.write_value(Call::new(py, "upsert"), &key, &view, config, true))
-    }
-
-    /// Store the concatenation of `parts`; no data at all stores nothing and returns 0.
-    #[pyo3(signature = (key, *parts, config=None))]
-    fn put_parts(
-        &self,
-        py: Python<'_>,
-        key: String,
-        parts: &Bound<'_, PyTuple>,
-        config: Option<ReplicateConfig>,
-    ) -> PyResult<i64> {
-        let views = byte_views(parts.iter())?;
-        Ok(self.write_parts(Call::new(py, "put_parts"), &key, &views, config, false))
-    }
-
-    /// Insert or replace `key` with the concatenation of `parts`.
-    #[pyo3(signature = (key, *parts, config=None))]
-    fn upsert_parts(
-        &self,
-        py: Python<'_>,
-        key: String,
-        parts: &Bound<'_, PyTuple>,
-        config: Option<ReplicateConfig>,
-    ) -> PyResult<i64> {
-        let views = byte_views(parts.iter())?;
-        Ok(self.write_parts(Call::new(py, "upsert_parts"), &key, &views, config, true))
-    }
-
-    /// Store many values; 0 or the first failing code.
-    #[pyo3(signature = (keys, values, config=None))]
-    fn put_batch(
-        &self,
-        py: Python<'_>,
-        keys: Vec<String>,
-        values: Vec<Bound<'_, PyAny>>,
-        config: Option<ReplicateConfig>,
-    ) -> PyResult<i64> {
-        self.write_batch(Call::new(py, "put_batch"), keys, values, config, false)
-    }
-
-    /// Insert or replace many values; 0 or the first failing code.
-    #[pyo3(signature = (keys, values, config=None))]
-    fn upsert_batch(
-        &self,
-        py: Python<'_>,
-        keys: Vec<String>,
-        values: Vec<Bound<'_, PyAny>>,
-        config: Option<ReplicateConfig>,
-    ) -> PyResult<i64> {
-        self.write_batch(Call::new(py, "upsert_batch"), keys, values, config, true)
-    }
-
     /// The value of `arg0` (alias `key=`), or `b""` on any failure.
     #[pyo3(signature = (arg0=None, *, key=None))]
     fn get<'py>(
@@ -197,28 +233,6 @@ impl MooncakeDistributedStore {
         })
     }
 
-    /// One value per key of `arg0` (alias `keys=`), `b""` for failures;
-    /// `get_batch([])` returns `[b""]` (upstream quirk).
-    #[pyo3(signature = (arg0=None, *, keys=None))]
-    fn get_batch<'py>(
-        &self,
-        py: Python<'py>,
-        arg0: Option<Vec<String>>,
-        keys: Option<Vec<String>>,
-    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let keys = one_of("get_batch", arg0, keys, "keys")?;
-        let call = Call::new(py, "get_batch");
-        if keys.is_empty() {
-            call.note("no keys given; returning [b\"\"]");
-            return Ok(vec![PyBytes::new(py, b"")]);
-        }
-        Ok(self
-            .read_bytes(call, &keys)
-            .into_iter()
-            .map(|v| v.map_or_else(|| PyBytes::new(py, b""), |b| b.into_bound(py)))
-            .collect())
-    }
-
     /// A `BufferHandle` with the value of `arg0` (alias `key=`), or `None`.
     #[pyo3(signature = (arg0=None, *, key=None))]
     fn get_buffer<'py>(
@@ -233,39 +247,6 @@ impl MooncakeDistributedStore {
             .ok(Some(&key), r)
             .map(|v| BufferHandle::wrap(py, v))
             .transpose()
-    }
-
-    /// One `BufferHandle` (or `None`) per key of `arg0` (alias `keys=`).
-    #[pyo3(signature = (arg0=None, *, keys=None))]
-    fn batch_get_buffer<'py>(
-        &self,
-        py: Python<'py>,
-        arg0: Option<Vec<String>>,
-        keys: Option<Vec<String>>,
-    ) -> PyResult<Vec<Option<Bound<'py, PyAny>>>> {
-        let keys = one_of("batch_get_buffer", arg0, keys, "keys")?;
-        let r = self.run(py, |c| Ok(c.get_batch(&keys)));
-        let values = Call::new(py, "batch_get_buffer").oks(&keys, r);
-        values
-            .into_iter()
-            .map(|v| v.map(|v| BufferHandle::wrap(py, v)).transpose())
-            .collect()
-    }
-
-    /// Size of the object `arg0` (alias `key=`), or a negative code. Grants a lease.
-    #[pyo3(signature = (arg0=None, *, key=None))]
-    fn get_size(&self, py: Python<'_>, arg0: Option<String>, key: Option<String>) -> PyResult<i64> {
-        let key = one_of("get_size", arg0, key, "key")?;
-        let r = self.run(py, |c| c.get_size(&key));
-        Ok(Call::new(py, "get_size").code(Some(&key), r))
-    }
-
-    /// 1 if `arg0` (alias `key=`) has a complete replica, 0 if not, negative on error.
-    #[pyo3(signature = (arg0=None, *, key=None))]
-    fn is_exist(&self, py: Python<'_>, arg0: Option<String>, key: Option<String>) -> PyResult<i64> {
-        let key = one_of("is_exist", arg0, key, "key")?;
-        let r = self.run(py, |c| c.is_exist(&key));
-        Ok(Call::new(py, "is_exist").code(Some(&key), r))
     }
 
     /// `is_exist` per key; `[]` for `[]`.

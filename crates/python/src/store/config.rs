@@ -169,27 +169,50 @@ impl ObjectDataType {
     }
 }
 
-/// Replication / placement / pinning options of a write: the Python view
-/// of [`mooncake_client::ReplicateConfig`] (whose `Default` gives the
-/// defaults and whose `write_config` the rules).
-///
-/// Upstream takes no constructor arguments; we also accept keyword
-/// arguments for any field. List fields return copies.
-#[pyclass(module = "mooncake.store", subclass, get_all, set_all)]
-#[derive(Clone, Debug)]
-pub(crate) struct ReplicateConfig {
-    replica_num: UInt,
-    soft_pin_action: SoftPinAction,
-    soft_pin_ttl_ms: Option<UInt>,
-    with_hard_pin: Flag,
-    preferred_segments: Vec<String>,
-    preferred_segment: String,
-    prefer_alloc_in_same_node: Flag,
-    group_ids: Option<Vec<String>>,
-    data_type: ObjectDataType,
-    nof_replica_num: UInt,
-    dfs_replica_num: UInt,
-    preferred_nof_segments: Vec<String>,
+/// Declares the config struct and its keyword setter from one field list.
+macro_rules! keyword_fields {
+    ($(#[$meta:meta])* struct $ty:ident { $($field:ident: $fty:ty,)+ }) => {
+        $(#[$meta])*
+        pub(crate) struct $ty {
+            $($field: $fty,)+
+        }
+
+        impl $ty {
+            /// Set the field `name` from `value`; `Ok(false)` for an unknown name.
+            fn set_field(&mut self, name: &str, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+                match name {
+                    $(stringify!($field) => self.$field = value.extract()?,)+
+                    _ => return Ok(false),
+                }
+                Ok(true)
+            }
+        }
+    };
+}
+
+keyword_fields! {
+    /// Replication / placement / pinning options of a write: the Python view
+    /// of [`mooncake_client::ReplicateConfig`] (whose `Default` gives the
+    /// defaults and whose `write_config` the rules).
+    ///
+    /// Upstream takes no constructor arguments; we also accept keyword
+    /// arguments for any field. List fields return copies.
+    #[pyclass(module = "mooncake.store", subclass, get_all, set_all)]
+    #[derive(Clone, Debug)]
+    struct ReplicateConfig {
+        replica_num: UInt,
+        soft_pin_action: SoftPinAction,
+        soft_pin_ttl_ms: Option<UInt>,
+        with_hard_pin: Flag,
+        preferred_segments: Vec<String>,
+        preferred_segment: String,
+        prefer_alloc_in_same_node: Flag,
+        group_ids: Option<Vec<String>>,
+        data_type: ObjectDataType,
+        nof_replica_num: UInt,
+        dfs_replica_num: UInt,
+        preferred_nof_segments: Vec<String>,
+    }
 }
 
 impl From<mooncake_client::ReplicateConfig> for ReplicateConfig {
@@ -248,24 +271,10 @@ impl ReplicateConfig {
         let mut cfg = ReplicateConfig::from(mooncake_client::ReplicateConfig::default());
         for (k, v) in kwargs.into_iter().flat_map(|k| k.iter()) {
             let name: String = k.extract()?;
-            match name.as_str() {
-                "replica_num" => cfg.replica_num = v.extract()?,
-                "soft_pin_action" => cfg.soft_pin_action = v.extract()?,
-                "soft_pin_ttl_ms" => cfg.soft_pin_ttl_ms = v.extract()?,
-                "with_hard_pin" => cfg.with_hard_pin = v.extract()?,
-                "preferred_segments" => cfg.preferred_segments = v.extract()?,
-                "preferred_segment" => cfg.preferred_segment = v.extract()?,
-                "prefer_alloc_in_same_node" => cfg.prefer_alloc_in_same_node = v.extract()?,
-                "group_ids" => cfg.group_ids = v.extract()?,
-                "data_type" => cfg.data_type = v.extract()?,
-                "nof_replica_num" => cfg.nof_replica_num = v.extract()?,
-                "dfs_replica_num" => cfg.dfs_replica_num = v.extract()?,
-                "preferred_nof_segments" => cfg.preferred_nof_segments = v.extract()?,
-                other => {
-                    return Err(PyTypeError::new_err(format!(
-                        "ReplicateConfig() got an unexpected keyword argument '{other}'"
-                    )))
-                }
+            if !cfg.set_field(&name, &v)? {
+                return Err(PyTypeError::new_err(format!(
+                    "ReplicateConfig() got an unexpected keyword argument '{name}'"
+                )));
             }
         }
         Ok(cfg)

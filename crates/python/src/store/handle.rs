@@ -3,14 +3,10 @@
 //! itemsize 1, format `"b"`, writable buffer. Python's `BufferHandle` is
 //! the exporting subclass of this class ([`crate::buffer::Exporter`]).
 
-use crate::buffer::{export_object, take_pending, ByteView, Exporter};
+use crate::buffer::{export_object, exporter_new, ByteView, Exporter};
 use mooncake_client::StagedValue;
 use pyo3::prelude::*;
-use pyo3::sync::GILOnceCell;
-use pyo3::types::PyType;
-use std::cell::RefCell;
 use std::ffi::CStr;
-use std::thread::LocalKey;
 
 /// The value returned by `get_buffer`: owns a private copy of the object's
 /// bytes (and its staging reservation), and exports them through the buffer
@@ -36,11 +32,6 @@ impl BufferHandle {
     }
 }
 
-thread_local! {
-    static PENDING: RefCell<Option<BufferHandle>> = const { RefCell::new(None) };
-}
-static SUBCLASS: GILOnceCell<Py<PyType>> = GILOnceCell::new();
-
 // SAFETY: the bytes are a Vec owned by the object, never resized or moved
 // out, so the region is valid and writable while the object lives.
 unsafe impl Exporter for BufferHandle {
@@ -51,24 +42,12 @@ unsafe impl Exporter for BufferHandle {
         let mut this = slf.try_borrow_mut()?;
         Ok((this.data.as_mut_ptr(), this.data.len()))
     }
-
-    fn subclass() -> &'static GILOnceCell<Py<PyType>> {
-        &SUBCLASS
-    }
-
-    fn pending() -> &'static LocalKey<RefCell<Option<Self>>> {
-        &PENDING
-    }
 }
+
+exporter_new!(BufferHandle);
 
 #[pymethods]
 impl BufferHandle {
-    /// Made only by the store (`get_buffer`), never from Python.
-    #[new]
-    fn py_new() -> PyResult<Self> {
-        take_pending()
-    }
-
     /// A handle over a private copy of `data` (internal; for tests and tools).
     #[staticmethod]
     fn _from_bytes<'py>(data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {

@@ -9,6 +9,7 @@
 use super::class::MooncakeDistributedStore;
 use super::config::{options, ReplicateConfig};
 use crate::args::UInt;
+use crate::family::method_family;
 use crate::report::Call;
 use mooncake_client::{cuda_tensor_reads, Client, ClientConfig, Error};
 use mooncake_standalone::Store;
@@ -26,107 +27,53 @@ fn unsupported_raise<T>(py: Python<'_>, method: &'static str) -> PyResult<T> {
     )))
 }
 
+method_family! {
+    #[allow(unused_variables)]
+    fn method(&self, py: Python<'_>) -> PyResult<PyObject> {
+        unsupported_raise(py, method)
+    }
+    #[pymethods] for MooncakeDistributedStore {
+        /// Tier 2: replica descriptors of `key` (raises NotImplementedError).
+        get_replica_desc(key: String) {}
+        /// Tier 2: replica descriptors per key (raises NotImplementedError).
+        batch_get_replica_desc(keys: Vec<String>) {}
+        /// Tier 2: copy task (raises NotImplementedError).
+        create_copy_task(key: String, targets: Vec<String>) {}
+        /// Tier 2: move task (raises NotImplementedError).
+        create_move_task(key: String, source: String, target: String) {}
+        /// Tier 2: task status (raises NotImplementedError).
+        query_task(task_id: &Bound<'_, PyAny>) {}
+        /// Tier 2: mount an extra segment (raises NotImplementedError).
+        #[pyo3(signature = (path, size, offset=UInt(0), protocol="tcp".to_string(), location=String::new()))]
+        mount_segment(path: String, size: UInt, offset: UInt, protocol: String, location: String) {}
+        /// Tier 2: allocate and mount an extra segment (raises NotImplementedError).
+        #[pyo3(signature = (size, protocol="tcp".to_string(), location=String::new()))]
+        allocate_and_mount_segment(size: UInt, protocol: String, location: String) {}
+        /// Tier 2: clear replicas (raises NotImplementedError).
+        #[pyo3(signature = (keys, segment_name=String::new()))]
+        batch_replica_clear(keys: Vec<String>, segment_name: String) {}
+    }
+}
+
+method_family! {
+    #[pyo3(signature = (segment_ids, grace_period_seconds=UInt(0)))]
+    fn method(&self, py: Python<'_>, segment_ids: Vec<String>, grace_period_seconds: UInt) -> i64 {
+        let _ = grace_period_seconds;
+        let r = self.run(py, |s| s.unmount_segments(method, &segment_ids));
+        Call::new(py, method).code(None, r)
+    }
+    #[pymethods] for MooncakeDistributedStore {
+        /// Unmount segments `mount_segment` added: 0 for `[]`, -1 for any id
+        /// (this client has only its setup segment), -1 on a dummy client.
+        unmount_segment {}
+        /// Unmount and free segments `allocate_and_mount_segment` added: as
+        /// `unmount_segment`.
+        unmount_and_free_segment {}
+    }
+}
+
 #[pymethods]
 impl MooncakeDistributedStore {
-    /// Tier 2: replica descriptors of `key` (raises NotImplementedError).
-    fn get_replica_desc(&self, py: Python<'_>, key: String) -> PyResult<PyObject> {
-        let _ = key;
-        unsupported_raise(py, "get_replica_desc")
-    }
-
-    /// Tier 2: replica descriptors per key (raises NotImplementedError).
-    fn batch_get_replica_desc(&self, py: Python<'_>, keys: Vec<String>) -> PyResult<PyObject> {
-        let _ = keys;
-        unsupported_raise(py, "batch_get_replica_desc")
-    }
-
-    /// Tier 2: copy task (raises NotImplementedError).
-    fn create_copy_task(
-        &self,
-        py: Python<'_>,
-        key: String,
-        targets: Vec<String>,
-    ) -> PyResult<PyObject> {
-        let _ = (key, targets);
-        unsupported_raise(py, "create_copy_task")
-    }
-
-    /// Tier 2: move task (raises NotImplementedError).
-    fn create_move_task(
-        &self,
-        py: Python<'_>,
-        key: String,
-        source: String,
-        target: String,
-    ) -> PyResult<PyObject> {
-        let _ = (key, source, target);
-        unsupported_raise(py, "create_move_task")
-    }
-
-    /// Tier 2: task status (raises NotImplementedError).
-    fn query_task(&self, py: Python<'_>, task_id: &Bound<'_, PyAny>) -> PyResult<PyObject> {
-        let _ = task_id;
-        unsupported_raise(py, "query_task")
-    }
-
-    /// Tier 2: mount an extra segment (raises NotImplementedError).
-    #[pyo3(signature = (path, size, offset=UInt(0), protocol="tcp".to_string(), location=String::new()))]
-    fn mount_segment(
-        &self,
-        py: Python<'_>,
-        path: String,
-        size: UInt,
-        offset: UInt,
-        protocol: String,
-        location: String,
-    ) -> PyResult<PyObject> {
-        let _ = (path, size, offset, protocol, location);
-        unsupported_raise(py, "mount_segment")
-    }
-
-    /// Tier 2: allocate and mount an extra segment (raises NotImplementedError).
-    #[pyo3(signature = (size, protocol="tcp".to_string(), location=String::new()))]
-    fn allocate_and_mount_segment(
-        &self,
-        py: Python<'_>,
-        size: UInt,
-        protocol: String,
-        location: String,
-    ) -> PyResult<PyObject> {
-        let _ = (size, protocol, location);
-        unsupported_raise(py, "allocate_and_mount_segment")
-    }
-
-    /// Unmount segments `mount_segment` added: 0 for `[]`, -1 for any id
-    /// (this client has only its setup segment), -1 on a dummy client.
-    #[pyo3(signature = (segment_ids, grace_period_seconds=UInt(0)))]
-    fn unmount_segment(
-        &self,
-        py: Python<'_>,
-        segment_ids: Vec<String>,
-        grace_period_seconds: UInt,
-    ) -> i64 {
-        let _ = grace_period_seconds;
-        let r = self.run(py, |s| s.unmount_segments("unmount_segment", &segment_ids));
-        Call::new(py, "unmount_segment").code(None, r)
-    }
-
-    /// Unmount and free segments `allocate_and_mount_segment` added: as
-    /// `unmount_segment`.
-    #[pyo3(signature = (segment_ids, grace_period_seconds=UInt(0)))]
-    fn unmount_and_free_segment(
-        &self,
-        py: Python<'_>,
-        segment_ids: Vec<String>,
-        grace_period_seconds: UInt,
-    ) -> i64 {
-        let _ = grace_period_seconds;
-        let r = self.run(py, |s| {
-            s.unmount_segments("unmount_and_free_segment", &segment_ids)
-        });
-        Call::new(py, "unmount_and_free_segment").code(None, r)
-    }
-
     /// Drain the SSD tier's local disk segment: 0 (SSD offload is never
     /// enabled here, nothing to drain; a WARNING says so), -1 on a dummy client.
     #[pyo3(signature = (grace_period_seconds=UInt(0)))]
@@ -232,17 +179,5 @@ impl MooncakeDistributedStore {
             ));
         }
         call.code(Some(&key), r)
-    }
-
-    /// Tier 2: clear replicas (raises NotImplementedError).
-    #[pyo3(signature = (keys, segment_name=String::new()))]
-    fn batch_replica_clear(
-        &self,
-        py: Python<'_>,
-        keys: Vec<String>,
-        segment_name: String,
-    ) -> PyResult<PyObject> {
-        let _ = (keys, segment_name);
-        unsupported_raise(py, "batch_replica_clear")
     }
 }

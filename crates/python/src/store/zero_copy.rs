@@ -1,7 +1,9 @@
 //! The zero-copy methods: `register_buffer`,
 //! `unregister_buffer`, `put_from`, `upsert_from`, `get_into`,
 //! `batch_put_from`, `batch_upsert_from`, `batch_get_into`,
-//! `batch_put_from_multi_buffers`, `batch_get_into_multi_buffers` and
+//! `batch_put_from_multi_buffers`, `batch_get_into_multi_buffers`, the
+//! ranged `batch_put_from_multi_buffer_ranges` and
+//! `batch_get_into_multi_buffer_ranges` (within a session) and
 //! `get_into_ranges`.
 //!
 //! Pointers are caller-provided addresses, trusted as upstream does; every
@@ -10,20 +12,12 @@
 
 use super::class::MooncakeDistributedStore;
 use super::config::{options, ReplicateConfig};
-use crate::args::{plain, Flag, UInt};
+use crate::args::{addrs, addrs2, plain, Flag, UInt};
+use crate::family::method_family;
 use crate::report::{Call, IntoCode};
 use mooncake_client::ranges_failed;
+use mooncake_standalone::Store;
 use pyo3::prelude::*;
-
-/// Caller addresses or sizes as `usize` (lossless on 64-bit targets).
-fn addrs(v: &[UInt]) -> Vec<usize> {
-    v.iter().map(|u| u.usize()).collect()
-}
-
-/// Per-key lists of caller addresses or sizes as `usize`.
-fn addrs2(v: &[Vec<UInt>]) -> Vec<Vec<usize>> {
-    v.iter().map(|l| addrs(l)).collect()
-}
 
 impl MooncakeDistributedStore {
     fn write_from(
@@ -40,21 +34,93 @@ impl MooncakeDistributedStore {
         });
         call.code(Some(&key), r)
     }
+}
 
-    fn write_from_batch(
+method_family! {
+    #[pyo3(signature = (key, buffer_ptr, size, config=None))]
+    fn method(
         &self,
-        call: Call<'_>,
-        (keys, ptrs, sizes): (Vec<String>, Vec<UInt>, Vec<UInt>),
+        py: Python<'_>,
+        key: String,
+        buffer_ptr: UInt,
+        size: UInt,
         config: Option<ReplicateConfig>,
-        upsert: bool,
+    ) -> i64 {
+        self.write_from(Call::new(py, method), (key, buffer_ptr, size), config, upsert)
+    }
+    #[pymethods] for MooncakeDistributedStore {
+        /// Store `size` bytes at `buffer_ptr` under `key` (no staging); `size == 0` -> 0.
+        put_from { upsert: false }
+        /// Insert or replace `key` from `size` bytes at `buffer_ptr`.
+        upsert_from { upsert: true }
+    }
+}
+
+method_family! {
+    #[pyo3(signature = (keys, buffer_ptrs, sizes, config=None))]
+    fn method(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        buffer_ptrs: Vec<UInt>,
+        sizes: Vec<UInt>,
+        config: Option<ReplicateConfig>,
     ) -> Vec<i64> {
         let cfg = options(config);
-        let (ptrs, sizes) = (addrs(&ptrs), addrs(&sizes));
+        let (ptrs, sizes) = (addrs(&buffer_ptrs), addrs(&sizes));
         // SAFETY: the caller vouches for every `ptr..ptr+size` (upstream contract).
-        let r = self.run(call.py(), |c| unsafe {
+        let r = self.run(py, |c| unsafe {
             c.batch_put_from(&keys, &ptrs, &sizes, &cfg, upsert)
         });
-        call.codes(&keys, r)
+        Call::new(py, method).codes(&keys, r)
+    }
+    #[pymethods] for MooncakeDistributedStore {
+        /// `put_from` per item; any length mismatch -> all -600.
+        batch_put_from { upsert: false }
+        /// `upsert_from` per item; any length mismatch -> all -600.
+        batch_upsert_from { upsert: true }
+    }
+}
+
+method_family! {
+    fn method(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        all_buffer_ptrs: Vec<Vec<UInt>>,
+        all_sizes: Vec<Vec<UInt>>,
+    ) -> Vec<i64> {
+        let (ptrs, sizes) = (addrs2(&all_buffer_ptrs), addrs2(&all_sizes));
+        // SAFETY: the caller vouches for every buffer: readable for a put,
+        // writable for a get (upstream contract).
+        let r = self.run(py, |c| unsafe { transfer(c, &keys, &ptrs, &sizes, extra) });
+        Call::new(py, method).codes(&keys, r)
+    }
+    #[pymethods] for MooncakeDistributedStore {
+        /// Store each key's buffers, concatenated, as its value; 0 or a code per key.
+        #[pyo3(signature = (keys, all_buffer_ptrs, all_sizes, config=None))]
+        batch_put_from_multi_buffers(config: Option<ReplicateConfig>) {
+            extra: &options(config),
+            transfer: Store::batch_put_from_multi_buffers,
+        }
+        /// Read each key's value into its buffers, in order; the size or a code per key.
+        #[pyo3(signature = (keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node=Flag(false)))]
+        batch_get_into_multi_buffers(prefer_alloc_in_same_node: Flag) {
+            extra: prefer_alloc_in_same_node.0,
+            transfer: Store::batch_get_into_multi_buffers,
+        }
+        /// Ranged put from multiple buffers using a put session; bytes written
+        /// or a code per key.
+        batch_put_from_multi_buffer_ranges(all_dst_offsets: Vec<Vec<UInt>>) {
+            extra: &addrs2(&all_dst_offsets),
+            transfer: Store::batch_put_from_multi_buffer_ranges,
+        }
+        /// Ranged get into multiple buffers using a get session; bytes read or
+        /// a code per key.
+        batch_get_into_multi_buffer_ranges(all_src_offsets: Vec<Vec<UInt>>) {
+            extra: &addrs2(&all_src_offsets),
+            transfer: Store::batch_get_into_multi_buffer_ranges,
+        }
     }
 }
 
@@ -72,34 +138,6 @@ impl MooncakeDistributedStore {
         Call::new(py, "unregister_buffer").code(None, r)
     }
 
-    /// Store `size` bytes at `buffer_ptr` under `key` (no staging); `size == 0` -> 0.
-    #[pyo3(signature = (key, buffer_ptr, size, config=None))]
-    fn put_from(
-        &self,
-        py: Python<'_>,
-        key: String,
-        buffer_ptr: UInt,
-        size: UInt,
-        config: Option<ReplicateConfig>,
-    ) -> i64 {
-        let call = Call::new(py, "put_from");
-        self.write_from(call, (key, buffer_ptr, size), config, false)
-    }
-
-    /// Insert or replace `key` from `size` bytes at `buffer_ptr`.
-    #[pyo3(signature = (key, buffer_ptr, size, config=None))]
-    fn upsert_from(
-        &self,
-        py: Python<'_>,
-        key: String,
-        buffer_ptr: UInt,
-        size: UInt,
-        config: Option<ReplicateConfig>,
-    ) -> i64 {
-        let call = Call::new(py, "upsert_from");
-        self.write_from(call, (key, buffer_ptr, size), config, true)
-    }
-
     /// Read `key` into `buffer_ptr`; the object size, or a negative code.
     fn get_into(&self, py: Python<'_>, key: String, buffer_ptr: UInt, size: UInt) -> i64 {
         // SAFETY: the caller vouches for `ptr..ptr+size` being writable.
@@ -107,34 +145,6 @@ impl MooncakeDistributedStore {
             c.get_into(&key, buffer_ptr.usize(), size.usize())
         });
         Call::new(py, "get_into").code(Some(&key), r)
-    }
-
-    /// `put_from` per item; any length mismatch -> all -600.
-    #[pyo3(signature = (keys, buffer_ptrs, sizes, config=None))]
-    fn batch_put_from(
-        &self,
-        py: Python<'_>,
-        keys: Vec<String>,
-        buffer_ptrs: Vec<UInt>,
-        sizes: Vec<UInt>,
-        config: Option<ReplicateConfig>,
-    ) -> Vec<i64> {
-        let call = Call::new(py, "batch_put_from");
-        self.write_from_batch(call, (keys, buffer_ptrs, sizes), config, false)
-    }
-
-    /// `upsert_from` per item; any length mismatch -> all -600.
-    #[pyo3(signature = (keys, buffer_ptrs, sizes, config=None))]
-    fn batch_upsert_from(
-        &self,
-        py: Python<'_>,
-        keys: Vec<String>,
-        buffer_ptrs: Vec<UInt>,
-        sizes: Vec<UInt>,
-        config: Option<ReplicateConfig>,
-    ) -> Vec<i64> {
-        let call = Call::new(py, "batch_upsert_from");
-        self.write_from_batch(call, (keys, buffer_ptrs, sizes), config, true)
     }
 
     /// `get_into` per item; any length mismatch -> all -600.
@@ -149,44 +159,6 @@ impl MooncakeDistributedStore {
         // SAFETY: the caller vouches for every `ptr..ptr+size` being writable.
         let r = self.run(py, |c| unsafe { c.batch_get_into(&keys, &ptrs, &sizes) });
         Call::new(py, "batch_get_into").codes(&keys, r)
-    }
-
-    /// Store each key's buffers, concatenated, as its value; 0 or a code per key.
-    #[pyo3(signature = (keys, all_buffer_ptrs, all_sizes, config=None))]
-    fn batch_put_from_multi_buffers(
-        &self,
-        py: Python<'_>,
-        keys: Vec<String>,
-        all_buffer_ptrs: Vec<Vec<UInt>>,
-        all_sizes: Vec<Vec<UInt>>,
-        config: Option<ReplicateConfig>,
-    ) -> Vec<i64> {
-        let cfg = options(config);
-        let (ptrs, sizes) = (addrs2(&all_buffer_ptrs), addrs2(&all_sizes));
-        // SAFETY: the caller vouches for every buffer (upstream contract).
-        let r = self.run(py, |c| unsafe {
-            c.batch_put_from_multi_buffers(&keys, &ptrs, &sizes, &cfg)
-        });
-        Call::new(py, "batch_put_from_multi_buffers").codes(&keys, r)
-    }
-
-    /// Read each key's value into its buffers, in order; the size or a code per key.
-    #[pyo3(signature = (keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node=Flag(false)))]
-    fn batch_get_into_multi_buffers(
-        &self,
-        py: Python<'_>,
-        keys: Vec<String>,
-        all_buffer_ptrs: Vec<Vec<UInt>>,
-        all_sizes: Vec<Vec<UInt>>,
-        prefer_alloc_in_same_node: Flag,
-    ) -> Vec<i64> {
-        let (ptrs, sizes) = (addrs2(&all_buffer_ptrs), addrs2(&all_sizes));
-        let same_node = prefer_alloc_in_same_node.0;
-        // SAFETY: the caller vouches for every buffer being writable.
-        let r = self.run(py, |c| unsafe {
-            c.batch_get_into_multi_buffers(&keys, &ptrs, &sizes, same_node)
-        });
-        Call::new(py, "batch_get_into_multi_buffers").codes(&keys, r)
     }
 
     /// Buffer-major ranged reads; the result mirrors `all_dst_offsets`.

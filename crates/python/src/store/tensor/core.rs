@@ -133,6 +133,34 @@ fn single<T>(r: Result<Vec<Result<T>>>) -> Result<T> {
     r.and_then(|mut v| v.pop().unwrap_or_else(|| Err(Error::internal("no result"))))
 }
 
+/// The executor's write of `item`; a tensor source is pushed to `keep`,
+/// which must outlive the write. `Err` is a Python error reading a tensor.
+fn tensor_write<'py>(
+    item: WriteItem<'py>,
+    keep: &mut Vec<Bound<'py, PyAny>>,
+) -> PyResult<Result<TensorWrite>> {
+    let converted = match &item.src {
+        Src::Tensor(t) => torch::tensor_in(t)?.map_err(Error::from).map(|t| {
+            let (src, ptr) = (t.source.clone(), t.ptr);
+            keep.push(t.keep);
+            (src, ptr, None)
+        }),
+        Src::Object { ptr, size } => {
+            // SAFETY: the caller vouches for `ptr..ptr+size` (upstream contract).
+            let src = unsafe { object_source(*ptr, *size) };
+            src.map(|src| (src, *ptr, Some(*size)))
+        }
+    };
+    Ok(converted.and_then(|(source, ptr, object_size)| {
+        Ok(TensorWrite {
+            key: item.key,
+            source,
+            ptr,
+            route: route_of(&item.route, object_size)?,
+        })
+    }))
+}
+
 impl MooncakeDistributedStore {
     /// Write a batch of items (a single write is a batch of one): one code
     /// per item, failures logged once.
@@ -154,33 +182,10 @@ impl MooncakeDistributedStore {
         let mut keep: Vec<Bound<'py, PyAny>> = Vec::new();
         let mut writes: Vec<Result<TensorWrite>> = Vec::with_capacity(items.len());
         for item in items {
-            let item = match item {
-                Ok(item) => item,
-                Err(e) => {
-                    writes.push(Err(e));
-                    continue;
-                }
-            };
-            let converted = match &item.src {
-                Src::Tensor(t) => torch::tensor_in(t)?.map_err(Error::from).map(|t| {
-                    let (src, ptr) = (t.source.clone(), t.ptr);
-                    keep.push(t.keep);
-                    (src, ptr, None)
-                }),
-                Src::Object { ptr, size } => {
-                    // SAFETY: the caller vouches for `ptr..ptr+size` (upstream contract).
-                    let src = unsafe { object_source(*ptr, *size) };
-                    src.map(|src| (src, *ptr, Some(*size)))
-                }
-            };
-            writes.push(converted.and_then(|(source, ptr, object_size)| {
-                Ok(TensorWrite {
-                    key: item.key,
-                    source,
-                    ptr,
-                    route: route_of(&item.route, object_size)?,
-                })
-            }));
+            writes.push(match item {
+                Ok(item) => tensor_write(item, &mut keep)?,
+                Err(e) => Err(e),
+            });
         }
         let mode = call.mode;
         // SAFETY: every source pointer is a live tensor in `keep` or a caller

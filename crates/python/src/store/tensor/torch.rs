@@ -157,11 +157,23 @@ pub(crate) unsafe fn view_of<'py>(
         unsafe { ffi::PyMemoryView_FromMemory(ptr as *mut c_char, len, crate::pybuf::PYBUF_WRITE) };
     // SAFETY: a new reference or null with an exception set.
     let mv = unsafe { Bound::from_owned_ptr_or_err(py, mv) }?;
+    tensor_over_buffer(&mv, dtype, shape)
+}
+
+/// The tensor of `dtype` and `shape` over the bytes `buffer` exports:
+/// `torch.frombuffer(buffer, dtype=torch.uint8).view(dtype).reshape(shape)`;
+/// the tensor keeps `buffer` alive.
+pub(crate) fn tensor_over_buffer<'py>(
+    buffer: &Bound<'py, PyAny>,
+    dtype: DType,
+    shape: &[u64],
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = buffer.py();
     let kwargs = PyDict::new(py);
     kwargs.set_item("dtype", torch_dtype(py, DType::Uint8)?)?;
     let bytes = torch(py)?
         .getattr("frombuffer")?
-        .call((mv,), Some(&kwargs))?;
+        .call((buffer,), Some(&kwargs))?;
     let typed = bytes.call_method1("view", (torch_dtype(py, dtype)?,))?;
     typed.call_method1("reshape", (PyTuple::new(py, shape)?,))
 }

@@ -12,6 +12,7 @@ mod tp;
 use super::args;
 use super::core::{config_or_replica, RouteArg, Src, WriteCall, WriteItem};
 use crate::args::UInt;
+use crate::family::method_family;
 use crate::report::Call;
 use crate::store::class::MooncakeDistributedStore;
 use crate::store::config::ReplicateConfig;
@@ -23,6 +24,32 @@ use mooncake_tensor::ReadRequest;
 use pyo3::prelude::*;
 
 type Cfg = Option<ReplicateConfig>;
+
+/// The `parallelism(s)` and `writer_partition(s)` arguments of a
+/// `*_with_parallelism` write.
+type Requests<'py> = (Option<Bound<'py, PyAny>>, Option<Bound<'py, PyAny>>);
+
+/// The sources of a batch write: tensors, or the tensor objects at
+/// `buffer_ptrs[i]..+sizes[i]` (`_from` forms).
+enum BatchSources<'py> {
+    /// `tensors_list`.
+    Tensors(Vec<Bound<'py, PyAny>>),
+    /// `buffer_ptrs` and `sizes`.
+    Objects(Vec<UInt>, Vec<UInt>),
+}
+
+/// The source of a `_from` write: the tensor object at `ptr..ptr+size`.
+fn object_src(ptr: UInt, size: UInt) -> Src<'static> {
+    Src::Object {
+        ptr: ptr.usize(),
+        size: size.0,
+    }
+}
+
+/// The route of a legacy `*_with_tp` write: `tp_size` shards along `split_dim`.
+fn tp_route<'py>(size: i64, split_dim: i64) -> RouteArg<'py> {
+    RouteArg::Tp { size, split_dim }
+}
 
 fn legacy_tp(key: &str, rank: i64, size: i64, split_dim: Option<i64>) -> Result<ReadRequest> {
     Ok(ReadRequest::legacy_tp(key, rank, size, split_dim)?)
@@ -58,10 +85,7 @@ fn object_items<'py>(
         .map(|(i, (k, (p, s)))| {
             Ok(WriteItem {
                 key: k.clone(),
-                src: Src::Object {
-                    ptr: p.usize(),
-                    size: s.0,
-                },
+                src: object_src(*p, *s),
                 route: route(i),
             })
         })
@@ -189,91 +213,92 @@ impl MooncakeDistributedStore {
         self.batch_writes(py, method, config, mode, items, &keys)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The per-item routes of a `*_with_parallelism` batch whose other
+    /// lists have `lens`; `Err` holds the codes that fail every item (a
+    /// length mismatch, a bad request list).
+    fn batch_routes<'py>(
+        &self,
+        py: Python<'py>,
+        method: &'static str,
+        keys: &[String],
+        lens: &[usize],
+        (parallelisms, writer_partitions): Requests<'py>,
+    ) -> std::result::Result<Option<Vec<RouteArg<'py>>>, Vec<i64>> {
+        check_lengths(keys.len(), lens)
+            .and_then(|()| {
+                request_routes(
+                    keys.len(),
+                    parallelisms.as_ref(),
+                    writer_partitions.as_ref(),
+                )
+            })
+            .map_err(|e| self.tensor_fail_batch(py, method, keys, e))
+    }
+
+    /// `put_tensor_with_parallelism` and its upsert and `_from` forms: one
+    /// item routed per its request.
+    fn request_write_one<'py>(
+        &self,
+        py: Python<'py>,
+        method: &'static str,
+        (key, src): (String, Src<'py>),
+        (parallelism, writer): Requests<'py>,
+        (config, replica): (Cfg, Cfg),
+        mode: WriteMode,
+    ) -> PyResult<i64> {
+        let config = config_or_replica(config, replica)?;
+        let route = RouteArg::Request {
+            parallelism,
+            writer,
+        };
+        self.tensor_write_one(py, method, key, src, route, config, mode)
+    }
+
+    /// A batch `*_with_parallelism` write: its routes per `requests`, or
+    /// with none given, the plain batch write of its sources.
     fn with_parallelism_batch<'py>(
         &self,
         py: Python<'py>,
         method: &'static str,
-        keys: Vec<String>,
-        tensors: Vec<Bound<'py, PyAny>>,
-        parallelisms: Option<Bound<'py, PyAny>>,
-        config: Cfg,
-        writer_partitions: Option<Bound<'py, PyAny>>,
+        (keys, sources): (Vec<String>, BatchSources<'py>),
+        requests: Requests<'py>,
+        (config, replica): (Cfg, Cfg),
         mode: WriteMode,
     ) -> PyResult<Vec<i64>> {
-        if keys.is_empty() && tensors.is_empty() {
+        let config = config_or_replica(config, replica)?;
+        let lens = match &sources {
+            BatchSources::Tensors(tensors) => vec![tensors.len()],
+            BatchSources::Objects(ptrs, sizes) => vec![ptrs.len(), sizes.len()],
+        };
+        if keys.is_empty() && lens.iter().all(|&n| n == 0) {
             return Ok(Vec::new());
         }
-        if let Err(e) = check_lengths(keys.len(), &[tensors.len()]) {
-            return Ok(self.tensor_fail_batch(py, method, &keys, e));
-        }
-        let routes = match request_routes(
-            keys.len(),
-            parallelisms.as_ref(),
-            writer_partitions.as_ref(),
-        ) {
-            Ok(r) => r,
-            Err(e) => return Ok(self.tensor_fail_batch(py, method, &keys, e)),
+        let routes = match self.batch_routes(py, method, &keys, &lens, requests) {
+            Ok(routes) => routes,
+            Err(codes) => return Ok(codes),
         };
+        let requested = routes.is_some();
         let mut routes = routes.map(Vec::into_iter);
-        self.write_tensor_batch(
-            py,
-            method,
-            keys,
-            tensors,
-            |_| {
-                routes
-                    .as_mut()
-                    .and_then(Iterator::next)
-                    .unwrap_or(RouteArg::Full)
-            },
-            config,
-            mode,
-        )
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn with_parallelism_from_batch<'py>(
-        &self,
-        py: Python<'py>,
-        method: &'static str,
-        keys: Vec<String>,
-        ptrs: Vec<UInt>,
-        sizes: Vec<UInt>,
-        parallelisms: Option<Bound<'py, PyAny>>,
-        config: Cfg,
-        writer_partitions: Option<Bound<'py, PyAny>>,
-        mode: WriteMode,
-    ) -> PyResult<Vec<i64>> {
-        if keys.is_empty() && ptrs.is_empty() && sizes.is_empty() {
-            return Ok(Vec::new());
-        }
-        if let Err(e) = check_lengths(keys.len(), &[ptrs.len(), sizes.len()]) {
-            return Ok(self.tensor_fail_batch(py, method, &keys, e));
-        }
-        let routes = match request_routes(
-            keys.len(),
-            parallelisms.as_ref(),
-            writer_partitions.as_ref(),
-        ) {
-            Ok(r) => r,
-            Err(e) => return Ok(self.tensor_fail_batch(py, method, &keys, e)),
+        let route = |_| {
+            routes
+                .as_mut()
+                .and_then(Iterator::next)
+                .unwrap_or(RouteArg::Full)
         };
-        let Some(routes) = routes else {
+        match sources {
+            BatchSources::Tensors(tensors) => {
+                self.write_tensor_batch(py, method, keys, tensors, route, config, mode)
+            }
             // No requests: exactly batch_put_tensor_from (all or nothing).
-            return self.write_object_batch_all_or_nothing(
-                py,
-                method,
-                (keys, ptrs, sizes),
-                config,
-                mode,
-            );
-        };
-        let mut routes = routes.into_iter();
-        let items = object_items(&keys, &ptrs, &sizes, |_| {
-            routes.next().unwrap_or(RouteArg::Full)
-        });
-        self.batch_writes(py, method, config, mode, items, &keys)
+            BatchSources::Objects(ptrs, sizes) if !requested => {
+                let lists = (keys, ptrs, sizes);
+                self.write_object_batch_all_or_nothing(py, method, lists, config, mode)
+            }
+            BatchSources::Objects(ptrs, sizes) => {
+                let items = object_items(&keys, &ptrs, &sizes, route);
+                self.batch_writes(py, method, config, mode, items, &keys)
+            }
+        }
     }
 
     fn tensor_read_one<'py>(
@@ -282,9 +307,10 @@ impl MooncakeDistributedStore {
         method: &'static str,
         key: String,
         req: Result<ReadRequest>,
-        into: Option<(usize, u64)>,
+        into: Option<(UInt, UInt)>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let keys = [key];
+        let into = into.map(|(ptr, size)| (ptr.usize(), size.0));
         let mut out =
             self.tensor_reads(py, method, &keys, vec![req], into.map(|b| vec![b]), false)?;
         Ok(out.pop().flatten())

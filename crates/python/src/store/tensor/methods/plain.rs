@@ -3,249 +3,87 @@
 
 use super::*;
 
+method_family! {
+    fn method<'py>(&self, py: Python<'py>, key: String, tensor: Bound<'py, PyAny>) -> PyResult<i64> {
+        self.tensor_write_one(py, method, key, Src::Tensor(tensor), RouteArg::Full, config, mode)
+    }
+    #[pymethods] for MooncakeDistributedStore {
+        /// Store `tensor` as a FULL object at `key`; 0 or a negative code.
+        put_tensor { mode: WriteMode::Put, config: None }
+        /// Insert or replace the tensor at `key`.
+        upsert_tensor { mode: WriteMode::Upsert, config: None }
+        /// `put_tensor` with a `ReplicateConfig`.
+        #[pyo3(signature = (key, tensor, config=None))]
+        pub_tensor(config: Cfg) { mode: WriteMode::Pub }
+        /// `upsert_tensor` with a `ReplicateConfig`.
+        #[pyo3(signature = (key, tensor, config=None))]
+        upsert_pub_tensor(config: Cfg) { mode: WriteMode::UpsertPub }
+    }
+}
+
+method_family! {
+    fn method<'py>(
+        &self,
+        py: Python<'py>,
+        keys: Vec<String>,
+        tensors_list: Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<Vec<i64>> {
+        let full = |_| RouteArg::Full;
+        self.write_tensor_batch(py, method, keys, tensors_list, full, config, mode)
+    }
+    #[pymethods] for MooncakeDistributedStore {
+        /// Store many tensors; one code per key.
+        batch_put_tensor { mode: WriteMode::Put, config: None }
+        /// Insert or replace many tensors.
+        batch_upsert_tensor { mode: WriteMode::Upsert, config: None }
+        /// `batch_put_tensor` with a `ReplicateConfig`.
+        #[pyo3(signature = (keys, tensors_list, config=None))]
+        batch_pub_tensor(config: Cfg) { mode: WriteMode::Pub }
+        /// `batch_upsert_tensor` with a `ReplicateConfig`.
+        #[pyo3(signature = (keys, tensors_list, config=None))]
+        batch_upsert_pub_tensor(config: Cfg) { mode: WriteMode::UpsertPub }
+    }
+}
+
+method_family! {
+    #[pyo3(signature = (key, buffer_ptr, size))]
+    fn method(&self, py: Python<'_>, key: String, buffer_ptr: UInt, size: UInt) -> PyResult<i64> {
+        let src = object_src(buffer_ptr, size);
+        self.tensor_write_one(py, method, key, src, RouteArg::Full, None, mode)
+    }
+    #[pymethods] for MooncakeDistributedStore {
+        /// Store the tensor object (header + payload) held in `buffer_ptr..+size` byte for byte.
+        put_tensor_from { mode: WriteMode::Put }
+        /// Upsert form of `put_tensor_from`.
+        upsert_tensor_from { mode: WriteMode::Upsert }
+    }
+}
+
+method_family! {
+    #[pyo3(signature = (keys, buffer_ptrs, sizes))]
+    fn method(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        buffer_ptrs: Vec<UInt>,
+        sizes: Vec<UInt>,
+    ) -> PyResult<Vec<i64>> {
+        if keys.is_empty() && buffer_ptrs.is_empty() && sizes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lists = (keys, buffer_ptrs, sizes);
+        self.write_object_batch_all_or_nothing(py, method, lists, None, mode)
+    }
+    #[pymethods] for MooncakeDistributedStore {
+        /// Batch `put_tensor_from`; any invalid item or a length mismatch fails all.
+        batch_put_tensor_from { mode: WriteMode::Put }
+        /// Batch `upsert_tensor_from`; any invalid item or a length mismatch fails all.
+        batch_upsert_tensor_from { mode: WriteMode::Upsert }
+    }
+}
+
 #[pymethods]
 impl MooncakeDistributedStore {
-    /// Store `tensor` as a FULL object at `key`; 0 or a negative code.
-    #[pyo3(signature = (key, tensor))]
-    fn put_tensor(&self, py: Python<'_>, key: String, tensor: Bound<'_, PyAny>) -> PyResult<i64> {
-        self.tensor_write_one(
-            py,
-            "put_tensor",
-            key,
-            Src::Tensor(tensor),
-            RouteArg::Full,
-            None,
-            WriteMode::Put,
-        )
-    }
-
-    /// Insert or replace the tensor at `key`.
-    #[pyo3(signature = (key, tensor))]
-    fn upsert_tensor(
-        &self,
-        py: Python<'_>,
-        key: String,
-        tensor: Bound<'_, PyAny>,
-    ) -> PyResult<i64> {
-        self.tensor_write_one(
-            py,
-            "upsert_tensor",
-            key,
-            Src::Tensor(tensor),
-            RouteArg::Full,
-            None,
-            WriteMode::Upsert,
-        )
-    }
-
-    /// `put_tensor` with a `ReplicateConfig`.
-    #[pyo3(signature = (key, tensor, config=None))]
-    fn pub_tensor<'py>(
-        &self,
-        py: Python<'py>,
-        key: String,
-        tensor: Bound<'py, PyAny>,
-        config: Cfg,
-    ) -> PyResult<i64> {
-        self.tensor_write_one(
-            py,
-            "pub_tensor",
-            key,
-            Src::Tensor(tensor),
-            RouteArg::Full,
-            config,
-            WriteMode::Pub,
-        )
-    }
-
-    /// `upsert_tensor` with a `ReplicateConfig`.
-    #[pyo3(signature = (key, tensor, config=None))]
-    fn upsert_pub_tensor<'py>(
-        &self,
-        py: Python<'py>,
-        key: String,
-        tensor: Bound<'py, PyAny>,
-        config: Cfg,
-    ) -> PyResult<i64> {
-        self.tensor_write_one(
-            py,
-            "upsert_pub_tensor",
-            key,
-            Src::Tensor(tensor),
-            RouteArg::Full,
-            config,
-            WriteMode::UpsertPub,
-        )
-    }
-
-    /// Store many tensors; one code per key.
-    #[pyo3(signature = (keys, tensors_list))]
-    fn batch_put_tensor<'py>(
-        &self,
-        py: Python<'py>,
-        keys: Vec<String>,
-        tensors_list: Vec<Bound<'py, PyAny>>,
-    ) -> PyResult<Vec<i64>> {
-        self.write_tensor_batch(
-            py,
-            "batch_put_tensor",
-            keys,
-            tensors_list,
-            |_| RouteArg::Full,
-            None,
-            WriteMode::Put,
-        )
-    }
-
-    /// Insert or replace many tensors.
-    #[pyo3(signature = (keys, tensors_list))]
-    fn batch_upsert_tensor<'py>(
-        &self,
-        py: Python<'py>,
-        keys: Vec<String>,
-        tensors_list: Vec<Bound<'py, PyAny>>,
-    ) -> PyResult<Vec<i64>> {
-        self.write_tensor_batch(
-            py,
-            "batch_upsert_tensor",
-            keys,
-            tensors_list,
-            |_| RouteArg::Full,
-            None,
-            WriteMode::Upsert,
-        )
-    }
-
-    /// `batch_put_tensor` with a `ReplicateConfig`.
-    #[pyo3(signature = (keys, tensors_list, config=None))]
-    fn batch_pub_tensor<'py>(
-        &self,
-        py: Python<'py>,
-        keys: Vec<String>,
-        tensors_list: Vec<Bound<'py, PyAny>>,
-        config: Cfg,
-    ) -> PyResult<Vec<i64>> {
-        self.write_tensor_batch(
-            py,
-            "batch_pub_tensor",
-            keys,
-            tensors_list,
-            |_| RouteArg::Full,
-            config,
-            WriteMode::Pub,
-        )
-    }
-
-    /// `batch_upsert_tensor` with a `ReplicateConfig`.
-    #[pyo3(signature = (keys, tensors_list, config=None))]
-    fn batch_upsert_pub_tensor<'py>(
-        &self,
-        py: Python<'py>,
-        keys: Vec<String>,
-        tensors_list: Vec<Bound<'py, PyAny>>,
-        config: Cfg,
-    ) -> PyResult<Vec<i64>> {
-        self.write_tensor_batch(
-            py,
-            "batch_upsert_pub_tensor",
-            keys,
-            tensors_list,
-            |_| RouteArg::Full,
-            config,
-            WriteMode::UpsertPub,
-        )
-    }
-
-    /// Store the tensor object (header + payload) held in `buffer_ptr..+size` byte for byte.
-    #[pyo3(signature = (key, buffer_ptr, size))]
-    fn put_tensor_from(
-        &self,
-        py: Python<'_>,
-        key: String,
-        buffer_ptr: UInt,
-        size: UInt,
-    ) -> PyResult<i64> {
-        let src = Src::Object {
-            ptr: buffer_ptr.usize(),
-            size: size.0,
-        };
-        self.tensor_write_one(
-            py,
-            "put_tensor_from",
-            key,
-            src,
-            RouteArg::Full,
-            None,
-            WriteMode::Put,
-        )
-    }
-
-    /// Upsert form of `put_tensor_from`.
-    #[pyo3(signature = (key, buffer_ptr, size))]
-    fn upsert_tensor_from(
-        &self,
-        py: Python<'_>,
-        key: String,
-        buffer_ptr: UInt,
-        size: UInt,
-    ) -> PyResult<i64> {
-        let src = Src::Object {
-            ptr: buffer_ptr.usize(),
-            size: size.0,
-        };
-        self.tensor_write_one(
-            py,
-            "upsert_tensor_from",
-            key,
-            src,
-            RouteArg::Full,
-            None,
-            WriteMode::Upsert,
-        )
-    }
-
-    /// Batch `put_tensor_from`; any invalid item or a length mismatch fails all.
-    #[pyo3(signature = (keys, buffer_ptrs, sizes))]
-    fn batch_put_tensor_from(
-        &self,
-        py: Python<'_>,
-        keys: Vec<String>,
-        buffer_ptrs: Vec<UInt>,
-        sizes: Vec<UInt>,
-    ) -> PyResult<Vec<i64>> {
-        if keys.is_empty() && buffer_ptrs.is_empty() && sizes.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.write_object_batch_all_or_nothing(
-            py,
-            "batch_put_tensor_from",
-            (keys, buffer_ptrs, sizes),
-            None,
-            WriteMode::Put,
-        )
-    }
-
-    /// Batch `upsert_tensor_from`; any invalid item or a length mismatch fails all.
-    #[pyo3(signature = (keys, buffer_ptrs, sizes))]
-    fn batch_upsert_tensor_from(
-        &self,
-        py: Python<'_>,
-        keys: Vec<String>,
-        buffer_ptrs: Vec<UInt>,
-        sizes: Vec<UInt>,
-    ) -> PyResult<Vec<i64>> {
-        if keys.is_empty() && buffer_ptrs.is_empty() && sizes.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.write_object_batch_all_or_nothing(
-            py,
-            "batch_upsert_tensor_from",
-            (keys, buffer_ptrs, sizes),
-            None,
-            WriteMode::Upsert,
-        )
-    }
-
     /// The tensor stored at `key` (its local shape), or None.
     #[pyo3(signature = (key))]
     fn get_tensor<'py>(&self, py: Python<'py>, key: String) -> PyResult<Option<Bound<'py, PyAny>>> {
@@ -274,13 +112,8 @@ impl MooncakeDistributedStore {
         size: UInt,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let req = Ok(ReadRequest::plain(&key));
-        self.tensor_read_one(
-            py,
-            "get_tensor_into",
-            key,
-            req,
-            Some((buffer_ptr.usize(), size.0)),
-        )
+        let into = Some((buffer_ptr, size));
+        self.tensor_read_one(py, "get_tensor_into", key, req, into)
     }
 
     /// Batch `get_tensor_into`; a null pointer or a length mismatch is `[-600] * n`.

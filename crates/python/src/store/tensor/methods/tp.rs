@@ -1,123 +1,59 @@
 //! The legacy tensor-parallel wrappers (`*_with_tp`): one shard per rank
 //! along `split_dim`, written and read under upstream's key layout.
+//! `tp_rank` is ignored by every write (upstream).
 
 use super::*;
 
+method_family! {
+    fn method<'py>(&self, py: Python<'py>, key: String, tensor: Bound<'py, PyAny>) -> PyResult<i64> {
+        let _ = tp_rank;
+        let (src, route) = (Src::Tensor(tensor), tp_route(tp_size, split_dim));
+        self.tensor_write_one(py, method, key, src, route, config, mode)
+    }
+    #[pymethods] for MooncakeDistributedStore {
+        /// Split the full `tensor` into `tp_size` chunks along `split_dim` and
+        /// store all of `key_tp_0 ..`.
+        #[pyo3(signature = (key, tensor, tp_rank=0, tp_size=1, split_dim=0))]
+        put_tensor_with_tp(tp_rank: i64, tp_size: i64, split_dim: i64) {
+            config: None,
+            mode: WriteMode::Put,
+        }
+        /// `put_tensor_with_tp` with a `ReplicateConfig` (pub check first).
+        #[pyo3(signature = (key, tensor, config=None, tp_rank=0, tp_size=1, split_dim=0))]
+        pub_tensor_with_tp(config: Cfg, tp_rank: i64, tp_size: i64, split_dim: i64) {
+            mode: WriteMode::Pub,
+        }
+    }
+}
+
+method_family! {
+    fn method<'py>(
+        &self,
+        py: Python<'py>,
+        base_keys: Vec<String>,
+        tensors_list: Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<Vec<i64>> {
+        let _ = tp_rank;
+        let route = |_| tp_route(tp_size, split_dim);
+        self.write_tensor_batch(py, method, base_keys, tensors_list, route, config, mode)
+    }
+    #[pymethods] for MooncakeDistributedStore {
+        /// `put_tensor_with_tp` for many tensors (one batched write).
+        #[pyo3(signature = (base_keys, tensors_list, tp_rank=0, tp_size=1, split_dim=0))]
+        batch_put_tensor_with_tp(tp_rank: i64, tp_size: i64, split_dim: i64) {
+            config: None,
+            mode: WriteMode::Put,
+        }
+        /// `batch_put_tensor_with_tp` with a `ReplicateConfig` (pub check first).
+        #[pyo3(signature = (base_keys, tensors_list, config=None, tp_rank=0, tp_size=1, split_dim=0))]
+        batch_pub_tensor_with_tp(config: Cfg, tp_rank: i64, tp_size: i64, split_dim: i64) {
+            mode: WriteMode::Pub,
+        }
+    }
+}
+
 #[pymethods]
 impl MooncakeDistributedStore {
-    /// Split the full `tensor` into `tp_size` chunks along `split_dim` and
-    /// store all of `key_tp_0 ..`; `tp_rank` is ignored (upstream).
-    #[pyo3(signature = (key, tensor, tp_rank=0, tp_size=1, split_dim=0))]
-    fn put_tensor_with_tp<'py>(
-        &self,
-        py: Python<'py>,
-        key: String,
-        tensor: Bound<'py, PyAny>,
-        tp_rank: i64,
-        tp_size: i64,
-        split_dim: i64,
-    ) -> PyResult<i64> {
-        let _ = tp_rank;
-        let route = RouteArg::Tp {
-            size: tp_size,
-            split_dim,
-        };
-        self.tensor_write_one(
-            py,
-            "put_tensor_with_tp",
-            key,
-            Src::Tensor(tensor),
-            route,
-            None,
-            WriteMode::Put,
-        )
-    }
-
-    /// `put_tensor_with_tp` for many tensors (one batched write).
-    #[pyo3(signature = (base_keys, tensors_list, tp_rank=0, tp_size=1, split_dim=0))]
-    fn batch_put_tensor_with_tp<'py>(
-        &self,
-        py: Python<'py>,
-        base_keys: Vec<String>,
-        tensors_list: Vec<Bound<'py, PyAny>>,
-        tp_rank: i64,
-        tp_size: i64,
-        split_dim: i64,
-    ) -> PyResult<Vec<i64>> {
-        let _ = tp_rank;
-        let route = |_| RouteArg::Tp {
-            size: tp_size,
-            split_dim,
-        };
-        self.write_tensor_batch(
-            py,
-            "batch_put_tensor_with_tp",
-            base_keys,
-            tensors_list,
-            route,
-            None,
-            WriteMode::Put,
-        )
-    }
-
-    /// `put_tensor_with_tp` with a `ReplicateConfig` (pub check first).
-    #[pyo3(signature = (key, tensor, config=None, tp_rank=0, tp_size=1, split_dim=0))]
-    #[allow(clippy::too_many_arguments)]
-    fn pub_tensor_with_tp<'py>(
-        &self,
-        py: Python<'py>,
-        key: String,
-        tensor: Bound<'py, PyAny>,
-        config: Cfg,
-        tp_rank: i64,
-        tp_size: i64,
-        split_dim: i64,
-    ) -> PyResult<i64> {
-        let _ = tp_rank;
-        let route = RouteArg::Tp {
-            size: tp_size,
-            split_dim,
-        };
-        self.tensor_write_one(
-            py,
-            "pub_tensor_with_tp",
-            key,
-            Src::Tensor(tensor),
-            route,
-            config,
-            WriteMode::Pub,
-        )
-    }
-
-    /// `batch_put_tensor_with_tp` with a `ReplicateConfig` (pub check first).
-    #[pyo3(signature = (base_keys, tensors_list, config=None, tp_rank=0, tp_size=1, split_dim=0))]
-    #[allow(clippy::too_many_arguments)]
-    fn batch_pub_tensor_with_tp<'py>(
-        &self,
-        py: Python<'py>,
-        base_keys: Vec<String>,
-        tensors_list: Vec<Bound<'py, PyAny>>,
-        config: Cfg,
-        tp_rank: i64,
-        tp_size: i64,
-        split_dim: i64,
-    ) -> PyResult<Vec<i64>> {
-        let _ = tp_rank;
-        let route = |_| RouteArg::Tp {
-            size: tp_size,
-            split_dim,
-        };
-        self.write_tensor_batch(
-            py,
-            "batch_pub_tensor_with_tp",
-            base_keys,
-            tensors_list,
-            route,
-            config,
-            WriteMode::Pub,
-        )
-    }
-
     /// The buffer holds a full tensor object; store all TP chunks of it
     /// (`tp_size <= 1`: `put_tensor_from`).
     #[pyo3(signature = (key, buffer_ptr, size, tp_rank=0, tp_size=1, split_dim=0))]
@@ -133,23 +69,9 @@ impl MooncakeDistributedStore {
         split_dim: i64,
     ) -> PyResult<i64> {
         let _ = tp_rank;
-        let src = Src::Object {
-            ptr: buffer_ptr.usize(),
-            size: size.0,
-        };
-        let route = RouteArg::Tp {
-            size: tp_size,
-            split_dim,
-        };
-        self.tensor_write_one(
-            py,
-            "put_tensor_with_tp_from",
-            key,
-            src,
-            route,
-            None,
-            WriteMode::Put,
-        )
+        let (src, route) = (object_src(buffer_ptr, size), tp_route(tp_size, split_dim));
+        let method = "put_tensor_with_tp_from";
+        self.tensor_write_one(py, method, key, src, route, None, WriteMode::Put)
     }
 
     /// Batch `put_tensor_with_tp_from`; an invalid buffer fails its item.
@@ -170,17 +92,9 @@ impl MooncakeDistributedStore {
         if let Err(e) = check_lengths(base_keys.len(), &[buffer_ptrs.len(), sizes.len()]) {
             return Ok(self.tensor_fail_batch(py, method, &base_keys, e));
         }
-        let items = object_items(&base_keys, &buffer_ptrs, &sizes, |_| RouteArg::Tp {
-            size: tp_size,
-            split_dim,
-        });
-        let call = WriteCall {
-            method,
-            config: None,
-            batch: true,
-            mode: WriteMode::Put,
-        };
-        self.tensor_writes(py, call, items, &base_keys)
+        let route = |_| tp_route(tp_size, split_dim);
+        let items = object_items(&base_keys, &buffer_ptrs, &sizes, route);
+        self.batch_writes(py, method, None, WriteMode::Put, items, &base_keys)
     }
 
     /// The `tp_rank` shard of `key` (re-sharded when `tp_size` differs from
@@ -228,13 +142,8 @@ impl MooncakeDistributedStore {
         split_dim: i64,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let req = legacy_tp(&key, tp_rank, tp_size, Some(split_dim));
-        self.tensor_read_one(
-            py,
-            "get_tensor_with_tp_into",
-            key,
-            req,
-            Some((buffer_ptr.usize(), size.0)),
-        )
+        let into = Some((buffer_ptr, size));
+        self.tensor_read_one(py, "get_tensor_with_tp_into", key, req, into)
     }
 
     /// `_into` form of `batch_get_tensor_with_tp`; argument errors are `[-600] * n`.
@@ -248,13 +157,8 @@ impl MooncakeDistributedStore {
         tp_rank: i64,
         tp_size: i64,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.read_into_batch_ints(
-            py,
-            "batch_get_tensor_with_tp_into",
-            base_keys,
-            buffer_ptrs,
-            sizes,
-            |k| legacy_tp(k, tp_rank, tp_size, None),
-        )
+        let req = |k: &str| legacy_tp(k, tp_rank, tp_size, None);
+        let method = "batch_get_tensor_with_tp_into";
+        self.read_into_batch_ints(py, method, base_keys, buffer_ptrs, sizes, req)
     }
 }
