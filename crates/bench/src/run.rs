@@ -2,12 +2,12 @@
 
 use crate::config::{unit_bytes, BenchConfig};
 use memmap2::MmapMut;
+use mooncake_common::binary::StopSignals;
 use mooncake_engine::{build_conn_string, split_conn_string, EngineError, Item, TransferEngine};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::signal::unix::{signal, SignalKind};
 
 /// The buffers of one process: one anonymous mapping of `--buffer_size`
 /// bytes per NUMA node, registered with the engine as `cpu:N`.
@@ -74,15 +74,8 @@ fn wait_for_signal(limit: Option<Duration>, running: &AtomicBool) -> Result<(), 
         .build()
         .map_err(|e| format!("cannot start a runtime: {e}"))?;
     rt.block_on(async {
-        let (mut term, mut int) = match (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
-            (Ok(t), Ok(i)) => (t, i),
-            (Err(e), _) | (_, Err(e)) => {
-                return Err(format!("cannot install signal handlers: {e}"))
-            }
-        };
+        let mut stop =
+            StopSignals::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
         let limit = async {
             match limit {
                 Some(d) => tokio::time::sleep(d).await,
@@ -95,8 +88,7 @@ fn wait_for_signal(limit: Option<Duration>, running: &AtomicBool) -> Result<(), 
             }
         };
         tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+            _ = stop.recv() => {}
             _ = limit => {}
             _ = stopped => {}
         }

@@ -1,6 +1,7 @@
 //! What every binary of the project does before its own work: print the
 //! command line's exit message where gflags prints it, and log to stderr
-//! at the level the flags (or `MC_LOG_LEVEL`) ask for.
+//! at the level the flags (or `MC_LOG_LEVEL`) ask for, and stop on
+//! SIGTERM or SIGINT.
 
 /// Environment variable that overrides the binaries' log filter.
 pub const LOG_ENV: &str = "MC_LOG_LEVEL";
@@ -35,5 +36,30 @@ pub fn start_logging(level: &str, warnings: &[String]) {
         .try_init();
     for w in warnings {
         tracing::warn!("{w}");
+    }
+}
+
+/// The signals that stop a binary gracefully: SIGTERM and SIGINT.
+pub struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Install the handlers of both (inside a tokio runtime).
+    pub fn install() -> std::io::Result<StopSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Wait for the next SIGTERM or SIGINT; returns its name.
+    pub async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
     }
 }

@@ -48,6 +48,21 @@ pub struct LedgerEntry {
     pub soft_pin_until_ms: Option<u64>,
 }
 
+impl LedgerEntry {
+    /// A replica of `key` at `version`: `size` bytes at `offset`, with
+    /// neither pin.
+    pub fn unpinned(key: impl Into<String>, version: u64, offset: u64, size: u64) -> LedgerEntry {
+        LedgerEntry {
+            key: key.into(),
+            version,
+            offset,
+            size,
+            hard_pin: false,
+            soft_pin_until_ms: None,
+        }
+    }
+}
+
 /// One change to an owner's ledger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LedgerOp {

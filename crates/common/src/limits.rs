@@ -1,16 +1,21 @@
 //! Connection admission for every listener of the stack: a cap
 //! on open connections in total and per peer, an idle timeout, the back-off
-//! an accept loop takes when the process runs out of descriptors, and the
-//! check a connection pool makes before reusing an idle connection.
+//! an accept loop takes when the process runs out of descriptors, the
+//! blocking accept loop itself, the set of open connections a server closes
+//! when it stops, and the check a connection pool makes before reusing an
+//! idle connection.
 //!
 //! It lives here, beside the framing, because the master (RPC and HTTP),
 //! the data server and the same-host mapping server all apply the same
 //! rules; each listener picks its own numbers.
 
+use crate::tcp_tune::tune_data_stream;
 use std::collections::HashMap;
 use std::io;
-use std::net::IpAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 /// Caps of one listener.
@@ -242,6 +247,113 @@ impl AcceptBackoff {
     }
 }
 
+/// A blocking accept loop: accept with `accept` until `stopped()` holds
+/// (checked each time `accept` returns, so a connection made to wake the
+/// loop ends it), taking the [`AcceptBackoff`] pause after an error, and
+/// hand every accepted connection to `admit`. `server` names the loop in
+/// the back-off's log line.
+pub fn accept_until<C>(
+    server: &str,
+    stopped: impl Fn() -> bool,
+    mut accept: impl FnMut() -> io::Result<C>,
+    mut admit: impl FnMut(C),
+) {
+    let mut backoff = AcceptBackoff::default();
+    loop {
+        let accepted = accept();
+        if stopped() {
+            return;
+        }
+        if let Some(c) = backoff.settle(accepted, server) {
+            admit(c);
+        }
+    }
+}
+
+/// [`accept_until`] on a data listener (until `stopped` is set): each
+/// connection must get a permit from `tracker` (a refused one goes to
+/// `refused`, then is closed), is tuned for bulk data (no Nagle, the
+/// [`tune_data_stream`] rule) and goes to `admit` with its permit.
+pub fn accept_data_conns(
+    server: &str,
+    listener: &TcpListener,
+    stopped: &AtomicBool,
+    tracker: &Arc<ConnTracker>,
+    refused: impl Fn(SocketAddr, Refusal),
+    mut admit: impl FnMut(TcpStream, SocketAddr, ConnPermit),
+) {
+    accept_until(
+        server,
+        || stopped.load(Ordering::Acquire),
+        || listener.accept(),
+        |(sock, peer)| {
+            let permit = match tracker.try_acquire(peer.ip()) {
+                Ok(p) => p,
+                Err(why) => return refused(peer, why),
+            };
+            let _ = sock.set_nodelay(true);
+            tune_data_stream(&sock);
+            admit(sock, peer, permit);
+        },
+    );
+}
+
+/// A connection another thread can shut down (both directions).
+pub trait ShutdownBoth {
+    /// Shut both directions down, ignoring errors.
+    fn shutdown_both(&self);
+}
+
+impl ShutdownBoth for TcpStream {
+    fn shutdown_both(&self) {
+        let _ = self.shutdown(Shutdown::Both);
+    }
+}
+
+impl ShutdownBoth for UnixStream {
+    fn shutdown_both(&self) {
+        let _ = self.shutdown(Shutdown::Both);
+    }
+}
+
+/// The open connections of a server, held weakly: one goes away with the
+/// thread that serves it, and [`OpenConns::shutdown_all`] closes the rest
+/// when the server stops.
+pub struct OpenConns<S> {
+    conns: Mutex<Vec<Weak<S>>>,
+}
+
+impl<S> Default for OpenConns<S> {
+    fn default() -> Self {
+        OpenConns {
+            conns: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<S: ShutdownBoth> OpenConns<S> {
+    fn list(&self) -> MutexGuard<'_, Vec<Weak<S>>> {
+        // A list of weak references stays consistent whatever panicked.
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Track `s` (and forget the connections that are gone).
+    pub fn track(&self, s: &Arc<S>) {
+        let mut g = self.list();
+        g.retain(|w| w.strong_count() > 0);
+        g.push(Arc::downgrade(s));
+    }
+
+    /// Shut down every tracked connection still open, and forget them all.
+    pub fn shutdown_all(&self) {
+        for c in self.list().drain(..) {
+            if let Some(c) = c.upgrade() {
+                c.shutdown_both();
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,5 +452,41 @@ mod tests {
         );
         let aborted = io::Error::from_raw_os_error(libc::ECONNABORTED);
         assert_eq!(b.settle::<u8>(Err(aborted), "test"), None);
+    }
+
+    #[test]
+    fn accept_until_admits_until_stopped_and_skips_errors() {
+        let mut script = vec![Ok(1), Err(io::Error::other("one connection")), Ok(2), Ok(3)];
+        script.reverse();
+        let calls = std::cell::Cell::new(0);
+        let mut admitted = Vec::new();
+        accept_until(
+            "test",
+            || calls.get() > 3,
+            || {
+                calls.set(calls.get() + 1);
+                script.pop().unwrap_or(Ok(0))
+            },
+            |c| admitted.push(c),
+        );
+        // The fourth accept returned after the stop: not admitted.
+        assert_eq!(admitted, [1, 2]);
+    }
+
+    #[test]
+    fn open_conns_shut_down_the_live_ones() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let client = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (served, _) = l.accept().expect("accept");
+        let conns = OpenConns::default();
+        let served = Arc::new(served);
+        conns.track(&served);
+        let gone = Arc::new(TcpStream::connect(l.local_addr().expect("addr")).expect("connect"));
+        conns.track(&gone);
+        drop(gone);
+        conns.shutdown_all();
+        let mut buf = [0u8; 1];
+        assert_eq!(io::Read::read(&mut &client, &mut buf).expect("eof"), 0);
+        assert!(conns.list().is_empty());
     }
 }

@@ -18,18 +18,19 @@ use crate::wire::{self, Descriptor, Request};
 use mooncake_common::framing::{
     decode, encode, read_frame, server_handshake, write_frame, Service, MAX_REQUEST_FRAME,
 };
-use mooncake_common::limits::{AcceptBackoff, ConnLimits, ConnTracker};
+use mooncake_common::limits::{
+    accept_data_conns, accept_until, ConnLimits, ConnTracker, OpenConns, ShutdownBoth,
+};
 use mooncake_common::spin_read::SpinReader;
-use mooncake_common::tcp_tune::tune_data_stream;
 use mooncake_common::AuthKey;
 use mooncake_transfer::sockio::{iov, recv_all, send_all};
 use parking_lot::Mutex;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Time a new connection has to complete the handshake.
@@ -68,8 +69,8 @@ pub(crate) struct Server {
     tcp_addr: std::net::SocketAddr,
     unix_name: Option<String>,
     stopped: Arc<AtomicBool>,
-    tcp_conns: Arc<Mutex<Vec<Weak<TcpStream>>>>,
-    unix_conns: Arc<Mutex<Vec<Weak<UnixStream>>>>,
+    tcp_conns: Arc<OpenConns<TcpStream>>,
+    unix_conns: Arc<OpenConns<UnixStream>>,
 }
 
 /// The server's admission limits: `MC_ENGINE_MAX_CONNS` (1024, at most a
@@ -96,8 +97,8 @@ impl Server {
     ) -> io::Result<Server> {
         let tcp_addr = tcp.local_addr()?;
         let stopped = Arc::new(AtomicBool::new(false));
-        let tcp_conns: Arc<Mutex<Vec<Weak<TcpStream>>>> = Arc::default();
-        let unix_conns: Arc<Mutex<Vec<Weak<UnixStream>>>> = Arc::default();
+        let tcp_conns: Arc<OpenConns<TcpStream>> = Arc::default();
+        let unix_conns: Arc<OpenConns<UnixStream>> = Arc::default();
         let lim = limits();
         {
             let (st, cs, sh) = (
@@ -149,16 +150,8 @@ impl Server {
                 let _ = UnixStream::connect_addr(&a);
             }
         }
-        for c in self.tcp_conns.lock().drain(..) {
-            if let Some(c) = c.upgrade() {
-                let _ = c.shutdown(Shutdown::Both);
-            }
-        }
-        for c in self.unix_conns.lock().drain(..) {
-            if let Some(c) = c.upgrade() {
-                let _ = c.shutdown(Shutdown::Both);
-            }
-        }
+        self.tcp_conns.shutdown_all();
+        self.unix_conns.shutdown_all();
     }
 }
 
@@ -166,12 +159,6 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-fn track<S>(conns: &Mutex<Vec<Weak<S>>>, s: &Arc<S>) {
-    let mut g = conns.lock();
-    g.retain(|w| w.strong_count() > 0);
-    g.push(Arc::downgrade(s));
 }
 
 fn quiet(e: &io::Error) -> bool {
@@ -188,50 +175,63 @@ fn quiet(e: &io::Error) -> bool {
 fn tcp_accept_loop(
     listener: TcpListener,
     stopped: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<Weak<TcpStream>>>>,
+    conns: Arc<OpenConns<TcpStream>>,
     tracker: Arc<ConnTracker>,
     shared: Arc<Shared>,
 ) {
-    let mut backoff = AcceptBackoff::default();
-    loop {
-        let accepted = listener.accept();
-        if stopped.load(Ordering::Acquire) {
-            break;
-        }
-        let Some((sock, peer)) = backoff.settle(accepted, "transfer engine") else {
-            continue;
-        };
-        let permit = match tracker.try_acquire(peer.ip()) {
-            Ok(p) => p,
-            Err(why) => {
-                emit(
-                    Level::Warning,
-                    &format!("transfer engine: refusing a connection from {peer}: {why}"),
-                );
-                continue;
-            }
-        };
-        let _ = sock.set_nodelay(true);
-        tune_data_stream(&sock);
-        let sock = Arc::new(sock);
-        track(&conns, &sock);
-        let sh = Arc::clone(&shared);
-        let idle = tracker.limits().idle_timeout;
-        let _ = std::thread::Builder::new()
-            .name("mc-engine-conn".into())
-            .spawn(move || {
+    let idle = tracker.limits().idle_timeout;
+    accept_data_conns(
+        "transfer engine",
+        &listener,
+        &stopped,
+        &tracker,
+        |peer, why| {
+            let msg = format!("transfer engine: refusing a connection from {peer}: {why}");
+            emit(Level::Warning, &msg);
+        },
+        |sock, peer, permit| {
+            spawn_conn("mc-engine-conn", &conns, sock, &shared, move |sock, sh| {
                 let _permit = permit;
-                let label = peer.to_string();
-                if let Err(e) = serve(&*sock, &sh, None, &label, idle) {
-                    if !quiet(&e) {
-                        emit(
-                            Level::Info,
-                            &format!("transfer engine: connection from {label} dropped: {e}"),
-                        );
-                    }
-                }
-                let _ = sock.shutdown(Shutdown::Both);
+                serve_logged(sock, sh, None, &peer.to_string(), idle);
             });
+        },
+    );
+}
+
+/// Serve `sock` on a thread of its own named `name`, tracked in `conns`
+/// while it is open; the socket is shut down when `serve` returns.
+fn spawn_conn<S: ShutdownBoth + Send + Sync + 'static>(
+    name: &str,
+    conns: &OpenConns<S>,
+    sock: S,
+    shared: &Arc<Shared>,
+    serve: impl FnOnce(&S, &Shared) + Send + 'static,
+) {
+    let sock = Arc::new(sock);
+    conns.track(&sock);
+    let sh = Arc::clone(shared);
+    let _ = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            serve(&sock, &sh);
+            sock.shutdown_both();
+        });
+}
+
+/// [`serve`], logging why the connection from `label` dropped unless the
+/// peer simply went away.
+fn serve_logged<S>(sock: &S, sh: &Shared, pid: Option<i32>, label: &str, idle: Option<Duration>)
+where
+    S: AsRawFd + Timeouts,
+    for<'a> &'a S: Read + Write,
+{
+    if let Err(e) = serve(sock, sh, pid, label, idle) {
+        if !quiet(&e) {
+            emit(
+                Level::Info,
+                &format!("transfer engine: connection from {label} dropped: {e}"),
+            );
+        }
     }
 }
 
@@ -261,38 +261,28 @@ pub(crate) fn peer_pid(s: &UnixStream) -> Option<i32> {
 fn unix_accept_loop(
     listener: UnixListener,
     stopped: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<Weak<UnixStream>>>>,
+    conns: Arc<OpenConns<UnixStream>>,
     shared: Arc<Shared>,
     idle: Option<Duration>,
 ) {
-    let mut backoff = AcceptBackoff::default();
-    loop {
-        let accepted = listener.accept();
-        if stopped.load(Ordering::Acquire) {
-            break;
-        }
-        let Some((sock, _)) = backoff.settle(accepted, "transfer engine (local)") else {
-            continue;
-        };
-        let pid = peer_pid(&sock);
-        let sock = Arc::new(sock);
-        track(&conns, &sock);
-        let sh = Arc::clone(&shared);
-        let _ = std::thread::Builder::new()
-            .name("mc-engine-local-conn".into())
-            .spawn(move || {
-                let label = format!("local process {}", pid.unwrap_or(0));
-                if let Err(e) = serve(&*sock, &sh, pid, &label, idle) {
-                    if !quiet(&e) {
-                        emit(
-                            Level::Info,
-                            &format!("transfer engine: connection from {label} dropped: {e}"),
-                        );
-                    }
-                }
-                let _ = sock.shutdown(Shutdown::Both);
-            });
-    }
+    accept_until(
+        "transfer engine (local)",
+        || stopped.load(Ordering::Acquire),
+        || listener.accept(),
+        |(sock, _)| {
+            let pid = peer_pid(&sock);
+            spawn_conn(
+                "mc-engine-local-conn",
+                &conns,
+                sock,
+                &shared,
+                move |sock, sh| {
+                    let label = format!("local process {}", pid.unwrap_or(0));
+                    serve_logged(sock, sh, pid, &label, idle);
+                },
+            );
+        },
+    );
 }
 
 fn send_status<S>(s: &S, status: i32) -> io::Result<()>

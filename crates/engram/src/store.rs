@@ -351,8 +351,10 @@ impl EngramCore {
         l: usize,
         out: OutBuf,
     ) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        let r = unsafe { self.lookup_inner(client, ids, b, l, out) };
+        let r = self.check_ids(ids, b, l).and_then(|()| {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.lookup_inner(client, ids, out) }
+        });
         if r.is_err() && out.ptr != 0 {
             // SAFETY: the caller vouches for `out`.
             unsafe { std::ptr::write_bytes(out.ptr as *mut u8, 0, out.len) };
@@ -360,14 +362,14 @@ impl EngramCore {
         r
     }
 
+    /// [`EngramCore::lookup_into`] once `ids` passed the checks.
+    ///
     /// # Safety
     /// As [`EngramCore::lookup_into`].
     unsafe fn lookup_inner(
         &self,
         client: Option<&Arc<Client>>,
         ids: &[i64],
-        b: usize,
-        l: usize,
         buf: OutBuf,
     ) -> Result<()> {
         let OutBuf {
@@ -375,7 +377,6 @@ impl EngramCore {
             len: out_len,
             kind,
         } = buf;
-        self.check_ids(ids, b, l)?;
         let n = ids.len();
         let d = self.layout.dim;
         let raw_item = self.layout.dtype.itemsize();
@@ -513,25 +514,10 @@ impl EngramCore {
             copy_dups();
             return Ok(());
         }
-        let results: Vec<std::result::Result<(), ClientError>> = std::thread::scope(|sc| {
-            let handles: Vec<_> = per_owner
-                .iter()
-                .map(|(rep, ops)| {
-                    // SAFETY: owners write disjoint parts of `dst`.
-                    sc.spawn(move || unsafe { client.read_ops(rep, ops) }.map(|_| ()))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(ClientError::internal("reader thread panicked")))
-                })
-                .collect()
-        });
-        results
-            .into_iter()
-            .collect::<std::result::Result<(), ClientError>>()?;
+        on_threads(per_owner.iter(), |(rep, ops)| {
+            // SAFETY: owners write disjoint parts of `dst`.
+            unsafe { client.read_ops(rep, ops) }.map(|_| ())
+        })?;
         copy_dups();
         Ok(())
     }
@@ -607,14 +593,21 @@ unsafe fn read_parallel(
         return unsafe { client.read_ops(rep, ops) }.map(|_| ());
     }
     let per = ops.len().div_ceil(threads);
-    let results: Vec<std::result::Result<Path, ClientError>> = std::thread::scope(|sc| {
-        let handles: Vec<_> = ops
-            .chunks(per)
-            .map(|part| {
-                // SAFETY: parts write disjoint output ranges.
-                sc.spawn(move || unsafe { client.read_ops(rep, part) })
-            })
-            .collect();
+    on_threads(ops.chunks(per), |part| {
+        // SAFETY: parts write disjoint output ranges.
+        unsafe { client.read_ops(rep, part) }.map(|_| ())
+    })
+}
+
+/// Run `work` on every item, each on a thread of its own; once all are
+/// done, the first error in item order (a panicked thread counts as one).
+fn on_threads<I: Send>(
+    items: impl Iterator<Item = I>,
+    work: impl Fn(I) -> std::result::Result<(), ClientError> + Sync,
+) -> std::result::Result<(), ClientError> {
+    let results: Vec<std::result::Result<(), ClientError>> = std::thread::scope(|sc| {
+        let work = &work;
+        let handles: Vec<_> = items.map(|it| sc.spawn(move || work(it))).collect();
         handles
             .into_iter()
             .map(|h| {
@@ -623,10 +616,7 @@ unsafe fn read_parallel(
             })
             .collect()
     });
-    for r in results {
-        r?;
-    }
-    Ok(())
+    results.into_iter().collect()
 }
 
 #[cfg(test)]
@@ -634,18 +624,29 @@ mod tests {
     use super::*;
     use half::{bf16, f16};
 
+    /// A float32 value to half-precision bits.
+    type Narrow = fn(f32) -> u16;
+    /// Half-precision bits to a float32 value.
+    type Widen = fn(u16) -> f32;
+
     #[test]
     fn widen_in_place_matches_out_of_place() {
         for count in [1usize, 7, 8, 9, 13, 64, 65, 1001, 1024, 1025, 5000] {
             let vals: Vec<f32> = (0..count).map(|i| i as f32 * 0.37 - 11.0).collect();
-            for dtype in [TableDtype::BFloat16, TableDtype::Float16] {
-                let bits: Vec<u16> = vals
-                    .iter()
-                    .map(|&v| match dtype {
-                        TableDtype::BFloat16 => bf16::from_f32(v).to_bits(),
-                        _ => f16::from_f32(v).to_bits(),
-                    })
-                    .collect();
+            let halves: [(TableDtype, Narrow, Widen); 2] = [
+                (
+                    TableDtype::BFloat16,
+                    |v| bf16::from_f32(v).to_bits(),
+                    |b| bf16::from_bits(b).to_f32(),
+                ),
+                (
+                    TableDtype::Float16,
+                    |v| f16::from_f32(v).to_bits(),
+                    |b| f16::from_bits(b).to_f32(),
+                ),
+            ];
+            for (dtype, narrow, widen) in halves {
+                let bits: Vec<u16> = vals.iter().map(|&v| narrow(v)).collect();
                 let mut buf = vec![0f32; count];
                 // SAFETY: `buf` holds `4 * count` bytes; the bits go to its upper half.
                 unsafe {
@@ -653,13 +654,7 @@ mod tests {
                     std::ptr::copy_nonoverlapping(bits.as_ptr(), upper, count);
                     widen_in_place(buf.as_mut_ptr() as usize, count, dtype);
                 }
-                let want: Vec<f32> = bits
-                    .iter()
-                    .map(|&b| match dtype {
-                        TableDtype::BFloat16 => bf16::from_bits(b).to_f32(),
-                        _ => f16::from_bits(b).to_f32(),
-                    })
-                    .collect();
+                let want: Vec<f32> = bits.iter().map(|&b| widen(b)).collect();
                 assert_eq!(buf, want, "{dtype} count {count}");
             }
         }

@@ -7,16 +7,23 @@ use mooncake_engram::{validate_layout, EngramCore, Error, OutBuf, OutKind, Table
 use mooncake_master::config::MasterConfig;
 use std::sync::Arc;
 
-fn start_master(lease_ms: u64) -> String {
+/// A client (16 MiB segment) of a fresh in-process master with 500 ms
+/// leases.
+fn client() -> Arc<Client> {
     let cfg = MasterConfig {
-        default_kv_lease_ttl_ms: lease_ms,
+        default_kv_lease_ttl_ms: 500,
         ..MasterConfig::default()
     };
-    mooncake_master::embedded::spawn_loopback(cfg).expect("start master")
+    let master = mooncake_master::embedded::spawn_loopback(cfg).expect("start master");
+    Client::setup(ClientConfig::loopback(&master, 16 << 20)).expect("client setup")
 }
 
-fn client(master: &str, seg: u64) -> Arc<Client> {
-    Client::setup(ClientConfig::loopback(master, seg)).expect("client setup")
+/// Engram layer `layer_id` over the [`VOCAB`] x [`D`] tables, stored as `dtype`.
+fn layer(layer_id: i32, dtype: &str) -> EngramCore {
+    EngramCore::new(
+        layer_id,
+        validate_layout(&VOCAB, D as i64, dtype).expect("layout"),
+    )
 }
 
 const VOCAB: [i64; 3] = [5, 7, 11];
@@ -57,6 +64,24 @@ fn lookup(core: &EngramCore, c: &Arc<Client>, ids: &[i64], b: usize) -> Result<V
     }
 }
 
+/// Which of `core`'s table keys `a` finds stored.
+fn stored(a: &Client, core: &EngramCore) -> Vec<bool> {
+    a.batch_is_exist(core.keys())
+        .into_iter()
+        .map(|r| r.expect("exist query"))
+        .collect()
+}
+
+/// A [`client`] and a float32 [`layer`] `layer_id`.
+fn client_and_layer(layer_id: i32) -> (Arc<Client>, EngramCore) {
+    (client(), layer(layer_id, "float32"))
+}
+
+/// [`expect`] with every value rounded by `round` (through a narrower type).
+fn expect_rounded(t: &[Vec<f32>], ids: &[i64], round: impl Fn(f32) -> f32) -> Vec<f32> {
+    expect(t, ids).into_iter().map(round).collect()
+}
+
 fn expect(t: &[Vec<f32>], ids: &[i64]) -> Vec<f32> {
     let h_n = VOCAB.len();
     let mut v = Vec::new();
@@ -69,10 +94,7 @@ fn expect(t: &[Vec<f32>], ids: &[i64]) -> Vec<f32> {
 
 #[test]
 fn populate_lookup_remove() {
-    let m = start_master(500);
-    let a = client(&m, 16 << 20);
-    let layout = validate_layout(&VOCAB, D as i64, "float32").expect("layout");
-    let core = EngramCore::new(3, layout);
+    let (a, core) = client_and_layer(3);
     let t = tables(0.0);
     let cfg = ReplicateConfig::default();
     assert_eq!(core.populate(Some(&a), &spans(&t), &cfg), Ok(()));
@@ -127,12 +149,7 @@ fn populate_lookup_remove() {
 
 #[test]
 fn populate_rejects_an_invalid_replicate_config() {
-    let m = start_master(500);
-    let a = client(&m, 16 << 20);
-    let core = EngramCore::new(
-        6,
-        validate_layout(&VOCAB, D as i64, "float32").expect("layout"),
-    );
+    let (a, core) = client_and_layer(6);
     let t = tables(0.0);
     // A soft-pin TTL without SoftPin::Enable and a group_ids list that does
     // not have one entry per head are rejected as for any batch write.
@@ -156,12 +173,7 @@ fn populate_rejects_an_invalid_replicate_config() {
         assert_eq!(e.code(), ErrorCode::InvalidParams, "{cfg:?}");
         assert_eq!(e.message(), "populate failed");
     }
-    let keys = core.keys().to_vec();
-    let exists: Vec<bool> = a
-        .batch_is_exist(&keys)
-        .into_iter()
-        .map(|r| r.expect("exist query"))
-        .collect();
+    let exists = stored(&a, &core);
     assert_eq!(exists, vec![false; VOCAB.len()], "nothing was written");
     let groups = ReplicateConfig {
         group_ids: Some(vec!["g".into(); VOCAB.len()]),
@@ -172,10 +184,7 @@ fn populate_rejects_an_invalid_replicate_config() {
 
 #[test]
 fn create_only_put_reports_existing_and_rollback_keeps_it() {
-    let m = start_master(500);
-    let a = client(&m, 16 << 20);
-    let layout = validate_layout(&VOCAB, D as i64, "float32").expect("layout");
-    let core = EngramCore::new(4, layout);
+    let (a, core) = client_and_layer(4);
     let t = tables(0.0);
     let cfg = ReplicateConfig::default();
     let other = vec![9u8; VOCAB[2] as usize * D * 4];
@@ -199,50 +208,32 @@ fn create_only_put_reports_existing_and_rollback_keeps_it() {
     );
     // Populate refuses (key exists), writes nothing, keeps the other table.
     assert!(core.populate(Some(&a), &spans(&t), &cfg).is_err());
-    let keys = core.keys().to_vec();
-    let exists: Vec<bool> = a
-        .batch_is_exist(&keys)
-        .into_iter()
-        .map(|r| r.expect("exist query"))
-        .collect();
+    let exists = stored(&a, &core);
     assert_eq!(exists, vec![false, false, true]);
     assert_eq!(a.get(&key).expect("get").data, other);
 }
 
 #[test]
 fn size_check_and_half_tables() {
-    let m = start_master(500);
-    let a = client(&m, 16 << 20);
+    let a = client();
     let cfg = ReplicateConfig::default();
     // A bf16 layer over the same keys has half-size tables; float32 input
     // is narrowed by populate.
-    let bf = EngramCore::new(
-        5,
-        validate_layout(&VOCAB, D as i64, "bfloat16").expect("layout"),
-    );
+    let bf = layer(5, "bfloat16");
     let t = tables(0.0);
     assert_eq!(bf.populate(Some(&a), &spans(&t), &cfg), Ok(()));
     let stored = a.get(&bf.keys()[0]).expect("get").data;
     assert_eq!(stored.len(), VOCAB[0] as usize * D * 2);
     let ids = [1, 2, 3];
     let out = lookup(&bf, &a, &ids, 1).expect("lookup");
-    let exp: Vec<f32> = expect(&t, &ids)
-        .iter()
-        .map(|&x| half::bf16::from_f32(x).to_f32())
-        .collect();
+    let exp = expect_rounded(&t, &ids, |x| half::bf16::from_f32(x).to_f32());
     assert_eq!(out, exp);
     // A float32 layer over the bf16-sized tables fails the size check.
-    let f32core = EngramCore::new(
-        5,
-        validate_layout(&VOCAB, D as i64, "float32").expect("layout"),
-    );
+    let f32core = layer(5, "float32");
     assert!(lookup(&f32core, &a, &ids, 1).is_err());
     // A float16 layer given raw bits of the wrong size is refused before
     // anything is written.
-    let f16core = EngramCore::new(
-        7,
-        validate_layout(&VOCAB, D as i64, "float16").expect("layout"),
-    );
+    let f16core = layer(7, "float16");
     let short = vec![0u8; 6];
     let raw: Vec<Table<'_>> = (0..VOCAB.len()).map(|_| Table::Raw(&short)).collect();
     let e = f16core
@@ -264,9 +255,6 @@ fn size_check_and_half_tables() {
     let raw: Vec<Table<'_>> = bytes.iter().map(|b| Table::Raw(b)).collect();
     assert_eq!(f16core.populate(Some(&a), &raw, &cfg), Ok(()));
     let out = lookup(&f16core, &a, &ids, 1).expect("lookup");
-    let exp: Vec<f32> = expect(&t, &ids)
-        .iter()
-        .map(|&x| half::f16::from_f32(x).to_f32())
-        .collect();
+    let exp = expect_rounded(&t, &ids, |x| half::f16::from_f32(x).to_f32());
     assert_eq!(out, exp);
 }

@@ -7,9 +7,10 @@
 
 use crate::ledger_push::{AckWait, OwnerQueue, ACK_TIMEOUT};
 use crate::state::{Inner, MasterState, Object, PendingPin, Replica};
+use mooncake_common::auth::unix_ms;
 use mooncake_common::ledger::{alloc_len, LedgerEntry, LedgerOp};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 /// The soft-pin deadline (Unix ms) a commit applying `pin` records, given
 /// the object's current deadline.
@@ -34,13 +35,6 @@ pub(crate) type Waits = Vec<(Arc<OwnerQueue>, u64)>;
 pub(crate) type TaggedWaits = Vec<(String, Arc<OwnerQueue>, u64)>;
 /// Ledger commits handed back to the writer, with their segments.
 pub(crate) type Handed = Vec<(String, LedgerOp)>;
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 impl Inner {
     /// Tell the owners of `o`'s replicas that they are gone; each replica's

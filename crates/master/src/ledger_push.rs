@@ -311,14 +311,7 @@ mod tests {
     use std::sync::Arc;
 
     fn commit(key: &str, offset: u64) -> LedgerOp {
-        LedgerOp::Commit(LedgerEntry {
-            key: key.into(),
-            version: 1,
-            offset,
-            size: 10,
-            hard_pin: false,
-            soft_pin_until_ms: None,
-        })
+        LedgerOp::Commit(LedgerEntry::unpinned(key, 1, offset, 10))
     }
 
     /// An owner that applies pushes into a Vec and acks them.

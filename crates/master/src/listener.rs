@@ -106,6 +106,19 @@ impl LimitedStream {
             None => false,
         }
     }
+
+    /// The inner operation's poll result `r`: noted as activity when it is
+    /// ready; while it is pending, `TimedOut` once idle too long.
+    fn watch<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match r {
+            Poll::Ready(r) => {
+                self.touched();
+                Poll::Ready(r)
+            }
+            Poll::Pending if self.idle_expired(cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }
 
 fn timed_out() -> io::Error {
@@ -119,14 +132,8 @@ impl AsyncRead for LimitedStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = &mut *self;
-        match Pin::new(&mut me.inner).poll_read(cx, buf) {
-            Poll::Ready(r) => {
-                me.touched();
-                Poll::Ready(r)
-            }
-            Poll::Pending if me.idle_expired(cx) => Poll::Ready(Err(timed_out())),
-            Poll::Pending => Poll::Pending,
-        }
+        let r = Pin::new(&mut me.inner).poll_read(cx, buf);
+        me.watch(cx, r)
     }
 }
 
@@ -137,14 +144,8 @@ impl AsyncWrite for LimitedStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let me = &mut *self;
-        match Pin::new(&mut me.inner).poll_write(cx, buf) {
-            Poll::Ready(r) => {
-                me.touched();
-                Poll::Ready(r)
-            }
-            Poll::Pending if me.idle_expired(cx) => Poll::Ready(Err(timed_out())),
-            Poll::Pending => Poll::Pending,
-        }
+        let r = Pin::new(&mut me.inner).poll_write(cx, buf);
+        me.watch(cx, r)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -161,14 +162,8 @@ impl AsyncWrite for LimitedStream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let me = &mut *self;
-        match Pin::new(&mut me.inner).poll_write_vectored(cx, bufs) {
-            Poll::Ready(r) => {
-                me.touched();
-                Poll::Ready(r)
-            }
-            Poll::Pending if me.idle_expired(cx) => Poll::Ready(Err(timed_out())),
-            Poll::Pending => Poll::Pending,
-        }
+        let r = Pin::new(&mut me.inner).poll_write_vectored(cx, bufs);
+        me.watch(cx, r)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -13,14 +13,13 @@ use std::time::Duration;
 
 use mooncake_common::auth::{AuthError, AuthKey};
 use parking_lot::{Condvar, Mutex};
-use tokio::signal::unix::{signal, SignalKind};
 
 use crate::config::MasterConfig;
 use crate::http_meta::metadata_router;
 use crate::listener::LimitedListener;
 use crate::metadata_kv::MetadataKv;
 use crate::server::host_port;
-use mooncake_common::binary;
+use mooncake_common::binary::{self, StopSignals};
 
 /// Why the standalone metadata server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -194,12 +193,9 @@ pub fn run_http_metadata_server(host: &str, port: u16, log_level: &str) -> i32 {
         }
     };
     rt.block_on(async {
-        let (mut term, mut int) = match (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
-            (Ok(t), Ok(i)) => (t, i),
-            (Err(e), _) | (_, Err(e)) => {
+        let mut stop = match StopSignals::install() {
+            Ok(s) => s,
+            Err(e) => {
                 eprintln!("ERROR: failed to install signal handlers: {e}");
                 return 1;
             }
@@ -226,8 +222,7 @@ pub fn run_http_metadata_server(host: &str, port: u16, log_level: &str) -> i32 {
             }
         });
         let code = tokio::select! {
-            _ = term.recv() => 0,
-            _ = int.recv() => 0,
+            _ = stop.recv() => 0,
             _ = stopped => 1,
         };
         let mut server = server;

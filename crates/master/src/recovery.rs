@@ -17,16 +17,14 @@
 //! and its objects were dropped) comes back empty: its owner's ledger is
 //! discarded, so expired objects do not reappear.
 
-use crate::allocator::OffsetAllocator;
 use crate::durable::Waits;
-use crate::ledger_push::OwnerQueue;
 use crate::segments::SegmentEntry;
 use crate::state::{ClientEntry, Inner, MasterState, ObjStatus, Object, PendingMount, Replica};
+use mooncake_common::auth::unix_ms;
 use mooncake_common::ledger::{alloc_len, LedgerEntry};
 use mooncake_common::proto::SegmentDesc;
 use mooncake_common::ErrorCode;
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// What adopting one report did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -51,13 +49,6 @@ pub enum Remount {
         /// The segment had been expired: drop the whole ledger.
         discard_all: bool,
     },
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 impl Inner {
@@ -238,13 +229,7 @@ impl MasterState {
             return Err(ErrorCode::InternalError);
         };
         let name = desc.name.clone();
-        g.segments.insert(SegmentEntry {
-            alloc: OffsetAllocator::new(desc.size),
-            desc: desc.clone(),
-            client_id: client_id.to_string(),
-            ledger: Arc::new(OwnerQueue::default()),
-            disk_tier: false,
-        });
+        g.segments.insert(SegmentEntry::new(&desc, client_id));
         if let Some(c) = g.clients.get_mut(client_id) {
             if !c.segments.contains(&name) {
                 c.segments.push(name.clone());
@@ -290,6 +275,8 @@ mod tests {
     use super::*;
     use crate::config::MasterConfig;
     use crate::metrics::MasterMetrics;
+    use std::sync::Arc;
+    use std::time::{SystemTime, UNIX_EPOCH};
 
     fn state() -> Arc<MasterState> {
         MasterState::new(
@@ -313,14 +300,7 @@ mod tests {
     }
 
     fn entry(key: &str, version: u64, offset: u64, size: u64) -> LedgerEntry {
-        LedgerEntry {
-            key: key.into(),
-            version,
-            offset,
-            size,
-            hard_pin: false,
-            soft_pin_until_ms: None,
-        }
+        LedgerEntry::unpinned(key, version, offset, size)
     }
 
     fn done(stale: Vec<(u64, u64)>) -> Remount {

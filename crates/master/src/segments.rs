@@ -24,6 +24,20 @@ pub(crate) struct SegmentEntry {
     pub disk_tier: bool,
 }
 
+impl SegmentEntry {
+    /// The entry of `desc`, freshly mounted by `client_id`: the whole
+    /// segment free, no ledger ops queued, no disk tier.
+    pub(crate) fn new(desc: &SegmentDesc, client_id: &str) -> SegmentEntry {
+        SegmentEntry {
+            alloc: OffsetAllocator::new(desc.size),
+            desc: desc.clone(),
+            client_id: client_id.to_string(),
+            ledger: Arc::new(OwnerQueue::default()),
+            disk_tier: false,
+        }
+    }
+}
+
 /// A mounted segment's slot and the generation of the mount it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct SegId {

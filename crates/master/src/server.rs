@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::signal::unix::{signal, SignalKind};
 
 use crate::admin::{serve_admin, AdminView};
 use crate::config::{AllocationStrategy, MasterConfig};
@@ -19,7 +18,7 @@ use crate::http_meta::serve_metadata;
 use crate::metadata_kv::MetadataKv;
 use crate::metrics::MasterMetrics;
 use crate::state::MasterState;
-use mooncake_common::binary;
+use mooncake_common::binary::{self, StopSignals};
 
 /// Environment variable overriding the log filter (e.g. `info`, `debug`).
 pub use mooncake_common::binary::LOG_ENV;
@@ -153,12 +152,9 @@ pub fn config_summary(cfg: &MasterConfig) -> String {
 async fn run_async(mut cfg: MasterConfig, threads: usize) -> i32 {
     // Install signal handlers before anything is reachable, so an early
     // SIGTERM still takes the graceful path.
-    let (mut sigterm, mut sigint) = match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(t), Ok(i)) => (t, i),
-        (Err(e), _) | (_, Err(e)) => {
+    let mut stop = match StopSignals::install() {
+        Ok(s) => s,
+        Err(e) => {
             eprintln!("ERROR: failed to install signal handlers: {e}");
             return 1;
         }
@@ -274,10 +270,7 @@ async fn run_async(mut cfg: MasterConfig, threads: usize) -> i32 {
     }
     tracing::info!("mooncake_master is ready");
 
-    let sig = tokio::select! {
-        _ = sigterm.recv() => "SIGTERM",
-        _ = sigint.recv() => "SIGINT",
-    };
+    let sig = stop.recv().await;
     tracing::info!("received {sig}; shutting down");
     if let Some((task, stop)) = ha_task {
         // A leader resigns, so that a standby takes over at once.

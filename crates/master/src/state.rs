@@ -4,7 +4,6 @@
 //! (eviction, client TTL, discard sweep) call into it.
 
 use crate::admin::{AdminView, GaugeSnapshot, ReplicaView};
-use crate::allocator::OffsetAllocator;
 use crate::clock::{Clock, SystemClock};
 use crate::config::MasterConfig;
 use crate::ledger_push::OwnerQueue;
@@ -557,13 +556,7 @@ impl MasterState {
             g.drop_segment(&name);
         }
         if desc.size > 0 {
-            g.segments.insert(SegmentEntry {
-                alloc: OffsetAllocator::new(desc.size),
-                desc: desc.clone(),
-                client_id: client_id.to_string(),
-                ledger: Arc::new(OwnerQueue::default()),
-                disk_tier: false,
-            });
+            g.segments.insert(SegmentEntry::new(&desc, client_id));
         }
         let client = g
             .clients

@@ -741,18 +741,7 @@ impl Group {
             });
         };
         let dead = if self.is_active() { sh.dead_links() } else { 0 };
-        let limit = config::reconciliation_window() + 3 * config::collective_timeout();
-        let reply = agent.request_until(
-            |req| ToCoord::Sync {
-                req,
-                group: sh.key,
-                slot: sh.rank,
-                member_id: sh.member_id,
-                dead,
-            },
-            limit,
-            || sh.is_shutdown(),
-        )?;
+        let reply = sh.request_sync(&agent, dead)?;
         match reply {
             ToAgent::Synced { status, reason, .. } => Ok(SyncOutcome {
                 status,

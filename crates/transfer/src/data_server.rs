@@ -18,16 +18,16 @@ use crate::segment::Segment;
 use crate::sockio::{iov, send_all, sendfile_all, IOV_MAX};
 use mooncake_common::auth::unix_ms;
 use mooncake_common::framing::{server_handshake, Service};
-use mooncake_common::limits::{AcceptBackoff, ConnLimits, ConnPermit, ConnTracker};
+use mooncake_common::limits::{accept_data_conns, ConnLimits, ConnPermit, ConnTracker, OpenConns};
 use mooncake_common::spin_read::SpinReader;
-use mooncake_common::tcp_tune::{tune_data_listener, tune_data_stream};
+use mooncake_common::tcp_tune::tune_data_listener;
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use std::io::{self, BufRead, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Time a new connection has to complete the handshake (the idle timeout
@@ -60,7 +60,7 @@ pub trait DiskSource: Send + Sync {
 pub struct DataServer {
     addr: std::net::SocketAddr,
     stopped: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<Weak<TcpStream>>>>,
+    conns: Arc<OpenConns<TcpStream>>,
     shared: Arc<Shared>,
 }
 
@@ -94,7 +94,7 @@ impl DataServer {
         let addr = listener.local_addr()?;
         tune_data_listener(&listener);
         let stopped = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<Weak<TcpStream>>>> = Arc::new(Mutex::new(Vec::new()));
+        let conns: Arc<OpenConns<TcpStream>> = Arc::default();
         let st = Arc::clone(&stopped);
         let cs = Arc::clone(&conns);
         let tracker = ConnTracker::new(limits);
@@ -134,11 +134,7 @@ impl DataServer {
             return;
         }
         let _ = TcpStream::connect(self.addr);
-        for c in self.conns.lock().drain(..) {
-            if let Some(c) = c.upgrade() {
-                let _ = c.shutdown(Shutdown::Both);
-            }
-        }
+        self.conns.shutdown_all();
     }
 }
 
@@ -151,52 +147,38 @@ impl Drop for DataServer {
 fn accept_loop(
     listener: TcpListener,
     stopped: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<Weak<TcpStream>>>>,
+    conns: Arc<OpenConns<TcpStream>>,
     tracker: Arc<ConnTracker>,
     shared: Arc<Shared>,
 ) {
-    let mut backoff = AcceptBackoff::default();
-    loop {
-        let accepted = listener.accept();
-        if stopped.load(Ordering::Acquire) {
-            break;
-        }
-        let Some((sock, peer)) = backoff.settle(accepted, "data server") else {
-            continue;
-        };
-        let permit = match tracker.try_acquire(peer.ip()) {
-            Ok(p) => p,
-            Err(why) => {
-                tracing::info!(%peer, reason = %why, "refusing data connection");
-                continue;
-            }
-        };
-        let _ = sock.set_nodelay(true);
-        tune_data_stream(&sock);
-        let sock = Arc::new(sock);
-        {
-            let mut g = conns.lock();
-            g.retain(|w| w.strong_count() > 0);
-            g.push(Arc::downgrade(&sock));
-        }
-        let sh = Arc::clone(&shared);
-        let _ = std::thread::Builder::new()
-            .name("mc-data-conn".into())
-            .spawn(move || {
-                let r = serve_conn(&sock, &sh, permit);
-                // stop() may hold a reference; shut the socket down so the
-                // peer sees the drop now.
-                let _ = sock.shutdown(Shutdown::Both);
-                if let Err(e) = r {
-                    match e.kind() {
-                        io::ErrorKind::UnexpectedEof
-                        | io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut => {}
-                        _ => tracing::info!(%peer, error = %e, "data connection dropped"),
+    accept_data_conns(
+        "data server",
+        &listener,
+        &stopped,
+        &tracker,
+        |peer, why| tracing::info!(%peer, reason = %why, "refusing data connection"),
+        |sock, peer, permit| {
+            let sock = Arc::new(sock);
+            conns.track(&sock);
+            let sh = Arc::clone(&shared);
+            let _ = std::thread::Builder::new()
+                .name("mc-data-conn".into())
+                .spawn(move || {
+                    let r = serve_conn(&sock, &sh, permit);
+                    // stop() may hold a reference; shut the socket down so the
+                    // peer sees the drop now.
+                    let _ = sock.shutdown(Shutdown::Both);
+                    if let Err(e) = r {
+                        match e.kind() {
+                            io::ErrorKind::UnexpectedEof
+                            | io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut => {}
+                            _ => tracing::info!(%peer, error = %e, "data connection dropped"),
+                        }
                     }
-                }
-            });
-    }
+                });
+        },
+    );
 }
 
 /// Ranges at least this long go out with `sendfile` from the memfd (no

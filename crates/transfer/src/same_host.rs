@@ -24,7 +24,7 @@
 
 use crate::segment::Segment;
 use mooncake_common::auth::{self, AuthKey, Nonce, TAG_LEN};
-use mooncake_common::limits::{AcceptBackoff, ConnLimits, ConnTracker};
+use mooncake_common::limits::{accept_until, ConnLimits, ConnTracker};
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -80,34 +80,32 @@ impl MappingServer {
         std::thread::Builder::new()
             .name("mc-shm-accept".into())
             .spawn(move || {
-                let mut backoff = AcceptBackoff::default();
                 let local = IpAddr::V4(Ipv4Addr::LOCALHOST);
-                loop {
-                    let accepted = listener.accept();
-                    if st.load(Ordering::Acquire) {
-                        break;
-                    }
-                    let Some((c, _)) = backoff.settle(accepted, "mapping server") else {
-                        continue;
-                    };
-                    let Ok(permit) = tracker.try_acquire(local) else {
-                        tracing::info!("mapping server busy; refusing a request");
-                        continue;
-                    };
-                    let (seg, key, alive_r) = (Arc::clone(&seg), key.clone(), Arc::clone(&alive_r));
-                    let spawned = std::thread::Builder::new()
-                        .name("mc-shm-answer".into())
-                        .spawn(move || {
-                            if let Err(e) = answer(&c, &seg, key.as_ref(), &alive_r) {
-                                tracing::info!(error = %e, "same-host mapping request refused");
-                            }
-                            drop(c);
-                            drop(permit);
-                        });
-                    if let Err(e) = spawned {
-                        tracing::warn!(error = %e, "cannot spawn a mapping thread");
-                    }
-                }
+                accept_until(
+                    "mapping server",
+                    || st.load(Ordering::Acquire),
+                    || listener.accept(),
+                    |(c, _)| {
+                        let Ok(permit) = tracker.try_acquire(local) else {
+                            tracing::info!("mapping server busy; refusing a request");
+                            return;
+                        };
+                        let (seg, key, alive_r) =
+                            (Arc::clone(&seg), key.clone(), Arc::clone(&alive_r));
+                        let spawned = std::thread::Builder::new()
+                            .name("mc-shm-answer".into())
+                            .spawn(move || {
+                                if let Err(e) = answer(&c, &seg, key.as_ref(), &alive_r) {
+                                    tracing::info!(error = %e, "same-host mapping request refused");
+                                }
+                                drop(c);
+                                drop(permit);
+                            });
+                        if let Err(e) = spawned {
+                            tracing::warn!(error = %e, "cannot spawn a mapping thread");
+                        }
+                    },
+                );
             })?;
         Ok(MappingServer {
             name,

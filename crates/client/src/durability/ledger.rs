@@ -168,14 +168,7 @@ mod tests {
     use super::*;
 
     fn e(key: &str, version: u64, offset: u64, size: u64) -> LedgerEntry {
-        LedgerEntry {
-            key: key.into(),
-            version,
-            offset,
-            size,
-            hard_pin: false,
-            soft_pin_until_ms: None,
-        }
+        LedgerEntry::unpinned(key, version, offset, size)
     }
 
     #[test]

@@ -7,6 +7,14 @@ fn cfg(dir: &Path) -> TierConfig {
     c
 }
 
+/// [`cfg`] with `limit` keys per bucket and at most `max` bytes on disk.
+fn capped(dir: &Path, limit: usize, max: u64) -> TierConfig {
+    let mut c = cfg(dir);
+    c.bucket_keys_limit = limit;
+    c.max_physical_bytes = max;
+    c
+}
+
 fn value(i: u32, n: usize) -> Vec<u8> {
     (0..n).map(|j| (i as usize * 31 + j * 7) as u8).collect()
 }
@@ -15,6 +23,52 @@ fn read_all(t: &DiskTier, key: &str, version: u64, n: usize) -> Result<Vec<u8>> 
     let mut v = vec![0u8; n];
     t.read(key, version, 0, &mut v)?;
     Ok(v)
+}
+
+/// The names of the bucket-store files in `dir` that parse, with their ids.
+fn store_files(dir: &Path) -> Vec<(String, u64)> {
+    std::fs::read_dir(dir)
+        .expect("ls")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let id = parse_name(&name)?.0;
+            Some((name, id))
+        })
+        .collect()
+}
+
+/// Overwrite `bytes` at `offset` of the first bucket file in `dir`; returns
+/// its path.
+fn damage_bucket(dir: &Path, offset: u64, bytes: &[u8]) -> std::path::PathBuf {
+    let bucket = std::fs::read_dir(dir)
+        .expect("ls")
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().ends_with(".bucket"))
+        .expect("bucket")
+        .path();
+    let f = OpenOptions::new().write(true).open(&bucket).expect("open");
+    f.write_all_at(bytes, offset).expect("damage");
+    bucket
+}
+
+/// A tier on `dir` with `limit` keys per bucket, holding `k0..k{n}` with
+/// `value(i, size)` at version `version(i)`.
+fn filled(
+    dir: &Path,
+    limit: usize,
+    n: u32,
+    size: usize,
+    version: impl Fn(u32) -> u64,
+) -> (TierConfig, DiskTier) {
+    let mut c = cfg(dir);
+    c.bucket_keys_limit = limit;
+    let t = DiskTier::open(c.clone()).expect("open");
+    for i in 0..n {
+        t.put(&format!("k{i}"), version(i), &value(i, size))
+            .expect("put");
+    }
+    (c, t)
 }
 
 fn recorder(t: &DiskTier) -> Arc<StdMutex<Vec<(String, u64)>>> {
@@ -50,28 +104,19 @@ fn values_read_back_whole_and_in_ranges_and_removal_forgets_them() {
     assert!(t.is_empty());
     t.flush();
     // Nothing live: no bucket file is left.
-    let files: Vec<_> = std::fs::read_dir(d.path())
-        .expect("ls")
-        .filter_map(|e| e.ok())
-        .filter(|e| parse_name(&e.file_name().to_string_lossy()).is_some())
-        .collect();
+    let files = store_files(d.path());
     assert!(files.is_empty(), "{files:?}");
 }
 
 #[test]
 fn sealed_buckets_survive_a_reopen_and_removals_stay_removed() {
     let d = tempfile::tempdir().expect("tmp");
-    let mut c = cfg(d.path());
-    c.bucket_keys_limit = 3;
-    {
-        let t = DiskTier::open(c.clone()).expect("open");
-        for i in 0..7 {
-            t.put(&format!("k{i}"), 100 + i as u64, &value(i, 3000))
-                .expect("put");
-        }
+    let c = {
+        let (c, t) = filled(d.path(), 3, 7, 3000, |i| 100 + u64::from(i));
         assert!(t.remove("k1", 101));
         assert!(t.remove("k6", 106));
-    }
+        c
+    };
     let t = DiskTier::open(c).expect("reopen");
     let mut keys: Vec<String> = t.entries().into_iter().map(|e| e.key).collect();
     keys.sort();
@@ -115,18 +160,11 @@ fn a_missing_directory_or_a_file_is_a_setup_error() {
 #[test]
 fn a_bucket_without_meta_or_cut_short_is_dropped_on_open() {
     let d = tempfile::tempdir().expect("tmp");
-    let mut c = cfg(d.path());
-    c.bucket_keys_limit = 2;
-    {
-        let t = DiskTier::open(c.clone()).expect("open");
-        for i in 0..6 {
-            t.put(&format!("k{i}"), 1, &value(i, 5000)).expect("put");
-        }
-    }
-    let mut ids: Vec<u64> = std::fs::read_dir(d.path())
-        .expect("ls")
-        .filter_map(|e| e.ok())
-        .filter_map(|e| parse_name(&e.file_name().to_string_lossy()).map(|(id, _)| id))
+    let (c, t) = filled(d.path(), 2, 6, 5000, |_| 1);
+    drop(t);
+    let mut ids: Vec<u64> = store_files(d.path())
+        .into_iter()
+        .map(|(_, id)| id)
         .collect();
     ids.sort();
     ids.dedup();
@@ -154,14 +192,7 @@ fn a_corrupted_value_is_an_error_never_bytes_and_its_bucket_is_dropped() {
     t.put("a", 1, &value(1, 8000)).expect("put");
     t.put("b", 2, &value(2, 8000)).expect("put");
     t.flush();
-    let bucket = std::fs::read_dir(d.path())
-        .expect("ls")
-        .filter_map(|e| e.ok())
-        .find(|e| e.file_name().to_string_lossy().ends_with(".bucket"))
-        .expect("bucket")
-        .path();
-    let f = OpenOptions::new().write(true).open(&bucket).expect("open");
-    f.write_all_at(b"\xff\xfe", 100).expect("damage");
+    let bucket = damage_bucket(d.path(), 100, b"\xff\xfe");
     let e = read_all(&t, "a", 1, 8000).expect_err("corrupt");
     assert!(matches!(e, OffloadError::Corrupt { .. }), "{e}");
     assert!(matches!(
@@ -177,9 +208,7 @@ fn a_corrupted_value_is_an_error_never_bytes_and_its_bucket_is_dropped() {
 #[test]
 fn usage_on_disk_stays_under_the_cap_evicting_oldest_buckets_first() {
     let d = tempfile::tempdir().expect("tmp");
-    let mut c = cfg(d.path());
-    c.bucket_keys_limit = 2;
-    c.max_physical_bytes = 200_000;
+    let mut c = capped(d.path(), 2, 200_000);
     c.watermark_eviction = false;
     let t = DiskTier::open(c).expect("open");
     let seen = recorder(&t);
@@ -205,9 +234,7 @@ fn usage_on_disk_stays_under_the_cap_evicting_oldest_buckets_first() {
 #[test]
 fn crossing_the_high_watermark_evicts_down_to_the_low_one() {
     let d = tempfile::tempdir().expect("tmp");
-    let mut c = cfg(d.path());
-    c.bucket_keys_limit = 1;
-    c.max_physical_bytes = 1_000_000;
+    let mut c = capped(d.path(), 1, 1_000_000);
     c.high_watermark = 0.9;
     c.low_watermark = 0.5;
     let t = DiskTier::open(c).expect("open");
@@ -258,14 +285,7 @@ fn a_large_value_reads_back_whole_and_checked() {
     t.read("big", 1, 700_000, &mut part).expect("range");
     assert_eq!(part, big[700_000..700_000 + (1 << 20)]);
     t.flush();
-    let bucket = std::fs::read_dir(d.path())
-        .expect("ls")
-        .filter_map(|e| e.ok())
-        .find(|e| e.file_name().to_string_lossy().ends_with(".bucket"))
-        .expect("bucket")
-        .path();
-    let f = OpenOptions::new().write(true).open(&bucket).expect("open");
-    f.write_all_at(b"\x01", 2 << 20).expect("damage");
+    damage_bucket(d.path(), 2 << 20, b"\x01");
     assert!(matches!(
         read_all(&t, "big", 1, big.len()),
         Err(OffloadError::Corrupt { .. })

@@ -30,22 +30,6 @@ pub(crate) unsafe fn reduce(
     }
     // SAFETY: every kernel below reads `nelem` elements from each source and
     // writes `nelem` to `dst`, which the caller guarantees are valid.
-    unsafe { reduce_typed(dtype, op, dst, srcs, nelem, avg_div) }
-}
-
-/// [`reduce`] after the empty checks.
-///
-/// # Safety
-/// As [`reduce`].
-unsafe fn reduce_typed(
-    dtype: DType,
-    op: ReduceOp,
-    dst: *mut u8,
-    srcs: &[*const u8],
-    nelem: usize,
-    avg_div: usize,
-) {
-    // SAFETY: forwarded from the caller's contract.
     unsafe {
         match dtype {
             DType::U8 => int_reduce::<u8>(op, dst, srcs, nelem),
@@ -140,50 +124,28 @@ trait FloatAcc:
     Copy + PartialOrd + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> + AvgDiv
 {
     fn nan(self) -> bool;
-    fn div_count(self, n: usize) -> Self;
-}
-impl FloatAcc for f32 {
-    #[inline(always)]
-    fn nan(self) -> bool {
-        self.is_nan()
-    }
-    #[inline(always)]
-    fn div_count(self, n: usize) -> Self {
-        self / n as f32
-    }
-}
-impl FloatAcc for f64 {
-    #[inline(always)]
-    fn nan(self) -> bool {
-        self.is_nan()
-    }
-    #[inline(always)]
-    fn div_count(self, n: usize) -> Self {
-        self / n as f64
-    }
 }
 
-#[inline(always)]
-fn fmin<A: FloatAcc>(a: A, b: A) -> A {
-    if a.nan() || b < a {
-        if a.nan() {
-            a
-        } else {
-            b
+/// [`FloatAcc`] and [`AvgDiv`] (division by the contributor count) for the
+/// float accumulator types.
+macro_rules! float_acc {
+    ($($t:ty),*) => {$(
+        impl FloatAcc for $t {
+            #[inline(always)] fn nan(self) -> bool { self.is_nan() }
         }
-    } else {
-        a
-    }
+        impl AvgDiv for $t {
+            #[inline(always)] fn avg_div(self, n: usize) -> Self { self / n as $t }
+        }
+    )*};
 }
+float_acc!(f32, f64);
 
+/// NaN-propagating choice between `a` and `b`: a NaN `b`, else a NaN `a`,
+/// else `b` where `take_b(a, b)` holds, else `a`.
 #[inline(always)]
-fn fmax<A: FloatAcc>(a: A, b: A) -> A {
-    if a.nan() || b > a {
-        if a.nan() {
-            a
-        } else {
-            b
-        }
+fn pick_nan<A: FloatAcc>(a: A, b: A, take_b: impl Fn(A, A) -> bool) -> A {
+    if b.nan() || (!a.nan() && take_b(a, b)) {
+        b
     } else {
         a
     }
@@ -203,20 +165,12 @@ unsafe fn float_reduce<T: Copy, A: FloatAcc>(
     load: fn(T) -> A,
     store: fn(A) -> T,
 ) {
-    // NaN in `b` must also propagate: min/max with b NaN yields b.
+    // NaN in either operand propagates (`b`'s first).
     fn nmin<A: FloatAcc>(a: A, b: A) -> A {
-        if b.nan() {
-            b
-        } else {
-            fmin(a, b)
-        }
+        pick_nan(a, b, |a, b| b < a)
     }
     fn nmax<A: FloatAcc>(a: A, b: A) -> A {
-        if b.nan() {
-            b
-        } else {
-            fmax(a, b)
-        }
+        pick_nan(a, b, |a, b| b > a)
     }
     fn add<A: FloatAcc>(a: A, b: A) -> A {
         a + b
@@ -349,16 +303,6 @@ macro_rules! avg_ident {
     ($($t:ty),*) => {$( impl AvgDiv for $t { #[inline(always)] fn avg_div(self, _n: usize) -> Self { self } } )*};
 }
 avg_ident!(u8, i8, i16, u16, i32, u32, i64, u64);
-impl AvgDiv for f32 {
-    fn avg_div(self, n: usize) -> Self {
-        self.div_count(n)
-    }
-}
-impl AvgDiv for f64 {
-    fn avg_div(self, n: usize) -> Self {
-        self.div_count(n)
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -415,23 +359,30 @@ mod tests {
         assert_eq!(&v[..7], &expect[..]);
     }
 
+    /// Reduce `srcs` into `dst` (every slice as long as `dst`).
+    fn reduce_into<T: Copy>(dtype: DType, op: ReduceOp, dst: &mut [T], srcs: &[&[T]], avg: usize) {
+        assert!(srcs.iter().all(|s| s.len() == dst.len()));
+        let ptrs: Vec<*const u8> = srcs.iter().map(|s| s.as_ptr() as *const u8).collect();
+        // SAFETY: every source holds `dst.len()` elements of `T`, checked above.
+        unsafe {
+            reduce(
+                dtype,
+                op,
+                dst.as_mut_ptr() as *mut u8,
+                &ptrs,
+                dst.len(),
+                avg,
+            )
+        }
+    }
+
     #[test]
     fn sum_three_in_order() {
         let a = [1.0f32, 2.0];
         let b = [10.0f32, 20.0];
         let c = [100.0f32, 200.0];
         let mut d = [0.0f32; 2];
-        // SAFETY: two elements in every array.
-        unsafe {
-            reduce(
-                DType::F32,
-                ReduceOp::Sum,
-                d.as_mut_ptr() as *mut u8,
-                &[a.as_ptr() as _, b.as_ptr() as _, c.as_ptr() as _],
-                2,
-                3,
-            )
-        };
+        reduce_into(DType::F32, ReduceOp::Sum, &mut d, &[&a, &b, &c], 3);
         assert_eq!(d, [111.0, 222.0]);
     }
 
@@ -440,17 +391,7 @@ mod tests {
         let a = [bf16::from_f32(1.0); 3];
         let b = [bf16::from_f32(2.0); 3];
         let mut d = [bf16::from_f32(0.0); 3];
-        // SAFETY: three elements in every array.
-        unsafe {
-            reduce(
-                DType::BF16,
-                ReduceOp::Avg,
-                d.as_mut_ptr() as *mut u8,
-                &[a.as_ptr() as _, b.as_ptr() as _],
-                3,
-                2,
-            )
-        };
+        reduce_into(DType::BF16, ReduceOp::Avg, &mut d, &[&a, &b], 2);
         assert_eq!(d[0].to_f32(), 1.5);
     }
 
@@ -459,17 +400,7 @@ mod tests {
         let a = [1.0f32, f32::NAN];
         let b = [f32::NAN, 2.0];
         let mut d = [0.0f32; 2];
-        // SAFETY: two elements in every array.
-        unsafe {
-            reduce(
-                DType::F32,
-                ReduceOp::Min,
-                d.as_mut_ptr() as *mut u8,
-                &[a.as_ptr() as _, b.as_ptr() as _],
-                2,
-                2,
-            )
-        };
+        reduce_into(DType::F32, ReduceOp::Min, &mut d, &[&a, &b], 2);
         assert!(d[0].is_nan() && d[1].is_nan());
     }
 
@@ -478,29 +409,9 @@ mod tests {
         let a = [250u8, 1];
         let b = [10u8, 0];
         let mut d = [0u8; 2];
-        // SAFETY: two elements in every array.
-        unsafe {
-            reduce(
-                DType::U8,
-                ReduceOp::Sum,
-                d.as_mut_ptr(),
-                &[a.as_ptr(), b.as_ptr()],
-                2,
-                2,
-            );
-        }
+        reduce_into(DType::U8, ReduceOp::Sum, &mut d, &[&a, &b], 2);
         assert_eq!(d, [4, 1]);
-        // SAFETY: two elements in every array.
-        unsafe {
-            reduce(
-                DType::Bool,
-                ReduceOp::Sum,
-                d.as_mut_ptr(),
-                &[a.as_ptr(), b.as_ptr()],
-                2,
-                2,
-            );
-        }
+        reduce_into(DType::Bool, ReduceOp::Sum, &mut d, &[&a, &b], 2);
         assert_eq!(d[1], 1);
     }
 }

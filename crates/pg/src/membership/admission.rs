@@ -15,7 +15,7 @@
 //! Established links are not counted: a group has at most one link per
 //! peer, bounded by the group size, and the watchdog closes silent ones.
 
-use mooncake_common::limits::{AcceptBackoff, ConnLimits, ConnPermit, ConnTracker};
+use mooncake_common::limits::{accept_until, ConnLimits, ConnPermit, ConnTracker};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,25 +52,22 @@ where
 {
     let tracker = ConnTracker::new(limits);
     let handle = Arc::new(handle);
-    let mut backoff = AcceptBackoff::default();
-    loop {
-        let accepted = listener.accept();
-        if stopped() {
-            return;
-        }
-        let Some((s, peer)) = backoff.settle(accepted, "pg admission") else {
-            continue;
-        };
-        let Ok(permit) = tracker.try_acquire(peer.ip()) else {
-            // Over the cap: closed at once (dropping `s`).
-            continue;
-        };
-        let handle = Arc::clone(&handle);
-        // A failed spawn drops the closure, and with it the connection.
-        let _ = std::thread::Builder::new()
-            .name(name.to_string())
-            .spawn(move || handle(s, permit));
-    }
+    accept_until(
+        "pg admission",
+        stopped,
+        || listener.accept(),
+        |(s, peer)| {
+            let Ok(permit) = tracker.try_acquire(peer.ip()) else {
+                // Over the cap: closed at once (dropping `s`).
+                return;
+            };
+            let handle = Arc::clone(&handle);
+            // A failed spawn drops the closure, and with it the connection.
+            let _ = std::thread::Builder::new()
+                .name(name.to_string())
+                .spawn(move || handle(s, permit));
+        },
+    );
 }
 
 #[cfg(test)]

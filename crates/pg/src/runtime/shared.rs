@@ -8,10 +8,10 @@ use crate::collectives::p2p::{P2p, PostedRecv};
 use crate::collectives::plan::OpKind;
 use crate::collectives::retain::Retention;
 use crate::completion::Completion;
-use crate::config::Config;
+use crate::config::{self, Config};
 use crate::error::PgError;
 use crate::membership::agent::Agent;
-use crate::membership::control::{MemberRec, ToCoord};
+use crate::membership::control::{MemberRec, ToAgent, ToCoord};
 use crate::transport::futex::Doorbell;
 use crate::transport::link::PeerLink;
 use crate::transport::shm::Segment;
@@ -237,6 +237,24 @@ impl Shared {
     /// The coordinator session, if it is alive.
     pub(crate) fn agent(&self) -> Option<Arc<Agent>> {
         self.agent.read().clone().filter(|a| a.is_alive())
+    }
+
+    /// Asks the coordinator (through `agent`) to reconcile this member's
+    /// failure report `dead`, waiting at most the reconciliation window plus
+    /// three collective timeouts, or until shutdown.
+    pub(crate) fn request_sync(&self, agent: &Agent, dead: u64) -> Result<ToAgent, PgError> {
+        let limit = config::reconciliation_window() + 3 * config::collective_timeout();
+        agent.request_until(
+            |req| ToCoord::Sync {
+                req,
+                group: self.key,
+                slot: self.rank,
+                member_id: self.member_id,
+                dead,
+            },
+            limit,
+            || self.is_shutdown(),
+        )
     }
 
     /// Pops the next collective unless a prepared view change gates it.

@@ -5,8 +5,7 @@
 //! session before the answer). Without a coordinator they complete after
 //! local failure handling.
 
-use crate::config;
-use crate::membership::control::{SyncStatus, ToAgent, ToCoord};
+use crate::membership::control::{SyncStatus, ToAgent};
 use crate::runtime::shared::Shared;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,20 +24,9 @@ pub(crate) fn sync_loop(sh: Arc<Shared>) {
             return;
         }
         let dead = batch.iter().fold(0u64, |m, d| m | d.failed) & !(1u64 << sh.rank);
-        let limit = config::reconciliation_window() + 3 * config::collective_timeout();
         let reconciled = match sh.agent() {
             Some(agent) if !sh.is_shutdown() => matches!(
-                agent.request_until(
-                    |req| ToCoord::Sync {
-                        req,
-                        group: sh.key,
-                        slot: sh.rank,
-                        member_id: sh.member_id,
-                        dead,
-                    },
-                    limit,
-                    || sh.is_shutdown(),
-                ),
+                sh.request_sync(&agent, dead),
                 Ok(ToAgent::Synced {
                     status: SyncStatus::Reconciled | SyncStatus::NoPending,
                     ..
