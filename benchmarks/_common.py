@@ -92,6 +92,31 @@ def running_master(master_bin: str, extra: list[str] | None = None) -> Iterator[
         proc.wait(timeout=10)
 
 
+def json_child(
+    argv: list[str], env: dict[str, str] | None = None, stderr: int | None = None
+) -> tuple[subprocess.Popen[str], Any]:
+    """Start ``argv`` with its stdin and stdout piped (text): the process, and the
+    first line it prints decoded as JSON (``{}`` when it printed none)."""
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, text=True
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    return proc, json.loads(proc.stdout.readline() or "{}")
+
+
+def stop_child(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
+    """Stop a child that runs until its stdin closes: close it, wait up to
+    ``timeout`` seconds, then kill the child if it is still running."""
+    with contextlib.suppress(Exception):
+        assert proc.stdin is not None
+        proc.stdin.close()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @contextlib.contextmanager
 def env_overrides(env: dict[str, str]) -> Iterator[None]:
     old = {k: os.environ.get(k) for k in env}
@@ -161,6 +186,41 @@ def add_json(ap: argparse.ArgumentParser, help_text: str | None = None) -> None:
 def add_upstream_python(ap: argparse.ArgumentParser) -> None:
     """``--upstream-python``: the interpreter of the venv with the upstream wheel."""
     ap.add_argument("--upstream-python", default=str(UPSTREAM_VENV / "bin" / "python"))
+
+
+def comparison_parser(
+    doc: str | None,
+    quick: str | bool = False,
+    json_help: str | None = None,
+    side_options: tuple[str, ...] = (),
+    switch: str | None = None,
+) -> argparse.ArgumentParser:
+    """A parser with the options every ours-vs-upstream comparison takes: ``--quick``
+    when ``quick`` is set (a string is its help), ``--only``, ``--json`` (help
+    ``json_help``), ``--upstream-python``, and the hidden options of its internal
+    modes (``add_side_args`` with ``side_options`` and ``switch``). Its description
+    is the first paragraph of ``doc`` (the script's docstring)."""
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    if quick:
+        help_text = quick if isinstance(quick, str) else None
+        ap.add_argument("--quick", action="store_true", help=help_text)
+    add_only(ap)
+    add_json(ap, json_help)
+    add_upstream_python(ap)
+    add_side_args(ap, *side_options, switch=switch)
+    return ap
+
+
+def add_rounds(ap: argparse.ArgumentParser, default: int) -> None:
+    """``--rounds N``: run the sides N times, alternating which goes first; each
+    row is the median over the rounds."""
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=default,
+        help=f"rounds with the sides alternating which runs first (default {default}); "
+        "median per row",
+    )
 
 
 def add_side_args(ap: argparse.ArgumentParser, *options: str, switch: str | None = None) -> None:
@@ -281,6 +341,18 @@ def run_sides(
 # ------------------------------------------------------------------ output
 
 
+def rows_by_key(results: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Every side's rows keyed by (scenario, op, size), in the order first seen:
+    key -> {side: row}. A side without rows (a string saying why) adds nothing."""
+    table: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for side, rows in results.items():
+        if isinstance(rows, str):
+            continue
+        for r in rows:
+            table.setdefault((r["scenario"], r["op"], r["size"]), {})[side] = r
+    return table
+
+
 def print_failures(results: dict[str, Any]) -> None:
     """One ``# side: why`` line for each side that has no rows."""
     for side, rows in results.items():
@@ -292,6 +364,12 @@ def print_header(hdr: str) -> None:
     """A table's header line, underlined."""
     print(hdr)
     print("-" * len(hdr))
+
+
+def print_table_head(results: dict[str, Any], hdr: str) -> None:
+    """The ``# side: why`` lines of the sides without rows, then the header ``hdr``."""
+    print_failures(results)
+    print_header(hdr)
 
 
 def print_footer(t0: float, quick: bool = False, loads: list[str] | None = None) -> None:

@@ -42,9 +42,8 @@ from _common import (
     add_upstream_python,
     find_sides,
     master_argv,
-    print_failures,
     print_footer,
-    print_header,
+    print_table_head,
     write_json,
 )
 from netns_hosts import cubic_allowed, free_port_in, run, set_default_cc, veth_pair
@@ -259,12 +258,11 @@ def print_table(
             f"# ceiling (bare C pair, 16 MiB request/response): {ceil['gbps']:.2f} GB/s, "
             f"p50 {ceil['p50_ms']:.2f} ms, p99 {ceil['p99_ms']:.2f} ms, max {ceil['max_ms']:.2f} ms"
         )
-    print_failures(res)
     hdr = (
         f"{'op':20s} {'size':>6s} | {'ours GB/s':>9s} {'p50':>7s} {'p99':>7s} {'max':>7s} | "
         f"{'up GB/s':>8s} {'p50':>7s} {'p99':>7s} {'max':>7s} | {'GB/s x':>6s} {'p99 x':>6s}"
     )
-    print_header(hdr)
+    print_table_head(res, hdr)
     ours = res.get("ours") if isinstance(res.get("ours"), list) else []
     up = res.get("upstream") if isinstance(res.get("upstream"), list) else []
     keyed_up = {(r["op"], r["size"]): r for r in up or []}  # type: ignore[union-attr]

@@ -49,14 +49,15 @@ HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
 from _common import (
-    add_only,
-    add_upstream_python,
+    comparison_parser,
     find_sides,
     import_torch,
     running_master,
     write_json,
 )
+from store_bench import new_store
 
+LOCAL_BUFFER = 512 << 20
 TORCH_SITE = os.environ.get(
     "MOONCAKE_TORCH_SITE", str(ROOT / ".venv" / "lib" / "python3.11" / "site-packages")
 )
@@ -148,16 +149,6 @@ def median_time(fn: Any, repeats: int) -> float:
     return statistics.median(times)
 
 
-def new_store(rpc: str, meta: str, segment: int) -> Any:
-    from mooncake.store import MooncakeDistributedStore
-
-    s = MooncakeDistributedStore()
-    rc = s.setup("127.0.0.1", meta, segment, 512 << 20, "tcp", "", rpc)
-    if rc != 0:
-        raise SystemExit(f"setup failed: {rc}")
-    return s
-
-
 def shape_argv(args: argparse.Namespace) -> list[str]:
     """The batch shape and repeat count, as options for a child of this script."""
     return ["--rows", str(args.rows), "--width", str(args.width), "--repeats", str(args.repeats)]
@@ -171,7 +162,7 @@ def minibatch_rows(n: int) -> list[int]:
 def reader_main(args: argparse.Namespace) -> int:
     from mooncake.structured_object_store import MooncakeBundleTransfer, import_ref
 
-    store = new_store(args.rpc, args.meta, 64 << 20)
+    store = new_store(args.rpc, args.meta, 64 << 20, LOCAL_BUFFER)
     transfer = MooncakeBundleTransfer(store, key_prefix="bench")
     handle = json.loads(sys.stdin.readline())
     want = make_batch(args.rows, args.width)
@@ -207,7 +198,7 @@ def side_main(args: argparse.Namespace) -> int:
 
     with running_master(args.master_bin) as (rpc, meta):
         segment = (5 * args.rows * args.width * 8 + (512 << 20)) // (1 << 20) << 20
-        store = new_store(rpc, meta, segment)
+        store = new_store(rpc, meta, segment, LOCAL_BUFFER)
         transfer = MooncakeBundleTransfer(store, key_prefix="bench")
         batch = make_batch(args.rows, args.width)
         rows = minibatch_rows(args.rows)
@@ -384,21 +375,10 @@ def print_table(results: dict[str, Any], args: argparse.Namespace) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = comparison_parser(__doc__, "one repeat", None, ("--rpc", "--meta"), "--reader")
     ap.add_argument("--rows", type=int, default=8192)
     ap.add_argument("--width", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="one repeat")
-    add_only(ap)
-    ap.add_argument("--side", choices=["ours", "upstream"])
-    ap.add_argument("--reader", action="store_true")
-    ap.add_argument("--master-bin")
-    ap.add_argument("--rpc")
-    ap.add_argument("--meta")
-    add_upstream_python(ap)
-    ap.add_argument("--json")
     args = ap.parse_args()
     if args.quick:
         args.repeats = 1

@@ -25,13 +25,13 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import _common
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,12 +47,6 @@ WARMUP, ITERS = 10, 50
 
 
 # ----------------------------------------------------------------- helpers
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_master(upstream: bool) -> tuple[subprocess.Popen[bytes], str]:
     """Start a master (ours, or the upstream wheel's) on free ports."""
     if upstream:
@@ -67,35 +61,17 @@ def start_master(upstream: bool) -> tuple[subprocess.Popen[bytes], str]:
         for p in (ROOT / "target/release/mooncake_master", ROOT / "target/debug/mooncake_master"):
             if not exe and p.exists():
                 exe = str(p)
-    port = free_port()
-    proc = subprocess.Popen(
-        [exe, f"--rpc_port={port}", f"--metrics_port={free_port()}"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    for _ in range(400):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.1):
-                return proc, f"127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("master did not start")
+    proc, rpc, _meta = _common.start_master(exe, [])
+    return proc, rpc
 
 
 def connect(impl: str, master: str, segment: int) -> Any:
-    """A set-up store client."""
-    if impl == "upstream":
-        from mooncake.store import MooncakeDistributedStore
-
-        s = MooncakeDistributedStore()
-        rc = s.setup("127.0.0.1", "P2PHANDSHAKE", segment, 256 << 20, "tcp", "", master)
-        assert rc == 0, rc
-        return s
+    """A set-up store client (upstream's with a larger local buffer)."""
     from mooncake.store import MooncakeDistributedStore
 
+    local = 256 << 20 if impl == "upstream" else 64 << 20
     s = MooncakeDistributedStore()
-    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", segment, 64 << 20, "tcp", "", master)
+    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", segment, local, "tcp", "", master)
     assert rc == 0, rc
     return s
 
@@ -260,9 +236,8 @@ def run_one(args: argparse.Namespace) -> list[dict[str, Any]]:
             results.append(r)
         store.close()
     finally:
-        if owner is not None and owner.stdin is not None:
-            owner.stdin.close()
-            owner.wait(timeout=30)
+        if owner is not None:
+            _common.stop_child(owner)
         if proc is not None:
             proc.terminate()
             proc.wait()

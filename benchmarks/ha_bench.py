@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import json
 import os
-import selectors
 import shutil
 import signal
 import statistics
@@ -50,8 +49,10 @@ REPO = HERE.parents[1]
 CLIENT = REPO / "tests" / "cluster" / "cluster_client.py"
 MiB = 1 << 20
 sys.path.insert(0, str(REPO / "tests" / "cluster"))
+sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(HERE.parent))
 from _common import UPSTREAM_VENV, add_only, free_port, port_open
+from helpers.json_child import JsonLineChild
 
 # ------------------------------------------------------------------ processes
 
@@ -78,62 +79,34 @@ def upstream_master() -> str | None:
     return out if out and os.path.exists(out) else None
 
 
-class Proc:
-    """A JSON-lines client process (cluster_client.py)."""
+class Proc(JsonLineChild):
+    """A JSON-lines client process (cluster_client.py); its stderr goes to a log file."""
+
+    error = RuntimeError
 
     def __init__(
         self, python: str, argv_prefix: list[str] | None = None, env: dict[str, str] | None = None
     ) -> None:
-        full = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the process
-            prefix="ha-bench-client-", suffix=".log", delete=False
-        )
-        self.p = subprocess.Popen(
-            [*(argv_prefix or []), python, str(CLIENT)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            env=full,
-            cwd=str(REPO),
-        )
-        self.buf = b""
-        assert self.read(60)["ready"]
+        fd, path = tempfile.mkstemp(prefix="ha-bench-client-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(path)
+        argv = [*(argv_prefix or []), python, str(CLIENT)]
+        self._spawn(subprocess.Popen, argv, env, str(REPO), 60)
 
-    def read(self, timeout: float) -> dict[str, Any]:
-        assert self.p.stdout is not None
-        deadline = time.monotonic() + timeout
-        sel = selectors.DefaultSelector()
-        sel.register(self.p.stdout, selectors.EVENT_READ)
-        try:
-            while b"\n" not in self.buf:
-                left = deadline - time.monotonic()
-                if left <= 0 or self.p.poll() is not None:
-                    raise RuntimeError(f"client died or hung; log {self.log.name}")
-                if sel.select(min(left, 0.5)):
-                    self.buf += os.read(self.p.stdout.fileno(), 1 << 20)
-        finally:
-            sel.close()
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
+    def name(self) -> str:
+        return f"client (log {self.log_path})"
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
 
     def call(self, op: str, timeout: float = 120, **kw: Any) -> Any:
-        assert self.p.stdin is not None
-        self.p.stdin.write((json.dumps(dict(kw, op=op)) + "\n").encode())
-        self.p.stdin.flush()
-        r = self.read(timeout)
-        if not r.get("ok"):
-            raise RuntimeError(r.get("error"))
-        return r["result"]
+        return super().call(op, timeout, **kw)
 
     def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            assert self.p.stdin is not None
-            self.p.stdin.write(b'{"op":"exit"}\n')
-            self.p.stdin.flush()
-            self.p.wait(timeout=10)
-        if self.p.poll() is None:
-            self.p.kill()
-            self.p.wait()
+        self.ask_exit(10)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 class MasterProc:

@@ -66,7 +66,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import store_bench as sb
-from _common import add_json, add_only, add_side_args, add_upstream_python, running_master
+from _common import add_rounds, comparison_parser, json_child, running_master
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 POOL = 1 * GiB  # per pool (K and V): 2 GiB registered in all
@@ -403,15 +403,11 @@ def side_main(args: argparse.Namespace) -> int:
 
     with running_master(args.master_bin) as (rpc, meta):
         pools: Pools | None = None
-        peer = subprocess.Popen(
+        peer, hello = json_child(
             [sys.executable, str(HERE), "--peer", "--rpc", rpc, "--meta", meta],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            text=True,
         )
-        assert peer.stdin is not None and peer.stdout is not None
-        if "ready" not in json.loads(peer.stdout.readline() or "{}"):
+        if "ready" not in hello:
             raise RuntimeError("peer reader did not start")
         cases = os.environ.get("KV_POOL_CASES", "page,mb,session").split(",")
         try:
@@ -525,19 +521,9 @@ def mb_case(
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    add_only(ap)
-    add_json(ap)
+    ap = comparison_parser(__doc__, True, None, ("--rpc", "--meta"), "--peer")
     ap.add_argument("--cases", help="comma-separated: page,mb,session (default: all)")
-    ap.add_argument(
-        "--rounds",
-        type=int,
-        default=2,
-        help="rounds with the sides alternating which runs first (default 2); median per row",
-    )
-    add_upstream_python(ap)
-    add_side_args(ap, "--rpc", "--meta", switch="--peer")
+    add_rounds(ap, 2)
     args = ap.parse_args()
     if args.peer:
         return peer_main(args)

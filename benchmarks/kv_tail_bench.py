@@ -32,13 +32,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
-    add_json,
-    add_only,
-    add_side_args,
-    add_upstream_python,
+    comparison_parser,
     find_sides,
-    print_failures,
-    print_header,
+    print_table_head,
     run_sides,
     running_master,
     side_rows,
@@ -156,12 +152,8 @@ def run_side(name: str, python: str, master: str, iters: int) -> list[dict[str, 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = comparison_parser(__doc__, side_options=("--reader",))
     ap.add_argument("--iters", type=int, default=1000)
-    add_only(ap)
-    add_upstream_python(ap)
-    add_json(ap)
-    add_side_args(ap, "--reader")
     args = ap.parse_args()
     if args.reader:
         return reader_main(json.loads(args.reader))
@@ -173,7 +165,6 @@ def main() -> int:
     run_sides(
         sides, lambda name, python, master: run_side(name, python, master, args.iters), res, loads
     )
-    print_failures(res)
     keyed = {
         name: {(r["shape"], r["who"], r["path"]): r for r in rows}
         for name, rows in res.items()
@@ -181,7 +172,7 @@ def main() -> int:
     }
     hdr = (f"{'page':7s} {'reader':10s} {'path':9s} | {'ours p50':>9s} {'p99':>8s} {'max':>8s} | "
            f"{'up p50':>8s} {'p99':>8s} {'max':>8s} | {'p50 x':>6s} {'p99 x':>6s}")  # fmt: skip
-    print_header(hdr)
+    print_table_head(res, hdr)
     for cell in CELLS:
         o = keyed.get("ours", {}).get(cell)
         u = keyed.get("upstream", {}).get(cell)

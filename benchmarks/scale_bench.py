@@ -30,10 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
-    add_json,
-    add_only,
-    add_side_args,
-    add_upstream_python,
+    comparison_parser,
     find_sides,
     print_failures,
     print_footer,
@@ -206,12 +203,8 @@ def print_table(res: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = comparison_parser(__doc__)
     ap.add_argument("--counts", default="10000,100000,1000000")
-    add_only(ap)
-    add_upstream_python(ap)
-    add_json(ap)
-    add_side_args(ap)
     args = ap.parse_args()
     if args.side:
         return side_main(args)

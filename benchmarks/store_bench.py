@@ -38,16 +38,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     MachineLoad,
-    add_json,
-    add_only,
-    add_side_args,
-    add_upstream_python,
+    add_rounds,
+    comparison_parser,
     env_overrides,
     find_ours_master,
     find_upstream_master,
-    print_failures,
     print_footer,
-    print_header,
+    print_table_head,
+    rows_by_key,
     running_master,
     side_rows,
     write_json,
@@ -384,64 +382,53 @@ def side_main(args: argparse.Namespace) -> int:
 
 
 def run_side(
-    name: str, python: str, master: str, quick: bool, script: Path = HERE
+    name: str,
+    python: str,
+    master: str,
+    quick: bool,
+    script: Path = HERE,
+    timeout: float = 900,
+    env: dict[str, str] | None = None,
 ) -> list[dict[str, Any]] | str:
-    env = dict(os.environ, MOONCAKE_MASTER_BIN=master)
+    """``script``'s rows for side ``name`` (``--quick`` when ``quick``), its environment
+    this one's plus ``MOONCAKE_MASTER_BIN`` and ``env``."""
+    side_env = dict(os.environ, MOONCAKE_MASTER_BIN=master, **(env or {}))
     rows: list[dict[str, Any]] | str = side_rows(
-        script, name, python, master, ["--quick"] if quick else [], 900, env
+        script, name, python, master, ["--quick"] if quick else [], timeout, side_env
     )
     return rows
 
 
 def print_table(results: dict[str, list[dict[str, Any]] | str]) -> None:
-    table: dict[tuple[str, str, str], dict[str, Any]] = {}
-    order: list[tuple[str, str, str]] = []
-    for side, rows in results.items():
-        if isinstance(rows, str):
-            continue
-        for r in rows:
-            k = (r["scenario"], r["op"], r["size"])
-            if k not in table:
-                table[k] = {"unit": r["unit"]}
-                order.append(k)
-            table[k][side] = r["value"]
-    print_failures(results)
+    table = rows_by_key(results)
     hdr = (
         f"{'scenario':10s} {'op':16s} {'size':>6s} {'unit':>6s} {'ours':>12s} "
         f"{'upstream':>12s} {'ours/up':>8s}"
     )
-    print_header(hdr)
-    for k in order:
-        row = table[k]
-        ours, up = row.get("ours"), row.get("upstream")
+    print_table_head(results, hdr)
+    for k, sides in table.items():
+        unit = next(iter(sides.values()))["unit"]
+        ours, up = (sides[s]["value"] if s in sides else None for s in ("ours", "upstream"))
         ratio = f"{ours / up:8.2f}" if ours is not None and up else f"{'-':>8s}"
 
-        def fmt(v: float | None, row: dict[str, Any] = row) -> str:
+        def fmt(v: float | None, unit: str = unit) -> str:
             if v is None:
                 return f"{'-':>12s}"
-            return f"{v:12.3f}" if row["unit"] == "GB/s" else f"{v:12.0f}"
+            return f"{v:12.3f}" if unit == "GB/s" else f"{v:12.0f}"
 
-        print(f"{k[0]:10s} {k[1]:16s} {k[2]:>6s} {row['unit']:>6s} {fmt(ours)} {fmt(up)} {ratio}")
+        print(f"{k[0]:10s} {k[1]:16s} {k[2]:>6s} {unit:>6s} {fmt(ours)} {fmt(up)} {ratio}")
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="~1 minute run")
-    add_only(ap)
-    add_json(ap, "write all figures as JSON")
-    ap.add_argument(
-        "--rounds", type=int, default=1, help="alternate which side runs first; median per row"
+    ap = comparison_parser(
+        __doc__, "~1 minute run", "write all figures as JSON", ("--rpc", "--meta"), "--writer"
     )
-    add_upstream_python(ap)
-    # internal modes
-    add_side_args(ap, "--rpc", "--meta", switch="--writer")
+    add_rounds(ap, 1)
     args = ap.parse_args()
-
     if args.writer:
         return writer_main(args)
     if args.side:
         return side_main(args)
-
     return compare(HERE, args)
 
 

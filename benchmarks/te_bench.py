@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_only, write_json
+from _common import add_only, json_child, stop_child, write_json
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -126,15 +126,7 @@ def side_main(args: argparse.Namespace) -> int:
     if args.mode == "tcp":
         env["MC_FORCE_TCP"] = "1"
         os.environ["MC_FORCE_TCP"] = "1"
-    tgt = subprocess.Popen(
-        [sys.executable, str(HERE), "--target"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env=env,
-        text=True,
-    )
-    assert tgt.stdout is not None and tgt.stdin is not None
-    info = json.loads(tgt.stdout.readline())
+    tgt, info = json_child([sys.executable, str(HERE), "--target"], env)
     sess, raddr = info["session"], info["addr"]
     e = TransferEngine()
     assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
@@ -211,8 +203,7 @@ def side_main(args: argparse.Namespace) -> int:
             )
         # Reads stayed correct through the timing.
         assert np.array_equal(dst[:ext], src[:ext]), f"timed read {size} mismatch"
-    tgt.stdin.close()
-    tgt.wait(30)
+    stop_child(tgt)
     out = json.dumps(results)
     if args.json:
         Path(args.json).write_text(out)

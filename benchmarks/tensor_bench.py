@@ -37,13 +37,11 @@ bytes read from the store over bytes returned (``get_client_stats``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ctypes
 import io
 import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -53,21 +51,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
-    add_json,
-    add_only,
-    add_side_args,
-    add_upstream_python,
+    comparison_parser,
     env_overrides,
     find_sides,
     import_torch,
-    print_failures,
+    json_child,
     print_footer,
-    print_header,
+    print_table_head,
+    rows_by_key,
     running_master,
-    side_rows,
+    stop_child,
     write_json,
 )
-from store_bench import new_store
+from store_bench import new_store, run_side
 
 MiB = 1 << 20
 COLS = 4096
@@ -474,10 +470,8 @@ def writer_main(args: argparse.Namespace) -> int:
 
 def xproc(side: Side, rpc: str, meta: str, scenario: str, env: dict[str, str]) -> None:
     cmd = [sys.executable, str(HERE), "--writer", "--rpc", rpc, "--meta", meta]
-    child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child, hello = json_child(cmd)
     try:
-        assert child.stdout is not None
-        hello = json.loads(child.stdout.readline() or "{}")
         if hello.get("rc") != [0, 0]:
             side.row(scenario, "writer", "-", f"setup failed {hello}")
             return
@@ -498,13 +492,7 @@ def xproc(side: Side, rpc: str, meta: str, scenario: str, env: dict[str, str]) -
         finally:
             s.close()
     finally:
-        with contextlib.suppress(Exception):
-            assert child.stdin is not None
-            child.stdin.close()
-        try:
-            child.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            child.kill()
+        stop_child(child)
 
 
 def side_main(args: argparse.Namespace) -> int:
@@ -540,13 +528,6 @@ TARGETS = {
 }
 
 
-def run_side(name: str, python: str, master: str, quick: bool) -> list[dict[str, Any]] | str:
-    env = dict(os.environ, MOONCAKE_MASTER_BIN=master, MOONCAKE_TORCH_SITE=TORCH_SITE)
-    extra = ["--quick"] if quick else []
-    rows: list[dict[str, Any]] | str = side_rows(HERE, name, python, master, extra, 1800, env)
-    return rows
-
-
 def fmt(v: Any) -> str:
     if v is None:
         return f"{'-':>9s}"
@@ -556,18 +537,7 @@ def fmt(v: Any) -> str:
 
 
 def print_table(results: dict[str, list[dict[str, Any]] | str]) -> None:
-    print_failures(results)
-    table: dict[tuple[str, str, str], dict[str, Any]] = {}
-    order: list[tuple[str, str, str]] = []
-    for side, rows in results.items():
-        if isinstance(rows, str):
-            continue
-        for r in rows:
-            k = (r["scenario"], r["op"], r["size"])
-            if k not in table:
-                table[k] = {}
-                order.append(k)
-            table[k][side] = r
+    table = rows_by_key(results)
     clone = {
         k[2]: v["ours"]["value"]
         for k, v in table.items()
@@ -577,9 +547,8 @@ def print_table(results: dict[str, list[dict[str, Any]] | str]) -> None:
         f"{'scenario':10s} {'op':15s} {'size':>10s} {'ours GB/s':>9s} {'up GB/s':>9s} "
         f"{'ours/up':>8s} {'/clone':>7s} {'rpc/call':>8s} {'moved':>6s}  target"
     )
-    print_header(hdr)
-    for k in order:
-        row = table[k]
+    print_table_head(results, hdr)
+    for k, row in table.items():
         o = row.get("ours", {}).get("value")
         u = row.get("upstream", {}).get("value")
         num = isinstance(o, (int, float)) and isinstance(u, (int, float)) and u > 0
@@ -598,12 +567,9 @@ def print_table(results: dict[str, list[dict[str, Any]] | str]) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="3 repeats per figure instead of 7")
-    add_only(ap)
-    add_json(ap, "write all figures as JSON")
-    add_upstream_python(ap)
-    add_side_args(ap, "--rpc", "--meta", switch="--writer")
+    quick_help = "3 repeats per figure instead of 7"
+    side = ("--rpc", "--meta")
+    ap = comparison_parser(__doc__, quick_help, "write all figures as JSON", side, "--writer")
     args = ap.parse_args()
     if args.writer:
         return writer_main(args)
@@ -616,8 +582,11 @@ def main() -> int:
         "ours": "no master",
         "upstream": f"upstream venv not found at {up} (run benchmarks/upstream_env.sh)",
     }
+    env = {"MOONCAKE_TORCH_SITE": TORCH_SITE}
     for name, (python, m) in find_sides(args.only, args.upstream_python).items():
-        results[name] = run_side(name, python, m, args.quick) if m else missing[name]
+        results[name] = (
+            run_side(name, python, m, args.quick, HERE, 1800, env) if m else missing[name]
+        )
     print_table(results)
     print_footer(t0, args.quick)
     write_json(args.json, results)

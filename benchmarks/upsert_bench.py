@@ -39,10 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
-    add_json,
-    add_only,
-    add_side_args,
-    add_upstream_python,
+    comparison_parser,
     env_overrides,
     find_sides,
     print_footer,
@@ -293,15 +290,10 @@ def print_table(results: dict[str, list[dict[str, Any]] | str]) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    add_only(ap)
-    add_upstream_python(ap)
+    ap = comparison_parser(__doc__, True, None, ("--reader", "--read-rates"))
     ap.add_argument(
         "--baseline-python", help="a venv with an earlier build of ours, shown as 'before'"
     )
-    add_json(ap)
-    add_side_args(ap, "--reader", "--read-rates")
     args = ap.parse_args()
     if args.reader:
         return reader_main(args)

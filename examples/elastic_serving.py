@@ -18,18 +18,13 @@ import multiprocessing as mp
 import os
 import queue
 import signal
-import socket
 import time
 from typing import Any
 
+from _launch import free_port
+
 WORLD = 4
 VICTIM = 2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def init(rank: int, port: int, joining: bool) -> None:

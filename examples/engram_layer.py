@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import socket
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _launch import start_master, wait_port
 from mooncake.mooncake_config import MooncakeConfig
 from mooncake.store import EngramStore, EngramStoreConfig
 
@@ -95,39 +93,15 @@ def ngram_row_ids(
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_local_master() -> tuple[subprocess.Popen[bytes], str]:
-    """Start a throwaway master on free loopback ports."""
-    from mooncake import _native
-
-    exe = os.environ.get("MOONCAKE_MASTER_BIN")
-    if exe is None and hasattr(_native, "run_master"):
-        exe = shutil.which("mooncake_master")
-    root = Path(__file__).resolve().parents[1]
-    for p in (root / "target/release/mooncake_master", root / "target/debug/mooncake_master"):
-        if exe is None and p.exists():
-            exe = str(p)
-    if exe is None:
-        raise SystemExit("mooncake_master not found; set MOONCAKE_MASTER")
-    port = free_port()
-    proc = subprocess.Popen(
-        [exe, f"--rpc_port={port}", f"--metrics_port={free_port()}"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    for _ in range(200):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.1):
-                return proc, f"127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("mooncake_master did not start")
+    """Start a throwaway master on free loopback ports; (process, rpc address)."""
+    proc, rpc, _http, _admin = start_master()
+    try:
+        wait_port(rpc)
+    except RuntimeError:
+        proc.kill()
+        raise SystemExit("mooncake_master did not start") from None
+    return proc, f"127.0.0.1:{rpc}"
 
 
 def connect(cfg: MooncakeConfig) -> Any:

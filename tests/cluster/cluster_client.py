@@ -124,23 +124,22 @@ class Client:
     def op_hostname(self, m: dict[str, Any]) -> Any:
         return self.store.get_hostname()
 
-    def op_put(self, m: dict[str, Any]) -> Any:
+    def _write_pattern(self, m: dict[str, Any], write: Any) -> dict[str, Any]:
+        """``write(key, ptr, size, config)`` of ``pattern(size, seed)``: its
+        return code and how long it took."""
         size, seed = int(m["size"]), int(m.get("seed", 0))
         arr = self._buf(size)
         arr[:] = pattern_array(size, seed)
         t0 = time.perf_counter()
         cfg = _cfg(int(m.get("replica_num", 1)), m.get("preferred", ""))
-        rc = self.store.put_from(m["key"], int(arr.ctypes.data), size, cfg)
-        return {"rc": rc, "s": time.perf_counter() - t0, "t": time.time()}
+        rc = write(m["key"], int(arr.ctypes.data), size, cfg)
+        return {"rc": rc, "s": time.perf_counter() - t0}
+
+    def op_put(self, m: dict[str, Any]) -> Any:
+        return {**self._write_pattern(m, self.store.put_from), "t": time.time()}
 
     def op_upsert(self, m: dict[str, Any]) -> Any:
-        size, seed = int(m["size"]), int(m.get("seed", 0))
-        arr = self._buf(size)
-        arr[:] = pattern_array(size, seed)
-        t0 = time.perf_counter()
-        cfg = _cfg(int(m.get("replica_num", 1)), m.get("preferred", ""))
-        rc = self.store.upsert_from(m["key"], int(arr.ctypes.data), size, cfg)
-        return {"rc": rc, "s": time.perf_counter() - t0}
+        return self._write_pattern(m, self.store.upsert_from)
 
     def op_get(self, m: dict[str, Any]) -> Any:
         """``get_into`` + content check against ``pattern(size, seed)``."""

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 from helpers.bins import console_script
-from helpers.fixtures import started_by
+from helpers.fixtures import started_by, stopped_after
 from helpers.json_child import JsonLineChild
 from helpers.logged import LoggedProcess
 from helpers.ss import ss_sockets
@@ -69,20 +69,12 @@ def net() -> Iterator[Net]:
     reason = unavailable_reason()
     if reason:
         pytest.skip(f"multi-host tests skipped: {reason}")
-    n = Net(HOSTS).up()
-    try:
-        yield n
-    finally:
-        n.down()
+    yield from stopped_after(Net(HOSTS).up(), Net.down)
 
 
 @pytest.fixture
 def faults(net: Net) -> Iterator[Faults]:
-    f = Faults(net)
-    try:
-        yield f
-    finally:
-        f.clear_all()
+    yield from stopped_after(Faults(net), Faults.clear_all)
 
 
 # ---------------------------------------------------------------- congestion control
@@ -174,11 +166,7 @@ class Etcd(LoggedProcess):
 
 @pytest.fixture(scope="module")
 def etcd(net: Net) -> Iterator[Etcd]:
-    e = Etcd(net)
-    try:
-        yield e
-    finally:
-        e.stop()
+    yield from stopped_after(Etcd(net), Etcd.stop)
 
 
 _cluster_counter = 0

@@ -7,7 +7,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -27,26 +27,49 @@ def one_line(log: pytest.LogCaptureFixture, *words: str) -> str:
     return lines[0]
 
 
-def make_pair(
-    peers: Any, env: dict[str, str] | None = None
-) -> tuple[TransferEngine, np.ndarray, Peer, str, int]:
-    """(initiator engine, its registered 64 KiB buffer, target peer started
-    with ``env``, target name, address of the target's registered 64 KiB in
-    the middle of a 192 KiB array)."""
+def registered_engine(nbytes: int, fill: int = 0) -> tuple[TransferEngine, np.ndarray]:
+    """An initialized engine and its registered ``nbytes`` buffer, every byte ``fill``."""
+    engine = TransferEngine()
+    init_local(engine, P2P)
+    buf = np.full(nbytes, fill, np.uint8)
+    assert engine.register_memory(buf.ctypes.data, nbytes) == 0
+    return engine, buf
+
+
+def silent_listener() -> socket.socket:
+    """A loopback socket that accepts connections and never answers."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    return silent
+
+
+class Pair(NamedTuple):
+    """An initiator engine and a target peer: the engine's registered 64 KiB
+    buffer and its address, the target's name, and the address of the
+    target's registered 64 KiB in the middle of a 192 KiB array."""
+
+    engine: TransferEngine
+    buf: np.ndarray
+    target: Peer
+    tname: str
+    remote: int
+    addr: int
+
+
+def make_pair(peers: Any, env: dict[str, str] | None = None) -> Pair:
+    """A ``Pair`` whose target peer is started with ``env``."""
     target: Peer = peers(env)
     tname = target.init(P2P)
     whole = target.array(3 << 16, register=False)
     remote = whole + (1 << 16)
     assert target.call("register_memory", remote, 1 << 16) == 0
-    engine = TransferEngine()
-    init_local(engine, P2P)
-    buf = np.full(1 << 16, 0xAB, np.uint8)
-    assert engine.register_memory(buf.ctypes.data, buf.nbytes) == 0
-    return engine, buf, target, tname, remote
+    engine, buf = registered_engine(1 << 16, 0xAB)
+    return Pair(engine, buf, target, tname, remote, buf.ctypes.data)
 
 
 @pytest.fixture
-def pair(peers: Any) -> tuple[TransferEngine, np.ndarray, Peer, str, int]:
+def pair(peers: Any) -> Pair:
     """``make_pair(peers)``."""
     return make_pair(peers)
 
@@ -107,8 +130,7 @@ def test_bad_metadata_and_hostnames(engine_log: pytest.LogCaptureFixture) -> Non
 
 
 def test_unknown_and_unreachable_targets(pair: Any, engine_log: pytest.LogCaptureFixture) -> None:
-    engine, buf, _, _, _ = pair
-    addr = buf.ctypes.data
+    engine, _, _, _, _, addr = pair
     dead = socket.socket()
     dead.bind(("127.0.0.1", 0))
     dead_port = dead.getsockname()[1]
@@ -150,13 +172,8 @@ def test_a_silent_target_times_out(
     """A target that accepts and never answers: the call returns -1 within
     MC_TRANSFER_TIMEOUT, not a hang."""
     monkeypatch.setenv("MC_TRANSFER_TIMEOUT", "2")
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen()
-    e = TransferEngine()
-    init_local(e, P2P)
-    buf = np.zeros(64, np.uint8)
-    assert e.register_memory(buf.ctypes.data, 64) == 0
+    silent = silent_listener()
+    e, buf = registered_engine(64)
     t0 = time.monotonic()
     assert (
         e.transfer_sync_write(f"127.0.0.1:{silent.getsockname()[1]}", buf.ctypes.data, 0, 16) == -1
@@ -177,9 +194,10 @@ def test_peer_ranges_outside_registered_memory(
         monkeypatch.setenv("MC_FORCE_TCP", "1")
     else:
         monkeypatch.delenv("MC_FORCE_TCP", raising=False)
-    engine, buf, target, tname, remote = make_pair(peers, {"MC_FORCE_TCP": "1"} if tcp else {})
+    engine, buf, target, tname, remote, addr = make_pair(
+        peers, {"MC_FORCE_TCP": "1"} if tcp else {}
+    )
     whole = remote - (1 << 16)
-    addr = buf.ctypes.data
     engine_log.clear()
     bad = [
         (remote + (1 << 16) - 8, 16),  # runs past the end
@@ -207,7 +225,7 @@ def test_peer_ranges_outside_registered_memory(
 
 
 def test_local_buffers_must_be_registered(pair: Any, engine_log: pytest.LogCaptureFixture) -> None:
-    engine, buf, target, tname, remote = pair
+    engine, buf, target, tname, remote, _ = pair
     other = np.zeros(4096, np.uint8)
     assert engine.transfer_sync_write(tname, other.ctypes.data, remote, 16) == -1
     one_line(engine_log, "transfer_sync_write", "local buffer", "outside")
@@ -220,8 +238,7 @@ def test_local_buffers_must_be_registered(pair: Any, engine_log: pytest.LogCaptu
 def test_lengths_that_overflow_and_empty_batches(
     pair: Any, engine_log: pytest.LogCaptureFixture
 ) -> None:
-    engine, buf, target, tname, remote = pair
-    a = buf.ctypes.data
+    engine, _, target, tname, remote, a = pair
     big = 1 << 63
     assert engine.batch_transfer_sync_write(tname, [a, a], [remote, remote], [big, big]) == -1
     one_line(engine_log, "batch_transfer_sync_write", "2**64")
@@ -241,8 +258,7 @@ def test_lengths_that_overflow_and_empty_batches(
 def test_list_length_mismatch_in_every_batch_form(
     pair: Any, engine_log: pytest.LogCaptureFixture
 ) -> None:
-    engine, buf, target, tname, remote = pair
-    a = buf.ctypes.data
+    engine, _, target, tname, remote, a = pair
     sync_forms = [
         ("batch_transfer_sync_write", ()),
         ("batch_transfer_sync_read", ()),
@@ -309,14 +325,9 @@ def test_unregister_memory_in_use(
     the transfer ends, it can. The transfer here waits on a target that
     accepted the connection and never answers."""
     monkeypatch.setenv("MC_TRANSFER_TIMEOUT", "3")
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen()
-    e = TransferEngine()
-    init_local(e, P2P)
-    buf = np.zeros(4096, np.uint8)
+    silent = silent_listener()
+    e, buf = registered_engine(4096)
     a = buf.ctypes.data
-    assert e.register_memory(a, 4096) == 0
     result: list[int] = []
     t = threading.Thread(
         target=lambda: result.append(
@@ -346,11 +357,8 @@ def test_target_dies_mid_batch(
     tname = target.init(P2P)
     size = 64 << 20
     remote = target.array(size)
-    e = TransferEngine()
-    init_local(e, P2P)
-    buf = np.ones(size, np.uint8)
+    e, buf = registered_engine(size, 1)
     a = buf.ctypes.data
-    assert e.register_memory(a, size) == 0
     blk = 1 << 20
     srcs = [a + i * blk for i in range(64)]
     dsts = [remote + i * blk for i in range(64)]

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -46,16 +47,9 @@ def owned_layer(master: Master) -> Iterator[int]:
 
 
 def reader(master: Master, env: dict[str, str]) -> Any:
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    """A client set up with ``env`` added to the environment (restored after)."""
+    with mock.patch.dict(os.environ, env):
         return make_client(master.addr, segment=0)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def delta(client: Any, before: dict[str, int], name: str) -> int:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from helpers.common import write_config
 from mooncake.mooncake_config import (
     DEFAULT_GLOBAL_SEGMENT_SIZE,
     DEFAULT_LOCAL_BUFFER_SIZE,
@@ -32,19 +32,15 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_load_from_file(tmp_path: Path) -> None:
-    p = tmp_path / "c.json"
-    p.write_text(
-        json.dumps(
-            {
-                "local_hostname": "h1",
-                "metadata_server": "http://m:8080/metadata",
-                "master_server_address": "m:50051",
-                "global_segment_size": "4GB",
-                "local_buffer_size": 1024,
-                "protocol": "tcp",
-                "device_name": "",
-            }
-        )
+    p = write_config(
+        tmp_path / "c.json",
+        "h1",
+        "http://m:8080/metadata",
+        "m:50051",
+        global_segment_size="4GB",
+        local_buffer_size=1024,
+        protocol="tcp",
+        device_name="",
     )
     c = MooncakeConfig.load_from_file(p)
     assert c.local_hostname == "h1"
@@ -55,21 +51,12 @@ def test_load_from_file(tmp_path: Path) -> None:
 
 
 def test_file_defaults_and_missing(tmp_path: Path) -> None:
-    p = tmp_path / "c.json"
-    p.write_text(
-        json.dumps(
-            {
-                "local_hostname": "h",
-                "metadata_server": "P2PHANDSHAKE",
-                "master_server_address": "m:1",
-            }
-        )
-    )
+    p = write_config(tmp_path / "c.json", "h", "P2PHANDSHAKE", "m:1")
     c = MooncakeConfig.load_from_file(p)
     assert c.global_segment_size == DEFAULT_GLOBAL_SEGMENT_SIZE
     assert c.local_buffer_size == DEFAULT_LOCAL_BUFFER_SIZE
     assert (c.protocol, c.device_name) == ("tcp", "")
-    p.write_text(json.dumps({"local_hostname": "h", "metadata_server": "x"}))
+    write_config(p, "h", "x", None)
     with pytest.raises(ValueError, match="master_server_address"):
         MooncakeConfig.load_from_file(p)
 
@@ -85,16 +72,7 @@ def test_load_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert c.global_segment_size == 512 << 20
     assert c.local_hostname == "localhost"
     assert c.metadata_server == "P2PHANDSHAKE"
-    p = tmp_path / "c.json"
-    p.write_text(
-        json.dumps(
-            {
-                "local_hostname": "f",
-                "metadata_server": "P2PHANDSHAKE",
-                "master_server_address": "file:1",
-            }
-        )
-    )
+    p = write_config(tmp_path / "c.json", "f", "P2PHANDSHAKE", "file:1")
     monkeypatch.setenv("MOONCAKE_CONFIG_PATH", str(p))
     assert MooncakeConfig.load_from_env().master_server_address == "file:1"
 

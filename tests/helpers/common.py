@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 
 _BLOCK = 1 << 20
@@ -22,3 +26,20 @@ def pattern_array(size: int, seed: int = 0) -> np.ndarray:
 def pattern(size: int, seed: int = 0) -> bytes:
     """``pattern_array(size, seed)`` as bytes."""
     return pattern_array(size, seed).tobytes()
+
+
+def write_config(
+    path: Path,
+    local_hostname: str,
+    metadata_server: str,
+    master_server_address: str | None,
+    **more: Any,
+) -> Path:
+    """Writes a Mooncake JSON config file to ``path``: the fields every config
+    names (``master_server_address`` left out when None), then ``more``;
+    returns ``path``."""
+    fields = {"local_hostname": local_hostname, "metadata_server": metadata_server}
+    if master_server_address is not None:
+        fields["master_server_address"] = master_server_address
+    path.write_text(json.dumps({**fields, **more}))
+    return path

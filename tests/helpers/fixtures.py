@@ -27,6 +27,29 @@ def started_by(make: Callable[..., T], stop: Callable[[T], Any]) -> Iterator[Cal
         stop(obj)
 
 
+def stopped_after(obj: T, stop: Callable[[T], Any]) -> Iterator[T]:
+    """For a fixture (``yield from stopped_after(...)``): yields ``obj``, then
+    calls ``stop(obj)`` at teardown, whether or not the test passed."""
+    try:
+        yield obj
+    finally:
+        stop(obj)
+
+
+def store_fixture(segment_mib: int, local_mib: int) -> Any:
+    """A fixture (assign it to the fixture's name in a conftest): a set-up store
+    with a ``segment_mib`` MiB segment and a ``local_mib`` MiB local buffer,
+    from ``store_factory`` (on the module's shared master)."""
+
+    @pytest.fixture
+    def sized_store(store_factory: Any) -> Any:
+        return store_factory(
+            global_segment_size=segment_mib << 20, local_buffer_size=local_mib << 20
+        )
+
+    return sized_store
+
+
 def default_timeouts(
     items: list[pytest.Item], config: pytest.Config, seconds: float, under: Path | None = None
 ) -> None:

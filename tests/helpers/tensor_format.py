@@ -14,28 +14,31 @@ HEADER = 304
 MANIFEST = 96
 
 
+# The fixed fields at the start of each record, in order ("" for one left out
+# of the decoded fields).
+_HEADER_FIELDS = (
+    "<IHHiiIIQQ",
+    "magic version header_size dtype ndim layout flags data_offset data_bytes",
+)
+_MANIFEST_FIELDS = ("<IHHiiiii", " version header_size dtype ndim split_dim shard_count reserved")
+
+
+def _fields(spec: tuple[str, str], b: bytes) -> dict[str, Any]:
+    """The fixed fields ``spec`` (struct format, names) at the start of ``b``, by name."""
+    fmt, names = spec
+    values = struct.unpack_from(fmt, b, 0)
+    return {k: v for k, v in zip(names.split(" "), values, strict=True) if k}
+
+
 def decode_header(b: bytes) -> dict[str, Any]:
     """Fields of a tensor object header (``b`` holds at least 304 bytes)."""
-    magic, version, hsize, dtype, ndim, layout, flags, data_offset, data_bytes = struct.unpack_from(
-        "<IHHiiIIQQ", b, 0
-    )
-    global_shape = struct.unpack_from("<8q", b, 40)
-    local_shape = struct.unpack_from("<8q", b, 104)
     axis_count, reserved = struct.unpack_from("<II", b, 168)
     axes = [struct.unpack_from("<iiiiiiq", b, 176 + 32 * i) for i in range(4)]
     return {
         "magic_bytes": bytes(b[0:4]),
-        "magic": magic,
-        "version": version,
-        "header_size": hsize,
-        "dtype": dtype,
-        "ndim": ndim,
-        "layout": layout,
-        "flags": flags,
-        "data_offset": data_offset,
-        "data_bytes": data_bytes,
-        "global": global_shape,
-        "local": local_shape,
+        **_fields(_HEADER_FIELDS, b),
+        "global": struct.unpack_from("<8q", b, 40),
+        "local": struct.unpack_from("<8q", b, 104),
         "axis_count": axis_count,
         "reserved": reserved,
         "axes": axes[:axis_count],
@@ -45,18 +48,10 @@ def decode_header(b: bytes) -> dict[str, Any]:
 
 def decode_manifest(b: bytes) -> dict[str, Any]:
     """Fields of a manifest (``b`` holds at least 96 bytes)."""
-    _magic, version, hsize, dtype, ndim, split_dim, count, reserved = struct.unpack_from(
-        "<IHHiiiii", b, 0
-    )
+    fields = _fields(_MANIFEST_FIELDS, b)
     return {
         "magic_bytes": bytes(b[0:4]),
-        "version": version,
-        "header_size": hsize,
-        "dtype": dtype,
-        "ndim": ndim,
-        "split_dim": split_dim,
-        "shard_count": count,
-        "reserved": reserved,
+        **fields,
         "padding": bytes(b[28:32]),
-        "global": struct.unpack_from("<8q", b, 32)[:ndim],
+        "global": struct.unpack_from("<8q", b, 32)[: fields["ndim"]],
     }

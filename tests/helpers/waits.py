@@ -18,6 +18,23 @@ def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.05) 
         time.sleep(interval)
 
 
+def assert_reads_converge(
+    read: Callable[[str], bytes], want: dict[str, bytes], after: str, timeout: float = 10.0
+) -> None:
+    """Reads every key of ``want`` until each reads back as its value (bounded
+    by ``timeout``); meanwhile a read may find nothing (``b""``), never an
+    old version (``after`` names the event, for the message)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = {k: read(k) for k in want}
+        for k, v in got.items():
+            assert v in (b"", want[k]), f"{k}: an old version after the {after}"
+        if got == want or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert got == want, got
+
+
 def free_port() -> int:
     """A currently free TCP port on 127.0.0.1, outside the store clients' data
     port range (12300-14300)."""

@@ -74,6 +74,14 @@ def offload_master(master_factory: Callable[..., Master]) -> Master:
     return master_factory(default_kv_lease_ttl=LEASE_MS, enable_offload=True, client_ttl=2)
 
 
+def filled(owner: Callable[..., tuple[Any, int]], d: Path, prefix: str) -> tuple[Any, list[str]]:
+    """An owner with its disk tier in ``d`` (its setup must succeed), holding
+    the objects ``fill(s, prefix)`` wrote: (store, their keys)."""
+    s, rc = owner(d)
+    assert rc == 0
+    return s, fill(s, prefix)
+
+
 @pytest.fixture
 def owners() -> Iterator[list[Any]]:
     made: list[Any] = []
@@ -138,9 +146,7 @@ def test_evicted_objects_read_back_from_disk_on_every_path(
     owner: Callable[..., tuple[Any, int]], tier: Path
 ) -> None:
     d = tier
-    s, rc = owner(d)
-    assert rc == 0
-    keys = fill(s, "k")
+    s, keys = filled(owner, d, "k")
     # Three times the memory was written: most objects live on disk now.
     assert buckets(d), "nothing was offloaded"
     assert all(s.is_exist(k) == 1 for k in keys)
@@ -185,9 +191,7 @@ def test_disk_usage_stays_under_the_cap_and_evicted_buckets_are_forgotten(
     monkeypatch.setenv("MOONCAKE_OFFLOAD_BUCKET_MAX_PHYSICAL_BYTES", str(cap))
     monkeypatch.setenv("MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT", "2")
     monkeypatch.setenv("MOONCAKE_OFFLOAD_BUCKET_DISK_SCAN_CACHE_MS", "0")
-    s, rc = owner(d)
-    assert rc == 0
-    keys = fill(s, "b")
+    s, keys = filled(owner, d, "b")
     used = sum(p.stat().st_blocks * 512 for p in d.iterdir())
     assert used <= cap, used
     gone = [i for i, k in enumerate(keys) if s.is_exist(k) == 0]
@@ -210,9 +214,7 @@ def test_a_remote_client_reads_disk_copies_from_their_owner(
     tier: Path,
 ) -> None:
     d = tier
-    s, rc = owner(d)
-    assert rc == 0
-    keys = fill(s, "r")
+    s, keys = filled(owner, d, "r")
     reader = child_factory(env={"MC_STORE_SAME_HOST": "off"})
     assert reader.setup(offload_master) == 0
     for i, k in enumerate(keys):
@@ -228,9 +230,7 @@ def test_remove_and_remove_all_delete_the_files(
     owner: Callable[..., tuple[Any, int]], tier: Path
 ) -> None:
     d = tier
-    s, rc = owner(d)
-    assert rc == 0
-    keys = fill(s, "x")
+    s, keys = filled(owner, d, "x")
     assert buckets(d)
     assert s.remove(keys[0], True) == 0
     assert s.is_exist(keys[0]) == 0
@@ -394,9 +394,7 @@ def test_a_corrupted_bucket_reads_as_an_error_never_wrong_bytes(
 ) -> None:
     d = tier
     monkeypatch.setenv("MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT", "4")
-    s, rc = owner(d)
-    assert rc == 0
-    keys = fill(s, "c")
+    s, keys = filled(owner, d, "c")
     sealed = [p for p in buckets(d) if p.with_suffix(".meta").exists()]
     assert sealed
     victim = sealed[0]

@@ -15,24 +15,20 @@ from typing import Any
 
 import pytest
 from conftest import Proc, command, free_port, http, raw_http, run, wait_port
+from helpers.common import write_config
 
 
 def config_file(tmp_path: Path, master: Any) -> Path:
-    path = tmp_path / "mooncake.json"
-    path.write_text(
-        json.dumps(
-            {
-                "local_hostname": "127.0.0.1",
-                "metadata_server": master.metadata_url,
-                "global_segment_size": 32 << 20,
-                "local_buffer_size": 8 << 20,
-                "protocol": "tcp",
-                "device_name": "",
-                "master_server_address": master.rpc_addr,
-            }
-        )
+    return write_config(
+        tmp_path / "mooncake.json",
+        "127.0.0.1",
+        master.metadata_url,
+        master.rpc_addr,
+        global_segment_size=32 << 20,
+        local_buffer_size=8 << 20,
+        protocol="tcp",
+        device_name="",
     )
-    return path
 
 
 @pytest.fixture
@@ -198,17 +194,13 @@ def test_port_in_use_exits_1_at_once(master_factory: Any, tmp_path: Path) -> Non
 
 
 def test_unreachable_master_exits_1_after_max_wait_time(tmp_path: Path) -> None:
-    cfg = tmp_path / "c.json"
-    cfg.write_text(
-        json.dumps(
-            {
-                "local_hostname": "127.0.0.1",
-                "metadata_server": "P2PHANDSHAKE",
-                "master_server_address": f"127.0.0.1:{free_port()}",
-                "global_segment_size": 16 << 20,
-                "local_buffer_size": 8 << 20,
-            }
-        )
+    cfg = write_config(
+        tmp_path / "c.json",
+        "127.0.0.1",
+        "P2PHANDSHAKE",
+        f"127.0.0.1:{free_port()}",
+        global_segment_size=16 << 20,
+        local_buffer_size=8 << 20,
     )
     argv = [command("mc_store_rest_server"), "--config", str(cfg), "--port", str(free_port())]
     r = run([*argv, "--max-wait-time", "1"], timeout=60)

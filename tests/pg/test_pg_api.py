@@ -10,6 +10,7 @@ from typing import Any
 import mooncake.pg as mpg
 import pytest
 import torch
+from helpers.pg_surface import UPSTREAM_PG_FUNCTIONS
 from mooncake.pg import MooncakeBackendOptions as Opts
 
 
@@ -165,26 +166,7 @@ def test_options_bad_input(make: Any, exc: type[BaseException], needle: str) -> 
 
 
 def test_surface_matches_upstream() -> None:
-    for name in (
-        "set_host_ip",
-        "set_device_filter",
-        "set_transfer_engine",
-        "get_active_ranks",
-        "get_num_synced_ranks",
-        "extend_group_size_to",
-        "get_peer_state",
-        "activate_ranks",
-        "recover_ranks",
-        "deactivate_ranks",
-        "join_group",
-        "get_failed_ranks_hint",
-        "get_local_success",
-        "get_current_epoch",
-        "sync_after_failure",
-        "set_collective_timeout_us",
-        "set_p2p_timeout_us",
-        "set_fault_reconciliation_window_us",
-    ):
+    for name in UPSTREAM_PG_FUNCTIONS:
         assert callable(getattr(mpg, name)), name
         assert name in mpg.__all__, name
     assert mpg.recover_ranks is mpg.activate_ranks
@@ -199,30 +181,7 @@ def test_surface_matches_upstream() -> None:
         ("NoPending", 1),
         ("Rejected", 2),
     ]
-    # Parameter names as upstream's reference spells them (keyword calls
-    # written for upstream must bind); join_group's timeout is an optional
-    # extra of ours.
-    params = {
-        "set_host_ip": ["host_ip"],
-        "set_device_filter": ["filters"],
-        "set_transfer_engine": ["engine"],
-        "get_active_ranks": ["backend"],
-        "get_num_synced_ranks": ["backend"],
-        "extend_group_size_to": ["backend", "size"],
-        "get_peer_state": ["backend", "ranks"],
-        "activate_ranks": ["backend", "ranks"],
-        "recover_ranks": ["backend", "ranks"],
-        "deactivate_ranks": ["backend", "ranks"],
-        "join_group": ["backend", "timeout"],
-        "get_failed_ranks_hint": ["work"],
-        "get_local_success": ["work"],
-        "get_current_epoch": ["backend"],
-        "sync_after_failure": ["backend"],
-        "set_collective_timeout_us": ["us"],
-        "set_p2p_timeout_us": ["us"],
-        "set_fault_reconciliation_window_us": ["us"],
-    }
-    for name, want in params.items():
+    for name, want in UPSTREAM_PG_FUNCTIONS.items():
         sig = inspect.signature(getattr(mpg, name))
         assert list(sig.parameters) == want, (name, sig)
     assert inspect.signature(mpg.join_group).parameters["timeout"].default is None

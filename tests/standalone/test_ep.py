@@ -5,41 +5,15 @@ raise a clear error without CUDA."""
 from __future__ import annotations
 
 import pytest
+from helpers.pg_surface import UPSTREAM_PG_NAMES
 
 torch = pytest.importorskip("torch")
-
-PG_NAMES = [
-    "MooncakeBackendOptions",
-    "ProposalStatus",
-    "ProposeViewUpdateResponse",
-    "SyncAfterFailureResponse",
-    "SyncAfterFailureStatus",
-    "ViewUpdateStatus",
-    "activate_ranks",
-    "deactivate_ranks",
-    "extend_group_size_to",
-    "get_active_ranks",
-    "get_current_epoch",
-    "get_failed_ranks_hint",
-    "get_local_success",
-    "get_num_synced_ranks",
-    "get_peer_state",
-    "join_group",
-    "recover_ranks",
-    "set_collective_timeout_us",
-    "set_device_filter",
-    "set_fault_reconciliation_window_us",
-    "set_host_ip",
-    "set_p2p_timeout_us",
-    "set_transfer_engine",
-    "sync_after_failure",
-]
 
 
 def test_pg_names_are_reexported() -> None:
     from mooncake import ep, pg
 
-    for name in PG_NAMES:
+    for name in UPSTREAM_PG_NAMES:
         assert getattr(ep, name) is getattr(pg, name), name
         assert name in ep.__all__
 

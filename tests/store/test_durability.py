@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from conftest import Child, Master, StoreFactory, master_bin, pattern, wait_until
 from helpers.replicate import replicate_config as _cfg
+from helpers.waits import assert_reads_converge
 
 MiB = 1 << 20
 SIZES = [17, 4096, 65536, MiB]
@@ -184,15 +185,7 @@ def test_an_upsert_over_a_held_read_comes_back_as_the_new_version(
     assert b.call("stats")["ledger_entries"] == (0 if move else len(keys))
     master.kill()
     master.start()
-    deadline = time.monotonic() + 10.0
-    while True:
-        got = {k: a.get(k) for k in keys}
-        for k, v in got.items():
-            assert v in (b"", new[k]), f"{k}: an old version after the restart"
-        if got == new or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert got == new
+    assert_reads_converge(a.get, new, "restart")
 
 
 @pytest.mark.slow

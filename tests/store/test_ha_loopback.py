@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from conftest import free_port, http_request, master_bin, port_open, wait_until
+from helpers.waits import assert_reads_converge
 
 pytestmark = pytest.mark.slow
 
@@ -245,15 +246,7 @@ def test_upserts_over_held_reads_survive_a_failover_as_the_new_version(
             assert s.upsert(k, v) == 0
         _leader(ms).kill()
         assert wait_until(lambda: s.put("after", b"x") == 0, 15.0, 0.05)
-        deadline = time.monotonic() + 10.0
-        while True:
-            got = {k: s.get(k) for k in keys}
-            for k, v in got.items():
-                assert v in (b"", new[k]), f"{k}: an old version after the failover"
-            if got == new or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        assert got == new
+        assert_reads_converge(s.get, new, "failover")
     finally:
         r.close()
         s.close()

@@ -27,6 +27,18 @@ def _put(s: Any, key: str, arr: np.ndarray, cfg: Any = None) -> int:
     return s.put_from(key, int(arr.ctypes.data), arr.nbytes, cfg)
 
 
+def _assert_holds(s: Any, key: str, want: np.ndarray) -> None:
+    """``key`` reads back (``get_into``) as the MiB ``want``."""
+    out = np.zeros(MiB, np.uint8)
+    assert s.get_into(key, int(out.ctypes.data), MiB) == MiB
+    assert out.tobytes() == want.tobytes()
+
+
+def _random_mib(seed: int) -> np.ndarray:
+    """A MiB of random bytes from ``seed`` (a writable array)."""
+    return np.frombuffer(np.random.default_rng(seed).bytes(MiB), np.uint8).copy()
+
+
 def _put_retry(s: Any, key: str, arr: np.ndarray, timeout: float = 2.0) -> int:
     """put_from, retrying -200 while the eviction thread frees space (bounded)."""
     deadline = time.monotonic() + timeout
@@ -95,9 +107,7 @@ def test_eviction_frees_space(
     assert evicted is not None and evicted >= 1
     # survivors still hold their bytes
     survivor = keys[exist.index(1)]
-    out = np.zeros(MiB, np.uint8)
-    assert s.get_into(survivor, int(out.ctypes.data), MiB) == MiB
-    assert out.tobytes() == src.tobytes()
+    _assert_holds(s, survivor, src)
 
 
 def test_high_watermark_eviction(
@@ -130,13 +140,11 @@ def test_hard_pinned_never_evicted(
     s = store_factory(master, global_segment_size=SEG)
     cfg = ReplicateConfig()
     cfg.with_hard_pin = True
-    pinned = np.frombuffer(np.random.default_rng(1).bytes(MiB), np.uint8).copy()
+    pinned = _random_mib(1)
     assert _put(s, "hard", pinned, cfg) == 0
     _churn(s, src, 3 * SEG // MiB)
     assert (master.metric("master_evicted_key_count") or 0) >= 1
-    out = np.zeros(MiB, np.uint8)
-    assert s.get_into("hard", int(out.ctypes.data), MiB) == MiB
-    assert out.tobytes() == pinned.tobytes()
+    _assert_holds(s, "hard", pinned)
 
 
 def test_soft_pinned_survives_while_unpinned_exist(
@@ -145,14 +153,12 @@ def test_soft_pinned_survives_while_unpinned_exist(
     s = store_factory(master, global_segment_size=SEG)
     cfg = ReplicateConfig()
     cfg.soft_pin_action = SoftPinAction.ENABLE
-    pinned = np.frombuffer(np.random.default_rng(2).bytes(MiB), np.uint8).copy()
+    pinned = _random_mib(2)
     assert _put(s, "soft", pinned, cfg) == 0
     assert master.metric("master_soft_pin_key_count") == 1
     _churn(s, src, 2 * SEG // MiB)
     assert (master.metric("master_evicted_key_count") or 0) >= 1
-    out = np.zeros(MiB, np.uint8)
-    assert s.get_into("soft", int(out.ctypes.data), MiB) == MiB
-    assert out.tobytes() == pinned.tobytes()
+    _assert_holds(s, "soft", pinned)
 
 
 def test_leased_object_not_evicted(

@@ -52,6 +52,15 @@ def _read_across(owner: Child, reader: Child, key: str, seed: int) -> dict[str, 
     return _delta(reader.call("stats"), before)
 
 
+def _read_with_same_host(
+    m: Master, child_factory: Callable[..., Child], mode: str, key: str, seed: int
+) -> tuple[dict[str, int], Child]:
+    """``_read_across`` a fresh pair whose reader runs with ``MC_STORE_SAME_HOST=mode``:
+    the changes of the reader's counters, and the reader."""
+    owner, reader = _pair(m, child_factory, {"MC_STORE_SAME_HOST": mode})
+    return _read_across(owner, reader, key, seed), reader
+
+
 @pytest.mark.ours
 def test_stats_shape(store: Any) -> None:
     st = store.get_client_stats()
@@ -62,8 +71,7 @@ def test_stats_shape(store: Any) -> None:
 
 @pytest.mark.ours
 def test_same_host_read_is_mapped(master: Master, child_factory: Callable[..., Child]) -> None:
-    owner, reader = _pair(master, child_factory, {"MC_STORE_SAME_HOST": "auto"})
-    d = _read_across(owner, reader, "sh", 3)
+    d, reader = _read_with_same_host(master, child_factory, "auto", "sh", 3)
     assert d["bytes_read_same_host"] == SIZE
     assert d["bytes_read_tcp"] == 0
     assert d["bytes_read_local"] == 0
@@ -73,8 +81,7 @@ def test_same_host_read_is_mapped(master: Master, child_factory: Callable[..., C
 
 @pytest.mark.ours
 def test_same_host_off_uses_tcp(master: Master, child_factory: Callable[..., Child]) -> None:
-    owner, reader = _pair(master, child_factory, {"MC_STORE_SAME_HOST": "off"})
-    d = _read_across(owner, reader, "tcp", 4)
+    d, reader = _read_with_same_host(master, child_factory, "off", "tcp", 4)
     assert d["bytes_read_tcp"] == SIZE
     assert d["bytes_read_same_host"] == 0
     assert reader.call("stats")["same_host_mappings"] == 0

@@ -8,15 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers.fixtures import store_fixture
+from helpers.store_stats import read_bytes, rpcs, stored_keys  # noqa: F401  (re-exported for tests)
 
 torch = pytest.importorskip("torch")
 
-MiB = 1 << 20
-
-
-@pytest.fixture
-def sstore(store_factory: Any) -> Any:
-    return store_factory(global_segment_size=256 * MiB, local_buffer_size=32 * MiB)
+sstore = store_fixture(256, 32)
 
 
 @pytest.fixture
@@ -35,18 +32,4 @@ def transfer(sstore: Any, prefix: str) -> Any:
 def keys_of(shared_master: Any) -> Callable[[str], list[str]]:
     """``keys_of(prefix)``: the keys stored under ``prefix/``."""
 
-    def keys(prefix: str) -> list[str]:
-        status, body, _ = shared_master.admin_get("/get_all_keys")
-        assert status == 200
-        return sorted(k for k in body.decode().splitlines() if k.startswith(prefix + "/"))
-
-    return keys
-
-
-def read_bytes(store: Any) -> int:
-    s = store.get_client_stats()
-    return int(s["bytes_read_local"] + s["bytes_read_same_host"] + s["bytes_read_tcp"])
-
-
-def rpcs(store: Any) -> int:
-    return int(store.get_client_stats()["master_rpcs"])
+    return lambda prefix: stored_keys(shared_master, prefix + "/")

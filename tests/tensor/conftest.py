@@ -13,34 +13,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from helpers.fixtures import store_fixture
+from helpers.store_stats import rpcs, stored_keys  # noqa: F401  (re-exported for tests)
 
 torch = pytest.importorskip("torch")
 
-MiB = 1 << 20
-
-
-@pytest.fixture
-def tstore(store_factory: Any) -> Any:
-    """A set-up store (256 MiB segment, 128 MiB local buffer) on the module's shared master."""
-    return store_factory(global_segment_size=256 * MiB, local_buffer_size=128 * MiB)
+# A set-up store (256 MiB segment, 128 MiB local buffer) on the module's shared master.
+tstore = store_fixture(256, 128)
 
 
 @pytest.fixture
 def full() -> Any:
     """``torch.arange(24, dtype=torch.float32).reshape(4, 6)``, the suite's reference tensor."""
     return torch.arange(24, dtype=torch.float32).reshape(4, 6)
-
-
-def stored_keys(master: Any, prefix: str) -> list[str]:
-    """Keys from the master's ``/get_all_keys`` that start with ``prefix``."""
-    status, body, _ = master.admin_get("/get_all_keys")
-    assert status == 200
-    return sorted(k for k in body.decode().splitlines() if k.startswith(prefix))
-
-
-def rpcs(store: Any) -> int:
-    """Cumulative master RPCs of a client."""
-    return int(store.get_client_stats()["master_rpcs"])
 
 
 class LogCheck:

@@ -125,46 +125,52 @@ def test_every_method_positional_and_keyword(tstore, key, full):
         fn = getattr(s, method)
         return fn(*positional), fn(**keywords)
 
-    assert both("put_tensor", (k("a"), full), {"key": k("a2"), "tensor": full}) == (0, 0)
-    assert both("upsert_tensor", (k("a"), full), {"key": k("a"), "tensor": full}) == (0, 0)
-    assert both(
-        "pub_tensor", (k("b"), full, cfg), {"key": k("b2"), "tensor": full, "config": cfg}
-    ) == (0, 0)
-    assert both(
-        "upsert_pub_tensor", (k("b"), full, cfg), {"key": k("b"), "tensor": full, "config": cfg}
-    ) == (0, 0)
-    assert both(
-        "batch_put_tensor", ([k("c")], [full]), {"keys": [k("c2")], "tensors_list": [full]}
-    ) == ([0], [0])
-    assert both(
-        "batch_upsert_tensor", ([k("c")], [full]), {"keys": [k("c")], "tensors_list": [full]}
-    ) == ([0], [0])
-    assert both(
-        "batch_pub_tensor",
-        ([k("d")], [full], cfg),
-        {"keys": [k("d2")], "tensors_list": [full], "config": cfg},
-    ) == ([0], [0])
-    assert both(
-        "batch_upsert_pub_tensor",
-        ([k("d")], [full], cfg),
-        {"keys": [k("d")], "tensors_list": [full], "config": cfg},
-    ) == ([0], [0])
-    assert both(
-        "put_tensor_from", (k("e"), p, n), {"key": k("e2"), "buffer_ptr": p, "size": n}
-    ) == (0, 0)
-    assert both(
-        "upsert_tensor_from", (k("e"), p, n), {"key": k("e"), "buffer_ptr": p, "size": n}
-    ) == (0, 0)
-    assert both(
-        "batch_put_tensor_from",
-        ([k("f")], [p], [n]),
-        {"keys": [k("f2")], "buffer_ptrs": [p], "sizes": [n]},
-    ) == ([0], [0])
-    assert both(
-        "batch_upsert_tensor_from",
-        ([k("f")], [p], [n]),
-        {"keys": [k("f")], "buffer_ptrs": [p], "sizes": [n]},
-    ) == ([0], [0])
+    def assert_writes(table):
+        """Every (method, positional, keywords) write succeeds in both forms."""
+        for method, positional, keywords in table:
+            ok = ([0], [0]) if method.startswith("batch_") else (0, 0)
+            assert both(method, positional, keywords) == ok, method
+
+    assert_writes(
+        [
+            ("put_tensor", (k("a"), full), {"key": k("a2"), "tensor": full}),
+            ("upsert_tensor", (k("a"), full), {"key": k("a"), "tensor": full}),
+            ("pub_tensor", (k("b"), full, cfg), {"key": k("b2"), "tensor": full, "config": cfg}),
+            (
+                "upsert_pub_tensor",
+                (k("b"), full, cfg),
+                {"key": k("b"), "tensor": full, "config": cfg},
+            ),
+            ("batch_put_tensor", ([k("c")], [full]), {"keys": [k("c2")], "tensors_list": [full]}),
+            (
+                "batch_upsert_tensor",
+                ([k("c")], [full]),
+                {"keys": [k("c")], "tensors_list": [full]},
+            ),
+            (
+                "batch_pub_tensor",
+                ([k("d")], [full], cfg),
+                {"keys": [k("d2")], "tensors_list": [full], "config": cfg},
+            ),
+            (
+                "batch_upsert_pub_tensor",
+                ([k("d")], [full], cfg),
+                {"keys": [k("d")], "tensors_list": [full], "config": cfg},
+            ),
+            ("put_tensor_from", (k("e"), p, n), {"key": k("e2"), "buffer_ptr": p, "size": n}),
+            ("upsert_tensor_from", (k("e"), p, n), {"key": k("e"), "buffer_ptr": p, "size": n}),
+            (
+                "batch_put_tensor_from",
+                ([k("f")], [p], [n]),
+                {"keys": [k("f2")], "buffer_ptrs": [p], "sizes": [n]},
+            ),
+            (
+                "batch_upsert_tensor_from",
+                ([k("f")], [p], [n]),
+                {"keys": [k("f")], "buffer_ptrs": [p], "sizes": [n]},
+            ),
+        ]
+    )
     a, b = both("get_tensor", (k("a"),), {"key": k("a")})
     assert torch.equal(a, full) and torch.equal(b, full)
     a, b = both("batch_get_tensor", ([k("a")],), {"keys": [k("a")]})
@@ -179,57 +185,42 @@ def test_every_method_positional_and_keyword(tstore, key, full):
         {"keys": [k("a")], "buffer_ptrs": [o2], "sizes": [4096]},
     )
     assert torch.equal(a[0], full) and torch.equal(b[0], full)
-    # legacy TP wrappers
-    assert both(
-        "put_tensor_with_tp",
-        (k("g"), full, 0, 2, 1),
-        {"key": k("g2"), "tensor": full, "tp_rank": 0, "tp_size": 2, "split_dim": 1},
-    ) == (0, 0)
-    assert both(
-        "batch_put_tensor_with_tp",
-        ([k("h")], [full], 0, 2, 0),
-        {
-            "base_keys": [k("h2")],
-            "tensors_list": [full],
-            "tp_rank": 0,
-            "tp_size": 2,
-            "split_dim": 0,
-        },
-    ) == ([0], [0])
-    assert both(
-        "pub_tensor_with_tp",
-        (k("i"), full, cfg, 0, 2, 0),
-        {"key": k("i2"), "tensor": full, "config": cfg, "tp_rank": 0, "tp_size": 2, "split_dim": 0},
-    ) == (0, 0)
-    assert both(
-        "batch_pub_tensor_with_tp",
-        ([k("j")], [full], cfg, 0, 2, 0),
-        {
-            "base_keys": [k("j2")],
-            "tensors_list": [full],
-            "config": cfg,
-            "tp_rank": 0,
-            "tp_size": 2,
-            "split_dim": 0,
-        },
-    ) == ([0], [0])
-    assert both(
-        "put_tensor_with_tp_from",
-        (k("l"), p, n, 0, 2, 0),
-        {"key": k("l2"), "buffer_ptr": p, "size": n, "tp_rank": 0, "tp_size": 2, "split_dim": 0},
-    ) == (0, 0)
-    assert both(
-        "batch_put_tensor_with_tp_from",
-        ([k("m")], [p], [n], 0, 2, 0),
-        {
-            "base_keys": [k("m2")],
-            "buffer_ptrs": [p],
-            "sizes": [n],
-            "tp_rank": 0,
-            "tp_size": 2,
-            "split_dim": 0,
-        },
-    ) == ([0], [0])
+    # legacy TP wrappers: writes of rank 0 of 2
+    tp0 = {"tp_rank": 0, "tp_size": 2, "split_dim": 0}
+    assert_writes(
+        [
+            (
+                "put_tensor_with_tp",
+                (k("g"), full, 0, 2, 1),
+                {"key": k("g2"), "tensor": full, **tp0, "split_dim": 1},
+            ),
+            (
+                "batch_put_tensor_with_tp",
+                ([k("h")], [full], 0, 2, 0),
+                {"base_keys": [k("h2")], "tensors_list": [full], **tp0},
+            ),
+            (
+                "pub_tensor_with_tp",
+                (k("i"), full, cfg, 0, 2, 0),
+                {"key": k("i2"), "tensor": full, "config": cfg, **tp0},
+            ),
+            (
+                "batch_pub_tensor_with_tp",
+                ([k("j")], [full], cfg, 0, 2, 0),
+                {"base_keys": [k("j2")], "tensors_list": [full], "config": cfg, **tp0},
+            ),
+            (
+                "put_tensor_with_tp_from",
+                (k("l"), p, n, 0, 2, 0),
+                {"key": k("l2"), "buffer_ptr": p, "size": n, **tp0},
+            ),
+            (
+                "batch_put_tensor_with_tp_from",
+                ([k("m")], [p], [n], 0, 2, 0),
+                {"base_keys": [k("m2")], "buffer_ptrs": [p], "sizes": [n], **tp0},
+            ),
+        ]
+    )
     a, b = both(
         "get_tensor_with_tp",
         (k("g"), 1, 2, 1),

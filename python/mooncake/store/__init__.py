@@ -31,15 +31,8 @@ from mooncake._native import (
     _serialize_tensor,
     _tensor_metadata_size,
 )
-from mooncake.store._parallelism import (
-    DP,
-    EP,
-    PP,
-    TP,
-    ParallelAxis,
-    ReadTarget,
-    TensorParallelism,
-)
+from mooncake.store import _parallelism
+from mooncake.store._parallelism import *
 
 UNKNOWN = ObjectDataType.UNKNOWN
 KVCACHE = ObjectDataType.KVCACHE
@@ -54,17 +47,13 @@ GENERAL = ObjectDataType.GENERAL
 
 __all__ = [
     "ACTIVATION",
-    "DP",
-    "EP",
     "GENERAL",
     "GRADIENT",
     "KVCACHE",
     "METADATA",
     "OPTIMIZER_STATE",
-    "PP",
     "SAMPLE",
     "TENSOR",
-    "TP",
     "UNKNOWN",
     "WEIGHT",
     "BufferHandle",
@@ -77,15 +66,13 @@ __all__ = [
     "MooncakeDistributedStore",
     "MooncakeHostMemAllocator",
     "ObjectDataType",
-    "ParallelAxis",
-    "ReadTarget",
     "RegisteredBufferLease",
     "RegisteredBufferLeaseView",
     "RegisteredBufferPool",
     "ReplicateConfig",
     "SoftPinAction",
-    "TensorParallelism",
     "_deserialize_tensor",
     "_serialize_tensor",
     "_tensor_metadata_size",
 ]
+__all__ += _parallelism.__all__

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+__all__ = ["DP", "EP", "PP", "TP", "ParallelAxis", "ReadTarget", "TensorParallelism"]
+
 _READ_MODES = ("as_stored", "shard", "full")
 
 
