@@ -11,6 +11,7 @@ use crate::auth::WriteTicket;
 use crate::error::ErrorCode;
 use crate::ledger::LedgerEntry;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Largest segment a client can map: the user address space of x86-64 and
 /// aarch64 with 4-level page tables (128 TiB). The master refuses larger
@@ -101,18 +102,28 @@ impl Default for WriteConfig {
 }
 
 /// Where one replica of an object lives.
+///
+/// The segment's names are shared strings: every replica on one segment
+/// holds the same ones, so building, cloning and decoding a reply of many
+/// keys allocates them once per segment, not once per key (see
+/// [`shared_str`]). On the wire they are plain strings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaLoc {
     /// Name (`host:port`) of the segment holding the replica.
-    pub segment_name: String,
+    #[serde(with = "shared_str")]
+    pub segment_name: Arc<str>,
     /// Id of the segment's memory.
-    pub segment_uuid: String,
+    #[serde(with = "shared_str")]
+    pub segment_uuid: Arc<str>,
     /// TCP endpoint of the owner's data server.
-    pub endpoint: String,
+    #[serde(with = "shared_str")]
+    pub endpoint: Arc<str>,
     /// Same-host identity of the owner.
-    pub host_id: String,
+    #[serde(with = "shared_str")]
+    pub host_id: Arc<str>,
     /// Abstract socket name of the owner's mapping server.
-    pub socket_name: String,
+    #[serde(with = "shared_str")]
+    pub socket_name: Arc<str>,
     /// Size of the whole segment.
     pub segment_size: u64,
     /// Address of the segment in its owner's address space.
@@ -438,5 +449,92 @@ mod tests {
         body.extend_from_slice(&13u32.to_le_bytes());
         body.push(0);
         assert!(framing::decode::<RequestFrame>(&body).is_err());
+    }
+}
+
+/// Shared strings on the wire: written as plain strings; read back through
+/// a small per-thread table of the strings read last, so that a string
+/// repeated across a message (a segment's name in every replica of a
+/// lookup of many keys) is one allocation, shared, instead of one per
+/// occurrence.
+pub mod shared_str {
+    use serde::de::{Error, Visitor};
+    use serde::{Deserializer, Serializer};
+    use std::cell::RefCell;
+    use std::fmt;
+    use std::sync::Arc;
+
+    /// Distinct strings the table keeps (a message names a few segments,
+    /// five strings each); the oldest goes first.
+    const KEEP: usize = 32;
+
+    thread_local! {
+        static RECENT: RefCell<Vec<Arc<str>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// `s` as a shared string: the table's copy when it has one, else a new
+    /// one, remembered.
+    pub fn intern(s: &str) -> Arc<str> {
+        RECENT.with(|t| {
+            let mut t = t.borrow_mut();
+            if let Some(hit) = t.iter().rev().find(|a| &***a == s) {
+                return Arc::clone(hit);
+            }
+            let a: Arc<str> = Arc::from(s);
+            if t.len() >= KEEP {
+                t.remove(0);
+            }
+            t.push(Arc::clone(&a));
+            a
+        })
+    }
+
+    /// Write `s` as a plain string.
+    pub fn serialize<S: Serializer>(s: &Arc<str>, ser: S) -> Result<S::Ok, S::Error> {
+        ser.serialize_str(s)
+    }
+
+    /// Read a plain string as a shared one ([`intern`]).
+    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Arc<str>, D::Error> {
+        struct Shared;
+        impl Visitor<'_> for Shared {
+            type Value = Arc<str>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: Error>(self, v: &str) -> Result<Arc<str>, E> {
+                Ok(intern(v))
+            }
+        }
+        de.deserialize_str(Shared)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn repeated_strings_share_one_allocation_and_keep_their_value() {
+            let a = intern("host-a:1234");
+            let b = intern("host-a:1234");
+            assert!(Arc::ptr_eq(&a, &b));
+            assert_eq!(&*b, "host-a:1234");
+            let c = intern("host-b:1234");
+            assert_eq!(&*c, "host-b:1234");
+            assert!(!Arc::ptr_eq(&a, &c));
+        }
+
+        #[test]
+        fn the_table_forgets_the_oldest_beyond_its_size_without_changing_values() {
+            let first = intern("first-of-many");
+            for i in 0..KEEP {
+                let s = format!("other-{i}");
+                assert_eq!(&*intern(&s), s);
+            }
+            let again = intern("first-of-many");
+            assert_eq!(&*again, "first-of-many");
+            assert!(!Arc::ptr_eq(&first, &again));
+            RECENT.with(|t| assert!(t.borrow().len() <= KEEP));
+        }
     }
 }

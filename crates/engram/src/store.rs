@@ -440,9 +440,7 @@ impl EngramCore {
             } else {
                 &mut mem_groups
             };
-            g.entry(loc.replica.segment_uuid.as_str())
-                .or_default()
-                .push(h);
+            g.entry(&*loc.replica.segment_uuid).or_default().push(h);
         }
         for heads in mem_groups.values() {
             let rep = &cache.locs[heads[0]].replica;

@@ -16,6 +16,9 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub(crate) struct SegmentEntry {
     pub desc: SegmentDesc,
+    /// The desc's names as shared strings, for the replica descriptors of
+    /// replies (one allocation per segment, not per replica described).
+    pub names: SegmentNames,
     pub client_id: String,
     pub alloc: OffsetAllocator,
     /// Ledger ops for the owner (commits and forgets of replicas here).
@@ -30,10 +33,33 @@ impl SegmentEntry {
     pub(crate) fn new(desc: &SegmentDesc, client_id: &str) -> SegmentEntry {
         SegmentEntry {
             alloc: OffsetAllocator::new(desc.size),
+            names: SegmentNames::of(desc),
             desc: desc.clone(),
             client_id: client_id.to_string(),
             ledger: Arc::new(OwnerQueue::default()),
             disk_tier: false,
+        }
+    }
+}
+
+/// A segment's names, shared by the descriptors of its replicas.
+#[derive(Debug, Clone)]
+pub(crate) struct SegmentNames {
+    pub name: Arc<str>,
+    pub uuid: Arc<str>,
+    pub endpoint: Arc<str>,
+    pub host_id: Arc<str>,
+    pub socket_name: Arc<str>,
+}
+
+impl SegmentNames {
+    fn of(desc: &SegmentDesc) -> SegmentNames {
+        SegmentNames {
+            name: Arc::from(desc.name.as_str()),
+            uuid: Arc::from(desc.uuid.as_str()),
+            endpoint: Arc::from(desc.endpoint.as_str()),
+            host_id: Arc::from(desc.host_id.as_str()),
+            socket_name: Arc::from(desc.socket_name.as_str()),
         }
     }
 }

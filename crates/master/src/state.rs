@@ -831,11 +831,11 @@ impl Inner {
     pub(crate) fn replica_loc(&self, r: &Replica, size: u64) -> Option<ReplicaLoc> {
         let seg = self.segments.by_id(r.seg)?;
         Some(ReplicaLoc {
-            segment_name: seg.desc.name.clone(),
-            segment_uuid: seg.desc.uuid.clone(),
-            endpoint: seg.desc.endpoint.clone(),
-            host_id: seg.desc.host_id.clone(),
-            socket_name: seg.desc.socket_name.clone(),
+            segment_name: Arc::clone(&seg.names.name),
+            segment_uuid: Arc::clone(&seg.names.uuid),
+            endpoint: Arc::clone(&seg.names.endpoint),
+            host_id: Arc::clone(&seg.names.host_id),
+            socket_name: Arc::clone(&seg.names.socket_name),
             segment_size: seg.desc.size,
             base_addr: seg.desc.base_addr,
             offset: r.offset,
@@ -867,7 +867,7 @@ impl AdminView for MasterState {
                 .map(|r| ReplicaView {
                     size: r.size,
                     buffer_address: r.base_addr.wrapping_add(r.offset),
-                    transport_endpoint: r.endpoint,
+                    transport_endpoint: r.endpoint.to_string(),
                 })
                 .collect()),
             Some(Err(e)) => Err(e),

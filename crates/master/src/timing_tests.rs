@@ -257,14 +257,14 @@ fn a_suspect_owner_gets_new_replicas_only_when_nothing_else_fits() {
             false,
         );
         match &items[0] {
-            PutStartItem::Write { replicas, .. } => assert_eq!(replicas[0].segment_name, "h:2"),
+            PutStartItem::Write { replicas, .. } => assert_eq!(&*replicas[0].segment_name, "h:2"),
             other => panic!("{other:?}"),
         }
     }
     // With h:2 full, the suspect h:1 is still used rather than failing.
     let items = st.put_start(&keys("big"), &[1 << 20], &WriteConfig::default(), false);
     match &items[0] {
-        PutStartItem::Write { replicas, .. } => assert_eq!(replicas[0].segment_name, "h:1"),
+        PutStartItem::Write { replicas, .. } => assert_eq!(&*replicas[0].segment_name, "h:1"),
         other => panic!("{other:?}"),
     }
 }

@@ -288,7 +288,7 @@ impl Client {
                 }
                 continue;
             };
-            let g = *by_seg.entry(rep.segment_uuid.as_str()).or_insert_with(|| {
+            let g = *by_seg.entry(&*rep.segment_uuid).or_insert_with(|| {
                 groups.push(Group {
                     rep,
                     ops: Vec::new(),

@@ -331,7 +331,7 @@ impl Client {
             let mut out: Vec<Result<()>> = Vec::with_capacity(keys.len());
             let mut ended: Vec<String> = Vec::new();
             let mut ended_versions: Vec<u64> = Vec::new();
-            let mut segments: Vec<String> = Vec::new();
+            let mut segments: Vec<Arc<str>> = Vec::new();
             for (k, s) in keys.iter().zip(&taken) {
                 match s {
                     None => out.push(Err(no_put_session())),

@@ -27,6 +27,7 @@ use mooncake_common::ErrorCode;
 use mooncake_transfer::{Op, Path, SegmentRef};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// How many times a put whose replica write failed is placed again, on
 /// other segments, within one call.
@@ -139,7 +140,7 @@ impl Client {
             // The version each key's write creates (it names the write).
             let mut versions: Vec<u64> = vec![0; keys.len()];
             // Segments the replicas of `done` live in.
-            let mut segments: Vec<String> = Vec::new();
+            let mut segments: Vec<Arc<str>> = Vec::new();
             for (&i, item) in pending.iter().zip(items) {
                 match item {
                     PutStartItem::AlreadyExists => {
@@ -579,12 +580,12 @@ impl Client {
         &self,
         keys: Vec<String>,
         versions: Vec<u64>,
-        segments: &[String],
+        segments: &[Arc<str>],
     ) -> std::result::Result<(), ErrorCode> {
         let local_segments: Vec<String> = segments
             .iter()
             .filter(|s| crate::durability::ledger::local(s).is_some())
-            .cloned()
+            .map(|s| s.to_string())
             .collect();
         match self.rpc(MasterRequest::CommitEnd {
             keys,
@@ -658,7 +659,7 @@ impl Client {
             for l in locs.iter() {
                 let ticket_at = l.ticket.as_ref().map(|t| t.offset);
                 let g = *by_seg
-                    .entry((l.segment_uuid.as_str(), ticket_at))
+                    .entry((&*l.segment_uuid, ticket_at))
                     .or_insert_with(|| {
                         groups.push(Group {
                             rep: l,
@@ -696,7 +697,7 @@ impl Client {
             if let Err(e) = r {
                 let g = &groups[t.group];
                 for &ji in &g.jobs {
-                    out[ji] = Err((e, Some(g.rep.segment_name.clone())));
+                    out[ji] = Err((e, Some(g.rep.segment_name.to_string())));
                 }
             }
         }
