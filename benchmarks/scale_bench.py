@@ -97,7 +97,9 @@ def one_count(master_bin: str, n: int) -> dict[str, Any]:
             lat.append(time.perf_counter() - t)
         lat.sort()
         dptrs = [p + i * OBJ for i in range(128)]
-        rounds = max(20, min(400, n // 128))
+        # The same number of batches at every count, so that the small
+        # counts are timed over as long a window as the large ones.
+        rounds = 400
 
         def batch_keys() -> list[str]:
             return [f"key-{rnd.randrange(n):09d}" for _ in range(128)]

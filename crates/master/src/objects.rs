@@ -6,7 +6,7 @@ use crate::ledger_push::{AckWait, ACK_TIMEOUT};
 use crate::placement;
 use crate::state::{
     flag_eviction, is_non_ecmascript, pending_pin, Inner, MasterState, ObjStatus, Object,
-    PendingPin, PendingWrite, Replica,
+    PendingPin, PendingWrite, ReadTicket, Replica,
 };
 use mooncake_common::auth::unix_ms;
 use mooncake_common::ledger::LedgerOp;
@@ -512,11 +512,11 @@ impl MasterState {
         let mut g = self.inner.lock();
         loop {
             match self.replica_pass(&mut g, &keys, ticket) {
-                Ok((out, Some(expiry))) => {
-                    g.tickets.insert(ticket, (keys, expiry));
+                Ok((out, Some(expiry), at)) => {
+                    g.tickets.insert(ticket, ReadTicket { keys, at, expiry });
                     return out;
                 }
-                Ok((out, None)) => return out,
+                Ok((out, None, _)) => return out,
                 Err(held) => {
                     // A key is being rewritten in place: wait for its new
                     // version, then look at every key again (the reads
@@ -542,15 +542,27 @@ impl MasterState {
         g: &mut Inner,
         keys: &[String],
         ticket: u64,
-    ) -> Result<(Vec<Result<ObjectInfo, ErrorCode>>, Option<Instant>), usize> {
+    ) -> Result<
+        (
+            Vec<Result<ObjectInfo, ErrorCode>>,
+            Option<Instant>,
+            Vec<usize>,
+        ),
+        usize,
+    > {
         let ttl = self.cfg.default_kv_lease_ttl_ms;
         let discard = Duration::from_secs(self.cfg.put_start_discard_timeout_sec);
         let now = self.clock.now();
         let d = now + Duration::from_millis(ttl);
         let mut out = Vec::with_capacity(keys.len());
+        let mut at = Vec::with_capacity(if ticket != 0 { keys.len() } else { 0 });
         let mut any = false;
         for (i, k) in keys.iter().enumerate() {
-            let info = match g.objects.get_mut(k.as_str()) {
+            let found = g.objects.get_full_mut(k.as_str());
+            if ticket != 0 {
+                at.push(found.as_ref().map_or(usize::MAX, |f| f.0));
+            }
+            let info = match found.map(|f| f.2) {
                 None => Err(ErrorCode::ObjectNotFound),
                 Some(o) if o.status != ObjStatus::Complete => {
                     let young = o
@@ -584,7 +596,7 @@ impl MasterState {
                 read_ticket: ticket,
             }));
         }
-        Ok((out, any.then_some(d)))
+        Ok((out, any.then_some(d), at))
     }
 
     /// The reads of `tickets` finished: their objects are no longer being
@@ -597,11 +609,18 @@ impl MasterState {
         let mut g = self.inner.lock();
         let mut freed = 0;
         for t in tickets {
-            let Some((keys, _)) = g.tickets.remove(t) else {
+            let Some(rt) = g.tickets.remove(t) else {
                 continue;
             };
-            for k in &keys {
-                if let Some(o) = g.objects.get_mut(k.as_str()) {
+            for (i, k) in rt.keys.iter().enumerate() {
+                // Where the lookup found the key, unless the index moved
+                // since (a removal swaps the last entry into its place).
+                let at = rt.at.get(i).copied().unwrap_or(usize::MAX);
+                let o = match g.objects.get_index_mut(at) {
+                    Some((key, o)) if **key == **k => Some(o),
+                    _ => g.objects.get_mut(k.as_str()),
+                };
+                if let Some(o) = o {
                     o.remove_reader(*t);
                 }
                 if g.retired.contains_key(k) {
@@ -870,6 +889,40 @@ mod tests {
         assert_eq!(used(&st), 256);
         // Plain puts of an existing key are unaffected (write-once).
         assert_eq!(put(&st, "k", 100, false), PutStartItem::AlreadyExists);
+    }
+
+    #[test]
+    fn a_finished_read_is_unmarked_after_its_key_moved_in_the_index() {
+        let st = state_with_segment();
+        for k in ["a", "b", "k"] {
+            put_ok(&st, k, 64, false);
+        }
+        let t = lookup(&st, "k", true).read_ticket;
+        // Removing "a" moves the last entry, "k", into its place.
+        assert_eq!(st.remove(&keys("a"), true), vec![0]);
+        assert_eq!(st.inner.lock().objects.get_index_of("k"), Some(0));
+        st.reads_done(&[t]);
+        // No reader is left on "k": an upsert frees the replaced version
+        // at once instead of keeping it for a read in flight.
+        put_ok(&st, "k", 64, true);
+        assert_eq!(st.inner.lock().retired_count("k"), 0);
+    }
+
+    #[test]
+    fn a_finished_read_is_unmarked_where_its_lookup_found_the_key() {
+        let st = state_with_segment();
+        for k in ["a", "k"] {
+            put_ok(&st, k, 64, false);
+        }
+        let t = lookup(&st, "k", true).read_ticket;
+        st.reads_done(&[t]);
+        put_ok(&st, "k", 64, true);
+        assert_eq!(st.inner.lock().retired_count("k"), 0);
+        // Without the report the replaced version waits for the read.
+        let t = lookup(&st, "k", true).read_ticket;
+        assert_ne!(t, 0);
+        put_ok(&st, "k", 64, true);
+        assert_eq!(st.inner.lock().retired_count("k"), 1);
     }
 
     #[test]

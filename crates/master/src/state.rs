@@ -374,6 +374,16 @@ pub(crate) struct DeferredFree {
     pub size: u64,
 }
 
+/// An open read ticket: the keys its lookup marked as being read, where in
+/// the object index each was found then (`usize::MAX`: not found), and
+/// when the ticket expires.
+#[derive(Debug)]
+pub(crate) struct ReadTicket {
+    pub keys: Vec<String>,
+    pub at: Vec<usize>,
+    pub expiry: Instant,
+}
+
 /// Objects one sweep for stale in-flight writes looks at (about a
 /// millisecond of work under the lock).
 pub(crate) const SWEEP_CHUNK: usize = 65_536;
@@ -388,7 +398,7 @@ pub(crate) struct Inner {
     pub objects: IndexMap<Box<str>, Object>,
     pub deferred: Vec<DeferredFree>,
     /// Open read tickets: the keys each marked and when it expires.
-    pub tickets: HashMap<u64, (Vec<String>, Instant)>,
+    pub tickets: HashMap<u64, ReadTicket>,
     /// Highest object version assigned or adopted.
     pub last_version: u64,
     /// Segments being remounted with a ledger report, not yet usable.
@@ -685,7 +695,7 @@ impl MasterState {
             g.defer_free(&p.replicas, p.size, p.put_start + release);
         }
         self.sweep_retired(&mut g, now);
-        g.tickets.retain(|_, (_, exp)| *exp > now);
+        g.tickets.retain(|_, t| t.expiry > now);
         let due: Vec<DeferredFree> = {
             let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut g.deferred)
                 .into_iter()
