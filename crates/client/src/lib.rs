@@ -55,6 +55,6 @@ pub use result_pool::{ResultBlock, POOL_MIN};
 pub use tensor::safetensor_io::{LoadedTensor, ObjectIo};
 pub use tensor::tensor_batch::{check_lengths, check_object_sources, item_requests, ItemRequest};
 pub use tensor::tensor_io::{
-    check_into_lists, check_pub_config, cuda_tensor_reads, object_source, TensorDest, TensorReads,
-    TensorWrite, WriteMode,
+    check_into_lists, check_pub_config, cuda_tensor_reads, object_source, TensorDest, TensorWrite,
+    WriteMode,
 };

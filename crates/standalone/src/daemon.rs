@@ -17,7 +17,7 @@ use crate::wire::{
 use mooncake_client::{Client, Error, ErrorCode, Result, TensorDest, TensorWrite};
 use mooncake_common::framing::server_handshake;
 use mooncake_common::AuthKey;
-use mooncake_tensor::{numel, ReadRequest, WriteRoute};
+use mooncake_tensor::{numel, ReadOutput, ReadRequest, WriteRoute};
 use mooncake_transfer::Segment;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
@@ -902,44 +902,59 @@ impl Shared {
             .into_iter()
             .map(|r| r.and_then(|w| w.to_request()))
             .collect();
-        let reads = self.client.plan_tensor_reads(reqs);
-        let outs: Vec<Result<WireOutput>> = (0..reads.len())
-            .map(|i| reads.output(i).map(WireOutput::from_output))
-            .collect();
-        wire::send(c, &outs)?;
-        let dests: Vec<Option<WireDest>> = wire::recv(c)?;
         let mut keep = Keep::default();
-        let dests: Vec<Option<TensorDest>> = (0..outs.len())
-            .map(|i| {
-                let out = reads.output(i).ok()?;
-                match dests.get(i).copied().flatten()? {
-                    WireDest::Payload(b) if b.len >= out.nbytes => d
-                        .ptr(b, &mut keep)
-                        .ok()
-                        .filter(|&p| p != 0)
-                        .map(TensorDest::Payload),
-                    WireDest::Into(b) => d
-                        .ptr(b, &mut keep)
-                        .ok()
-                        .filter(|&p| p != 0)
-                        .map(|ptr| TensorDest::Into { ptr, size: b.len }),
-                    WireDest::Payload(_) => None,
-                }
-            })
-            .collect();
+        let mut broke: Option<io::Error> = None;
         // SAFETY: every destination lies in a mapped region held by `keep`
-        // and is at least as large as the executor writes (payloads were
-        // checked against `nbytes`; `_into` sizes are the buffers' own and
-        // checked by the executor).
-        let results = unsafe { reads.execute(&dests) };
-        let results: Vec<Result<WireOutput>> = results
-            .iter()
-            .map(|r| {
-                r.as_ref()
-                    .map(WireOutput::from_output)
-                    .map_err(Clone::clone)
+        // (which outlives the call) and is at least as large as the executor
+        // writes (payloads are checked against `nbytes`; `_into` sizes are
+        // the buffers' own and checked by the executor).
+        let results = unsafe {
+            self.client.read_tensors(reqs, |outs| {
+                let asked = wire::send(c, &wire_outputs(outs)).and_then(|()| wire::recv(c));
+                let dests: Vec<Option<WireDest>> = match asked {
+                    Ok(v) => v,
+                    Err(e) => {
+                        // No destination: nothing is read.
+                        broke = Some(e);
+                        return Vec::new();
+                    }
+                };
+                outs.iter()
+                    .enumerate()
+                    .map(|(i, out)| {
+                        let out = out.as_ref().ok()?;
+                        match dests.get(i).copied().flatten()? {
+                            WireDest::Payload(b) if b.len >= out.nbytes => d
+                                .ptr(b, &mut keep)
+                                .ok()
+                                .filter(|&p| p != 0)
+                                .map(TensorDest::Payload),
+                            WireDest::Into(b) => d
+                                .ptr(b, &mut keep)
+                                .ok()
+                                .filter(|&p| p != 0)
+                                .map(|ptr| TensorDest::Into { ptr, size: b.len }),
+                            WireDest::Payload(_) => None,
+                        }
+                    })
+                    .collect()
             })
-            .collect();
+        };
+        if let Some(e) = broke {
+            return Err(e);
+        }
+        let results = wire_outputs(&results);
         wire::send(c, &results)
     }
+}
+
+/// Tensor read outputs (or their failures) as they go on the wire.
+fn wire_outputs(outs: &[Result<ReadOutput>]) -> Vec<Result<WireOutput>> {
+    outs.iter()
+        .map(|r| {
+            r.as_ref()
+                .map(WireOutput::from_output)
+                .map_err(Clone::clone)
+        })
+        .collect()
 }

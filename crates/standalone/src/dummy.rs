@@ -833,7 +833,7 @@ impl DummyClient {
 
     /// Tensor reads: the daemon plans them, `alloc` names a destination per
     /// planned output, then the daemon reads into them (see
-    /// `mooncake_client::Client::plan_tensor_reads`).
+    /// `mooncake_client::Client::read_tensors`).
     ///
     /// # Safety
     /// Every destination `alloc` returns must be writable for its size

@@ -446,7 +446,7 @@ struct Located {
 /// description of every item (so the caller can allocate) and the replica
 /// locations found while probing. Dropping it without [`TensorReads::execute`]
 /// releases the read leases.
-pub struct TensorReads<'c> {
+pub(crate) struct TensorReads<'c> {
     client: &'c Client,
     items: Vec<Result<Box<ReadPlan>>>,
     located: HashMap<String, Located>,
@@ -480,7 +480,7 @@ impl Client {
     /// Resolve a batch of reads: up to two probe rounds, each one
     /// GetReplicaList for the whole batch plus one data round reading the
     /// first 304 bytes of every candidate.
-    pub fn plan_tensor_reads(&self, reqs: Vec<Result<ReadRequest>>) -> TensorReads<'_> {
+    pub(crate) fn plan_tensor_reads(&self, reqs: Vec<Result<ReadRequest>>) -> TensorReads<'_> {
         let mut reads = TensorReads {
             client: self,
             items: Vec::with_capacity(reqs.len()),
@@ -609,17 +609,12 @@ impl Client {
 
 impl TensorReads<'_> {
     /// Number of items.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.items.len()
     }
 
-    /// Whether there are no items.
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
     /// What item `i` will produce, or why it fails.
-    pub fn output(&self, i: usize) -> Result<&ReadOutput> {
+    pub(crate) fn output(&self, i: usize) -> Result<&ReadOutput> {
         match self.items.get(i) {
             Some(Ok(plan)) => Ok(&plan.output),
             Some(Err(e)) => Err(e.clone()),
@@ -635,7 +630,10 @@ impl TensorReads<'_> {
     /// # Safety
     /// Every destination must be writable for the bytes it is used for: a
     /// `Payload` for the item's `nbytes`, an `Into` for its `size`.
-    pub unsafe fn execute(mut self, dests: &[Option<TensorDest>]) -> Vec<Result<ReadOutput>> {
+    pub(crate) unsafe fn execute(
+        mut self,
+        dests: &[Option<TensorDest>],
+    ) -> Vec<Result<ReadOutput>> {
         let client = self.client;
         let n = self.items.len();
         let mut out: Vec<Result<ReadOutput>> = Vec::with_capacity(n);
