@@ -13,7 +13,9 @@ adds ``old_log_probs`` (float32 ``[rows, width]``). Each side runs under its
 own interpreter (upstream: ``/work/venv-upstream/bin/python``, with this
 repository's torch on its path) with its own master and one client that
 owns the segment. Ops, each the median of the repeats (a fresh batch per
-put; every read is checked against the data before it is timed):
+put; every read is checked against the data before it is timed; ``append``,
+an op of a few milliseconds where one scheduling stall of a 2-core machine
+moves a median of 3, takes the median of at least 9):
 
   put            put_dataproto of the rollout stage
   get-full       get_dataproto of every field
@@ -58,6 +60,7 @@ from _common import (
 from store_bench import new_store
 
 LOCAL_BUFFER = 512 << 20
+APPEND_REPEATS = 9
 TORCH_SITE = os.environ.get(
     "MOONCAKE_TORCH_SITE", str(ROOT / ".venv" / "lib" / "python3.11" / "site-packages")
 )
@@ -240,7 +243,7 @@ def side_main(args: argparse.Namespace) -> int:
         )
         logp = torch.randn(args.rows, args.width)
         app_times = []
-        for _ in range(args.repeats):
+        for _ in range(args.repeats if args.quick else max(args.repeats, APPEND_REPEATS)):
             t0 = time.perf_counter()
             r2 = transfer.append_dataproto_fields(
                 ref, {"old_log_probs": logp}, stage="old_log_prob"

@@ -9,7 +9,7 @@ import enum
 from collections.abc import Sequence
 from typing import Any, ClassVar, Self, final
 
-from typing_extensions import disjoint_base
+from typing_extensions import Buffer, disjoint_base
 
 __version__: str
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "TransferOpcode",
     "__version__",
     "_deserialize_tensor",
+    "_result_memory",
     "_serialize_tensor",
     "_tensor_metadata_size",
     "parse_size",
@@ -72,6 +73,7 @@ class MetadataServer:
 def run_client(argv: list[str]) -> int: ...
 def run_transfer_engine_bench(argv: list[str]) -> int: ...
 def _tensor_metadata_size() -> int: ...
+def _result_memory(nbytes: int) -> Buffer | None: ...
 def _serialize_tensor(t: Any) -> tuple[bytes, int, int, Any]: ...
 def _deserialize_tensor(b: bytes) -> Any: ...
 

@@ -37,6 +37,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from mooncake import _native
 from mooncake._structured_codecs import (
     _RAGGED_TENSOR_PAYLOAD_NAMES,
     BYTES_CODECS,
@@ -838,12 +839,17 @@ _HUGE_MIN = 4 << 20
 
 
 def _fresh(nbytes: int) -> Any:
-    """Memory for a result of ``nbytes``: large results are anonymous mappings
-    advised to use transparent huge pages, so filling them takes one page
-    fault per 2 MiB instead of one per 4 KiB (which dominates a copy into
-    new memory); smaller ones come from the allocator."""
+    """Memory for a result of ``nbytes``: large results come from the
+    client's result pool (huge-page advised blocks that go back to the pool
+    when the result is freed, so the next read of that size copies into
+    pages already in memory instead of faulting fresh ones in), or, when
+    the pool does not serve the size, an anonymous mapping advised to use
+    transparent huge pages; smaller ones come from the allocator."""
     if nbytes < _HUGE_MIN:
         return None
+    pooled = _native._result_memory(nbytes)
+    if pooled is not None:
+        return pooled
     mm = mmap.mmap(-1, nbytes)
     advise = getattr(mm, "madvise", None)
     if advise is not None and hasattr(mmap, "MADV_HUGEPAGE"):

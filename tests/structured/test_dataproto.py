@@ -456,6 +456,42 @@ def test_large_results_are_ordinary_writable_arrays(transfer: Any) -> None:
     assert torch.equal(again["t"], t[:1000]) and np.array_equal(again["a"], a[:1000])
 
 
+def test_large_results_reuse_freed_memory_and_never_live_memory(transfer: Any) -> None:
+    # Results of 4 MiB or more come from the client's result pool: a freed
+    # result's memory serves the next read of that size, and memory a live
+    # result (or any view of it) still uses is never handed out again.
+    def batch(seed: int) -> dict[str, Any]:
+        g = torch.Generator().manual_seed(seed)
+        return {
+            "t": torch.randint(0, 1 << 40, (1024, 1024), generator=g),  # 8 MiB
+            "a": np.full((1024, 1024), seed, dtype=np.int64),
+        }
+
+    want_a, want_b = batch(1), batch(2)
+    ref_a, ref_b = transfer.put_dataproto(want_a), transfer.put_dataproto(want_b)
+    got_a = transfer.get_dataproto(ref_a)["batch"]
+    got_b = transfer.get_dataproto(ref_b)["batch"]
+    assert got_a["t"].data_ptr() != got_b["t"].data_ptr()
+    assert torch.equal(got_a["t"], want_a["t"]) and torch.equal(got_b["t"], want_b["t"])
+    assert np.array_equal(got_a["a"], want_a["a"]) and np.array_equal(got_b["a"], want_b["a"])
+    # A view keeps its block: reads after the result is dropped get other memory.
+    view = got_a["t"][3:5]
+    kept = view.clone()
+    view_block = got_a["t"].data_ptr()
+    del got_a
+    again = [transfer.get_dataproto(ref_b)["batch"] for _ in range(3)]
+    assert all(g["t"].data_ptr() != view_block for g in again)
+    assert all(torch.equal(g["t"], want_b["t"]) for g in again)
+    assert torch.equal(view, kept)
+    # Freed results' memory is reused by the next read of the same size
+    # (both fields are 8 MiB, so either's block may serve either).
+    freed = {p for g in [*again, got_b] for p in (g["t"].data_ptr(), g["a"].ctypes.data)}
+    del again, got_b
+    reread = transfer.get_dataproto(ref_a)["batch"]
+    assert reread["t"].data_ptr() in freed
+    assert torch.equal(reread["t"], want_a["t"]) and np.array_equal(reread["a"], want_a["a"])
+
+
 def test_fallback_codec_and_generic_put_get(transfer: Any) -> None:
     mixed = [1, "two", None, [3, {"four": 4.0}]]
     schema = {"m": FieldSchema("ndarray", True, {"section": "non_tensor_batch"})}

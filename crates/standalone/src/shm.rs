@@ -9,7 +9,7 @@
 //! live dummy client ([`on_free`]), which asks its daemon to drop its
 //! mapping, so the memory goes back to the system.
 
-use mooncake_transfer::Segment;
+use mooncake_transfer::{Prefault, Segment};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,7 +56,7 @@ pub(crate) fn on_free(f: impl Fn(u64) -> bool + Send + Sync + 'static) {
 /// A new zero-filled region of `size` bytes (not entered in the table).
 pub(crate) fn create(size: u64) -> std::io::Result<Arc<Region>> {
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    let seg = Segment::create_with(size, false)?;
+    let seg = Segment::create_with(size, Prefault::Lazy)?;
     Ok(Arc::new(Region {
         id: NEXT.fetch_add(1, Ordering::Relaxed),
         seg,

@@ -15,4 +15,4 @@ pub mod tcp_pool;
 
 pub use engine::{Op, Path, SegmentRef, Stores, TransferEngine};
 pub use error::{Error, Result};
-pub use segment::Segment;
+pub use segment::{Prefault, Segment};

@@ -32,16 +32,114 @@ fn pwrite_enabled() -> bool {
     })
 }
 
-/// `true` when `MC_STORE_PREFAULT` is a true boolean (`on`, `1`, `true`,
-/// `yes`; read once): new segments are committed to memory when created.
-fn prefault_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("MC_STORE_PREFAULT")
-            .ok()
-            .and_then(|v| mooncake_common::size::parse_bool(&v))
-            .unwrap_or(false)
-    })
+/// When a new segment's pages are committed to memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prefault {
+    /// On first write (the kernel allocates each page when it is first
+    /// stored to).
+    Lazy,
+    /// All of them when the segment is created, before `create` returns.
+    Setup,
+    /// On a thread of the segment's own at idle priority, from the lowest
+    /// address up, after `create` returns (see
+    /// [`Segment::commit_in_background`]).
+    Background,
+}
+
+impl Prefault {
+    /// The mode `MC_STORE_PREFAULT` names (read once): a false boolean
+    /// (`off`, `0`, `false`, `no`) is [`Prefault::Lazy`], a true one
+    /// [`Prefault::Setup`], `background` or unset [`Prefault::Background`]
+    /// (anything else warns and uses the default).
+    pub fn from_env() -> Prefault {
+        static MODE: OnceLock<Prefault> = OnceLock::new();
+        *MODE.get_or_init(|| match std::env::var("MC_STORE_PREFAULT") {
+            Err(_) => Prefault::Background,
+            Ok(v) if v.trim().eq_ignore_ascii_case("background") => Prefault::Background,
+            Ok(v) => match mooncake_common::size::parse_bool(&v) {
+                Some(true) => Prefault::Setup,
+                Some(false) => Prefault::Lazy,
+                None => {
+                    tracing::warn!(value = %v, "MC_STORE_PREFAULT is not on, off or background; using background");
+                    Prefault::Background
+                }
+            },
+        })
+    }
+}
+
+/// Bytes the background committer commits per step: the chunks of one word
+/// of the segment's chunk record.
+const COMMIT_STEP: u64 = 64 * MAP_CHUNK;
+
+/// Steps between two checks of the machine's available memory.
+const MEMORY_CHECK_STEPS: usize = 16;
+
+/// Whether the machine has memory to spare for committing more of a
+/// segment ahead of its writes: more than a quarter of its memory still
+/// available (`/proc/meminfo`; `false` when that cannot be read).
+fn memory_to_spare() -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/meminfo") else {
+        return false;
+    };
+    let field = |name: &str| -> Option<u64> {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+    };
+    match (field("MemAvailable:"), field("MemTotal:")) {
+        (Some(avail), Some(total)) => avail > total / 4,
+        _ => false,
+    }
+}
+
+/// The body of the background committer of one segment: lower the
+/// thread to idle priority, then commit each step of the segment not yet
+/// mapped whole with `MADV_POPULATE_WRITE` (which allocates missing pages
+/// and maps present ones without changing any byte, so it is safe beside
+/// writers), marking its chunks mapped. Stops when the segment is dropped,
+/// when the machine's memory runs low, or when the kernel refuses the
+/// advice (before 5.14: the segment then stays lazy).
+fn commit_steps(seg: std::sync::Weak<Segment>) {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sets the calling thread's scheduling policy; `param` is a
+    // valid, initialised struct.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    let words = match seg.upgrade() {
+        Some(s) => s.mapped.len(),
+        None => return,
+    };
+    for word in 0..words {
+        if word % MEMORY_CHECK_STEPS == 0 && !memory_to_spare() {
+            return;
+        }
+        let Some(s) = seg.upgrade() else { return };
+        if s.mapped[word].load(Ordering::Relaxed) == u64::MAX {
+            continue;
+        }
+        let start = word as u64 * COMMIT_STEP;
+        let len = COMMIT_STEP.min(s.size() - start);
+        // SAFETY: `start..start+len` lies in the segment's mapping, which
+        // `s` keeps alive; `start` is page-aligned (a multiple of the
+        // chunk size). The advice changes no byte of the range.
+        let r = unsafe {
+            libc::madvise(
+                s.base().add(start as usize).cast(),
+                len as usize,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+        if r != 0 {
+            return;
+        }
+        let chunks = len.div_ceil(MAP_CHUNK);
+        let mask = if chunks >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << chunks) - 1
+        };
+        s.mapped[word].fetch_or(mask, Ordering::Relaxed);
+    }
 }
 
 /// Commit every page of `len` bytes at `base` (a fresh, zero-filled shared
@@ -164,20 +262,20 @@ fn chunk_bits(size: u64) -> Box<[AtomicU64]> {
 }
 
 impl Segment {
-    /// Allocate a zero-filled segment of `size` bytes backed by a memfd.
-    ///
-    /// Pages are committed lazily, on first write, unless
-    /// `MC_STORE_PREFAULT=on`: then they are all committed here. That costs
-    /// the whole segment in RAM from the start (and setup time), and makes
-    /// every later first write into the segment a plain memory copy; on a VM
-    /// whose first touch of a page is slow, bulk uploads (EngramStore's
-    /// `populate`) run several times faster.
+    /// Allocate a zero-filled segment of `size` bytes backed by a memfd,
+    /// its pages committed as `MC_STORE_PREFAULT` says ([`Prefault::from_env`]):
+    /// by default in the background after this returns, so that writes
+    /// into the segment soon copy into pages already in memory instead of
+    /// paying a page allocation and zero fill per 4 KiB page (on a VM,
+    /// about as much as the copy itself), while a machine short of memory
+    /// is left alone. `off` commits pages on first write; `on` commits them
+    /// all here (the segment's size in RAM, and setup time).
     pub fn create(size: u64) -> std::io::Result<Arc<Segment>> {
-        Self::create_with(size, prefault_enabled())
+        Self::create_with(size, Prefault::from_env())
     }
 
-    /// [`Segment::create`], committing the pages up front when `prefault`.
-    pub fn create_with(size: u64, prefault: bool) -> std::io::Result<Arc<Segment>> {
+    /// [`Segment::create`] with the commit mode given.
+    pub fn create_with(size: u64, prefault: Prefault) -> std::io::Result<Arc<Segment>> {
         let uuid = uuid::Uuid::new_v4().to_string();
         let fd = memfd_create(
             &std::ffi::CString::new(format!("mooncake-seg-{uuid}"))
@@ -188,20 +286,41 @@ impl Segment {
         file.set_len(size)?;
         let map = MmapOptions::new().len(size as usize).map_raw(&file)?;
         let mapped = chunk_bits(size);
-        if prefault {
+        if prefault == Prefault::Setup {
             // SAFETY: the mapping was just created and is ours alone.
             unsafe { commit_pages(map.as_mut_ptr(), map.len()) };
             mapped
                 .iter()
                 .for_each(|w| w.store(u64::MAX, Ordering::Relaxed));
         }
-        Ok(Arc::new(Segment {
+        let seg = Arc::new(Segment {
             uuid,
             file,
             map,
             mapped,
             pwriter: AtomicBool::new(false),
-        }))
+        });
+        if prefault == Prefault::Background {
+            seg.commit_in_background();
+        }
+        Ok(seg)
+    }
+
+    /// Start committing the segment's pages on a thread of its own, at idle
+    /// priority (it runs only when a core has nothing else to do), from the
+    /// lowest address up, which is where an empty segment's allocator places
+    /// objects first. Parts already mapped whole are skipped; the thread
+    /// stops when the segment is dropped or while less than a quarter of
+    /// the machine's memory is available. A thread that cannot be started
+    /// leaves the segment lazy.
+    pub fn commit_in_background(self: &Arc<Self>) {
+        let seg = Arc::downgrade(self);
+        if let Err(e) = std::thread::Builder::new()
+            .name("mc-seg-commit".into())
+            .spawn(move || commit_steps(seg))
+        {
+            tracing::debug!(error = %e, "no background commit thread; the segment stays lazy");
+        }
     }
 
     /// Map a segment received from its owner (same host).
@@ -500,7 +619,7 @@ mod tests {
 
     #[test]
     fn create_and_register() {
-        let s = Segment::create(1 << 16).unwrap();
+        let s = Segment::create_with(1 << 16, Prefault::Lazy).unwrap();
         assert_eq!(s.size(), 1 << 16);
         assert!(s.check_range(0, 1 << 16));
         assert!(!s.check_range(1, 1 << 16));
@@ -514,7 +633,7 @@ mod tests {
     #[test]
     fn prefault_commits_every_page() {
         let len: usize = (3 << 20) + 4096 * 5;
-        let s = Segment::create_with(len as u64, true).unwrap();
+        let s = Segment::create_with(len as u64, Prefault::Setup).unwrap();
         let page = page_size();
         let mut resident = vec![0u8; len.div_ceil(page)];
         // SAFETY: the mapping is `len` bytes; one status byte per page.
@@ -529,8 +648,53 @@ mod tests {
         // SAFETY: `src` is readable and the range lies in the segment.
         let r = unsafe { s.write_fresh(0, src.as_ptr(), src.len() as u64) };
         assert_eq!(r, FreshWrite::CopyMapped);
-        let lazy = Segment::create_with(len as u64, false).unwrap();
+        let lazy = Segment::create_with(len as u64, Prefault::Lazy).unwrap();
         assert!(!lazy.any_resident(0, len as u64));
+    }
+
+    #[test]
+    fn background_commit_maps_every_chunk_and_keeps_concurrent_writes() {
+        // An odd size: the last step and the last chunk are partial.
+        let len = (3 * COMMIT_STEP + 5 * MAP_CHUNK + 4096) as usize;
+        let s = Segment::create_with(len as u64, Prefault::Background).unwrap();
+        // Writes while the committer runs are kept: the advice changes no
+        // byte, whether it reaches a page before or after the write.
+        let src: Vec<u8> = (0..len).map(|i| (i * 13 + i / 4093) as u8).collect();
+        for at in (0..len).step_by(1 << 20) {
+            let n = (1usize << 20).min(len - at);
+            // SAFETY: `at..at+n` lies in the segment; nobody else writes it.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(at), s.base().add(at), n) };
+        }
+        let chunks = (len as u64).div_ceil(MAP_CHUNK);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !(0..chunks).all(|c| s.chunk_mapped(c)) {
+            if !memory_to_spare() {
+                return; // the committer stops on a machine short of memory
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "background commit did not finish"
+            );
+            std::thread::yield_now();
+        }
+        let page = page_size();
+        let mut resident = vec![0u8; len.div_ceil(page)];
+        // SAFETY: the mapping is `len` bytes; one status byte per page.
+        let r = unsafe { libc::mincore(s.base().cast(), len, resident.as_mut_ptr()) };
+        assert_eq!(r, 0);
+        assert!(resident.iter().all(|&v| v & 1 == 1));
+        // SAFETY: the mapping is `len` bytes and nobody writes it now.
+        let mem = unsafe { std::slice::from_raw_parts(s.base(), len) };
+        assert!(mem == &src[..]);
+        // The committer holds no strong reference: dropping the segment
+        // frees it.
+        let weak = Arc::downgrade(&s);
+        drop(s);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while weak.upgrade().is_some() {
+            assert!(std::time::Instant::now() < deadline, "segment still alive");
+            std::thread::yield_now();
+        }
     }
 
     #[test]
@@ -538,7 +702,7 @@ mod tests {
         // Odd offset and length (partial first and last pages); bytes
         // around the range stay zero.
         let len = (PWRITE_MIN * 5 + 12_345) as usize;
-        let s = Segment::create((len + (1 << 20)) as u64).unwrap();
+        let s = Segment::create_with((len + (1 << 20)) as u64, Prefault::Lazy).unwrap();
         let src: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4099) as u8).collect();
         let off = 4096 * 3 + 17;
         assert!(s.check_range(off as u64, len as u64));
@@ -574,7 +738,7 @@ mod tests {
             .collect();
         let pieces: Vec<(*const u8, u64)> =
             bufs.iter().map(|b| (b.as_ptr(), b.len() as u64)).collect();
-        let s = Segment::create(1 << 20).unwrap();
+        let s = Segment::create_with(1 << 20, Prefault::Lazy).unwrap();
         let off = 4096 + 3;
         // SAFETY: every piece is a live Vec; the run lies in the segment.
         let r = unsafe { s.write_fresh_run(off as u64, &pieces) };
@@ -590,7 +754,7 @@ mod tests {
         assert_eq!(r, FreshWrite::CopyMapped);
         assert_eq!(read_faults(&s, off, total), 0);
         // A run below PWRITE_MIN is left to the caller too.
-        let small = Segment::create(1 << 20).unwrap();
+        let small = Segment::create_with(1 << 20, Prefault::Lazy).unwrap();
         // SAFETY: as above.
         let r = unsafe { small.write_fresh_run(0, &pieces[..3]) };
         assert_eq!(r, FreshWrite::CopyMapped);
@@ -600,7 +764,7 @@ mod tests {
     #[test]
     fn one_pwriter_at_a_time() {
         let len = (PWRITE_MIN * 4) as usize;
-        let s = Segment::create(1 << 20).unwrap();
+        let s = Segment::create_with(1 << 20, Prefault::Lazy).unwrap();
         let src = vec![3u8; len];
         // Another worker's pwritev in flight: a fresh run is left to the
         // caller as CopyFresh, and nothing is written.
@@ -627,7 +791,7 @@ mod tests {
         // when another worker holds it. Every byte lands, whichever way.
         let run = 256 << 10;
         let runs = 64;
-        let s = Segment::create((run * runs) as u64).unwrap();
+        let s = Segment::create_with((run * runs) as u64, Prefault::Lazy).unwrap();
         let written = AtomicU64::new(0);
         std::thread::scope(|sc| {
             for w in 0..4usize {
@@ -695,14 +859,14 @@ mod tests {
         let src = vec![5u8; len];
         // Control: pages filled by a bare pwrite are in memory but not
         // mapped here, so reading them faults.
-        let bare = Segment::create(4 << 20).unwrap();
+        let bare = Segment::create_with(4 << 20, Prefault::Lazy).unwrap();
         let fd = bare.file.as_raw_fd();
         // SAFETY: `src` is readable for `len` bytes.
         let n = unsafe { pwrite_all(fd, src.as_ptr(), len as u64, 0) };
         assert_eq!(n, len as u64);
         assert!(read_faults(&bare, 0, len) > 0);
         // write_fresh maps what it wrote: reading it back takes no fault.
-        let s = Segment::create(4 << 20).unwrap();
+        let s = Segment::create_with(4 << 20, Prefault::Lazy).unwrap();
         // SAFETY: `src` is readable and the range lies in the segment.
         let r = unsafe { s.write_fresh(8192, src.as_ptr(), len as u64) };
         assert_eq!(r, FreshWrite::Written);
@@ -724,7 +888,7 @@ mod tests {
     #[test]
     fn map_range_records_whole_chunks_only() {
         let c = MAP_CHUNK;
-        let s = Segment::create(8 * c + 4096).unwrap();
+        let s = Segment::create_with(8 * c + 4096, Prefault::Lazy).unwrap();
         // A range from the middle of chunk 1 to the middle of chunk 4
         // covers chunks 2 and 3 whole.
         s.map_range(c + c / 2, 3 * c);
@@ -749,7 +913,7 @@ mod tests {
         let mem = unsafe { std::slice::from_raw_parts(s.base().add(2 * c as usize), c as usize) };
         assert!(mem.iter().all(|&b| b == 9));
         // A prefaulted segment starts with every chunk recorded.
-        let p = Segment::create_with(3 * c, true).unwrap();
+        let p = Segment::create_with(3 * c, Prefault::Setup).unwrap();
         assert!((0..3).all(|k| p.chunk_mapped(k)));
     }
 }

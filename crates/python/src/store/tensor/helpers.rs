@@ -50,3 +50,15 @@ pub(crate) fn _deserialize_tensor<'py>(py: Python<'py>, b: &[u8]) -> PyResult<Bo
     }
     Ok(t)
 }
+
+/// Writable memory for one read result of `nbytes` from the client's result
+/// pool (a buffer-protocol object; the block returns to the pool when the
+/// last view over it is freed), or `None` when the pool does not serve that
+/// size (below its minimum, or turned off).
+#[pyfunction]
+pub(crate) fn _result_memory(py: Python<'_>, nbytes: u64) -> PyResult<Option<Bound<'_, PyAny>>> {
+    match mooncake_client::ResultBlock::for_result(nbytes) {
+        Some(block) => Ok(Some(super::pooled::memory_object(py, block)?)),
+        None => Ok(None),
+    }
+}

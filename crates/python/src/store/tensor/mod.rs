@@ -19,6 +19,7 @@ use pyo3::prelude::*;
 /// Add `_tensor_metadata_size`, `_serialize_tensor` and `_deserialize_tensor`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(helpers::_tensor_metadata_size, m)?)?;
+    m.add_function(wrap_pyfunction!(helpers::_result_memory, m)?)?;
     m.add_function(wrap_pyfunction!(helpers::_serialize_tensor, m)?)?;
     m.add_function(wrap_pyfunction!(helpers::_deserialize_tensor, m)?)?;
     Ok(())

@@ -52,6 +52,11 @@ pub(crate) fn tensor_over<'py>(
     dtype: DType,
     shape: &[u64],
 ) -> PyResult<Bound<'py, PyAny>> {
-    let owner = export_object(py, PooledMemory { block })?;
+    let owner = memory_object(py, block)?;
     tensor_over_buffer(&owner, dtype, shape)
+}
+
+/// `block` as a Python object exporting its bytes (the object owns it).
+pub(crate) fn memory_object(py: Python<'_>, block: ResultBlock) -> PyResult<Bound<'_, PyAny>> {
+    export_object(py, PooledMemory { block })
 }
