@@ -72,6 +72,15 @@ impl Prefault {
 /// of the segment's chunk record.
 const COMMIT_STEP: u64 = 64 * MAP_CHUNK;
 
+/// Bytes one `MADV_POPULATE_WRITE` call of the committer covers (about
+/// 30 µs of page allocation on the reference VM). The committer yields the
+/// core after every call: a thread that spins by yielding (waiting for a
+/// reply) may have handed the core to the committer, and would otherwise
+/// get it back only at the next scheduler tick (milliseconds); the call
+/// also holds the process's memory-map lock for reading, which an `mmap` or
+/// `munmap` of another thread waits for.
+const COMMIT_CALL: u64 = MAP_CHUNK;
+
 /// Steps between two checks of the machine's available memory.
 const MEMORY_CHECK_STEPS: usize = 16;
 
@@ -119,18 +128,24 @@ fn commit_steps(seg: std::sync::Weak<Segment>) {
         }
         let start = word as u64 * COMMIT_STEP;
         let len = COMMIT_STEP.min(s.size() - start);
-        // SAFETY: `start..start+len` lies in the segment's mapping, which
-        // `s` keeps alive; `start` is page-aligned (a multiple of the
-        // chunk size). The advice changes no byte of the range.
-        let r = unsafe {
-            libc::madvise(
-                s.base().add(start as usize).cast(),
-                len as usize,
-                libc::MADV_POPULATE_WRITE,
-            )
-        };
-        if r != 0 {
-            return;
+        let mut at = start;
+        while at < start + len {
+            let n = COMMIT_CALL.min(start + len - at);
+            // SAFETY: `at..at+n` lies in the segment's mapping, which `s`
+            // keeps alive; `at` is page-aligned (a multiple of the chunk
+            // size). The advice changes no byte of the range.
+            let r = unsafe {
+                libc::madvise(
+                    s.base().add(at as usize).cast(),
+                    n as usize,
+                    libc::MADV_POPULATE_WRITE,
+                )
+            };
+            if r != 0 {
+                return;
+            }
+            at += n;
+            std::thread::yield_now();
         }
         let chunks = len.div_ceil(MAP_CHUNK);
         let mask = if chunks >= 64 {
