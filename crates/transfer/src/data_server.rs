@@ -357,6 +357,7 @@ fn serve_conn(sock: &Arc<TcpStream>, sh: &Shared, _permit: ConnPermit) -> io::Re
             continue;
         }
         let h = RequestHeader::read_from(&mut rd)?;
+        crate::segment::note_use();
         let seg = match &sh.segment {
             Some(seg) if seg.uuid() == h.uuid => seg,
             _ => {

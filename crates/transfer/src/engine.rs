@@ -185,6 +185,7 @@ impl TransferEngine {
     /// # Safety
     /// Every `op.local_ptr..+len` must be writable.
     pub unsafe fn read(&self, seg: &SegmentRef, ops: &[Op], stores: Stores) -> Result<Path> {
+        crate::segment::note_use();
         if let Some((mem, path)) = self.memory_for(seg)? {
             for o in ops {
                 if !mem.check_range(o.seg_offset, o.len) {
@@ -220,6 +221,7 @@ impl TransferEngine {
     /// # Safety
     /// Every `op.local_ptr..+len` must be readable.
     pub unsafe fn write(&self, seg: &SegmentRef, ops: &[Op], stores: Stores) -> Result<Path> {
+        crate::segment::note_use();
         if let Some((mem, path)) = self.memory_for(seg)? {
             if ops.iter().any(|o| !mem.check_range(o.seg_offset, o.len)) {
                 return Err(Error::new(

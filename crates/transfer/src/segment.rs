@@ -81,6 +81,36 @@ const COMMIT_STEP: u64 = 64 * MAP_CHUNK;
 /// `munmap` of another thread waits for.
 const COMMIT_CALL: u64 = MAP_CHUNK;
 
+/// How long this process must have moved no store data before a background
+/// committer goes on: page allocation competes with the copies of
+/// latency-sensitive requests for memory bandwidth and cores, so it waits
+/// for a pause in traffic.
+const QUIET_NS: u64 = 20_000_000;
+
+/// When this process last moved store data (a transfer of this process's
+/// engine, or a request its data server took), on [`fresh_gate::now_ns`]'s
+/// clock; 0 before the first.
+static LAST_USE_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Record that this process is moving store data now (background
+/// committers pause until [`QUIET_NS`] have passed without such a call).
+pub(crate) fn note_use() {
+    LAST_USE_NS.store(fresh_gate::now_ns().max(1), Ordering::Relaxed);
+}
+
+/// Wait until this process has moved no store data for [`QUIET_NS`];
+/// returns at once when it has not moved any in that time.
+fn wait_for_quiet() {
+    loop {
+        let last = LAST_USE_NS.load(Ordering::Relaxed);
+        let idle = fresh_gate::now_ns().saturating_sub(last);
+        if last == 0 || idle >= QUIET_NS {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_nanos(QUIET_NS - idle));
+    }
+}
+
 /// Steps between two checks of the machine's available memory.
 const MEMORY_CHECK_STEPS: usize = 16;
 
@@ -103,7 +133,8 @@ fn memory_to_spare() -> bool {
 }
 
 /// The body of the background committer of one segment: lower the
-/// thread to idle priority, then commit each step of the segment not yet
+/// thread to idle priority, then, whenever this process has moved no store
+/// data for [`QUIET_NS`], commit each step of the segment not yet
 /// mapped whole with `MADV_POPULATE_WRITE` (which allocates missing pages
 /// and maps present ones without changing any byte, so it is safe beside
 /// writers), marking its chunks mapped. Stops when the segment is dropped,
@@ -130,6 +161,7 @@ fn commit_steps(seg: std::sync::Weak<Segment>) {
         let len = COMMIT_STEP.min(s.size() - start);
         let mut at = start;
         while at < start + len {
+            wait_for_quiet();
             let n = COMMIT_CALL.min(start + len - at);
             // SAFETY: `at..at+n` lies in the segment's mapping, which `s`
             // keeps alive; `at` is page-aligned (a multiple of the chunk
@@ -322,7 +354,9 @@ impl Segment {
     }
 
     /// Start committing the segment's pages on a thread of its own, at idle
-    /// priority (it runs only when a core has nothing else to do), from the
+    /// priority (it runs only when a core has nothing else to do) and only
+    /// while this process is not moving store data (it pauses from any
+    /// transfer or served request until 20 ms have passed without one), from the
     /// lowest address up, which is where an empty segment's allocator places
     /// objects first. Parts already mapped whole are skipped; the thread
     /// stops when the segment is dropped or while less than a quarter of
@@ -710,6 +744,18 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "segment still alive");
             std::thread::yield_now();
         }
+    }
+
+    #[test]
+    fn committers_wait_for_a_pause_in_store_traffic() {
+        note_use();
+        let t = std::time::Instant::now();
+        wait_for_quiet();
+        assert!(t.elapsed() >= std::time::Duration::from_nanos(QUIET_NS * 9 / 10));
+        // Quiet now: no wait.
+        let t = std::time::Instant::now();
+        wait_for_quiet();
+        assert!(t.elapsed() < std::time::Duration::from_nanos(QUIET_NS));
     }
 
     #[test]
