@@ -679,16 +679,20 @@ mod tests {
         assert!(local_segment(s.uuid()).is_none());
     }
 
+    /// Whether every page of `s` is in memory (`mincore`).
+    fn every_page_resident(s: &Segment) -> bool {
+        let len = s.size() as usize;
+        let mut resident = vec![0u8; len.div_ceil(page_size())];
+        // SAFETY: the mapping is `len` bytes; one status byte per page.
+        let r = unsafe { libc::mincore(s.base().cast(), len, resident.as_mut_ptr()) };
+        r == 0 && resident.iter().all(|&v| v & 1 == 1)
+    }
+
     #[test]
     fn prefault_commits_every_page() {
         let len: usize = (3 << 20) + 4096 * 5;
         let s = Segment::create_with(len as u64, Prefault::Setup).unwrap();
-        let page = page_size();
-        let mut resident = vec![0u8; len.div_ceil(page)];
-        // SAFETY: the mapping is `len` bytes; one status byte per page.
-        let r = unsafe { libc::mincore(s.base().cast(), len, resident.as_mut_ptr()) };
-        assert_eq!(r, 0);
-        assert!(resident.iter().all(|&v| v & 1 == 1));
+        assert!(every_page_resident(&s));
         // SAFETY: the mapping is `len` bytes and nobody writes it meanwhile.
         let mem = unsafe { std::slice::from_raw_parts(s.base(), len) };
         assert!(mem.iter().all(|&b| b == 0));
@@ -726,12 +730,7 @@ mod tests {
             );
             std::thread::yield_now();
         }
-        let page = page_size();
-        let mut resident = vec![0u8; len.div_ceil(page)];
-        // SAFETY: the mapping is `len` bytes; one status byte per page.
-        let r = unsafe { libc::mincore(s.base().cast(), len, resident.as_mut_ptr()) };
-        assert_eq!(r, 0);
-        assert!(resident.iter().all(|&v| v & 1 == 1));
+        assert!(every_page_resident(&s));
         // SAFETY: the mapping is `len` bytes and nobody writes it now.
         let mem = unsafe { std::slice::from_raw_parts(s.base(), len) };
         assert!(mem == &src[..]);
