@@ -68,19 +68,6 @@ impl Prefault {
     }
 }
 
-/// Bytes the background committer commits per step: the chunks of one word
-/// of the segment's chunk record.
-const COMMIT_STEP: u64 = 64 * MAP_CHUNK;
-
-/// Bytes one `MADV_POPULATE_WRITE` call of the committer covers (about
-/// 30 µs of page allocation on the reference VM). The committer yields the
-/// core after every call: a thread that spins by yielding (waiting for a
-/// reply) may have handed the core to the committer, and would otherwise
-/// get it back only at the next scheduler tick (milliseconds); the call
-/// also holds the process's memory-map lock for reading, which an `mmap` or
-/// `munmap` of another thread waits for.
-const COMMIT_CALL: u64 = MAP_CHUNK;
-
 /// How long this process must have moved no store data before a background
 /// committer goes on: page allocation competes with the copies of
 /// latency-sensitive requests for memory bandwidth and cores, so it waits
@@ -111,8 +98,9 @@ fn wait_for_quiet() {
     }
 }
 
-/// Steps between two checks of the machine's available memory.
-const MEMORY_CHECK_STEPS: usize = 16;
+/// Chunks the background committer commits between two checks of the
+/// machine's available memory (64 MiB).
+const MEMORY_CHECK_CHUNKS: u64 = 1024;
 
 /// Whether the machine has memory to spare for committing more of a
 /// segment ahead of its writes: more than a quarter of its memory still
@@ -134,58 +122,56 @@ fn memory_to_spare() -> bool {
 
 /// The body of the background committer of one segment: lower the
 /// thread to idle priority, then, whenever this process has moved no store
-/// data for [`QUIET_NS`], commit each step of the segment not yet
-/// mapped whole with `MADV_POPULATE_WRITE` (which allocates missing pages
-/// and maps present ones without changing any byte, so it is safe beside
-/// writers), marking its chunks mapped. Stops when the segment is dropped,
-/// when the machine's memory runs low, or when the kernel refuses the
-/// advice (before 5.14: the segment then stays lazy).
+/// data for [`QUIET_NS`], commit each [`MAP_CHUNK`] of the segment not yet
+/// mapped whole with one `MADV_POPULATE_WRITE` call (which allocates missing
+/// pages and maps present ones without changing any byte, so it is safe
+/// beside writers; about 30 µs of page allocation on the reference VM),
+/// marking the chunk mapped. Stops when the segment is dropped, when the
+/// machine's memory runs low, or when the kernel refuses the advice (before
+/// 5.14: the segment then stays lazy).
+///
+/// The thread yields the core after every call: a thread that spins by
+/// yielding (waiting for a reply) may have handed the core to the
+/// committer, and would otherwise get it back only at the next scheduler
+/// tick (milliseconds). One call per chunk also bounds how long the
+/// process's memory-map lock is held for reading, which an `mmap` or
+/// `munmap` of another thread waits for.
 fn commit_steps(seg: std::sync::Weak<Segment>) {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sets the calling thread's scheduling policy; `param` is a
     // valid, initialised struct.
     unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-    let words = match seg.upgrade() {
-        Some(s) => s.mapped.len(),
+    let chunks = match seg.upgrade() {
+        Some(s) => s.size().div_ceil(MAP_CHUNK),
         None => return,
     };
-    for word in 0..words {
-        if word % MEMORY_CHECK_STEPS == 0 && !memory_to_spare() {
+    for chunk in 0..chunks {
+        if chunk % MEMORY_CHECK_CHUNKS == 0 && !memory_to_spare() {
             return;
         }
         let Some(s) = seg.upgrade() else { return };
-        if s.mapped[word].load(Ordering::Relaxed) == u64::MAX {
+        if s.chunk_mapped(chunk) {
             continue;
         }
-        let start = word as u64 * COMMIT_STEP;
-        let len = COMMIT_STEP.min(s.size() - start);
-        let mut at = start;
-        while at < start + len {
-            wait_for_quiet();
-            let n = COMMIT_CALL.min(start + len - at);
-            // SAFETY: `at..at+n` lies in the segment's mapping, which `s`
-            // keeps alive; `at` is page-aligned (a multiple of the chunk
-            // size). The advice changes no byte of the range.
-            let r = unsafe {
-                libc::madvise(
-                    s.base().add(at as usize).cast(),
-                    n as usize,
-                    libc::MADV_POPULATE_WRITE,
-                )
-            };
-            if r != 0 {
-                return;
-            }
-            at += n;
-            std::thread::yield_now();
-        }
-        let chunks = len.div_ceil(MAP_CHUNK);
-        let mask = if chunks >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << chunks) - 1
+        wait_for_quiet();
+        let at = chunk * MAP_CHUNK;
+        let n = MAP_CHUNK.min(s.size() - at);
+        // SAFETY: `at..at+n` lies in the segment's mapping, which `s` keeps
+        // alive; `at` is page-aligned (a multiple of the chunk size). The
+        // advice changes no byte of the range.
+        let r = unsafe {
+            libc::madvise(
+                s.base().add(at as usize).cast(),
+                n as usize,
+                libc::MADV_POPULATE_WRITE,
+            )
         };
-        s.mapped[word].fetch_or(mask, Ordering::Relaxed);
+        if r != 0 {
+            return;
+        }
+        s.mark_mapped(chunk);
+        drop(s);
+        std::thread::yield_now();
     }
 }
 
@@ -707,8 +693,9 @@ mod tests {
 
     #[test]
     fn background_commit_maps_every_chunk_and_keeps_concurrent_writes() {
-        // An odd size: the last step and the last chunk are partial.
-        let len = (3 * COMMIT_STEP + 5 * MAP_CHUNK + 4096) as usize;
+        // An odd size: the last word of the chunk record and the last
+        // chunk are partial.
+        let len = ((3 * 64 + 5) * MAP_CHUNK + 4096) as usize;
         let s = Segment::create_with(len as u64, Prefault::Background).unwrap();
         // Writes while the committer runs are kept: the advice changes no
         // byte, whether it reaches a page before or after the write.
