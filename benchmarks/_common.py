@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -221,6 +221,15 @@ def add_rounds(ap: argparse.ArgumentParser, default: int) -> None:
         help=f"rounds with the sides alternating which runs first (default {default}); "
         "median per row",
     )
+
+
+def alternating(names: Sequence[str], rounds: int) -> Iterator[tuple[int, str]]:
+    """``(round, name)`` for ``rounds`` rounds over ``names``, the order
+    reversed in every second round: the side that runs first takes whatever
+    state the machine was left in, so each side gets both positions."""
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else list(reversed(names)):
+            yield r, name
 
 
 def add_side_args(ap: argparse.ArgumentParser, *options: str, switch: str | None = None) -> None:

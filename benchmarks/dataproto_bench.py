@@ -55,6 +55,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
 from _common import (
     add_rounds,
+    alternating,
     comparison_parser,
     find_sides,
     import_torch,
@@ -422,11 +423,11 @@ def main() -> int:
     if args.side:
         return side_main(args)
     missing = {"ours": "no master", "upstream": "no upstream venv"}
-    sides = list(find_sides(args.only, args.upstream_python).items())
-    rounds: dict[str, list[Any]] = {name: [] for name, _ in sides}
-    for r in range(args.rounds):
-        for name, (python, master) in sides if r % 2 == 0 else sides[::-1]:
-            rounds[name].append(run_side(name, python, master, args) if master else missing[name])
+    sides = find_sides(args.only, args.upstream_python)
+    rounds: dict[str, list[Any]] = {name: [] for name in sides}
+    for _, name in alternating(list(sides), args.rounds):
+        python, master = sides[name]
+        rounds[name].append(run_side(name, python, master, args) if master else missing[name])
     results = {name: median_of_rounds(runs) for name, runs in rounds.items()}
     if args.rounds > 1:
         print(f"\n(median over {args.rounds} rounds, the sides alternating which runs first)")

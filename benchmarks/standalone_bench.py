@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import UPSTREAM_VENV, free_port, master_argv, port_open, write_json
+from _common import UPSTREAM_VENV, alternating, free_port, master_argv, port_open, write_json
 
 KiB, MiB = 1 << 10, 1 << 20
 PAGES = 64
@@ -260,10 +260,8 @@ def main() -> int:
         return 0
     sides = ["upstream-dummy", "ours-dummy", "ours-inproc"]
     runs: dict[str, list[dict[str, float]]] = {s: [] for s in sides}
-    for r in range(args.rounds):
-        order = sides if r % 2 == 0 else list(reversed(sides))
-        for s in order:
-            runs[s].append(run_side(s, args.passes))
+    for _, s in alternating(sides, args.rounds):
+        runs[s].append(run_side(s, args.passes))
     fig = {s: {k: statistics.median(run[k] for run in runs[s]) for k in runs[s][0]} for s in sides}
     up, ours, inproc = fig["upstream-dummy"], fig["ours-dummy"], fig["ours-inproc"]
     print(

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     MachineLoad,
     add_rounds,
+    alternating,
     comparison_parser,
     env_overrides,
     find_ours_master,
@@ -472,20 +473,18 @@ def compare(script: Path, args: argparse.Namespace) -> int:
     failures: dict[str, str] = {}
     loads: list[str] = []
     t0 = time.monotonic()
-    for rnd in range(rounds):
-        order = list(sides) if rnd % 2 == 0 else list(reversed(sides))
-        for name in order:
-            python, master, missing = sides[name]
-            if master is None:
-                failures[name] = missing
-                continue
-            load = MachineLoad()
-            got = run_side(name, python, master, args.quick, script)
-            loads.append(f"# machine while {name} ran (round {rnd + 1}): {load.summary()}")
-            if isinstance(got, str):
-                failures[name] = got
-            else:
-                runs[name].append(got)
+    for rnd, name in alternating(list(sides), rounds):
+        python, master, missing = sides[name]
+        if master is None:
+            failures[name] = missing
+            continue
+        load = MachineLoad()
+        got = run_side(name, python, master, args.quick, script)
+        loads.append(f"# machine while {name} ran (round {rnd + 1}): {load.summary()}")
+        if isinstance(got, str):
+            failures[name] = got
+        else:
+            runs[name].append(got)
     results: dict[str, list[dict[str, Any]] | str] = {}
     for name in sides:
         results[name] = merge_rounds(runs[name]) if runs[name] else failures[name]
