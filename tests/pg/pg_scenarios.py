@@ -1208,7 +1208,9 @@ def drop_link(rank: int, world: int, port: int) -> None:
         stats = _testing.fault_stats()
         _testing.clear_faults()
         assert stats == {"drop_link@group=0,seq=1,slot=1": 1}, stats
-    # Data the peer had already queued may still be used: the result matches
+    # Data the peer had already queued may still be used, and the drop may
+    # reach rank 1 before it submits this collective (a dropped member's
+    # first collective after the drop flags its peers): the result matches
     # the hint either way.
     peer = 1 - rank
     hint = mpg.get_failed_ranks_hint(w)

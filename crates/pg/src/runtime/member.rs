@@ -346,7 +346,8 @@ impl GroupSink for Shared {
         {
             // Collectives submitted before the fence but not yet run lose
             // every peer of the view they were submitted under: they run
-            // local-only and flag those peers in their hints.
+            // local-only and flag those peers in their hints. So does the
+            // first collective submitted after it (`FencedBefore`).
             let _q = self.queue.lock();
             let mut views = self.views.lock();
             let before = std::mem::replace(

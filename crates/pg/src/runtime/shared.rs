@@ -51,9 +51,12 @@ pub(crate) struct View {
     pub(crate) mask: u64,
 }
 
-/// What a member dropped for failure owes the collectives submitted before
-/// the drop: those with `seq < next_seq` ran under `views`, so the peers
-/// those views held are missing from their results.
+/// What a member dropped for failure owes its collectives: those with
+/// `seq < next_seq` were submitted under `views`, so the peers those views
+/// held are missing from their results. The first collective submitted
+/// after the drop (`seq == next_seq`) flags the peers of the last view: a
+/// dropped member marks all its peers failed once, even when the drop
+/// arrived between two collectives, so every result matches its hint.
 #[derive(Debug)]
 pub(crate) struct FencedBefore {
     /// First collective submitted after the drop.
@@ -63,10 +66,11 @@ pub(crate) struct FencedBefore {
 }
 
 impl FencedBefore {
-    /// Peers of the view collective `seq` was submitted under, or none when
-    /// it was submitted after the drop.
+    /// Peers of the view collective `seq` was submitted under; for the first
+    /// collective submitted after the drop, the peers of the last view;
+    /// none for any later one.
     pub(crate) fn lost_peers(&self, seq: u64, me: usize) -> u64 {
-        if seq >= self.next_seq {
+        if seq > self.next_seq {
             return 0;
         }
         self.views
@@ -401,7 +405,7 @@ mod tests {
     use super::{FencedBefore, View};
 
     #[test]
-    fn a_drop_flags_the_peers_of_collectives_submitted_before_it() {
+    fn a_drop_flags_the_peers_of_collectives_submitted_before_it_and_of_the_next_one() {
         let f = FencedBefore {
             next_seq: 10,
             views: vec![
@@ -420,8 +424,10 @@ mod tests {
         assert_eq!(f.lost_peers(4, 1), 0b0101);
         assert_eq!(f.lost_peers(5, 1), 0b1101);
         assert_eq!(f.lost_peers(9, 1), 0b1101);
-        // Submitted after the drop: local-only by design, nothing lost.
-        assert_eq!(f.lost_peers(10, 1), 0);
+        // The first collective submitted after the drop flags the peers
+        // of the last view once; later ones run local-only with none lost.
+        assert_eq!(f.lost_peers(10, 1), 0b1101);
         assert_eq!(f.lost_peers(11, 1), 0);
+        assert_eq!(f.lost_peers(12, 1), 0);
     }
 }
