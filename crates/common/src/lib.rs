@@ -6,6 +6,7 @@
 //! the cache, the gflags-compatible command line of our binaries, and small
 //! parsing helpers.
 
+pub mod alloc;
 pub mod auth;
 pub mod binary;
 pub mod error;

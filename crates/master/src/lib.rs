@@ -8,6 +8,7 @@ pub mod admin;
 pub mod allocator;
 pub mod clock;
 pub mod config;
+mod conn_read;
 mod durable;
 pub mod embedded;
 pub mod error;

@@ -557,12 +557,20 @@ impl MasterState {
         let mut out = Vec::with_capacity(keys.len());
         let mut at = Vec::with_capacity(if ticket != 0 { keys.len() } else { 0 });
         let mut any = false;
-        for (i, k) in keys.iter().enumerate() {
-            let found = g.objects.get_full_mut(k.as_str());
+        // Every key is looked up first, in a loop of lookups alone: their
+        // cache misses (the index's table, the entry, the key's bytes) do
+        // not depend on each other, so the processor overlaps them across
+        // keys; the pass below then finds each entry in cache.
+        let found_at: Vec<Option<usize>> = keys
+            .iter()
+            .map(|k| g.objects.get_index_of(k.as_str()))
+            .collect();
+        for (i, (k, pos)) in keys.iter().zip(found_at).enumerate() {
+            let found = pos.and_then(|p| g.objects.get_index_mut(p).map(|(_, o)| (p, o)));
             if ticket != 0 {
                 at.push(found.as_ref().map_or(usize::MAX, |f| f.0));
             }
-            let info = match found.map(|f| f.2) {
+            let info = match found.map(|f| f.1) {
                 None => Err(ErrorCode::ObjectNotFound),
                 Some(o) if o.status != ObjStatus::Complete => {
                     let young = o

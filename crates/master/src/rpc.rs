@@ -19,13 +19,14 @@
 //! connection never outlives its term. A `LedgerStream` request turns the
 //! connection into the owner's ledger stream of its segment.
 
+use crate::conn_read::ConnReader;
 use crate::gate::Gate;
+use crate::memory;
 use crate::recovery::Remount;
 use crate::state::MasterState;
 use mooncake_common::framing::{self, server_handshake, Service, MAX_REQUEST_FRAME};
 use mooncake_common::limits::{AcceptBackoff, ConnPermit, ConnTracker};
 use mooncake_common::proto::{MasterRequest, MasterResponse, RequestFrame};
-use mooncake_common::spin_read::SpinReader;
 use mooncake_common::ErrorCode;
 use std::io::{self, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -109,9 +110,15 @@ fn handle_conn(
     sock.set_read_timeout(Some(hs))?;
     sock.set_write_timeout(Some(hs))?;
     server_handshake(&mut sock, Service::Master, gate.config().auth.as_ref())?;
-    sock.set_read_timeout(idle)?;
+    sock.set_read_timeout(None)?;
     sock.set_write_timeout(None)?;
-    let mut rd = BufReader::with_capacity(64 << 10, SpinReader::new(sock.try_clone()?));
+    let reader = ConnReader::new(
+        sock.try_clone()?,
+        idle,
+        memory::IDLE_COLLECT_TICK,
+        memory::collect_if_freed,
+    );
+    let mut rd = BufReader::with_capacity(64 << 10, reader);
     let mut conn_epoch: Option<u64> = None;
     loop {
         let body = match framing::read_frame(&mut rd, MAX_REQUEST_FRAME) {
@@ -160,6 +167,7 @@ fn handle_conn(
             resp = MasterResponse::Err(ErrorCode::UnavailableInCurrentStatus);
         }
         sock.write_all(&framing::encode_frame(&resp)?)?;
+        memory::collect_if_freed();
     }
 }
 
@@ -204,9 +212,9 @@ impl<R> Write for Duplex<'_, R> {
 }
 
 /// Serve the owner's ledger stream of `segment` on this connection.
-fn serve_ledger<R: Read>(
+fn serve_ledger(
     mut sock: TcpStream,
-    mut rd: R,
+    mut rd: BufReader<ConnReader>,
     state: &Arc<MasterState>,
     client_id: &str,
     segment: &str,
@@ -217,7 +225,7 @@ fn serve_ledger<R: Read>(
         return Ok(());
     };
     sock.write_all(&framing::encode_frame(&MasterResponse::Ok)?)?;
-    sock.set_read_timeout(Some(LEDGER_ACK_READ_TIMEOUT))?;
+    rd.get_mut().set_timeout(Some(LEDGER_ACK_READ_TIMEOUT));
     let mut duplex = Duplex {
         rd: &mut rd,
         wr: &mut sock,

@@ -18,6 +18,11 @@
 
 use pyo3::prelude::*;
 
+/// Every Rust allocation of the extension (the store client, and the master
+/// and daemons it hosts) comes from mimalloc (`mooncake_common::alloc`).
+#[global_allocator]
+static ALLOC: mooncake_common::alloc::Allocator = mooncake_common::alloc::Allocator;
+
 mod args;
 mod buffer;
 mod engine;
