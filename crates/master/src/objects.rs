@@ -112,6 +112,7 @@ impl MasterState {
             }
         }
         let now = self.clock.now();
+        let capacity = g.objects.capacity();
         let mut seen = HashSet::new();
         // Forgets of versions being rewritten in place, acked before any
         // writer gets their replicas.
@@ -245,7 +246,14 @@ impl MasterState {
                 version,
             });
         }
+        let grew = g.objects.capacity() != capacity;
         drop(g);
+        if grew {
+            // The index moved to a larger table and freed the old one: give
+            // that memory back now rather than when the allocator next
+            // looks (the old table may belong to another thread's heap).
+            crate::memory::return_free_memory();
+        }
         self.await_owners(&rewrite_waits);
         out
     }
