@@ -5,6 +5,7 @@ project vs the upstream wheel, in one run.
     python benchmarks/scale_bench.py                   # 10k, 100k, 1M objects (~6 min)
     python benchmarks/scale_bench.py --counts 10000,100000
     python benchmarks/scale_bench.py --counts 10000000 --only ours   # 10M (needs ~12 GiB)
+    python benchmarks/scale_bench.py --rounds 3        # median of 3 rounds per side
 
 For each object count N, each side starts a fresh master and one client that
 lends a segment big enough for N objects of 1 KiB, and then:
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -30,11 +32,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
+    alternating,
     comparison_parser,
     find_sides,
     print_failures,
     print_footer,
-    run_sides,
+    run_noted,
     side_rows,
     start_master,
     write_json,
@@ -204,20 +207,52 @@ def print_table(res: dict[str, Any]) -> None:
         )
 
 
+def median_rows(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Each count's figures, the median over the rounds' rows for it."""
+    return [
+        {k: statistics.median(run[i][k] for run in runs) for k in runs[0][i]}
+        for i in range(len(runs[0]))
+    ]
+
+
 def main() -> int:
     ap = comparison_parser(__doc__)
     ap.add_argument("--counts", default="10000,100000,1000000")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="rounds, the sides alternating which runs first; each figure is the median",
+    )
     args = ap.parse_args()
     if args.side:
         return side_main(args)
     sides = find_sides(args.only, args.upstream_python)
     res: dict[str, Any] = {}
+    runs: dict[str, list[list[dict[str, Any]]]] = {}
     loads: list[str] = []
     t0 = time.monotonic()
-    run_sides(
-        sides, lambda name, python, master: run_side(name, python, master, args.counts), res, loads
-    )
+    for r, name in alternating(list(sides), args.rounds):
+        python, master = sides[name]
+        if master is None:
+            res[name] = "master not found"
+            continue
+        label = f"{name} (round {r + 1})" if args.rounds > 1 else name
+        one: dict[str, Any] = {}
+        run_noted(label, lambda: run_side(name, python, master, args.counts), one, loads)  # noqa: B023 - called at once
+        rows = one[label]
+        if isinstance(rows, str):
+            res[name] = rows
+        else:
+            runs.setdefault(name, []).append(rows)
+    for name, got in runs.items():
+        if not isinstance(res.get(name), str):
+            res[name] = median_rows(got)
     print_table(res)
+    if args.rounds > 1:
+        print(
+            f"# {args.rounds} rounds, sides alternating which runs first; each figure is the median"
+        )
     print_footer(t0, loads=loads)
     write_json(args.json, res)
     return 0
