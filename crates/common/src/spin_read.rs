@@ -36,6 +36,30 @@ fn spin_pause() {
     std::thread::yield_now();
 }
 
+/// Read at least one byte into `buf` if some arrive within `spin`, polling
+/// with non-blocking `recv` (at least once). `None`: nothing arrived.
+/// `Some(0)` means the peer closed.
+pub fn recv_spin(
+    sock: RawFd,
+    buf: &mut [u8],
+    spin: std::time::Duration,
+) -> io::Result<Option<usize>> {
+    let deadline = std::time::Instant::now() + spin;
+    loop {
+        match recv(sock, buf, MsgFlags::MSG_DONTWAIT) {
+            Ok(n) => return Ok(Some(n)),
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EAGAIN) => {
+                if std::time::Instant::now() >= deadline {
+                    return Ok(None);
+                }
+                spin_pause();
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// Read at least one byte into `buf`: poll with non-blocking `recv` for up
 /// to `spin`, then fall back to a blocking `recv` (which honours the socket's
 /// read timeout). Returns the byte count; 0 means the peer closed.
@@ -47,19 +71,13 @@ pub fn recv_spin_then_block(
     if buf.is_empty() {
         return Ok(0);
     }
-    let deadline = std::time::Instant::now() + spin;
-    let mut flags = MsgFlags::MSG_DONTWAIT;
+    if let Some(n) = recv_spin(sock, buf, spin)? {
+        return Ok(n);
+    }
     loop {
-        match recv(sock, buf, flags) {
+        match recv(sock, buf, MsgFlags::empty()) {
             Ok(n) => return Ok(n),
             Err(Errno::EINTR) => continue,
-            Err(Errno::EAGAIN) if !flags.is_empty() => {
-                if std::time::Instant::now() >= deadline {
-                    flags = MsgFlags::empty();
-                } else {
-                    spin_pause();
-                }
-            }
             Err(e) => return Err(e.into()),
         }
     }

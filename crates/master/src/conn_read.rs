@@ -11,8 +11,7 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
-use nix::sys::socket::{recv, MsgFlags};
+use mooncake_common::spin_read::recv_spin;
 
 /// Reads a connection's socket; see the module documentation.
 pub(crate) struct ConnReader {
@@ -74,21 +73,15 @@ impl Read for ConnReader {
             return Ok(0);
         }
         let fd = self.sock.as_raw_fd();
-        let start = Instant::now();
-        let spin_until = start + self.spin;
-        let deadline = self.timeout.map(|t| start + t);
+        let deadline = self.timeout.map(|t| Instant::now() + t);
+        let mut spin = self.spin;
         loop {
-            match recv(fd, buf, MsgFlags::MSG_DONTWAIT) {
-                Ok(n) => return Ok(n),
-                Err(Errno::EINTR) => continue,
-                Err(Errno::EAGAIN) => {}
-                Err(e) => return Err(e.into()),
+            if let Some(n) = recv_spin(fd, buf, spin)? {
+                return Ok(n);
             }
+            // After a wait, one non-blocking look is enough.
+            spin = Duration::ZERO;
             let now = Instant::now();
-            if now < spin_until {
-                std::thread::yield_now();
-                continue;
-            }
             let mut wait = self.tick;
             if let Some(d) = deadline {
                 let left = d.saturating_duration_since(now);
