@@ -232,6 +232,26 @@ def alternating(names: Sequence[str], rounds: int) -> Iterator[tuple[int, str]]:
             yield r, name
 
 
+def run_rounds(
+    names: Sequence[str], rounds: int, run: Callable[[str], Any], loads: list[str]
+) -> tuple[dict[str, list[Any]], dict[str, str]]:
+    """``run(name)`` for each side, ``rounds`` times in :func:`alternating`
+    order, noting the machine's load while each ran in ``loads``. Returns each
+    side's results, one per round it succeeded in, and the last reason each
+    side failed (a ``run`` that returns a string failed)."""
+    runs: dict[str, list[Any]] = {name: [] for name in names}
+    failures: dict[str, str] = {}
+    for rnd, name in alternating(names, rounds):
+        load = MachineLoad()
+        got = run(name)
+        loads.append(f"# machine while {name} ran (round {rnd + 1}): {load.summary()}")
+        if isinstance(got, str):
+            failures[name] = got
+        else:
+            runs[name].append(got)
+    return runs, failures
+
+
 def add_side_args(ap: argparse.ArgumentParser, *options: str, switch: str | None = None) -> None:
     """The hidden options of a script's internal modes: ``--side`` and ``--master-bin``
     (what ``side_rows`` passes), then ``options`` (each takes a value) and ``switch``

@@ -32,12 +32,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
-    alternating,
     comparison_parser,
     find_sides,
     print_failures,
     print_footer,
-    run_noted,
+    run_rounds,
     side_rows,
     start_master,
     write_json,
@@ -210,7 +209,10 @@ def print_table(res: dict[str, Any]) -> None:
 def median_rows(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Each count's figures, the median over the rounds' rows for it."""
     return [
-        {k: statistics.median(run[i][k] for run in runs) for k in runs[0][i]}
+        {
+            k: v if k == "n" else statistics.median(run[i][k] for run in runs)
+            for k, v in runs[0][i].items()
+        }
         for i in range(len(runs[0]))
     ]
 
@@ -229,25 +231,20 @@ def main() -> int:
         return side_main(args)
     sides = find_sides(args.only, args.upstream_python)
     res: dict[str, Any] = {}
-    runs: dict[str, list[list[dict[str, Any]]]] = {}
     loads: list[str] = []
     t0 = time.monotonic()
-    for r, name in alternating(list(sides), args.rounds):
-        python, master = sides[name]
-        if master is None:
-            res[name] = "master not found"
-            continue
-        label = f"{name} (round {r + 1})" if args.rounds > 1 else name
-        one: dict[str, Any] = {}
-        run_noted(label, lambda: run_side(name, python, master, args.counts), one, loads)  # noqa: B023 - called at once
-        rows = one[label]
-        if isinstance(rows, str):
-            res[name] = rows
+    found = {name: (python, master) for name, (python, master) in sides.items() if master}
+    runs, failures = run_rounds(
+        list(found),
+        args.rounds,
+        lambda name: run_side(name, found[name][0], found[name][1], args.counts),
+        loads,
+    )
+    for name in sides:
+        if runs.get(name):
+            res[name] = median_rows(runs[name])
         else:
-            runs.setdefault(name, []).append(rows)
-    for name, got in runs.items():
-        if not isinstance(res.get(name), str):
-            res[name] = median_rows(got)
+            res[name] = failures.get(name, "master not found")
     print_table(res)
     if args.rounds > 1:
         print(

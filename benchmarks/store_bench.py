@@ -37,9 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
-    MachineLoad,
     add_rounds,
-    alternating,
     comparison_parser,
     env_overrides,
     find_ours_master,
@@ -47,6 +45,7 @@ from _common import (
     print_footer,
     print_table_head,
     rows_by_key,
+    run_rounds,
     running_master,
     side_rows,
     write_json,
@@ -469,22 +468,19 @@ def compare(script: Path, args: argparse.Namespace) -> int:
             f"upstream venv not found at {up_py} (run benchmarks/upstream_env.sh)",
         )
     rounds = max(1, getattr(args, "rounds", 1))
-    runs: dict[str, list[list[dict[str, Any]]]] = {name: [] for name in sides}
-    failures: dict[str, str] = {}
     loads: list[str] = []
     t0 = time.monotonic()
-    for rnd, name in alternating(list(sides), rounds):
-        python, master, missing = sides[name]
+    found = {name: (python, master) for name, (python, master, _) in sides.items() if master}
+    runs, failures = run_rounds(
+        list(found),
+        rounds,
+        lambda name: run_side(name, found[name][0], found[name][1], args.quick, script),
+        loads,
+    )
+    for name, (_, master, missing) in sides.items():
         if master is None:
+            runs[name] = []
             failures[name] = missing
-            continue
-        load = MachineLoad()
-        got = run_side(name, python, master, args.quick, script)
-        loads.append(f"# machine while {name} ran (round {rnd + 1}): {load.summary()}")
-        if isinstance(got, str):
-            failures[name] = got
-        else:
-            runs[name].append(got)
     results: dict[str, list[dict[str, Any]] | str] = {}
     for name in sides:
         results[name] = merge_rounds(runs[name]) if runs[name] else failures[name]
