@@ -64,6 +64,11 @@ pub struct MasterConfig {
     /// How long such an upsert waits before it fails with
     /// OBJECT_REPLICA_BUSY (ms).
     pub pending_version_wait_ms: u64,
+    /// How long a put that finds no room waits for space already on its
+    /// way back (evicted objects being copied to disk or forgotten by
+    /// their owners) before it fails with NO_AVAILABLE_HANDLE (ms; 0: it
+    /// fails at once, as a put does when nothing is on its way).
+    pub put_space_wait_ms: u64,
     /// How replicas are placed.
     pub allocation_strategy: AllocationStrategy,
     /// Delete `mooncake/ram/<segment>` when a client expires.
@@ -97,7 +102,9 @@ pub struct MasterConfig {
     /// offload is on; empty = off.
     pub root_fs_dir: String,
     /// `--global_file_segment_size`: most bytes of disk copies over all
-    /// owners; an eviction that would exceed it drops the object instead.
+    /// owners. Past it, eviction keeps objects it would move to disk (they
+    /// stay in memory, nothing is dropped) and a put that needs their space
+    /// fails with NO_AVAILABLE_HANDLE.
     pub global_file_segment_size: u64,
 }
 
@@ -126,6 +133,7 @@ impl Default for MasterConfig {
             put_start_release_timeout_sec: 600,
             max_pending_versions_per_key: 4,
             pending_version_wait_ms: 5000,
+            put_space_wait_ms: 5000,
             allocation_strategy: AllocationStrategy::Random,
             enable_metadata_cleanup_on_timeout: false,
             log_level: "warn".into(),

@@ -290,6 +290,7 @@ impl MasterState {
                 }
             }
         }
+        self.note_space_freed();
         // Remembered forgets are pruned when their key is written again;
         // acks sweep the acknowledged ones only when the map doubled since
         // its last sweep (amortised constant work per forget).

@@ -1,10 +1,22 @@
 //! Watermark eviction: evict unleased, unpinned objects oldest
 //! lease first; soft-pinned objects only when that is not enough. When the
 //! master offloads, an evicted object whose replica lives on an owner with
-//! a disk tier moves there instead of being dropped (see `offload`).
+//! a disk tier moves there instead of being dropped (see `offload`); when
+//! the disk copies are at `--global_file_segment_size` it stays in memory.
+//!
+//! Evicted space returns when the owners acknowledge (a move to disk: once
+//! the bytes are on disk), so writers can outrun it. A put that finds no
+//! room therefore evicts at once and waits, without the lock, while space
+//! is on its way back ([`MasterState::wait_for_space`]), at most
+//! `--put_space_wait_ms`; it is woken by each free. When nothing is on its
+//! way back (everything left is leased, pinned, being written, or kept for
+//! want of disk) it fails at once with NO_AVAILABLE_HANDLE, with nothing
+//! dropped.
 
-use crate::state::{lease_expired, MasterState, ObjStatus};
+use crate::offload::Offload;
+use crate::state::{flag_eviction, lease_expired, Inner, MasterState, ObjStatus};
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 impl MasterState {
     /// One eviction pass; called every 10 ms.
@@ -20,11 +32,7 @@ impl MasterState {
         // Space whose release waits only for a connected owner's ack (an
         // earlier pass's victims, possibly being copied to disk) counts as
         // free: evicting again for it would evict twice.
-        let releasing: u64 = g
-            .segments
-            .values()
-            .map(|s| s.ledger.releasing_bytes())
-            .sum();
+        let releasing = g.releasing_bytes();
         let used = used.saturating_sub(releasing);
         let ratio = used as f64 / total as f64;
         let flagged = self.need_eviction.load(Ordering::Relaxed) && er > 0.0;
@@ -68,26 +76,93 @@ impl MasterState {
         }
         let mut bytes = 0u64;
         let mut offloaded = 0u64;
+        let mut evicted = 0u64;
+        let mut kept = 0u64;
         let offload = self.cfg.offloads();
         let file_cap = self.cfg.global_file_segment_size;
         let release = std::time::Duration::from_secs(self.cfg.put_start_release_timeout_sec);
         for k in &victims {
-            if let Some(o) = g.objects.get(&**k) {
-                bytes = bytes.saturating_add(o.size.saturating_mul(o.replicas.len() as u64));
-            }
+            let held = g
+                .objects
+                .get(&**k)
+                .map_or(0, |o| o.size.saturating_mul(o.replicas.len() as u64));
             // The space returns when the owners acknowledge the forget
             // (or the move to disk).
-            if offload && g.offload_object(k, file_cap) {
-                offloaded += 1;
-                continue;
+            if offload {
+                match g.offload_object(k, file_cap) {
+                    Offload::Moved => {
+                        offloaded += 1;
+                        evicted += 1;
+                        bytes = bytes.saturating_add(held);
+                        continue;
+                    }
+                    Offload::Full | Offload::Busy => {
+                        kept += 1;
+                        continue;
+                    }
+                    Offload::NoTier => {}
+                }
             }
             let _ = g.remove_object(k, now, release);
+            evicted += 1;
+            bytes = bytes.saturating_add(held);
         }
-        if !victims.is_empty() {
+        if kept > 0 && !g.disk_full_warned {
+            g.disk_full_warned = true;
+            tracing::warn!(kept, disk_bytes = g.disk_bytes, cap = file_cap, "memory eviction keeps objects in memory: the disk copies are at --global_file_segment_size; puts that need their space fail with NO_AVAILABLE_HANDLE");
+        } else if offloaded > 0 && kept == 0 {
+            g.disk_full_warned = false;
+        }
+        if evicted > 0 {
             self.metrics.successful_evictions.inc();
-            self.metrics.evicted_key_count.inc_by(victims.len() as u64);
+            self.metrics.evicted_key_count.inc_by(evicted);
             self.metrics.evicted_size_bytes.inc_by(bytes);
-            tracing::info!(evicted = victims.len(), offloaded, bytes, "eviction pass");
+            tracing::info!(evicted, offloaded, kept, bytes, "eviction pass");
         }
+    }
+
+    /// A put found no room; `seen` is [`MasterState::space_gen`] as it read
+    /// it then, with the lock held. Run an eviction pass for it at once
+    /// (not at the next periodic one), then wait, without the lock, until
+    /// space is freed, until nothing is on its way back any more, or until
+    /// `deadline` (real time: the space comes back on other processes'
+    /// acks). Returns whether space was freed since `seen` (look again).
+    pub(crate) fn wait_for_space(&self, seen: u64, deadline: Instant) -> bool {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        flag_eviction(self);
+        self.eviction_pass();
+        // Counted once its pass queued what it evicted.
+        self.metrics.put_space_waits.inc();
+        let mut g = self.inner.lock();
+        loop {
+            if self.space_gen.load(Ordering::Acquire) != seen {
+                return true;
+            }
+            if g.releasing_bytes() == 0 {
+                return false;
+            }
+            if self.space_freed.wait_until(&mut g, deadline).timed_out() {
+                return self.space_gen.load(Ordering::Acquire) != seen;
+            }
+        }
+    }
+
+    /// Space was freed (call with `inner` held): wake the puts waiting for room.
+    pub(crate) fn note_space_freed(&self) {
+        self.space_gen.fetch_add(1, Ordering::AcqRel);
+        self.space_freed.notify_all();
+    }
+}
+
+impl Inner {
+    /// Bytes whose release waits only for a connected owner's ack (or is
+    /// being handed back to the allocator now).
+    pub(crate) fn releasing_bytes(&self) -> u64 {
+        self.segments
+            .values()
+            .map(|s| s.ledger.releasing_bytes())
+            .sum()
     }
 }

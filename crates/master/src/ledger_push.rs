@@ -31,6 +31,12 @@ const RECONNECT_GRACE: Duration = Duration::from_secs(2);
 const KEEPALIVE: Duration = Duration::from_millis(1000);
 /// Largest batch of ops in one push.
 const MAX_BATCH: usize = 4096;
+/// A push carries offloads (copies to disk the owner makes before it
+/// acknowledges) of at most about this many bytes: the first offload
+/// always goes, and the batch ends after the one that reaches it. Their
+/// space returns on the ack, so smaller pushes hand memory back to waiting
+/// puts sooner than one ack for a whole eviction pass.
+const OFFLOAD_BATCH_BYTES: u64 = 4 << 20;
 /// Capacity (in ops) above which an emptied queue gives its memory back.
 const SHRINK_ABOVE: usize = 1 << 16;
 /// Largest ack frame accepted (an ack is a sequence number).
@@ -59,6 +65,9 @@ struct QState {
     /// Space to release when the op with that sequence number is acked:
     /// `(seq, offset, size)`.
     frees: VecDeque<(u64, u64, u64)>,
+    /// Bytes taken out of `frees` by an ack and not yet handed back to
+    /// the allocator (still on their way back).
+    releasing: u64,
     /// Generation of the current stream (0: none ever).
     stream_gen: u64,
     /// A stream is being served now.
@@ -76,6 +85,7 @@ impl Default for QState {
             acked: 0,
             pending: VecDeque::new(),
             frees: VecDeque::new(),
+            releasing: 0,
             stream_gen: 0,
             connected: false,
             // A new queue's owner is about to connect its stream (it does so
@@ -147,9 +157,13 @@ impl OwnerQueue {
     pub(crate) fn releasing_bytes(&self) -> u64 {
         let g = self.st.lock();
         if !g.connected {
-            return 0;
+            return g.releasing;
         }
-        g.frees.iter().map(|&(_, _, s)| s).sum()
+        g.frees
+            .iter()
+            .map(|&(_, _, s)| s)
+            .sum::<u64>()
+            .saturating_add(g.releasing)
     }
 
     /// Bytes queued for release once their forgets are acknowledged.
@@ -248,7 +262,7 @@ impl OwnerQueue {
                 if g.closed || g.stream_gen != gen {
                     return Ok(());
                 }
-                let n = g.pending.len().min(MAX_BATCH);
+                let n = batch_len(g.pending.iter().map(|(_, op)| op));
                 let ops: Vec<LedgerOp> =
                     g.pending.iter().take(n).map(|(_, op)| op.clone()).collect();
                 let seq = match n {
@@ -259,48 +273,97 @@ impl OwnerQueue {
             };
             sock.write_all(&framing::encode_frame(&push)?)?;
             let ack: LedgerAck = framing::decode(&framing::read_frame(sock, MAX_ACK_FRAME)?)?;
-            // Release the space of acknowledged forgets first, then publish
-            // the ack: a caller woken by it finds the space free already.
-            let (freed, acked) = {
-                let mut g = self.st.lock();
-                let acked = if ack.seq > g.acked && ack.seq <= g.last_seq {
-                    ack.seq
-                } else {
-                    g.acked
-                };
-                let mut freed = Vec::new();
-                while g.frees.front().is_some_and(|(s, _, _)| *s <= acked) {
-                    if let Some((_, off, size)) = g.frees.pop_front() {
-                        freed.push((off, size));
-                    }
-                }
-                (freed, acked)
+            self.on_ack(ack.seq, release);
+        }
+    }
+
+    /// The owner acknowledged every op up to `seq`: release the space of
+    /// the acknowledged forgets first, then publish the ack, so a caller
+    /// woken by it finds the space free already.
+    fn on_ack(&self, seq: u64, release: &dyn Fn(Vec<(u64, u64)>)) {
+        let (freed, acked, bytes) = {
+            let mut g = self.st.lock();
+            let acked = if seq > g.acked && seq <= g.last_seq {
+                seq
+            } else {
+                g.acked
             };
-            if !freed.is_empty() {
-                release(freed);
+            let mut freed = Vec::new();
+            let mut bytes = 0u64;
+            while g.frees.front().is_some_and(|(s, _, _)| *s <= acked) {
+                if let Some((_, off, size)) = g.frees.pop_front() {
+                    freed.push((off, size));
+                    bytes = bytes.saturating_add(size);
+                }
             }
-            let shrunk = {
-                let mut g = self.st.lock();
-                g.acked = g.acked.max(acked);
-                while g.pending.front().is_some_and(|(s, _)| *s <= acked) {
-                    g.pending.pop_front();
-                }
-                // A burst of ops (a large removal) left big empty queues.
-                let big = g.pending.capacity() > SHRINK_ABOVE || g.frees.capacity() > SHRINK_ABOVE;
-                if big && g.pending.is_empty() && g.frees.is_empty() {
-                    g.pending.shrink_to_fit();
-                    g.frees.shrink_to_fit();
-                    true
-                } else {
-                    false
-                }
-            };
-            self.cv.notify_all();
-            if shrunk {
-                crate::memory::return_free_memory();
+            // Still on its way back until `release` returns.
+            g.releasing = g.releasing.saturating_add(bytes);
+            (freed, acked, bytes)
+        };
+        if !freed.is_empty() {
+            release(freed);
+            let mut g = self.st.lock();
+            g.releasing = g.releasing.saturating_sub(bytes);
+        }
+        let shrunk = {
+            let mut g = self.st.lock();
+            g.acked = g.acked.max(acked);
+            while g.pending.front().is_some_and(|(s, _)| *s <= acked) {
+                g.pending.pop_front();
+            }
+            // A burst of ops (a large removal) left big empty queues.
+            let big = g.pending.capacity() > SHRINK_ABOVE || g.frees.capacity() > SHRINK_ABOVE;
+            if big && g.pending.is_empty() && g.frees.is_empty() {
+                g.pending.shrink_to_fit();
+                g.frees.shrink_to_fit();
+                true
+            } else {
+                false
+            }
+        };
+        self.cv.notify_all();
+        if shrunk {
+            crate::memory::return_free_memory();
+        }
+    }
+
+    /// Act as a connected owner that applied every op queued so far and
+    /// acknowledged them (tests without sockets); returns the ops.
+    #[cfg(test)]
+    pub(crate) fn ack_all(&self, release: &dyn Fn(Vec<(u64, u64)>)) -> Vec<LedgerOp> {
+        let (ops, seq) = {
+            let mut g = self.st.lock();
+            g.connected = true;
+            let ops = g.pending.iter().map(|(_, op)| op.clone()).collect();
+            (ops, g.last_seq)
+        };
+        self.on_ack(seq, release);
+        ops
+    }
+
+    /// Make the owner look connected (tests without sockets).
+    #[cfg(test)]
+    pub(crate) fn mark_connected(&self) {
+        self.st.lock().connected = true;
+    }
+}
+
+/// How many of the queued `ops` (oldest first) one push carries: at most
+/// [`MAX_BATCH`], ending after the offload that brings the offloaded bytes
+/// to [`OFFLOAD_BATCH_BYTES`].
+fn batch_len<'a>(ops: impl Iterator<Item = &'a LedgerOp>) -> usize {
+    let mut n = 0;
+    let mut offloaded = 0u64;
+    for op in ops.take(MAX_BATCH) {
+        n += 1;
+        if let LedgerOp::Offload { size, .. } = op {
+            offloaded = offloaded.saturating_add(*size);
+            if offloaded >= OFFLOAD_BATCH_BYTES {
+                break;
             }
         }
     }
+    n
 }
 
 #[cfg(test)]
@@ -418,6 +481,33 @@ mod tests {
         q.close();
         server.join().unwrap();
         drop(t2);
+    }
+
+    #[test]
+    fn a_push_carries_offloads_of_about_four_mib_and_forgets_without_limit() {
+        let offload = |i: u64| LedgerOp::Offload {
+            offset: i << 20,
+            version: 1,
+            key: format!("k{i}"),
+            size: 1 << 20,
+        };
+        let forget = |i: u64| LedgerOp::Forget {
+            offset: i,
+            version: 1,
+        };
+        let ops: Vec<LedgerOp> = (0..10).map(offload).collect();
+        assert_eq!(batch_len(ops.iter()), 4);
+        let big = [LedgerOp::Offload {
+            offset: 0,
+            version: 1,
+            key: "big".into(),
+            size: 64 << 20,
+        }];
+        assert_eq!(batch_len(big.iter()), 1, "one offload always goes");
+        let forgets: Vec<LedgerOp> = (0..5000).map(forget).collect();
+        assert_eq!(batch_len(forgets.iter()), MAX_BATCH);
+        let mixed: Vec<LedgerOp> = (0..3).map(forget).chain((0..6).map(offload)).collect();
+        assert_eq!(batch_len(mixed.iter()), 7);
     }
 
     #[test]

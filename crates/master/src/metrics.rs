@@ -98,11 +98,14 @@ pub struct MasterMetrics {
     /// Replaced versions freed once their last read ended
     /// (`master_retired_versions_freed_total`).
     pub retired_versions_freed: Counter,
+    /// Puts that found memory full and waited for evicted space to come
+    /// back (`master_put_space_waits_total`).
+    pub put_space_waits: Counter,
 }
 
 impl MasterMetrics {
     /// The counters as (exported name, help, counter).
-    fn counters(&self) -> [(&'static str, &'static str, &Counter); 22] {
+    fn counters(&self) -> [(&'static str, &'static str, &Counter); 23] {
         [
             (
                 "master_put_start_requests_total",
@@ -213,6 +216,11 @@ impl MasterMetrics {
                 "master_retired_versions_freed_total",
                 "Replaced versions freed once the reads still using them ended",
                 &self.retired_versions_freed,
+            ),
+            (
+                "master_put_space_waits_total",
+                "Puts that found memory full and waited for evicted space to come back",
+                &self.put_space_waits,
             ),
         ]
     }

@@ -75,6 +75,12 @@ impl MasterState {
 
     /// [`MasterState::put_start`], never placing a new replica on a
     /// segment named in `exclude` (the writer failed to reach it).
+    ///
+    /// A key that finds no room while evicted space is on its way back
+    /// waits for it (see `eviction`), at most `put_space_wait_ms` for the
+    /// whole call, and is placed again, from the start, each time space is
+    /// freed (another writer may have written the key meanwhile). Keys
+    /// still without room then fail with NO_AVAILABLE_HANDLE.
     pub fn put_start_excluding(
         &self,
         keys: &[String],
@@ -83,12 +89,61 @@ impl MasterState {
         upsert: bool,
         exclude: &[String],
     ) -> Vec<PutStartItem> {
+        let deadline = Instant::now() + Duration::from_millis(self.cfg.put_space_wait_ms);
+        let (mut out, mut short) = self.put_start_once(keys, sizes, cfg, upsert, exclude, true);
+        while let Some(seen) = short {
+            let again: Vec<usize> = out
+                .iter()
+                .enumerate()
+                .filter(|(_, it)| matches!(it, PutStartItem::Err(ErrorCode::NoAvailableHandle)))
+                .map(|(i, _)| i)
+                .collect();
+            if again.is_empty() || !self.wait_for_space(seen, deadline) {
+                break;
+            }
+            let ks: Vec<String> = again.iter().map(|&i| keys[i].clone()).collect();
+            let ss: Vec<u64> = again.iter().map(|&i| sizes[i]).collect();
+            let (items, next) = self.put_start_once(&ks, &ss, cfg, upsert, exclude, false);
+            for (i, item) in again.into_iter().zip(items) {
+                if let Some(slot) = out.get_mut(i) {
+                    *slot = item;
+                }
+            }
+            short = next;
+        }
+        // Counted once per key, after any wait.
+        let failed = out
+            .iter()
+            .filter(|it| matches!(it, PutStartItem::Err(ErrorCode::NoAvailableHandle)))
+            .count() as u64;
+        if failed > 0 {
+            self.metrics.put_start_failures.inc_by(failed);
+            self.metrics.put_start_alloc_failures.inc_by(failed);
+        }
+        out
+    }
+
+    /// One pass of [`MasterState::put_start_excluding`] over `keys`; also
+    /// returns, when a key found no room that a segment could hold,
+    /// `space_gen` as it was then. `first`: the call's first pass (counted
+    /// as requests).
+    fn put_start_once(
+        &self,
+        keys: &[String],
+        sizes: &[u64],
+        cfg: &WriteConfig,
+        upsert: bool,
+        exclude: &[String],
+        first: bool,
+    ) -> (Vec<PutStartItem>, Option<u64>) {
         let mut out = Vec::with_capacity(keys.len());
+        let mut short = None;
         if keys.len() != sizes.len() {
-            return keys
+            let out = keys
                 .iter()
                 .map(|_| PutStartItem::Err(ErrorCode::InvalidParams))
                 .collect();
+            return (out, None);
         }
         let discard = Duration::from_secs(self.cfg.put_start_discard_timeout_sec);
         let release = Duration::from_secs(self.cfg.put_start_release_timeout_sec);
@@ -118,7 +173,9 @@ impl MasterState {
         // writer gets their replicas.
         let mut rewrite_waits = Vec::new();
         for (key, &size) in keys.iter().zip(sizes) {
-            self.metrics.put_start_requests.inc();
+            if first {
+                self.metrics.put_start_requests.inc();
+            }
             if let Err(e) = self.validate_write(key, size, cfg) {
                 self.metrics.put_start_failures.inc();
                 out.push(PutStartItem::Err(e));
@@ -202,14 +259,15 @@ impl MasterState {
                 now,
             );
             if replicas.is_empty() {
-                self.metrics.put_start_failures.inc();
-                self.metrics.put_start_alloc_failures.inc();
                 // With no segment mounted (a restarted master or a new
                 // leader before the remounts) space is not the reason:
                 // flagging then would evict just-recovered objects as soon
                 // as the first segment comes back.
                 if g.usage().1 > 0 {
                     flag_eviction(self);
+                }
+                if g.segments.values().any(|s| s.alloc.capacity() >= size) {
+                    short = Some(self.space_gen.load(Ordering::Acquire));
                 }
                 out.push(PutStartItem::Err(ErrorCode::NoAvailableHandle));
                 continue;
@@ -255,7 +313,7 @@ impl MasterState {
             crate::memory::return_free_memory();
         }
         self.await_owners(&rewrite_waits);
-        out
+        (out, short)
     }
 
     /// Commit writes: each key's write of `versions[i]` (0: its first
@@ -487,6 +545,7 @@ impl MasterState {
                 g.free_replicas(&p.replicas, p.size);
             }
         }
+        self.note_space_freed();
         drop(g);
         self.rewrite_done.notify_all();
     }
@@ -647,6 +706,7 @@ impl MasterState {
         if freed > 0 {
             self.metrics.retired_versions_freed.inc_by(freed);
             self.version_freed.notify_all();
+            self.note_space_freed();
         }
     }
 

@@ -62,20 +62,14 @@ impl Inner {
     /// Move `key` (selected by eviction) to the disk tier of the owner of
     /// one of its replicas: that replica's owner copies it to disk before
     /// acknowledging, the other replicas are forgotten, and every replica's
-    /// space returns on its owner's ack. False (nothing done) when no
-    /// replica's owner has a disk tier, the object has writes in flight, or
-    /// the disk copies would exceed `cap` bytes.
-    pub(crate) fn offload_object(&mut self, key: &str, cap: u64) -> bool {
+    /// space returns on its owner's ack. Nothing is done unless the answer
+    /// is [`Offload::Moved`].
+    pub(crate) fn offload_object(&mut self, key: &str, cap: u64) -> Offload {
         let Some(o) = self.objects.get(key) else {
-            return false;
+            return Offload::NoTier;
         };
-        if o.status != ObjStatus::Complete
-            || o.disk.is_some()
-            || o.replicas.is_empty()
-            || !o.upserts().is_empty()
-            || self.disk_bytes.saturating_add(o.size) > cap
-        {
-            return false;
+        if o.status != ObjStatus::Complete || o.disk.is_some() || o.replicas.is_empty() {
+            return Offload::NoTier;
         }
         let Some(chosen) = o
             .replicas
@@ -83,8 +77,14 @@ impl Inner {
             .find(|r| self.segments.by_id(r.seg).is_some_and(|s| s.disk_tier))
             .copied()
         else {
-            return false;
+            return Offload::NoTier;
         };
+        if !o.upserts().is_empty() {
+            return Offload::Busy;
+        }
+        if self.disk_bytes.saturating_add(o.size) > cap {
+            return Offload::Full;
+        }
         let (version, size) = (o.version, o.size);
         let replicas: Replicas = o.replicas.clone();
         let mut waits = Vec::new();
@@ -120,8 +120,23 @@ impl Inner {
             o.disk = Some(chosen.seg);
         }
         self.disk_bytes = self.disk_bytes.saturating_add(size);
-        true
+        Offload::Moved
     }
+}
+
+/// What eviction did with an object it selected, in a master that offloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Offload {
+    /// On its way to its owner's disk tier.
+    Moved,
+    /// No replica's owner has a disk tier: eviction drops it, as without
+    /// offload.
+    NoTier,
+    /// The disk copies would pass `--global_file_segment_size`: it stays in
+    /// memory (an acknowledged value is never dropped for want of disk).
+    Full,
+    /// An upsert of it is in flight: it stays until a later pass.
+    Busy,
 }
 
 impl MasterState {
@@ -214,6 +229,7 @@ impl MasterState {
 
 #[cfg(test)]
 mod tests {
+    use super::Offload;
     use crate::config::MasterConfig;
     use crate::metrics::MasterMetrics;
     use crate::state::MasterState;
@@ -236,15 +252,182 @@ mod tests {
     }
 
     fn state(offload: bool, cap: u64) -> Arc<MasterState> {
+        state_waiting(offload, cap, 5000)
+    }
+
+    /// [`state`] whose puts wait up to `wait_ms` for room.
+    fn state_waiting(offload: bool, cap: u64, wait_ms: u64) -> Arc<MasterState> {
         let cfg = MasterConfig {
             enable_offload: offload,
             global_file_segment_size: cap,
             default_kv_lease_ttl_ms: 0,
+            put_space_wait_ms: wait_ms,
             ..MasterConfig::default()
         };
         let st = MasterState::new(cfg, Arc::new(MasterMetrics::default()), None);
         st.mount_segment("c1", desc("a:1", 1 << 20)).expect("mount");
         st
+    }
+
+    const QUARTER: u64 = 1 << 18;
+
+    /// An offloading master whose segment (1 MiB, its owner connected with
+    /// a disk tier) is filled by four committed objects `f0`..`f3`.
+    fn full_with_tier(cap: u64, wait_ms: u64) -> Arc<MasterState> {
+        let st = state_waiting(true, cap, wait_ms);
+        st.disk_tier("c1", "a:1", Vec::new(), true).expect("tier");
+        st.ledger_queue("c1", "a:1")
+            .expect("queue")
+            .0
+            .mark_connected();
+        for i in 0..4 {
+            put(&st, &format!("f{i}"), QUARTER);
+        }
+        st
+    }
+
+    /// The owner of "a:1" applies and acknowledges what is queued; the
+    /// offloads among it.
+    fn owner_acks(st: &Arc<MasterState>) -> usize {
+        let q = st.ledger_queue("c1", "a:1").expect("queue").0;
+        let ops = q.ack_all(&|r| st.release_forgotten("a:1", "u-a:1", r));
+        ops.iter()
+            .filter(|op| matches!(op, LedgerOp::Offload { .. }))
+            .count()
+    }
+
+    fn start_put(st: &Arc<MasterState>, key: &str) -> std::thread::JoinHandle<PutStartItem> {
+        let (st, key) = (Arc::clone(st), key.to_string());
+        std::thread::spawn(move || {
+            let items = st.put_start(&[key], &[QUARTER], &WriteConfig::default(), false);
+            items.into_iter().next().expect("one item")
+        })
+    }
+
+    /// Until `n` puts have started waiting for room.
+    fn until_waiting(st: &MasterState, n: u64) {
+        for _ in 0..100_000 {
+            if st.metrics.put_space_waits.get() >= n {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        panic!("no put waited for room");
+    }
+
+    #[test]
+    fn a_put_into_full_memory_waits_for_the_move_to_disk_and_then_gets_its_room() {
+        let st = full_with_tier(u64::MAX, 600_000);
+        let writer = start_put(&st, "new");
+        until_waiting(&st, 1);
+        // The waiting put evicted for itself: the oldest object is being
+        // copied to disk, and its space comes back on the owner's ack.
+        assert!(owner_acks(&st) >= 1);
+        let item = writer.join().expect("writer");
+        let PutStartItem::Write { version, .. } = item else {
+            panic!("the put did not get its room: {item:?}");
+        };
+        st.commit_end(&["new".to_string()], &[version], &["a:1".to_string()])
+            .expect("end");
+        let keys: Vec<String> = ["f0", "f1", "f2", "f3", "new"]
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        assert_eq!(st.exist(&keys), vec![1; 5]);
+        let f0 = st
+            .get_replica_list(&keys[..1], false)
+            .remove(0)
+            .expect("f0");
+        assert!(
+            f0.replicas.is_empty() && f0.disk.is_some(),
+            "f0 moved to disk"
+        );
+    }
+
+    #[test]
+    fn two_puts_of_one_key_waiting_for_room_write_it_once() {
+        let st = full_with_tier(u64::MAX, 600_000);
+        let a = start_put(&st, "same");
+        let b = start_put(&st, "same");
+        until_waiting(&st, 2);
+        assert!(owner_acks(&st) >= 1);
+        let got = [a.join().expect("a"), b.join().expect("b")];
+        let writes = got
+            .iter()
+            .filter(|i| matches!(i, PutStartItem::Write { .. }))
+            .count();
+        let existing = got
+            .iter()
+            .filter(|i| matches!(i, PutStartItem::AlreadyExists))
+            .count();
+        assert_eq!((writes, existing), (1, 1), "{got:?}");
+    }
+
+    #[test]
+    fn with_the_disk_full_too_a_put_fails_at_once_and_nothing_is_dropped() {
+        // Room on disk for nothing: eviction keeps every object in memory.
+        let st = full_with_tier(0, 600_000);
+        let items = st.put_start(
+            &["new".to_string()],
+            &[QUARTER],
+            &WriteConfig::default(),
+            false,
+        );
+        assert!(matches!(
+            items[..],
+            [PutStartItem::Err(ErrorCode::NoAvailableHandle)]
+        ));
+        assert_eq!(owner_acks(&st), 0, "nothing was moved");
+        let keys: Vec<String> = (0..4).map(|i| format!("f{i}")).collect();
+        assert_eq!(st.exist(&keys), vec![1; 4]);
+        for info in st.get_replica_list(&keys, false) {
+            assert_eq!(info.expect("found").replicas.len(), 1);
+        }
+        assert_eq!(st.inner.lock().disk_bytes, 0);
+        // A periodic pass keeps them too.
+        st.eviction_pass();
+        assert_eq!(st.exist(&keys), vec![1; 4]);
+    }
+
+    #[test]
+    fn a_put_whose_room_does_not_come_back_in_time_fails_and_the_room_comes_later() {
+        let st = full_with_tier(u64::MAX, 20);
+        // The owner never acknowledges within the wait.
+        let items = st.put_start(
+            &["late".to_string()],
+            &[QUARTER],
+            &WriteConfig::default(),
+            false,
+        );
+        assert!(matches!(
+            items[..],
+            [PutStartItem::Err(ErrorCode::NoAvailableHandle)]
+        ));
+        assert!(owner_acks(&st) >= 1);
+        put(&st, "late", QUARTER);
+        assert_eq!(st.exist(&["late".to_string()]), vec![1]);
+    }
+
+    #[test]
+    fn without_offload_a_put_waits_for_evicted_objects_to_be_forgotten() {
+        let st = state_waiting(false, u64::MAX, 600_000);
+        st.ledger_queue("c1", "a:1")
+            .expect("queue")
+            .0
+            .mark_connected();
+        for i in 0..4 {
+            put(&st, &format!("f{i}"), QUARTER);
+        }
+        let writer = start_put(&st, "new");
+        until_waiting(&st, 1);
+        let q = st.ledger_queue("c1", "a:1").expect("queue").0;
+        let ops = q.ack_all(&|r| st.release_forgotten("a:1", "u-a:1", r));
+        assert!(ops.iter().any(|op| matches!(op, LedgerOp::Forget { .. })));
+        assert!(matches!(
+            writer.join().expect("writer"),
+            PutStartItem::Write { .. }
+        ));
+        assert_eq!(st.exist(&["f0".to_string()]), vec![0], "f0 was evicted");
     }
 
     fn put(st: &MasterState, key: &str, size: u64) {
@@ -263,7 +446,7 @@ mod tests {
         st.disk_tier("c1", "a:1", Vec::new(), true).expect("tier");
         put(&st, "k", 1000);
         let moved = st.inner.lock().offload_object("k", u64::MAX);
-        assert!(moved);
+        assert_eq!(moved, Offload::Moved);
         let info = st
             .get_replica_list(&["k".to_string()], false)
             .remove(0)
@@ -291,17 +474,17 @@ mod tests {
     }
 
     #[test]
-    fn no_disk_tier_or_a_full_file_segment_leaves_eviction_as_it_was() {
+    fn no_disk_tier_or_a_full_file_segment_moves_nothing() {
         let st = state(true, 1500);
         put(&st, "k", 1000);
-        assert!(!st.inner.lock().offload_object("k", 1500), "no disk tier");
+        let no_tier = st.inner.lock().offload_object("k", 1500);
+        assert_eq!(no_tier, Offload::NoTier);
         st.disk_tier("c1", "a:1", Vec::new(), true).expect("tier");
-        assert!(st.inner.lock().offload_object("k", 1500));
+        let moved = st.inner.lock().offload_object("k", 1500);
+        assert_eq!(moved, Offload::Moved);
         put(&st, "k2", 1000);
-        assert!(
-            !st.inner.lock().offload_object("k2", 1500),
-            "over the file segment"
-        );
+        let full = st.inner.lock().offload_object("k2", 1500);
+        assert_eq!(full, Offload::Full, "over the file segment");
     }
 
     #[test]

@@ -425,6 +425,9 @@ pub(crate) struct Inner {
     pub sweep_cursor: usize,
     /// Bytes of all disk copies (see `Object::disk`).
     pub disk_bytes: u64,
+    /// Eviction kept objects in memory for want of disk and said so (once
+    /// until an offload succeeds again).
+    pub disk_full_warned: bool,
 }
 
 /// The master's shared state.
@@ -442,6 +445,12 @@ pub struct MasterState {
     pub(crate) version_freed: Condvar,
     /// Signalled whenever an in-place rewrite may have ended.
     pub(crate) rewrite_done: Condvar,
+    /// Signalled (with `inner` held) whenever segment space is freed: puts
+    /// waiting for room retry (see `eviction`).
+    pub(crate) space_freed: Condvar,
+    /// Bumped (with `inner` held) with every `space_freed` signal, so a
+    /// waiter tells a free that came before it slept from none.
+    pub(crate) space_gen: std::sync::atomic::AtomicU64,
     /// Time for leases, pins, TTLs and delays.
     pub(crate) clock: Arc<dyn Clock>,
 }
@@ -473,6 +482,8 @@ impl MasterState {
             stopped: AtomicBool::new(false),
             version_freed: Condvar::new(),
             rewrite_done: Condvar::new(),
+            space_freed: Condvar::new(),
+            space_gen: std::sync::atomic::AtomicU64::new(0),
             clock,
         })
     }
@@ -579,6 +590,8 @@ impl MasterState {
         if desc.size > 0 && !client.segments.contains(&desc.name) {
             client.segments.push(desc.name);
         }
+        // New capacity: puts waiting for room look again.
+        self.note_space_freed();
         Ok(())
     }
 
@@ -703,10 +716,14 @@ impl MasterState {
             g.deferred = keep;
             due
         };
+        let freed = !due.is_empty();
         for d in due {
             if let Some(seg) = g.segments.by_id_mut(d.seg) {
                 seg.alloc.free(d.offset, d.size);
             }
+        }
+        if freed {
+            self.note_space_freed();
         }
     }
 

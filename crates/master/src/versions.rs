@@ -354,6 +354,7 @@ impl MasterState {
         if freed > 0 {
             self.metrics.retired_versions_freed.inc_by(freed);
             self.version_freed.notify_all();
+            self.note_space_freed();
         }
     }
 }

@@ -77,6 +77,7 @@ pub(super) fn build_config(
     cfg.max_pending_versions_per_key =
         fl.int_range("max_pending_versions_per_key", 1, u32::MAX as i64)? as u32;
     cfg.pending_version_wait_ms = fl.uint("pending_version_wait_ms");
+    cfg.put_space_wait_ms = fl.uint("put_space_wait_ms");
 
     match fl.string("memory_allocator").as_str() {
         "offset" => {}

@@ -48,6 +48,8 @@ pub static FLAGS: &[FlagDef] = &[
     // ---- ours: versioned upserts ----
     f("max_pending_versions_per_key", Uint32, "4", Core, "replaced versions of one key kept for their readers before an upsert of the key waits for one to be freed"),
     f("pending_version_wait_ms", Uint64, "5000", Core, "how long such an upsert waits before it returns OBJECT_REPLICA_BUSY (-714)"),
+    // ---- ours: writes under memory pressure ----
+    f("put_space_wait_ms", Uint64, "5000", Core, "how long a put that finds memory full waits for eviction in flight (objects being moved to disk or forgotten) to free space before it returns NO_AVAILABLE_HANDLE (-200); 0 = no wait"),
     // ---- feature switches: true fails fast unless this build implements the feature ----
     f("enable_ha", Bool, "false", Core, "HA: masters elect one leader through etcd; clients use etcd://<connstring>"),
     f("enable_oplog", Bool, "false", Replaced(NO_LOG), "operation log"),
@@ -60,7 +62,7 @@ pub static FLAGS: &[FlagDef] = &[
     f("offload_on_evict", Bool, "false", Core, "accepted either way: this build moves objects to disk when memory eviction selects them"),
     f("promotion_on_hit", Bool, "false", Feature("promotion from the offload tier"), "promote on hit"),
     f("root_fs_dir", Str, "", Core, "owners keep their disk tiers under <root_fs_dir>/<cluster_id>/ and evicted objects move there (turns offload on)"),
-    f("global_file_segment_size", Int64, "9223372036854775807", Core, "most bytes of disk copies over all owners; beyond it evicted objects are dropped"),
+    f("global_file_segment_size", Int64, "9223372036854775807", Core, "most bytes of disk copies over all owners; beyond it eviction keeps objects in memory (none is dropped) and puts needing their space return NO_AVAILABLE_HANDLE (-200)"),
     // ---- recognised but unimplemented: a non-default value logs a WARNING ----
     f("batch_oplog_retry_timeout_sec", Uint32, "180", Ignored, IGN),
     f("cluster_id", Str, "mooncake_cluster", Core, "HA cluster name (etcd key prefix); clients set MC_STORE_CLUSTER_ID to match"),
