@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ from helpers.fixtures import default_timeouts, started_by
 from helpers.json_child import JsonLineChild
 from helpers.logged import LoggedProcess
 from helpers.master_proc import ephemeral_flags, read_ports
-from helpers.waits import free_port, wait_until  # noqa: F401  (re-exported for tests)
+from helpers.waits import free_port, port_open, wait_until  # noqa: F401  (re-exported for tests)
 
 REPO = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -74,14 +73,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # ---------------------------------------------------------------- small utils
-
-
-def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def _lower(items: Any) -> dict[str, str]:

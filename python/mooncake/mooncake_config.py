@@ -4,31 +4,93 @@ file (``MOONCAKE_CONFIG_PATH``) or from ``MOONCAKE_*`` environment variables.
 JSON file keys are the field names. Environment variables (used when
 ``MOONCAKE_CONFIG_PATH`` is unset; ``MOONCAKE_MASTER`` is then required)::
 
-    MOONCAKE_MASTER                master_server_address (host:port)
-    MOONCAKE_LOCAL_HOSTNAME        local_hostname         (default "localhost")
-    MOONCAKE_TE_META_DATA_SERVER   metadata_server        (default "P2PHANDSHAKE")
-    MOONCAKE_GLOBAL_SEGMENT_SIZE   global_segment_size    (default 3.125 GiB)
-    MOONCAKE_LOCAL_BUFFER_SIZE     local_buffer_size      (default 1 GiB)
-    MOONCAKE_PROTOCOL              protocol               (default "tcp")
-    MOONCAKE_DEVICE                device_name            (default "")
+    MOONCAKE_MASTER                     master_server_address (host:port)
+    MOONCAKE_LOCAL_HOSTNAME             local_hostname         (default "localhost")
+    MOONCAKE_TE_META_DATA_SERVER        metadata_server        (default "P2PHANDSHAKE")
+    MOONCAKE_GLOBAL_SEGMENT_SIZE        global_segment_size    (default 3.125 GiB)
+    MOONCAKE_LOCAL_BUFFER_SIZE          local_buffer_size      (default 1 GiB)
+    MOONCAKE_PROTOCOL                   protocol               (default "tcp")
+    MOONCAKE_DEVICE                     device_name            (default "")
+    MOONCAKE_OFFLOAD_ENABLED            enable_ssd_offload     (default false)
+    MOONCAKE_OFFLOAD_FILE_STORAGE_PATH  ssd_offload_path       (default "")
+    MOONCAKE_TENANT_ID                  tenant_id              (default "default")
+    MOONCAKE_ENABLE_CLIENT_HTTP_SERVER  enable_client_http_server (default false)
+    MOONCAKE_CLIENT_HTTP_PORT           client_http_port       (default 9300)
 
 Sizes accept integers or strings with a unit suffix (``"4GB"``, ``"512 MiB"``,
-``"1.5g"``); units are powers of 1024.
+``"1.5g"``); units are powers of 1024. Booleans accept ``true/false``,
+``1/0``, ``yes/no``, ``on/off``, ``enable/disable``.
+
+Every instance is checked when it is made: the protocol must be a non-empty
+string and is lowercased (``"RDMA"`` -> ``"rdma"``); a name outside the
+known transports is logged as a warning and passed on (``setup`` refuses
+what the store does not know); sizes must be non-negative; the hostname,
+metadata server and master address must be non-empty.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from mooncake import _native
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_GLOBAL_SEGMENT_SIZE = 3355443200  # 3.125 GiB
 DEFAULT_LOCAL_BUFFER_SIZE = 1073741824  # 1 GiB
 
 _REQUIRED = ("local_hostname", "metadata_server", "master_server_address")
+
+# Transport names Mooncake's engine and store know: a hint for the warning
+# on an unknown name, not a gate (``setup`` decides).
+KNOWN_PROTOCOLS = frozenset(
+    {
+        "tcp",
+        "rdma",
+        "efa",
+        "cxi",
+        "nvmeof",
+        "nvlink",
+        "musa",
+        "nvlink_intra",
+        "hip",
+        "barex",
+        "cxl",
+        "ascend",
+        "ub",
+        "ubshmem",
+        "maca",
+        "sunrise_link",
+        "rpc_only",
+    }
+)
+
+_TRUE = ("true", "1", "yes", "on", "enable")
+_FALSE = ("false", "0", "no", "off", "disable")
+
+
+def parse_bool(value: Any) -> bool:
+    """A config boolean from a bool, a number, None (False) or a string.
+
+    Raises ``ValueError`` for a string that is not a known spelling (so
+    ``"false"`` is never taken as True).
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return bool(value)
+    if value is None:
+        return False
+    text = str(value).strip().lower()
+    if not text or text in _FALSE:
+        return False
+    if text in _TRUE:
+        return True
+    raise ValueError(f"Invalid boolean value: {value!r}")
 
 
 def parse_size(value: Any) -> int:
@@ -64,6 +126,38 @@ class MooncakeConfig:
     protocol: str
     device_name: str
     master_server_address: str
+    enable_ssd_offload: bool = False
+    ssd_offload_path: str = ""
+    tenant_id: str = "default"
+    enable_client_http_server: bool = False
+    client_http_port: int = 9300
+
+    def __post_init__(self) -> None:
+        """Check and normalise the fields (see the module doc)."""
+        if not isinstance(self.protocol, str) or not self.protocol.strip():
+            raise ValueError(
+                f"Invalid protocol: {self.protocol!r}. Protocol must be a non-empty string,"
+                " e.g. 'tcp' or 'rdma'."
+            )
+        self.protocol = self.protocol.strip().lower()
+        if self.protocol not in KNOWN_PROTOCOLS:
+            logger.warning(
+                "Unrecognised protocol %r; passing it on to setup unchanged. Known protocols"
+                " are: %s.",
+                self.protocol,
+                ", ".join(sorted(KNOWN_PROTOCOLS)),
+            )
+        for name in ("global_segment_size", "local_buffer_size"):
+            if getattr(self, name) < 0:
+                raise ValueError(
+                    f"Invalid {name}: {getattr(self, name)}. Size must be non-negative."
+                )
+        for name in _REQUIRED:
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(
+                    f"Config field {name!r} must be a non-empty string, got {value!r}."
+                )
 
     @staticmethod
     def from_dict(config: dict[str, Any]) -> MooncakeConfig:
@@ -74,6 +168,8 @@ class MooncakeConfig:
         for name in _REQUIRED:
             if name not in config:
                 raise ValueError(f"Missing required config field: {name}")
+        ssd_offload_path = config.get("ssd_offload_path")
+        tenant_id = config.get("tenant_id")
         return MooncakeConfig(
             local_hostname=str(config["local_hostname"]),
             metadata_server=str(config["metadata_server"]),
@@ -86,6 +182,11 @@ class MooncakeConfig:
             protocol=str(config.get("protocol", "tcp")),
             device_name=str(config.get("device_name", "")),
             master_server_address=str(config["master_server_address"]),
+            enable_ssd_offload=parse_bool(config.get("enable_ssd_offload", False)),
+            ssd_offload_path="" if ssd_offload_path is None else str(ssd_offload_path),
+            tenant_id="default" if tenant_id is None else str(tenant_id),
+            enable_client_http_server=parse_bool(config.get("enable_client_http_server", False)),
+            client_http_port=int(config.get("client_http_port", 9300)),
         )
 
     @staticmethod
@@ -128,7 +229,25 @@ class MooncakeConfig:
             protocol=os.getenv("MOONCAKE_PROTOCOL", "tcp"),
             device_name=os.getenv("MOONCAKE_DEVICE", ""),
             master_server_address=master,
+            enable_ssd_offload=parse_bool(os.getenv("MOONCAKE_OFFLOAD_ENABLED", "false")),
+            ssd_offload_path=os.getenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", ""),
+            tenant_id=os.getenv("MOONCAKE_TENANT_ID", "default"),
+            enable_client_http_server=parse_bool(
+                os.getenv("MOONCAKE_ENABLE_CLIENT_HTTP_SERVER", "false")
+            ),
+            client_http_port=int(os.getenv("MOONCAKE_CLIENT_HTTP_PORT", "9300")),
         )
+
+    def setup_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``MooncakeDistributedStore.setup`` after its
+        seven positional ones (``setup_args``)."""
+        return {
+            "enable_ssd_offload": self.enable_ssd_offload,
+            "ssd_offload_path": self.ssd_offload_path,
+            "tenant_id": self.tenant_id,
+            "enable_client_http_server": self.enable_client_http_server,
+            "client_http_port": self.client_http_port,
+        }
 
     def setup_args(self) -> tuple[str, str, int, int, str, str, str]:
         """Positional arguments for ``MooncakeDistributedStore.setup``."""

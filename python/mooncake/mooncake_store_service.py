@@ -43,14 +43,6 @@ log = logging.getLogger("mooncake.store_service")
 MAX_BODY = 100 * 1024 * 1024
 # Upper bound of /api/unmount_local_disk's grace period (seconds).
 _MAX_UNMOUNT_LOCAL_DISK_GRACE_PERIOD_SECONDS = 3600
-# setup() keys a -D override may set besides MooncakeConfig's fields.
-_SETUP_EXTRAS = (
-    "enable_ssd_offload",
-    "ssd_offload_path",
-    "tenant_id",
-    "enable_client_http_server",
-    "client_http_port",
-)
 
 
 class BadRequest(Exception):
@@ -104,7 +96,6 @@ class MooncakeStoreService:
 
     def __init__(self, config_path: str | None = None, cli_config: dict[str, str] | None = None):
         self.store: MooncakeDistributedStore | None = None
-        self.extras: dict[str, str] = {}
         # State of /api/reconfigure (prefill/decode switch).
         self.current_mode = "prefill"
         self.mounted_segment_ids: list[Any] = []
@@ -117,8 +108,6 @@ class MooncakeStoreService:
         for key, value in (cli_config or {}).items():
             if hasattr(self.config, key):
                 setattr(self.config, key, value)
-            elif key in _SETUP_EXTRAS:
-                self.extras[key] = value
             else:
                 log.warning("Ignoring unknown config key: %s", key)
         log.info("Mooncake configuration loaded")
@@ -136,7 +125,7 @@ class MooncakeStoreService:
             "protocol": c.protocol,
             "rdma_devices": c.device_name,
             "master_server_addr": c.master_server_address,
-            **self.extras,
+            **c.setup_kwargs(),
         }
 
     def start_store_service(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,11 @@ ENV = (
     "MOONCAKE_LOCAL_BUFFER_SIZE",
     "MOONCAKE_PROTOCOL",
     "MOONCAKE_DEVICE",
+    "MOONCAKE_OFFLOAD_ENABLED",
+    "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH",
+    "MOONCAKE_TENANT_ID",
+    "MOONCAKE_ENABLE_CLIENT_HTTP_SERVER",
+    "MOONCAKE_CLIENT_HTTP_PORT",
 )
 
 
@@ -75,6 +81,85 @@ def test_load_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     p = write_config(tmp_path / "c.json", "f", "P2PHANDSHAKE", "file:1")
     monkeypatch.setenv("MOONCAKE_CONFIG_PATH", str(p))
     assert MooncakeConfig.load_from_env().master_server_address == "file:1"
+
+
+def test_extra_setup_fields_from_env_and_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MOONCAKE_MASTER", "m:1")
+    c = MooncakeConfig.load_from_env()
+    assert c.setup_kwargs() == {
+        "enable_ssd_offload": False,
+        "ssd_offload_path": "",
+        "tenant_id": "default",
+        "enable_client_http_server": False,
+        "client_http_port": 9300,
+    }
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_ENABLED", "on")
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", "/nvme/x")
+    monkeypatch.setenv("MOONCAKE_TENANT_ID", "t1")
+    monkeypatch.setenv("MOONCAKE_ENABLE_CLIENT_HTTP_SERVER", "1")
+    monkeypatch.setenv("MOONCAKE_CLIENT_HTTP_PORT", "9400")
+    c = MooncakeConfig.load_from_env()
+    assert (c.enable_ssd_offload, c.ssd_offload_path, c.tenant_id) == (True, "/nvme/x", "t1")
+    assert (c.enable_client_http_server, c.client_http_port) == (True, 9400)
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_ENABLED", "maybe")
+    with pytest.raises(ValueError, match="maybe"):
+        MooncakeConfig.load_from_env()
+    p = write_config(
+        tmp_path / "c.json",
+        "h",
+        "P2PHANDSHAKE",
+        "m:1",
+        enable_ssd_offload="false",
+        ssd_offload_path=None,
+        tenant_id=None,
+        client_http_port="9500",
+    )
+    c = MooncakeConfig.load_from_file(p)
+    assert (c.enable_ssd_offload, c.ssd_offload_path, c.tenant_id) == (False, "", "default")
+    assert c.client_http_port == 9500
+
+
+@pytest.mark.parametrize("protocol", ["RDMA", " Tcp ", "EFA"])
+def test_protocol_is_lowercased(protocol: str) -> None:
+    c = MooncakeConfig("h", "P2PHANDSHAKE", 0, 0, protocol, "", "m:1")
+    assert c.protocol == protocol.strip().lower()
+    assert c.setup_args()[4] == c.protocol
+
+
+def test_unknown_protocol_is_warned_and_kept(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="mooncake.mooncake_config")
+    c = MooncakeConfig("h", "P2PHANDSHAKE", 0, 0, "Carrier-Pigeon", "", "m:1")
+    assert c.protocol == "carrier-pigeon"
+    assert any("carrier-pigeon" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("protocol", "", "Invalid protocol"),
+        ("protocol", None, "Invalid protocol"),
+        ("global_segment_size", -1, "global_segment_size"),
+        ("local_buffer_size", -5, "local_buffer_size"),
+        ("local_hostname", " ", "local_hostname"),
+        ("metadata_server", "", "metadata_server"),
+        ("master_server_address", "", "master_server_address"),
+    ],
+)
+def test_invalid_fields_are_refused(field: str, value: object, message: str) -> None:
+    args: dict[str, object] = {
+        "local_hostname": "h",
+        "metadata_server": "P2PHANDSHAKE",
+        "global_segment_size": 0,
+        "local_buffer_size": 0,
+        "protocol": "tcp",
+        "device_name": "",
+        "master_server_address": "m:1",
+    }
+    args[field] = value
+    with pytest.raises(ValueError, match=message):
+        MooncakeConfig(**args)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -45,3 +45,12 @@ def free_port() -> int:
         if not 12300 <= port <= 14300:
             return port
     raise RuntimeError("could not find a free port")
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
+    """Whether something accepts TCP connections on ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False

@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import free_port, http_request, master_bin, port_open, wait_until
+from helpers.etcd import running_etcd
 from helpers.waits import assert_reads_converge
 
 pytestmark = pytest.mark.slow
@@ -27,33 +26,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def etcd() -> Iterator[str]:
-    binary = shutil.which("etcd")
-    if binary is None:
-        pytest.skip("etcd not installed (apt-get install etcd-server)")
-    c, p = free_port(), free_port()
-    d = tempfile.mkdtemp(prefix="mc-etcd-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--name=t",
-            f"--data-dir={d}/data",
-            f"--listen-client-urls=http://127.0.0.1:{c}",
-            f"--advertise-client-urls=http://127.0.0.1:{c}",
-            f"--listen-peer-urls=http://127.0.0.1:{p}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{p}",
-            f"--initial-cluster=t=http://127.0.0.1:{p}",
-            "--log-level=error",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert wait_until(lambda: port_open(c), 20.0), "etcd did not start"
-        yield f"127.0.0.1:{c}"
-    finally:
-        proc.kill()
-        proc.wait()
-        shutil.rmtree(d, ignore_errors=True)
+    with running_etcd() as addr:
+        yield addr
 
 
 class HaMaster:

@@ -296,9 +296,13 @@ def test_p2p_handshake_metadata(master: Master) -> None:
     assert out["rc"] == 0
 
 
-@pytest.mark.ours
-def test_non_tcp_protocol_rejected(master: Master) -> None:
+def test_rdma_protocol_runs_over_tcp(master: Master) -> None:
     out = _setup_in_child("127.0.0.1", master.metadata_url, "rdma", master.rpc_addr, timeout=30.0)
+    assert out["rc"] == 0
+
+
+def test_unknown_protocol_rejected(master: Master) -> None:
+    out = _setup_in_child("127.0.0.1", master.metadata_url, "udp", master.rpc_addr, timeout=30.0)
     assert out["rc"] == -1
 
 

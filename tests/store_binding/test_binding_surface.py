@@ -351,8 +351,9 @@ def with_arg(index: int, value: object) -> tuple[object, ...]:
         (with_arg(3, 100), {}, -600),
         (with_arg(3, (1 << 40) + 1), {}, -600),
         (with_arg(0, ""), {}, -600),
-        (with_arg(4, "rdma"), {}, -1),
-        (with_arg(1, "etcd://127.0.0.1:2379"), {}, -1),
+        (with_arg(4, "udp"), {}, -1),
+        (with_arg(4, "RDMA"), {}, -1),
+        (with_arg(1, "redis://127.0.0.1:6379"), {}, -1),
         (ARGS, {"engine": object()}, -600),
         (ARGS, {"tenant_id": "t1"}, -1012),
     ],
@@ -392,7 +393,8 @@ def test_setup_dict_invalid(store: MooncakeDistributedStore, config: dict[str, o
 def test_setup_dict_unsupported(store: MooncakeDistributedStore) -> None:
     base = {"local_hostname": "h", "metadata_server": "P2PHANDSHAKE"}
     assert store.setup({**base, "tenant_id": "t"}) == -1012
-    assert store.setup({**base, "protocol": "rdma"}) == -1
+    assert store.setup({**base, "protocol": "udp"}) == -1
+    assert store.setup({**base, "local_hostname": "h:17000", "protocol": "udp"}) == -600
 
 
 def test_bad_offload_settings_are_refused_before_the_master(

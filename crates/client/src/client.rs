@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::master::discovery::MasterLocator;
 use crate::master::done::DoneQueue;
 use crate::master::master_conn::MasterConn;
-use crate::master::metadata_pub::MetadataUrl;
+use crate::master::metadata_pub::MetadataServer;
 use crate::registered::Regions;
 use crate::staging::StagingArea;
 use crate::stats::ClientStats;
@@ -64,7 +64,7 @@ pub struct Client {
     segment: Option<Arc<Segment>>,
     data_server: Mutex<Option<DataServer>>,
     mapping_server: Mutex<Option<MappingServer>>,
-    metadata: Option<MetadataUrl>,
+    metadata: Option<MetadataServer>,
     closed: Arc<AtomicBool>,
     health: Arc<AtomicI32>,
     heartbeat: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -138,20 +138,8 @@ impl Client {
         // The cluster token (MC_AUTH_TOKEN / MC_AUTH_TOKEN_FILE), if any.
         let auth = AuthKey::from_env()
             .map_err(|e| Error::internal(format!("cannot load the cluster token: {e}")))?;
-        let metadata = if cfg.metadata_server == "P2PHANDSHAKE" {
-            None
-        } else {
-            Some(
-                MetadataUrl::parse(&cfg.metadata_server)
-                    .ok_or_else(|| {
-                        Error::internal(format!(
-                            "cannot parse metadata server URL {:?}",
-                            cfg.metadata_server
-                        ))
-                    })?
-                    .with_auth(auth.clone()),
-            )
-        };
+        let metadata = MetadataServer::open(&cfg.metadata_server, auth.clone())
+            .map_err(|e| Error::internal(e.to_string()))?;
         let timeout = Duration::from_millis(env_u64("MC_MASTER_CONNECT_TIMEOUT_MS", 5000));
         let started = std::time::Instant::now();
         let locator = MasterLocator::start(
@@ -376,11 +364,13 @@ impl Client {
             "endpoint": self.desc.endpoint,
         })
         .to_string();
-        let ok = url.put(&self.metadata_key(), body.as_bytes());
-        if !ok {
-            tracing::warn!(key = %self.metadata_key(), "cannot publish segment metadata");
+        match url.put(&self.metadata_key(), body.as_bytes()) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(key = %self.metadata_key(), error = %e, "cannot publish segment metadata");
+                false
+            }
         }
-        ok
     }
 
     /// Ping the master every second on a connection of its own (`conn`,

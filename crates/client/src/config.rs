@@ -12,9 +12,11 @@
 //!   (-600), a segment below 1024 bytes or above what a client can map
 //!   ([`MAX_SEGMENT_SIZE`], 2^47 bytes: the master refuses larger mounts
 //!   too, but the client must not try to map one first) or a local buffer
-//!   outside [1024, 1 TiB] (-600), a protocol other than `"tcp"` unless
-//!   `MC_FORCE_TCP=1` (-1), a metadata server that is neither `http://…`
-//!   nor `P2PHANDSHAKE` (-1).
+//!   outside [1024, 1 TiB] (-600), a protocol upstream's store does not
+//!   know unless `MC_FORCE_TCP=1`, a metadata server whose scheme is
+//!   neither `http://` nor `etcd://` (both -600 when `local_hostname`
+//!   names a port, else -1, as upstream). A device protocol (`rdma`,
+//!   `efa`, `barex`, ...) runs over TCP, with a warning naming both.
 //! * [`ReplicateConfig`]: the replication, placement and pinning options of
 //!   a write, turned into the wire [`WriteConfig`] by
 //!   [`ReplicateConfig::write_config`], which rejects what upstream
@@ -23,6 +25,11 @@
 use crate::error::{Error, Result};
 use mooncake_common::proto::{SoftPin, WriteConfig, MAX_SEGMENT_SIZE};
 use mooncake_common::size::{parse_bool, parse_size};
+use mooncake_engine::protocol::{self, Choice};
+
+/// The metadata server schemes a client publishes to (besides
+/// `P2PHANDSHAKE`, and a bare `host:port`, which means etcd).
+const METADATA_SCHEMES: [&str; 2] = ["http", "etcd"];
 
 /// The value `tenant_id` must have: tenants are not supported (Tier 3).
 pub const DEFAULT_TENANT: &str = "default";
@@ -60,15 +67,19 @@ pub struct ClientConfig {
     /// `host` or `host:port`; without a port one is picked from
     /// `MC_STORE_CLIENT_MIN_PORT..=MC_STORE_CLIENT_MAX_PORT`.
     pub local_hostname: String,
-    /// `http://h:p/path` or `P2PHANDSHAKE`.
+    /// `http://h:p/path`, `etcd://h1:p;h2:p` (or a bare `host:port`, which
+    /// means etcd) or `P2PHANDSHAKE`.
     pub metadata_server: String,
     /// Bytes this client lends to the pool (0: a pure client).
     pub global_segment_size: u64,
     /// Staging space for `put`/`get` (0: no staged calls).
     pub local_buffer_size: u64,
-    /// Must be `"tcp"` (any value with `MC_FORCE_TCP=1`).
+    /// One of upstream's store protocols (`mooncake_engine::protocol`):
+    /// `tcp`, or a device protocol (`rdma`, `efa`, ...), which runs over
+    /// TCP with one warning. Any value with `MC_FORCE_TCP=1`.
     pub protocol: String,
-    /// Ignored (RDMA is Tier 3).
+    /// RDMA device names; named in the TCP fallback's warning only (this
+    /// build drives no RDMA device).
     pub rdma_devices: String,
     /// `host:port` of the master's RPC service.
     pub master_server_addr: String,
@@ -106,9 +117,8 @@ impl ClientConfig {
     /// mount_segment_size)` sets up (upstream's fixed arguments):
     /// `localhost:12345`, the metadata server `127.0.0.1:2379`, a segment of
     /// `mount_segment_size` bytes, a 1 GiB local buffer, and the default
-    /// master. (This build has no etcd metadata backend, so `check` refuses
-    /// that metadata server with -1, as an upstream client does when no etcd
-    /// answers there.)
+    /// master. That metadata server is etcd's address: setup fails unless an
+    /// etcd answers there, as upstream's does.
     pub fn init_all(protocol: &str, device_name: &str, mount_segment_size: u64) -> ClientConfig {
         ClientConfig {
             local_hostname: "localhost:12345".into(),
@@ -311,19 +321,49 @@ impl ClientConfig {
                 "local_buffer_size {lb} is outside [1024, 1 TiB]"
             )));
         }
-        if !force_tcp && self.engine.is_none() && self.protocol != "tcp" {
-            return Err(Error::internal(format!(
-                "protocol {:?} is not supported (only \"tcp\")",
-                self.protocol
-            )));
+        if !force_tcp && self.engine.is_none() {
+            if !protocol::is_store_protocol(&self.protocol) {
+                return Err(self.create_failure(format!(
+                    "protocol {:?} is not a transport upstream's store knows (one of {})",
+                    self.protocol,
+                    protocol::STORE_PROTOCOLS.join(", ")
+                )));
+            }
+            let devices = protocol::rdma_devices();
+            if let Choice::Fallback { warning, .. } =
+                protocol::choose("store", &self.protocol, force_tcp, &devices)
+            {
+                if self.rdma_devices.is_empty() {
+                    notes.push(warning);
+                } else {
+                    notes.push(format!(
+                        "{warning} (rdma_devices {:?} not opened)",
+                        self.rdma_devices
+                    ));
+                }
+            }
         }
         let md = self.metadata_server.as_str();
-        if !(md == "P2PHANDSHAKE" || md.starts_with("http://")) {
-            return Err(Error::internal(format!(
-                "metadata server {md:?} is not supported (use http://... or P2PHANDSHAKE)"
-            )));
+        if let Some((scheme, _)) = md.split_once("://") {
+            if !METADATA_SCHEMES.contains(&scheme) {
+                return Err(self.create_failure(format!(
+                    "metadata server {md:?}: the {scheme:?} backend is not supported \
+                     (use P2PHANDSHAKE, http://host:port/path, etcd://host:port or a bare host:port for etcd)"
+                )));
+            }
         }
         Ok(())
+    }
+
+    /// The code upstream's `setup` returns when its client cannot be
+    /// created (an unknown protocol or metadata backend): INVALID_PARAMS
+    /// when `local_hostname` names its port, else INTERNAL_ERROR (the
+    /// automatic port search gives up with that code).
+    fn create_failure(&self, reason: String) -> Error {
+        match self.host_and_port() {
+            Ok((_, Some(_))) => Error::invalid(reason),
+            _ => Error::internal(reason),
+        }
     }
 
     /// `local_hostname` split into host and optional port; an empty host or
@@ -529,10 +569,27 @@ mod tests {
             ),
             -600
         );
+        for md in ["etcd://x:2379", "x:2379", "http://x:1/metadata"] {
+            assert_eq!(
+                code(&with(&|c| c.metadata_server = md.into()), false),
+                0,
+                "{md}"
+            );
+        }
         assert_eq!(
-            code(&with(&|c| c.metadata_server = "etcd://x".into()), false),
+            code(
+                &with(&|c| c.metadata_server = "redis://x:6379".into()),
+                false
+            ),
             -1
         );
+        let with_port = |md: &str| {
+            with(&|c| {
+                c.local_hostname = "127.0.0.1:17000".into();
+                c.metadata_server = md.into();
+            })
+        };
+        assert_eq!(code(&with_port("redis://x:6379"), false), -600);
         // The engine check comes before the tenant check (upstream order).
         let both = with(&|c| {
             c.custom_engine = true;
@@ -542,15 +599,48 @@ mod tests {
     }
 
     #[test]
-    fn protocol_is_exactly_tcp_unless_forced() {
+    fn unknown_protocols_are_refused_unless_forced() {
         assert_eq!(code(&base(), false), 0);
-        for p in ["TCP", "Tcp", "rdma", " tcp", ""] {
+        for p in ["TCP", "Tcp", "udp", " tcp", ""] {
             let c = ClientConfig {
                 protocol: p.into(),
                 ..base()
             };
             assert_eq!(code(&c, false), -1, "protocol {p:?}");
+            let named = ClientConfig {
+                local_hostname: "127.0.0.1:17000".into(),
+                ..c.clone()
+            };
+            assert_eq!(code(&named, false), -600, "protocol {p:?} with a port");
             assert_eq!(code(&c, true), 0, "protocol {p:?} with MC_FORCE_TCP");
+        }
+    }
+
+    #[test]
+    fn device_protocols_run_over_tcp_with_one_warning() {
+        for p in mooncake_engine::protocol::STORE_PROTOCOLS {
+            let c = ClientConfig {
+                protocol: p.into(),
+                rdma_devices: "mlx5_0".into(),
+                ..base()
+            };
+            let mut notes = Vec::new();
+            assert!(c.check_with(false, &mut notes).is_ok(), "{p}");
+            if p == "tcp" {
+                assert!(notes.is_empty(), "{notes:?}");
+                continue;
+            }
+            assert_eq!(notes.len(), 1, "{p}: {notes:?}");
+            assert!(
+                notes[0].contains(&format!("protocol {p:?}")),
+                "{}",
+                notes[0]
+            );
+            assert!(notes[0].contains("using \"tcp\""), "{}", notes[0]);
+            assert!(notes[0].contains("mlx5_0"), "{}", notes[0]);
+            let mut forced = Vec::new();
+            assert!(c.check_with(true, &mut forced).is_ok(), "{p}");
+            assert!(forced.is_empty(), "{p} with MC_FORCE_TCP: {forced:?}");
         }
     }
 

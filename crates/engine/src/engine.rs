@@ -219,14 +219,16 @@ impl TransferEngine {
         let metadata = Metadata::open(conn, key.clone())?;
         let force_tcp = env_set("MC_FORCE_TCP");
         static PROTOCOL_NOTED: AtomicBool = AtomicBool::new(false);
-        if protocol != "tcp" && !force_tcp && !PROTOCOL_NOTED.swap(true, Ordering::Relaxed) {
-            emit(
-                Level::Warning,
-                &format!(
-                    "transfer engine: protocol {protocol:?} has no device in this build; \
-                     transfers run over TCP between hosts and cross-process copies on this host"
-                ),
-            );
+        let choice = crate::protocol::choose(
+            "transfer engine",
+            protocol,
+            force_tcp,
+            &crate::protocol::rdma_devices(),
+        );
+        if let crate::protocol::Choice::Fallback { warning, .. } = choice {
+            if !PROTOCOL_NOTED.swap(true, Ordering::Relaxed) {
+                emit(Level::Warning, &warning);
+            }
         } else if force_tcp {
             emit(
                 Level::Info,

@@ -10,6 +10,7 @@ pub mod error;
 pub mod log;
 pub mod metadata;
 mod peers;
+pub mod protocol;
 pub mod registry;
 mod server;
 pub mod topology;
@@ -19,7 +20,9 @@ pub mod wire;
 pub use batches::BatchState;
 pub use engine::{items, split_hostname, Item, Opcode, TransferEngine};
 pub use error::{EngineError, ErrorKind, Result};
-pub use metadata::{build_conn_string, split_conn_string, HttpMetadata, P2PHANDSHAKE};
+pub use metadata::{
+    build_conn_string, split_conn_string, HttpMetadata, MetadataServer, P2PHANDSHAKE,
+};
 pub use registry::{Pin, Registry};
 
 /// Whether a CUDA driver can be loaded in this process (the `*_on_cuda`

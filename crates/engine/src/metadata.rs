@@ -102,13 +102,7 @@ impl Metadata {
                 format!("cannot encode descriptor: {e}"),
             )
         })?;
-        let key = descriptor_key(&desc.name);
-        let r = match self {
-            Metadata::P2p => Ok(()),
-            Metadata::Http(h) => h.try_put(&key, &body),
-            Metadata::Etcd(e) => e.put(&key, &body),
-        };
-        r.map_err(|e| {
+        self.put(&descriptor_key(&desc.name), &body).map_err(|e| {
             EngineError::new(
                 ErrorKind::Metadata,
                 format!(
@@ -151,14 +145,67 @@ impl Metadata {
 
     /// Remove `name`'s descriptor (best effort).
     pub(crate) fn remove(&self, name: &str) {
-        let key = descriptor_key(name);
+        self.delete(&descriptor_key(name));
+    }
+
+    /// Store `body` under `key` (nothing to do without a server).
+    fn put(&self, key: &str, body: &[u8]) -> io::Result<()> {
+        match self {
+            Metadata::P2p => Ok(()),
+            Metadata::Http(h) => h.try_put(key, body),
+            Metadata::Etcd(e) => e.put(key, body),
+        }
+    }
+
+    /// Remove `key` (best effort).
+    fn delete(&self, key: &str) {
         match self {
             Metadata::P2p => {}
-            Metadata::Http(h) => h.delete(&key),
+            Metadata::Http(h) => h.delete(key),
             Metadata::Etcd(e) => {
-                let _ = e.delete(&key);
+                let _ = e.delete(key);
             }
         }
+    }
+}
+
+/// A metadata server as a key-value store, for components that publish
+/// records of their own under their own keys (the store's segments): every
+/// form `initialize` accepts, an HTTP server or etcd.
+pub struct MetadataServer(Metadata);
+
+impl MetadataServer {
+    /// The server `conn` names: `http://...`, `etcd://h1:port;h2:port`, or
+    /// a bare `host:port`, which upstream reads as etcd. `None` for
+    /// `P2PHANDSHAKE` (no server). Writes to an HTTP server are signed with
+    /// `key` when one is given.
+    pub fn open(conn: &str, key: Option<AuthKey>) -> Result<Option<MetadataServer>> {
+        let (scheme, server) = split_conn_string(conn);
+        match Metadata::open(&build_conn_string(&scheme, &server), key)? {
+            Metadata::P2p => Ok(None),
+            m => Ok(Some(MetadataServer(m))),
+        }
+    }
+
+    /// Store `body` under `key`.
+    pub fn put(&self, key: &str, body: &[u8]) -> io::Result<()> {
+        self.0.put(key, body)
+    }
+
+    /// Remove `key` (best effort).
+    pub fn delete(&self, key: &str) {
+        self.0.delete(key)
+    }
+}
+
+impl std::fmt::Debug for MetadataServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match &self.0 {
+            Metadata::P2p => "p2p",
+            Metadata::Http(_) => "http",
+            Metadata::Etcd(_) => "etcd",
+        };
+        write!(f, "MetadataServer({kind})")
     }
 }
 

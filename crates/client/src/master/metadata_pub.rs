@@ -1,7 +1,8 @@
-//! Publishing this client's segment descriptor to an HTTP metadata server
-//! (`PUT <url>?key=mooncake/ram/<segment>`, removed on close). The HTTP
-//! client, with the signing of writes under a cluster token, is the
-//! transfer engine's ([`mooncake_engine::HttpMetadata`]), which publishes
-//! engine descriptors to the same servers.
+//! Publishing this client's segment descriptor to the metadata server
+//! (`mooncake/ram/<segment>`, removed on close): an HTTP server
+//! (`PUT <url>?key=...`, writes signed under a cluster token) or etcd. The
+//! clients of both are the transfer engine's
+//! ([`mooncake_engine::MetadataServer`]), which publishes engine
+//! descriptors to the same servers.
 
-pub(crate) use mooncake_engine::HttpMetadata as MetadataUrl;
+pub(crate) use mooncake_engine::MetadataServer;
