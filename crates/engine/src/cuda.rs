@@ -1,32 +1,61 @@
 //! The CUDA driver, loaded at run time (`libcuda.so.1`); the extension never
-//! links it. Used to tell device pointers from host memory, and by the
-//! `*_on_cuda` transfers, which need a driver and fail with a clear error
-//! without one.
+//! links it. [`Driver`] is the real [`DeviceOps`](crate::device::DeviceOps):
+//! it tells device pointers from host memory, copies between them, allocates
+//! pinned staging memory and exports/opens CUDA IPC handles. Without a
+//! driver every CUDA entry point fails with [`no_driver`]'s message.
+//!
+//! Every call that needs a context first makes the context of the device
+//! pointer involved current on the calling thread (threads of this crate
+//! have none of their own).
 
+use crate::device::{DeviceOps, IpcExport, IPC_HANDLE_LEN};
 use crate::error::{EngineError, ErrorKind, Result};
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
+/// `CU_POINTER_ATTRIBUTE_CONTEXT`.
+const ATTR_CONTEXT: c_int = 1;
 /// `CU_POINTER_ATTRIBUTE_MEMORY_TYPE`.
 const ATTR_MEMORY_TYPE: c_int = 2;
-/// `CU_MEMORYTYPE_DEVICE`.
+/// `CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`.
+const ATTR_DEVICE_ORDINAL: c_int = 9;
+/// `CU_MEMORYTYPE_DEVICE` (unified memory reads as host: it is host-accessible).
 const MEMORYTYPE_DEVICE: u32 = 2;
-/// `CU_MEMORYTYPE_UNIFIED`: host-accessible; treated as host memory.
-const MEMORYTYPE_UNIFIED: u32 = 4;
+/// `CU_MEMHOSTALLOC_PORTABLE`: pinned for every context.
+const HOSTALLOC_PORTABLE: c_uint = 1;
+/// `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`.
+const IPC_LAZY_PEER: c_uint = 1;
 
-type PointerGetAttribute = unsafe extern "C" fn(*mut c_void, c_int, u64) -> c_int;
+type CuResult = c_int;
+type Ctx = *mut c_void;
 
 /// The driver entry points this crate uses.
 pub(crate) struct Driver {
-    pointer_get_attribute: PointerGetAttribute,
+    pointer_get_attribute: unsafe extern "C" fn(*mut c_void, c_int, u64) -> CuResult,
+    ctx_set_current: unsafe extern "C" fn(Ctx) -> CuResult,
+    ctx_synchronize: unsafe extern "C" fn() -> CuResult,
+    memcpy: unsafe extern "C" fn(u64, u64, usize) -> CuResult,
+    mem_host_alloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult,
+    mem_free_host: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    mem_get_address_range: unsafe extern "C" fn(*mut u64, *mut usize, u64) -> CuResult,
+    ipc_get_mem_handle: unsafe extern "C" fn(*mut [u8; IPC_HANDLE_LEN], u64) -> CuResult,
+    ipc_open_mem_handle: unsafe extern "C" fn(*mut u64, [u8; IPC_HANDLE_LEN], c_uint) -> CuResult,
+    ipc_close_mem_handle: unsafe extern "C" fn(u64) -> CuResult,
+    /// A context for host-only calls (pinned allocations) made before any
+    /// device pointer was seen on the thread: the first one found.
+    any_ctx: parking_lot::Mutex<Option<usize>>,
 }
 
 const LIB: &CStr = c"libcuda.so.1";
 
-fn symbol(handle: *mut c_void, name: &CStr) -> Option<*mut c_void> {
+fn symbol(handle: *mut c_void, name: &CStr) -> std::result::Result<*mut c_void, String> {
     // SAFETY: `handle` is a live dlopen handle and `name` is NUL-terminated.
     let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
-    (!p.is_null()).then_some(p)
+    if p.is_null() {
+        Err(format!("libcuda.so.1 has no {}", name.to_string_lossy()))
+    } else {
+        Ok(p)
+    }
 }
 
 fn dl_error() -> String {
@@ -40,6 +69,16 @@ fn dl_error() -> String {
     }
 }
 
+/// Resolve `$name` from `$h` as a function of the field's type.
+macro_rules! sym {
+    ($h:expr, $name:literal) => {{
+        let p = symbol($h, $name)?;
+        // SAFETY: the driver exports this symbol with the C signature of the
+        // field it is stored in (CUDA driver API, 64-bit `CUdeviceptr`).
+        unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+    }};
+}
+
 fn open(flags: c_int) -> std::result::Result<&'static Driver, String> {
     // SAFETY: dlopen with a NUL-terminated name; the handle is never closed,
     // so symbols from it stay valid for the life of the process.
@@ -47,15 +86,37 @@ fn open(flags: c_int) -> std::result::Result<&'static Driver, String> {
     if h.is_null() {
         return Err(dl_error());
     }
-    let Some(p) = symbol(h, c"cuPointerGetAttribute") else {
-        return Err("libcuda.so.1 has no cuPointerGetAttribute".into());
-    };
-    // SAFETY: the symbol has this C signature in every CUDA driver.
-    let f: PointerGetAttribute =
-        unsafe { std::mem::transmute::<*mut c_void, PointerGetAttribute>(p) };
+    let init: unsafe extern "C" fn(c_uint) -> CuResult = sym!(h, c"cuInit");
+    // SAFETY: cuInit takes flags (0) and may be called any number of times.
+    let r = unsafe { init(0) };
+    if r != 0 {
+        return Err(format!(
+            "cuInit failed (CUresult {r}): no usable CUDA device"
+        ));
+    }
     Ok(Box::leak(Box::new(Driver {
-        pointer_get_attribute: f,
+        pointer_get_attribute: sym!(h, c"cuPointerGetAttribute"),
+        ctx_set_current: sym!(h, c"cuCtxSetCurrent"),
+        ctx_synchronize: sym!(h, c"cuCtxSynchronize"),
+        memcpy: sym!(h, c"cuMemcpy"),
+        mem_host_alloc: sym!(h, c"cuMemHostAlloc"),
+        mem_free_host: sym!(h, c"cuMemFreeHost"),
+        mem_get_address_range: sym!(h, c"cuMemGetAddressRange_v2"),
+        ipc_get_mem_handle: sym!(h, c"cuIpcGetMemHandle"),
+        ipc_open_mem_handle: sym!(h, c"cuIpcOpenMemHandle_v2"),
+        ipc_close_mem_handle: sym!(h, c"cuIpcCloseMemHandle"),
+        any_ctx: parking_lot::Mutex::new(None),
     })))
+}
+
+/// The error of every CUDA entry point in a process without a driver.
+pub(crate) fn no_driver(why: &str) -> EngineError {
+    EngineError::new(
+        ErrorKind::Cuda,
+        format!(
+            "no CUDA driver was found ({why}): CUDA device memory and the *_on_cuda calls need one"
+        ),
+    )
 }
 
 /// The driver, loading it on first use.
@@ -64,12 +125,7 @@ pub(crate) fn driver() -> Result<&'static Driver> {
     D.get_or_init(|| open(libc::RTLD_NOW | libc::RTLD_LOCAL))
         .as_ref()
         .copied()
-        .map_err(|why| {
-            EngineError::new(
-                ErrorKind::Cuda,
-                format!("no CUDA driver in this process ({why}): CUDA pointers and the *_on_cuda calls need one"),
-            )
-        })
+        .map_err(|why| no_driver(why))
 }
 
 /// Whether some library of this process already loaded the driver (only
@@ -80,17 +136,156 @@ pub(crate) fn loaded() -> bool {
     !h.is_null()
 }
 
+fn check(r: CuResult, what: &str) -> Result<()> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(EngineError::new(
+            ErrorKind::Cuda,
+            format!("{what} failed (CUresult {r})"),
+        ))
+    }
+}
+
+impl Driver {
+    fn attribute<T: Default>(&self, attr: c_int, addr: u64) -> Option<T> {
+        let mut v = T::default();
+        // SAFETY: `v` is a valid, writable T of the size this attribute
+        // writes (u32 memory type / ordinal, pointer-sized context).
+        let r = unsafe { (self.pointer_get_attribute)((&mut v as *mut T).cast(), attr, addr) };
+        (r == 0).then_some(v)
+    }
+
+    /// Make the context owning device pointer `addr` current on this thread.
+    fn enter(&self, addr: u64) -> Result<()> {
+        let ctx: usize = self.attribute(ATTR_CONTEXT, addr).ok_or_else(|| {
+            EngineError::new(ErrorKind::Cuda, format!("{addr:#x} is not CUDA memory"))
+        })?;
+        *self.any_ctx.lock() = Some(ctx);
+        // SAFETY: a context handle the driver just returned for a live
+        // allocation.
+        check(
+            unsafe { (self.ctx_set_current)(ctx as Ctx) },
+            "cuCtxSetCurrent",
+        )
+    }
+
+    fn enter_any(&self) -> Result<()> {
+        let ctx = (*self.any_ctx.lock()).ok_or_else(|| {
+            EngineError::new(
+                ErrorKind::Cuda,
+                "no CUDA context seen yet (register or pass device memory first)",
+            )
+        })?;
+        // SAFETY: a context handle the driver returned earlier; contexts of
+        // live allocations outlive them.
+        check(
+            unsafe { (self.ctx_set_current)(ctx as Ctx) },
+            "cuCtxSetCurrent",
+        )
+    }
+}
+
+impl DeviceOps for Driver {
+    fn device_of(&self, addr: u64) -> Option<i32> {
+        let kind: u32 = self.attribute(ATTR_MEMORY_TYPE, addr)?;
+        if kind != MEMORYTYPE_DEVICE {
+            return None;
+        }
+        Some(
+            self.attribute::<i32>(ATTR_DEVICE_ORDINAL, addr)
+                .unwrap_or(0),
+        )
+    }
+
+    unsafe fn copy(&self, dst: u64, src: u64, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let dev = [dst, src]
+            .into_iter()
+            .find(|&a| self.device_of(a).is_some());
+        match dev {
+            Some(a) => self.enter(a)?,
+            None => self.enter_any()?,
+        }
+        // SAFETY: the caller guarantees both ranges (unified addressing lets
+        // cuMemcpy infer each side's kind).
+        check(unsafe { (self.memcpy)(dst, src, len) }, "cuMemcpy")?;
+        // Device-to-device copies return before they finish: wait.
+        // SAFETY: a context is current (entered above).
+        check(unsafe { (self.ctx_synchronize)() }, "cuCtxSynchronize")
+    }
+
+    fn alloc_pinned(&self, len: usize, near: u64) -> Result<u64> {
+        if self.device_of(near).is_some() {
+            self.enter(near)?;
+        } else {
+            self.enter_any()?;
+        }
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `p` receives the allocation; a context is current.
+        check(
+            unsafe { (self.mem_host_alloc)(&mut p, len.max(1), HOSTALLOC_PORTABLE) },
+            "cuMemHostAlloc",
+        )?;
+        Ok(p as u64)
+    }
+
+    unsafe fn free_pinned(&self, addr: u64) {
+        // SAFETY: the caller passes an address alloc_pinned returned, once.
+        let _ = unsafe { (self.mem_free_host)(addr as usize as *mut c_void) };
+    }
+
+    fn ipc_export(&self, addr: u64) -> Result<IpcExport> {
+        self.enter(addr)?;
+        let (mut base, mut size) = (0u64, 0usize);
+        // SAFETY: both outputs are valid; `addr` is device memory.
+        check(
+            unsafe { (self.mem_get_address_range)(&mut base, &mut size, addr) },
+            "cuMemGetAddressRange",
+        )?;
+        let mut handle = [0u8; IPC_HANDLE_LEN];
+        // SAFETY: `handle` has the 64 bytes of a CUipcMemHandle.
+        check(
+            unsafe { (self.ipc_get_mem_handle)(&mut handle, base) },
+            "cuIpcGetMemHandle",
+        )?;
+        Ok(IpcExport {
+            handle: handle.to_vec(),
+            offset: addr - base,
+            size: size as u64,
+        })
+    }
+
+    fn ipc_open(&self, handle: &[u8], near: Option<u64>) -> Result<u64> {
+        let h: [u8; IPC_HANDLE_LEN] = handle.try_into().map_err(|_| {
+            EngineError::new(ErrorKind::InvalidArgument, "a CUDA IPC handle has 64 bytes")
+        })?;
+        match near {
+            Some(a) if self.device_of(a).is_some() => self.enter(a)?,
+            _ => self.enter_any()?,
+        }
+        let mut p = 0u64;
+        // SAFETY: `p` receives the mapping; a context is current.
+        check(
+            unsafe { (self.ipc_open_mem_handle)(&mut p, h, IPC_LAZY_PEER) },
+            "cuIpcOpenMemHandle",
+        )?;
+        Ok(p)
+    }
+
+    unsafe fn ipc_close(&self, base: u64) {
+        // SAFETY: the caller passes a mapping ipc_open returned, once.
+        let _ = unsafe { (self.ipc_close_mem_handle)(base) };
+    }
+}
+
 /// Whether `addr` is CUDA device memory (false when no driver is loaded:
 /// no device memory can exist then).
 pub(crate) fn is_device_pointer(addr: u64) -> bool {
     if !loaded() {
         return false;
     }
-    let Ok(d) = driver() else { return false };
-    let mut kind: u32 = 0;
-    // SAFETY: `kind` is a valid u32 for the attribute to be written into.
-    let r = unsafe {
-        (d.pointer_get_attribute)((&mut kind as *mut u32).cast(), ATTR_MEMORY_TYPE, addr)
-    };
-    r == 0 && kind == MEMORYTYPE_DEVICE && kind != MEMORYTYPE_UNIFIED
+    driver().is_ok_and(|d| d.device_of(addr).is_some())
 }

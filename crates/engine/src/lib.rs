@@ -5,6 +5,7 @@
 
 mod batches;
 mod cuda;
+pub mod device;
 mod engine;
 pub mod error;
 pub mod log;
@@ -28,5 +29,5 @@ pub use registry::{Pin, Registry};
 /// Whether a CUDA driver can be loaded in this process (the `*_on_cuda`
 /// calls and CUDA pointers need one).
 pub fn cuda_available() -> bool {
-    cuda::driver().is_ok()
+    device::available()
 }
