@@ -186,6 +186,54 @@ pub(crate) struct Phase {
     pub(crate) recvs: Vec<Xfer>,
     /// Incoming messages reduced into a buffer.
     pub(crate) reduce: Option<Reduce>,
+    /// Buffers that receive messages from peers without a slot in the op's
+    /// output list (see [`Unslotted`]); receives point into them, so they
+    /// live as long as the phase.
+    pub(crate) scratch: Vec<Vec<u8>>,
+}
+
+/// Active peers without a slot in the op's per-slot list.
+///
+/// A per-slot list only needs slots for the ranks active when the op
+/// completes: a peer the op finds dead leaves the active set before then,
+/// so a list sized for the survivors is valid even while the op's snapshot
+/// still holds the peer. The op therefore still exchanges with such a peer
+/// (its message lands in scratch, and nothing is sent to it for a slot the
+/// list lacks), and fails only if the peer completes the op alive.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Unslotted {
+    /// Bitmap of the peers.
+    pub(crate) ranks: u64,
+    /// Which argument lacks their slots.
+    what: &'static str,
+    /// Slots the list has.
+    slots: usize,
+}
+
+impl Unslotted {
+    /// The op's verdict once it ended with the failed set `failed`: an
+    /// error naming the lowest peer without a slot that did not fail.
+    pub(crate) fn check(&self, failed: u64) -> Result<(), PgError> {
+        let alive = self.ranks & !failed;
+        if alive == 0 {
+            return Ok(());
+        }
+        Err(PgError::TooFewSlots {
+            what: self.what,
+            rank: alive.trailing_zeros() as usize,
+            slots: self.slots,
+        })
+    }
+}
+
+/// The phases of one op for one rank, and the peers its per-slot list has
+/// no slot for.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// Steps, run in order.
+    pub(crate) phases: Vec<Phase>,
+    /// Peers without a slot, to be judged when the op ends.
+    pub(crate) unslotted: Unslotted,
 }
 
 /// Op kind codes (the bindings' `kind` argument and part of the piece
@@ -363,6 +411,33 @@ fn check_slots(active: &[usize], k: usize, what: &'static str) -> Result<(), PgE
     }
 }
 
+/// For a list of `k` slots that the op may judge at its end: this rank's
+/// own slot must exist (it never fails), while peers without one are
+/// returned (see [`Unslotted`]).
+fn defer_slots(
+    active: &[usize],
+    me: usize,
+    k: usize,
+    what: &'static str,
+) -> Result<Unslotted, PgError> {
+    if me >= k {
+        return Err(PgError::TooFewSlots {
+            what,
+            rank: me,
+            slots: k,
+        });
+    }
+    let ranks = active
+        .iter()
+        .filter(|&&q| q >= k)
+        .fold(0u64, |m, &q| m | 1u64 << q);
+    Ok(Unslotted {
+        ranks,
+        what,
+        slots: k,
+    })
+}
+
 fn check_root(active: &[usize], root: usize) -> Result<(), PgError> {
     if active.contains(&root) {
         Ok(())
@@ -511,10 +586,11 @@ pub(crate) fn plan(
     me: usize,
     active: &[usize],
     small: usize,
-) -> Result<Vec<Phase>, PgError> {
+) -> Result<Plan, PgError> {
     let peers: Vec<usize> = active.iter().copied().filter(|&q| q != me).collect();
     let n = active.len();
     let mut ph = Phase::default();
+    let mut unslotted = Unslotted::default();
     match kind {
         OpKind::AllReduce {
             src,
@@ -528,7 +604,10 @@ pub(crate) fn plan(
             if !two_phase(*nbytes, esize, n, small) {
                 ph.sends = to_all(&peers, *src, *nbytes);
                 ph.reduce = reduction(active, me, *src, *dst, *nbytes, *dtype, *op);
-                return Ok(vec![ph]);
+                return Ok(Plan {
+                    phases: vec![ph],
+                    unslotted,
+                });
             }
             let mine = active.iter().position(|&q| q == me).unwrap_or(0);
             let (moff, mlen) = chunk(nelem, n, mine, esize);
@@ -558,7 +637,7 @@ pub(crate) fn plan(
             }
         }
         OpKind::AllGather { src, nbytes, dsts } => {
-            check_slots(active, dsts.len(), "output")?;
+            unslotted = defer_slots(active, me, dsts.len(), "output")?;
             gather_into(&mut ph, me, active, *src, *nbytes, dsts);
             ph.sends = to_all(&peers, *src, *nbytes);
         }
@@ -569,8 +648,11 @@ pub(crate) fn plan(
             dtype,
             op,
         } => {
-            check_slots(active, srcs.len(), "input list")?;
-            ph.sends = to_each(&peers, srcs, *nbytes);
+            unslotted = defer_slots(active, me, srcs.len(), "input list")?;
+            // A peer without a slot is sent nothing: its own contribution
+            // (or its death) still reaches this rank's reduction.
+            let slotted: Vec<usize> = peers.iter().copied().filter(|&q| q < srcs.len()).collect();
+            ph.sends = to_each(&slotted, srcs, *nbytes);
             ph.reduce = reduction(active, me, srcs[me], *dst, *nbytes, *dtype, *op);
         }
         OpKind::AllToAll { srcs, dsts } => {
@@ -626,7 +708,7 @@ pub(crate) fn plan(
         } => {
             check_root(active, *root)?;
             if *root == me {
-                check_slots(active, dsts.len(), "gather list")?;
+                unslotted = defer_slots(active, me, dsts.len(), "gather list")?;
                 gather_into(&mut ph, me, active, *src, *nbytes, dsts);
             } else {
                 ph.sends.push(Xfer::new(*root, *src, *nbytes));
@@ -650,10 +732,14 @@ pub(crate) fn plan(
             }
         }
     }
-    Ok(vec![ph])
+    Ok(Plan {
+        phases: vec![ph],
+        unslotted,
+    })
 }
 
-/// Receive side of all_gather/gather: own copy, peer receives, zero fill.
+/// Receive side of all_gather/gather: own copy, peer receives, zero fill;
+/// an active peer without a slot is received into scratch.
 fn gather_into(
     ph: &mut Phase,
     me: usize,
@@ -672,6 +758,12 @@ fn gather_into(
         } else {
             ph.zeros.push((d, nbytes));
         }
+    }
+    for &q in active.iter().filter(|&&q| q >= dsts.len()) {
+        let mut buf = vec![0u8; nbytes];
+        ph.recvs
+            .push(Xfer::new(q, buf.as_mut_ptr() as usize, nbytes));
+        ph.scratch.push(buf);
     }
 }
 
@@ -741,7 +833,7 @@ mod tests {
             dtype: DType::F32,
             op: ReduceOp::Sum,
         };
-        let p = plan(&k, 1, &[0, 1, 2], 1024).expect("plan");
+        let p = plan(&k, 1, &[0, 1, 2], 1024).expect("plan").phases;
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].sends.len(), 4);
         assert_eq!(p[0].sends.iter().filter(|x| x.gated).count(), 2);
@@ -802,17 +894,101 @@ mod tests {
     }
 
     #[test]
-    fn short_slot_lists_name_the_first_rank_without_a_slot() {
+    fn a_list_short_of_a_peer_is_judged_when_the_op_ends() {
+        // Three slots while the snapshot still holds rank 3: rank 3's
+        // message lands in scratch, and the list is valid if rank 3 failed.
         let k = OpKind::AllGather {
+            src: 0x100,
+            nbytes: 4,
+            dsts: vec![0x1000, 0x2000, 0x3000],
+        };
+        let p = plan(&k, 0, &[0, 1, 2, 3], 1024).expect("plan");
+        let ph = &p.phases[0];
+        assert_eq!(p.unslotted.ranks, 1 << 3);
+        assert_eq!(ph.recvs.len(), 3);
+        let scratch = ph
+            .recvs
+            .iter()
+            .find(|x| x.peer == 3)
+            .expect("rank 3's receive");
+        assert_eq!(scratch.ptr, ph.scratch[0].as_ptr() as usize);
+        assert_eq!(ph.scratch[0].len(), 4);
+        assert_eq!(ph.sends.len(), 3, "rank 3 still gets this rank's input");
+        assert!(p.unslotted.check(1 << 3).is_ok());
+        let e = p.unslotted.check(0).expect_err("rank 3 completed alive");
+        assert_eq!(
+            e.to_string(),
+            "output too small for active rank 3 (3 slots)"
+        );
+        // The error names the lowest peer without a slot that is alive.
+        let two = OpKind::AllGather {
             src: 0,
             nbytes: 4,
             dsts: vec![0, 0],
         };
-        let e = plan(&k, 0, &[0, 1, 2], 1024).expect_err("too few slots");
+        let p = plan(&two, 0, &[0, 1, 2, 3], 1024).expect("plan");
+        let e = p.unslotted.check(1 << 2).expect_err("rank 3 alive");
+        assert_eq!(
+            e.to_string(),
+            "output too small for active rank 3 (2 slots)"
+        );
+        // This rank's own slot must exist: it never fails.
+        let e = plan(&two, 2, &[0, 1, 2], 1024).expect_err("own slot");
         assert_eq!(
             e.to_string(),
             "output too small for active rank 2 (2 slots)"
         );
+        // reduce_scatter sends nothing to a peer without a slot and still
+        // reduces what that peer sends.
+        let rs = OpKind::ReduceScatter {
+            srcs: vec![0x1000, 0x2000, 0x3000],
+            dst: 0x4000,
+            nbytes: 8,
+            dtype: DType::I64,
+            op: ReduceOp::Sum,
+        };
+        let p = plan(&rs, 1, &[0, 1, 2, 3], 1024).expect("plan");
+        let ph = &p.phases[0];
+        assert_eq!(p.unslotted.ranks, 1 << 3);
+        let to: Vec<usize> = ph.sends.iter().map(|x| x.peer).collect();
+        assert_eq!(to, vec![0, 2]);
+        let r = ph.reduce.as_ref().expect("reduction");
+        assert_eq!(r.sources[3], Source::Peer(3));
+        // Lists that cover every active rank leave nothing to judge.
+        let p = plan(&rs, 1, &[0, 1, 2], 1024).expect("plan");
+        assert_eq!(p.unslotted.ranks, 0);
+        assert!(p.unslotted.check(0).is_ok());
+        // A gather's root judges its list the same way; scatter's root and
+        // all_to_all, which cannot observe a peer they only send to or
+        // whose message size they do not know, fail at once.
+        let g = OpKind::Gather {
+            src: 0,
+            nbytes: 4,
+            dsts: vec![0x10, 0x20],
+            root: 0,
+        };
+        assert_eq!(
+            plan(&g, 0, &[0, 1, 2], 1024)
+                .expect("gather")
+                .unslotted
+                .ranks,
+            1 << 2
+        );
+        let sc = OpKind::Scatter {
+            srcs: vec![0x10, 0x20],
+            dst: 0x30,
+            nbytes: 4,
+            root: 0,
+        };
+        let e = plan(&sc, 0, &[0, 1, 2], 1024).expect_err("scatter");
+        assert_eq!(
+            e.to_string(),
+            "scatter list too small for active rank 2 (2 slots)"
+        );
+    }
+
+    #[test]
+    fn malformed_lists_and_unknown_names_are_errors() {
         let bad = OpArgs {
             srcs: vec![1, 2],
             src_lens: vec![4],

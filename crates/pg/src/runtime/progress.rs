@@ -149,13 +149,13 @@ pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
         partial: false,
         heard: 0,
     };
-    let result =
-        plan::plan(&op.kind, me, &active, shared.cfg.small_bytes).and_then(|mut phases| {
-            for ph in phases.iter_mut() {
-                run_phase(&mut ctx, ph)?;
-            }
-            Ok(())
-        });
+    let result = plan::plan(&op.kind, me, &active, shared.cfg.small_bytes).and_then(|mut p| {
+        for ph in p.phases.iter_mut() {
+            run_phase(&mut ctx, ph)?;
+        }
+        // Slots are needed for the ranks still active at the op's end.
+        p.unslotted.check(ctx.failed)
+    });
     if let (Ok(()), Some(r)) = (&result, &redo) {
         let newly = ctx.failed & !known_dead;
         if ctx.partial || (r.two_phase && newly != 0) {
