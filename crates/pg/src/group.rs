@@ -10,7 +10,7 @@
 //! number on every member; without a reachable coordinator a member falls
 //! back to clearing failed ranks locally.
 
-use crate::collectives::p2p::{self, P2p, PostedRecv};
+use crate::collectives::p2p::{self, P2p, PostOutcome, PostedRecv};
 use crate::collectives::plan::{kind_code, OpKind};
 use crate::completion::Completion;
 use crate::config::{self, Config, Transport};
@@ -936,7 +936,7 @@ impl Group {
         // SAFETY: forwarded from this function's contract.
         let recv = unsafe { PostedRecv::new(ptr, len, done.clone()) };
         let sh = &self.shared;
-        if let Some(failed) = sh.p2p.post_recv(src, recv, |s| sh.peer_dead(s)) {
+        if let PostOutcome::Dead(failed) = sh.p2p.post_recv(src, recv, |s| sh.peer_dead(s)) {
             sh.fail_recvs(src.unwrap_or(0), vec![failed]);
         }
         Ok(done)

@@ -1,12 +1,16 @@
 //! Point-to-point messaging over the peer sockets: FIFO per (group,
-//! source), tags ignored, sends never block on a receive.
+//! source), tags ignored.
 //!
 //! Sends write whole messages from the calling thread (GIL released by the
-//! bindings); the peer's reader thread always drains, so sends never
-//! deadlock. The reader lands data directly in a posted receive buffer or,
+//! bindings); the peer's reader thread always drains, so writing never
+//! deadlocks. The reader lands data directly in a posted receive buffer or,
 //! if none is posted yet, in an "unexpected" buffer that a later receive
-//! copies from. This module only matches and copies: completing a receive
-//! whose peer failed (and what that does to the group) is the caller's job.
+//! copies from. A send succeeds when a receive took its message, not when
+//! the message reached the peer: the peer acknowledges a message once a
+//! receive consumed it, so a message left unconsumed by a peer that then
+//! fails is a failed send (as with upstream's receiver-granted credits).
+//! This module only matches and copies: completing a receive whose peer
+//! failed (and what that does to the group) is the caller's job.
 
 use crate::completion::Completion;
 use crate::error::PgError;
@@ -16,6 +20,25 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::io::Read;
 use std::sync::Arc;
+
+/// The sender's side of a message: told once a receive consumed it.
+pub(crate) trait Ack: Send + Sync {
+    /// A receive took one more message from this sender (in order).
+    fn consumed(&self);
+}
+
+impl Ack for PeerLink {
+    fn consumed(&self) {
+        self.received_message();
+    }
+}
+
+/// A message that arrived before any receive was posted for it, with the
+/// connection that acknowledges it once a receive takes it.
+struct Buffered {
+    data: Vec<u8>,
+    ack: Arc<dyn Ack>,
+}
 
 /// Largest P2P message accepted from a peer (a larger header is treated as a
 /// protocol error and closes the link).
@@ -46,7 +69,7 @@ impl PostedRecv {
 #[derive(Default)]
 struct SrcQueue {
     posted: VecDeque<PostedRecv>,
-    unexpected: VecDeque<Vec<u8>>,
+    unexpected: VecDeque<Buffered>,
 }
 
 /// Per-group P2P matching state.
@@ -81,6 +104,16 @@ pub(crate) enum RxMessage {
     },
 }
 
+/// What became of a posted receive.
+pub(crate) enum PostOutcome {
+    /// Waiting for its message.
+    Queued,
+    /// Took a buffered message (now acknowledged) and completed.
+    Delivered,
+    /// Its source is known dead: handed back for the caller to fail.
+    Dead(PostedRecv),
+}
+
 fn mismatch(expected: usize, got: u64, src: usize) -> PgError {
     PgError::RecvSizeMismatch {
         posted: expected,
@@ -89,9 +122,14 @@ fn mismatch(expected: usize, got: u64, src: usize) -> PgError {
     }
 }
 
-fn deliver(buf: &[u8], recv: PostedRecv, src: usize) {
+/// Completes `recv` with the buffered message `msg` from `src`: the
+/// message is consumed (and acknowledged to its sender) whether or not its
+/// size matches.
+fn deliver(msg: Buffered, recv: PostedRecv, src: usize) {
     recv.done.set_source(src);
+    let buf = &msg.data;
     if buf.len() != recv.len {
+        msg.ack.consumed();
         recv.done
             .complete(Some(mismatch(recv.len, buf.len() as u64, src)), 0);
         return;
@@ -99,6 +137,9 @@ fn deliver(buf: &[u8], recv: PostedRecv, src: usize) {
     // SAFETY: `PostedRecv::new` guarantees `ptr` is writable for `len`
     // (= buf.len()) bytes until `done` completes, which happens just below.
     unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), recv.ptr as *mut u8, buf.len()) };
+    // Acknowledged before the receive completes, so the sender's wait is
+    // not behind the receiver's wakeup.
+    msg.ack.consumed();
     recv.done.complete(None, 0);
 }
 
@@ -147,29 +188,29 @@ impl P2p {
     }
 
     /// Posts a receive from `src` (or from any source when `src` is `None`).
-    /// A message already buffered is delivered at once. Returns the receive
-    /// back when `src` is known dead (`peer_dead`, checked under the matching
-    /// lock so that it cannot race with [`P2p::take_pending`]); the caller
-    /// completes it as failed.
+    /// A message already buffered is delivered at once. Hands the receive
+    /// back when `src` is known dead (`peer_dead`, checked under the
+    /// matching lock so that it cannot race with [`P2p::take_pending`]); the
+    /// caller completes it as failed.
     pub(crate) fn post_recv(
         &self,
         src: Option<usize>,
         recv: PostedRecv,
         peer_dead: impl FnOnce(usize) -> bool,
-    ) -> Option<PostedRecv> {
+    ) -> PostOutcome {
         let mut st = self.st.lock();
         match src {
             Some(s) => {
                 let Some(q) = st.per_src.get_mut(s) else {
-                    return Some(recv);
+                    return PostOutcome::Dead(recv);
                 };
-                if let Some(buf) = q.unexpected.pop_front() {
+                if let Some(msg) = q.unexpected.pop_front() {
                     drop(st);
-                    deliver(&buf, recv, s);
-                    return None;
+                    deliver(msg, recv, s);
+                    return PostOutcome::Delivered;
                 }
                 if peer_dead(s) {
-                    return Some(recv);
+                    return PostOutcome::Dead(recv);
                 }
                 q.posted.push_back(recv);
             }
@@ -179,15 +220,15 @@ impl P2p {
                     .iter_mut()
                     .enumerate()
                     .find_map(|(i, q)| q.unexpected.pop_front().map(|b| (i, b)));
-                if let Some((s, buf)) = found {
+                if let Some((s, msg)) = found {
                     drop(st);
-                    deliver(&buf, recv, s);
-                    return None;
+                    deliver(msg, recv, s);
+                    return PostOutcome::Delivered;
                 }
                 st.any.push_back(recv);
             }
         }
-        None
+        PostOutcome::Queued
     }
 
     fn next_posted(&self, src: usize) -> Option<PostedRecv> {
@@ -198,17 +239,19 @@ impl P2p {
         }
     }
 
-    /// Reader-thread handler for one P2P frame from `src`. Returns false on
-    /// a broken stream. `arrived` runs once a message's last byte is in,
-    /// before its receive completes (it acknowledges the message: the
-    /// sender's wait is then not behind the receiver's wakeup).
+    /// Reader-thread handler for one P2P frame from `src`, whose connection
+    /// `ack` acknowledges consumed messages. Returns false on a broken
+    /// stream. A message that completes a posted receive is acknowledged
+    /// once its last byte is in, before the receive completes (the sender's
+    /// wait is then not behind the receiver's wakeup); one that no receive
+    /// waits for is buffered unacknowledged until a receive takes it.
     pub(crate) fn on_frame(
         &self,
         src: usize,
+        ack: &Arc<dyn Ack>,
         hdr: &Hdr,
         r: &mut impl Read,
         cur: &mut Option<RxMessage>,
-        arrived: impl FnOnce(),
     ) -> bool {
         if hdr.offset == 0 {
             *cur = Some(match self.next_posted(src) {
@@ -266,7 +309,6 @@ impl P2p {
             return false;
         }
         if hdr.offset + hdr.len as u64 >= hdr.total {
-            arrived();
             match cur.take() {
                 Some(RxMessage::Posted {
                     recv,
@@ -274,6 +316,7 @@ impl P2p {
                     src,
                     total,
                 }) => {
+                    ack.consumed();
                     if ok {
                         recv.done.complete(None, 0);
                     } else {
@@ -286,14 +329,18 @@ impl P2p {
                         Some(p) => Some(p),
                         None => st.any.pop_front(),
                     };
+                    let msg = Buffered {
+                        data: buf,
+                        ack: ack.clone(),
+                    };
                     match posted {
                         Some(recv) => {
                             drop(st);
-                            deliver(&buf, recv, src);
+                            deliver(msg, recv, src);
                         }
                         None => {
                             if let Some(q) = st.per_src.get_mut(src) {
-                                q.unexpected.push_back(buf);
+                                q.unexpected.push_back(msg);
                             }
                         }
                     }
@@ -359,5 +406,106 @@ pub(crate) fn send(
         if off >= data.len() {
             return Ok(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts acknowledgements, as a peer's send ledger would.
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Ack for Count {
+        fn consumed(&self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn acks(c: &Arc<Count>) -> usize {
+        c.0.load(Ordering::SeqCst)
+    }
+
+    /// Feeds one whole message of `data` from `src` as a single frame.
+    fn arrive(p: &P2p, src: usize, ack: &Arc<dyn Ack>, data: &[u8]) {
+        let hdr = Hdr {
+            kind: KIND_P2P,
+            total: data.len() as u64,
+            len: data.len() as u32,
+            ..Default::default()
+        };
+        let mut cur = None;
+        assert!(p.on_frame(src, ack, &hdr, &mut std::io::Cursor::new(data), &mut cur));
+        assert!(cur.is_none());
+    }
+
+    fn post(p: &P2p, src: Option<usize>, buf: &mut [u8]) -> (Arc<Completion>, PostOutcome) {
+        let done = Arc::new(Completion::new());
+        // SAFETY: `buf` outlives every use below, and each test checks the
+        // completion before reading it.
+        let recv = unsafe { PostedRecv::new(buf.as_mut_ptr() as usize, buf.len(), done.clone()) };
+        let out = p.post_recv(src, recv, |_| false);
+        (done, out)
+    }
+
+    #[test]
+    fn a_message_is_acknowledged_only_once_a_receive_takes_it() {
+        let p = P2p::new(3);
+        let count = Arc::new(Count::default());
+        let ack: Arc<dyn Ack> = count.clone();
+        // Arrived before any receive: buffered, not acknowledged (a peer
+        // that fails now leaves the sender's send failed).
+        arrive(&p, 1, &ack, &[7, 8]);
+        arrive(&p, 1, &ack, &[9, 10]);
+        assert_eq!(acks(&count), 0);
+        let mut a = [0u8; 2];
+        let (done, out) = post(&p, Some(1), &mut a);
+        assert!(matches!(out, PostOutcome::Delivered));
+        assert!(done.is_done() && done.snapshot().error.is_none());
+        assert_eq!((a, acks(&count)), ([7, 8], 1));
+        // Any-source receives take buffered messages in order too.
+        let mut b = [0u8; 2];
+        let (done, out) = post(&p, None, &mut b);
+        assert!(matches!(out, PostOutcome::Delivered));
+        assert_eq!((b, acks(&count), done.snapshot().source), ([9, 10], 2, 1));
+        // Posted first: acknowledged when its last byte lands.
+        let mut c = [0u8; 3];
+        let (done, out) = post(&p, Some(2), &mut c);
+        assert!(matches!(out, PostOutcome::Queued));
+        assert!(!done.is_done());
+        arrive(&p, 2, &ack, &[1, 2, 3]);
+        assert!(done.is_done());
+        assert_eq!((c, acks(&count)), ([1, 2, 3], 3));
+        // A size mismatch still consumes the message (the receive fails).
+        arrive(&p, 1, &ack, &[5]);
+        let mut d = [0u8; 4];
+        let (done, _) = post(&p, Some(1), &mut d);
+        assert!(done.snapshot().error.is_some());
+        assert_eq!(acks(&count), 4);
+    }
+
+    #[test]
+    fn each_message_is_acknowledged_on_its_own_connection() {
+        let p = P2p::new(3);
+        let (one, two) = (Arc::new(Count::default()), Arc::new(Count::default()));
+        let (a1, a2): (Arc<dyn Ack>, Arc<dyn Ack>) = (one.clone(), two.clone());
+        arrive(&p, 1, &a1, &[1]);
+        arrive(&p, 2, &a2, &[2]);
+        let mut x = [0u8; 1];
+        let _ = post(&p, Some(2), &mut x);
+        assert_eq!((x[0], acks(&one), acks(&two)), (2, 0, 1));
+        // A known-dead source hands the receive back, and its buffered
+        // message stays unacknowledged once the source is reset.
+        p.reset_source(1);
+        let done = Arc::new(Completion::new());
+        // SAFETY: `x` outlives the call; the receive is handed back unused.
+        let recv = unsafe { PostedRecv::new(x.as_mut_ptr() as usize, 1, done) };
+        assert!(matches!(
+            p.post_recv(Some(1), recv, |_| true),
+            PostOutcome::Dead(_)
+        ));
+        assert_eq!(acks(&one), 0);
     }
 }

@@ -11,7 +11,7 @@
 //! reader never blocks on its own socket while the peer's reader might be
 //! blocked writing to us.
 
-use crate::collectives::p2p::RxMessage;
+use crate::collectives::p2p::{Ack, RxMessage};
 use crate::collectives::retain::{Request, Retention, Verdict};
 use crate::fault;
 use crate::runtime::shared::{Links, Shared};
@@ -103,6 +103,8 @@ fn send_range(retain: &Retention, link: &PeerLink, req: &Request) {
 pub(crate) fn reader_loop(shared: Arc<Shared>, link: Arc<PeerLink>, stream: TcpStream) {
     let mut r = BufReader::with_capacity(READ_BUF, stream);
     let mut rx_msg: Option<RxMessage> = None;
+    // Consumed P2P messages are acknowledged on this connection.
+    let ack: Arc<dyn Ack> = link.clone();
     while let Ok(hdr) = Hdr::read_from(&mut r) {
         fault::park_if_frozen();
         link.touch_rx();
@@ -182,9 +184,7 @@ pub(crate) fn reader_loop(shared: Arc<Shared>, link: Arc<PeerLink>, stream: TcpS
             }
             KIND_P2P => shared
                 .p2p
-                .on_frame(link.slot, &hdr, &mut r, &mut rx_msg, || {
-                    link.received_message()
-                }),
+                .on_frame(link.slot, &ack, &hdr, &mut r, &mut rx_msg),
             KIND_P2P_ACK => {
                 link.acked(hdr.seq);
                 true

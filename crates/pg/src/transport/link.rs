@@ -60,10 +60,11 @@ pub(crate) struct PeerLink {
     shm_pending: Mutex<Option<Arc<Segment>>>,
     abort_seq: AtomicU64,
     /// Sends written to this link and not yet acknowledged, by message
-    /// number (a send succeeds when the peer acknowledges it, not when its
-    /// bytes are handed to the socket).
+    /// number (a send succeeds when the peer acknowledges it, which it
+    /// does once a receive took the message; not when its bytes are handed
+    /// to the socket).
     sends: Mutex<SendLedger>,
-    /// P2P messages received whole from the peer (a running count).
+    /// P2P messages from the peer that receives consumed (a running count).
     rx_msgs: AtomicU64,
     /// The highest count acknowledged to the peer so far.
     rx_acked: AtomicU64,
@@ -277,7 +278,8 @@ impl PeerLink {
         !self.sends.lock().pending.is_empty()
     }
 
-    /// A P2P message from the peer arrived whole: acknowledge it.
+    /// A receive consumed one more P2P message from the peer (they are
+    /// consumed in the order sent): acknowledge it.
     pub(crate) fn received_message(&self) {
         self.rx_msgs.fetch_add(1, Ordering::SeqCst);
         self.flush_acks();
