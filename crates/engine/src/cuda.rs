@@ -29,18 +29,32 @@ const IPC_LAZY_PEER: c_uint = 1;
 type CuResult = c_int;
 type Ctx = *mut c_void;
 
+type FnAttr = unsafe extern "C" fn(*mut c_void, c_int, u64) -> CuResult;
+type FnCtx = unsafe extern "C" fn(Ctx) -> CuResult;
+type FnVoid = unsafe extern "C" fn() -> CuResult;
+type FnStream = unsafe extern "C" fn(*mut c_void) -> CuResult;
+type FnMemcpy = unsafe extern "C" fn(u64, u64, usize) -> CuResult;
+type FnHostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult;
+type FnFreeHost = unsafe extern "C" fn(*mut c_void) -> CuResult;
+type FnRange = unsafe extern "C" fn(*mut u64, *mut usize, u64) -> CuResult;
+type FnIpcGet = unsafe extern "C" fn(*mut [u8; IPC_HANDLE_LEN], u64) -> CuResult;
+type FnIpcOpen = unsafe extern "C" fn(*mut u64, [u8; IPC_HANDLE_LEN], c_uint) -> CuResult;
+type FnIpcClose = unsafe extern "C" fn(u64) -> CuResult;
+type FnInit = unsafe extern "C" fn(c_uint) -> CuResult;
+
 /// The driver entry points this crate uses.
 pub(crate) struct Driver {
-    pointer_get_attribute: unsafe extern "C" fn(*mut c_void, c_int, u64) -> CuResult,
-    ctx_set_current: unsafe extern "C" fn(Ctx) -> CuResult,
-    ctx_synchronize: unsafe extern "C" fn() -> CuResult,
-    memcpy: unsafe extern "C" fn(u64, u64, usize) -> CuResult,
-    mem_host_alloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult,
-    mem_free_host: unsafe extern "C" fn(*mut c_void) -> CuResult,
-    mem_get_address_range: unsafe extern "C" fn(*mut u64, *mut usize, u64) -> CuResult,
-    ipc_get_mem_handle: unsafe extern "C" fn(*mut [u8; IPC_HANDLE_LEN], u64) -> CuResult,
-    ipc_open_mem_handle: unsafe extern "C" fn(*mut u64, [u8; IPC_HANDLE_LEN], c_uint) -> CuResult,
-    ipc_close_mem_handle: unsafe extern "C" fn(u64) -> CuResult,
+    pointer_get_attribute: FnAttr,
+    ctx_set_current: FnCtx,
+    ctx_synchronize: FnVoid,
+    stream_synchronize: FnStream,
+    memcpy: FnMemcpy,
+    mem_host_alloc: FnHostAlloc,
+    mem_free_host: FnFreeHost,
+    mem_get_address_range: FnRange,
+    ipc_get_mem_handle: FnIpcGet,
+    ipc_open_mem_handle: FnIpcOpen,
+    ipc_close_mem_handle: FnIpcClose,
     /// A context for host-only calls (pinned allocations) made before any
     /// device pointer was seen on the thread: the first one found.
     any_ctx: parking_lot::Mutex<Option<usize>>,
@@ -71,11 +85,11 @@ fn dl_error() -> String {
 
 /// Resolve `$name` from `$h` as a function of the field's type.
 macro_rules! sym {
-    ($h:expr, $name:literal) => {{
+    ($h:expr, $name:literal, $t:ty) => {{
         let p = symbol($h, $name)?;
         // SAFETY: the driver exports this symbol with the C signature of the
         // field it is stored in (CUDA driver API, 64-bit `CUdeviceptr`).
-        unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+        unsafe { std::mem::transmute::<*mut c_void, $t>(p) }
     }};
 }
 
@@ -86,7 +100,7 @@ fn open(flags: c_int) -> std::result::Result<&'static Driver, String> {
     if h.is_null() {
         return Err(dl_error());
     }
-    let init: unsafe extern "C" fn(c_uint) -> CuResult = sym!(h, c"cuInit");
+    let init = sym!(h, c"cuInit", FnInit);
     // SAFETY: cuInit takes flags (0) and may be called any number of times.
     let r = unsafe { init(0) };
     if r != 0 {
@@ -95,16 +109,17 @@ fn open(flags: c_int) -> std::result::Result<&'static Driver, String> {
         ));
     }
     Ok(Box::leak(Box::new(Driver {
-        pointer_get_attribute: sym!(h, c"cuPointerGetAttribute"),
-        ctx_set_current: sym!(h, c"cuCtxSetCurrent"),
-        ctx_synchronize: sym!(h, c"cuCtxSynchronize"),
-        memcpy: sym!(h, c"cuMemcpy"),
-        mem_host_alloc: sym!(h, c"cuMemHostAlloc"),
-        mem_free_host: sym!(h, c"cuMemFreeHost"),
-        mem_get_address_range: sym!(h, c"cuMemGetAddressRange_v2"),
-        ipc_get_mem_handle: sym!(h, c"cuIpcGetMemHandle"),
-        ipc_open_mem_handle: sym!(h, c"cuIpcOpenMemHandle_v2"),
-        ipc_close_mem_handle: sym!(h, c"cuIpcCloseMemHandle"),
+        pointer_get_attribute: sym!(h, c"cuPointerGetAttribute", FnAttr),
+        ctx_set_current: sym!(h, c"cuCtxSetCurrent", FnCtx),
+        ctx_synchronize: sym!(h, c"cuCtxSynchronize", FnVoid),
+        stream_synchronize: sym!(h, c"cuStreamSynchronize", FnStream),
+        memcpy: sym!(h, c"cuMemcpy", FnMemcpy),
+        mem_host_alloc: sym!(h, c"cuMemHostAlloc", FnHostAlloc),
+        mem_free_host: sym!(h, c"cuMemFreeHost", FnFreeHost),
+        mem_get_address_range: sym!(h, c"cuMemGetAddressRange_v2", FnRange),
+        ipc_get_mem_handle: sym!(h, c"cuIpcGetMemHandle", FnIpcGet),
+        ipc_open_mem_handle: sym!(h, c"cuIpcOpenMemHandle_v2", FnIpcOpen),
+        ipc_close_mem_handle: sym!(h, c"cuIpcCloseMemHandle", FnIpcClose),
         any_ctx: parking_lot::Mutex::new(None),
     })))
 }
@@ -164,10 +179,8 @@ impl Driver {
         *self.any_ctx.lock() = Some(ctx);
         // SAFETY: a context handle the driver just returned for a live
         // allocation.
-        check(
-            unsafe { (self.ctx_set_current)(ctx as Ctx) },
-            "cuCtxSetCurrent",
-        )
+        let r = unsafe { (self.ctx_set_current)(ctx as Ctx) };
+        check(r, "cuCtxSetCurrent")
     }
 
     fn enter_any(&self) -> Result<()> {
@@ -179,10 +192,8 @@ impl Driver {
         })?;
         // SAFETY: a context handle the driver returned earlier; contexts of
         // live allocations outlive them.
-        check(
-            unsafe { (self.ctx_set_current)(ctx as Ctx) },
-            "cuCtxSetCurrent",
-        )
+        let r = unsafe { (self.ctx_set_current)(ctx as Ctx) };
+        check(r, "cuCtxSetCurrent")
     }
 }
 
@@ -225,10 +236,8 @@ impl DeviceOps for Driver {
         }
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: `p` receives the allocation; a context is current.
-        check(
-            unsafe { (self.mem_host_alloc)(&mut p, len.max(1), HOSTALLOC_PORTABLE) },
-            "cuMemHostAlloc",
-        )?;
+        let r = unsafe { (self.mem_host_alloc)(&mut p, len.max(1), HOSTALLOC_PORTABLE) };
+        check(r, "cuMemHostAlloc")?;
         Ok(p as u64)
     }
 
@@ -237,20 +246,27 @@ impl DeviceOps for Driver {
         let _ = unsafe { (self.mem_free_host)(addr as usize as *mut c_void) };
     }
 
+    fn synchronize_stream(&self, stream: u64, near: Option<u64>) -> Result<()> {
+        match near {
+            Some(a) => self.enter(a)?,
+            None => self.enter_any()?,
+        }
+        // SAFETY: a context is current; `stream` is the caller's stream of
+        // that context (0: its default stream).
+        let r = unsafe { (self.stream_synchronize)(stream as usize as *mut c_void) };
+        check(r, "cuStreamSynchronize")
+    }
+
     fn ipc_export(&self, addr: u64) -> Result<IpcExport> {
         self.enter(addr)?;
         let (mut base, mut size) = (0u64, 0usize);
         // SAFETY: both outputs are valid; `addr` is device memory.
-        check(
-            unsafe { (self.mem_get_address_range)(&mut base, &mut size, addr) },
-            "cuMemGetAddressRange",
-        )?;
+        let r = unsafe { (self.mem_get_address_range)(&mut base, &mut size, addr) };
+        check(r, "cuMemGetAddressRange")?;
         let mut handle = [0u8; IPC_HANDLE_LEN];
         // SAFETY: `handle` has the 64 bytes of a CUipcMemHandle.
-        check(
-            unsafe { (self.ipc_get_mem_handle)(&mut handle, base) },
-            "cuIpcGetMemHandle",
-        )?;
+        let r = unsafe { (self.ipc_get_mem_handle)(&mut handle, base) };
+        check(r, "cuIpcGetMemHandle")?;
         Ok(IpcExport {
             handle: handle.to_vec(),
             offset: addr - base,
@@ -258,7 +274,7 @@ impl DeviceOps for Driver {
         })
     }
 
-    fn ipc_open(&self, handle: &[u8], near: Option<u64>) -> Result<u64> {
+    fn ipc_open(&self, handle: &[u8], near: Option<u64>) -> Result<(u64, u64)> {
         let h: [u8; IPC_HANDLE_LEN] = handle.try_into().map_err(|_| {
             EngineError::new(ErrorKind::InvalidArgument, "a CUDA IPC handle has 64 bytes")
         })?;
@@ -268,24 +284,21 @@ impl DeviceOps for Driver {
         }
         let mut p = 0u64;
         // SAFETY: `p` receives the mapping; a context is current.
-        check(
-            unsafe { (self.ipc_open_mem_handle)(&mut p, h, IPC_LAZY_PEER) },
-            "cuIpcOpenMemHandle",
-        )?;
-        Ok(p)
+        let r = unsafe { (self.ipc_open_mem_handle)(&mut p, h, IPC_LAZY_PEER) };
+        check(r, "cuIpcOpenMemHandle")?;
+        let (mut base, mut size) = (0u64, 0usize);
+        // SAFETY: both outputs are valid; `p` is the mapping just made.
+        let r = unsafe { (self.mem_get_address_range)(&mut base, &mut size, p) };
+        if let Err(e) = check(r, "cuMemGetAddressRange") {
+            // SAFETY: the mapping just made, closed once.
+            unsafe { (self.ipc_close_mem_handle)(p) };
+            return Err(e);
+        }
+        Ok((p, size as u64))
     }
 
     unsafe fn ipc_close(&self, base: u64) {
         // SAFETY: the caller passes a mapping ipc_open returned, once.
         let _ = unsafe { (self.ipc_close_mem_handle)(base) };
     }
-}
-
-/// Whether `addr` is CUDA device memory (false when no driver is loaded:
-/// no device memory can exist then).
-pub(crate) fn is_device_pointer(addr: u64) -> bool {
-    if !loaded() {
-        return false;
-    }
-    driver().is_ok_and(|d| d.device_of(addr).is_some())
 }

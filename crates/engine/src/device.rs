@@ -70,14 +70,19 @@ pub trait DeviceOps: Send + Sync {
     /// `addr` came from `alloc_pinned`, is freed once and is not used after.
     unsafe fn free_pinned(&self, addr: u64);
 
+    /// Wait for the work queued on CUDA stream `stream` (0: the default
+    /// stream) of the context `near` belongs to (any context when `near`
+    /// is `None`).
+    fn synchronize_stream(&self, stream: u64, near: Option<u64>) -> Result<()>;
+
     /// Export the allocation holding device address `addr` for another
     /// process of this host.
     fn ipc_export(&self, addr: u64) -> Result<IpcExport>;
 
-    /// Map an allocation another process exported; returns its base here.
-    /// `near` is a device address of this process whose device should map
-    /// it (or host memory: any device).
-    fn ipc_open(&self, handle: &[u8], near: Option<u64>) -> Result<u64>;
+    /// Map an allocation another process exported; returns its base here
+    /// and its size. `near` is a device address of this process whose
+    /// device should map it (or host memory: any device).
+    fn ipc_open(&self, handle: &[u8], near: Option<u64>) -> Result<(u64, u64)>;
 
     /// Unmap what [`DeviceOps::ipc_open`] returned.
     ///
@@ -424,6 +429,8 @@ mod fake {
         pub ipc_opened: AtomicU64,
         /// Pinned buffers allocated.
         pub pinned: AtomicU64,
+        /// Stream synchronizations.
+        pub synced: AtomicU64,
     }
 
     impl std::fmt::Debug for HostDevice {
@@ -494,6 +501,11 @@ mod fake {
 
         unsafe fn free_pinned(&self, _addr: u64) {}
 
+        fn synchronize_stream(&self, _stream: u64, _near: Option<u64>) -> Result<()> {
+            self.synced.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+
         fn ipc_export(&self, addr: u64) -> Result<IpcExport> {
             let g = self.regions.lock();
             let Some((&s, &(l, _))) = g
@@ -512,14 +524,16 @@ mod fake {
             })
         }
 
-        fn ipc_open(&self, handle: &[u8], _near: Option<u64>) -> Result<u64> {
+        fn ipc_open(&self, handle: &[u8], _near: Option<u64>) -> Result<(u64, u64)> {
             if self.refuse_ipc.load(Ordering::Relaxed) {
                 return Err(EngineError::new(ErrorKind::Cuda, "injected IPC refusal"));
             }
             self.ipc_opened.fetch_add(1, Ordering::Relaxed);
             let mut b = [0u8; 8];
             b.copy_from_slice(&handle[..8]);
-            Ok(u64::from_le_bytes(b))
+            let base = u64::from_le_bytes(b);
+            let size = self.regions.lock().get(&base).map_or(0, |r| r.0);
+            Ok((base, size))
         }
 
         unsafe fn ipc_close(&self, _base: u64) {}
@@ -724,7 +738,7 @@ mod tests {
         assert_eq!(h.device_of(a + 8192), None);
         let x = h.ipc_export(a + 100).unwrap();
         assert_eq!((x.offset, x.size), (100, 8192));
-        assert_eq!(h.ipc_open(&x.handle, None).unwrap(), a);
+        assert_eq!(h.ipc_open(&x.handle, None).unwrap(), (a, 8192));
         h.refuse_ipc.store(true, Ordering::Relaxed);
         assert!(h.ipc_open(&x.handle, None).is_err());
     }

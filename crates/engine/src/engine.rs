@@ -65,6 +65,17 @@ const SHARE_MIN: u64 = 512 << 10;
 /// alone.
 static HELP_DENIED: AtomicBool = AtomicBool::new(false);
 
+/// How a same-host copy request ended.
+enum Local {
+    /// Every byte moved.
+    Done,
+    /// The kernel refused the cross-process copy: use TCP from now on.
+    Denied,
+    /// A target range is device memory: send this request over the
+    /// socket path, where the target stages it.
+    Device,
+}
+
 /// How a peer is reached.
 #[derive(Debug)]
 struct PeerRoute {
@@ -337,19 +348,31 @@ impl TransferEngine {
 
     /// Register `[addr, addr+len)` so that peers may read and write it and
     /// local buffers of transfers may lie in it. Refuses zero bytes, memory
-    /// that is not mapped in this process, overlapping regions, and CUDA
-    /// device memory.
+    /// that is not mapped in this process and overlapping regions. CUDA
+    /// device memory (told apart through the driver) is registered as
+    /// device memory, at `cuda:<ordinal>` unless `location` names a CUDA
+    /// device; without a driver, a `cuda` location is refused with the
+    /// error that says no CUDA driver was found.
     ///
     /// # Safety
     /// The region must stay valid, readable and writable memory of this
     /// process until it is unregistered: peers write into it at any time.
     pub unsafe fn register_memory(&self, addr: u64, len: u64, location: &str) -> Result<()> {
-        if (len > 0 && location.starts_with("cuda")) || crate::cuda::is_device_pointer(addr) {
-            crate::cuda::driver()?;
-            return Err(EngineError::new(
-                ErrorKind::Cuda,
-                format!("{addr:#x} is CUDA device memory: this build moves host memory only (stage through pinned host memory)"),
-            ));
+        let ordinal = if len > 0 {
+            crate::device::classify(addr)
+        } else {
+            None
+        };
+        if let Some(ord) = ordinal {
+            let loc = if location.starts_with("cuda") {
+                location.to_string()
+            } else {
+                format!("cuda:{ord}")
+            };
+            return self.registry.register_memory_of(addr, len, &loc, true);
+        }
+        if len > 0 && location.starts_with("cuda") {
+            crate::device::current()?;
         }
         if len > 0 && !is_mapped(addr, len) {
             return Err(EngineError::new(
@@ -399,7 +422,11 @@ impl TransferEngine {
             "local buffer",
         )?;
         let route = self.route(&run, target)?;
-        let r = self.move_items(&run, target, &route, op, items);
+        let r = if self.registry.any_device(items.iter().map(|i| (i.0, i.2))) {
+            self.move_mixed(&run, target, &route, op, items)
+        } else {
+            self.move_items(&run, target, &route, op, items)
+        };
         if let Err(e) = &r {
             if matches!(e.kind(), ErrorKind::Unreachable | ErrorKind::Timeout) {
                 run.routes.lock().remove(target);
@@ -579,6 +606,13 @@ impl TransferEngine {
             ErrorKind::LocalNotRegistered,
             "destination",
         )?;
+        if self.registry.is_device(dest) {
+            // SAFETY: the range lies in registered device memory, pinned
+            // meanwhile; the source is `bytes`.
+            return unsafe {
+                crate::device::current()?.copy(dest, bytes.as_ptr() as u64, bytes.len() as u64)
+            };
+        }
         // SAFETY: the range lies in registered memory, which the registrant
         // keeps valid and writable; it is pinned meanwhile.
         unsafe {
@@ -597,33 +631,41 @@ impl TransferEngine {
         let n = usize::try_from(len)
             .map_err(|_| EngineError::new(ErrorKind::InvalidArgument, "length too large"))?;
         let mut v = vec![0u8; n];
+        if self.registry.is_device(src) {
+            // SAFETY: the range lies in registered device memory, pinned
+            // meanwhile; `v` holds `len` writable bytes.
+            unsafe { crate::device::current()?.copy(v.as_mut_ptr() as u64, src, len)? };
+            return Ok(v);
+        }
         // SAFETY: the range lies in registered (valid, readable) memory,
         // pinned meanwhile.
         unsafe { std::ptr::copy_nonoverlapping(src as usize as *const u8, v.as_mut_ptr(), n) };
         Ok(v)
     }
 
-    /// A transfer ordered on a CUDA stream (`*_on_cuda`): needs the CUDA
-    /// driver; without one, a clear error.
+    /// A transfer ordered on a CUDA stream (`*_on_cuda`): the work queued
+    /// on `stream` before the call finishes first, then the transfer runs
+    /// and the call returns when it is done (so work queued afterwards sees
+    /// its bytes). Needs the CUDA driver; without one, the error that says
+    /// no CUDA driver was found.
     pub fn transfer_on_cuda(
         &self,
         target: &str,
         op: Opcode,
         items: &[Item],
-        _stream: u64,
+        stream: u64,
     ) -> Result<()> {
         self.running()?;
         check_items(items)?;
-        crate::cuda::driver()?;
-        let what = match op {
-            Opcode::Read => "reads",
-            Opcode::Write => "writes",
-        };
-        Err(EngineError::new(
-            ErrorKind::Cuda,
-            format!("{what} ordered on a CUDA stream are not supported by this build"),
-        )
-        .with_peer(target))
+        let dev = crate::device::current()?;
+        let near = items
+            .iter()
+            .map(|i| i.0)
+            .find(|&a| dev.ops().device_of(a).is_some());
+        dev.ops()
+            .synchronize_stream(stream, near)
+            .map_err(|e| e.with_peer(target))?;
+        self.transfer(target, op, items, None)
     }
 
     /// The local topology as upstream prints it ([`crate::topology`]);
@@ -684,6 +726,124 @@ impl TransferEngine {
         Ok(route)
     }
 
+    /// Move items some of whose local buffers are device memory: the host
+    /// ones as usual, then each device one ([`Self::move_device`]).
+    fn move_mixed(
+        &self,
+        run: &Running,
+        target: &str,
+        route: &PeerRoute,
+        op: Opcode,
+        items: &[Item],
+    ) -> Result<()> {
+        let (dev, host): (Vec<Item>, Vec<Item>) =
+            items.iter().partition(|i| self.registry.is_device(i.0));
+        self.move_items(run, target, route, op, &host)?;
+        dev.iter()
+            .try_for_each(|&it| self.move_device(run, target, route, op, it))
+    }
+
+    /// Move one item whose local buffer is device memory. To a process of
+    /// this host: the target maps the buffer's CUDA IPC handle and copies
+    /// itself; where the driver refuses (logged once), and to other hosts,
+    /// the buffer is staged through pinned host memory, the device copy of
+    /// one chunk overlapping the move of the previous one.
+    fn move_device(
+        &self,
+        run: &Running,
+        target: &str,
+        route: &PeerRoute,
+        op: Opcode,
+        (local, remote, len): Item,
+    ) -> Result<()> {
+        let dev = crate::device::current()?;
+        if let Some(unix) = route.unix.as_deref() {
+            if !crate::device::ipc_denied()
+                && self.move_ipc(run, target, unix, op, (local, remote, len))?
+            {
+                return Ok(());
+            }
+        }
+        match op {
+            Opcode::Write => {
+                let mut sink = |off: u64, b: &[u8]| {
+                    let it = (b.as_ptr() as u64, remote + off, b.len() as u64);
+                    self.move_items(run, target, route, op, &[it])
+                };
+                // SAFETY: the local range lies in registered device memory,
+                // pinned by the caller.
+                unsafe { dev.stage_out(local, len, &mut sink) }
+            }
+            Opcode::Read => {
+                let mut source = |off: u64, b: &mut [u8]| {
+                    let it = (b.as_mut_ptr() as u64, remote + off, b.len() as u64);
+                    self.move_items(run, target, route, op, &[it])
+                };
+                // SAFETY: the local range lies in registered device memory,
+                // pinned by the caller.
+                unsafe { dev.stage_in(local, len, &mut source) }
+            }
+        }
+    }
+
+    /// One CUDA IPC copy by a target of this host; `Ok(false)` when the
+    /// target cannot map the handle (or this driver cannot export it):
+    /// then IPC is off from now on, logged once.
+    fn move_ipc(
+        &self,
+        run: &Running,
+        target: &str,
+        unix: &str,
+        op: Opcode,
+        (local, remote, len): Item,
+    ) -> Result<bool> {
+        let dev = crate::device::current()?;
+        let x = match dev.ops().ipc_export(local) {
+            Ok(x) => x,
+            Err(e) => {
+                crate::device::deny_ipc(&e.to_string());
+                return Ok(false);
+            }
+        };
+        let pairs = vec![(x.offset, remote, len)];
+        let req = match op {
+            Opcode::Write => Request::IpcWrite {
+                handle: x.handle,
+                pairs,
+            },
+            Opcode::Read => Request::IpcRead {
+                handle: x.handle,
+                pairs,
+            },
+        };
+        let mut c = run
+            .pool
+            .unix(unix, run.key.as_ref(), run.timeout)
+            .map_err(|e| connect_error(target, e))?;
+        let st = match c.call(&req) {
+            Ok(st) => st,
+            Err(e) => {
+                run.pool.forget(unix);
+                return Err(EngineError::io(
+                    target,
+                    "same-host device transfer failed",
+                    e,
+                ));
+            }
+        };
+        run.pool.give(unix, c);
+        match st {
+            wire::STATUS_OK => Ok(true),
+            wire::STATUS_IPC_REFUSED => {
+                crate::device::deny_ipc(&format!(
+                    "{target} cannot map this process's CUDA IPC handles"
+                ));
+                Ok(false)
+            }
+            st => Err(status_error(target, st)),
+        }
+    }
+
     fn move_items(
         &self,
         run: &Running,
@@ -698,8 +858,9 @@ impl TransferEngine {
         if let Some(unix) = route.unix.as_deref() {
             if !VM_DENIED.load(Ordering::Relaxed) {
                 match self.move_local(run, target, unix, op, items)? {
-                    true => return Ok(()),
-                    false => {
+                    Local::Done => return Ok(()),
+                    Local::Device => return self.move_tcp(run, target, &route.endpoint, op, items),
+                    Local::Denied => {
                         if !VM_DENIED.swap(true, Ordering::Relaxed) {
                             emit(
                                 Level::Warning,
@@ -715,8 +876,10 @@ impl TransferEngine {
         self.move_tcp(run, target, &route.endpoint, op, items)
     }
 
-    /// One request on the target's Unix socket; `Ok(false)` when the
-    /// kernel refused the copy (use TCP).
+    /// One request on the target's Unix socket; [`Local::Denied`] when the
+    /// kernel refused the copy (use TCP), [`Local::Device`] when a target
+    /// range is device memory (use the socket path, where the target
+    /// stages it).
     fn move_local(
         &self,
         run: &Running,
@@ -724,7 +887,7 @@ impl TransferEngine {
         unix: &str,
         op: Opcode,
         items: &[Item],
-    ) -> Result<bool> {
+    ) -> Result<Local> {
         let mut c = run
             .pool
             .unix(unix, run.key.as_ref(), run.timeout)
@@ -750,15 +913,16 @@ impl TransferEngine {
         };
         run.pool.give(unix, c);
         match st {
-            wire::STATUS_OK => Ok(true),
-            wire::STATUS_VM_DENIED => Ok(false),
+            wire::STATUS_OK => Ok(Local::Done),
+            wire::STATUS_VM_DENIED => Ok(Local::Denied),
+            wire::STATUS_DEVICE => Ok(Local::Device),
             st => Err(status_error(target, st)),
         }
     }
 
     /// A shared same-host copy (see `wire`): the target copies the first
-    /// half of the bytes, this process the second; `Ok(false)` when the
-    /// kernel refused the target's copy (use TCP).
+    /// half of the bytes, this process the second; as
+    /// [`Self::move_local`].
     #[allow(clippy::too_many_arguments)]
     fn move_shared(
         &self,
@@ -770,7 +934,7 @@ impl TransferEngine {
         op: Opcode,
         items: &[Item],
         total: u64,
-    ) -> Result<bool> {
+    ) -> Result<Local> {
         // Page-aligned, so that each process pins pages of its own.
         let split = (total / 2) & !4095;
         let pairs = items.to_vec();
@@ -802,7 +966,8 @@ impl TransferEngine {
             | SharedOutcome::Done {
                 target: wire::STATUS_VM_DENIED,
                 ..
-            } => return Ok(false),
+            } => return Ok(Local::Denied),
+            SharedOutcome::Refused(wire::STATUS_DEVICE) => return Ok(Local::Device),
             SharedOutcome::Refused(st) => return Err(status_error(target, st)),
             SharedOutcome::Done { target: st, .. } if st != wire::STATUS_OK => {
                 return Err(status_error(target, st))
@@ -810,7 +975,7 @@ impl TransferEngine {
             SharedOutcome::Done { own, .. } => own,
         };
         match own {
-            wire::STATUS_OK => Ok(true),
+            wire::STATUS_OK => Ok(Local::Done),
             wire::STATUS_VM_DENIED => {
                 if !HELP_DENIED.swap(true, Ordering::Relaxed) {
                     emit(

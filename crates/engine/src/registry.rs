@@ -28,12 +28,17 @@ struct Region {
     settling: u64,
     /// Where the memory lives (`cpu:0`, `cuda:1`, `*`).
     location: String,
+    /// Device memory: moved through [`crate::device`], never touched by
+    /// host copies.
+    device: bool,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
     regions: BTreeMap<u64, Region>,
     next_seq: u64,
+    /// Regions of device memory among them.
+    devices: usize,
 }
 
 /// The registered regions of one engine (and of a store sharing it).
@@ -105,6 +110,18 @@ impl Registry {
     /// Register `[addr, addr+len)` at `location`. Zero bytes, a range that
     /// wraps, or one overlapping a registered region is refused.
     pub fn register(&self, addr: u64, len: u64, location: &str) -> Result<()> {
+        self.register_memory_of(addr, len, location, false)
+    }
+
+    /// [`Registry::register`] of host memory (`device` false) or device
+    /// memory (`device` true).
+    pub fn register_memory_of(
+        &self,
+        addr: u64,
+        len: u64,
+        location: &str,
+        device: bool,
+    ) -> Result<()> {
         if len == 0 {
             return Err(EngineError::new(
                 ErrorKind::ZeroLength,
@@ -131,6 +148,7 @@ impl Registry {
         }
         let seq = g.next_seq;
         g.next_seq += 1;
+        g.devices += usize::from(device);
         g.regions.insert(
             addr,
             Region {
@@ -139,6 +157,7 @@ impl Registry {
                 seq,
                 pins: 0,
                 location: location.to_string(),
+                device,
             },
         );
         Ok(())
@@ -178,7 +197,9 @@ impl Registry {
                 ),
             ));
         }
-        Ok(g.regions.remove(&addr).map_or(0, |r| r.len))
+        let r = g.regions.remove(&addr);
+        g.devices -= r.as_ref().map_or(0, |r| usize::from(r.device));
+        Ok(r.map_or(0, |r| r.len))
     }
 
     /// Pin the regions holding every `(addr, len)` range (ranges of zero
@@ -228,6 +249,30 @@ impl Registry {
             settled: false,
             registry: Arc::clone(self),
             starts,
+        })
+    }
+
+    /// Whether `addr` lies in a registered region of device memory.
+    pub fn is_device(&self, addr: u64) -> bool {
+        let g = self.inner.lock();
+        g.regions
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&s, r)| r.device && addr < s + r.len)
+    }
+
+    /// Whether a registered region of device memory holds any of `ranges`
+    /// (none is registered: false at once).
+    pub fn any_device(&self, ranges: impl Iterator<Item = (u64, u64)>) -> bool {
+        let g = self.inner.lock();
+        if g.devices == 0 {
+            return false;
+        }
+        ranges.filter(|r| r.1 > 0).any(|(a, _)| {
+            g.regions
+                .range(..=a)
+                .next_back()
+                .is_some_and(|(&s, r)| r.device && a < s + r.len)
         })
     }
 

@@ -347,10 +347,15 @@ where
                     "range",
                 ) {
                     Ok(pin) => {
-                        // SAFETY: every range lies inside registered memory
-                        // (checked and pinned above), which the registrant
-                        // keeps valid and writable while registered.
-                        unsafe { recv_into(&mut rd, fd, &ranges)? };
+                        if sh.registry.any_device(ranges.iter().copied()) {
+                            recv_staged(&mut rd, fd, sh, &ranges)?;
+                        } else {
+                            // SAFETY: every range lies inside registered
+                            // memory (checked and pinned above), which the
+                            // registrant keeps valid and writable while
+                            // registered.
+                            unsafe { recv_into(&mut rd, fd, &ranges)? };
+                        }
                         drop(pin);
                         send_status(sock, wire::STATUS_OK)?;
                     }
@@ -370,6 +375,10 @@ where
                     crate::error::ErrorKind::OutOfBounds,
                     "range",
                 ) {
+                    Ok(pin) if sh.registry.any_device(ranges.iter().copied()) => {
+                        send_staged(sock, fd, sh, &ranges)?;
+                        drop(pin);
+                    }
                     Ok(pin) => {
                         let status = wire::STATUS_OK.to_le_bytes();
                         let mut iovs = Vec::with_capacity(ranges.len() + 1);
@@ -408,6 +417,14 @@ where
                 let st = vm_request(sh, pid, &pairs, Direction::ToPeer, label);
                 send_status(sock, st)?;
             }
+            Request::IpcWrite { handle, pairs } => {
+                let st = ipc_request(sh, pid, &handle, &pairs, Direction::FromPeer, label);
+                send_status(sock, st)?;
+            }
+            Request::IpcRead { handle, pairs } => {
+                let st = ipc_request(sh, pid, &handle, &pairs, Direction::ToPeer, label);
+                send_status(sock, st)?;
+            }
         }
     }
 }
@@ -422,6 +439,12 @@ fn vm_pin(
 ) -> Result<crate::registry::Pin, i32> {
     if wire::total(pairs.iter().map(|p| p.2)).is_none() {
         return Err(wire::STATUS_BAD_REQUEST);
+    }
+    if sh
+        .registry
+        .any_device(pairs.iter().map(|&(_, t, l)| (t, l)))
+    {
+        return Err(wire::STATUS_DEVICE);
     }
     sh.registry
         .pin(
@@ -607,6 +630,151 @@ unsafe fn recv_into<R: Read>(
     rd.consume(used);
     // SAFETY: the remaining iovecs describe the caller's writable memory.
     unsafe { recv_all(fd, &mut iovs[start..]) }
+}
+
+fn device_io(e: crate::error::EngineError) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// Receive a write's payload into pinned ranges some of which are device
+/// memory: host ranges straight from the socket, device ranges through
+/// the staging pipeline (the next chunk arrives while one is copied in).
+/// A failed device copy ends the connection (the initiator's call fails).
+fn recv_staged<R: Read>(
+    rd: &mut BufReader<R>,
+    fd: RawFd,
+    sh: &Shared,
+    ranges: &[(u64, u64)],
+) -> io::Result<()> {
+    let dev = crate::device::current().map_err(device_io)?;
+    for &(a, l) in ranges {
+        if l == 0 {
+            continue;
+        }
+        if sh.registry.is_device(a) {
+            let mut source = |_: u64, b: &mut [u8]| {
+                // SAFETY: `b` is a pinned staging buffer the pipeline lent
+                // to this call alone.
+                unsafe { recv_into(rd, fd, &[(b.as_mut_ptr() as u64, b.len() as u64)]) }
+                    .map_err(|e| crate::error::EngineError::io("", "receive", e))
+            };
+            // SAFETY: the range lies in registered device memory, pinned by
+            // the caller.
+            unsafe { dev.stage_in(a, l, &mut source) }.map_err(device_io)?;
+        } else {
+            // SAFETY: the range lies in registered host memory, pinned by
+            // the caller.
+            unsafe { recv_into(rd, fd, &[(a, l)])? };
+        }
+    }
+    Ok(())
+}
+
+/// Answer a read of pinned ranges some of which are device memory: the
+/// status, then each range in order, device ranges through the staging
+/// pipeline. A failed device copy ends the connection.
+fn send_staged<S>(sock: &S, fd: RawFd, sh: &Shared, ranges: &[(u64, u64)]) -> io::Result<()>
+where
+    for<'a> &'a S: Write,
+{
+    let dev = crate::device::current().map_err(device_io)?;
+    send_status(sock, wire::STATUS_OK)?;
+    for &(a, l) in ranges {
+        if l == 0 {
+            continue;
+        }
+        if sh.registry.is_device(a) {
+            let mut sink = |_: u64, b: &[u8]| {
+                let mut w: &S = sock;
+                w.write_all(b)
+                    .map_err(|e| crate::error::EngineError::io("", "send", e))
+            };
+            // SAFETY: the range lies in registered device memory, pinned by
+            // the caller.
+            unsafe { dev.stage_out(a, l, &mut sink) }.map_err(device_io)?;
+        } else {
+            let mut iovs = Vec::with_capacity(1);
+            push_iovs(&mut iovs, std::iter::once((a, l)));
+            // SAFETY: the range lies in pinned registered host memory.
+            unsafe { send_all(fd, &mut iovs, false)? };
+        }
+    }
+    Ok(())
+}
+
+/// Serve one CUDA IPC copy: map the initiator's exported allocation, check
+/// and pin the target ranges, copy, unmap. A target without a driver, or
+/// whose driver refuses the handle, answers [`wire::STATUS_IPC_REFUSED`].
+fn ipc_request(
+    sh: &Shared,
+    pid: Option<i32>,
+    handle: &[u8],
+    pairs: &[(u64, u64, u64)],
+    dir: Direction,
+    label: &str,
+) -> i32 {
+    if pid.is_none() || wire::total(pairs.iter().map(|p| p.2)).is_none() {
+        return wire::STATUS_BAD_REQUEST;
+    }
+    let Ok(dev) = crate::device::current() else {
+        return wire::STATUS_IPC_REFUSED;
+    };
+    let pin = match sh.registry.pin(
+        pairs.iter().map(|&(_, t, l)| (t, l)),
+        crate::error::ErrorKind::OutOfBounds,
+        "range",
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            emit(
+                Level::Warning,
+                &format!("transfer engine: refused a device copy from {label}: {e}"),
+            );
+            return wire::STATUS_OUT_OF_BOUNDS;
+        }
+    };
+    let near = pairs.first().map(|p| p.1);
+    let (base, size) = match dev.ops().ipc_open(handle, near) {
+        Ok(m) => m,
+        Err(e) => {
+            emit(
+                Level::Info,
+                &format!("transfer engine: cannot map the CUDA IPC handle of {label}: {e}"),
+            );
+            return wire::STATUS_IPC_REFUSED;
+        }
+    };
+    let mut st = wire::STATUS_OK;
+    if pairs
+        .iter()
+        .any(|&(o, _, l)| o.checked_add(l).is_none_or(|end| end > size))
+    {
+        st = wire::STATUS_BAD_REQUEST;
+    }
+    for &(o, t, l) in pairs {
+        if st != wire::STATUS_OK {
+            break;
+        }
+        // SAFETY: the target range lies in pinned registered memory; the
+        // source range lies inside the mapped allocation (checked above).
+        let r = unsafe {
+            match dir {
+                Direction::FromPeer => dev.copy(t, base + o, l),
+                Direction::ToPeer => dev.copy(base + o, t, l),
+            }
+        };
+        if let Err(e) = r {
+            emit(
+                Level::Warning,
+                &format!("transfer engine: a device copy for {label} failed: {e}"),
+            );
+            st = wire::STATUS_VM_FAILED;
+        }
+    }
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { dev.ops().ipc_close(base) };
+    drop(pin);
+    st
 }
 
 /// Read and drop `n` bytes (the payload of a refused write).

@@ -14,7 +14,16 @@
 //! VmRead { pairs }  -> status    the initiator's memory, or into it)
 //! VmWriteShared { pairs, split } -> status, or GO + status (see below)
 //! VmReadShared { pairs, split }     (Unix socket only; see below)
+//! IpcWrite { handle, pairs } -> status (Unix socket only: the target maps
+//! IpcRead { handle, pairs }  -> status  the initiator's exported device
+//!                                      allocation and copies from or into it)
 //! ```
+//!
+//! A `Vm*` request whose target ranges lie in device memory is answered
+//! [`STATUS_DEVICE`]: the initiator sends it as `Write`/`Read` instead,
+//! which the target stages through pinned host memory. A target that
+//! cannot map a CUDA IPC handle answers [`STATUS_IPC_REFUSED`]: the
+//! initiator stages its device memory itself.
 //!
 //! A shared copy splits one cross-process copy between the two processes,
 //! so that two cores move it: the target checks and pins every pair and
@@ -41,6 +50,12 @@ pub const STATUS_VM_DENIED: i32 = -3;
 /// The cross-process copy failed otherwise (the initiator's memory is
 /// not mapped, or the initiator is gone).
 pub const STATUS_VM_FAILED: i32 = -4;
+
+/// A target range of a cross-process copy is device memory: use
+/// `Write`/`Read`.
+pub const STATUS_DEVICE: i32 = -5;
+/// The target cannot map the initiator's CUDA IPC handle: stage instead.
+pub const STATUS_IPC_REFUSED: i32 = -6;
 
 /// The target checked a shared copy's pairs: the initiator copies its part.
 pub const STATUS_GO: i32 = 1;
@@ -98,6 +113,22 @@ pub enum Request {
         /// Bytes, counted along the pairs, that the target copies.
         split: u64,
     },
+    /// Copy from the initiator's exported device allocation into the
+    /// target's memory.
+    IpcWrite {
+        /// The allocation's IPC handle.
+        handle: Vec<u8>,
+        /// `(offset in the allocation, target address, length)`.
+        pairs: Vec<(u64, u64, u64)>,
+    },
+    /// Copy from the target's memory into the initiator's exported device
+    /// allocation.
+    IpcRead {
+        /// The allocation's IPC handle.
+        handle: Vec<u8>,
+        /// `(offset in the allocation, target address, length)`.
+        pairs: Vec<(u64, u64, u64)>,
+    },
 }
 
 impl Request {
@@ -108,7 +139,9 @@ impl Request {
             Request::VmWrite { pairs }
             | Request::VmRead { pairs }
             | Request::VmWriteShared { pairs, .. }
-            | Request::VmReadShared { pairs, .. } => pairs.len(),
+            | Request::VmReadShared { pairs, .. }
+            | Request::IpcWrite { pairs, .. }
+            | Request::IpcRead { pairs, .. } => pairs.len(),
             _ => 0,
         }
     }

@@ -1,0 +1,81 @@
+//! Helpers of the device transfer tests: host memory standing in for
+//! device memory ([`HostDevice`]).
+
+#![allow(dead_code, missing_docs, unreachable_pub)]
+
+use mooncake_engine::device::{self, HostDevice};
+use mooncake_engine::{Opcode, TransferEngine, P2PHANDSHAKE};
+
+pub const CHUNK: usize = 64 << 10;
+
+pub fn fake() -> &'static HostDevice {
+    static F: std::sync::OnceLock<&'static HostDevice> = std::sync::OnceLock::new();
+    F.get_or_init(|| {
+        let h = HostDevice::leak();
+        device::install(h, CHUNK);
+        h
+    })
+}
+
+pub fn engine() -> TransferEngine {
+    let e = TransferEngine::new();
+    e.initialize("127.0.0.1", P2PHANDSHAKE, "tcp", "").unwrap();
+    e
+}
+
+pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 12) as u8)
+        .collect()
+}
+
+/// A "device" buffer on `ordinal` holding `bytes`.
+pub fn device_buf(bytes: &[u8], ordinal: i32) -> u64 {
+    let a = fake().alloc(bytes.len(), ordinal);
+    // SAFETY: `a` is a fresh allocation of bytes.len() bytes.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), a as *mut u8, bytes.len()) };
+    a
+}
+
+/// A host buffer (leaked) holding `bytes`.
+pub fn host_buf(bytes: &[u8]) -> u64 {
+    Box::leak(bytes.to_vec().into_boxed_slice()).as_mut_ptr() as u64
+}
+
+pub fn read(addr: u64, n: usize) -> Vec<u8> {
+    // SAFETY: the tests' buffers are leaked, valid for the process.
+    unsafe { std::slice::from_raw_parts(addr as *const u8, n) }.to_vec()
+}
+
+pub fn register(e: &TransferEngine, addr: u64, n: usize) {
+    // SAFETY: every test buffer is leaked: valid for the process.
+    unsafe { e.register_memory(addr, n as u64, "*") }.unwrap();
+}
+
+/// Move `n` bytes between `local` of `a` and `remote` of `b` both ways and
+/// check the bytes each time.
+pub fn round_trip(a: &TransferEngine, b: &TransferEngine, local: u64, remote: u64, n: usize) {
+    let name = b.name().unwrap();
+    let want = pattern(n, 7);
+    // SAFETY: `local` holds n writable bytes.
+    unsafe {
+        device::current()
+            .unwrap()
+            .copy(local, want.as_ptr() as u64, n as u64)
+    }
+    .unwrap();
+    a.transfer(&name, Opcode::Write, &[(local, remote, n as u64)], None)
+        .unwrap();
+    assert_eq!(read(remote, n), want, "write of {n} bytes");
+    let back = pattern(n, 99);
+    // SAFETY: `remote` holds n writable bytes.
+    unsafe {
+        device::current()
+            .unwrap()
+            .copy(remote, back.as_ptr() as u64, n as u64)
+    }
+    .unwrap();
+    a.transfer(&name, Opcode::Read, &[(local, remote, n as u64)], None)
+        .unwrap();
+    assert_eq!(read(local, n), back, "read of {n} bytes");
+}
