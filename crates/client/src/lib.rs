@@ -20,10 +20,12 @@
 //! - `master/`: the master connection, discovery, read-ticket reports,
 //!   descriptor publishing;
 //! - at the root, used by all: `config`, `error`, `parallel`, `staging`,
-//!   `registered`, `result_pool`, `session_table`, `stats`, `wake`.
+//!   `registered`, `result_pool`, `session_table`, `stats`, `wake`;
+//!   `device_staging` stages CUDA device buffers through host memory.
 
 mod client;
 mod config;
+pub mod device_staging;
 mod durability;
 mod error;
 mod master;
