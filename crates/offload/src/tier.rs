@@ -59,6 +59,9 @@ struct Inner {
     scanned: Option<(Instant, u64)>,
     /// Bytes written since that scan (rounded up to 4 KiB per record).
     since_scan: u64,
+    /// Buckets that took their last record and wait to be sealed
+    /// ([`DiskTier::seal_full`]), oldest first.
+    full: Vec<u64>,
 }
 
 /// Buckets taken out of the index, whose files are deleted once the
@@ -96,6 +99,9 @@ pub struct DiskTier {
     closed: AtomicBool,
     write: Mutex<()>,
     inner: Mutex<Inner>,
+    /// Held while buckets are being sealed: a flush waits for a seal in
+    /// progress elsewhere.
+    sealing: Mutex<()>,
     handler: RwLock<Option<EvictHandler>>,
     /// A full disk was logged (once, until a write succeeds again).
     full_logged: AtomicBool,
@@ -164,6 +170,7 @@ impl DiskTier {
             closed: AtomicBool::new(false),
             write: Mutex::new(()),
             inner: Mutex::new(Inner::default()),
+            sealing: Mutex::new(()),
             handler: RwLock::new(None),
             full_logged: AtomicBool::new(false),
             stats: TierStats::default(),
@@ -613,9 +620,32 @@ impl DiskTier {
             full
         };
         if full {
-            self.seal(id);
+            // Sealed later, off the write path (its data sync may take as
+            // long as the device needs for the whole bucket).
+            let mut g = self.inner.lock();
+            if g.open == Some(id) {
+                g.open = None;
+            }
+            g.full.push(id);
         }
         Ok(())
+    }
+
+    /// Whether buckets wait to be sealed ([`DiskTier::seal_full`]).
+    pub fn has_full(&self) -> bool {
+        !self.inner.lock().full.is_empty()
+    }
+
+    /// Seal the buckets that took their last record. Writes and reads go
+    /// on meanwhile (each bucket's data is synced without the tier's
+    /// locks); an owner calls it from a thread of its own when
+    /// [`DiskTier::has_full`] says so, and a flush does it too.
+    pub fn seal_full(&self) {
+        let _s = self.sealing.lock();
+        let ids = std::mem::take(&mut self.inner.lock().full);
+        for id in ids {
+            self.seal_unlocked(id);
+        }
     }
 
     /// Forget `key`'s record (any version) in the index; its bucket's meta
@@ -686,24 +716,43 @@ impl DiskTier {
     /// Seal bucket `id`: its data to disk, then its meta file. A bucket
     /// whose meta cannot be written is dropped (its keys told to the handler).
     fn seal(&self, id: u64) {
+        let _s = self.sealing.lock();
+        self.seal_unlocked(id);
+    }
+
+    /// [`DiskTier::seal`] with `sealing` held by the caller. The data is
+    /// synced without the tier's lock (reads and removals go on); the meta
+    /// file is written under it, from the records live at that moment.
+    fn seal_unlocked(&self, id: u64) {
+        let file = {
+            let mut g = self.inner.lock();
+            if g.open == Some(id) {
+                g.open = None;
+            }
+            let Some(b) = g.buckets.get(&id) else {
+                return;
+            };
+            if b.sealed {
+                return;
+            }
+            Arc::clone(&b.file)
+        };
+        let synced = file.sync_data();
         let mut g = self.inner.lock();
-        if g.open == Some(id) {
-            g.open = None;
-        }
+        // Taken out (evicted, corrupt) or sealed meanwhile: nothing to do.
         let Some(b) = g.buckets.get(&id) else {
             return;
         };
         if b.sealed {
             return;
         }
-        let file = Arc::clone(&b.file);
         if b.keys.is_empty() {
             g.buckets.remove(&id);
             self.delete_files(id);
             g.scanned = None;
             return;
         }
-        let r = file.sync_data().and_then(|_| self.write_meta(&g, id));
+        let r = synced.and_then(|_| self.write_meta(&g, id));
         match r {
             Ok(()) => {
                 if let Some(b) = g.buckets.get_mut(&id) {
@@ -723,16 +772,21 @@ impl DiskTier {
         }
     }
 
-    /// Seal the open bucket (its records survive a restart from now on).
+    /// Seal the open bucket and those waiting to be sealed (their records
+    /// survive a restart once this returns).
     pub fn flush(&self) {
-        let _w = self.write.lock();
-        if self.closed.load(Ordering::Acquire) {
-            return;
+        {
+            let _w = self.write.lock();
+            if self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            // No write appends to it any more: sealed with the full ones.
+            let mut g = self.inner.lock();
+            if let Some(id) = g.open.take() {
+                g.full.push(id);
+            }
         }
-        let open = self.inner.lock().open;
-        if let Some(id) = open {
-            self.seal(id);
-        }
+        self.seal_full();
     }
 
     /// Periodic work: seal the open bucket, and evict down to the low

@@ -23,7 +23,7 @@ use mooncake_transfer::segment::Segment;
 use mooncake_transfer::tcp_pool::TcpPool;
 use std::net::TcpStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// How long a read waits for a disk copy the master lists but the owner
@@ -37,6 +37,8 @@ pub(crate) struct Disk {
     pub(crate) tier: Arc<DiskTier>,
     /// Reads served to other processes.
     pub(crate) remote_reads: AtomicU64,
+    /// A thread is sealing the tier's full buckets.
+    sealer_busy: Arc<AtomicBool>,
     master: Arc<MasterConn>,
     client_id: String,
     segment_name: String,
@@ -107,6 +109,7 @@ impl Disk {
         let disk = Arc::new(Disk {
             tier: Arc::clone(&tier),
             remote_reads: AtomicU64::new(0),
+            sealer_busy: Arc::new(AtomicBool::new(false)),
             master,
             client_id,
             segment_name,
@@ -229,7 +232,35 @@ impl Disk {
                 LedgerOp::Commit(_) | LedgerOp::Forget { .. } => {}
             }
         }
+        self.seal_in_background();
         failed
+    }
+
+    /// Seal the tier's full buckets on a thread of their own, one such
+    /// thread at a time: a bucket's data sync takes as long as the device
+    /// needs for the whole bucket, and the ledger stream (whose acks give
+    /// evicted memory back to waiting writers) must not wait for it.
+    fn seal_in_background(&self) {
+        if !self.tier.has_full() || self.sealer_busy.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let tier = Arc::clone(&self.tier);
+        let busy = Arc::clone(&self.sealer_busy);
+        let spawned = std::thread::Builder::new()
+            .name("mc-disk-seal".into())
+            .spawn(move || loop {
+                tier.seal_full();
+                busy.store(false, Ordering::Release);
+                // A bucket that filled while this one was sealed.
+                if !tier.has_full() || busy.swap(true, Ordering::AcqRel) {
+                    break;
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start a thread to seal disk buckets; sealing here");
+            self.sealer_busy.store(false, Ordering::Release);
+            self.tier.seal_full();
+        }
     }
 
     /// Read part of this tier's copy of `loc` into `dst`. A copy the

@@ -291,3 +291,35 @@ fn a_large_value_reads_back_whole_and_checked() {
         Err(OffloadError::Corrupt { .. })
     ));
 }
+
+#[test]
+fn a_full_bucket_is_sealed_off_the_write_path_and_survives_a_reopen() {
+    let d = tempfile::tempdir().expect("tmp");
+    let (c, t) = filled(d.path(), 3, 4, 3000, |i| 10 + u64::from(i));
+    // The first bucket took its last record: writes went on into a second
+    // one, and the first waits for its seal.
+    assert!(t.has_full());
+    let metas = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .expect("dir")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "meta"))
+            .count()
+    };
+    assert_eq!(metas(d.path()), 0);
+    assert_eq!(read_all(&t, "k0", 10, 3000).expect("read"), value(0, 3000));
+    t.seal_full();
+    assert!(!t.has_full());
+    assert_eq!(metas(d.path()), 1);
+    // A removal from a bucket waiting for its seal is not undone by it.
+    t.put("k4", 14, &value(4, 3000)).expect("put");
+    t.put("k5", 15, &value(5, 3000)).expect("put");
+    assert!(t.has_full());
+    assert!(t.remove("k3", 13));
+    t.seal_full();
+    drop(t);
+    let t = DiskTier::open(c).expect("reopen");
+    let mut keys: Vec<String> = t.entries().into_iter().map(|e| e.key).collect();
+    keys.sort();
+    assert_eq!(keys, ["k0", "k1", "k2", "k4", "k5"]);
+}
