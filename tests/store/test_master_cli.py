@@ -164,3 +164,44 @@ def test_sigterm_graceful_exit(master: Master) -> None:
     master.proc.terminate()
     rc = master.proc.wait(timeout=10)
     assert rc == 0
+
+
+@pytest.mark.parametrize(
+    "arg",
+    ["--max_retry_attempts=3", "--vmodule=rpc=2", "--memory_allocator=cachelib", "--quota_bytes=1"],
+)
+def test_unimplemented_knobs_are_refused_not_ignored(arg: str) -> None:
+    r = run_master([arg, f"--rpc_port={free_port()}"])
+    assert r.returncode == 1
+    name = arg.split("=")[0]
+    assert name in r.stderr, r.stderr
+
+
+def test_unimplemented_knobs_at_their_default_are_accepted(tmp_path: Path) -> None:
+    rpc = free_port()
+    proc = _start(
+        [f"--rpc_port={rpc}", f"--metrics_port={free_port()}", "--max_retry_attempts=10"],
+        tmp_path / "m.log",
+    )
+    try:
+        assert wait_until(lambda: port_open(rpc), 10.0), (tmp_path / "m.log").read_text()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_log_dir_gets_the_log_file(tmp_path: Path) -> None:
+    rpc = free_port()
+    logs = tmp_path / "logs"
+    proc = _start(
+        [f"--rpc_port={rpc}", f"--metrics_port={free_port()}", f"--log_dir={logs}"],
+        tmp_path / "m.log",
+    )
+    try:
+        assert wait_until(lambda: port_open(rpc), 10.0), (tmp_path / "m.log").read_text()
+        log_file = logs / "mooncake_master.INFO"
+        assert wait_until(lambda: log_file.exists() and log_file.stat().st_size > 0, 10.0)
+        assert "INFO" in log_file.read_text()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

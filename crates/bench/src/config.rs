@@ -6,7 +6,7 @@ use mooncake_common::gflags::{f, failed_validation, FlagDef, FlagRole, FlagType,
 use mooncake_engine::Opcode;
 use std::sync::OnceLock;
 
-use FlagRole::{Core, Ignored};
+use FlagRole::{Core, Unsupported};
 use FlagType::{Bool, Int32, Str, Uint32, Uint64};
 
 /// Which side of the benchmark this process is.
@@ -51,6 +51,8 @@ pub struct BenchConfig {
     pub report_precision: usize,
     /// The tracing level from the glog flags.
     pub log_level: String,
+    /// `--log_dir`: the file log lines also go to.
+    pub log_file: Option<mooncake_common::gflags::LogFile>,
 }
 
 /// Bytes per unit of `--report_unit` (upstream's table).
@@ -119,8 +121,8 @@ pub(crate) fn program() -> &'static Program {
                 "nic_priority_matrix",
                 Str,
                 "",
-                Ignored,
-                "Path to RDMA NIC priority matrix file (Advanced)",
+                Unsupported,
+                "Path to RDMA NIC priority matrix file (Advanced); this build drives no RDMA NIC",
             ),
             f("segment_id", Str, "192.168.3.76", Core, "Segment ID to access data"),
             f("buffer_size", Uint64, "1073741824", Core, "total size of data buffer"),
@@ -128,7 +130,7 @@ pub(crate) fn program() -> &'static Program {
             f("block_size", Uint64, "65536", Core, "Block size for each transfer request"),
             f("duration", Int32, "10", Core, "Test duration in seconds"),
             f("threads", Int32, "12", Core, "Task submission threads"),
-            f("auto_discovery", Bool, "false", Ignored, "Enable auto discovery"),
+            f("auto_discovery", Bool, "false", Unsupported, "Enable RDMA device auto discovery; this build drives no RDMA device"),
             f("report_unit", Str, "GB", Core, "Report unit: GB|GiB|Gb|MB|MiB|Mb|KB|KiB|Kb"),
             f("report_precision", Uint32, "2", Core, "Report precision"),
             f("backend", Str, "classic", Core, "Backend to use: classic|tent"),
@@ -220,9 +222,6 @@ pub fn parse_bench_args(args: &[String]) -> Result<(BenchConfig, Vec<String>), (
         ));
         report_unit = "GB".into();
     }
-    if !fl.string("nic_priority_matrix").is_empty() {
-        warnings.push("--nic_priority_matrix is ignored: this build opens no RDMA device".into());
-    }
     let log_level = fl.log_level(&mut warnings);
     Ok((
         BenchConfig {
@@ -241,6 +240,7 @@ pub fn parse_bench_args(args: &[String]) -> Result<(BenchConfig, Vec<String>), (
             report_unit,
             report_precision: fl.uint("report_precision").min(30) as usize,
             log_level,
+            log_file: fl.log_file(),
         },
         warnings,
     ))

@@ -33,7 +33,7 @@ pub fn run_transfer_engine_bench(args: Vec<String>) -> i32 {
             return code;
         }
     };
-    binary::start_logging(&cfg.log_level, &warnings);
+    binary::start_logging(&cfg.log_level, cfg.log_file.as_ref(), &warnings);
     let result = match cfg.mode {
         Mode::Target => run_target(&cfg),
         Mode::Initiator => run_initiator(&cfg).map(|report| {

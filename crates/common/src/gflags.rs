@@ -64,8 +64,10 @@ pub enum FlagRole {
     /// Feature switch whose guarantee this build provides by another
     /// mechanism (named in the text): `true` fails fast with that text.
     Replaced(&'static str),
-    /// Recognised and type-checked; a non-default value only warns.
-    Ignored,
+    /// Recognised and type-checked, but not implemented: the default is
+    /// accepted and any other value fails fast, naming the flag (a knob is
+    /// never accepted and then ignored).
+    Unsupported,
     /// gflags built-in handled by the parser itself (help, flagfile, …).
     Builtin,
 }
@@ -102,11 +104,12 @@ pub const fn f(
     }
 }
 
-use FlagRole::{Builtin, Feature, Ignored, Log, Replaced};
+use FlagRole::{Builtin, Feature, Log, Replaced, Unsupported};
 use FlagType::{Bool, Int32, Str};
 
-/// Help text of flags that are accepted, type-checked and ignored.
-pub const IGN: &str = "not implemented by this build; accepted and ignored";
+/// Help text of flags this build does not implement (only their default is
+/// accepted).
+pub const IGN: &str = "not implemented by this build: any value but the default is refused";
 
 /// The flags every program accepts: glog's logging flags (mapped onto our
 /// logger or ignored) and the gflags built-ins.
@@ -118,7 +121,7 @@ pub static COMMON_FLAGS: &[FlagDef] = &[
     f("alsologtostderr", Bool, "false", Log, "same as --logtostderr (we only log to stderr)"),
     f("minloglevel", Int32, "0", Log, "0=INFO 1=WARNING 2=ERROR 3=FATAL"),
     f("stderrthreshold", Int32, "2", Log, "severity copied to stderr"),
-    f("log_dir", Str, "", Log, "ignored: logs always go to stderr"),
+    f("log_dir", Str, "", Log, "also write every log line at --minloglevel and above to <log_dir>/<program>.INFO"),
     // ---- gflags / glog built-ins ----
     f("help", Bool, "false", Builtin, "show help on all flags and exit"),
     f("helpfull", Bool, "false", Builtin, "same as --help"),
@@ -133,23 +136,23 @@ pub static COMMON_FLAGS: &[FlagDef] = &[
     f("fromenv", Str, "", Builtin, "comma-separated flags to read from FLAGS_<name> (must exist)"),
     f("tryfromenv", Str, "", Builtin, "comma-separated flags to read from FLAGS_<name> if set"),
     f("undefok", Str, "", Builtin, "comma-separated flag names that may be unknown"),
-    f("tab_completion_columns", Int32, "80", Ignored, IGN),
-    f("tab_completion_word", Str, "", Ignored, IGN),
-    f("alsologtoemail", Str, "", Ignored, IGN),
-    f("colorlogtostderr", Bool, "false", Ignored, IGN),
-    f("drop_log_memory", Bool, "true", Ignored, IGN),
-    f("log_backtrace_at", Str, "", Ignored, IGN),
-    f("log_link", Str, "", Ignored, IGN),
-    f("log_prefix", Bool, "true", Ignored, IGN),
-    f("logbuflevel", Int32, "0", Ignored, IGN),
-    f("logbufsecs", Int32, "30", Ignored, IGN),
-    f("logemaillevel", Int32, "999", Ignored, IGN),
-    f("logfile_mode", Int32, "436", Ignored, IGN),
-    f("logmailer", Str, "/bin/mail", Ignored, IGN),
-    f("max_log_size", Int32, "1800", Ignored, IGN),
-    f("stop_logging_if_full_disk", Bool, "false", Ignored, IGN),
-    f("symbolize_stacktrace", Bool, "true", Ignored, IGN),
-    f("vmodule", Str, "", Ignored, IGN),
+    f("tab_completion_columns", Int32, "80", Unsupported, IGN),
+    f("tab_completion_word", Str, "", Unsupported, IGN),
+    f("alsologtoemail", Str, "", Unsupported, IGN),
+    f("colorlogtostderr", Bool, "false", Unsupported, IGN),
+    f("drop_log_memory", Bool, "true", Unsupported, IGN),
+    f("log_backtrace_at", Str, "", Unsupported, IGN),
+    f("log_link", Str, "", Unsupported, IGN),
+    f("log_prefix", Bool, "true", Unsupported, IGN),
+    f("logbuflevel", Int32, "0", Unsupported, IGN),
+    f("logbufsecs", Int32, "30", Unsupported, IGN),
+    f("logemaillevel", Int32, "999", Unsupported, IGN),
+    f("logfile_mode", Int32, "436", Unsupported, IGN),
+    f("logmailer", Str, "/bin/mail", Unsupported, IGN),
+    f("max_log_size", Int32, "1800", Unsupported, IGN),
+    f("stop_logging_if_full_disk", Bool, "false", Unsupported, IGN),
+    f("symbolize_stacktrace", Bool, "true", Unsupported, IGN),
+    f("vmodule", Str, "", Unsupported, IGN),
 ];
 
 /// A program's command line: its name, the title `--help` prints, and its
@@ -263,7 +266,8 @@ impl Program {
             program: self,
             set: merged,
         };
-        // Feature switches fail fast; other unimplemented flags only warn.
+        // Feature switches and unimplemented flags set to anything but their
+        // default fail fast.
         for def in self.all() {
             let Some(s) = flags.set.get(def.name) else {
                 continue;
@@ -280,14 +284,15 @@ impl Program {
                 Replaced(why) if s.value == Value::Bool(true) => {
                     errors.push(format!("ERROR: flag --{}: {why}", def.name));
                 }
-                Ignored if parse_value(def, def.default).ok().as_ref() != Some(&s.value) => {
+                Unsupported if parse_value(def, def.default).ok().as_ref() != Some(&s.value) => {
                     let origin = match s.source {
                         Source::CommandLine => "",
                         Source::ConfigFile => " (from config file)",
                     };
-                    warnings.push(format!(
-                        "flag --{}={}{origin} is not implemented by this build; ignored",
-                        def.name, s.raw
+                    errors.push(format!(
+                        "ERROR: flag --{}={}{origin} is not implemented by this build \
+                         (only its default \"{}\" is accepted)",
+                        def.name, s.raw, def.default
                     ));
                 }
                 _ => {}
@@ -775,11 +780,40 @@ impl Flags {
         } else if v == 1 {
             level = "debug";
         }
-        if !self.string("log_dir").is_empty() {
-            warnings.push("--log_dir is ignored: this build logs to stderr only".into());
-        }
+        let _ = warnings;
         level.to_string()
     }
+
+    /// `--log_dir`, as glog uses it: every line at `--minloglevel` and above
+    /// (or the `--v` level) also goes to `<log_dir>/<program>.INFO`.
+    pub fn log_file(&self) -> Option<LogFile> {
+        let dir = self.string("log_dir");
+        if dir.is_empty() {
+            return None;
+        }
+        const NAMES: [&str; 4] = ["info", "warn", "error", "off"];
+        let v = self.int("v");
+        let level = if v >= 2 {
+            "trace"
+        } else if v == 1 {
+            "debug"
+        } else {
+            NAMES[self.int("minloglevel").clamp(0, 3) as usize]
+        };
+        Some(LogFile {
+            path: std::path::Path::new(&dir).join(format!("{}.INFO", self.program.name)),
+            level: level.to_string(),
+        })
+    }
+}
+
+/// The file a binary logs to besides stderr (`--log_dir`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogFile {
+    /// `<log_dir>/<program>.INFO`, appended to.
+    pub path: std::path::PathBuf,
+    /// The filter of the lines written there.
+    pub level: String,
 }
 
 #[cfg(test)]
@@ -798,7 +832,7 @@ mod tests {
             f("on", Bool, "true", Core, "a switch"),
             f("later", Bool, "false", Feature("a later feature"), "later"),
             f("later_dir", Str, "", Feature("a later feature"), "later"),
-            f("old", Int32, "0", Ignored, IGN),
+            f("old", Int32, "0", Unsupported, IGN),
         ],
     };
 
@@ -893,11 +927,17 @@ mod tests {
     }
 
     #[test]
-    fn ignored_flags_warn_only_when_not_default() {
-        let (_, w) = parse(&["--old=0"]);
+    fn unsupported_flags_are_refused_unless_default() {
+        let (p, w) = parse(&["--old=0"]);
+        assert!(matches!(p, Parsed::Run(_)));
         assert!(w.is_empty(), "{w:?}");
-        let (_, w) = parse(&["--old=3"]);
-        assert_eq!(w.len(), 1, "{w:?}");
+        let (code, msg) = exit(&["--old=3"]);
+        assert_eq!(code, 1);
+        assert!(
+            msg.contains("flag --old=3 is not implemented by this build"),
+            "{msg}"
+        );
+        assert!(msg.contains("only its default \"0\""), "{msg}");
     }
 
     #[test]

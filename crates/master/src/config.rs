@@ -75,6 +75,8 @@ pub struct MasterConfig {
     pub enable_metadata_cleanup_on_timeout: bool,
     /// Log filter for the tracing subscriber (e.g. `warn`, `info`).
     pub log_level: String,
+    /// `--log_dir`: the file log lines also go to.
+    pub log_file: Option<mooncake_common::gflags::LogFile>,
     /// File the cluster token was read from (`--auth_token_file`; empty: none).
     pub auth_token_file: String,
     /// The cluster secret: with it, every RPC connection and
@@ -137,6 +139,7 @@ impl Default for MasterConfig {
             allocation_strategy: AllocationStrategy::Random,
             enable_metadata_cleanup_on_timeout: false,
             log_level: "warn".into(),
+            log_file: None,
             enable_ha: false,
             ha_endpoints: Vec::new(),
             cluster_id: mooncake_common::ha::DEFAULT_CLUSTER_ID.into(),

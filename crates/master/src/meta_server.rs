@@ -181,7 +181,7 @@ impl Drop for MetadataServer {
 /// `MC_LOG_LEVEL` overrides it). Returns the exit code: 0 after a signal,
 /// 1 when it cannot start (the reason on stderr).
 pub fn run_http_metadata_server(host: &str, port: u16, log_level: &str) -> i32 {
-    binary::start_logging(log_level, &[]);
+    binary::start_logging(log_level, None, &[]);
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

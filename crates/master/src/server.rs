@@ -37,7 +37,7 @@ pub fn run_master(args: Vec<String>) -> i32 {
             return code;
         }
     };
-    binary::start_logging(&cfg.log_level, &warnings);
+    binary::start_logging(&cfg.log_level, cfg.log_file.as_ref(), &warnings);
     // Before the runtime's threads exist (see `memory`).
     crate::memory::one_arena();
 

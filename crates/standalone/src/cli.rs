@@ -61,6 +61,8 @@ pub struct DaemonConfig {
     pub host: String,
     /// The tracing level from the glog flags.
     pub log_level: String,
+    /// `--log_dir`: the file log lines also go to.
+    pub log_file: Option<mooncake_common::gflags::LogFile>,
 }
 
 /// Parse the command line: the configuration and the warnings to log, or
@@ -115,6 +117,7 @@ pub fn parse_client_args(args: &[String]) -> Result<(DaemonConfig, Vec<String>),
             port,
             host,
             log_level,
+            log_file: fl.log_file(),
         },
         warnings,
     ))
@@ -183,7 +186,7 @@ pub fn run_client(args: Vec<String>) -> i32 {
             return code;
         }
     };
-    binary::start_logging(&cfg.log_level, &warnings);
+    binary::start_logging(&cfg.log_level, cfg.log_file.as_ref(), &warnings);
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -81,8 +81,11 @@ pub(super) fn build_config(
 
     match fl.string("memory_allocator").as_str() {
         "offset" => {}
-        "cachelib" => warnings.push(
-            "--memory_allocator=cachelib is not available in this build; using offset".into(),
+        "cachelib" => return Err(
+            "ERROR: flag --memory_allocator=cachelib: this build has only the offset allocator \
+                 (--memory_allocator=offset, the default)"
+                .to_string()
+                .into(),
         ),
         _ => return Err(failed_validation("memory_allocator", &fl.raw("memory_allocator")).into()),
     }
@@ -124,6 +127,7 @@ pub(super) fn build_config(
     }
     cfg.global_file_segment_size = fl.int_range("global_file_segment_size", 0, i64::MAX)? as u64;
     cfg.log_level = fl.log_level(warnings);
+    cfg.log_file = fl.log_file();
     Ok(cfg)
 }
 

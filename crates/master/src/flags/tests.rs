@@ -440,12 +440,17 @@ fn ha_flags() {
 }
 
 #[test]
-fn unimplemented_flags_warn_only_when_non_default() {
+fn unimplemented_flags_are_refused_when_non_default() {
     let (_, w) = run_w(&["--cluster_id=mooncake_cluster", "--max_retry_attempts=10"]);
     assert!(w.is_empty(), "{w:?}");
-    let (_, w) = run_w(&["--max_retry_attempts=3", "--vmodule=x=2"]);
-    assert_eq!(w.len(), 2, "{w:?}");
-    assert!(w[0].contains("--max_retry_attempts=3"));
+    for arg in ["--max_retry_attempts=3", "--vmodule=x=2"] {
+        let (code, msg) = exit(&[arg]);
+        assert_eq!(code, 1, "{arg}");
+        assert!(
+            msg.contains(&format!("flag {arg} is not implemented by this build")),
+            "{msg}"
+        );
+    }
     // Type checked nonetheless.
     assert_eq!(exit(&["--max_retry_attempts=x"]).0, 1);
     assert_eq!(exit(&["--enable_disk_eviction=x"]).0, 1);
@@ -479,8 +484,10 @@ fn allocator_and_strategy() {
         exit(&["--allocation_strategy=best"]).1,
         "ERROR: failed validation of new value 'best' for flag 'allocation_strategy'"
     );
-    let (_, w) = run_w(&["--memory_allocator=cachelib"]);
-    assert!(w.iter().any(|w| w.contains("cachelib")));
+    let (code, msg) = exit(&["--memory_allocator=cachelib"]);
+    assert_eq!(code, 1);
+    assert!(msg.contains("--memory_allocator=cachelib"), "{msg}");
+    run(&["--memory_allocator=offset"]);
     assert_eq!(exit(&["--memory_allocator=jemalloc"]).0, 1);
 }
 
@@ -499,7 +506,11 @@ fn log_flags() {
     assert_eq!(run(&["--minloglevel=3"]).log_level, "off");
     let (c, w) = run_w(&["--log_dir=/tmp"]);
     assert_eq!(c.log_level, "warn");
-    assert_eq!(w.len(), 1);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(
+        c.log_file.map(|f| f.path),
+        Some(std::path::PathBuf::from("/tmp/mooncake_master.INFO"))
+    );
 }
 
 #[test]
@@ -635,4 +646,53 @@ fn duration_parser() {
     assert_eq!(parse_duration_ms("1s"), Some(1000));
     assert_eq!(parse_duration_ms("+1"), None);
     assert_eq!(parse_duration_ms(" 1"), None);
+}
+
+/// A value of `d`'s type other than its default.
+fn non_default(d: &FlagDef) -> String {
+    match d.ty {
+        FlagType::Bool => if d.default == "true" { "false" } else { "true" }.to_string(),
+        FlagType::Str => format!("{}-changed", d.default),
+        FlagType::Double => {
+            let v: f64 = d.default.parse().expect("double default");
+            format!("{}", v + 1.0)
+        }
+        _ => {
+            let v: i128 = d.default.parse().expect("integer default");
+            if v > 0 { v - 1 } else { v + 1 }.to_string()
+        }
+    }
+}
+
+#[test]
+fn every_unimplemented_flag_is_refused_when_set() {
+    for d in MASTER.all() {
+        let arg = format!("--{}={}", d.name, non_default(d));
+        match d.role {
+            FlagRole::Core | FlagRole::Log => {}
+            FlagRole::Builtin => {}
+            Feature(_) | FlagRole::Unsupported => {
+                let (code, msg) = exit(&[&arg]);
+                assert_eq!(code, 1, "{arg} must be refused");
+                assert!(msg.contains(&format!("--{}", d.name)), "{arg}: {msg}");
+            }
+            Replaced(_) => {
+                let (code, msg) = exit(&[&format!("--{}=true", d.name)]);
+                assert_eq!(code, 1, "--{}=true must be refused", d.name);
+                assert!(msg.contains(&format!("--{}", d.name)), "{msg}");
+            }
+        }
+    }
+}
+
+#[test]
+fn log_dir_writes_the_program_log_file() {
+    let dir = std::env::temp_dir().join(format!("mc-logdir-{}", std::process::id()));
+    let c = run(&[&format!("--log_dir={}", dir.display()), "--minloglevel=1"]);
+    let file = c.log_file.expect("a log file");
+    assert_eq!(file.path, dir.join("mooncake_master.INFO"));
+    assert_eq!(file.level, "warn");
+    let c = run(&[&format!("--log_dir={}", dir.display()), "--v=1"]);
+    assert_eq!(c.log_file.expect("a log file").level, "debug");
+    assert!(run(&[]).log_file.is_none());
 }
