@@ -34,9 +34,9 @@ const MAX_BATCH: usize = 4096;
 /// A push carries offloads (copies to disk the owner makes before it
 /// acknowledges) of at most about this many bytes: the first offload
 /// always goes, and the batch ends after the one that reaches it. Their
-/// space returns on the ack, so smaller pushes hand memory back to waiting
-/// puts sooner than one ack for a whole eviction pass.
-const OFFLOAD_BATCH_BYTES: u64 = 4 << 20;
+/// space returns on the ack, so a put waiting for room waits for about
+/// one such copy, not for a whole eviction pass.
+const OFFLOAD_BATCH_BYTES: u64 = 1 << 20;
 /// Capacity (in ops) above which an emptied queue gives its memory back.
 const SHRINK_ABOVE: usize = 1 << 16;
 /// Largest ack frame accepted (an ack is a sequence number).
@@ -484,12 +484,12 @@ mod tests {
     }
 
     #[test]
-    fn a_push_carries_offloads_of_about_four_mib_and_forgets_without_limit() {
+    fn a_push_carries_offloads_of_about_one_mib_and_forgets_without_limit() {
         let offload = |i: u64| LedgerOp::Offload {
-            offset: i << 20,
+            offset: i << 18,
             version: 1,
             key: format!("k{i}"),
-            size: 1 << 20,
+            size: 1 << 18,
         };
         let forget = |i: u64| LedgerOp::Forget {
             offset: i,
