@@ -9,8 +9,13 @@ accepted by ``MooncakeDistributedStore.setup(..., engine)``).
 The ``SUPPORT_*`` flags say which device transports this build has: none of
 RDMA's companions (EFA, HIP, MNNVL, MUSA, intra-node NVLink). ``SUPPORT_CUDA``
 is true when a CUDA driver can be loaded in this process (the extension never
-links CUDA); even then the ``*_on_cuda`` calls raise ``RuntimeError`` in this
-build, and CUDA device memory cannot be registered.
+links CUDA, and loads the driver only when CUDA memory is used). With a
+driver, CUDA device memory can be registered and moved (CUDA IPC between
+processes of one host, pinned host staging otherwise) and the ``*_on_cuda``
+calls wait for their stream, then transfer; without one they raise
+``RuntimeError`` saying no CUDA driver was found. These CUDA paths are built
+and tested with host memory standing in for device memory; they have not run
+on a GPU yet.
 """
 
 from mooncake._native import (

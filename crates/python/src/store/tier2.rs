@@ -1,7 +1,7 @@
 //! Methods of upstream's Tier 2/3 surface: those whose upstream behaviour
 //! this build gives (segment unmounting, the SSD tier's drain and counter,
-//! `put_from_with_metadata`, the deprecated `init_all`, the CUDA IPC reads'
-//! errors), and those not implemented yet, which raise
+//! `put_from_with_metadata`, the deprecated `init_all`, the reads into CUDA
+//! tensors), and those not implemented yet, which raise
 //! `NotImplementedError` and log the method name.
 //! Signatures follow upstream so callers fail on the result, not on
 //! argument binding.
@@ -11,8 +11,10 @@ use super::config::{options, ReplicateConfig};
 use crate::args::UInt;
 use crate::family::method_family;
 use crate::report::Call;
-use mooncake_client::{cuda_tensor_reads, Client, ClientConfig, Error};
+use mooncake_client::device_staging::{check_cuda_dest, read_tensor_into_device, CudaTensorDest};
+use mooncake_client::{Client, ClientConfig, Error, Result};
 use mooncake_standalone::Store;
+use mooncake_tensor::DType;
 use pyo3::exceptions::PyNotImplementedError;
 use pyo3::prelude::*;
 
@@ -87,28 +89,31 @@ impl MooncakeDistributedStore {
         call.code(None, r)
     }
 
-    /// CUDA IPC read of `key` into a GPU tensor: -600 (needs CUDA; this
-    /// build has none).
+    /// Read the tensor stored at `key` into the CUDA tensor `tensor` (a
+    /// dummy client's call, as upstream): its payload bytes, or -600 (not
+    /// set up, not a dummy, no CUDA driver, not a contiguous CUDA tensor, or
+    /// a dtype/shape/size other than the stored tensor's).
     fn get_tensor_into_cuda(&self, py: Python<'_>, key: String, tensor: &Bound<'_, PyAny>) -> i64 {
-        let _ = tensor;
-        let r = self.run(py, |_| {
-            cuda_tensor_reads(1, 1)
-                .pop()
-                .unwrap_or_else(|| Err(Error::internal("no result")))
-        });
+        let keys = [key];
+        let r = self.cuda_reads(py, &keys, vec![tensor.clone()]);
+        let r = r.and_then(|mut v| v.pop().unwrap_or_else(|| Err(Error::internal("no result"))));
+        let [key] = keys;
         Call::new(py, "get_tensor_into_cuda").code(Some(&key), r)
     }
 
-    /// CUDA IPC reads into GPU tensors: -600 per key (needs CUDA; this
-    /// build has none).
+    /// `get_tensor_into_cuda` per key; lists of different lengths (or a
+    /// call that cannot run at all) give -600 for every key.
     fn batch_get_tensor_into_cuda(
         &self,
         py: Python<'_>,
         keys: Vec<String>,
         tensors_list: &Bound<'_, PyAny>,
     ) -> Vec<i64> {
-        let tensors = tensors_list.len().unwrap_or(0);
-        let r = self.run(py, |_| Ok(cuda_tensor_reads(keys.len(), tensors)));
+        let tensors: Result<Vec<Bound<'_, PyAny>>> = tensors_list
+            .try_iter()
+            .and_then(|it| it.collect::<PyResult<Vec<_>>>())
+            .map_err(|e| Error::invalid(format!("tensors_list is not a list: {e}")));
+        let r = tensors.and_then(|t| self.cuda_reads(py, &keys, t));
         Call::new(py, "batch_get_tensor_into_cuda").codes(&keys, r)
     }
 
@@ -180,4 +185,77 @@ impl MooncakeDistributedStore {
         }
         call.code(Some(&key), r)
     }
+}
+
+impl MooncakeDistributedStore {
+    /// Reads into CUDA tensors (see `device_staging`): call-level failures
+    /// first (not set up, lengths, no CUDA driver, not a dummy client), then
+    /// one result per key.
+    fn cuda_reads(
+        &self,
+        py: Python<'_>,
+        keys: &[String],
+        tensors: Vec<Bound<'_, PyAny>>,
+    ) -> Result<Vec<Result<u64>>> {
+        let store = self.store().ok_or_else(Error::not_set_up)?;
+        if keys.len() != tensors.len() {
+            return Err(Error::invalid(format!(
+                "keys and tensors size mismatch ({} keys, {} tensors)",
+                keys.len(),
+                tensors.len()
+            )));
+        }
+        if let Err(e) = mooncake_engine::device::current() {
+            return Err(Error::invalid(format!(
+                "reads into CUDA tensors need CUDA: {e} (no CUDA support in this process)"
+            )));
+        }
+        let dummy = matches!(store, Store::Dummy(_));
+        if !dummy {
+            return Err(Error::invalid(
+                "CUDA IPC tensor read requires a dummy client",
+            ));
+        }
+        let dests: Vec<Result<CudaTensorDest>> = tensors
+            .iter()
+            .map(|t| cuda_dest(t).and_then(|d| check_cuda_dest(dummy, &d).map(|()| d)))
+            .collect();
+        Ok(py.allow_threads(|| {
+            keys.iter()
+                .zip(dests)
+                .map(|(k, d)| {
+                    d.and_then(|d| {
+                        read_tensor_into_device(&d, |p, len| {
+                            // SAFETY: `p..p+len` is the host buffer the
+                            // reader just allocated for this object.
+                            unsafe { store.get_into(k, p, len) }
+                        })
+                    })
+                })
+                .collect()
+        }))
+    }
+}
+
+/// What a read into a CUDA tensor needs to know of `t`.
+fn cuda_dest(t: &Bound<'_, PyAny>) -> Result<CudaTensorDest> {
+    let read = || -> PyResult<(String, Vec<u64>, usize, u64, bool)> {
+        Ok((
+            t.getattr("dtype")?.str()?.to_string(),
+            t.getattr("shape")?.extract()?,
+            t.call_method0("data_ptr")?.extract()?,
+            t.getattr("nbytes")?.extract()?,
+            t.call_method0("is_contiguous")?.extract()?,
+        ))
+    };
+    let (dtype, shape, ptr, nbytes, contiguous) =
+        read().map_err(|e| Error::invalid(format!("the destination is not a tensor: {e}")))?;
+    let dtype = DType::from_torch_name(&dtype).map_err(|e| Error::invalid(e.to_string()))?;
+    Ok(CudaTensorDest {
+        ptr,
+        dtype,
+        shape,
+        nbytes,
+        contiguous,
+    })
 }

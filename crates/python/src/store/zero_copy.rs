@@ -8,13 +8,15 @@
 //!
 //! Pointers are caller-provided addresses, trusted as upstream does; every
 //! rule about them (lengths, sizes, registered regions, result shapes) is
-//! the client's.
+//! the client's. CUDA device buffers of `put_from`, `get_into` and their
+//! batch forms are staged through host memory (`device_staging`).
 
 use super::class::MooncakeDistributedStore;
 use super::config::{options, ReplicateConfig};
 use crate::args::{addrs, addrs2, plain, Flag, UInt};
 use crate::family::method_family;
 use crate::report::{Call, IntoCode};
+use mooncake_client::device_staging::{get_one_staged, get_staged, put_staged};
 use mooncake_client::ranges_failed;
 use mooncake_standalone::Store;
 use pyo3::prelude::*;
@@ -30,7 +32,9 @@ impl MooncakeDistributedStore {
         let cfg = options(config);
         // SAFETY: the caller vouches for `ptr..ptr+size` (upstream contract).
         let r = self.run(call.py(), |c| unsafe {
-            c.put_from(&key, ptr.usize(), size.usize(), &cfg, upsert)
+            put_staged(&[ptr.usize()], &[size.usize()], |p| {
+                c.put_from(&key, p[0], size.usize(), &cfg, upsert)
+            })
         });
         call.code(Some(&key), r)
     }
@@ -70,7 +74,7 @@ method_family! {
         let (ptrs, sizes) = (addrs(&buffer_ptrs), addrs(&sizes));
         // SAFETY: the caller vouches for every `ptr..ptr+size` (upstream contract).
         let r = self.run(py, |c| unsafe {
-            c.batch_put_from(&keys, &ptrs, &sizes, &cfg, upsert)
+            put_staged(&ptrs, &sizes, |p| c.batch_put_from(&keys, p, &sizes, &cfg, upsert))
         });
         Call::new(py, method).codes(&keys, r)
     }
@@ -142,7 +146,9 @@ impl MooncakeDistributedStore {
     fn get_into(&self, py: Python<'_>, key: String, buffer_ptr: UInt, size: UInt) -> i64 {
         // SAFETY: the caller vouches for `ptr..ptr+size` being writable.
         let r = self.run(py, |c| unsafe {
-            c.get_into(&key, buffer_ptr.usize(), size.usize())
+            get_one_staged(buffer_ptr.usize(), size.usize(), |p| {
+                c.get_into(&key, p, size.usize())
+            })
         });
         Call::new(py, "get_into").code(Some(&key), r)
     }
@@ -157,7 +163,9 @@ impl MooncakeDistributedStore {
     ) -> Vec<i64> {
         let (ptrs, sizes) = (addrs(&buffer_ptrs), addrs(&sizes));
         // SAFETY: the caller vouches for every `ptr..ptr+size` being writable.
-        let r = self.run(py, |c| unsafe { c.batch_get_into(&keys, &ptrs, &sizes) });
+        let r = self.run(py, |c| unsafe {
+            get_staged(&ptrs, &sizes, |p| c.batch_get_into(&keys, p, &sizes))
+        });
         Call::new(py, "batch_get_into").codes(&keys, r)
     }
 
