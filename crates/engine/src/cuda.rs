@@ -143,6 +143,25 @@ pub(crate) fn driver() -> Result<&'static Driver> {
         .map_err(|why| no_driver(why))
 }
 
+/// Whether the driver library can be loaded. Asking neither initializes
+/// it nor keeps it loaded: `cuInit` runs only when CUDA memory is first
+/// used, so a process that never uses CUDA can still fork safely, and
+/// [`loaded`] keeps telling whether another library loaded it.
+pub(crate) fn loadable() -> bool {
+    static L: OnceLock<bool> = OnceLock::new();
+    *L.get_or_init(|| {
+        // SAFETY: dlopen with a NUL-terminated name.
+        let h = unsafe { libc::dlopen(LIB.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if h.is_null() {
+            return false;
+        }
+        let ok = symbol(h, c"cuInit").is_ok();
+        // SAFETY: the handle opened above; nothing from it is kept.
+        unsafe { libc::dlclose(h) };
+        ok
+    })
+}
+
 /// Whether some library of this process already loaded the driver (only
 /// then can CUDA pointers exist here).
 pub(crate) fn loaded() -> bool {

@@ -367,9 +367,10 @@ pub fn classify(addr: u64) -> Option<i32> {
     current().ok()?.ops.device_of(addr)
 }
 
-/// Whether a device (a CUDA driver) is usable in this process.
+/// Whether a device can be used in this process: a CUDA driver library
+/// can be loaded (it is not initialized by asking).
 pub fn available() -> bool {
-    current().is_ok()
+    INSTALLED.get().is_some() || crate::cuda::loadable()
 }
 
 /// Use `ops` as this process's device instead of the CUDA driver (tests
