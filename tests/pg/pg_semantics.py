@@ -2,7 +2,8 @@
 ``pg_worker.py`` like ``pg_scenarios``: training losses equal gloo's; P2P
 to a dead peer fails locally, per work; a send to a departed rank never
 reports success; ``all_gather_into_tensor`` / ``reduce_scatter_tensor``
-recover from a death mid-loop and take a replacement; destroy and
+recover from a death mid-loop and take a replacement, and after the top
+rank's death run sized for the survivors; destroy and
 re-initialise on the same ``MASTER_PORT`` in the same processes.
 
 Conventions: ``x_r = r + 1``. A step's ``ranks`` may hold ``100 + r`` for a
@@ -136,11 +137,14 @@ def _all_to_all_p2p(rank: int, peers: list[int]) -> tuple[list[tuple[str, int, A
 
 
 def p2p_dead_peer(rank: int, world: int, port: int) -> None:
-    """World 3, all-to-all of ``batch_isend_irecv``; rank 1 exits; ranks 0
-    and 2 repeat: each work with rank 1 fails locally with hint [0,1,0]
-    (and the mask already reads [1,0,1] when it completes: the
-    synchronized mode applies the view first); each work with the other
-    live peer is clean."""
+    """World 3, all-to-all of ``batch_isend_irecv`` (upstream's P2P fault
+    detection); rank 1 leaves and ranks 0 and 2 repeat at once, while rank 1
+    still lives for a moment (its readers take in what arrives, but it posts
+    no receive): each work with rank 1 fails locally with hint [0,1,0] (a
+    message no receive took is not delivered; and the mask already reads
+    [1,0,1] when it completes: the synchronized mode applies the view
+    first); each work with the other live peer is clean, its result its
+    own."""
     assert world == 3
     init(rank, world, port)
     pg = dist.group.WORLD
@@ -151,14 +155,11 @@ def p2p_dead_peer(rank: int, world: int, port: int) -> None:
         eq(mpg.get_failed_ranks_hint(w), i32(0, 0, 0), f"round 1 {kind} {p} hint")
     for p, t in got.items():
         eq(t, float(10 * p + rank), f"round 1 from {p}")
-    hub_set(f"pid/{rank}", str(os.getpid()))
     dist.barrier()
     if rank == 1:
+        # Round 2's messages to this rank arrive while it still runs.
+        time.sleep(0.5)
         os._exit(0)
-    # Round 2 starts once rank 1's process is gone (not before: a message
-    # it took in before exiting would rightly count as delivered).
-    pid = int(hub_get("pid/1"))
-    wait_until(lambda: _gone(pid), "rank 1's exit", OP_BOUND_S)
     other = 2 - rank
     works, got = _all_to_all_p2p(rank, [1, other])
     for kind, p, w in works:
@@ -293,6 +294,62 @@ def gather_scatter_recover(rank: int, world: int, port: int) -> None:
     eq(mpg.get_active_ranks(dist.group.WORLD), i32(1, 1, 1), "full group")
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _gather_scatter_sized(rank: int, n: int, what: str) -> None:
+    """Upstream's all_gather / reduce_scatter round for ``n`` active ranks
+    0..n-1: an output (and input) of ``n`` slots; slot j of the gather is
+    x_j, and rank r's chunk of the scatter sums slot r of every rank's
+    ``[1..n]``."""
+    out = torch.full((n,), -1, dtype=torch.int32)
+    w = dist.all_gather_into_tensor(out, torch.tensor([rank + 1], dtype=torch.int32), async_op=True)
+    _wait(w, f"{what} all_gather")
+    eq(out, torch.arange(1, n + 1, dtype=torch.int32), f"{what} all_gather")
+    got = torch.full((1,), -1, dtype=torch.int32)
+    w = dist.reduce_scatter_tensor(got, torch.arange(1, n + 1, dtype=torch.int32), async_op=True)
+    _wait(w, f"{what} reduce_scatter")
+    eq(got, torch.tensor([(rank + 1) * n], dtype=torch.int32), f"{what} reduce_scatter")
+
+
+def gather_scatter_top_exit(rank: int, world: int, port: int) -> None:
+    """Upstream's all_gather / reduce_scatter recovery: world 4 (capacity
+    4); after a round on 4 ranks rank 3 leaves, and the survivors at once
+    run the same ops sized for the 3 active ranks (an output of 3 slots
+    while rank 3, still running for a moment, is in their ops' snapshot:
+    slots are needed for the ranks active when an op completes, and the op
+    that finds rank 3 dead drops it). Then a replacement joins as rank 3,
+    every survivor's ``recover_ranks([3])`` applies, and the same ops are
+    right at full size."""
+    assert world == 4
+    victim = 3
+    if rank >= 100:
+        hub_get("recover")
+        init(victim, 4, port, MooncakeBackendOptions(4, True))
+        pg = dist.group.WORLD
+        mpg.join_group(pg, timeout=OP_BOUND_S)
+        _gather_scatter_sized(victim, 4, "replacement, full group")
+        eq(mpg.get_active_ranks(pg), i32(1, 1, 1, 1), "replacement's mask")
+        dist.barrier()
+        return
+    init(rank, 4, port, MooncakeBackendOptions(4))
+    pg = dist.group.WORLD
+    _gather_scatter_sized(rank, 4, "4 ranks")
+    dist.barrier()
+    if rank == victim:
+        # The survivors' next ops start while this process still runs.
+        time.sleep(0.3)
+        os._exit(0)
+    _gather_scatter_sized(rank, 3, "3 survivors")
+    wait_until(lambda: mpg.get_active_ranks(pg).tolist() == [1, 1, 1, 0], "rank 3 dropped")
+    assert dist.get_world_size() == 3
+    if rank == 0:
+        hub_set("recover")
+    wait_until(lambda: all(mpg.get_peer_state(pg, [victim])), "the replacement", OP_BOUND_S)
+    r = mpg.recover_ranks(pg, [victim])
+    assert r.status == ProposalStatus.Applied, r
+    wait_until(lambda: dist.get_world_size() == 4, "the recovery", OP_BOUND_S)
+    _gather_scatter_sized(rank, 4, "survivor, full group")
+    dist.barrier()
 
 
 # -------------------------------------------------- destroy and re-initialise

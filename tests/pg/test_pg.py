@@ -139,6 +139,14 @@ def _semantics_lane(t: str, p: list[int]) -> list[Step]:
         Step("p2p_dead_peer", 3, p[:3], t, dies=[p[1]]),
         Step("send_to_departed", 3, [p[0], p[2], p[3], p[4]], t, ranks=[0, 1, 2, 101], dies=[p[2]]),
         Step(
+            "gather_scatter_top_exit",
+            4,
+            [p[0], p[3], p[5], p[4], p[6]],
+            t,
+            ranks=[0, 1, 2, 3, 103],
+            dies=[p[4]],
+        ),
+        Step(
             "gather_scatter_recover",
             3,
             [p[0], p[3], p[5], p[6]],
