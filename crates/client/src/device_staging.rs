@@ -190,14 +190,12 @@ pub fn check_cuda_dest(dummy: bool, dest: &CudaTensorDest) -> Result<()> {
 /// Read a stored tensor into a CUDA tensor: `get(ptr, len)` reads the
 /// object into `len` bytes of host memory (returning its size); the header
 /// must match the destination's dtype, shape and bytes; then the payload is
-/// copied into the device. Returns the payload bytes.
+/// copied into the device. Returns the payload bytes (0 for an empty
+/// tensor whose stored twin is empty too).
 pub fn read_tensor_into_device(
     dest: &CudaTensorDest,
     get: impl FnOnce(usize, usize) -> Result<u64>,
 ) -> Result<u64> {
-    if dest.nbytes == 0 {
-        return Ok(0);
-    }
     let len = HEADER_SIZE + dest.nbytes as usize;
     let mut host = vec![0u8; len];
     let n = get(host.as_mut_ptr() as usize, len)?;
@@ -208,6 +206,9 @@ pub fn read_tensor_into_device(
             "destination tensor mismatch: stored {:?} {:?}, destination {:?} {:?}",
             h.dtype, h.local_shape, dest.dtype, dest.shape
         )));
+    }
+    if dest.nbytes == 0 {
+        return Ok(0);
     }
     let start = h.data_offset as usize;
     if start + dest.nbytes as usize > len {
@@ -362,6 +363,26 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("mismatch"));
+        // An empty destination still has to match the stored tensor.
+        let empty = CudaTensorDest {
+            shape: vec![0],
+            nbytes: 0,
+            ..dest.clone()
+        };
+        let short = |p: usize, len: usize| {
+            let n = len.min(object.len());
+            // SAFETY: the host stand-in holds `len` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(object.as_ptr(), p as *mut u8, n) };
+            Ok(object.len() as u64)
+        };
+        assert!(read_tensor_into_device(&empty, short).is_err());
+        let h0 = TensorHeader::full(DType::Float32, &[0]).unwrap().encode();
+        let empty_object = |p: usize, _: usize| {
+            // SAFETY: the host stand-in holds at least the header.
+            unsafe { std::ptr::copy_nonoverlapping(h0.as_ptr(), p as *mut u8, h0.len()) };
+            Ok(h0.len() as u64)
+        };
+        assert_eq!(read_tensor_into_device(&empty, empty_object).unwrap(), 0);
         let missing = |_: usize, _: usize| Err(Error::invalid("no such key"));
         assert!(read_tensor_into_device(&dest, missing).is_err());
     }
