@@ -18,10 +18,13 @@ __all__ = [
     "BufferLease",
     "BufferLeaseView",
     "BufferPool",
+    "Descriptor",
+    "DiskDescriptor",
     "EngramStore",
     "EngramStoreConfig",
     "ErrorCode",
     "InnerTransferEngine",
+    "MemoryDescriptor",
     "MetadataServer",
     "MooncakeDistributedStore",
     "MooncakeHostMemAllocator",
@@ -32,6 +35,8 @@ __all__ = [
     "RegisteredBufferLease",
     "RegisteredBufferLeaseView",
     "RegisteredBufferPool",
+    "ReplicaDescriptor",
+    "ReplicaStatus",
     "ReplicateConfig",
     "SoftPinAction",
     "TransferEngine",
@@ -143,6 +148,51 @@ class SoftPinAction:
     def name(self) -> str: ...
     @property
     def value(self) -> int: ...
+
+@final
+class ReplicaStatus:
+    __members__: ClassVar[dict[str, ReplicaStatus]]
+    COMPLETE: ReplicaStatus
+    FAILED: ReplicaStatus
+    INITIALIZED: ReplicaStatus
+    PROCESSING: ReplicaStatus
+    REMOVED: ReplicaStatus
+    UNDEFINED: ReplicaStatus
+    def __new__(cls, value: int) -> Self: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self, /) -> int: ...
+    def __int__(self, /) -> int: ...
+    def __reduce__(self, /) -> Any: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> int: ...
+
+@final
+class Descriptor:
+    size: int
+    buffer_address: int
+    transport_endpoint: str
+    def __new__(cls) -> Self: ...
+
+@final
+class MemoryDescriptor:
+    buffer_descriptor: Descriptor
+
+@final
+class DiskDescriptor:
+    file_path: str
+    object_size: int
+
+@final
+class ReplicaDescriptor:
+    @property
+    def status(self) -> ReplicaStatus: ...
+    def is_memory_replica(self, /) -> bool: ...
+    def is_disk_replica(self, /) -> bool: ...
+    def is_local_disk_replica(self, /) -> bool: ...
+    def get_memory_descriptor(self, /) -> MemoryDescriptor: ...
+    def get_disk_descriptor(self, /) -> DiskDescriptor: ...
 
 @disjoint_base
 class ReplicateConfig:
@@ -528,9 +578,9 @@ class MooncakeDistributedStore:
     def batch_get_tensor_with_parallelism_into(
         self, /, keys: list[str], buffer_ptrs: list[int], sizes: list[int], targets: Any = None
     ) -> list[Any]: ...
+    def get_replica_desc(self, /, key: str) -> list[ReplicaDescriptor]: ...
+    def batch_get_replica_desc(self, /, keys: list[str]) -> dict[str, list[ReplicaDescriptor]]: ...
     # Tier 2/3 (return NOT_SUPPORTED or raise NotImplementedError)
-    def get_replica_desc(self, /, key: str) -> Any: ...
-    def batch_get_replica_desc(self, /, keys: list[str]) -> Any: ...
     def create_copy_task(self, /, key: str, targets: list[str]) -> Any: ...
     def create_move_task(self, /, key: str, source: str, target: str) -> Any: ...
     def query_task(self, /, task_id: Any) -> Any: ...

@@ -12,6 +12,8 @@ upstream behaviour, on an in-process client and on a dummy client:
 ``get_offload_rpc_read_count``  0 (no SSD tier)
 ``get_tensor_into_cuda``        -600: needs CUDA, which this build lacks
 ``batch_get_tensor_into_cuda``  -600 per key, likewise
+``get_replica_desc``            the key's replicas ([] when missing)
+``batch_get_replica_desc``      {key: replicas} for the keys found
 =============================  ===========================================
 """
 
@@ -95,9 +97,8 @@ def test_cuda_ipc_reads_need_cuda(either: Any, log: Any, key: K) -> None:
 
 def test_init_all(daemon: Daemon, store_factory: Any, log: Any) -> None:
     s = store_factory.raw()
-    # Upstream's fixed metadata server is an etcd address; this build has no
-    # etcd metadata backend, so setup fails as an upstream client does when
-    # nothing answers there.
+    # Upstream's fixed metadata server is an etcd address where nothing
+    # answers here, so setup fails as an upstream client's does.
     assert s.init_all("tcp", "", 16 * 1024 * 1024) == -1
     assert any("init_all" in r.getMessage() for r in log.records)
     ok = store_factory(daemon.master)
@@ -115,3 +116,52 @@ def test_alloc_from_mem_pool(daemon: Daemon, dummies: Dummies, key: K) -> None:
     assert s.put_from(key("pool"), p, 65536) == 0
     assert s.get_client_stats()["dummy_staged_bytes"] == before
     assert s.get(key("pool")) == b"\x09" * 65536
+
+
+def test_replica_descriptors(either: Any, daemon: Daemon, key: K, log: Any) -> None:
+    from mooncake.store import MemoryDescriptor, ReplicaDescriptor, ReplicaStatus
+
+    k, missing = key("r"), key("absent")
+    value = b"x" * 4096
+    assert either.put(k, value) == 0
+    (desc,) = either.get_replica_desc(k)
+    assert isinstance(desc, ReplicaDescriptor)
+    assert desc.status == ReplicaStatus.COMPLETE
+    assert desc.is_memory_replica()
+    assert not desc.is_disk_replica() and not desc.is_local_disk_replica()
+    mem = desc.get_memory_descriptor()
+    assert isinstance(mem, MemoryDescriptor)
+    assert mem.buffer_descriptor.size == len(value)
+    assert mem.buffer_descriptor.buffer_address != 0
+    # The daemon's segment holds it: its data endpoint is that segment's host.
+    assert mem.buffer_descriptor.transport_endpoint.split(":")[0] == "127.0.0.1"
+    with pytest.raises(RuntimeError, match="Expected DiskDescriptor"):
+        desc.get_disk_descriptor()
+    assert either.get_replica_desc(missing) == []
+    assert any(
+        "get_replica_desc" in r.getMessage() and missing in r.getMessage() for r in log.records
+    )
+    got = either.batch_get_replica_desc([k, missing])
+    assert list(got) == [k]
+    assert [d.get_memory_descriptor().buffer_descriptor.size for d in got[k]] == [len(value)]
+    assert either.batch_get_replica_desc([]) == {}
+
+
+def test_vllm_tier_log_classifies_replicas(either: Any, key: K) -> None:
+    """vLLM's ``_classify_replica_tier`` over ``batch_get_replica_desc``."""
+    keys = [key("t0"), key("t1")]
+    for k in keys:
+        assert either.put(k, b"kv") == 0
+    descs_by_key = either.batch_get_replica_desc(keys + [key("gone")])
+    tiers = {}
+    for k in keys + [key("gone")]:
+        descs = descs_by_key.get(k)
+        if not descs:
+            tiers[k] = "unknown"
+        elif descs[0].is_memory_replica():
+            tiers[k] = "memory"
+        elif descs[0].is_disk_replica() or descs[0].is_local_disk_replica():
+            tiers[k] = "disk"
+        else:
+            tiers[k] = "unknown"
+    assert list(tiers.values()) == ["memory", "memory", "unknown"]

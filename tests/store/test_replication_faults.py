@@ -331,3 +331,24 @@ def test_child_helper_reports_errors(child_factory: Callable[..., Child]) -> Non
     with pytest.raises(ChildError):
         c.call("no_such_op")
     assert c.call("ping") == "pong"
+
+
+def test_replica_descriptors_list_every_copy(store_factory: StoreFactory, master: Master) -> None:
+    a = store_factory(master)
+    b = store_factory(master)
+    data = pattern(50_000, 3)
+    assert a.put("desc2", data, _cfg(2)) == 0
+    descs = a.get_replica_desc("desc2")
+    assert len(descs) == 2 and all(d.is_memory_replica() for d in descs)
+    bufs = [d.get_memory_descriptor().buffer_descriptor for d in descs]
+    assert all(buf.size == len(data) for buf in bufs)
+    assert len({(buf.transport_endpoint, buf.buffer_address) for buf in bufs}) == 2
+    # Every client of the cluster sees the same copies.
+    from_b = [d.get_memory_descriptor().buffer_descriptor for d in b.get_replica_desc("desc2")]
+    assert {(x.transport_endpoint, x.buffer_address) for x in from_b} == {
+        (x.transport_endpoint, x.buffer_address) for x in bufs
+    }
+    # Not set up: nothing, and no exception.
+    closed = store_factory.raw()
+    assert closed.get_replica_desc("desc2") == []
+    assert closed.batch_get_replica_desc(["desc2"]) == {}

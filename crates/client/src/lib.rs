@@ -50,7 +50,7 @@ pub use mooncake_common::proto::{SoftPin, WriteConfig};
 pub use mooncake_common::ErrorCode;
 pub use mooncake_transfer::{Op, Path};
 pub use ops::lease_pool::{Lease, LeasePool, PoolConfig, PoolError};
-pub use ops::locations::{Locations, ObjectLocation};
+pub use ops::locations::{Locations, ObjectLocation, ReplicaDesc};
 pub use ops::ranges::{ranges_failed, Ranges};
 pub use ops::reads::OwnedValues;
 pub use result_pool::{ResultBlock, POOL_MIN};

@@ -709,6 +709,7 @@ impl Shared {
             Call::GetSize { key } => wire::send(c, &cl.get_size(&key)),
             Call::IsExist { key } => wire::send(c, &cl.is_exist(&key)),
             Call::BatchIsExist { keys } => wire::send(c, &cl.batch_is_exist(&keys)),
+            Call::ReplicaDescs { keys } => wire::send(c, &cl.replica_descs(&keys)),
             Call::Remove { key, force } => wire::send(c, &cl.remove(&key, force)),
             Call::BatchRemove { keys, force } => wire::send(c, &cl.batch_remove(&keys, force)),
             Call::RemoveByRegex { pattern, force } => {

@@ -23,8 +23,8 @@ use crate::wire::{
     WireRead, WireRoute, WireWrite,
 };
 use mooncake_client::{
-    Error, ErrorCode, OwnedValues, Ranges, ReplicateConfig, Result, StagedValue, TensorDest,
-    TensorWrite, WriteMode, HEALTH_CLOSED, HEALTH_PING_FAILED,
+    Error, ErrorCode, OwnedValues, Ranges, ReplicaDesc, ReplicateConfig, Result, StagedValue,
+    TensorDest, TensorWrite, WriteMode, HEALTH_CLOSED, HEALTH_PING_FAILED,
 };
 use mooncake_common::framing::client_handshake;
 use mooncake_common::AuthKey;
@@ -999,6 +999,9 @@ daemon_calls! {
         /// `batch_is_exist`.
         fn batch_is_exist(&self, keys: &[String]) -> Vec<Result<bool>>
             = Call::BatchIsExist { keys: keys.to_vec() };
+        /// `get_replica_desc`/`batch_get_replica_desc`.
+        fn replica_descs(&self, keys: &[String]) -> Vec<Result<Vec<ReplicaDesc>>>
+            = Call::ReplicaDescs { keys: keys.to_vec() };
         /// `batch_remove`.
         fn batch_remove(&self, keys: &[String], force: bool) -> Vec<Result<()>>
             = Call::BatchRemove { keys: keys.to_vec(), force };

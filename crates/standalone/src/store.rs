@@ -7,7 +7,8 @@
 
 use crate::dummy::DummyClient;
 use mooncake_client::{
-    Client, Ranges, ReplicateConfig, Result, StagedValue, TensorDest, TensorWrite, WriteMode,
+    Client, Ranges, ReplicaDesc, ReplicateConfig, Result, StagedValue, TensorDest, TensorWrite,
+    WriteMode,
 };
 use mooncake_tensor::{ReadOutput, ReadRequest};
 use std::sync::Arc;
@@ -152,6 +153,8 @@ forward! {
         fn is_exist(&self, key: &str) -> Result<bool>;
         /// `batch_is_exist`.
         fn batch_is_exist(&self, keys: &[String]) -> Vec<Result<bool>>;
+        /// `get_replica_desc`/`batch_get_replica_desc`.
+        fn replica_descs(&self, keys: &[String]) -> Vec<Result<Vec<ReplicaDesc>>>;
         /// `remove`.
         fn remove(&self, key: &str, force: bool) -> Result<()>;
         /// `batch_remove`.

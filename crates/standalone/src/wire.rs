@@ -386,6 +386,8 @@ pub(crate) enum Call {
     IsExist { key: String },
     /// Reply: `Vec<Result<bool>>`.
     BatchIsExist { keys: Vec<String> },
+    /// Reply: `Vec<Result<Vec<ReplicaDesc>>>`.
+    ReplicaDescs { keys: Vec<String> },
     /// Reply: `Result<()>`.
     Remove { key: String, force: bool },
     /// Reply: `Vec<Result<()>>`.
@@ -475,6 +477,7 @@ impl Call {
             Call::GetSize { .. }
             | Call::IsExist { .. }
             | Call::BatchIsExist { .. }
+            | Call::ReplicaDescs { .. }
             | Call::Remove { .. }
             | Call::BatchRemove { .. }
             | Call::RemoveByRegex { .. }

@@ -94,3 +94,58 @@ impl Client {
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
+
+/// One replica of an object as upstream's `Replica::Descriptor` describes
+/// it. Only complete replicas are listed: the master hands out nothing else.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ReplicaDesc {
+    /// A copy in a segment's memory.
+    Memory {
+        /// Value size in bytes.
+        size: u64,
+        /// Address of the value in its owner's address space.
+        buffer_address: u64,
+        /// The owner's data endpoint (`host:port`).
+        transport_endpoint: String,
+    },
+    /// A copy in the disk tier of the process that owns `segment_name`
+    /// (upstream's local-disk replica).
+    LocalDisk {
+        /// Value size in bytes.
+        object_size: u64,
+        /// The owner's data endpoint, which serves the copy.
+        transport_endpoint: String,
+    },
+}
+
+impl Client {
+    /// The replicas of each key, in the order a read prefers them (own
+    /// process, same host, other hosts), from one replica query that takes
+    /// no read lease. A key with no memory replica lists its disk copy.
+    /// A missing key is OBJECT_NOT_FOUND in its place.
+    pub fn replica_descs(&self, keys: &[String]) -> Vec<Result<Vec<ReplicaDesc>>> {
+        self.lookup(keys, false)
+            .infos
+            .into_iter()
+            .map(|info| {
+                let info = info?;
+                let mut out: Vec<ReplicaDesc> = self
+                    .ordered(&info)
+                    .into_iter()
+                    .map(|r| ReplicaDesc::Memory {
+                        size: r.size,
+                        buffer_address: r.base_addr.saturating_add(r.offset),
+                        transport_endpoint: r.endpoint.to_string(),
+                    })
+                    .collect();
+                if let Some(d) = &info.disk {
+                    out.push(ReplicaDesc::LocalDisk {
+                        object_size: info.size,
+                        transport_endpoint: d.endpoint.clone(),
+                    });
+                }
+                Ok(out)
+            })
+            .collect()
+    }
+}

@@ -143,6 +143,19 @@ impl From<SoftPin> for SoftPinAction {
 }
 
 upstream_enum! {
+    /// State of a replica (`ReplicaDescriptor.status`); the replicas a
+    /// lookup returns are COMPLETE.
+    ReplicaStatus {
+        Undefined = 0 => "UNDEFINED",
+        Initialized = 1 => "INITIALIZED",
+        Processing = 2 => "PROCESSING",
+        Complete = 3 => "COMPLETE",
+        Removed = 4 => "REMOVED",
+        Failed = 5 => "FAILED",
+    }
+}
+
+upstream_enum! {
     /// Kind of data an object holds (recorded per object; no Tier 1 effect).
     ObjectDataType {
         Unknown = 0 => "UNKNOWN",

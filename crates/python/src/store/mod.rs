@@ -42,6 +42,7 @@ mod handle;
 mod host_mem;
 mod lifecycle;
 mod removal;
+mod replicas;
 mod sessions;
 mod setup;
 mod tensor;
@@ -67,5 +68,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<host_mem::MooncakeHostMemAllocator>()?;
     m.add("ErrorCode", config::error_code_enum(m.py())?)?;
     tensor::register(m)?;
+    replicas::register(m)?;
     Ok(())
 }

@@ -35,10 +35,6 @@ method_family! {
         unsupported_raise(py, method)
     }
     #[pymethods] for MooncakeDistributedStore {
-        /// Tier 2: replica descriptors of `key` (raises NotImplementedError).
-        get_replica_desc(key: String) {}
-        /// Tier 2: replica descriptors per key (raises NotImplementedError).
-        batch_get_replica_desc(keys: Vec<String>) {}
         /// Tier 2: copy task (raises NotImplementedError).
         create_copy_task(key: String, targets: Vec<String>) {}
         /// Tier 2: move task (raises NotImplementedError).
