@@ -117,3 +117,16 @@ def test_put_tensor_waits_for_the_current_stream(dummy: Any, key: Any) -> None:
     assert dummy.put_tensor(key("r"), t) == 0
     got = dummy.get_tensor(key("r"))
     assert got is not None and int(got.min()) == 0xA7 and int(got.max()) == 0xA7
+
+
+def test_get_tensor_into_a_cuda_buffer(store: Any, key: Any) -> None:
+    t = torch.randn(8, 8)
+    assert store.put_tensor(key("t"), t) == 0
+    buf = torch.zeros(304 + t.numel() * 4 + 64, dtype=torch.uint8, device="cuda")
+    v = store.get_tensor_into(key("t"), buf.data_ptr(), buf.numel())
+    assert v is not None and v.device.type == "cuda"
+    assert v.data_ptr() == buf.data_ptr() + 304 and torch.equal(v.cpu(), t)
+    buf.zero_()
+    got = store.batch_get_tensor_into([key("t")], [buf.data_ptr()], [buf.numel()])
+    assert torch.equal(got[0].cpu(), t)
+    assert store.get_tensor_into(key("missing"), buf.data_ptr(), buf.numel()) is None

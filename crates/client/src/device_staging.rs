@@ -83,6 +83,26 @@ impl HostStand {
         HostStand::new(ptrs, sizes)
     }
 
+    /// Whether buffer `i` is device memory (read into a host stand-in).
+    pub fn is_staged(&self, i: usize) -> bool {
+        self.staged.iter().any(|s| s.0 == i)
+    }
+
+    /// Copy the first `n` bytes of buffer `i`'s stand-in into its device
+    /// destination (nothing for a host buffer).
+    ///
+    /// # Safety
+    /// The device destination must still be writable device memory.
+    pub unsafe fn deliver_one(&self, i: usize, n: u64) -> Result<()> {
+        match self.staged.iter().find(|s| s.0 == i) {
+            Some((_, dev, host)) => {
+                let n = (n as usize).min(host.len());
+                device_copy(*dev, host.as_ptr() as usize, n)()
+            }
+            None => Ok(()),
+        }
+    }
+
     /// Copy what each read delivered (`results[i]`: bytes read) into its
     /// device destination; an item whose copy fails gets the error.
     ///

@@ -255,3 +255,40 @@ fn cuda_dest(t: &Bound<'_, PyAny>) -> Result<CudaTensorDest> {
         contiguous,
     })
 }
+
+/// A CUDA tensor of `dtype` and `shape` viewing `nbytes` of device memory at
+/// `ptr` (not owning it), made through `__cuda_array_interface__`.
+pub(crate) fn cuda_view_of<'py>(
+    py: Python<'py>,
+    ptr: usize,
+    nbytes: u64,
+    dtype: DType,
+    shape: &[u64],
+) -> PyResult<Bound<'py, PyAny>> {
+    use pyo3::types::{PyDict, PyTuple};
+    let torch = py.import("torch")?;
+    let device = mooncake_engine::device::classify(ptr as u64).unwrap_or(0);
+    let kw = PyDict::new(py);
+    kw.set_item("device", format!("cuda:{device}"))?;
+    let typed = if nbytes == 0 {
+        kw.set_item("dtype", torch.getattr(dtype.torch_name())?)?;
+        return torch
+            .getattr("empty")?
+            .call((PyTuple::new(py, shape)?,), Some(&kw));
+    } else {
+        let iface = PyDict::new(py);
+        iface.set_item("shape", (nbytes,))?;
+        iface.set_item("typestr", "|u1")?;
+        iface.set_item("data", (ptr, false))?;
+        iface.set_item("version", 3)?;
+        let attrs = PyDict::new(py);
+        attrs.set_item("__cuda_array_interface__", iface)?;
+        let holder = py
+            .import("types")?
+            .getattr("SimpleNamespace")?
+            .call((), Some(&attrs))?;
+        let bytes = torch.getattr("as_tensor")?.call((holder,), Some(&kw))?;
+        bytes.call_method1("view", (torch.getattr(dtype.torch_name())?,))?
+    };
+    typed.call_method1("reshape", (PyTuple::new(py, shape)?,))
+}

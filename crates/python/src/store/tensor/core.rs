@@ -10,6 +10,7 @@ use super::torch;
 use crate::report::Call;
 use crate::store::class::MooncakeDistributedStore;
 use crate::store::config::{options, ReplicateConfig};
+use mooncake_client::device_staging::HostStand;
 use mooncake_client::{
     object_source, Error, Result, ResultBlock, TensorDest, TensorWrite, WriteMode,
 };
@@ -233,6 +234,15 @@ impl MooncakeDistributedStore {
         if n == 0 {
             return Ok(Ok(Vec::new()));
         }
+        // CUDA destinations are read into host stand-ins, then copied over.
+        let stand = into.map(|b| {
+            let (p, s): (Vec<usize>, Vec<usize>) = b.iter().map(|&(p, s)| (p, s as usize)).unzip();
+            HostStand::destinations(&p, &s)
+        });
+        let host_into: Option<Vec<(usize, u64)>> = into
+            .zip(stand.as_ref().filter(|st| st.any()))
+            .map(|(b, st)| b.iter().zip(&st.ptrs).map(|(&(_, s), &p)| (p, s)).collect());
+        let (into, cuda_into) = (host_into.as_deref().or(into), into);
         // Destinations are chosen once the plans say what each read
         // produces (with the GIL, from the call's thread); `made` keeps the
         // result memory until the tensors are built.
@@ -304,6 +314,22 @@ impl MooncakeDistributedStore {
         for (i, (r, t)) in results.into_iter().zip(fresh).enumerate() {
             out.push(match (r, t, into) {
                 (_, Err(e), _) | (Err(e), _, _) => Err(e),
+                (Ok(o), Ok(_), Some(_)) if stand.as_ref().is_some_and(|st| st.is_staged(i)) => {
+                    let at = cuda_into.map_or(0, |b| b[i].0);
+                    let total = HEADER_SIZE as u64 + o.nbytes;
+                    // SAFETY: the caller's destination is device memory of at
+                    // least the object's size (checked by the read).
+                    match stand.as_ref().map(|st| unsafe { st.deliver_one(i, total) }) {
+                        Some(Err(e)) => Err(e),
+                        _ => Ok(crate::store::tier2::cuda_view_of(
+                            py,
+                            at + HEADER_SIZE,
+                            o.nbytes,
+                            o.dtype,
+                            &o.shape,
+                        )?),
+                    }
+                }
                 (Ok(o), Ok(_), Some(bufs)) => {
                     let payload = bufs[i].0 + HEADER_SIZE;
                     // SAFETY: the payload was just written into the caller's
