@@ -85,7 +85,9 @@ def test_object_larger_than_store(store_factory: StoreFactory, master: Master) -
 def test_eviction_frees_space(
     store_factory: StoreFactory, master_factory: Callable[..., Master], src: np.ndarray
 ) -> None:
-    m = master_factory(eviction_high_watermark_ratio=1.0)
+    # Puts that find no room fail at once (no wait for the space eviction
+    # frees): the -200 itself sets the eviction going.
+    m = master_factory(eviction_high_watermark_ratio=1.0, put_space_wait_ms=0)
     s = store_factory(m, global_segment_size=SEG)
     keys = _fill_until_full(s, src, "e")
     full_at = time.monotonic()
@@ -108,6 +110,22 @@ def test_eviction_frees_space(
     # survivors still hold their bytes
     survivor = keys[exist.index(1)]
     _assert_holds(s, survivor, src)
+
+
+def test_a_put_into_a_full_store_waits_for_eviction_and_succeeds(
+    store_factory: StoreFactory, master_factory: Callable[..., Master], src: np.ndarray
+) -> None:
+    # No watermark eviction: only puts that find no room evict, and each
+    # waits (on the master) for the space it evicted instead of failing.
+    m = master_factory(eviction_high_watermark_ratio=1.0)
+    s = store_factory(m, global_segment_size=SEG)
+    n = 3 * SEG // MiB
+    for i in range(n):
+        assert _put(s, f"p{i}", src) == 0, i
+    exist = s.batch_is_exist([f"p{i}" for i in range(n)])
+    assert 0 < exist.count(1) <= SEG // MiB
+    assert exist[-1] == 1
+    _assert_holds(s, f"p{n - 1}", src)
 
 
 def test_high_watermark_eviction(
