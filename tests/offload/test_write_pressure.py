@@ -12,8 +12,8 @@ retry, every value read back byte for byte.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,26 +31,14 @@ NO_AVAILABLE_HANDLE = -200
 def run_writers(s: Any, plan: list[list[int]], values: list[bytes]) -> list[tuple[int, int]]:
     """Each thread puts its list of object indices (key ``w<i>``, value
     ``values[i]``) once; returns every ``(index, rc)``."""
-    results: list[tuple[int, int]] = []
-    lock = threading.Lock()
-    errors: list[BaseException] = []
 
-    def writer(ids: list[int]) -> None:
-        try:
-            for i in ids:
-                rc = s.put(f"w{i}", values[i])
-                with lock:
-                    results.append((i, rc))
-        except BaseException as e:  # reported by the main thread
-            errors.append(e)
+    def writer(ids: list[int]) -> list[tuple[int, int]]:
+        return [(i, s.put(f"w{i}", values[i])) for i in ids]
 
-    threads = [threading.Thread(target=writer, args=(ids,)) for ids in plan]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    return results
+    with ThreadPoolExecutor(len(plan)) as pool:
+        done = [pool.submit(writer, ids) for ids in plan]
+        # A writer's exception is raised here.
+        return [r for f in done for r in f.result()]
 
 
 @pytest.mark.parametrize("keys", ["distinct", "shared"])
