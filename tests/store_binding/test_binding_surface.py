@@ -450,8 +450,6 @@ def test_tier_methods_on_a_store_not_set_up(
 @pytest.mark.parametrize(
     ("method", "args"),
     [
-        ("get_replica_desc", ("k",)),
-        ("batch_get_replica_desc", (["k"],)),
         ("create_copy_task", ("k", ["s"])),
         ("create_move_task", ("k", "a", "b")),
         ("query_task", ((1, 2),)),
@@ -469,6 +467,22 @@ def test_tier2_raising_stubs(
         getattr(store, method)(*args)
     records = store_records(store_log)
     assert len(records) == 1 and method in records[0].getMessage()
+
+
+def test_replica_desc_on_a_store_not_set_up(
+    store: MooncakeDistributedStore, store_log: pytest.LogCaptureFixture
+) -> None:
+    assert store.get_replica_desc("k") == []
+    assert store.batch_get_replica_desc(["k"]) == {}
+    records = store_records(store_log)
+    assert [r.getMessage().split(":")[0] for r in records] == [
+        "get_replica_desc",
+        "batch_get_replica_desc",
+    ]
+    with pytest.raises(TypeError):
+        store.get_replica_desc(1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        store.batch_get_replica_desc("k")  # type: ignore[arg-type]
 
 
 def test_empty_batches_answer_empty_and_log_nothing(

@@ -83,6 +83,8 @@ pub struct Client {
     /// Wakes the heartbeat early (leader change, broken ledger stream).
     wake: Arc<Wake>,
     ledger_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The HTTP endpoints (`enable_client_http_server`), stopped at close.
+    http_server: Mutex<Option<crate::http_server::HttpServer>>,
     /// Open put and get sessions (`batch_*_session_*`).
     pub(crate) sessions: crate::session_table::Sessions,
     /// The disk tier (SSD offload), if on.
@@ -294,6 +296,7 @@ impl Client {
             ledger: Arc::new(Ledger::default()),
             wake: Arc::new(Wake::default()),
             ledger_thread: Mutex::new(None),
+            http_server: Mutex::new(None),
             sessions: Default::default(),
             disk,
             auth: auth.clone(),
@@ -314,6 +317,18 @@ impl Client {
             d.announce(None);
         }
         client.start_heartbeat(first, spare);
+        if cfg.enable_client_http_server {
+            // Checked to fit a port by `ClientConfig::check`.
+            let port = cfg.client_http_port as u16;
+            match crate::http_server::HttpServer::start(port, Arc::downgrade(&client)) {
+                Ok(s) => *client.http_server.lock() = Some(s),
+                Err(e) => tracing::warn!(
+                    port,
+                    error = %e,
+                    "cannot start the client HTTP server; continuing without HTTP endpoints"
+                ),
+            }
+        }
         // Follow HA leader changes at once: drop the old leader's
         // connections and let the heartbeat remount on the new one.
         let weak = Arc::downgrade(&client);
@@ -530,6 +545,7 @@ impl Client {
         // A heartbeat round in flight ends before the unmount; later ones
         // see `closed` and stop.
         drop(self.beat.lock());
+        drop(self.http_server.lock().take());
         self.close_sessions();
         if let Some(d) = &self.disk {
             // Sealed buckets survive; the directory is free for the next owner.

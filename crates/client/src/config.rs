@@ -103,9 +103,10 @@ pub struct ClientConfig {
     pub serve_disk_reads: bool,
     /// Must be [`DEFAULT_TENANT`] (tenants are Tier 3).
     pub tenant_id: String,
-    /// The client HTTP server (Tier 2): noted and ignored.
+    /// Serve `/health`, `/metrics` and `/metrics/summary` over HTTP on
+    /// `client_http_port` (see the client's `http_server` module).
     pub enable_client_http_server: bool,
-    /// Port of the client HTTP server; ignored.
+    /// Port of the client HTTP server (1-65535 when it is enabled).
     pub client_http_port: u64,
 }
 
@@ -300,8 +301,13 @@ impl ClientConfig {
         if self.tenant_id != DEFAULT_TENANT {
             return Err(Error::not_supported("tenants are not supported"));
         }
-        if self.enable_client_http_server {
-            notes.push("enable_client_http_server is not supported yet; ignored".into());
+        if self.enable_client_http_server
+            && !(1..=u64::from(u16::MAX)).contains(&self.client_http_port)
+        {
+            return Err(Error::invalid(format!(
+                "client_http_port {} is not a port (1-65535)",
+                self.client_http_port
+            )));
         }
         self.host_and_port()?;
         let gs = self.global_segment_size;
@@ -655,15 +661,27 @@ mod tests {
     }
 
     #[test]
-    fn http_server_is_noted() {
+    fn http_server_port_is_checked() {
         let c = ClientConfig {
             enable_client_http_server: true,
+            client_http_port: 9300,
             ..base()
         };
         let mut notes = Vec::new();
         assert!(c.check_with(false, &mut notes).is_ok());
-        assert_eq!(notes.len(), 1);
-        assert!(notes[0].contains("enable_client_http_server"));
+        assert!(notes.is_empty(), "{notes:?}");
+        for port in [0, 70000] {
+            let bad = ClientConfig {
+                client_http_port: port,
+                ..c.clone()
+            };
+            assert_eq!(code(&bad, false), -600, "port {port}");
+            let off = ClientConfig {
+                enable_client_http_server: false,
+                ..bad
+            };
+            assert_eq!(code(&off, false), 0, "port {port} with the server off");
+        }
     }
 
     fn entries(items: &[(&str, &str)]) -> Vec<(String, String)> {
