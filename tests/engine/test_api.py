@@ -4,14 +4,8 @@ CUDA forms without a CUDA driver; the handle a store accepts."""
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +13,7 @@ import mooncake.engine as me
 import numpy as np
 import pytest
 from conftest import Peer, engine_lines, init_local
+from helpers.etcd import running_etcd
 from mooncake.engine import InnerTransferEngine, TransferEngine, TransferNotify, TransferOpcode
 
 METHODS = {
@@ -192,41 +187,10 @@ def test_store_setup_engine_argument(shared_master: Any) -> None:
 # ---------------------------------------------------------------- etcd
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def etcd() -> Iterator[str]:
-    binary = shutil.which("etcd")
-    if binary is None:
-        pytest.skip("etcd not installed (apt-get install etcd-server)")
-    d = tempfile.mkdtemp(prefix="mc-engine-etcd-")
-    client, peer = _free_port(), _free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--data-dir={d}",
-            f"--listen-client-urls=http://127.0.0.1:{client}",
-            f"--advertise-client-urls=http://127.0.0.1:{client}",
-            f"--listen-peer-urls=http://127.0.0.1:{peer}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", client), 0.2):
-                break
-            time.sleep(0.1)
-        yield f"127.0.0.1:{client}"
-    finally:
-        proc.kill()
-        proc.wait(10)
-        shutil.rmtree(d, ignore_errors=True)
+    with running_etcd() as addr:
+        yield addr
 
 
 def test_etcd_metadata(peers: Any, etcd: str) -> None:
