@@ -38,6 +38,8 @@ command -v etcd >/dev/null 2>&1 \
   || skipped+=("etcd tests (tests/cluster HA, tests/store/test_ha_loopback.py, tests/engine etcd): no etcd binary (apt-get install etcd-server, as root)")
 [ "${MOONCAKE_SKIP_TORCH:-0}" = "1" ] \
   && skipped+=("tests/tensor and tests/pg: MOONCAKE_SKIP_TORCH=1")
+gpu_reason="$(python -c 'import sys; sys.path.insert(0, "tests/gpu"); from cuda_env import SKIP_REASON; print(SKIP_REASON or "")')"
+[ -n "$gpu_reason" ] && skipped+=("tests/gpu CUDA modules: $gpu_reason (scripts/gpu_check.sh runs them on a GPU machine)")
 
 cargo test -p mooncake-common -p mooncake-transfer -p mooncake-engine -p mooncake-master -p mooncake-client -p mooncake-engram -p mooncake-pg -p mooncake-tensor -p mooncake-standalone -p mooncake-bench 2>&1
 # Each suite has its own conftest helpers, so each runs in its own pytest process.
@@ -61,6 +63,14 @@ python -m pytest tests/engram -q -p no:cacheprovider --timeout=300 "$@"
 # P2PHANDSHAKE, the HTTP metadata server and etcd (skips without the etcd
 # binary), on one host and with TCP forced. About half a minute.
 python -m pytest tests/engine -q -p no:cacheprovider --timeout=300 "$@"
+# CUDA device memory in the engine and the store; without a CUDA driver its
+# CUDA modules skip with the reason and the no-driver checks run. Seconds.
+python -m pytest tests/gpu -q -p no:cacheprovider --timeout=300 "$@"
+# The GPU check's plumbing without a GPU: the release wheel installed into a
+# scratch directory, tests/gpu and the benchmark through it. About 1 min.
+rm -rf target/gpu-check-wheel
+python -m maturin build --release -q --out target/gpu-check-wheel >/dev/null
+OUT="$(mktemp -d)" bash scripts/gpu_check.sh --self-check --wheel-dir target/gpu-check-wheel --python python
 # Tensor IO (needs torch; skips with a reason without it).
 python -m pytest tests/tensor -q -p no:cacheprovider --timeout=300 "$@"
 # Structured objects (mooncake.structured_object_store: DataProto batches,

@@ -50,8 +50,10 @@ class Daemon:
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
         ok = wait_until(
-            lambda: "serving dummy clients" in self.log_path.read_text(errors="replace")
-            or self.proc.poll() is not None,
+            lambda: (
+                "serving dummy clients" in self.log_path.read_text(errors="replace")
+                or self.proc.poll() is not None
+            ),
             20,
         )
         assert ok and self.proc.poll() is None, self.log_path.read_text()[-3000:]

@@ -39,12 +39,19 @@ def main() -> int:
                 t = torch.zeros(req["size"], dtype=torch.uint8, device="cuda")
                 torch.cuda.synchronize()
                 tensors[t.data_ptr()] = t
-                rc = engine.register_memory(t.data_ptr(), req["size"]) if req.get("register", 1) else 0
+                rc = (
+                    engine.register_memory(t.data_ptr(), req["size"])
+                    if req.get("register", 1)
+                    else 0
+                )
                 reply = {"addr": t.data_ptr(), "rc": rc}
             elif op == "host":
                 a = np.zeros(req["size"], np.uint8)
                 tensors[a.ctypes.data] = a
-                reply = {"addr": a.ctypes.data, "rc": engine.register_memory(a.ctypes.data, a.nbytes)}
+                reply = {
+                    "addr": a.ctypes.data,
+                    "rc": engine.register_memory(a.ctypes.data, a.nbytes),
+                }
             elif op == "fill":
                 data = pattern(req["len"], req["seed"])[: req["len"]]
                 src = torch.frombuffer(bytearray(data), dtype=torch.uint8)

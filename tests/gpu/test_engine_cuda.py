@@ -16,9 +16,9 @@ from cuda_env import SKIP_REASON
 if SKIP_REASON is not None:
     pytest.skip(SKIP_REASON, allow_module_level=True)
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from mooncake.engine import TransferEngine  # noqa: E402
+import numpy as np
+import torch
+from mooncake.engine import TransferEngine
 
 SIZES = [4096, 3 * (1 << 20) + 5]
 

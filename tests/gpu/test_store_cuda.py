@@ -13,7 +13,7 @@ from cuda_env import SKIP_REASON
 if SKIP_REASON is not None:
     pytest.skip(SKIP_REASON, allow_module_level=True)
 
-import torch  # noqa: E402
+import torch
 
 
 def test_cuda_local_copy_paths(store: Any, key: Any) -> None:
