@@ -273,7 +273,7 @@ mod tests {
         let d = f.alloc(100, 0) as usize;
         // SAFETY: `d` holds 100 bytes.
         unsafe { std::ptr::write_bytes(d as *mut u8, 7, 100) };
-        let host = vec![9u8; 50];
+        let host = [9u8; 50];
         let hp = host.as_ptr() as usize;
         let mut seen = Vec::new();
         // SAFETY: both buffers are readable.
@@ -361,7 +361,7 @@ mod tests {
             .to_string()
             .contains("requires a dummy client"));
         check_cuda_dest(true, &dest).unwrap();
-        let host = vec![0u8; 24];
+        let host = [0u8; 24];
         let on_host = CudaTensorDest {
             ptr: host.as_ptr() as usize,
             ..dest.clone()
