@@ -1,0 +1,215 @@
+//! Known linearizable and non-linearizable histories.
+
+use super::*;
+
+fn op(client: u32, call: Call, invoke: u64, complete: u64, outcome: Outcome) -> Op {
+    Op {
+        client,
+        key: "k".into(),
+        call,
+        invoke,
+        complete: Some(complete),
+        outcome,
+    }
+}
+
+fn ok() -> Outcome {
+    Outcome::Ok(None)
+}
+
+fn read(v: Option<ValueId>) -> Outcome {
+    Outcome::Ok(v)
+}
+
+fn verdict(h: &[Op], model: Model) -> Vec<Anomaly> {
+    check(h, model, 1_000, 1_000).anomalies
+}
+
+const STRICT: Model = Model { eviction: false };
+const EVICTING: Model = Model { eviction: true };
+
+#[test]
+fn sequential_history_is_linearizable() {
+    let h = [
+        op(0, Call::Get, 0, 1, read(None)),
+        op(0, Call::Put(1), 2, 3, ok()),
+        op(1, Call::Get, 4, 5, read(Some(1))),
+        op(1, Call::Put(2), 6, 7, ok()),
+        op(0, Call::Get, 8, 9, read(Some(1))),
+        op(0, Call::Upsert(3), 10, 11, ok()),
+        op(1, Call::Remove, 12, 13, read(Some(3))),
+        op(1, Call::Remove, 14, 15, read(None)),
+        op(0, Call::Get, 16, 17, read(None)),
+    ];
+    assert_eq!(verdict(&h, STRICT), vec![]);
+}
+
+#[test]
+fn concurrent_reads_may_see_either_side_of_a_write() {
+    let h = [
+        op(0, Call::Upsert(1), 0, 1, ok()),
+        op(1, Call::Upsert(2), 2, 10, ok()),
+        op(2, Call::Get, 3, 4, read(Some(2))),
+        op(3, Call::Get, 3, 4, read(Some(2))),
+        op(4, Call::Get, 5, 6, read(Some(2))),
+    ];
+    assert_eq!(verdict(&h, STRICT), vec![]);
+    // But once one read saw the new value, a later read cannot see the old one.
+    let h2 = [
+        op(0, Call::Upsert(1), 0, 1, ok()),
+        op(1, Call::Upsert(2), 2, 10, ok()),
+        op(2, Call::Get, 3, 4, read(Some(2))),
+        op(3, Call::Get, 5, 6, read(Some(1))),
+    ];
+    assert!(matches!(
+        verdict(&h2, STRICT).as_slice(),
+        [Anomaly::NotLinearizable { .. }]
+    ));
+}
+
+#[test]
+fn a_planted_stale_read_is_caught() {
+    let h = [
+        op(0, Call::Upsert(1), 0, 1, ok()),
+        op(0, Call::Upsert(2), 2, 3, ok()),
+        op(1, Call::Get, 4, 5, read(Some(1))),
+    ];
+    let found = verdict(&h, STRICT);
+    let [Anomaly::NotLinearizable { key, blocked, .. }] = found.as_slice() else {
+        panic!("{found:?}");
+    };
+    assert_eq!(key, "k");
+    assert_eq!(blocked.call, Call::Get);
+    // Eviction never explains an old value.
+    assert!(!verdict(&h, EVICTING).is_empty());
+}
+
+#[test]
+fn a_planted_lost_write_is_caught() {
+    // An acknowledged upsert, then quiescent reads that miss it.
+    let h = [
+        op(0, Call::Put(1), 0, 1, ok()),
+        op(0, Call::Upsert(2), 2, 3, ok()),
+        op(1, Call::Get, 10, 11, read(Some(1))),
+        op(2, Call::Get, 12, 13, read(Some(1))),
+    ];
+    assert!(matches!(
+        verdict(&h, STRICT).as_slice(),
+        [Anomaly::NotLinearizable { .. }]
+    ));
+    // A lost key (read finds nothing) is a loss without eviction, fine with it.
+    let gone = [
+        op(0, Call::Upsert(1), 0, 1, ok()),
+        op(1, Call::Get, 2, 3, read(None)),
+    ];
+    assert!(!verdict(&gone, STRICT).is_empty());
+    assert_eq!(verdict(&gone, EVICTING), vec![]);
+}
+
+#[test]
+fn a_planted_torn_value_is_caught() {
+    let h = [
+        op(0, Call::Upsert(1), 0, 1, ok()),
+        op(1, Call::Get, 2, 3, read(Some(99))),
+    ];
+    let found = verdict(&h, EVICTING);
+    assert!(found
+        .iter()
+        .any(|a| matches!(a, Anomaly::Torn { op } if op.client == 1)));
+}
+
+#[test]
+fn put_is_write_once() {
+    let h = [
+        op(0, Call::Put(1), 0, 1, ok()),
+        op(1, Call::Put(2), 2, 3, ok()),
+        op(2, Call::Get, 4, 5, read(Some(1))),
+    ];
+    assert_eq!(verdict(&h, STRICT), vec![]);
+    let wrong = [
+        op(0, Call::Put(1), 0, 1, ok()),
+        op(1, Call::Put(2), 2, 3, ok()),
+        op(2, Call::Get, 4, 5, read(Some(2))),
+    ];
+    assert!(!verdict(&wrong, STRICT).is_empty());
+    // With eviction the first value may have gone before the second put.
+    assert_eq!(verdict(&wrong, EVICTING), vec![]);
+}
+
+#[test]
+fn indeterminate_and_failed_operations() {
+    // A timed-out upsert may have happened late...
+    let late = [
+        op(0, Call::Upsert(1), 0, 1, ok()),
+        op(1, Call::Upsert(2), 2, 3, Outcome::Unknown),
+        op(2, Call::Get, 10, 11, read(Some(1))),
+        op(2, Call::Get, 12, 13, read(Some(2))),
+    ];
+    assert_eq!(verdict(&late, STRICT), vec![]);
+    // ...or never.
+    let never = [
+        op(0, Call::Upsert(1), 0, 1, ok()),
+        op(1, Call::Upsert(2), 2, 3, Outcome::Unknown),
+        op(2, Call::Get, 10, 11, read(Some(1))),
+    ];
+    assert_eq!(verdict(&never, STRICT), vec![]);
+    // A definitely failed write must never be seen.
+    let failed = [
+        op(0, Call::Upsert(1), 0, 1, ok()),
+        op(1, Call::Upsert(2), 2, 3, Outcome::Failed),
+        op(2, Call::Get, 10, 11, read(Some(2))),
+    ];
+    assert!(!verdict(&failed, STRICT).is_empty());
+}
+
+#[test]
+fn removes_report_what_they_found() {
+    let h = [
+        op(0, Call::Put(1), 0, 1, ok()),
+        op(1, Call::Remove, 2, 3, read(Some(1))),
+        op(2, Call::Remove, 2, 3, read(None)),
+        op(0, Call::Get, 4, 5, read(None)),
+    ];
+    assert_eq!(verdict(&h, STRICT), vec![]);
+    let double = [
+        op(0, Call::Put(1), 0, 1, ok()),
+        op(1, Call::Remove, 2, 3, read(Some(1))),
+        op(2, Call::Remove, 4, 5, read(Some(1))),
+    ];
+    assert!(!verdict(&double, STRICT).is_empty());
+}
+
+#[test]
+fn stuck_operations_are_reported() {
+    let mut h = vec![op(0, Call::Get, 0, 1, read(None))];
+    h.push(Op {
+        complete: None,
+        outcome: Outcome::Unknown,
+        ..op(1, Call::Upsert(1), 5, 0, ok())
+    });
+    let r = check(&h, STRICT, 2_000, 1_000);
+    assert!(matches!(r.anomalies.as_slice(), [Anomaly::Stuck { op }] if op.client == 1));
+    assert_eq!(check(&h, STRICT, 900, 1_000).anomalies, vec![]);
+}
+
+#[test]
+fn keys_are_independent_and_large_concurrent_histories_finish() {
+    // 8 clients x 60 overlapping upserts and reads on one key, each read
+    // returning the value of the write it overlaps or the last one before.
+    let mut h = Vec::new();
+    let mut t = 0;
+    let mut last = None;
+    for round in 0..60u64 {
+        let v = round + 1;
+        h.push(op(0, Call::Upsert(v), t, t + 5, ok()));
+        for c in 1..8u32 {
+            let seen = if c % 2 == 0 { Some(v) } else { last };
+            h.push(op(c, Call::Get, t + 1, t + 4, read(seen)));
+        }
+        last = Some(v);
+        t += 6;
+    }
+    let r = check(&h, STRICT, t, 1_000);
+    assert_eq!(r.anomalies, vec![]);
+    assert_eq!((r.ops, r.keys), (h.len(), 1));
+}
