@@ -35,7 +35,7 @@ pub use header::{
 pub use keys::{
     parallelism_manifest_key, shard_key, tp_key, writer_manifest_key, writer_shard_key,
 };
-pub use manifest::{Manifest, MANIFEST_MAGIC, MANIFEST_SIZE, MANIFEST_VERSION};
+pub use manifest::{Manifest, LAYOUT_MAGIC, MANIFEST_MAGIC, MANIFEST_SIZE, MANIFEST_VERSION};
 pub use read_plan::{
     resolve, Observations, Observed, PlanRange, PlanSource, ReadMode, ReadOutput, ReadPlan,
     ReadRequest, Step, MAX_SET_MEMBERS, PROBE_PREFIX,

@@ -72,6 +72,7 @@ impl MemStore {
                             Some(v) => Observed::Found {
                                 size: v.len() as u64,
                                 prefix: v[..v.len().min(PROBE_PREFIX)].to_vec(),
+                                local: true,
                             },
                             None => Observed::Missing(TensorError::not_found("missing")),
                         };

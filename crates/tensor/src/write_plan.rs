@@ -151,16 +151,18 @@ fn manifest_object(
     global: &[u64],
     split_dim: usize,
     count: u32,
+    layout: Option<Parallelism>,
 ) -> PlannedObject {
     let m = Manifest {
         dtype: dtype.code(),
         split_dim,
         shard_count: count,
         global_shape: global.to_vec(),
+        layout,
     };
     PlannedObject {
         key,
-        inline: m.encode().to_vec(),
+        inline: m.encode(),
         runs: Vec::new(),
         is_manifest: true,
     }
@@ -240,6 +242,7 @@ pub fn plan_write(key: &str, src: &WriteSource, route: &WriteRoute) -> TensorRes
                 &src.shape,
                 w.split_dim,
                 w.size,
+                None,
             ));
         }
         WriteRoute::Parallelism(p) => {
@@ -267,6 +270,7 @@ pub fn plan_write(key: &str, src: &WriteSource, route: &WriteRoute) -> TensorRes
                     &global,
                     d,
                     a.size,
+                    None,
                 ));
             } else {
                 // Full input narrowed along every layout axis (none for scope tags).
@@ -279,15 +283,20 @@ pub fn plan_write(key: &str, src: &WriteSource, route: &WriteRoute) -> TensorRes
                     &whole,
                     &shard,
                 )?);
-                if let Some(tp) = p.tp() {
-                    objects.push(manifest_object(
-                        keys::parallelism_manifest_key(key),
-                        src.dtype,
-                        &src.shape,
-                        tp.split_dim.unwrap_or(0),
-                        tp.size,
-                    ));
-                }
+                // The manifest carries the whole axis list, so a reader
+                // finds and enumerates this set without being told its layout.
+                let (d, n) = p
+                    .tp()
+                    .or_else(|| p.axes().iter().find(|a| a.is_layout()))
+                    .map_or((0, 1), |a| (a.split_dim.unwrap_or(0), a.size));
+                objects.push(manifest_object(
+                    keys::parallelism_manifest_key(key),
+                    src.dtype,
+                    &src.shape,
+                    d,
+                    n,
+                    Some(p.clone()),
+                ));
             }
         }
         WriteRoute::AllTpRanks(p) => {

@@ -594,9 +594,13 @@ impl Client {
                     format!("reading the header failed: {}", e.reason()),
                 )),
                 (Ok(info), None) => {
+                    let local = info.replicas.iter().any(|r| {
+                        *r.segment_name == *self.desc.name || *r.host_id == *self.desc.host_id
+                    });
                     let o = Observed::Found {
                         size: info.size,
                         prefix: std::mem::take(&mut bufs[i]),
+                        local,
                     };
                     reads.located.insert(key.clone(), Located { info, lease });
                     o
@@ -638,6 +642,7 @@ impl TensorReads<'_> {
         let n = self.items.len();
         let mut out: Vec<Result<ReadOutput>> = Vec::with_capacity(n);
         let mut live: Vec<(usize, usize)> = Vec::new(); // (item, payload address)
+        let mut headers: Vec<(usize, usize)> = Vec::new(); // (item, `_into` buffer)
         for i in 0..n {
             let dest = dests.get(i).copied().flatten();
             match (&self.items[i], dest) {
@@ -656,14 +661,9 @@ impl TensorReads<'_> {
                         ))));
                         continue;
                     }
-                    // SAFETY: the caller vouches for `size >= 304` bytes at `ptr`.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            plan.output.header.as_ptr(),
-                            ptr as *mut u8,
-                            HEADER_SIZE,
-                        );
-                    }
+                    // The header goes in once the payload has been read, so
+                    // a failed read never leaves a valid-looking object.
+                    headers.push((i, ptr));
                     out.push(Ok(plan.output.clone()));
                     live.push((i, ptr + HEADER_SIZE));
                 }
@@ -726,6 +726,15 @@ impl TensorReads<'_> {
                     ErrorCode::LeaseExpired,
                     "the read lease ran out before the copy finished",
                 ));
+            }
+        }
+        for &(i, ptr) in &headers {
+            if let (Ok(o), Ok(_)) = (&out[i], &self.items[i]) {
+                // SAFETY: the caller vouches for `size >= 304 + nbytes` bytes
+                // at `ptr` (checked against the plan above).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(o.header.as_ptr(), ptr as *mut u8, HEADER_SIZE);
+                }
             }
         }
         out

@@ -3,19 +3,31 @@
 //! `(key, src_offset, dst_offset, len)` that assemble the result directly in
 //! its final memory.
 //!
-//! Planning is a pure function of the request and the *observations* (size
-//! and first 304 bytes of each probed key). [`resolve`] either asks for more
-//! keys to be probed, or answers with a [`ReadPlan`] or a failure. Every
-//! request needs at most two probe rounds: the candidates and manifests
-//! (round 1), then, when re-sharding or rebuilding, the members of the set
-//! the round-1 objects describe (round 2). The executor batches each round
-//! of a whole batch into one master lookup and one data round, so a batch
-//! read costs a constant number of master RPCs whatever its size.
+//! Planning is a pure function of the request and the *observations* (size,
+//! first 304 bytes and locality of each probed key). [`resolve`] either asks
+//! for more keys to be probed, or answers with a [`ReadPlan`] or a failure.
+//! Every request needs at most two probe rounds: the candidates and
+//! manifests (round 1), then, when re-sharding or rebuilding, the members of
+//! the sets the round-1 objects describe (round 2). The executor batches
+//! each round of a whole batch into one master lookup and one data round, so
+//! a batch read costs a constant number of master RPCs whatever its size.
+//!
+//! The model: every stored object is a box of the global tensor, given by
+//! its layout axes (those with a split dim). Scope axes (DP, PP, EP without
+//! a split dim) only say which stored set an object belongs to. A shard or
+//! full read is a target box; it is assembled from the pieces of the stored
+//! boxes of one complete set that intersect it, each piece copied straight
+//! into the result. Of the sets that cover the target, the read prefers the
+//! one whose scope matches the request's scope axes, then the one with the
+//! fewest pieces, then the one with the most local pieces. A read returns
+//! exactly the requested box or fails with a reason; only the legacy TP
+//! wrappers fall back to a raw stored chunk.
 
-use crate::axis::{Axis, AxisKind, Parallelism};
+use crate::axis::{Axis, AxisKind, Parallelism, RawAxis};
 use crate::dtype::DType;
 use crate::error::{TensorError, TensorResult};
 use crate::geometry::{copy_runs, CopyRun, Region};
+use crate::header::StoredAxis;
 use crate::header::{Layout, TensorHeader, HEADER_SIZE};
 use crate::keys;
 use crate::manifest::Manifest;
@@ -113,6 +125,8 @@ pub enum Observed {
         size: u64,
         /// First bytes.
         prefix: Vec<u8>,
+        /// Whether a replica lives in this client's own segment.
+        local: bool,
     },
 }
 
@@ -224,7 +238,7 @@ impl<'a> Cx<'a> {
             Some(Observed::Missing(e)) => {
                 Err(TensorError::store(e.code, format!("{key:?}: {}", e.reason)))
             }
-            Some(Observed::Found { size, prefix }) => {
+            Some(Observed::Found { size, prefix, .. }) => {
                 let header = TensorHeader::decode(prefix, *size)
                     .map_err(|e| e.context(format!("{key:?}")))?;
                 Ok(Obj {
@@ -236,58 +250,39 @@ impl<'a> Cx<'a> {
             }
         }
     }
+}
 
-    /// The manifest at `key`, if present and valid.
-    fn manifest(&mut self, key: &str) -> Option<Manifest> {
-        match self.obs.get(key) {
-            None => {
-                self.declare(key);
-                None
+/// Round-1 keys of a request: every candidate and manifest a read may
+/// consult without first reading another object.
+fn round1(req: &ReadRequest) -> Vec<String> {
+    let k = req.key.as_str();
+    match (req.mode, req.parallelism.as_ref()) {
+        (ReadMode::AsStored, None) => vec![k.to_string()],
+        (ReadMode::AsStored, Some(p)) => vec![keys::shard_key(k, p)],
+        (ReadMode::Shard, None) => Vec::new(),
+        (_, p) => {
+            let mut v = Vec::new();
+            if let Some(p) = p {
+                v.extend(exact_keys(k, p));
             }
-            Some(Observed::Found { prefix, .. }) => Manifest::decode(prefix).ok(),
-            Some(Observed::Missing(_)) => None,
+            v.extend([
+                k.to_string(),
+                keys::parallelism_manifest_key(k),
+                keys::writer_manifest_key(k),
+                keys::tp_key(k, 0),
+            ]);
+            v
         }
     }
 }
 
-/// Round-1 keys of a request: every candidate and manifest any resolution
-/// step may consult without first reading another object.
-fn round1(req: &ReadRequest) -> Vec<String> {
-    let k = req.key.as_str();
-    let p = req.parallelism.as_ref();
-    let mut v: Vec<String> = Vec::new();
-    match (req.mode, p) {
-        (ReadMode::AsStored, None) => v.push(k.to_string()),
-        (ReadMode::AsStored, Some(p)) => v.push(keys::shard_key(k, p)),
-        (ReadMode::Shard, None) => {}
-        (ReadMode::Shard, Some(p)) => {
-            v.push(keys::shard_key(k, p));
-            if p.tp().is_some() {
-                v.push(keys::parallelism_manifest_key(k));
-            }
-            if p.is_single_tp() {
-                let a = p.axes()[0];
-                v.push(writer_key(k, &a));
-                v.push(keys::writer_manifest_key(k));
-                v.push(keys::tp_key(k, 0));
-                v.push(k.to_string());
-            }
-        }
-        (ReadMode::Full, None) => {
-            v.push(keys::writer_manifest_key(k));
-            v.push(k.to_string());
-            v.push(keys::tp_key(k, 0));
-        }
-        (ReadMode::Full, Some(p)) if p.tp().is_some() || p.has_ep_layout() => {
-            if p.tp().is_some() {
-                v.push(keys::parallelism_manifest_key(k));
-            }
-            if p.is_single_tp() {
-                v.push(keys::tp_key(k, 0));
-                v.push(keys::writer_manifest_key(k));
-            }
-        }
-        (ReadMode::Full, Some(p)) => v.push(keys::shard_key(k, p)),
+/// The keys whose object, when its header matches the request, is the
+/// requested shard as stored: P's canonical key, and for a single TP axis
+/// the writer shard of the same rank, count and split dim.
+fn exact_keys(k: &str, p: &Parallelism) -> Vec<String> {
+    let mut v = vec![keys::shard_key(k, p)];
+    if p.is_single_tp() {
+        v.push(writer_key(k, &p.axes()[0]));
     }
     v
 }
@@ -318,9 +313,7 @@ pub fn resolve(req: &ReadRequest, obs: &Observations) -> Step {
         (ReadMode::Shard, None) => Err(TensorError::invalid(
             "parallelism is required for a shard read",
         )),
-        (ReadMode::Shard, Some(p)) => shard(&mut cx, req, p),
-        (ReadMode::Full, None) => full_unscoped(&mut cx, req),
-        (ReadMode::Full, Some(p)) => full(&mut cx, req, p),
+        (_, p) => remap(&mut cx, req, p),
     };
     if cx.pending() {
         return cx.take();
@@ -396,6 +389,17 @@ fn shard_box(h: &TensorHeader) -> TensorResult<Region> {
                 "dim {d} is not split but its local extent {} differs from the global {}",
                 h.local_shape[d], h.global_shape[d]
             )));
+        }
+    }
+    Ok(b)
+}
+
+/// The box of a tensor of `global` shape that the layout axes of `p` select.
+fn narrow(global: &[u64], p: &Parallelism) -> TensorResult<Region> {
+    let mut b = Region::whole(global);
+    for a in p.axes() {
+        if let Some(d) = a.split_dim {
+            b = b.split(d, a.rank, a.size)?;
         }
     }
     Ok(b)
@@ -491,18 +495,6 @@ fn as_stored(
     Ok(whole(&o))
 }
 
-/// A stored set of shards split along one dim (a TP or writer set).
-struct SetSpec {
-    /// Stored split dim and count.
-    split_dim: usize,
-    count: u32,
-    /// From the manifest (or the probed member 0), when known.
-    global: Option<Vec<u64>>,
-    dtype: Option<i32>,
-    /// Expected member (key, axes) pairs.
-    members: Vec<(String, Parallelism)>,
-}
-
 fn check_members(n: u64) -> TensorResult<()> {
     if n > MAX_SET_MEMBERS {
         return Err(TensorError::corrupt(format!(
@@ -512,364 +504,161 @@ fn check_members(n: u64) -> TensorResult<()> {
     Ok(())
 }
 
-/// The TP set in P's scope: count and split dim
-/// from `K__parallelism_manifest`; for single-axis P without it, from
-/// `K_tp_0`'s header, then from the writer set; for multi-axis P, from P.
-fn tp_set(cx: &mut Cx<'_>, req: &ReadRequest, p: &Parallelism) -> TensorResult<SetSpec> {
-    let k = req.key.as_str();
-    let Some(tp) = p.tp().copied() else {
-        return Err(TensorError::invalid("request has no tp axis"));
-    };
-    let want_d = tp.split_dim.unwrap_or(0);
-    let from_manifest = cx.manifest(&keys::parallelism_manifest_key(k));
-    let (d, m, global, dtype, writer) = if let Some(mf) = from_manifest {
-        (
-            mf.split_dim,
-            mf.shard_count,
-            Some(mf.global_shape),
-            Some(mf.dtype),
-            false,
-        )
-    } else if p.is_single_tp() {
-        let tp0 = cx.object(&keys::tp_key(k, 0));
-        match tp0 {
-            Ok(o) if o.header.axes.len() == 1 && o.header.axes[0].kind == AxisKind::Tp.code() => {
-                let a = o.header.axes[0];
-                let d = usize::try_from(a.split_dim)
-                    .map_err(|_| TensorError::corrupt(format!("{:?} has no split dim", o.key)))?;
-                (
-                    d,
-                    a.shard_count as u32,
-                    Some(o.header.global_shape.clone()),
-                    Some(o.header.dtype.code()),
-                    false,
-                )
-            }
-            _ => match cx.manifest(&keys::writer_manifest_key(k)) {
-                Some(mf) => (
-                    mf.split_dim,
-                    mf.shard_count,
-                    Some(mf.global_shape),
-                    Some(mf.dtype),
-                    true,
+/// Most DP replicas of one stored layout a read considers by enumeration;
+/// beyond it, only the replica the manifest names and the requested one.
+const MAX_REPLICAS: u32 = 64;
+
+/// How the members of a stored set are named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Naming {
+    /// Canonical shard keys (`K_tp_r` for a single TP axis).
+    Canonical,
+    /// Writer-partition keys `K__writer_{r}of{n}_sd{d}`.
+    Writer,
+}
+
+/// One member of a stored set.
+struct Member {
+    key: String,
+    /// The axes its header must carry (`None`: the object at `K`, any header).
+    axes: Option<Parallelism>,
+    /// Its box in the global tensor, when known before probing it.
+    bx: Option<Region>,
+}
+
+/// One stored set that may serve a read: all members together hold the
+/// whole global tensor once.
+struct StoredSet {
+    /// What it is and where it was found, for messages.
+    origin: String,
+    members: Vec<Member>,
+    /// Its scope axes (those without a split dim).
+    scope: Vec<Axis>,
+    /// The split dim of its TP axis, if it has one.
+    tp_split: Option<usize>,
+    /// Why the set cannot be enumerated, if it cannot.
+    invalid: Option<TensorError>,
+}
+
+/// The dtype and global shape one round-1 object states for the tensor.
+struct Hint {
+    what: String,
+    dtype: i32,
+    global: Vec<u64>,
+}
+
+/// A probed, decodable tensor object at `key` (round-1 keys only; never
+/// declares).
+fn peek<'a>(cx: &Cx<'a>, key: &str) -> Option<Obj<'a>> {
+    match cx.obs.get(key) {
+        Some(Observed::Found { size, prefix, .. }) => {
+            let header = TensorHeader::decode(prefix, *size).ok()?;
+            Some(Obj {
+                key: key.to_string(),
+                size: *size,
+                prefix,
+                header,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// A probed, valid manifest at `key`.
+fn peek_manifest(cx: &Cx<'_>, key: &str) -> Option<Manifest> {
+    match cx.obs.get(key) {
+        Some(Observed::Found { prefix, .. }) => Manifest::decode(prefix).ok(),
+        _ => None,
+    }
+}
+
+fn raw_of(a: &Axis) -> RawAxis {
+    RawAxis {
+        kind: a.kind.name().to_string(),
+        rank: i64::from(a.rank),
+        size: i64::from(a.size),
+        split_dim: a.split_dim.map(|d| d as i64),
+        expert_id: a.expert_id.map(i64::from),
+        stage_id: a.stage_id.map(i64::from),
+    }
+}
+
+/// The axis list a stored shard header names, if it is a valid request
+/// whose split dims lie inside the tensor.
+fn template_of(h: &TensorHeader) -> Option<Parallelism> {
+    if h.layout != Layout::Shard {
+        return None;
+    }
+    let raw = h
+        .axes
+        .iter()
+        .map(|a: &StoredAxis| Axis::from_stored(a).map(|x| raw_of(&x)))
+        .collect::<Option<Vec<_>>>()?;
+    let p = Parallelism::new(&raw).ok()?;
+    p.check_split_dims(h.ndim()).ok()?;
+    Some(p)
+}
+
+/// A set's axes for messages: scope axes with their rank, layout axes with
+/// their count and dim.
+fn describe(p: &Parallelism) -> String {
+    let parts: Vec<String> = p
+        .axes()
+        .iter()
+        .map(|a| {
+            let name = a.kind.name();
+            match (a.split_dim, a.kind) {
+                (Some(d), _) => format!("{name}={} on dim {d}", a.size),
+                (None, AxisKind::Pp) => format!(
+                    "{name} rank {} of {} stage {}",
+                    a.rank,
+                    a.size,
+                    a.stage_id.unwrap_or(0)
                 ),
-                None => {
-                    return Err(TensorError::not_found(format!(
-                        "no TP shard set found for {k:?} (no manifest, no {k}_tp_0, no writer set)"
-                    )))
-                }
-            },
-        }
-    } else {
-        (want_d, tp.size, None, None, false)
-    };
-    if d != want_d && !req.advisory_split_dim {
-        return Err(TensorError::invalid(format!(
-            "requested TP split_dim {want_d} differs from the stored split_dim {d}"
-        )));
-    }
-    check_members(u64::from(m))?;
-    let members = (0..m)
-        .map(|t| {
-            let axis = Axis::tp(t, m, d);
-            let q = p.replace(axis);
-            let key = if writer {
-                writer_key(k, &axis)
-            } else {
-                keys::shard_key(k, &q)
-            };
-            (key, q)
+                (None, AxisKind::Ep) => format!(
+                    "{name} rank {} of {} expert {}",
+                    a.rank,
+                    a.size,
+                    a.expert_id.unwrap_or(0)
+                ),
+                (None, _) => format!("{name} rank {} of {}", a.rank, a.size),
+            }
         })
         .collect();
-    Ok(SetSpec {
-        split_dim: d,
-        count: m,
-        global,
-        dtype,
-        members,
-    })
+    format!("[{}]", parts.join(", "))
 }
 
-/// The writer set of `K` from its manifest, if the manifest exists.
-fn writer_set(cx: &mut Cx<'_>, k: &str) -> Option<TensorResult<SetSpec>> {
-    let mf = cx.manifest(&keys::writer_manifest_key(k))?;
-    if let Err(e) = check_members(u64::from(mf.shard_count)) {
-        return Some(Err(e));
-    }
-    let members = (0..mf.shard_count)
-        .map(|t| {
-            let axis = Axis::tp(t, mf.shard_count, mf.split_dim);
-            (writer_key(k, &axis), Parallelism::from_axes(vec![axis]))
-        })
-        .collect();
-    Some(Ok(SetSpec {
-        split_dim: mf.split_dim,
-        count: mf.shard_count,
-        global: Some(mf.global_shape),
-        dtype: Some(mf.dtype),
-        members,
-    }))
-}
-
-/// Fetch (or declare) every member and check that they agree with each
-/// other and with the set description. Returns the members and their
-/// common dtype and global shape.
-fn load_members<'a>(
-    cx: &mut Cx<'a>,
-    members: &[(String, Parallelism)],
-    global: Option<&[u64]>,
-    dtype: Option<i32>,
-) -> TensorResult<(Vec<Obj<'a>>, DType, Vec<u64>)> {
-    let mut objs = Vec::with_capacity(members.len());
-    let mut first_err = None;
-    for (key, q) in members {
-        match cx.object(key) {
-            Ok(o) => {
-                if !q.matches(&o.header) {
-                    first_err.get_or_insert(TensorError::corrupt(format!(
-                        "{key:?} does not carry the expected parallelism axes"
-                    )));
-                }
-                objs.push(o);
-            }
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
-    }
-    if cx.pending() {
-        return Err(TensorError::not_found("set members are not probed yet"));
-    }
-    if let Some(e) = first_err {
-        return Err(e.context("shard set incomplete or invalid"));
-    }
-    let Some(first) = objs.first() else {
-        return Err(TensorError::not_found("empty shard set"));
-    };
-    let dt = first.header.dtype;
-    let g = first.header.global_shape.clone();
-    for o in &objs {
-        if o.header.dtype != dt {
-            return Err(TensorError::corrupt(format!(
-                "shards disagree on dtype ({:?} is {}, {:?} is {})",
-                first.key,
-                dt.torch_name(),
-                o.key,
-                o.header.dtype.torch_name()
-            )));
-        }
-        if o.header.global_shape != g {
-            return Err(TensorError::corrupt(format!(
-                "shards disagree on the global shape ({:?} vs {:?})",
-                first.key, o.key
-            )));
-        }
-    }
-    if dtype.is_some_and(|d| d != dt.code()) {
-        return Err(TensorError::corrupt(
-            "the manifest and the shards disagree on dtype",
-        ));
-    }
-    if global.is_some_and(|gm| gm != g.as_slice()) {
-        return Err(TensorError::corrupt(
-            "the manifest and the shards disagree on the global shape",
-        ));
-    }
-    Ok((objs, dt, g))
-}
-
-/// Re-shard (or rebuild, when `p` is `None`) from a loaded set.
-fn from_set(cx: &mut Cx<'_>, set: &SetSpec, p: Option<&Parallelism>) -> TensorResult<ReadPlan> {
-    let (objs, dtype, global) = load_members(cx, &set.members, set.global.as_deref(), set.dtype)?;
-    let g = global.get(set.split_dim).copied().unwrap_or(0);
-    if g % u64::from(set.count) != 0 {
-        return Err(TensorError::corrupt("the stored split is not uniform"));
-    }
-    match p {
-        None => {
-            let target = Region::whole(&global);
-            gather(dtype, &objs, &target, full_header(dtype, &global)?)
-        }
-        Some(p) => {
-            // The requested shard, with the TP axis on the stored split dim.
-            let tp = p
-                .tp()
-                .copied()
-                .ok_or_else(|| TensorError::invalid("request has no tp axis"))?;
-            let q = p.replace(Axis {
-                split_dim: Some(set.split_dim),
-                ..tp
-            });
-            let mut target = Region::whole(&global);
-            for a in q.axes() {
-                if let Some(d) = a.split_dim {
-                    target = target.split(d, a.rank, a.size)?;
-                }
-            }
-            let header = shard_header(dtype, &global, &target.extent, &q)?;
-            gather(dtype, &objs, &target, header)
-        }
-    }
-}
-
-fn shard(cx: &mut Cx<'_>, req: &ReadRequest, p: &Parallelism) -> TensorResult<ReadPlan> {
-    let k = req.key.as_str();
-    let adv = req.advisory_split_dim;
-    // S1: the exact object.
-    let exact = keys::shard_key(k, p);
-    if let Ok(o) = cx.object(&exact) {
-        if p.matches_with(&o.header, adv) {
-            return Ok(whole(&o));
-        }
-    }
-    let single = p.is_single_tp();
-    // S2: the writer shard of the same (rank, size, split_dim).
-    if single {
-        if let Ok(o) = cx.object(&writer_key(k, &p.axes()[0])) {
-            if p.matches_with(&o.header, adv) {
-                return Ok(whole(&o));
-            }
-        }
-    }
-    let mut last = TensorError::not_found(format!("no shard of {k:?} matches the request"));
-    // S3: re-shard the stored TP set.
-    if p.tp().is_some() {
-        match tp_set(cx, req, p).and_then(|set| from_set(cx, &set, Some(p))) {
-            Ok(plan) => return Ok(plan),
-            Err(e) => {
-                if cx.pending() {
-                    return Err(e);
-                }
-                last = e;
-            }
-        }
-    }
-    if single {
-        let tp = p.axes()[0];
-        // S4: slice a FULL object at K.
-        if let Ok(o) = cx.object(k) {
-            if o.header.layout == Layout::Full {
-                let d = tp.split_dim.unwrap_or(0);
-                let target = Region::whole(&o.header.global_shape).split(d, tp.rank, tp.size);
-                if let Ok(target) = target {
-                    let header =
-                        shard_header(o.header.dtype, &o.header.global_shape, &target.extent, p)?;
-                    return gather(o.header.dtype, std::slice::from_ref(&o), &target, header);
-                }
-            }
-        }
-        // S5: the raw stored chunk (upstream's fallback).
-        let raw = if tp.size <= 1 { k.to_string() } else { exact };
-        if let Ok(o) = cx.object(&raw) {
-            return Ok(whole(&o));
-        }
-    }
-    Err(last)
-}
-
-fn full_unscoped(cx: &mut Cx<'_>, req: &ReadRequest) -> TensorResult<ReadPlan> {
-    let k = req.key.as_str();
-    // F1: the writer set, when its manifest exists (no fallback if incomplete).
-    if let Some(set) = writer_set(cx, k) {
-        return from_set(cx, &set?, None);
-    }
-    // F2: the object at K.
-    if let Ok(o) = cx.object(k) {
-        let mut plan = whole(&o);
-        plan.output.header = full_header(o.header.dtype, &o.header.local_shape)?;
-        return Ok(plan);
-    }
-    // F3: the legacy TP set described by K_tp_0.
-    let tp0 = cx.object(&keys::tp_key(k, 0));
-    match tp0 {
-        Ok(o) if o.header.axes.len() == 1 && o.header.axes[0].kind == AxisKind::Tp.code() => {
-            let a = o.header.axes[0];
-            let d = usize::try_from(a.split_dim)
-                .map_err(|_| TensorError::corrupt(format!("{:?} has no split dim", o.key)))?;
-            let m = a.shard_count as u32;
-            check_members(u64::from(m))?;
-            let set = SetSpec {
-                split_dim: d,
-                count: m,
-                global: Some(o.header.global_shape.clone()),
-                dtype: Some(o.header.dtype.code()),
-                members: (0..m)
-                    .map(|t| {
-                        let q = Parallelism::from_axes(vec![Axis::tp(t, m, d)]);
-                        (keys::shard_key(k, &q), q)
-                    })
-                    .collect(),
-            };
-            from_set(cx, &set, None)
-        }
-        _ => Err(TensorError::not_found(format!(
-            "no tensor, writer set or TP set stored under {k:?}"
-        ))),
-    }
-}
-
-fn full(cx: &mut Cx<'_>, req: &ReadRequest, p: &Parallelism) -> TensorResult<ReadPlan> {
-    let k = req.key.as_str();
-    if p.has_ep_layout() {
-        return full_layout(cx, req, p);
-    }
-    if p.tp().is_some() {
-        let set = tp_set(cx, req, p)?;
-        return from_set(cx, &set, None);
-    }
-    // Scope axes only: the object if it is a whole tensor.
-    let key = keys::shard_key(k, p);
-    let o = cx.object(&key)?;
-    if !p.matches(&o.header) {
-        return Err(TensorError::not_found(format!(
-            "the object at {key:?} does not match the requested parallelism"
-        )));
-    }
-    if o.header.global_shape != o.header.local_shape {
-        return Err(TensorError::invalid(format!(
-            "the object at {key:?} is a shard of a larger tensor; a full read needs a layout axis"
-        )));
-    }
-    let mut plan = whole(&o);
-    plan.output.header = full_header(o.header.dtype, &o.header.global_shape)?;
-    Ok(plan)
-}
-
-/// Full read of a layout with an EP layout axis: every combination of
-/// layout-axis ranks (TP count and split dim from the manifest when present).
-fn full_layout(cx: &mut Cx<'_>, req: &ReadRequest, p: &Parallelism) -> TensorResult<ReadPlan> {
-    let k = req.key.as_str();
-    let mut q = p.clone();
-    let mut global = None;
-    let mut dtype = None;
-    if let Some(tp) = p.tp().copied() {
-        if let Some(mf) = cx.manifest(&keys::parallelism_manifest_key(k)) {
-            if Some(mf.split_dim) != tp.split_dim {
-                return Err(TensorError::invalid(format!(
-                    "requested TP split_dim {} differs from the stored split_dim {}",
-                    tp.split_dim.unwrap_or(0),
-                    mf.split_dim
-                )));
-            }
-            q = q.replace(Axis::tp(0, mf.shard_count, mf.split_dim));
-            global = Some(mf.global_shape);
-            dtype = Some(mf.dtype);
-        }
-    }
-    let layout: Vec<Axis> = q.axes().iter().copied().filter(Axis::is_layout).collect();
+/// Every member of the set `t` describes: one per combination of its
+/// layout-axis ranks, its scope axes as given.
+fn enumerate(
+    k: &str,
+    t: &Parallelism,
+    naming: Naming,
+    global: &[u64],
+) -> TensorResult<Vec<Member>> {
+    let layout: Vec<Axis> = t.axes().iter().copied().filter(Axis::is_layout).collect();
     let total = layout
         .iter()
         .try_fold(1u64, |acc, a| acc.checked_mul(u64::from(a.size)))
         .unwrap_or(u64::MAX);
     check_members(total)?;
-    let mut members = Vec::new();
+    let mut out = Vec::new();
     let mut ranks = vec![0u32; layout.len()];
     for _ in 0..total {
-        let mut m = q.clone();
+        let mut m = t.clone();
         for (a, &r) in layout.iter().zip(&ranks) {
             m = m.replace(a.at_rank(r));
         }
-        members.push((keys::shard_key(k, &m), m));
+        let bx = narrow(global, &m)?;
+        let key = match naming {
+            Naming::Canonical => keys::shard_key(k, &m),
+            Naming::Writer => writer_key(k, &m.axes()[0]),
+        };
+        out.push(Member {
+            key,
+            axes: Some(m),
+            bx: Some(bx),
+        });
         for i in (0..ranks.len()).rev() {
             ranks[i] += 1;
             if ranks[i] < layout[i].size {
@@ -878,9 +667,472 @@ fn full_layout(cx: &mut Cx<'_>, req: &ReadRequest, p: &Parallelism) -> TensorRes
             ranks[i] = 0;
         }
     }
-    let (objs, dt, g) = load_members(cx, &members, global.as_deref(), dtype)?;
-    let target = Region::whole(&g);
-    gather(dt, &objs, &target, full_header(dt, &g)?)
+    Ok(out)
+}
+
+/// Add the sets the layout `t` describes: one per DP replica when it has a
+/// DP axis (replicas hold the same tensor), else one.
+fn add_layout(
+    sets: &mut Vec<StoredSet>,
+    k: &str,
+    t: &Parallelism,
+    naming: Naming,
+    global: &[u64],
+    want: Option<&Parallelism>,
+    origin: &str,
+) {
+    let dp = t.axes().iter().find(|a| a.kind == AxisKind::Dp).copied();
+    let replicas: Vec<Parallelism> = match dp {
+        Some(dp) if dp.size <= MAX_REPLICAS => {
+            (0..dp.size).map(|r| t.replace(dp.at_rank(r))).collect()
+        }
+        Some(dp) => {
+            let mut v = vec![t.clone()];
+            let asked = want.and_then(|p| p.axes().iter().find(|a| a.kind == AxisKind::Dp));
+            if let Some(a) = asked.filter(|a| a.size == dp.size && a.rank != dp.rank) {
+                v.push(t.replace(dp.at_rank(a.rank)));
+            }
+            v
+        }
+        None => vec![t.clone()],
+    };
+    for r in replicas {
+        let what = format!("the set {} ({origin})", describe(&r));
+        let (members, invalid) = match enumerate(k, &r, naming, global) {
+            Ok(m) => (m, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
+        let same = |s: &StoredSet| {
+            s.members.len() == members.len()
+                && s.members.iter().zip(&members).all(|(a, b)| a.key == b.key)
+        };
+        if invalid.is_none() && sets.iter().any(same) {
+            continue;
+        }
+        sets.push(StoredSet {
+            origin: what,
+            members,
+            scope: r
+                .axes()
+                .iter()
+                .copied()
+                .filter(|a| !a.is_layout())
+                .collect(),
+            tp_split: r.tp().and_then(|a| a.split_dim),
+            invalid,
+        });
+    }
+}
+
+/// The stored sets of `K` that round 1 reveals, in discovery order, and what
+/// each round-1 object states about the tensor's dtype and global shape.
+fn discover(
+    cx: &Cx<'_>,
+    req: &ReadRequest,
+    p: Option<&Parallelism>,
+) -> (Vec<StoredSet>, Vec<Hint>) {
+    let k = req.key.as_str();
+    let mut sets = Vec::new();
+    let mut hints = Vec::new();
+    let hint = |hints: &mut Vec<Hint>, what: &str, dtype: i32, global: &[u64]| {
+        hints.push(Hint {
+            what: what.to_string(),
+            dtype,
+            global: global.to_vec(),
+        })
+    };
+    if let Some(o) = peek(cx, k) {
+        hint(&mut hints, k, o.header.dtype.code(), &o.header.global_shape);
+        sets.push(StoredSet {
+            origin: format!("the object at {k:?}"),
+            members: vec![Member {
+                key: k.to_string(),
+                axes: None,
+                bx: shard_box(&o.header).ok(),
+            }],
+            scope: Vec::new(),
+            tp_split: None,
+            invalid: None,
+        });
+    }
+    let pm = keys::parallelism_manifest_key(k);
+    if let Some(mf) = peek_manifest(cx, &pm) {
+        hint(&mut hints, &pm, mf.dtype, &mf.global_shape);
+        let g = &mf.global_shape;
+        match &mf.layout {
+            Some(t) => add_layout(&mut sets, k, t, Naming::Canonical, g, p, &pm),
+            None => {
+                // The 96-byte form names a TP set: alone (`K_tp_r`), or
+                // within the scope of a multi-axis request.
+                let tp = Axis::tp(0, mf.shard_count, mf.split_dim);
+                let single = Parallelism::from_axes(vec![tp]);
+                add_layout(&mut sets, k, &single, Naming::Canonical, g, p, &pm);
+                if let Some(p) = p.filter(|p| p.tp().is_some() && !p.is_single_tp()) {
+                    add_layout(
+                        &mut sets,
+                        k,
+                        &p.replace(tp),
+                        Naming::Canonical,
+                        g,
+                        p.into(),
+                        &pm,
+                    );
+                }
+            }
+        }
+    }
+    let wm = keys::writer_manifest_key(k);
+    if let Some(mf) = peek_manifest(cx, &wm) {
+        hint(&mut hints, &wm, mf.dtype, &mf.global_shape);
+        let t = Parallelism::from_axes(vec![Axis::tp(0, mf.shard_count, mf.split_dim)]);
+        add_layout(&mut sets, k, &t, Naming::Writer, &mf.global_shape, p, &wm);
+    }
+    let mut seeds = vec![keys::tp_key(k, 0)];
+    if let Some(p) = p {
+        seeds.push(keys::shard_key(k, p));
+    }
+    for key in seeds {
+        let Some(o) = peek(cx, &key) else { continue };
+        let Some(t) = template_of(&o.header) else {
+            continue;
+        };
+        if key == keys::tp_key(k, 0) && !t.is_single_tp() {
+            continue;
+        }
+        hint(
+            &mut hints,
+            &key,
+            o.header.dtype.code(),
+            &o.header.global_shape,
+        );
+        let origin = format!("named by {key:?}");
+        add_layout(
+            &mut sets,
+            k,
+            &t,
+            Naming::Canonical,
+            &o.header.global_shape,
+            p,
+            &origin,
+        );
+    }
+    (sets, hints)
+}
+
+/// Why a set may not serve a request with scope axes `want`: a pipeline
+/// stage or an expert (of an EP axis without split dim) other than the
+/// requested one names another tensor.
+fn excluded(want: &[Axis], have: &[Axis]) -> Option<String> {
+    for w in want {
+        for h in have.iter().filter(|h| h.kind == w.kind) {
+            match w.kind {
+                AxisKind::Pp if w.stage_id != h.stage_id => {
+                    return Some(format!(
+                        "it holds pipeline stage {}, not {}",
+                        h.stage_id.unwrap_or(0),
+                        w.stage_id.unwrap_or(0)
+                    ))
+                }
+                AxisKind::Ep if w.expert_id != h.expert_id => {
+                    return Some(format!(
+                        "it holds expert {}, not {}",
+                        h.expert_id.unwrap_or(0),
+                        w.expert_id.unwrap_or(0)
+                    ))
+                }
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
+/// How many of the requested scope axes a set holds at another rank.
+fn scope_mismatch(want: &[Axis], have: &[Axis]) -> usize {
+    want.iter()
+        .filter(|w| {
+            have.iter()
+                .any(|h| h.kind == w.kind && (h.rank, h.size) != (w.rank, w.size))
+        })
+        .count()
+}
+
+/// A set ranked for a target: its members whose box meets the target.
+struct Ranked<'s> {
+    set: &'s StoredSet,
+    mismatch: usize,
+    needed: Vec<&'s Member>,
+}
+
+/// What the observations say about a ranked set.
+enum Eval<'a> {
+    /// Some needed member has not been probed.
+    Unobserved,
+    /// It cannot serve the target, because of this.
+    Incomplete(String),
+    /// Every needed member is present and consistent.
+    Complete { objs: Vec<Obj<'a>>, local: usize },
+}
+
+fn evaluate<'a>(
+    obs: &'a Observations,
+    r: &Ranked<'_>,
+    dtype: DType,
+    global: &[u64],
+    target: &Region,
+) -> Eval<'a> {
+    let mut objs = Vec::with_capacity(r.needed.len());
+    let mut missing = Vec::new();
+    let mut local = 0;
+    let mut covered = 0u64;
+    for m in &r.needed {
+        let (size, prefix, is_local) = match obs.get(&m.key) {
+            None => return Eval::Unobserved,
+            Some(Observed::Missing(e)) if e.code == ErrorCode::ObjectNotFound => {
+                missing.push(format!("{:?}", m.key));
+                continue;
+            }
+            Some(Observed::Missing(e)) => {
+                missing.push(format!("{:?} ({})", m.key, e.reason));
+                continue;
+            }
+            Some(Observed::Found {
+                size,
+                prefix,
+                local,
+            }) => (*size, prefix, *local),
+        };
+        let header = match TensorHeader::decode(prefix, size) {
+            Ok(h) => h,
+            Err(e) => return Eval::Incomplete(format!("{:?}: {}", m.key, e.reason)),
+        };
+        if let Some(ax) = &m.axes {
+            if !ax.matches(&header) {
+                return Eval::Incomplete(format!(
+                    "{:?} does not carry the axes {}",
+                    m.key,
+                    describe(ax)
+                ));
+            }
+        }
+        if header.dtype != dtype {
+            return Eval::Incomplete(format!(
+                "{:?} has dtype {} but the tensor is {}",
+                m.key,
+                header.dtype.torch_name(),
+                dtype.torch_name()
+            ));
+        }
+        if header.global_shape != global {
+            return Eval::Incomplete(format!(
+                "{:?} has global shape {:?}, not {:?}",
+                m.key, header.global_shape, global
+            ));
+        }
+        let hb = match shard_box(&header) {
+            Ok(b) => b,
+            Err(e) => return Eval::Incomplete(format!("{:?}: {}", m.key, e.reason)),
+        };
+        if m.bx.as_ref().is_some_and(|b| *b != hb) {
+            return Eval::Incomplete(format!("{:?} does not hold the box its axes name", m.key));
+        }
+        covered += hb.intersect(target).map_or(0, |x| x.volume());
+        local += usize::from(is_local);
+        objs.push(Obj {
+            key: m.key.clone(),
+            size,
+            prefix,
+            header,
+        });
+    }
+    if !missing.is_empty() {
+        let n = missing.len();
+        let mut list = missing.into_iter().take(4).collect::<Vec<_>>().join(", ");
+        if n > 4 {
+            list.push_str(&format!(" and {} more", n - 4));
+        }
+        return Eval::Incomplete(format!("missing {list}"));
+    }
+    if covered != target.volume() {
+        return Eval::Incomplete("its shards do not cover the target".into());
+    }
+    Eval::Complete { objs, local }
+}
+
+/// Shard and full reads: the exact stored shard when it exists, else the
+/// target box assembled from the best complete stored set.
+fn remap(cx: &mut Cx<'_>, req: &ReadRequest, p: Option<&Parallelism>) -> TensorResult<ReadPlan> {
+    let k = req.key.as_str();
+    let adv = req.advisory_split_dim;
+    if let (ReadMode::Shard, Some(p)) = (req.mode, p) {
+        for key in exact_keys(k, p) {
+            if let Some(o) = peek(cx, &key) {
+                if p.matches_with(&o.header, adv) {
+                    return Ok(whole(&o));
+                }
+            }
+        }
+    }
+    let (sets, hints) = discover(cx, req, p);
+    match plan_sets(cx, req, p, &sets, &hints) {
+        Err(e) if !cx.pending() && adv => {
+            // The legacy TP wrappers' last resort: the raw stored chunk.
+            match p.filter(|p| p.is_single_tp()) {
+                Some(p) => match peek(cx, &keys::shard_key(k, p)) {
+                    Some(o) => Ok(whole(&o)),
+                    None => Err(e),
+                },
+                None => Err(e),
+            }
+        }
+        other => other,
+    }
+}
+
+fn plan_sets(
+    cx: &mut Cx<'_>,
+    req: &ReadRequest,
+    p: Option<&Parallelism>,
+    sets: &[StoredSet],
+    hints: &[Hint],
+) -> TensorResult<ReadPlan> {
+    let k = req.key.as_str();
+    let Some(first) = hints.first() else {
+        return Err(TensorError::not_found(format!(
+            "nothing is stored under {k:?}: no tensor at {k:?}, no {:?}, no {:?}, no {:?}{}",
+            keys::parallelism_manifest_key(k),
+            keys::writer_manifest_key(k),
+            keys::tp_key(k, 0),
+            p.map(|p| format!(", no {:?}", keys::shard_key(k, p)))
+                .unwrap_or_default()
+        )));
+    };
+    for h in &hints[1..] {
+        if h.global != first.global {
+            return Err(TensorError::corrupt(format!(
+                "the stored sets of {k:?} disagree on the global shape: {:?} per {:?}, {:?} per {:?}",
+                first.global, first.what, h.global, h.what
+            )));
+        }
+        if h.dtype != first.dtype {
+            return Err(TensorError::corrupt(format!(
+                "the stored sets of {k:?} disagree on the dtype: code {} per {:?}, {} per {:?}",
+                first.dtype, first.what, h.dtype, h.what
+            )));
+        }
+    }
+    let dtype = DType::from_code(first.dtype).ok_or_else(|| {
+        TensorError::corrupt(format!(
+            "{:?} names an unknown dtype code {}",
+            first.what, first.dtype
+        ))
+    })?;
+    let global = first.global.clone();
+    let (target, header, what) = match (req.mode, p) {
+        (ReadMode::Shard, Some(p)) => {
+            let mut q = p.clone();
+            if req.advisory_split_dim {
+                // Legacy TP wrappers: the stored TP split dim wins.
+                if let (Some(tp), Some(d)) = (p.tp().copied(), sets.iter().find_map(|s| s.tp_split))
+                {
+                    q = q.replace(Axis {
+                        split_dim: Some(d),
+                        ..tp
+                    });
+                }
+            }
+            let bx = q
+                .check_split_dims(global.len())
+                .and_then(|()| narrow(&global, &q))
+                .map_err(|e| {
+                    e.context(format!(
+                        "the shard {} of {k:?} (global shape {global:?})",
+                        describe(&q)
+                    ))
+                })?;
+            let header = shard_header(dtype, &global, &bx.extent, &q)?;
+            (bx, header, format!("shard {}", describe(&q)))
+        }
+        _ => (
+            Region::whole(&global),
+            full_header(dtype, &global)?,
+            "full tensor".to_string(),
+        ),
+    };
+    let want: Vec<Axis> = p
+        .map(|p| {
+            p.axes()
+                .iter()
+                .copied()
+                .filter(|a| !a.is_layout())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut reasons: Vec<String> = Vec::new();
+    let mut ranked: Vec<Ranked<'_>> = Vec::new();
+    for s in sets {
+        if let Some(e) = &s.invalid {
+            reasons.push(format!("{}: {}", s.origin, e.reason));
+            continue;
+        }
+        if let Some(why) = excluded(&want, &s.scope) {
+            reasons.push(format!("{}: {why}", s.origin));
+            continue;
+        }
+        let needed = s
+            .members
+            .iter()
+            .filter(|m| m.bx.as_ref().is_none_or(|b| b.intersect(&target).is_some()))
+            .collect();
+        ranked.push(Ranked {
+            set: s,
+            mismatch: scope_mismatch(&want, &s.scope),
+            needed,
+        });
+    }
+    ranked.sort_by_key(|r| (r.mismatch, r.needed.len()));
+    let mut i = 0;
+    while i < ranked.len() {
+        let rank = (ranked[i].mismatch, ranked[i].needed.len());
+        let end = ranked[i..]
+            .iter()
+            .position(|r| (r.mismatch, r.needed.len()) != rank)
+            .map_or(ranked.len(), |n| i + n);
+        let mut unobserved = false;
+        let mut best: Option<(usize, Vec<Obj<'_>>)> = None;
+        for r in &ranked[i..end] {
+            match evaluate(cx.obs, r, dtype, &global, &target) {
+                Eval::Unobserved => unobserved = true,
+                Eval::Incomplete(why) => reasons.push(format!("{}: {why}", r.set.origin)),
+                Eval::Complete { objs, local } => {
+                    if best.as_ref().is_none_or(|b| local > b.0) {
+                        best = Some((local, objs));
+                    }
+                }
+            }
+        }
+        if unobserved {
+            // Probe this rank's sets and every fallback in one round.
+            for r in &ranked[i..] {
+                for m in &r.needed {
+                    cx.declare(&m.key);
+                }
+            }
+            return Err(TensorError::not_found("set members are not probed yet"));
+        }
+        if let Some((_, objs)) = best {
+            return gather(dtype, &objs, &target, header);
+        }
+        i = end;
+    }
+    Err(TensorError::not_found(format!(
+        "no complete stored set of {k:?} covers the {what}: {}",
+        if reasons.is_empty() {
+            "no stored set found".to_string()
+        } else {
+            reasons.join("; ")
+        }
+    )))
 }
 
 #[cfg(test)]

@@ -157,10 +157,16 @@ fn tp_set_a_scenarios() {
         read_vals(&s, &req("A", ReadMode::AsStored, Some(p(&[tp(1, 2, 0)])))),
         Some((vec![2, 6], rows(&SHAPE, 0, 2, 4)))
     );
-    // a full read naming another split dim fails
-    assert!(s
-        .read(&req("A", ReadMode::Full, Some(p(&[tp(0, 2, 1)]))))
-        .is_err());
+    // a full read ignores the request's layout axes
+    assert_eq!(
+        read_vals(&s, &req("A", ReadMode::Full, Some(p(&[tp(0, 2, 1)])))).map(|v| v.0),
+        Some(vec![4, 6])
+    );
+    // a TP split on another dim than the stored one is a remap, never the stored chunk
+    assert_eq!(
+        read_vals(&s, &req("A", ReadMode::Shard, Some(p(&[tp(1, 2, 1)])))),
+        Some((vec![4, 3], rows(&SHAPE, 1, 3, 6)))
+    );
 }
 
 #[test]
@@ -200,6 +206,7 @@ fn multi_axis_b_scenarios() {
         (m.split_dim, m.shard_count, m.global_shape.clone()),
         (1, 3, vec![4, 6])
     );
+    assert_eq!(m.layout, Some(p(&[tp(1, 3, 1), dp(1, 2)])));
     put_par(&mut s, "B", p(&[tp(0, 3, 1), dp(1, 2)]));
     put_par(&mut s, "B", p(&[tp(2, 3, 1), dp(1, 2)]));
     assert_eq!(
@@ -209,13 +216,14 @@ fn multi_axis_b_scenarios() {
         ),
         Some((vec![4, 2], rows(&SHAPE, 1, 2, 4)))
     );
-    assert!(s
-        .read(&req(
-            "B",
-            ReadMode::Shard,
-            Some(p(&[dp(0, 2), tp(1, 3, 1)]))
-        ))
-        .is_err());
+    // DP replicas hold the same tensor: replica 0's read is served by replica 1
+    assert_eq!(
+        read_vals(
+            &s,
+            &req("B", ReadMode::Shard, Some(p(&[dp(0, 2), tp(1, 3, 1)])))
+        ),
+        Some((vec![4, 2], rows(&SHAPE, 1, 2, 4)))
+    );
     assert_eq!(
         read_vals(
             &s,
@@ -230,9 +238,13 @@ fn multi_axis_b_scenarios() {
         ),
         Some((vec![4, 6], (0..24).collect()))
     );
-    assert!(s
-        .read(&req("B", ReadMode::Full, Some(p(&[dp(0, 2), tp(0, 3, 1)]))))
-        .is_err());
+    assert_eq!(
+        read_vals(
+            &s,
+            &req("B", ReadMode::Full, Some(p(&[dp(0, 2), tp(0, 3, 1)])))
+        ),
+        Some((vec![4, 6], (0..24).collect()))
+    );
     // shard input with multi-axis TP is narrowed as a full tensor: non-uniform
     let shard_in = WriteSource::tensor(DType::Int32, &[4, 2]);
     let e = s
@@ -253,7 +265,7 @@ fn ep_scope_and_layout() {
     let mut s = MemStore::default();
     let ep7 = || RawAxis::new("ep", 1, 2).expert(7);
     put_par(&mut s, "C", p(&[ep7()]));
-    assert_eq!(s.keys(), vec!["C__ep_1of2_eid7"]);
+    assert_eq!(s.keys(), vec!["C__ep_1of2_eid7", "C__parallelism_manifest"]);
     let all: Vec<u32> = (0..24).collect();
     assert_eq!(
         read_vals(&s, &req("C", ReadMode::Shard, Some(p(&[ep7()])))),
@@ -325,7 +337,10 @@ fn pp_dp_scope_full_read() {
     let mut s = MemStore::default();
     let q = || p(&[RawAxis::new("pp", 0, 4).stage(2), dp(1, 2)]);
     put_par(&mut s, "D", q());
-    assert_eq!(s.keys(), vec!["D__dp_1of2__pp_0of4_sid2"]);
+    assert_eq!(
+        s.keys(),
+        vec!["D__dp_1of2__pp_0of4_sid2", "D__parallelism_manifest"]
+    );
     assert_eq!(
         read_vals(&s, &req("D", ReadMode::Full, Some(q()))).map(|v| v.0),
         Some(vec![4, 6])
@@ -558,17 +573,27 @@ fn corrupt_and_inconsistent_sets_fail_without_panicking() {
         .reason
         .contains("not a tensor object"));
     // an absurd manifest count is refused, not enumerated
+    // an absurd manifest count is refused, not enumerated; the set A_tp_0
+    // names still serves the read
     let mf = Manifest {
         dtype: 6,
         split_dim: 0,
         shard_count: i32::MAX as u32,
         global_shape: vec![4, 6],
+        layout: None,
     };
     s.objs
         .insert("A__parallelism_manifest".into(), mf.encode().to_vec());
-    assert!(s
+    s.objs.remove("N");
+    let b = s
         .read(&req("A", ReadMode::Full, Some(p(&[tp(0, 2, 0)]))))
-        .is_err());
+        .expect("served by the A_tp_* set");
+    assert_eq!(vals(&b.payload), (0..24).collect::<Vec<u32>>());
+    s.objs.remove("A_tp_0");
+    let e = s
+        .read(&req("A", ReadMode::Full, Some(p(&[tp(0, 2, 0)]))))
+        .unwrap_err();
+    assert!(e.reason.contains("more than the"), "{e}");
 }
 
 #[test]
@@ -727,5 +752,133 @@ proptest! {
         let _ = s.read(&req("A", ReadMode::Full, None));
         let _ = s.read(&req("A", ReadMode::Shard, Some(p(&[tp(1, 4, 0)]))));
         let _ = s.read(&ReadRequest::plain("A_tp_0"));
+    }
+}
+
+/// One random stored layout: its axes with a writer's ranks; every
+/// combination of layout-axis and DP ranks is one writer.
+fn layout_writers(axes: &[RawAxis]) -> Vec<Parallelism> {
+    let mut lists: Vec<Vec<RawAxis>> = vec![Vec::new()];
+    for a in axes {
+        let ranks: Vec<i64> = if a.split_dim.is_some() || a.kind == "dp" {
+            (0..a.size).collect()
+        } else {
+            vec![a.rank]
+        };
+        lists = lists
+            .into_iter()
+            .flat_map(|l| {
+                ranks.iter().map(move |&r| {
+                    let mut l = l.clone();
+                    let mut x = a.clone();
+                    x.rank = r;
+                    if x.kind == "ep" && x.split_dim.is_some() {
+                        x.expert_id = Some(r);
+                    }
+                    l.push(x);
+                    l
+                })
+            })
+            .collect();
+    }
+    lists.iter().map(|l| p(l)).collect()
+}
+
+/// A random axis list over a tensor of `ndim` dims: each kind at most once,
+/// layout axes (TP, EP with split dim) on distinct dims with counts that
+/// divide `counts[d]`.
+fn random_axes(ndim: usize) -> impl Strategy<Value = Vec<RawAxis>> {
+    (
+        prop::option::of((0usize..8, 1i64..=4)),
+        prop::option::of((0usize..8, 1i64..=4, any::<bool>())),
+        prop::option::of(1i64..=3),
+        prop::option::of(0i64..2),
+        any::<u64>(),
+    )
+        .prop_map(move |(tp_ax, ep_ax, dp_ax, pp_ax, seed)| {
+            let mut v = Vec::new();
+            let mut used = Vec::new();
+            if let Some((d, n)) = tp_ax {
+                let d = d % ndim;
+                used.push(d);
+                v.push(RawAxis::new("tp", (seed % n as u64) as i64, n).split(d as i64));
+            }
+            if let Some((d, n, layout)) = ep_ax {
+                let d = d % ndim;
+                let mut a = RawAxis::new("ep", (seed % n as u64) as i64, n).expert(0);
+                if layout && !used.contains(&d) {
+                    a = a.split(d as i64);
+                }
+                v.push(a);
+            }
+            if let Some(n) = dp_ax {
+                v.push(RawAxis::new("dp", (seed % n as u64) as i64, n));
+            }
+            if let Some(s) = pp_ax {
+                v.push(RawAxis::new("pp", s, 2).stage(s));
+            }
+            // caller order is free: rotate by the seed
+            let len = v.len().max(1);
+            v.rotate_left((seed as usize) % len);
+            v
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Any stored layout written by all its writers, read with any target
+    /// layout (same PP stage and EP expert), returns exactly the target box:
+    /// shard reads the box of the target's layout axes, full reads the whole.
+    #[test]
+    fn any_layout_reads_any_target(
+        ndim in 1usize..=3,
+        src in random_axes(3),
+        dst in random_axes(3),
+        ext in prop::collection::vec(1u64..=3, 3),
+        full_mode in any::<bool>(),
+    ) {
+        let fix = |axes: &[RawAxis]| -> Vec<RawAxis> {
+            axes.iter().cloned().map(|mut a| {
+                if let Some(d) = a.split_dim {
+                    a.split_dim = Some(d % ndim as i64);
+                }
+                if a.kind == "ep" && a.split_dim.is_none() {
+                    a.expert_id = Some(0);
+                }
+                a
+            }).collect()
+        };
+        let (src, dst) = (fix(&src), fix(&dst));
+        prop_assume!(!src.is_empty() && !dst.is_empty());
+        prop_assume!(Parallelism::new(&src).is_ok() && Parallelism::new(&dst).is_ok());
+        // PP stages of source and target agree (another stage is another tensor)
+        let stage = |v: &[RawAxis]| v.iter().find(|a| a.kind == "pp").and_then(|a| a.stage_id);
+        prop_assume!(stage(&src).is_none() || stage(&dst).is_none() || stage(&src) == stage(&dst));
+        // every extent divisible by every count: 12 = lcm(1..=4)
+        let shape: Vec<u64> = ext[..ndim].iter().map(|e| e * 12).collect();
+        let total = crate::geometry::numel(&shape).expect("small");
+        let bytes = arange(total);
+        let fsrc = WriteSource::tensor(DType::Int32, &shape);
+        let mut s = MemStore::default();
+        for w in layout_writers(&src) {
+            if w.is_single_tp() {
+                let b = narrow(&shape, &w).expect("uniform");
+                let shard: Vec<u8> = expect_box(&shape, &b).iter().flat_map(|v| v.to_le_bytes()).collect();
+                s.write("R", &WriteSource::tensor(DType::Int32, &b.extent), &shard, &WriteRoute::Parallelism(w), false).expect("write");
+            } else {
+                s.write("R", &fsrc, &bytes, &WriteRoute::Parallelism(w), false).expect("write");
+            }
+        }
+        let q = p(&dst);
+        let (mode, want) = if full_mode {
+            (ReadMode::Full, Region::whole(&shape))
+        } else {
+            (ReadMode::Shard, narrow(&shape, &q).expect("uniform"))
+        };
+        let got = s.read(&req("R", mode, Some(q))).map_err(|e| TestCaseError::fail(format!("{src:?} -> {dst:?}: {e}")))?;
+        prop_assert!(got.rounds <= 2);
+        prop_assert_eq!(&got.output.shape, &want.extent);
+        prop_assert_eq!(vals(&got.payload), expect_box(&shape, &want));
     }
 }
