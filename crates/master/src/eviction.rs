@@ -122,12 +122,14 @@ impl MasterState {
     }
 
     /// A put found no room; `seen` is [`MasterState::space_gen`] as it read
-    /// it then, with the lock held. Run an eviction pass for it at once
-    /// (not at the next periodic one), then wait, without the lock, until
-    /// space is freed, until nothing is on its way back any more, or until
-    /// `deadline` (real time: the space comes back on other processes'
-    /// acks). Returns whether space was freed since `seen` (look again).
-    pub(crate) fn wait_for_space(&self, seen: u64, deadline: Instant) -> bool {
+    /// it then, with the lock held, and `ticket` its place in the queue of
+    /// puts waiting for room ([`MasterState::queue_for_space`]). Run an
+    /// eviction pass for it at once (not at the next periodic one), then
+    /// wait, without the lock, until it is first in the queue and space was
+    /// freed since `seen` (true: look again), until it is first and nothing
+    /// is on its way back any more, or until `deadline` (real time: the
+    /// space comes back on other processes' acks).
+    pub(crate) fn wait_for_space(&self, seen: u64, deadline: Instant, ticket: u64) -> bool {
         if Instant::now() >= deadline {
             return false;
         }
@@ -137,16 +139,36 @@ impl MasterState {
         self.metrics.put_space_waits.inc();
         let mut g = self.inner.lock();
         loop {
-            if self.space_gen.load(Ordering::Acquire) != seen {
+            let first = g.space_waiters.front() == Some(&ticket);
+            let freed = self.space_gen.load(Ordering::Acquire) != seen;
+            if first && freed {
                 return true;
             }
-            if g.releasing_bytes() == 0 {
+            if first && g.releasing_bytes() == 0 {
                 return false;
             }
             if self.space_freed.wait_until(&mut g, deadline).timed_out() {
-                return self.space_gen.load(Ordering::Acquire) != seen;
+                let first = g.space_waiters.front() == Some(&ticket);
+                return first && self.space_gen.load(Ordering::Acquire) != seen;
             }
         }
+    }
+
+    /// A put starts waiting for room: its ticket, last in the queue.
+    pub(crate) fn queue_for_space(&self) -> u64 {
+        let mut g = self.inner.lock();
+        g.next_space_ticket = g.next_space_ticket.wrapping_add(1);
+        let t = g.next_space_ticket;
+        g.space_waiters.push_back(t);
+        t
+    }
+
+    /// The put of `ticket` is done waiting: the next one in the queue
+    /// looks at the room.
+    pub(crate) fn leave_space_queue(&self, ticket: u64) {
+        let mut g = self.inner.lock();
+        g.space_waiters.retain(|&t| t != ticket);
+        self.space_freed.notify_all();
     }
 
     /// Space was freed (call with `inner` held): wake the puts waiting for room.

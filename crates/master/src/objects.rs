@@ -6,7 +6,7 @@ use crate::ledger_push::{AckWait, ACK_TIMEOUT};
 use crate::placement;
 use crate::state::{
     flag_eviction, is_non_ecmascript, pending_pin, Inner, MasterState, ObjStatus, Object,
-    PendingPin, PendingWrite, ReadTicket, Replica,
+    PendingPin, PendingWrite, ReadTicket, Replica, Replicas,
 };
 use mooncake_common::auth::unix_ms;
 use mooncake_common::ledger::LedgerOp;
@@ -90,7 +90,9 @@ impl MasterState {
         exclude: &[String],
     ) -> Vec<PutStartItem> {
         let deadline = Instant::now() + Duration::from_millis(self.cfg.put_space_wait_ms);
-        let (mut out, mut short) = self.put_start_once(keys, sizes, cfg, upsert, exclude, true);
+        let (mut out, mut short) = self.put_start_once(keys, sizes, cfg, upsert, exclude, None);
+        // This call's place among the puts waiting for room, once it waits.
+        let mut ticket = None;
         while let Some(seen) = short {
             let again: Vec<usize> = out
                 .iter()
@@ -98,18 +100,25 @@ impl MasterState {
                 .filter(|(_, it)| matches!(it, PutStartItem::Err(ErrorCode::NoAvailableHandle)))
                 .map(|(i, _)| i)
                 .collect();
-            if again.is_empty() || !self.wait_for_space(seen, deadline) {
+            if again.is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            let t = *ticket.get_or_insert_with(|| self.queue_for_space());
+            if !self.wait_for_space(seen, deadline, t) {
                 break;
             }
             let ks: Vec<String> = again.iter().map(|&i| keys[i].clone()).collect();
             let ss: Vec<u64> = again.iter().map(|&i| sizes[i]).collect();
-            let (items, next) = self.put_start_once(&ks, &ss, cfg, upsert, exclude, false);
+            let (items, next) = self.put_start_once(&ks, &ss, cfg, upsert, exclude, Some(t));
             for (i, item) in again.into_iter().zip(items) {
                 if let Some(slot) = out.get_mut(i) {
                     *slot = item;
                 }
             }
             short = next;
+        }
+        if let Some(t) = ticket {
+            self.leave_space_queue(t);
         }
         // Counted once per key, after any wait.
         let failed = out
@@ -125,8 +134,9 @@ impl MasterState {
 
     /// One pass of [`MasterState::put_start_excluding`] over `keys`; also
     /// returns, when a key found no room that a segment could hold,
-    /// `space_gen` as it was then. `first`: the call's first pass (counted
-    /// as requests).
+    /// `space_gen` as it was then. `ticket`: the call's place among the
+    /// puts waiting for room (none on its first pass, which is counted as
+    /// requests); while any put waits, only the first one takes room.
     fn put_start_once(
         &self,
         keys: &[String],
@@ -134,8 +144,9 @@ impl MasterState {
         cfg: &WriteConfig,
         upsert: bool,
         exclude: &[String],
-        first: bool,
+        ticket: Option<u64>,
     ) -> (Vec<PutStartItem>, Option<u64>) {
+        let first = ticket.is_none();
         let mut out = Vec::with_capacity(keys.len());
         let mut short = None;
         if keys.len() != sizes.len() {
@@ -250,14 +261,20 @@ impl MasterState {
                 });
                 continue;
             }
-            let replicas = placement::allocate(
-                &mut g,
-                size,
-                cfg,
-                self.cfg.allocation_strategy,
-                exclude,
-                now,
-            );
+            // Room freed while puts wait goes to the first of them.
+            let behind = g.space_waiters.front().is_some_and(|&h| Some(h) != ticket);
+            let replicas = if behind {
+                Replicas::new()
+            } else {
+                placement::allocate(
+                    &mut g,
+                    size,
+                    cfg,
+                    self.cfg.allocation_strategy,
+                    exclude,
+                    now,
+                )
+            };
             if replicas.is_empty() {
                 // With no segment mounted (a restarted master or a new
                 // leader before the remounts) space is not the reason:

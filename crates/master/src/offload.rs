@@ -364,6 +364,27 @@ mod tests {
     }
 
     #[test]
+    fn room_freed_while_puts_wait_goes_to_them_in_arrival_order() {
+        let st = full_with_tier(u64::MAX, 600_000);
+        let a = start_put(&st, "a");
+        until_waiting(&st, 1);
+        let b = start_put(&st, "b");
+        until_waiting(&st, 2);
+        // Room for one: the first to wait gets it, the other waits on.
+        assert!(owner_acks(&st) >= 1);
+        let PutStartItem::Write { version: va, .. } = a.join().expect("a") else {
+            panic!("the first waiting put did not get the room");
+        };
+        // The second evicts again for itself once it is first in line.
+        until_waiting(&st, 3);
+        assert!(owner_acks(&st) >= 1);
+        let PutStartItem::Write { version: vb, .. } = b.join().expect("b") else {
+            panic!("the second waiting put did not get the next room");
+        };
+        assert!(va < vb, "placed out of order: {va} >= {vb}");
+    }
+
+    #[test]
     fn with_the_disk_full_too_a_put_fails_at_once_and_nothing_is_dropped() {
         // Room on disk for nothing: eviction keeps every object in memory.
         let st = full_with_tier(0, 600_000);
