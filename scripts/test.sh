@@ -59,6 +59,11 @@ python -m pytest tests/standalone -q -p no:cacheprovider --timeout=300 "$@"
 cargo build --release -q -p mooncake-netfault
 python -m pytest tests/cluster -q -p no:cacheprovider --timeout=300 "$@"
 python -m pytest tests/engram -q -p no:cacheprovider --timeout=300 "$@"
+# Robustness: client processes on contended keys while a data holder is
+# SIGKILLed and replaced; the recorded history is checked for
+# linearizability by mooncake-lincheck. About 30 s.
+cargo build --release -q -p mooncake-lincheck
+python -m pytest tests/robustness -q -p no:cacheprovider --timeout=600 "$@"
 # The transfer engine (mooncake.engine): target and initiator processes, over
 # P2PHANDSHAKE, the HTTP metadata server and etcd (skips without the etcd
 # binary), on one host and with TCP forced. About half a minute.

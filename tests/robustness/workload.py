@@ -1,0 +1,108 @@
+"""One client of a robustness run: random operations on a small key set,
+each recorded as one JSON line (the checker's ``Op``) in the history file.
+
+usage: python workload.py CONFIG_JSON
+
+CONFIG_JSON: ``{"client": n, "master": "host:port", "metadata": url,
+"keys": k, "seconds": s, "seed": x, "history": path, "segment": bytes}``.
+
+Every written value is unique and self-describing: ``<client>:<seq>:`` then
+bytes that depend on both, so a read names the write it saw (its id
+``client * 10**9 + seq``) or, when the bytes do not match that write, is
+recorded as a read of value id 0, which no write makes (torn). Codes that
+say nothing was done are definite failures; a lost connection or a timeout
+is indeterminate.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from typing import Any
+
+from mooncake.store import MooncakeDistributedStore
+
+# Codes after which the operation certainly did not take effect.
+DEFINITE = {-200, -600, -704, -705, -706, -1012}
+TORN = 0
+
+
+def value(client: int, seq: int) -> bytes:
+    head = f"{client}:{seq}:".encode()
+    body = bytes((client * 131 + seq * 7 + i) % 251 for i in range(64 + seq % 512))
+    return head + body
+
+
+def decode(raw: bytes) -> int:
+    """The id of the write that made ``raw``, or TORN."""
+    try:
+        client_s, seq_s, _ = raw.split(b":", 2)
+        client, seq = int(client_s), int(seq_s)
+    except ValueError:
+        return TORN
+    return client * 10**9 + seq if raw == value(client, seq) else TORN
+
+
+def main() -> None:
+    cfg: dict[str, Any] = json.loads(sys.argv[1])
+    client = int(cfg["client"])
+    rng = random.Random(cfg["seed"])
+    store = MooncakeDistributedStore()
+    rc = store.setup(
+        "127.0.0.1",
+        cfg["metadata"],
+        int(cfg.get("segment", 0)),
+        16 << 20,
+        "tcp",
+        "",
+        cfg["master"],
+    )
+    if rc != 0:
+        raise SystemExit(f"setup failed: {rc}")
+    keys = [f"rk{i}" for i in range(int(cfg["keys"]))]
+    deadline = time.monotonic() + float(cfg["seconds"])
+    seq = 0
+    with open(cfg["history"], "w") as out:
+        print(json.dumps({"ready": True}), flush=True)
+        while time.monotonic() < deadline:
+            key = rng.choice(keys)
+            kind = rng.choices(["put", "upsert", "remove", "get"], [2, 3, 1, 6])[0]
+            seq += 1
+            vid = client * 10**9 + seq
+            invoke = time.monotonic_ns()
+            outcome: Any
+            if kind == "get":
+                raw = store.get(key)
+                call: Any = "get"
+                outcome = {"ok": decode(raw) if raw else None}
+            elif kind == "remove":
+                rc = store.remove(key)
+                call = "remove"
+                if rc == 0:
+                    outcome = {"ok": 1}
+                elif rc == -704:
+                    outcome = {"ok": None}
+                else:
+                    outcome = "failed" if rc in DEFINITE else "unknown"
+            else:
+                fn = store.put if kind == "put" else store.upsert
+                rc = fn(key, value(client, seq))
+                call = {kind: vid}
+                outcome = {"ok": None} if rc == 0 else ("failed" if rc in DEFINITE else "unknown")
+            complete = time.monotonic_ns()
+            op = {
+                "client": client,
+                "key": key,
+                "call": call,
+                "invoke": invoke,
+                "complete": complete,
+                "outcome": outcome,
+            }
+            out.write(json.dumps(op) + "\n")
+    store.close()
+
+
+if __name__ == "__main__":
+    main()
