@@ -130,3 +130,25 @@ def test_get_tensor_into_a_cuda_buffer(store: Any, key: Any) -> None:
     got = store.batch_get_tensor_into([key("t")], [buf.data_ptr()], [buf.numel()])
     assert torch.equal(got[0].cpu(), t)
     assert store.get_tensor_into(key("missing"), buf.data_ptr(), buf.numel()) is None
+
+
+def test_multi_buffer_calls_with_device_buffers(store: Any, key: Any) -> None:
+    parts = [torch.full((1000,), i, dtype=torch.uint8, device="cuda") for i in (1, 2)]
+    torch.cuda.synchronize()
+    ptrs = [[p.data_ptr() for p in parts]]
+    assert store.batch_put_from_multi_buffers([key("m")], ptrs, [[1000, 1000]]) == [0]
+    outs = [torch.zeros(1000, dtype=torch.uint8, device="cuda") for _ in range(2)]
+    got = store.batch_get_into_multi_buffers(
+        [key("m")], [[o.data_ptr() for o in outs]], [[1000, 1000]]
+    )
+    assert got == [2000]
+    assert torch.equal(outs[0], parts[0]) and torch.equal(outs[1], parts[1])
+
+
+def test_get_into_ranges_refuses_device_buffers(store: Any, key: Any) -> None:
+    buf = torch.zeros(4096, dtype=torch.uint8, device="cuda")
+    assert store.register_buffer(buf.data_ptr(), 4096) == 0
+    assert store.put(key("r"), b"x" * 100) == 0
+    got = store.get_into_ranges([buf.data_ptr()], [[key("r")]], [[[0]]], [[[0]]], [[[100]]])
+    assert got == [[[-600]]]
+    assert int(buf.max()) == 0

@@ -170,6 +170,59 @@ pub unsafe fn get_one_staged(
     r
 }
 
+/// A multi-buffer call (`batch_put_from_multi_buffers`,
+/// `batch_get_into_multi_buffers` and their ranged forms) through `call`
+/// with every device buffer replaced by a host copy of it. For a read
+/// (`read`), each device buffer of a key that succeeded is copied back
+/// whole (bytes the read left alone keep their value: the copy started
+/// from the device's).
+///
+/// # Safety
+/// Every `all_ptrs[i][j]..+all_sizes[i][j]` must be readable (and, for a
+/// read, writable) host or device memory.
+pub unsafe fn nested_staged<R>(
+    all_ptrs: &[Vec<usize>],
+    all_sizes: &[Vec<usize>],
+    read: bool,
+    call: impl FnOnce(&[Vec<usize>]) -> Result<Vec<Result<R>>>,
+) -> Result<Vec<Result<R>>> {
+    let mut ptrs = all_ptrs.to_vec();
+    let mut staged: Vec<(usize, usize, Vec<u8>)> = Vec::new();
+    for (i, (ps, ns)) in all_ptrs.iter().zip(all_sizes).enumerate() {
+        for (j, (&p, &n)) in ps.iter().zip(ns).enumerate() {
+            if n > 0 && is_device(p) {
+                let host = vec![0u8; n];
+                device_copy(host.as_ptr() as usize, p, n)()?;
+                ptrs[i][j] = host.as_ptr() as usize;
+                staged.push((i, p, host));
+            }
+        }
+    }
+    let mut results = call(&ptrs)?;
+    if read {
+        for (i, dev, host) in &staged {
+            if let Some(r @ Ok(_)) = results.get_mut(*i) {
+                if let Err(e) = device_copy(*dev, host.as_ptr() as usize, host.len())() {
+                    *r = Err(e);
+                }
+            }
+        }
+    }
+    Ok(results)
+}
+
+/// Calls that move bytes into registered host regions only
+/// (`get_into_ranges`): a device buffer is refused, naming the call to use.
+pub fn host_only(ptrs: &[usize], method: &str) -> Result<()> {
+    match ptrs.iter().position(|&p| is_device(p)) {
+        Some(i) => Err(Error::invalid(format!(
+            "buffer {i} is CUDA device memory: {method} reads into host memory only \
+             (get_into and batch_get_into accept device memory)"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// A CUDA tensor to read a stored tensor into.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CudaTensorDest {
@@ -324,6 +377,50 @@ mod tests {
         }
         .unwrap();
         assert_eq!((n, read(a, 64)), (64, vec![3u8; 64]));
+    }
+
+    #[test]
+    fn multi_buffer_reads_copy_whole_device_buffers_back_for_keys_that_succeeded() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let f = fake();
+        let (a, b, c) = (
+            f.alloc(8, 0) as usize,
+            f.alloc(8, 0) as usize,
+            f.alloc(8, 0) as usize,
+        );
+        // SAFETY: each holds 8 bytes.
+        unsafe {
+            std::ptr::write_bytes(a as *mut u8, 1, 8);
+            std::ptr::write_bytes(c as *mut u8, 1, 8);
+        }
+        let host = [0u8; 8];
+        let hp = host.as_ptr() as usize;
+        let ptrs = vec![vec![a, hp], vec![b], vec![c]];
+        let sizes = vec![vec![8, 8], vec![8], vec![8]];
+        // SAFETY: every buffer holds its 8 bytes.
+        let r = unsafe {
+            nested_staged(&ptrs, &sizes, true, |p| {
+                assert_eq!(p[0][1], hp, "host buffers are passed as they are");
+                assert_eq!(
+                    read(p[0][0], 8),
+                    vec![1u8; 8],
+                    "stand-ins start as the device bytes"
+                );
+                // Key 0 writes 4 bytes of its first buffer; key 2 fails.
+                std::ptr::write_bytes(p[0][0] as *mut u8, 7, 4);
+                std::ptr::write_bytes(p[2][0] as *mut u8, 9, 8);
+                Ok(vec![Ok(4u64), Ok(0), Err(Error::invalid("gone"))])
+            })
+        }
+        .unwrap();
+        assert_eq!(r.len(), 3);
+        assert_eq!(read(a, 8), [7, 7, 7, 7, 1, 1, 1, 1]);
+        assert_eq!(read(c, 8), vec![1u8; 8], "a failed key copies nothing back");
+        assert!(host_only(&[hp], "get_into_ranges").is_ok());
+        assert!(host_only(&[hp, b], "get_into_ranges")
+            .unwrap_err()
+            .to_string()
+            .contains("buffer 1 is CUDA device memory"));
     }
 
     #[test]

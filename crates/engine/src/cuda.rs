@@ -31,7 +31,6 @@ type Ctx = *mut c_void;
 
 type FnAttr = unsafe extern "C" fn(*mut c_void, c_int, u64) -> CuResult;
 type FnCtx = unsafe extern "C" fn(Ctx) -> CuResult;
-type FnVoid = unsafe extern "C" fn() -> CuResult;
 type FnStream = unsafe extern "C" fn(*mut c_void) -> CuResult;
 type FnMemcpy = unsafe extern "C" fn(u64, u64, usize) -> CuResult;
 type FnHostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult;
@@ -46,7 +45,6 @@ type FnInit = unsafe extern "C" fn(c_uint) -> CuResult;
 pub(crate) struct Driver {
     pointer_get_attribute: FnAttr,
     ctx_set_current: FnCtx,
-    ctx_synchronize: FnVoid,
     stream_synchronize: FnStream,
     memcpy: FnMemcpy,
     mem_host_alloc: FnHostAlloc,
@@ -111,7 +109,6 @@ fn open(flags: c_int) -> std::result::Result<&'static Driver, String> {
     Ok(Box::leak(Box::new(Driver {
         pointer_get_attribute: sym!(h, c"cuPointerGetAttribute", FnAttr),
         ctx_set_current: sym!(h, c"cuCtxSetCurrent", FnCtx),
-        ctx_synchronize: sym!(h, c"cuCtxSynchronize", FnVoid),
         stream_synchronize: sym!(h, c"cuStreamSynchronize", FnStream),
         memcpy: sym!(h, c"cuMemcpy", FnMemcpy),
         mem_host_alloc: sym!(h, c"cuMemHostAlloc", FnHostAlloc),
@@ -232,19 +229,27 @@ impl DeviceOps for Driver {
         if len == 0 {
             return Ok(());
         }
-        let dev = [dst, src]
-            .into_iter()
-            .find(|&a| self.device_of(a).is_some());
-        match dev {
-            Some(a) => self.enter(a)?,
-            None => self.enter_any()?,
+        let dst_device = self.device_of(dst).is_some();
+        if dst_device {
+            self.enter(dst)?;
+        } else if self.device_of(src).is_some() {
+            self.enter(src)?;
+        } else {
+            self.enter_any()?;
         }
         // SAFETY: the caller guarantees both ranges (unified addressing lets
         // cuMemcpy infer each side's kind).
         check(unsafe { (self.memcpy)(dst, src, len) }, "cuMemcpy")?;
-        // Device-to-device copies return before they finish: wait.
+        if !dst_device {
+            // Into host memory cuMemcpy returns once the bytes are there.
+            return Ok(());
+        }
+        // Into device memory it may return before the copy lands (always
+        // device to device, and from pageable memory): wait for the null
+        // stream of the context, on which it was queued.
         // SAFETY: a context is current (entered above).
-        check(unsafe { (self.ctx_synchronize)() }, "cuCtxSynchronize")
+        let r = unsafe { (self.stream_synchronize)(std::ptr::null_mut()) };
+        check(r, "cuStreamSynchronize")
     }
 
     fn alloc_pinned(&self, len: usize, near: u64) -> Result<u64> {

@@ -79,6 +79,12 @@ pub trait DeviceOps: Send + Sync {
     /// process of this host.
     fn ipc_export(&self, addr: u64) -> Result<IpcExport>;
 
+    /// Whether an IPC handle can be opened by the process that exported it
+    /// (CUDA refuses that: a target in the same process is staged for).
+    fn ipc_within_process(&self) -> bool {
+        false
+    }
+
     /// Map an allocation another process exported; returns its base here
     /// and its size. `near` is a device address of this process whose
     /// device should map it (or host memory: any device).
@@ -505,6 +511,10 @@ mod fake {
         fn synchronize_stream(&self, _stream: u64, _near: Option<u64>) -> Result<()> {
             self.synced.fetch_add(1, Ordering::Relaxed);
             Ok(())
+        }
+
+        fn ipc_within_process(&self) -> bool {
+            true
         }
 
         fn ipc_export(&self, addr: u64) -> Result<IpcExport> {

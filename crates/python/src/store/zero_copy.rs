@@ -16,7 +16,9 @@ use super::config::{options, ReplicateConfig};
 use crate::args::{addrs, addrs2, plain, Flag, UInt};
 use crate::family::method_family;
 use crate::report::{Call, IntoCode};
-use mooncake_client::device_staging::{get_one_staged, get_staged, put_staged};
+use mooncake_client::device_staging::{
+    get_one_staged, get_staged, host_only, nested_staged, put_staged,
+};
 use mooncake_client::ranges_failed;
 use mooncake_standalone::Store;
 use pyo3::prelude::*;
@@ -97,7 +99,10 @@ method_family! {
         let (ptrs, sizes) = (addrs2(&all_buffer_ptrs), addrs2(&all_sizes));
         // SAFETY: the caller vouches for every buffer: readable for a put,
         // writable for a get (upstream contract).
-        let r = self.run(py, |c| unsafe { transfer(c, &keys, &ptrs, &sizes, extra) });
+        let read = method.contains("get");
+        let r = self.run(py, |c| unsafe {
+            nested_staged(&ptrs, &sizes, read, |p| transfer(c, &keys, p, &sizes, extra))
+        });
         Call::new(py, method).codes(&keys, r)
     }
     #[pymethods] for MooncakeDistributedStore {
@@ -191,6 +196,7 @@ impl MooncakeDistributedStore {
         );
         let ptrs = addrs(&buffer_ptrs);
         let r = self.run(py, |c| {
+            host_only(&ptrs, "get_into_ranges")?;
             // SAFETY: registered regions are the caller's; the client checks
             // every destination against them.
             Ok(unsafe { c.get_into_ranges(&ptrs, &all_keys, &dst, &src, &sizes) })
