@@ -13,6 +13,9 @@
 //! the owner a [`LedgerOp::DiskForget`]; copies the owner loses (its disk
 //! tier evicted them, or a write failed) are reported with `DiskDropped`
 //! and forgotten. A segment that goes away takes its disk copies with it.
+//! An object whose copy would not fit `--global_file_segment_size` stays
+//! in memory: eviction never drops a value it could have moved to disk
+//! but for the room there.
 
 use crate::segments::SegId;
 use crate::state::{Inner, MasterState, ObjStatus, Object, Replicas};
