@@ -388,6 +388,19 @@ mod tests {
     }
 
     #[test]
+    fn a_put_waiting_for_room_from_an_owner_that_goes_away_fails_at_once() {
+        let st = full_with_tier(u64::MAX, 600_000);
+        let writer = start_put(&st, "new");
+        until_waiting(&st, 1);
+        // The room it waits for was to come back on this owner's ack.
+        st.unmount_segment("c1", "a:1").expect("unmount");
+        assert!(matches!(
+            writer.join().expect("writer"),
+            PutStartItem::Err(ErrorCode::NoAvailableHandle)
+        ));
+    }
+
+    #[test]
     fn with_the_disk_full_too_a_put_fails_at_once_and_nothing_is_dropped() {
         // Room on disk for nothing: eviction keeps every object in memory.
         let st = full_with_tier(0, 600_000);

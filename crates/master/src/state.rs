@@ -529,6 +529,8 @@ impl MasterState {
         for seg in g.segments.values() {
             seg.ledger.close();
         }
+        // Room on its way back from those owners no longer comes.
+        self.space_freed.notify_all();
     }
 
     /// Whether [`MasterState::stop`] was called.
@@ -613,6 +615,8 @@ impl MasterState {
         if let Some(c) = g.clients.get_mut(client_id) {
             c.segments.retain(|s| s != name);
         }
+        // Room on its way back from that segment no longer comes.
+        self.space_freed.notify_all();
         Ok(())
     }
 
@@ -623,6 +627,7 @@ impl MasterState {
             for s in c.segments {
                 g.drop_segment(&s);
             }
+            self.space_freed.notify_all();
         }
     }
 
@@ -652,6 +657,9 @@ impl MasterState {
                     }
                     g.pending_mounts.retain(|_, p| p.client_id != id);
                 }
+            }
+            if !expired_segments.is_empty() {
+                self.space_freed.notify_all();
             }
             // Remember expired segments for a day at most.
             g.expired_uuids
