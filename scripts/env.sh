@@ -53,7 +53,7 @@ fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
 python -m pip install -q --upgrade pip >/dev/null
-python -m pip install -q "maturin>=1.5,<2" "pytest>=7" pytest-timeout numpy msgpack safetensors "ruff==0.17.6" "mypy==2.4.1"
+python -m pip install -q "maturin>=1.5,<2" "pytest>=7" pytest-timeout hypothesis numpy msgpack safetensors "ruff==0.17.6" "mypy==2.4.1"
 # torch for the PG backend suite: the current PyPI release, pinned so CI is
 # reproducible (MOONCAKE_TORCH_VERSION overrides; MOONCAKE_SKIP_TORCH=1 skips).
 TORCH_VERSION="${MOONCAKE_TORCH_VERSION:-2.15.0}"

@@ -18,8 +18,10 @@
 //! full read is a target box; it is assembled from the pieces of the stored
 //! boxes of one complete set that intersect it, each piece copied straight
 //! into the result. Of the sets that cover the target, the read prefers the
-//! one whose scope matches the request's scope axes, then the one with the
-//! fewest pieces, then the one with the most local pieces. A read returns
+//! one whose scope matches the request's scope axes (DP replica, PP stage),
+//! then the one with the fewest pieces, then the one with the most local
+//! pieces. An EP axis without split dim names one expert's tensor: only
+//! sets of that expert serve it. A read returns
 //! exactly the requested box or fails with a reason; only the legacy TP
 //! wrappers fall back to a raw stored chunk.
 
@@ -504,9 +506,10 @@ fn check_members(n: u64) -> TensorResult<()> {
     Ok(())
 }
 
-/// Most DP replicas of one stored layout a read considers by enumeration;
-/// beyond it, only the replica the manifest names and the requested one.
-const MAX_REPLICAS: u32 = 64;
+/// Most DP replicas of one stored layout a read enumerates (their members
+/// are all probed in one round when the preferred one needs probing);
+/// beyond it, only the replica the manifest or seed names and the requested one.
+const MAX_REPLICAS: u32 = 8;
 
 /// How the members of a stored set are named.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -819,40 +822,33 @@ fn discover(
     (sets, hints)
 }
 
-/// Why a set may not serve a request with scope axes `want`: a pipeline
-/// stage or an expert (of an EP axis without split dim) other than the
-/// requested one names another tensor.
+/// Why a set may not serve a request with scope axes `want`: an EP axis
+/// without split dim names one expert's tensor, so a set of another expert
+/// holds another tensor. (DP replicas and pipeline stages hold the same
+/// tensor; they only rank the sets.)
 fn excluded(want: &[Axis], have: &[Axis]) -> Option<String> {
-    for w in want {
-        for h in have.iter().filter(|h| h.kind == w.kind) {
-            match w.kind {
-                AxisKind::Pp if w.stage_id != h.stage_id => {
-                    return Some(format!(
-                        "it holds pipeline stage {}, not {}",
-                        h.stage_id.unwrap_or(0),
-                        w.stage_id.unwrap_or(0)
-                    ))
-                }
-                AxisKind::Ep if w.expert_id != h.expert_id => {
-                    return Some(format!(
-                        "it holds expert {}, not {}",
-                        h.expert_id.unwrap_or(0),
-                        w.expert_id.unwrap_or(0)
-                    ))
-                }
-                _ => {}
+    for w in want.iter().filter(|w| w.kind == AxisKind::Ep) {
+        for h in have.iter().filter(|h| h.kind == AxisKind::Ep) {
+            if w.expert_id != h.expert_id {
+                return Some(format!(
+                    "it holds expert {}, not {}",
+                    h.expert_id.unwrap_or(0),
+                    w.expert_id.unwrap_or(0)
+                ));
             }
         }
     }
     None
 }
 
-/// How many of the requested scope axes a set holds at another rank.
+/// How many of the requested scope axes a set holds at another rank or
+/// stage.
 fn scope_mismatch(want: &[Axis], have: &[Axis]) -> usize {
     want.iter()
         .filter(|w| {
-            have.iter()
-                .any(|h| h.kind == w.kind && (h.rank, h.size) != (w.rank, w.size))
+            have.iter().any(|h| {
+                h.kind == w.kind && (h.rank, h.size, h.stage_id) != (w.rank, w.size, w.stage_id)
+            })
         })
         .count()
 }
