@@ -79,8 +79,13 @@ def test_shards_that_disagree_read_none(tstore, key, full, logs):
     # re-sharding fails; rank 3 has no raw K_tp_3 chunk to fall back to (S5)
     assert tstore.get_tensor_with_tp(k, 3, 4) is None
     logs.expect("get_tensor_with_tp", "dtype")
-    # rank 0 falls back to the raw stored chunk (upstream's last resort, S5)
-    assert torch.equal(tstore.get_tensor_with_tp(k, 0, 4), full[:2])
+    # rank 0 of 4 needs only K_tp_0, which is consistent: the requested rows
+    assert torch.equal(tstore.get_tensor_with_tp(k, 0, 4), full[:1])
+    # a TP=3 split the extent does not divide falls back to the raw stored
+    # chunk (upstream's last resort, legacy wrappers only)
+    assert torch.equal(tstore.get_tensor_with_tp(k, 0, 3), full[:2])
+    assert tstore.get_tensor_with_parallelism(k, ReadTarget("shard", P(TP(0, 3, 0)))) is None
+    logs.expect("get_tensor_with_parallelism", "3 equal parts")
     g = key("G")
     assert tstore.put_tensor_with_parallelism(g, full[:2], P(TP(0, 2, 0))) == 0
     assert tstore.put_tensor_with_parallelism(g, torch.ones(3, 6), P(TP(1, 2, 0))) == 0
