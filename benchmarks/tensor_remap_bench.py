@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""Re-sharding a state dict held in the store, against torch DCP and memcpy, in one run.
+
+    python benchmarks/tensor_remap_bench.py                 # 1 GiB state dict
+    python benchmarks/tensor_remap_bench.py --mib 128 --repeats 3 --json out.json
+
+The state dict is ``--mib`` MiB of bf16 2-D weights ``[rows, 1024]``: 24 dense
+weights (split along dim 0 and dim 1 in turn) and 8 expert weights. Eight
+writer processes (one store client each, holding its own segment) store it:
+writer ``w`` is pipeline stage ``w // 4`` and TP rank ``w % 4`` and writes the
+dense weights of its stage as ``[PP(w//4, 2), TP(w%4, 4)]`` and expert rank
+``w`` of every expert weight as ``[EP(w, 8, split_dim=0)]``, all in one
+``batch_put_tensor_with_parallelism`` call. This process then reads, with one
+``batch_get_tensor_with_parallelism`` call per target rank:
+
+  tp8      every dense weight as ``[TP(r, 8)]``, r = 0..7
+  pp4tp2   every dense weight as ``[PP(p, 4), TP(t, 2)]`` for the stage p of 4
+           that owns it, (p, t) over all 8 ranks
+  ep4      every expert weight as ``[EP(r, 4, split_dim=0)]``, r = 0..3
+  full     every weight whole (one call)
+
+Every result is checked against torch slicing of the original tensors
+before timing. Figures: GB/s (1e9 B/s) of tensor bytes returned, the median of
+``--repeats`` runs of all ranks of a target. Baselines on the same bytes:
+
+  memcpy   one ``copy_`` per target shard from a contiguous copy of it into a
+           fresh ``torch.empty`` tensor (the floor for an in-process read)
+  dcp      ``torch.distributed.checkpoint``: one process ``dcp.save``s the
+           whole state dict to ``/dev/shm`` and ``dcp.load``s it into
+           preallocated whole tensors (no process group: the bytes every
+           target rank together needs, without DCP's resharding)
+
+``rpc/call`` is master RPCs per batched read call, for a batch of every
+weight and for a batch of one (they must be equal: constant in the number
+of tensors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import find_ours_master, json_child, running_master, stop_child, write_json
+
+MiB = 1 << 20
+COLS = 1024
+N_DENSE = 24
+N_EXPERT = 8
+HERE = Path(__file__).resolve()
+
+
+def weights(mib: int) -> dict[str, tuple[tuple[int, int], int]]:
+    """name -> (shape, seed); every weight has the same size."""
+    per = mib * MiB // (N_DENSE + N_EXPERT)
+    rows = max(16, per // (2 * COLS) // 16 * 16)
+    out = {f"dense.{i}": ((rows, COLS), i) for i in range(N_DENSE)}
+    out.update({f"expert.{i}": ((rows, COLS), 100 + i) for i in range(N_EXPERT)})
+    return out
+
+
+def make(torch: Any, shape: tuple[int, int], seed: int) -> Any:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g).to(torch.bfloat16)
+
+
+def split_dim(name: str) -> int:
+    return int(name.split(".")[1]) % 2
+
+
+def stage_of(name: str, stages: int) -> int:
+    return int(name.split(".")[1]) * stages // N_DENSE
+
+
+def new_store(rpc: str, meta: str, segment: int, local: int) -> Any:
+    from mooncake.store import MooncakeDistributedStore
+
+    s = MooncakeDistributedStore()
+    rc = s.setup("127.0.0.1", meta, segment, local, "tcp", "", rpc)
+    if rc != 0:
+        raise RuntimeError(f"setup returned {rc}")
+    return s
+
+
+def writer_main(args: argparse.Namespace) -> int:
+    """Child: writer ``args.rank`` stores its part and serves it until stdin closes."""
+    import torch
+    from mooncake.store import EP, PP, TP, TensorParallelism
+
+    torch.set_num_threads(1)
+    w = args.rank
+    pp, tp = w // 4, w % 4
+    ws = weights(args.mib)
+    s = new_store(args.rpc, args.meta, args.mib * MiB // 8 * 2 + 64 * MiB, 64 * MiB)
+    keys, tensors, pars = [], [], []
+    for name, (shape, seed) in ws.items():
+        if name.startswith("dense."):
+            if stage_of(name, 2) != pp:
+                continue
+            par = TensorParallelism([PP(pp, 2, stage_id=pp), TP(tp, 4, split_dim(name))])
+        else:
+            par = TensorParallelism([EP(w, 8, expert_id=w, split_dim=0)])
+        keys.append(name)
+        tensors.append(make(torch, shape, seed))
+        pars.append(par)
+    rc = s.batch_put_tensor_with_parallelism(keys, tensors, pars)
+    print(json.dumps({"rc": sorted(set(rc))}), flush=True)
+    sys.stdin.read()
+    s.close()
+    return 0
+
+
+def median_secs(fn: Callable[[], Any], repeats: int) -> float:
+    xs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        xs.append(time.perf_counter() - t0)
+    return statistics.median(xs)
+
+
+def box(t: Any, axes: list[Any]) -> Any:
+    for a in axes:
+        if a.split_dim is not None:
+            step = t.shape[a.split_dim] // a.size
+            t = t.narrow(a.split_dim, a.rank * step, step)
+    return t
+
+
+def plans(full: dict[str, Any]) -> dict[str, list[tuple[list[str], list[Any]]]]:
+    """Per target: one (keys, targets) batch per target rank."""
+    from mooncake.store import EP, PP, TP, ReadTarget
+
+    dense = [k for k in full if k.startswith("dense.")]
+    expert = [k for k in full if k.startswith("expert.")]
+    out: dict[str, list[tuple[list[str], list[Any]]]] = {}
+    out["tp8"] = [
+        (dense, [ReadTarget("shard", [TP(r, 8, split_dim(k))]) for k in dense]) for r in range(8)
+    ]
+    pp4 = []
+    for p in range(4):
+        ks = [k for k in dense if stage_of(k, 4) == p]
+        for t in range(2):
+            pp4.append(
+                (
+                    ks,
+                    [
+                        ReadTarget("shard", [PP(p, 4, stage_id=p), TP(t, 2, split_dim(k))])
+                        for k in ks
+                    ],
+                )
+            )
+    out["pp4tp2"] = pp4
+    out["ep4"] = [
+        (expert, [ReadTarget("shard", [EP(r, 4, expert_id=r, split_dim=0)]) for _ in expert])
+        for r in range(4)
+    ]
+    everything = list(full)
+    out["full"] = [(everything, [ReadTarget("full") for _ in everything])]
+    return out
+
+
+def bench(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    # one intra-op thread: torch's pool only adds overhead to these copies
+    torch.set_num_threads(1)
+
+    master = find_ours_master()
+    if master is None:
+        raise SystemExit("mooncake_master not found")
+    ws = weights(args.mib)
+    full = {k: make(torch, shape, seed) for k, (shape, seed) in ws.items()}
+    total = sum(t.numel() * 2 for t in full.values())
+    res: dict[str, Any] = {"mib": round(total / MiB, 1), "tensors": len(full), "rows": {}}
+    with running_master(master) as (rpc, meta):
+        children = []
+        t0 = time.perf_counter()
+        for w in range(8):
+            cmd = [
+                sys.executable,
+                str(HERE),
+                "--writer",
+                str(w),
+                "--rpc",
+                rpc,
+                "--meta",
+                meta,
+                "--mib",
+                str(args.mib),
+            ]
+            children.append(json_child(cmd))
+        bad = [h for _, h in children if h.get("rc") != [0]]
+        res["write_s"] = round(time.perf_counter() - t0, 2)
+        try:
+            if bad:
+                raise RuntimeError(f"writers failed: {bad}")
+            s = new_store(rpc, meta, 16 * MiB, 64 * MiB)
+            try:
+                for name, batches in plans(full).items():
+                    nbytes = 0
+                    for keys, tgts in batches:
+                        got = s.batch_get_tensor_with_parallelism(keys, tgts)
+                        for k, tg, g in zip(keys, tgts, got, strict=True):
+                            axes = tg.parallelism.axes if tg.parallelism else []
+                            want = box(full[k], axes)
+                            if g is None or not torch.equal(g, want):
+                                raise RuntimeError(f"{name}: {k} {tg} read wrong")
+                            nbytes += want.numel() * 2
+                    del got
+
+                    def ours(batches: list[tuple[list[str], list[Any]]] = batches) -> None:
+                        for keys, tgts in batches:
+                            s.batch_get_tensor_with_parallelism(keys, tgts)
+
+                    srcs = [
+                        box(full[k], tg.parallelism.axes if tg.parallelism else []).contiguous()
+                        for keys, tgts in batches
+                        for k, tg in zip(keys, tgts, strict=True)
+                    ]
+
+                    def memcpy(srcs: list[Any] = srcs) -> None:
+                        for x in srcs:
+                            torch.empty_like(x).copy_(x)
+
+                    keys, tgts = batches[0]
+                    r0 = s.get_client_stats()["master_rpcs"]
+                    s.batch_get_tensor_with_parallelism(keys, tgts)
+                    r1 = s.get_client_stats()["master_rpcs"]
+                    s.batch_get_tensor_with_parallelism(keys[:1], tgts[:1])
+                    r2 = s.get_client_stats()["master_rpcs"]
+                    t_ours = median_secs(ours, args.repeats)
+                    t_mem = median_secs(memcpy, args.repeats)
+                    res["rows"][name] = {
+                        "bytes": nbytes,
+                        "calls": len(batches),
+                        "ours_gbs": nbytes / t_ours / 1e9,
+                        "memcpy_gbs": nbytes / t_mem / 1e9,
+                        "rpc_per_call": r1 - r0,
+                        "rpc_per_call_1": r2 - r1,
+                        "tensors_per_call": len(keys),
+                    }
+            finally:
+                s.close()
+        finally:
+            for proc, _ in children:
+                stop_child(proc)
+    ckpt = tempfile.mkdtemp(
+        prefix="dcp-remap-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
+    )
+    try:
+        t0 = time.perf_counter()
+        dcp.save(full, checkpoint_id=ckpt, no_dist=True)
+        res["dcp_save_s"] = round(time.perf_counter() - t0, 2)
+        dest = {k: torch.empty_like(v) for k, v in full.items()}
+        dcp.load(dest, checkpoint_id=ckpt, no_dist=True)
+        if not all(torch.equal(dest[k], full[k]) for k in full):
+            raise RuntimeError("dcp load is wrong")
+
+        def dcp_load() -> None:
+            d = {k: torch.empty_like(v) for k, v in full.items()}
+            dcp.load(d, checkpoint_id=ckpt, no_dist=True)
+
+        t_dcp = median_secs(dcp_load, args.repeats)
+        res["dcp_load_gbs"] = total / t_dcp / 1e9
+    finally:
+        shutil.rmtree(ckpt, ignore_errors=True)
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--mib", type=int, default=1024, help="state dict size (default 1024)")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--writer", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--rpc", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--meta", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.writer is not None:
+        args.rank = args.writer
+        return writer_main(args)
+    t0 = time.time()
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+    res = bench(args)
+    dcp_gbs = res["dcp_load_gbs"]
+    print(
+        f"state dict {res['mib']} MiB bf16, {res['tensors']} weights, written by 8 processes in {res['write_s']} s"
+    )
+    print(
+        f"{'target':8} {'calls':>5} {'ours GB/s':>10} {'memcpy GB/s':>12} {'ours/memcpy':>12} {'ours/dcp':>9} {'rpc/call':>9} {'rpc/call(1)':>11}"
+    )
+    for name, r in res["rows"].items():
+        print(
+            f"{name:8} {r['calls']:>5} {r['ours_gbs']:>10.2f} {r['memcpy_gbs']:>12.2f} "
+            f"{r['ours_gbs'] / r['memcpy_gbs']:>12.2f} {r['ours_gbs'] / dcp_gbs:>9.1f} "
+            f"{r['rpc_per_call']:>9} {r['rpc_per_call_1']:>11}"
+        )
+    print(
+        f"dcp: save {res['dcp_save_s']} s, load {dcp_gbs:.2f} GB/s (whole state dict, one process)"
+    )
+    print(f"({time.time() - t0:.0f} s)")
+    write_json(args.json, res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
