@@ -23,7 +23,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY310" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-"$VENV/bin/python" -m pip install -q "pytest>=7" pytest-timeout numpy
+"$VENV/bin/python" -m pip install -q "pytest>=7" pytest-timeout hypothesis numpy
 if [ "${MOONCAKE_SKIP_TORCH:-0}" != "1" ]; then
   "$VENV/bin/python" - "$TORCH_310" <<'PY' 2>/dev/null || "$VENV/bin/python" -m pip install -q "torch==$TORCH_310"
 import sys, torch
