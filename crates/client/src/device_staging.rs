@@ -271,7 +271,10 @@ pub fn read_tensor_into_device(
 ) -> Result<u64> {
     let len = HEADER_SIZE + dest.nbytes as usize;
     let mut host = vec![0u8; len];
-    let n = get(host.as_mut_ptr() as usize, len)?;
+    // Any failure to read it (a missing key included) is INVALID_PARAMS,
+    // upstream's code for every item of this call that cannot be served.
+    let n = get(host.as_mut_ptr() as usize, len)
+        .map_err(|e| Error::invalid(format!("cannot read the stored tensor: {e}")))?;
     let h = TensorHeader::decode(&host[..(n as usize).min(len)], n)
         .map_err(|e| Error::invalid(e.to_string()))?;
     if h.dtype != dest.dtype || h.local_shape != dest.shape || h.data_bytes != dest.nbytes {
@@ -500,7 +503,12 @@ mod tests {
             Ok(h0.len() as u64)
         };
         assert_eq!(read_tensor_into_device(&empty, empty_object).unwrap(), 0);
-        let missing = |_: usize, _: usize| Err(Error::invalid("no such key"));
-        assert!(read_tensor_into_device(&dest, missing).is_err());
+        let missing = |_: usize, _: usize| Err(Error::internal("no such key"));
+        let e = read_tensor_into_device(&dest, missing).unwrap_err();
+        assert_eq!(
+            e.code(),
+            Error::invalid("").code(),
+            "a missing key is INVALID_PARAMS"
+        );
     }
 }
