@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from conftest import rpcs
 from helpers.tensor_dtypes import tensor_dtypes
 from mooncake.store import DP, EP, PP, TP, ParallelAxis, ReadTarget, TensorParallelism
 
@@ -168,8 +169,11 @@ def test_batch_and_into_forms_match_single_reads(tstore, key):
             keys.append(k)
             tgts.append(target)
             wants.append(expected(t, target))
+    r0 = rpcs(tstore)
     got = tstore.batch_get_tensor_with_parallelism(keys, tgts)
     assert [as_bytes(g) for g in got] == [as_bytes(w) for w in wants]
+    # one lookup per probe round for the whole batch, whatever its length
+    assert rpcs(tstore) - r0 <= 3, (rpcs(tstore) - r0, len(keys))
     size = 304 + t.numel() * 2
     bufs = [torch.zeros(size, dtype=torch.uint8) for _ in keys]
     got = tstore.batch_get_tensor_with_parallelism_into(
