@@ -10,6 +10,8 @@
 //! segment and reports the ledger, so the objects in the segment survive
 //! a master restart or failover.
 
+mod http_server;
+
 use crate::config::ClientConfig;
 use crate::durability::ledger::Ledger;
 use crate::error::{Error, Result};
@@ -84,7 +86,7 @@ pub struct Client {
     wake: Arc<Wake>,
     ledger_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The HTTP endpoints (`enable_client_http_server`), stopped at close.
-    http_server: Mutex<Option<crate::http_server::HttpServer>>,
+    http_server: Mutex<Option<http_server::HttpServer>>,
     /// Open put and get sessions (`batch_*_session_*`).
     pub(crate) sessions: crate::session_table::Sessions,
     /// The disk tier (SSD offload), if on.
@@ -320,7 +322,7 @@ impl Client {
         if cfg.enable_client_http_server {
             // Checked to fit a port by `ClientConfig::check`.
             let port = cfg.client_http_port as u16;
-            match crate::http_server::HttpServer::start(port, Arc::downgrade(&client)) {
+            match http_server::HttpServer::start(port, Arc::downgrade(&client)) {
                 Ok(s) => *client.http_server.lock() = Some(s),
                 Err(e) => tracing::warn!(
                     port,

@@ -28,7 +28,6 @@ mod config;
 pub mod device_staging;
 mod durability;
 mod error;
-mod http_server;
 mod master;
 mod ops;
 mod parallel;

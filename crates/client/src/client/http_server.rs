@@ -14,7 +14,7 @@
 //! A port that cannot be bound is logged and the client runs without the
 //! endpoints, as upstream's does. The server stops when the client closes.
 
-use crate::client::{Client, HEALTHY, HEALTH_CLOSED, HEALTH_PING_FAILED};
+use super::{Client, HEALTHY, HEALTH_CLOSED, HEALTH_PING_FAILED};
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
