@@ -97,9 +97,9 @@ method_family! {
         all_sizes: Vec<Vec<UInt>>,
     ) -> Vec<i64> {
         let (ptrs, sizes) = (addrs2(&all_buffer_ptrs), addrs2(&all_sizes));
+        let read = method.contains("get");
         // SAFETY: the caller vouches for every buffer: readable for a put,
         // writable for a get (upstream contract).
-        let read = method.contains("get");
         let r = self.run(py, |c| unsafe {
             nested_staged(&ptrs, &sizes, read, |p| transfer(c, &keys, p, &sizes, extra))
         });
