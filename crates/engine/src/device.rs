@@ -1,7 +1,7 @@
 //! Device memory behind one small interface, [`DeviceOps`], and the staging
 //! pipeline that moves it through pinned host buffers.
 //!
-//! The real interface is the CUDA driver (`crate::cuda`, loaded at run
+//! The real interface is the CUDA driver (the `cuda` child module, loaded at run
 //! time). Everything else here — chunking, the overlap of the device copy
 //! of one chunk with the send or receive of the next, ordering, error
 //! propagation, the fallback from CUDA IPC to staging — is plain Rust over
@@ -18,6 +18,8 @@
 //! - The first failure (a device copy, a send, a receive) stops the
 //!   pipeline; it is returned and no later chunk moves.
 //! - Pinned buffers are allocated once and kept in a small pool.
+
+mod cuda;
 
 use crate::error::{EngineError, ErrorKind, Result};
 use crate::log::{emit, Level};
@@ -356,7 +358,7 @@ pub fn current() -> Result<&'static Device> {
     if let Some(d) = REAL.get() {
         return Ok(d);
     }
-    let drv = crate::cuda::driver()?;
+    let drv = cuda::driver()?;
     Ok(REAL.get_or_init(|| Device::new(drv, chunk_from_env())))
 }
 
@@ -367,7 +369,7 @@ pub fn classify(addr: u64) -> Option<i32> {
     if let Some(d) = INSTALLED.get() {
         return d.ops.device_of(addr);
     }
-    if !crate::cuda::loaded() {
+    if !cuda::loaded() {
         return None;
     }
     current().ok()?.ops.device_of(addr)
@@ -376,7 +378,7 @@ pub fn classify(addr: u64) -> Option<i32> {
 /// Whether a device can be used in this process: a CUDA driver library
 /// can be loaded (it is not initialized by asking).
 pub fn available() -> bool {
-    INSTALLED.get().is_some() || crate::cuda::loadable()
+    INSTALLED.get().is_some() || cuda::loadable()
 }
 
 /// Use `ops` as this process's device instead of the CUDA driver (tests

@@ -4,7 +4,6 @@
 //! `P2PHANDSHAKE`, an HTTP metadata server or etcd. See [`TransferEngine`].
 
 mod batches;
-mod cuda;
 pub mod device;
 mod engine;
 pub mod error;

@@ -1,5 +1,5 @@
 //! The CUDA driver, loaded at run time (`libcuda.so.1`); the extension never
-//! links it. [`Driver`] is the real [`DeviceOps`](crate::device::DeviceOps):
+//! links it. [`Driver`] is the real [`DeviceOps`](super::DeviceOps):
 //! it tells device pointers from host memory, copies between them, allocates
 //! pinned staging memory and exports/opens CUDA IPC handles. Without a
 //! driver every CUDA entry point fails with [`no_driver`]'s message.
@@ -8,7 +8,7 @@
 //! pointer involved current on the calling thread (threads of this crate
 //! have none of their own).
 
-use crate::device::{DeviceOps, IpcExport, IPC_HANDLE_LEN};
+use super::{DeviceOps, IpcExport, IPC_HANDLE_LEN};
 use crate::error::{EngineError, ErrorKind, Result};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
