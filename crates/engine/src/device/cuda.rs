@@ -160,11 +160,24 @@ pub(crate) fn loadable() -> bool {
 }
 
 /// Whether some library of this process already loaded the driver (only
-/// then can CUDA pointers exist here).
+/// then can CUDA pointers exist here). A driver once loaded stays loaded,
+/// so a yes is remembered and later calls cost one atomic load.
 pub(crate) fn loaded() -> bool {
+    static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SEEN.load(std::sync::atomic::Ordering::Relaxed) {
+        return true;
+    }
     // SAFETY: RTLD_NOLOAD only looks the library up; nothing is loaded.
     let h = unsafe { libc::dlopen(LIB.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-    !h.is_null()
+    if h.is_null() {
+        return false;
+    }
+    // SAFETY: `h` is the handle the lookup above returned (it took a
+    // reference, which this gives back; the library stays loaded by the
+    // library that loaded it).
+    unsafe { libc::dlclose(h) };
+    SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+    true
 }
 
 fn check(r: CuResult, what: &str) -> Result<()> {
