@@ -17,6 +17,7 @@ from conftest import (
     port_open,
     wait_until,
 )
+from helpers.master_proc import ephemeral_flags, read_ports
 
 
 def run_master(args: list[str], timeout: float = 10.0) -> subprocess.CompletedProcess[str]:
@@ -178,30 +179,30 @@ def test_unimplemented_knobs_are_refused_not_ignored(arg: str) -> None:
 
 
 def test_unimplemented_knobs_at_their_default_are_accepted(tmp_path: Path) -> None:
-    rpc = free_port()
-    proc = _start(
-        [f"--rpc_port={rpc}", f"--metrics_port={free_port()}", "--max_retry_attempts=10"],
-        tmp_path / "m.log",
-    )
+    log = tmp_path / "m.log"
+    proc = _start([*ephemeral_flags(), "--max_retry_attempts=10"], log)
     try:
-        assert wait_until(lambda: port_open(rpc), 10.0), (tmp_path / "m.log").read_text()
+        ports = read_ports(log, proc, 10.0)
+        assert port_open(ports["rpc_port"]), log.read_text()
     finally:
         proc.kill()
         proc.wait(timeout=10)
 
 
+def _text(logs: Path) -> str:
+    f = logs / "mooncake_master.INFO"
+    return f.read_text(errors="replace") if f.exists() else ""
+
+
 def test_log_dir_gets_the_log_file(tmp_path: Path) -> None:
-    rpc = free_port()
     logs = tmp_path / "logs"
-    proc = _start(
-        [f"--rpc_port={rpc}", f"--metrics_port={free_port()}", f"--log_dir={logs}"],
-        tmp_path / "m.log",
-    )
+    proc = _start([*ephemeral_flags(), f"--log_dir={logs}"], tmp_path / "m.log")
     try:
-        assert wait_until(lambda: port_open(rpc), 10.0), (tmp_path / "m.log").read_text()
-        log_file = logs / "mooncake_master.INFO"
-        assert wait_until(lambda: log_file.exists() and log_file.stat().st_size > 0, 10.0)
-        assert "INFO" in log_file.read_text()
+        read_ports(tmp_path / "m.log", proc, 10.0)
+        # The log file gets the records, with their level.
+        assert wait_until(lambda: "INFO" in _text(logs) and "is ready" in _text(logs), 10.0), _text(
+            logs
+        )
     finally:
         proc.kill()
         proc.wait(timeout=10)
