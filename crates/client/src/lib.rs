@@ -11,6 +11,9 @@
 //! arguments and maps errors to return codes and log lines.
 //!
 //! Module tree (folders are layers; each uses only what is below it):
+//! - `store_api`: [`StoreApi`], the store's operations declared once (the
+//!   lists [`store_queries!`] and [`store_calls!`]), implemented here by
+//!   `Client` and by the standalone crate's dummy client;
 //! - `tensor/`: tensor reads and writes, tensor batch rules, safetensors IO;
 //! - `ops/`: the store operations as `Client` methods (writes, reads,
 //!   ranges, locations, multi-buffer values, sessions, `BufferPool` leases);
@@ -36,6 +39,7 @@ mod result_pool;
 mod session_table;
 mod staging;
 mod stats;
+mod store_api;
 mod tensor;
 mod wake;
 
@@ -48,12 +52,14 @@ pub use error::{Error, Result};
 pub use mooncake_common::proto::ReplicaLoc;
 pub use mooncake_common::proto::{SoftPin, WriteConfig};
 pub use mooncake_common::ErrorCode;
+pub use mooncake_tensor::{ReadOutput, ReadRequest};
 pub use mooncake_transfer::{Op, Path};
 pub use ops::lease_pool::{Lease, LeasePool, PoolConfig, PoolError};
 pub use ops::locations::{Locations, ObjectLocation, ReplicaDesc};
 pub use ops::ranges::{ranges_failed, Ranges};
 pub use ops::reads::OwnedValues;
 pub use result_pool::{ResultBlock, POOL_MIN};
+pub use store_api::{StoreApi, TensorAlloc, ValueAlloc};
 pub use tensor::safetensor_io::{LoadedTensor, ObjectIo};
 pub use tensor::tensor_batch::{check_lengths, check_object_sources, item_requests, ItemRequest};
 pub use tensor::tensor_io::{

@@ -23,8 +23,9 @@ use crate::wire::{
     WireRead, WireRoute, WireWrite,
 };
 use mooncake_client::{
-    Error, ErrorCode, OwnedValues, Ranges, ReplicaDesc, ReplicateConfig, Result, StagedValue,
-    TensorDest, TensorWrite, WriteMode, HEALTH_CLOSED, HEALTH_PING_FAILED,
+    store_forward_to_inherent, Error, ErrorCode, OwnedValues, Ranges, ReplicaDesc, ReplicateConfig,
+    Result, StagedValue, StoreApi, TensorDest, TensorWrite, WriteMode, HEALTH_CLOSED,
+    HEALTH_PING_FAILED,
 };
 use mooncake_common::framing::client_handshake;
 use mooncake_common::AuthKey;
@@ -106,7 +107,7 @@ fn parse_port(address: &str) -> Result<u16> {
 
 /// A dummy client attached to a daemon. Thread-safe; calls from several
 /// threads run at once, each on a connection of its own.
-pub struct DummyClient {
+pub(crate) struct DummyClient {
     id: String,
     address: String,
     port: u16,
@@ -274,7 +275,7 @@ impl DummyClient {
     /// `setup_dummy(mem_pool_size, local_buffer_size, server_address)`:
     /// attach to the daemon serving `server_address`'s port on this host.
     /// Every failure is INTERNAL_ERROR (-1, upstream's code) with its reason.
-    pub fn setup(
+    pub(crate) fn setup(
         mem_pool_size: u64,
         local_buffer_size: u64,
         server_address: &str,
@@ -350,13 +351,13 @@ impl DummyClient {
     }
 
     /// Whether `close` was called.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
 
     /// Detach: the daemon forgets this dummy's memory, buffers and sessions.
     /// Idempotent.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -367,18 +368,13 @@ impl DummyClient {
     }
 
     /// `get_hostname()` of a dummy client: `""` (upstream: a dummy has no segment).
-    pub fn hostname(&self) -> String {
+    pub(crate) fn hostname(&self) -> String {
         String::new()
-    }
-
-    /// The daemon's segment name.
-    pub fn daemon_hostname(&self) -> &str {
-        &self.attached.hostname
     }
 
     /// `health_check()`: healthy while the daemon answers, 2 when it does
     /// not, 1 after `close`.
-    pub fn health(&self) -> i32 {
+    pub(crate) fn health(&self) -> i32 {
         if self.is_closed() {
             return HEALTH_CLOSED;
         }
@@ -545,7 +541,7 @@ impl DummyClient {
 
     /// `register_buffer`: the buffer must lie in this process's shared
     /// memory (upstream's rule for dummy clients: -1 otherwise).
-    pub fn register_buffer(&self, ptr: usize, size: usize) -> Result<()> {
+    pub(crate) fn register_buffer(&self, ptr: usize, size: usize) -> Result<()> {
         let Some((r, off)) = shm::find(ptr, size as u64) else {
             return Err(Error::internal(format!(
                 "buffer {ptr:#x} size {size} is not in shared memory; a dummy client registers \
@@ -562,7 +558,7 @@ impl DummyClient {
     }
 
     /// `unregister_buffer`.
-    pub fn unregister_buffer(&self, ptr: usize) -> Result<()> {
+    pub(crate) fn unregister_buffer(&self, ptr: usize) -> Result<()> {
         let Some((r, off)) = shm::find(ptr, 0) else {
             return Err(Error::invalid(format!(
                 "no registered buffer starts at {ptr:#x}"
@@ -576,19 +572,10 @@ impl DummyClient {
         self.control_call::<Result<()>>(&Control::Unregister(buf), None)?
     }
 
-    /// Methods upstream serves only on an in-process client
-    /// (`unmount_segment`, `unmount_and_free_segment`,
-    /// `unmount_local_disk_segment`): INTERNAL_ERROR (-1), upstream's code.
-    pub fn in_process_only(&self, method: &str) -> Error {
-        Error::internal(format!(
-            "{method} requires an in-process client (setup), not a dummy client"
-        ))
-    }
-
     /// `alloc_from_mem_pool(size)`: shared memory the daemon reads and
     /// writes in place, carved from the pool of `mem_pool_size` bytes (a
     /// request that does not fit gets a region of its own); 0 on failure.
-    pub fn alloc_from_mem_pool(&self, size: u64) -> u64 {
+    pub(crate) fn alloc_from_mem_pool(&self, size: u64) -> u64 {
         if size == 0 || self.is_closed() {
             return 0;
         }
@@ -615,7 +602,7 @@ impl DummyClient {
 
     /// Whole values (`get`, `get_batch`, `get_buffer`): the daemon reads them
     /// into staging memory, copied from there into owned vectors.
-    pub fn get_batch(&self, keys: &[String]) -> Vec<Result<StagedValue>> {
+    pub(crate) fn get_batch(&self, keys: &[String]) -> Vec<Result<StagedValue>> {
         let mut vals = OwnedValues::default();
         let sizes = self.get_batch_with(keys, |sizes| vals.alloc(sizes));
         vals.finish(sizes)
@@ -624,7 +611,7 @@ impl DummyClient {
     }
 
     /// `get`.
-    pub fn get(&self, key: &str) -> Result<StagedValue> {
+    pub(crate) fn get(&self, key: &str) -> Result<StagedValue> {
         self.get_batch(&[key.to_string()])
             .pop()
             .unwrap_or_else(|| Err(Error::internal("no result")))
@@ -632,7 +619,7 @@ impl DummyClient {
 
     /// Whole values into memory `alloc` gives once the sizes are known
     /// (see `mooncake_client::Client::get_batch_with`).
-    pub fn get_batch_with<A>(&self, keys: &[String], alloc: A) -> Vec<Result<u64>>
+    pub(crate) fn get_batch_with<A>(&self, keys: &[String], alloc: A) -> Vec<Result<u64>>
     where
         A: FnOnce(&[Result<u64>]) -> Vec<Option<usize>>,
     {
@@ -749,7 +736,7 @@ impl DummyClient {
     ///
     /// # Safety
     /// The registered buffers must stay valid and writable for the call.
-    pub unsafe fn get_into_ranges(
+    pub(crate) unsafe fn get_into_ranges(
         &self,
         buffer_ptrs: &[usize],
         keys: &[Vec<String>],
@@ -793,7 +780,7 @@ impl DummyClient {
     /// # Safety
     /// For every item, its source bytes (the tensor's payload, or the whole
     /// object of a `_from` buffer) must be readable for the call.
-    pub unsafe fn write_tensors(
+    pub(crate) unsafe fn write_tensors(
         &self,
         items: Vec<Result<TensorWrite>>,
         cfg: &ReplicateConfig,
@@ -838,7 +825,7 @@ impl DummyClient {
     /// # Safety
     /// Every destination `alloc` returns must be writable for its size
     /// (a payload's `nbytes`, an `_into` buffer's `size`) for the call.
-    pub unsafe fn read_tensors<A>(
+    pub(crate) unsafe fn read_tensors<A>(
         &self,
         reqs: Vec<Result<ReadRequest>>,
         alloc: A,
@@ -904,7 +891,7 @@ impl DummyClient {
     /// The daemon client's counters, with this dummy's own:
     /// `dummy_shared_bytes` (handed to the daemon in place) and
     /// `dummy_staged_bytes` (copied through staging memory).
-    pub fn stats(&self) -> Vec<(String, u64)> {
+    pub(crate) fn stats(&self) -> Vec<(String, u64)> {
         let mut v: Vec<(String, u64)> = self
             .call::<Vec<(String, u64)>>(&Call::Stats)
             .unwrap_or_default();
@@ -918,6 +905,34 @@ impl DummyClient {
         ));
         v
     }
+}
+
+/// A dummy client is a store: every method is its inherent method of the
+/// same name, one request to the daemon.
+impl StoreApi for DummyClient {
+    mooncake_client::store_queries!(store_forward_to_inherent);
+    mooncake_client::store_calls!(store_forward_to_inherent);
+
+    fn stats(&self) -> Vec<(String, u64)> {
+        DummyClient::stats(self)
+    }
+
+    fn alloc_from_mem_pool(&self, size: u64) -> Result<u64> {
+        Ok(DummyClient::alloc_from_mem_pool(self, size))
+    }
+}
+
+/// `setup_dummy(mem_pool_size, local_buffer_size, server_address)`: a
+/// dummy client attached to the daemon serving `server_address`'s port on
+/// this host (see [`DummyClient::setup`]).
+pub fn setup_dummy(
+    mem_pool_size: u64,
+    local_buffer_size: u64,
+    server_address: &str,
+) -> Result<Arc<dyn StoreApi>> {
+    let dummy: Arc<dyn StoreApi> =
+        DummyClient::setup(mem_pool_size, local_buffer_size, server_address)?;
+    Ok(dummy)
 }
 
 impl Drop for DummyClient {
@@ -956,13 +971,13 @@ macro_rules! daemon_calls {
             -> $hr:ty = |$h:ident| { $($body:tt)* } $hc:expr;)* }
     ) => {
         impl DummyClient {
-            $($(#[$om])* pub fn $on(&self $(, $oa: $ot)*) -> $or {
+            $($(#[$om])* pub(crate) fn $on(&self $(, $oa: $ot)*) -> $or {
                 self.call::<$or>(&$oc)?
             })*
-            $($(#[$pm])* pub fn $pn(&self, $pk: &[String] $(, $pa: $pt)*) -> $pr {
+            $($(#[$pm])* pub(crate) fn $pn(&self, $pk: &[String] $(, $pa: $pt)*) -> $pr {
                 self.call::<$pr>(&$pc).unwrap_or_else(|e| vec![Err(e); $pk.len()])
             })*
-            $($(#[$hm])* pub $($q)* fn $hn(&self $(, $ha: $ht)*) -> $hr {
+            $($(#[$hm])* pub(crate) $($q)* fn $hn(&self $(, $ha: $ht)*) -> $hr {
                 let mut $h = self.handoff();
                 $($body)*
                 let r = self.call::<$hr>(&$hc)?;

@@ -8,19 +8,18 @@
 //! payloads in shared memory the daemon maps (never through the socket):
 //! the dummy's registered buffers and pool ([`host_alloc`], the memory of
 //! `MooncakeHostMemAllocator`), and staging memory for anything else.
-//! [`Store`] is what the Python binding holds: an in-process client or a
-//! dummy client, with the same methods.
+//! The dummy client is a `mooncake_client::StoreApi`, like the in-process
+//! client: [`setup_dummy`] gives one, and the Python binding holds either
+//! as an `Arc<dyn StoreApi>`.
 
 mod cli;
 mod daemon;
 mod dummy;
 mod shm;
-mod store;
 mod wire;
 
 pub use cli::{parse_client_args, run_client, DaemonConfig, CLIENT, FLAGS};
 pub use daemon::DummyServer;
-pub use dummy::DummyClient;
+pub use dummy::setup_dummy;
 pub use shm::{host_alloc, host_free};
-pub use store::Store;
 pub use wire::socket_name;

@@ -5,7 +5,6 @@
 //! file is mapped and its payload written straight from the mapping (one
 //! batched write of header and payload).
 
-use crate::client::Client;
 use crate::config::ReplicateConfig;
 use crate::error::{Error, Result};
 use mooncake_tensor::{object_to_safetensors, tensor_from_safetensors, TensorHeader, HEADER_SIZE};
@@ -33,8 +32,8 @@ impl LoadedTensor {
     }
 }
 
-/// The object calls a safetensors export or import needs; the in-process
-/// [`Client`] and a daemon's dummy client both have them.
+/// The object calls a safetensors export or import needs; every store
+/// (`StoreApi`) has them.
 pub trait ObjectIo {
     /// Size of the object stored under `key`.
     fn object_size(&self, key: &str) -> Result<u64>;
@@ -70,43 +69,6 @@ pub trait ObjectIo {
         load_safetensor(self, key, path)
     }
 }
-
-/// Implement [`ObjectIo`] for a type through its own store methods of the
-/// same contracts: `get_size`, `get_into` and `batch_put_from_multi_buffers`
-/// (the in-process [`Client`] and any wrapper that forwards them).
-#[macro_export]
-macro_rules! object_io_by_store_methods {
-    ($t:ty) => {
-        impl $crate::ObjectIo for $t {
-            fn object_size(&self, key: &str) -> $crate::Result<u64> {
-                self.get_size(key)
-            }
-
-            unsafe fn read_object_into(
-                &self,
-                key: &str,
-                ptr: usize,
-                size: usize,
-            ) -> $crate::Result<u64> {
-                // SAFETY: the caller's contract is `get_into`'s.
-                unsafe { self.get_into(key, ptr, size) }
-            }
-
-            unsafe fn write_objects_from(
-                &self,
-                keys: &[String],
-                all_ptrs: &[Vec<usize>],
-                all_sizes: &[Vec<usize>],
-                cfg: &$crate::ReplicateConfig,
-            ) -> $crate::Result<Vec<$crate::Result<()>>> {
-                // SAFETY: the caller's contract is `batch_put_from_multi_buffers`'s.
-                unsafe { self.batch_put_from_multi_buffers(keys, all_ptrs, all_sizes, cfg) }
-            }
-        }
-    };
-}
-
-object_io_by_store_methods!(Client);
 
 fn save_safetensor<S: ObjectIo + ?Sized>(s: &S, key: &str, path: &Path) -> Result<()> {
     let size = s.object_size(key)?;

@@ -5,6 +5,7 @@
 //! Values arrive as [`ByteView`]s; the rules are the client's.
 
 use super::class::MooncakeDistributedStore;
+use super::class::Store;
 use super::config::{options, ReplicateConfig};
 use super::handle::BufferHandle;
 use crate::args::one_of;
@@ -12,7 +13,6 @@ use crate::buffer::{byte_views, uninit_bytes, ByteView};
 use crate::family::method_family;
 use crate::report::Call;
 use mooncake_client::Error;
-use mooncake_standalone::Store;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
@@ -60,7 +60,7 @@ impl MooncakeDistributedStore {
     fn read_bytes(&self, call: Call<'_>, keys: &[String]) -> Vec<Option<Py<PyBytes>>> {
         let mut objects: Vec<Option<Py<PyBytes>>> = Vec::new();
         let r = self.run(call.py(), |c| {
-            let sizes = c.get_batch_with(keys, |sizes| {
+            let alloc = |sizes: &[mooncake_client::Result<u64>]| {
                 Python::with_gil(|py| {
                     sizes
                         .iter()
@@ -72,8 +72,8 @@ impl MooncakeDistributedStore {
                         })
                         .collect()
                 })
-            });
-            Ok(sizes)
+            };
+            Ok(c.get_batch_with(keys, Box::new(alloc)))
         });
         let mut objects = objects.into_iter();
         let items = r.map(|sizes| {

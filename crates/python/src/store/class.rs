@@ -1,6 +1,6 @@
-//! The `MooncakeDistributedStore` class: holds the optional set-up store
-//! (an in-process client after `setup`, a dummy client of the host's
-//! `mooncake_client` daemon after `setup_dummy`).
+//! The `MooncakeDistributedStore` class: holds the optional set-up store,
+//! a `StoreApi` (an in-process client after `setup`, a dummy client of the
+//! host's `mooncake_client` daemon after `setup_dummy`).
 //!
 //! Its methods live in the sibling modules (one `#[pymethods]` block each).
 //! Every call goes through [`MooncakeDistributedStore::run`]: it takes a
@@ -8,26 +8,28 @@
 //! answers a store that is not set up with [`Error::not_set_up`], and
 //! releases the GIL for the call.
 
-use mooncake_client::{Client, Error, Result};
-use mooncake_standalone::Store;
+use mooncake_client::{Client, Error, Result, StoreApi};
 use parking_lot::RwLock;
 use pyo3::prelude::*;
 use std::sync::Arc;
 
+/// A set-up store, whichever kind.
+pub(crate) type Store = dyn StoreApi;
+
 /// Drop-in replacement for upstream's `mooncake.store.MooncakeDistributedStore`.
 #[pyclass(module = "mooncake.store", frozen, subclass)]
 pub struct MooncakeDistributedStore {
-    store: RwLock<Option<Store>>,
+    store: RwLock<Option<Arc<Store>>>,
 }
 
 impl MooncakeDistributedStore {
     /// The in-process client, if set up with `setup`.
     pub(crate) fn current(&self) -> Option<Arc<Client>> {
-        self.store.read().as_ref().and_then(|s| s.client().cloned())
+        self.store().and_then(|s| s.client())
     }
 
     /// The store, if set up (either way).
-    pub(crate) fn store(&self) -> Option<Store> {
+    pub(crate) fn store(&self) -> Option<Arc<Store>> {
         self.store.read().clone()
     }
 
@@ -39,11 +41,11 @@ impl MooncakeDistributedStore {
         F: FnOnce(&Store) -> Result<T> + Send,
     {
         let store = self.store().ok_or_else(Error::not_set_up)?;
-        py.allow_threads(|| f(&store))
+        py.allow_threads(|| f(&*store))
     }
 
     /// Replace the store, returning the previous one (to be closed by the caller).
-    pub(crate) fn replace(&self, store: Option<Store>) -> Option<Store> {
+    pub(crate) fn replace(&self, store: Option<Arc<Store>>) -> Option<Arc<Store>> {
         std::mem::replace(&mut *self.store.write(), store)
     }
 }
@@ -65,8 +67,7 @@ impl Drop for MooncakeDistributedStore {
         // in-flight call shares the client); otherwise the last holder's
         // drop is responsible.
         let last = match self.store.get_mut().take() {
-            Some(Store::Local(c)) if Arc::strong_count(&c) == 1 => Some(Store::Local(c)),
-            Some(Store::Dummy(d)) if Arc::strong_count(&d) == 1 => Some(Store::Dummy(d)),
+            Some(s) if Arc::strong_count(&s) == 1 => Some(s),
             _ => None,
         };
         if let Some(s) = last {

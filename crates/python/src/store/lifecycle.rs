@@ -4,15 +4,16 @@
 
 use super::capsule::client_capsule;
 use super::class::MooncakeDistributedStore;
+use super::class::Store;
 use super::setup;
 use crate::args::UInt;
 use crate::report::Call;
 use mooncake_client::{Client, Error, HEALTH_CLOSED};
-use mooncake_standalone::{DummyClient, Store};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
+use std::sync::Arc;
 
-fn close_client(py: Python<'_>, store: Option<Store>) {
+fn close_client(py: Python<'_>, store: Option<Arc<Store>>) {
     if let Some(s) = store {
         py.allow_threads(|| s.close());
     }
@@ -47,7 +48,7 @@ impl MooncakeDistributedStore {
             None,
             result.map(|client| {
                 // A concurrent setup may have installed another client meanwhile.
-                close_client(py, self.replace(Some(Store::Local(client))));
+                close_client(py, self.replace(Some(client)));
             }),
         ))
     }
@@ -67,12 +68,12 @@ impl MooncakeDistributedStore {
         let call = Call::new(py, "setup_dummy");
         close_client(py, self.replace(None));
         let result = py.allow_threads(|| {
-            DummyClient::setup(mem_pool_size.0, local_buffer_size.0, &server_address)
+            mooncake_standalone::setup_dummy(mem_pool_size.0, local_buffer_size.0, &server_address)
         });
         call.code(
             None,
             result.map(|dummy| {
-                close_client(py, self.replace(Some(Store::Dummy(dummy))));
+                close_client(py, self.replace(Some(dummy)));
             }),
         )
     }
@@ -81,16 +82,15 @@ impl MooncakeDistributedStore {
     /// client's pool (the daemon reads and writes it in place), or 0 on
     /// failure or when the store is not a dummy client.
     fn alloc_from_mem_pool(&self, py: Python<'_>, arg0: UInt) -> u64 {
-        let r = self
-            .store()
-            .and_then(|s| s.dummy().cloned())
-            .ok_or_else(|| {
-                Error::internal("alloc_from_mem_pool needs a dummy client (setup_dummy)")
-            });
-        match Call::new(py, "alloc_from_mem_pool").ok(None, r) {
-            Some(d) => py.allow_threads(|| d.alloc_from_mem_pool(arg0.0)),
-            None => 0,
-        }
+        let r = match self.store() {
+            Some(s) => py.allow_threads(|| s.alloc_from_mem_pool(arg0.0)),
+            None => Err(Error::internal(
+                "alloc_from_mem_pool needs a dummy client (setup_dummy)",
+            )),
+        };
+        Call::new(py, "alloc_from_mem_pool")
+            .ok(None, r)
+            .unwrap_or(0)
     }
 
     /// Unmount and disconnect; idempotent, returns 0.

@@ -5,11 +5,11 @@
 //! (`mooncake_client`, module `sessions`); this module only converts.
 
 use super::class::MooncakeDistributedStore;
+use super::class::Store;
 use super::config::{options, ReplicateConfig};
 use crate::args::{plain, UInt};
 use crate::family::method_family;
 use crate::report::Call;
-use mooncake_standalone::Store;
 use pyo3::prelude::*;
 
 method_family! {

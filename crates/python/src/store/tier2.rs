@@ -7,13 +7,13 @@
 //! argument binding.
 
 use super::class::MooncakeDistributedStore;
+use super::class::Store;
 use super::config::{options, ReplicateConfig};
 use crate::args::UInt;
 use crate::family::method_family;
 use crate::report::Call;
 use mooncake_client::device_staging::{check_cuda_dest, read_tensor_into_device, CudaTensorDest};
 use mooncake_client::{Client, ClientConfig, Error, Result};
-use mooncake_standalone::Store;
 use mooncake_tensor::DType;
 use pyo3::exceptions::PyNotImplementedError;
 use pyo3::prelude::*;
@@ -132,7 +132,7 @@ impl MooncakeDistributedStore {
         call.code(
             None,
             r.map(|client| {
-                if let Some(old) = self.replace(Some(Store::Local(client))) {
+                if let Some(old) = self.replace(Some(client)) {
                     py.allow_threads(|| old.close());
                 }
             }),
@@ -206,7 +206,7 @@ impl MooncakeDistributedStore {
                 "reads into CUDA tensors need CUDA: {e} (no CUDA support in this process)"
             )));
         }
-        let dummy = matches!(store, Store::Dummy(_));
+        let dummy = std::sync::Arc::clone(&store).client().is_none();
         if !dummy {
             return Err(Error::invalid(
                 "CUDA IPC tensor read requires a dummy client",

@@ -12,6 +12,7 @@
 //! batch forms are staged through host memory (`device_staging`).
 
 use super::class::MooncakeDistributedStore;
+use super::class::Store;
 use super::config::{options, ReplicateConfig};
 use crate::args::{addrs, addrs2, plain, Flag, UInt};
 use crate::family::method_family;
@@ -20,7 +21,6 @@ use mooncake_client::device_staging::{
     get_one_staged, get_staged, host_only, nested_staged, put_staged,
 };
 use mooncake_client::ranges_failed;
-use mooncake_standalone::Store;
 use pyo3::prelude::*;
 
 impl MooncakeDistributedStore {

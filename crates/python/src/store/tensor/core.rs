@@ -296,7 +296,7 @@ impl MooncakeDistributedStore {
         // SAFETY: payload destinations are fresh tensors or pool blocks of
         // at least the output size (kept in `fresh`); `_into` buffers are the caller's
         // (upstream contract) and their size is checked by the executor.
-        let results = py.allow_threads(|| unsafe { store.read_tensors(reqs, alloc) });
+        let results = py.allow_threads(|| unsafe { store.read_tensors(reqs, Box::new(alloc)) });
         if let Some(e) = raised.filter(|e| e.is_instance_of::<pyo3::exceptions::PyImportError>(py))
         {
             return Err(e);
