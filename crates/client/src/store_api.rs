@@ -223,13 +223,12 @@ macro_rules! declare {
     };
 }
 
-/// An implementation of a listed group by the implementing type's
-/// inherent methods of the same names and signatures.
-#[macro_export]
-macro_rules! store_forward_to_inherent {
+/// The `StoreApi` methods of a listed group, each forwarded to the
+/// client's inherent method of the same name and signature.
+macro_rules! forward_to_inherent {
     ($($(#[$m:meta])* fn $n:ident(&self $(, $a:ident: $t:ty)* $(,)?) $(-> $r:ty)?;)*) => {
         $(fn $n(&self $(, $a: $t)*) $(-> $r)? {
-            Self::$n(self $(, $a)*)
+            Client::$n(self $(, $a)*)
         })*
     };
     (
@@ -237,12 +236,12 @@ macro_rules! store_forward_to_inherent {
         unsafe { $($(#[$um:meta])* fn $un:ident(&self $(, $ua:ident: $ut:ty)* $(,)?) $(-> $ur:ty)?;)* }
     ) => {
         $(fn $sn(&self $(, $sa: $st)*) $(-> $sr)? {
-            Self::$sn(self $(, $sa)*)
+            Client::$sn(self $(, $sa)*)
         })*
         $(unsafe fn $un(&self $(, $ua: $ut)*) $(-> $ur)? {
             // SAFETY: the caller's contract is the trait method's, which is
             // the inherent method's.
-            unsafe { Self::$un(self $(, $ua)*) }
+            unsafe { Client::$un(self $(, $ua)*) }
         })*
     };
 }
@@ -299,8 +298,8 @@ pub trait StoreApi: Send + Sync {
 }
 
 impl StoreApi for Client {
-    store_queries!(store_forward_to_inherent);
-    store_calls!(store_forward_to_inherent);
+    store_queries!(forward_to_inherent);
+    store_calls!(forward_to_inherent);
 
     fn stats(&self) -> Vec<(String, u64)> {
         Client::stats(self)

@@ -21,7 +21,7 @@ use mooncake_tensor::{numel, ReadOutput, ReadRequest, WriteRoute};
 use mooncake_transfer::Segment;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
-use std::io;
+use std::io::{self, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -706,16 +706,10 @@ impl Shared {
                 wire::send(c, &r)
             }
             Call::GetValues { keys } => self.get_values(d, c, &keys),
-            Call::GetSize { key } => wire::send(c, &cl.get_size(&key)),
-            Call::IsExist { key } => wire::send(c, &cl.is_exist(&key)),
-            Call::BatchIsExist { keys } => wire::send(c, &cl.batch_is_exist(&keys)),
-            Call::ReplicaDescs { keys } => wire::send(c, &cl.replica_descs(&keys)),
-            Call::Remove { key, force } => wire::send(c, &cl.remove(&key, force)),
-            Call::BatchRemove { keys, force } => wire::send(c, &cl.batch_remove(&keys, force)),
-            Call::RemoveByRegex { pattern, force } => {
-                wire::send(c, &cl.remove_by_regex(&pattern, force))
+            Call::Query { query, args } => {
+                let reply = crate::queries::serve(cl, query, &args)?;
+                c.write_all(&reply)
             }
-            Call::RemoveAll { force } => wire::send(c, &cl.remove_all(force)),
             Call::PutMulti { keys, bufs, cfg } => {
                 // SAFETY: every range was checked against a mapped region held by `keep`.
                 let r = d.nested(&bufs, k).and_then(|(p, s)| unsafe {

@@ -21,6 +21,7 @@
 //! one reply type, named in its doc; two-phase calls (a read whose result
 //! sizes decide where it goes) exchange one more frame pair in between.
 
+use crate::queries::Query;
 use mooncake_client::{Error, ReplicateConfig, Result, WriteMode};
 use mooncake_common::framing::{decode, encode_frame, read_frame, MAX_REQUEST_FRAME};
 use mooncake_common::spin_read::{spin_budget, SpinReader};
@@ -380,22 +381,9 @@ pub(crate) enum Call {
     /// the sizes (`Vec<Result<u64>>`), the dummy names a destination per key
     /// (`Vec<Option<Buf>>`), then the reply is `Vec<Result<u64>>`.
     GetValues { keys: Vec<String> },
-    /// Reply: `Result<u64>`.
-    GetSize { key: String },
-    /// Reply: `Result<bool>`.
-    IsExist { key: String },
-    /// Reply: `Vec<Result<bool>>`.
-    BatchIsExist { keys: Vec<String> },
-    /// Reply: `Vec<Result<Vec<ReplicaDesc>>>`.
-    ReplicaDescs { keys: Vec<String> },
-    /// Reply: `Result<()>`.
-    Remove { key: String, force: bool },
-    /// Reply: `Vec<Result<()>>`.
-    BatchRemove { keys: Vec<String>, force: bool },
-    /// Reply: `Result<u64>`.
-    RemoveByRegex { pattern: String, force: bool },
-    /// Reply: `Result<u64>`.
-    RemoveAll { force: bool },
+    /// A plain-value operation of the store (see `queries`): its
+    /// arguments as encoded by the dummy. Reply: the operation's result.
+    Query { query: Query, args: Vec<u8> },
     /// `batch_put_from_multi_buffers`. Reply: `Result<Vec<Result<()>>>`.
     PutMulti {
         keys: Vec<String>,
@@ -474,14 +462,7 @@ impl Call {
             Call::PutMulti { bufs, .. }
             | Call::GetMulti { bufs, .. }
             | Call::SessionRanges { bufs, .. } => nested(bufs),
-            Call::GetSize { .. }
-            | Call::IsExist { .. }
-            | Call::BatchIsExist { .. }
-            | Call::ReplicaDescs { .. }
-            | Call::Remove { .. }
-            | Call::BatchRemove { .. }
-            | Call::RemoveByRegex { .. }
-            | Call::RemoveAll { .. }
+            Call::Query { .. }
             | Call::PutSessionStart { .. }
             | Call::PutSessionEnd { .. }
             | Call::GetSessionStart { .. }
@@ -680,7 +661,11 @@ mod tests {
             prefer_same_node: false,
         };
         assert_eq!(multi.payload(), Some(8));
-        assert_eq!(Call::RemoveAll { force: true }.payload(), Some(0));
+        let remove_all = Call::Query {
+            query: Query::remove_all,
+            args: mooncake_common::framing::encode(&(true,)).unwrap(),
+        };
+        assert_eq!(remove_all.payload(), Some(0));
         assert_eq!(Call::GetValues { keys }.payload(), None);
     }
 
