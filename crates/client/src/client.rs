@@ -180,9 +180,10 @@ impl Client {
             )?)
         } else {
             match crate::durability::disk::storage_config(&master) {
-                Ok((fsdir, _)) if !fsdir.is_empty() && gs > 0 => {
-                    let base = mooncake_offload::TierConfig::from_env(&fsdir)
+                Ok((fsdir, disk_eviction)) if !fsdir.is_empty() && gs > 0 => {
+                    let mut base = mooncake_offload::TierConfig::from_env(&fsdir)
                         .map_err(|e| Error::invalid(format!("SSD offload: {e}")))?;
+                    base.evict = disk_eviction;
                     Some(crate::durability::disk::open_under(&fsdir, &base)?)
                 }
                 Ok(_) => None,

@@ -90,6 +90,36 @@ pub enum LedgerOp {
         /// Value size in bytes.
         size: u64,
     },
+    /// Write-through: the owner copies the `size` bytes at `offset` (the
+    /// object `key` at `version`) to its disk tier and keeps the entry (the
+    /// replica stays in memory). A later forget of the replica comes after
+    /// this op, so its space is reused only once the copy is made.
+    Persist {
+        /// Offset of the replica.
+        offset: u64,
+        /// The object's version.
+        version: u64,
+        /// The object's key.
+        key: String,
+        /// Value size in bytes.
+        size: u64,
+    },
+    /// Promotion: the owner reads its disk copy of the object `key` at
+    /// `version` into the `size` bytes at `offset` of its segment (space the
+    /// master allocated for it) and reports the result with
+    /// `MasterRequest::Promoted` before acknowledging. The ledger entry is
+    /// not recorded: the disk copy stays, so a master rebuilt from the
+    /// ledgers still has the object.
+    Promote {
+        /// Offset of the new replica.
+        offset: u64,
+        /// The object's version.
+        version: u64,
+        /// The object's key.
+        key: String,
+        /// Value size in bytes.
+        size: u64,
+    },
     /// The object `key` at `version` is gone: the owner deletes its disk
     /// copy (a later version stays).
     DiskForget {
@@ -99,6 +129,10 @@ pub enum LedgerOp {
         version: u64,
     },
 }
+
+/// How an owner applied one [`LedgerOp::Promote`]: `(key, version,
+/// offset, copied)`.
+pub type PromoteResult = (String, u64, u64, bool);
 
 /// Master -> owner: ops to apply in order; `seq` is the sequence number of
 /// the last op (per segment, counting from 1).

@@ -339,6 +339,19 @@ pub enum MasterRequest {
         /// Its segment.
         segment_name: String,
     },
+    /// The owner of `segment_name` applied these
+    /// [`crate::ledger::LedgerOp::Promote`] ops: `(key, version, offset,
+    /// copied)`. A copied one becomes a memory replica of the object (if it
+    /// is still that version with no memory replica); otherwise the master
+    /// frees the space. Answered with `Ok`.
+    Promoted {
+        /// The owning client.
+        client_id: String,
+        /// Its segment.
+        segment_name: String,
+        /// One entry per promote op.
+        done: Vec<crate::ledger::PromoteResult>,
+    },
 }
 
 /// What a client sends in one request frame: the request, plus finished
@@ -405,8 +418,11 @@ pub enum MasterResponse {
     StorageConfig {
         /// `<root_fs_dir>/<cluster_id>`, or empty without `--root_fs_dir`.
         fsdir: String,
-        /// The master moves evicted objects to owners' disk tiers.
+        /// The master copies objects to owners' disk tiers.
         offload: bool,
+        /// Tiers under `fsdir` evict their oldest copies to make room
+        /// (`--enable_disk_eviction`); false: a full tier refuses new copies.
+        disk_eviction: bool,
     },
     /// The remount finished: the owner drops the listed `(offset, version)`
     /// ledger entries (stale: the master has newer versions of those keys),

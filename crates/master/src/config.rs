@@ -96,8 +96,10 @@ pub struct MasterConfig {
     pub ha_endpoints: Vec<String>,
     /// `--cluster_id`.
     pub cluster_id: String,
-    /// `--enable_offload`: evicted objects move to their owner's disk
-    /// tier (owners that have one) instead of being dropped.
+    /// `--enable_offload`: objects are copied to their owner's disk tier
+    /// (owners that have one): each committed write, or with
+    /// `offload_on_evict` each object eviction selects, which then stays
+    /// readable from disk instead of being dropped.
     pub enable_offload: bool,
     /// `--root_fs_dir`: owners keep their disk tiers under
     /// `<root_fs_dir>/<cluster_id>/` (each in a directory of its own), and
@@ -108,6 +110,39 @@ pub struct MasterConfig {
     /// stay in memory, nothing is dropped) and a put that needs their space
     /// fails with NO_AVAILABLE_HANDLE.
     pub global_file_segment_size: u64,
+    /// `--offload_on_evict`: in a master that offloads, copy an object to
+    /// its owner's disk tier only when memory eviction selects it. Off
+    /// (the default): every committed write is also queued for a copy to
+    /// disk (write-through), and eviction then only drops memory replicas
+    /// of objects that have a disk copy.
+    pub offload_on_evict: bool,
+    /// `--offload_force_evict` (with `offload_on_evict`): objects eviction
+    /// cannot queue for disk (past the per-pass cap, the owner's queue or
+    /// `--global_file_segment_size` full) are dropped instead of kept in
+    /// memory.
+    pub offload_force_evict: bool,
+    /// `--offload_cap_ratio`: with `offload_on_evict`, one eviction pass
+    /// queues at most `offloading_queue_limit * offload_cap_ratio` objects
+    /// for disk; the rest stay in memory (or are dropped with
+    /// `offload_force_evict`).
+    pub offload_cap_ratio: f64,
+    /// `--offloading_queue_limit`: most copies to disk queued for one owner
+    /// and not yet acknowledged; an object that would pass it is not
+    /// queued.
+    pub offloading_queue_limit: u64,
+    /// `--enable_disk_eviction`: owners whose disk tier lives under
+    /// `--root_fs_dir` evict their oldest disk copies to make room; off, a
+    /// full tier refuses new copies instead.
+    pub enable_disk_eviction: bool,
+    /// `--promotion_on_hit` (in a master that offloads): an object read
+    /// from its disk copy `promotion_admission_threshold` times is copied
+    /// back into its owner's memory by the owner.
+    pub promotion_on_hit: bool,
+    /// `--promotion_admission_threshold` (1 to 255): reads of a disk-only
+    /// object before it is promoted.
+    pub promotion_admission_threshold: u32,
+    /// `--promotion_queue_limit`: most promotions in flight at once.
+    pub promotion_queue_limit: u32,
 }
 
 impl Default for MasterConfig {
@@ -151,14 +186,39 @@ impl Default for MasterConfig {
             enable_offload: false,
             root_fs_dir: String::new(),
             global_file_segment_size: i64::MAX as u64,
+            offload_on_evict: false,
+            offload_force_evict: false,
+            offload_cap_ratio: 0.5,
+            offloading_queue_limit: 50_000,
+            enable_disk_eviction: true,
+            promotion_on_hit: false,
+            promotion_admission_threshold: 2,
+            promotion_queue_limit: 50_000,
         }
     }
 }
 
 impl MasterConfig {
-    /// Whether evicted objects move to owners' disk tiers.
+    /// Whether objects are copied to owners' disk tiers.
     pub fn offloads(&self) -> bool {
         self.enable_offload || !self.root_fs_dir.is_empty()
+    }
+
+    /// Whether every committed write is copied to its owner's disk tier
+    /// (offload on, `--offload_on_evict` off).
+    pub fn writes_through(&self) -> bool {
+        self.offloads() && !self.offload_on_evict
+    }
+
+    /// Whether disk-only objects read often enough come back to memory.
+    pub fn promotes(&self) -> bool {
+        self.offloads() && self.promotion_on_hit
+    }
+
+    /// With `--offload_on_evict`: most objects one eviction pass queues
+    /// for disk.
+    pub fn offload_cap(&self) -> u64 {
+        (self.offloading_queue_limit as f64 * self.offload_cap_ratio) as u64
     }
 
     /// Where owners keep their disk tiers (`<root_fs_dir>/<cluster_id>`),

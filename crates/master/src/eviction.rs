@@ -1,8 +1,13 @@
 //! Watermark eviction: evict unleased, unpinned objects oldest
 //! lease first; soft-pinned objects only when that is not enough. When the
-//! master offloads, an evicted object whose replica lives on an owner with
-//! a disk tier moves there instead of being dropped (see `offload`); when
-//! the disk copies are at `--global_file_segment_size` it stays in memory.
+//! master offloads (see `offload`), an evicted object that has a disk copy
+//! (written through when it was committed) loses only its memory replicas;
+//! one without, whose replica lives on an owner with a disk tier, moves
+//! there instead of being dropped. One that cannot be queued for disk
+//! (the disk copies at `--global_file_segment_size`, the owner's queue at
+//! `--offloading_queue_limit`, or, with `--offload_on_evict`, the pass's
+//! cap of `offloading_queue_limit * offload_cap_ratio` reached) stays in
+//! memory, or is dropped with `--offload_force_evict`.
 //!
 //! Evicted space returns when the owners acknowledge (a move to disk: once
 //! the bytes are on disk), so writers can outrun it. A put that finds no
@@ -80,6 +85,15 @@ impl MasterState {
         let mut kept = 0u64;
         let offload = self.cfg.offloads();
         let file_cap = self.cfg.global_file_segment_size;
+        let queue_limit = self.cfg.offloading_queue_limit;
+        let on_evict = self.cfg.offload_on_evict;
+        let pass_cap = if on_evict {
+            self.cfg.offload_cap()
+        } else {
+            u64::MAX
+        };
+        let force = on_evict && self.cfg.offload_force_evict;
+        let mut forced = 0u64;
         let release = std::time::Duration::from_secs(self.cfg.put_start_release_timeout_sec);
         for k in &victims {
             let held = g
@@ -89,13 +103,31 @@ impl MasterState {
             // The space returns when the owners acknowledge the forget
             // (or the move to disk).
             if offload {
-                match g.offload_object(k, file_cap) {
+                match g.evict_to_disk_copy(k) {
+                    Offload::Moved => {
+                        evicted += 1;
+                        bytes = bytes.saturating_add(held);
+                        continue;
+                    }
+                    Offload::Busy => {
+                        kept += 1;
+                        continue;
+                    }
+                    Offload::NoTier | Offload::Full => {}
+                }
+                let moved = if offloaded >= pass_cap {
+                    Offload::Full
+                } else {
+                    g.offload_object(k, file_cap, queue_limit)
+                };
+                match moved {
                     Offload::Moved => {
                         offloaded += 1;
                         evicted += 1;
                         bytes = bytes.saturating_add(held);
                         continue;
                     }
+                    Offload::Full if force => forced += 1,
                     Offload::Full | Offload::Busy => {
                         kept += 1;
                         continue;
@@ -109,7 +141,7 @@ impl MasterState {
         }
         if kept > 0 && !g.disk_full_warned {
             g.disk_full_warned = true;
-            tracing::warn!(kept, disk_bytes = g.disk_bytes, cap = file_cap, "memory eviction keeps objects in memory: the disk copies are at --global_file_segment_size; puts that need their space fail with NO_AVAILABLE_HANDLE");
+            tracing::warn!(kept, disk_bytes = g.disk_bytes, cap = file_cap, "memory eviction keeps objects in memory that it cannot queue for disk (--global_file_segment_size, --offloading_queue_limit, or with --offload_on_evict the pass's share of it, --offload_cap_ratio); puts that need their space fail with NO_AVAILABLE_HANDLE");
         } else if offloaded > 0 && kept == 0 {
             g.disk_full_warned = false;
         }
@@ -117,7 +149,7 @@ impl MasterState {
             self.metrics.successful_evictions.inc();
             self.metrics.evicted_key_count.inc_by(evicted);
             self.metrics.evicted_size_bytes.inc_by(bytes);
-            tracing::info!(evicted, offloaded, kept, bytes, "eviction pass");
+            tracing::info!(evicted, offloaded, kept, forced, bytes, "eviction pass");
         }
     }
 

@@ -76,6 +76,9 @@ struct QState {
     disconnected_at: Option<Instant>,
     /// The segment was unmounted: everything is void.
     closed: bool,
+    /// Copies to disk (offloads and write-throughs) queued and not yet
+    /// acknowledged.
+    disk_writes: u64,
 }
 
 impl Default for QState {
@@ -92,6 +95,7 @@ impl Default for QState {
             // right after mounting): writers wait for it like for a reconnect.
             disconnected_at: Some(Instant::now()),
             closed: false,
+            disk_writes: 0,
         }
     }
 }
@@ -120,6 +124,7 @@ impl OwnerQueue {
         let mut g = self.st.lock();
         g.last_seq += 1;
         let seq = g.last_seq;
+        g.disk_writes += u64::from(writes_to_disk(&op));
         g.pending.push_back((seq, op));
         drop(g);
         self.cv.notify_all();
@@ -131,6 +136,7 @@ impl OwnerQueue {
         let mut g = self.st.lock();
         g.last_seq += 1;
         let seq = g.last_seq;
+        g.disk_writes += u64::from(writes_to_disk(&op));
         g.pending.push_back((seq, op));
         g.frees.push_back((seq, offset, size));
         drop(g);
@@ -178,6 +184,11 @@ impl OwnerQueue {
         self.st.lock().disconnected_at = Some(Instant::now() - RECONNECT_GRACE);
     }
 
+    /// Copies to disk queued for the owner and not yet acknowledged.
+    pub(crate) fn disk_writes(&self) -> u64 {
+        self.st.lock().disk_writes
+    }
+
     /// Highest acknowledged sequence number.
     pub(crate) fn acked(&self) -> u64 {
         self.st.lock().acked
@@ -214,6 +225,7 @@ impl OwnerQueue {
         g.closed = true;
         g.pending.clear();
         g.frees.clear();
+        g.disk_writes = 0;
         drop(g);
         self.cv.notify_all();
     }
@@ -309,7 +321,9 @@ impl OwnerQueue {
             let mut g = self.st.lock();
             g.acked = g.acked.max(acked);
             while g.pending.front().is_some_and(|(s, _)| *s <= acked) {
-                g.pending.pop_front();
+                if let Some((_, op)) = g.pending.pop_front() {
+                    g.disk_writes = g.disk_writes.saturating_sub(u64::from(writes_to_disk(&op)));
+                }
             }
             // A burst of ops (a large removal) left big empty queues.
             let big = g.pending.capacity() > SHRINK_ABOVE || g.frees.capacity() > SHRINK_ABOVE;
@@ -348,6 +362,11 @@ impl OwnerQueue {
     }
 }
 
+/// Whether the owner copies bytes to its disk tier for `op`.
+fn writes_to_disk(op: &LedgerOp) -> bool {
+    matches!(op, LedgerOp::Offload { .. } | LedgerOp::Persist { .. })
+}
+
 /// How many of the queued `ops` (oldest first) one push carries: at most
 /// [`MAX_BATCH`], ending after the offload that brings the offloaded bytes
 /// to [`OFFLOAD_BATCH_BYTES`].
@@ -356,7 +375,7 @@ fn batch_len<'a>(ops: impl Iterator<Item = &'a LedgerOp>) -> usize {
     let mut offloaded = 0u64;
     for op in ops.take(MAX_BATCH) {
         n += 1;
-        if let LedgerOp::Offload { size, .. } = op {
+        if let LedgerOp::Offload { size, .. } | LedgerOp::Persist { size, .. } = op {
             offloaded = offloaded.saturating_add(*size);
             if offloaded >= OFFLOAD_BATCH_BYTES {
                 break;

@@ -101,11 +101,14 @@ pub struct MasterMetrics {
     /// Puts that found memory full and waited for evicted space to come
     /// back (`master_put_space_waits_total`).
     pub put_space_waits: Counter,
+    /// Disk-only objects copied back into memory after reads
+    /// (`master_promoted_objects_total`).
+    pub promoted_objects: Counter,
 }
 
 impl MasterMetrics {
     /// The counters as (exported name, help, counter).
-    fn counters(&self) -> [(&'static str, &'static str, &Counter); 23] {
+    fn counters(&self) -> [(&'static str, &'static str, &Counter); 24] {
         [
             (
                 "master_put_start_requests_total",
@@ -221,6 +224,11 @@ impl MasterMetrics {
                 "master_put_space_waits_total",
                 "Puts that found memory full and waited for evicted space to come back",
                 &self.put_space_waits,
+            ),
+            (
+                "master_promoted_objects_total",
+                "Disk-only objects copied back into memory after reads (--promotion_on_hit)",
+                &self.promoted_objects,
             ),
         ]
     }

@@ -352,6 +352,10 @@ impl MasterState {
     /// A write whose key got a newer version meanwhile (a concurrent
     /// upsert that started later committed first) is discarded and still
     /// succeeds: it is ordered before the newer one.
+    ///
+    /// In a master that writes through (offload on, `--offload_on_evict`
+    /// off), each committed version is also queued for a copy to the disk
+    /// tier of one of its replicas' owners (not awaited).
     pub fn commit_end(
         &self,
         keys: &[String],
@@ -436,6 +440,11 @@ impl MasterState {
             return Err(ErrorCode::UnavailableInCurrentStatus);
         }
         let now = self.clock.now();
+        let write_through = self.cfg.writes_through();
+        let (file_cap, queue_limit) = (
+            self.cfg.global_file_segment_size,
+            self.cfg.offloading_queue_limit,
+        );
         let mut g = self.inner.lock();
         let mut lost = 0usize;
         let mut retire_waits = Vec::new();
@@ -459,6 +468,9 @@ impl MasterState {
                 let pin = o.pending_pin();
                 o.mark_complete();
                 apply_pin(o, pin, now);
+                if write_through {
+                    let _ = g.persist_object(k, file_cap, queue_limit);
+                }
                 continue;
             }
             let pending = g.objects.get_mut(k).and_then(|o| o.take_upsert(c.version));
@@ -520,6 +532,9 @@ impl MasterState {
                 &mut handed,
             ) {
                 freed += 1;
+            }
+            if write_through {
+                let _ = g.persist_object(k, file_cap, queue_limit);
             }
         }
         drop(g);
@@ -641,6 +656,8 @@ impl MasterState {
         let mut out = Vec::with_capacity(keys.len());
         let mut at = Vec::with_capacity(if ticket != 0 { keys.len() } else { 0 });
         let mut any = false;
+        let promotes = self.cfg.promotes();
+        let mut disk_reads = Vec::new();
         // Every key is looked up first, in a loop of lookups alone: their
         // cache misses (the index's table, the entry, the key's bytes) do
         // not depend on each other, so the processor overlaps them across
@@ -677,6 +694,9 @@ impl MasterState {
                     Ok((o.size, o.replicas.clone(), o.version, o.disk))
                 }
             };
+            if promotes && matches!(&info, Ok((_, reps, _, Some(_))) if reps.is_empty()) {
+                disk_reads.push(i);
+            }
             out.push(info.map(|(size, reps, version, disk)| ObjectInfo {
                 size,
                 replicas: reps.iter().filter_map(|r| g.replica_loc(r, size)).collect(),
@@ -687,6 +707,9 @@ impl MasterState {
                 lease_ttl_ms: ttl,
                 read_ticket: ticket,
             }));
+        }
+        for i in disk_reads {
+            g.note_disk_read(&keys[i], &self.cfg);
         }
         Ok((out, any.then_some(d), at))
     }

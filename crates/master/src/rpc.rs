@@ -187,6 +187,7 @@ fn is_mutation(req: &MasterRequest) -> bool {
             | MasterRequest::UnmountSegment { .. }
             | MasterRequest::DiskTier { .. }
             | MasterRequest::DiskDropped { .. }
+            | MasterRequest::Promoted { .. }
     )
 }
 
@@ -327,9 +328,18 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
             Ok(()) => MasterResponse::Ok,
             Err(e) => MasterResponse::Err(e),
         },
+        MasterRequest::Promoted {
+            client_id,
+            segment_name,
+            done,
+        } => match state.promoted(&client_id, &segment_name, &done) {
+            Ok(()) => MasterResponse::Ok,
+            Err(e) => MasterResponse::Err(e),
+        },
         MasterRequest::StorageConfig => MasterResponse::StorageConfig {
             fsdir: state.config().fsdir(),
             offload: state.config().offloads(),
+            disk_eviction: state.config().enable_disk_eviction,
         },
         // Only meaningful as a connection's request (handled there).
         MasterRequest::LedgerStream { .. } => MasterResponse::Err(ErrorCode::InvalidParams),

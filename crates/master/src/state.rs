@@ -92,6 +92,11 @@ pub(crate) struct Object {
     pub hard_pin: bool,
     /// The segment whose owner holds this version in its disk tier.
     pub disk: Option<SegId>,
+    /// Reads of this version while it had no memory replica (promotion
+    /// admission), saturating.
+    pub disk_hits: u8,
+    /// A promotion of it back to memory is in flight.
+    pub promoting: bool,
     extra: Option<Box<Extra>>,
 }
 
@@ -152,6 +157,8 @@ impl Object {
             status: ObjStatus::Processing,
             hard_pin,
             disk: None,
+            disk_hits: 0,
+            promoting: false,
             extra: Some(Box::new(Extra {
                 put_start: Some(now),
                 pending_pin,
@@ -178,6 +185,8 @@ impl Object {
             status: ObjStatus::Complete,
             hard_pin,
             disk: None,
+            disk_hits: 0,
+            promoting: false,
             extra: None,
         }
     }
@@ -433,6 +442,17 @@ pub(crate) struct Inner {
     pub space_waiters: std::collections::VecDeque<u64>,
     /// Source of `space_waiters` tickets.
     pub next_space_ticket: u64,
+    /// Promotions in flight, by the space allocated for them.
+    pub promotions: HashMap<(SegId, u64), Promotion>,
+}
+
+/// A promotion in flight: the owner of the disk copy reads it back into
+/// space allocated on its segment.
+#[derive(Debug)]
+pub(crate) struct Promotion {
+    pub key: Box<str>,
+    pub version: u64,
+    pub size: u64,
 }
 
 /// The master's shared state.
@@ -786,6 +806,7 @@ impl Inner {
         };
         seg.ledger.close();
         self.deferred.retain(|d| d.seg != id);
+        self.promotions.retain(|(s, _), _| *s != id);
         self.drop_segment_versions(id);
         let mut empty = Vec::new();
         let mut disk_freed = 0u64;

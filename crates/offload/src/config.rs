@@ -27,6 +27,12 @@ pub struct TierConfig {
     /// How long a usage scan is reused; zero rescans on every write
     /// (`MOONCAKE_OFFLOAD_BUCKET_DISK_SCAN_CACHE_MS`, 500).
     pub scan_cache: Duration,
+    /// Take out the oldest buckets to make room for a write (and, with
+    /// `watermark_eviction`, to stay under the watermarks); false: a write
+    /// that does not fit under the cap fails with `Full` and nothing is
+    /// taken out (the master's `--enable_disk_eviction`, for tiers under its
+    /// `--root_fs_dir`).
+    pub evict: bool,
     /// Evict down to the low watermark once usage crosses the high one
     /// (`MOONCAKE_OFFLOAD_ENABLE_DISK_WATERMARK_EVICTION`, true).
     pub watermark_eviction: bool,
@@ -50,6 +56,7 @@ impl TierConfig {
             bucket_max_total_size: 0,
             max_physical_bytes: 0,
             scan_cache: Duration::from_millis(500),
+            evict: true,
             watermark_eviction: true,
             high_watermark: 0.90,
             low_watermark: 0.80,

@@ -427,7 +427,8 @@ impl DiskTier {
     /// Take buckets out (oldest first) until `need` more bytes fit under
     /// the cap and, with watermark eviction, under the low watermark once
     /// the high one would be crossed. Fails with `Full` when even every
-    /// bucket is not enough (nothing is taken out then).
+    /// bucket is not enough, or when `need` does not fit under the cap and
+    /// the tier does not evict (nothing is taken out then).
     fn make_room(&self, g: &mut Inner, need: u64) -> Result<Evicted> {
         let mut out = Evicted {
             ids: Vec::new(),
@@ -435,6 +436,12 @@ impl DiskTier {
         };
         let used = self.used(g);
         let cap = self.cap;
+        if !self.cfg.evict {
+            if used.saturating_add(need) > cap {
+                return Err(OffloadError::Full { need, cap, used });
+            }
+            return Ok(out);
+        }
         let mut limit = cap;
         if self.cfg.watermark_eviction
             && used.saturating_add(need) as f64 > self.cfg.high_watermark * cap as f64

@@ -37,7 +37,7 @@ pub static FLAGS: &[mooncake_common::gflags::FlagDef] = &[
     f("local_buffer_size", Str, "0", Core, "Size of local buffer (e.g., 16MB, 1GB)"),
     f("threads", Int32, "1", Core, "Number of threads for client service (each dummy client connection has a thread of its own)"),
     f("tenant_id", Str, "default", Core, "Tenant identifier"),
-    f("enable_offload", Bool, "false", Core, "Enable SSD offload: evicted objects move to the disk tier in MOONCAKE_OFFLOAD_FILE_STORAGE_PATH"),
+    f("enable_offload", Bool, "false", Core, "Enable SSD offload: a disk tier in MOONCAKE_OFFLOAD_FILE_STORAGE_PATH, which the master has objects copied to (see its --enable_offload)"),
     f("start_offload_rpc_server", Bool, "true", Core, "Serve disk-tier reads to other processes; effective only with --enable_offload"),
     f("enable_http_server", Bool, "false", Core, "Enable embedded HTTP server for health check and metrics"),
     f("http_port", Int32, "9300", Core, "Port for client HTTP server (only effective when --enable_http_server=true)"),

@@ -14,7 +14,7 @@
 
 use crate::error::{Error, Result};
 use crate::master::master_conn::MasterConn;
-use mooncake_common::ledger::{LedgerOp, REPORT_CHUNK};
+use mooncake_common::ledger::{LedgerOp, PromoteResult, REPORT_CHUNK};
 use mooncake_common::proto::{DiskLoc, DiskObject, MasterRequest, MasterResponse};
 use mooncake_common::{AuthKey, ErrorCode};
 use mooncake_offload::{DiskTier, OffloadError, TierConfig};
@@ -86,10 +86,15 @@ pub(crate) fn open_under(fsdir: &str, base: &TierConfig) -> Result<DiskTier> {
     )))
 }
 
-/// Ask the master where owners keep disk tiers: `(fsdir, offload)`.
+/// Ask the master where owners keep disk tiers and whether tiers there
+/// evict to make room: `(fsdir, disk_eviction)`.
 pub(crate) fn storage_config(master: &MasterConn) -> Result<(String, bool)> {
     match master.call(&MasterRequest::StorageConfig) {
-        Ok(MasterResponse::StorageConfig { fsdir, offload }) => Ok((fsdir, offload)),
+        Ok(MasterResponse::StorageConfig {
+            fsdir,
+            disk_eviction,
+            ..
+        }) => Ok((fsdir, disk_eviction)),
         Ok(MasterResponse::Err(e)) | Err(e) => Err(Error::from(e).context("storage config")),
         Ok(_) => Err(Error::internal(
             "storage config: unexpected master response",
@@ -193,13 +198,22 @@ impl Disk {
     }
 
     /// Apply the disk side of pushed ledger ops (before they are
-    /// acknowledged): copy offloaded replicas from the segment to disk,
-    /// delete forgotten copies. Returns the copies that could not be written.
-    pub(crate) fn apply(&self, ops: &[LedgerOp]) -> Vec<(String, u64)> {
+    /// acknowledged): copy offloaded and written-through replicas from the
+    /// segment to disk, read promoted ones back into the segment, delete
+    /// forgotten copies. Returns the copies that could not be written, and
+    /// each promotion as `(key, version, offset, copied)`.
+    pub(crate) fn apply(&self, ops: &[LedgerOp]) -> (Vec<(String, u64)>, Vec<PromoteResult>) {
         let mut failed = Vec::new();
+        let mut promoted = Vec::new();
         for op in ops {
             match op {
                 LedgerOp::Offload {
+                    offset,
+                    version,
+                    key,
+                    size,
+                }
+                | LedgerOp::Persist {
                     offset,
                     version,
                     key,
@@ -209,9 +223,9 @@ impl Disk {
                         Some(seg) if seg.check_range(*offset, *size) => {
                             // SAFETY: the range lies inside the segment's
                             // mapping (checked), which lives as long as
-                            // `seg`; the master keeps it allocated to this
-                            // object until this op is acknowledged, so
-                            // nobody writes it meanwhile.
+                            // `seg`; the master frees the range only on the
+                            // ack of this op or of a forget queued after
+                            // it, so nobody writes it meanwhile.
                             let bytes = unsafe {
                                 std::slice::from_raw_parts(
                                     seg.base().add(*offset as usize),
@@ -226,6 +240,32 @@ impl Disk {
                         failed.push((key.clone(), *version));
                     }
                 }
+                LedgerOp::Promote {
+                    offset,
+                    version,
+                    key,
+                    size,
+                } => {
+                    let copied = match &self.segment {
+                        Some(seg) if seg.check_range(*offset, *size) => {
+                            // SAFETY: the range lies inside the segment's
+                            // mapping (checked), which lives as long as
+                            // `seg`; the master allocated it to this
+                            // promotion and hands it to nobody else until
+                            // the result is reported, so nobody else reads
+                            // or writes it meanwhile.
+                            let dst = unsafe {
+                                std::slice::from_raw_parts_mut(
+                                    seg.base().add(*offset as usize),
+                                    *size as usize,
+                                )
+                            };
+                            self.tier.read(key, *version, 0, dst).is_ok()
+                        }
+                        _ => false,
+                    };
+                    promoted.push((key.clone(), *version, *offset, copied));
+                }
                 LedgerOp::DiskForget { key, version } => {
                     self.tier.remove(key, *version);
                 }
@@ -233,7 +273,19 @@ impl Disk {
             }
         }
         self.seal_in_background();
-        failed
+        (failed, promoted)
+    }
+
+    /// Tell the master how the promotions of a push went.
+    pub(crate) fn report_promoted(&self, done: Vec<PromoteResult>) {
+        let r = self.master.call(&MasterRequest::Promoted {
+            client_id: self.client_id.clone(),
+            segment_name: self.segment_name.clone(),
+            done,
+        });
+        if !matches!(r, Ok(MasterResponse::Ok)) {
+            tracing::warn!(result = ?r, "cannot tell the master about promoted disk copies");
+        }
     }
 
     /// Seal the tier's full buckets on a thread of their own, one such

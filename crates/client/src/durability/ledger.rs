@@ -107,8 +107,12 @@ impl Ledger {
                     drop_overlapping(g, e.offset, e.size);
                     g.insert(e.offset, e);
                 }
-                // The disk tier was already given the bytes (ledger stream).
-                LedgerOp::DiskForget { .. } => {}
+                // The disk tier was already given the bytes (ledger stream);
+                // a written-through replica stays in memory; a promoted
+                // replica is not recorded (its disk copy stays).
+                LedgerOp::DiskForget { .. }
+                | LedgerOp::Persist { .. }
+                | LedgerOp::Promote { .. } => {}
                 LedgerOp::Forget { offset, version }
                 | LedgerOp::Offload {
                     offset, version, ..

@@ -109,7 +109,12 @@ fn pump(rd: &mut BufReader<TcpStream>, sock: &mut TcpStream, ctx: &StreamCtx) ->
         let mut failed = Vec::new();
         if !push.ops.is_empty() {
             if let Some(d) = &ctx.disk {
-                failed = d.apply(&push.ops);
+                let promoted;
+                (failed, promoted) = d.apply(&push.ops);
+                if !promoted.is_empty() {
+                    // Before the ack: the master installs the replicas.
+                    d.report_promoted(promoted);
+                }
             }
             ctx.ledger.apply(push.ops);
         }

@@ -126,9 +126,95 @@ pub(super) fn build_config(
         .into());
     }
     cfg.global_file_segment_size = fl.int_range("global_file_segment_size", 0, i64::MAX)? as u64;
+    offload_config(fl, &mut cfg, warnings)?;
     cfg.log_level = fl.log_level(warnings);
     cfg.log_file = fl.log_file();
     Ok(cfg)
+}
+
+/// The offload tuning flags: `--offload_on_evict`, `--offload_force_evict`,
+/// `--offload_cap_ratio` (0 to 1), `--offloading_queue_limit` (1 to 1e8),
+/// `--enable_disk_eviction`, `--promotion_on_hit` with
+/// `--promotion_admission_threshold` (clamped into 1 to 255) and
+/// `--promotion_queue_limit`. Set where they cannot act (without offload,
+/// force-evict or the cap ratio without offload-on-evict, the promotion
+/// knobs without promotion, disk eviction without `--root_fs_dir`) they
+/// change nothing and say so.
+fn offload_config(
+    fl: &Flags,
+    cfg: &mut MasterConfig,
+    warnings: &mut Vec<String>,
+) -> Result<(), MasterError> {
+    cfg.offload_on_evict = fl.bool("offload_on_evict");
+    cfg.offload_force_evict = fl.bool("offload_force_evict");
+    cfg.offload_cap_ratio = fl.double("offload_cap_ratio");
+    if !(0.0..=1.0).contains(&cfg.offload_cap_ratio) {
+        return Err(format!(
+            "{}: offload_cap_ratio must be between 0.0 and 1.0",
+            failed_validation("offload_cap_ratio", &fl.raw("offload_cap_ratio"))
+        )
+        .into());
+    }
+    cfg.offloading_queue_limit = fl.uint("offloading_queue_limit");
+    if !(1..=100_000_000).contains(&cfg.offloading_queue_limit) {
+        return Err(format!(
+            "{}: offloading_queue_limit must be between 1 and 100000000",
+            failed_validation("offloading_queue_limit", &fl.raw("offloading_queue_limit"))
+        )
+        .into());
+    }
+    cfg.enable_disk_eviction = fl.bool("enable_disk_eviction");
+    cfg.promotion_on_hit = fl.bool("promotion_on_hit");
+    // Upstream clamps the threshold into 1..=255.
+    cfg.promotion_admission_threshold =
+        u32::try_from(fl.uint("promotion_admission_threshold").clamp(1, 255)).unwrap_or(255);
+    cfg.promotion_queue_limit = u32::try_from(fl.uint("promotion_queue_limit")).unwrap_or(u32::MAX);
+    let changed = |name: &str| {
+        let default = find_flag(name).map(|d| d.default).unwrap_or_default();
+        fl.is_set(name) && fl.raw(name) != default
+    };
+    if !cfg.offloads() {
+        for name in [
+            "offload_on_evict",
+            "offload_force_evict",
+            "offload_cap_ratio",
+            "offloading_queue_limit",
+            "promotion_on_hit",
+            "promotion_admission_threshold",
+            "promotion_queue_limit",
+        ] {
+            if changed(name) {
+                warnings.push(format!(
+                    "flag --{name} has no effect without --enable_offload or --root_fs_dir"
+                ));
+            }
+        }
+    } else if !cfg.promotion_on_hit {
+        for name in ["promotion_admission_threshold", "promotion_queue_limit"] {
+            if changed(name) {
+                warnings.push(format!(
+                    "flag --{name} has no effect without --promotion_on_hit"
+                ));
+            }
+        }
+    }
+    if cfg.offloads() && !cfg.offload_on_evict {
+        for name in ["offload_force_evict", "offload_cap_ratio"] {
+            if changed(name) {
+                warnings.push(format!(
+                    "flag --{name} has no effect without --offload_on_evict"
+                ));
+            }
+        }
+    }
+    if changed("enable_disk_eviction") && cfg.root_fs_dir.is_empty() {
+        warnings.push(
+            "flag --enable_disk_eviction has no effect without --root_fs_dir (owners set up with \
+             their own disk tier follow MOONCAKE_OFFLOAD_* settings)"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// The HA flags (upstream's names and forms): `--enable_ha`,

@@ -11,6 +11,9 @@ const NO_LOG: &str = "this build keeps no operation log and takes no snapshots: 
 survives a master restart or failover because the clients re-report the replicas their segments \
 hold when they remount (README, 'HA and durability')";
 
+const DYN_REP: &str = "dynamic replication (extra memory replicas of hot keys); only \"off\" and \
+the other dynamic_replication_* defaults are accepted";
+
 /// The master's own flags (the common ones, [`mooncake_common::gflags::COMMON_FLAGS`], come after).
 #[rustfmt::skip]
 pub static FLAGS: &[FlagDef] = &[
@@ -56,24 +59,29 @@ pub static FLAGS: &[FlagDef] = &[
     f("enable_oplog", Bool, "false", Replaced(NO_LOG), "operation log"),
     f("enable_snapshot", Bool, "false", Replaced(NO_LOG), "metadata snapshots"),
     f("enable_snapshot_restore", Bool, "false", Replaced(NO_LOG), "restore from snapshot"),
-    f("enable_offload", Bool, "false", Core, "move evicted objects to their owners' disk tiers (owners set up with enable_ssd_offload / --enable_offload)"),
+    f("enable_offload", Bool, "false", Core, "copy objects to their owners' disk tiers (owners set up with enable_ssd_offload / --enable_offload): each completed put, or with --offload_on_evict each object eviction selects"),
     f("enable_cxl", Bool, "false", Feature("CXL memory"), "CXL memory"),
     f("enable_multi_tenants", Bool, "false", Feature("multi-tenancy"), "multi-tenancy"),
     f("enable_kv_events", Bool, "false", Feature("KV event publishing"), "KV events"),
-    f("offload_on_evict", Bool, "false", Core, "accepted either way: this build moves objects to disk when memory eviction selects them"),
-    f("promotion_on_hit", Bool, "false", Feature("promotion from the offload tier"), "promote on hit"),
-    f("root_fs_dir", Str, "", Core, "owners keep their disk tiers under <root_fs_dir>/<cluster_id>/ and evicted objects move there (turns offload on)"),
+    f("offload_on_evict", Bool, "false", Core, "copy objects to their owners' disk tiers only when memory eviction selects them; false: every completed put is also queued for a copy to disk (write-through)"),
+    f("offload_force_evict", Bool, "false", Core, "with --offload_on_evict: drop the objects an eviction pass cannot queue for disk (past the per-pass cap, the owner's queue or --global_file_segment_size full) instead of keeping them in memory"),
+    f("offload_cap_ratio", Double, "0.5", Core, "with --offload_on_evict: one eviction pass queues at most offloading_queue_limit * offload_cap_ratio objects for disk (0 to 1)"),
+    f("offloading_queue_limit", Uint64, "50000", Core, "most copies to disk queued for one owner and not yet done (1 to 100000000); an object past it is not queued"),
+    f("enable_disk_eviction", Bool, "true", Core, "owners with a disk tier under --root_fs_dir evict their oldest disk copies to make room; false: a full tier refuses new copies"),
+    f("promotion_on_hit", Bool, "false", Core, "copy an object read from its owner's disk tier promotion_admission_threshold times back into the owner's memory"),
+    f("promotion_admission_threshold", Uint32, "2", Core, "reads of a disk-only object before it is promoted (1 to 255)"),
+    f("promotion_queue_limit", Uint32, "50000", Core, "most promotions in flight at once"),
+    f("root_fs_dir", Str, "", Core, "owners keep their disk tiers under <root_fs_dir>/<cluster_id>/ and objects are copied there (turns offload on)"),
     f("global_file_segment_size", Int64, "9223372036854775807", Core, "most bytes of disk copies over all owners; beyond it eviction keeps objects in memory (none is dropped) and puts needing their space return NO_AVAILABLE_HANDLE (-200)"),
     // ---- recognised but unimplemented: a non-default value is refused ----
     f("batch_oplog_retry_timeout_sec", Uint32, "180", Unsupported, IGN),
     f("cluster_id", Str, "mooncake_cluster", Core, "HA cluster name (etcd key prefix); clients set MC_STORE_CLUSTER_ID to match"),
     f("cxl_path", Str, "/dev/dax0.0", Unsupported, IGN),
     f("cxl_size", Uint64, "8589934592", Unsupported, IGN),
-    f("dynamic_replication_admission_qps_threshold", Double, "0.8", Unsupported, IGN),
-    f("dynamic_replication_heat_window_seconds", Uint32, "10", Unsupported, IGN),
-    f("dynamic_replication_max_memory_replicas", Uint64, "2", Unsupported, IGN),
-    f("dynamic_replication_mode", Str, "off", Unsupported, IGN),
-    f("enable_disk_eviction", Bool, "true", Unsupported, IGN),
+    f("dynamic_replication_admission_qps_threshold", Double, "0.8", Feature(DYN_REP), "hot-key reads per second that admit an extra memory replica"),
+    f("dynamic_replication_heat_window_seconds", Uint32, "10", Feature(DYN_REP), "heat observation window"),
+    f("dynamic_replication_max_memory_replicas", Uint64, "2", Feature(DYN_REP), "most memory replicas of a hot key"),
+    f("dynamic_replication_mode", Str, "off", Feature(DYN_REP), "off | observe | enforce"),
     f("etcd_endpoints", Str, "", Core, "legacy alias of --ha_backend_connstring, used when that is empty"),
     f("ha_backend_connstring", Str, "", Core, "HA backend endpoints: etcd h1:2379;h2:2379"),
     f("ha_backend_type", Str, "etcd", Core, "HA backend: etcd (redis and k8s are not supported by this build)"),
@@ -97,18 +105,13 @@ pub static FLAGS: &[FlagDef] = &[
     f("nof_heartbeat_failures_threshold", Uint32, "3", Unsupported, IGN),
     f("nof_heartbeat_interval_sec", Int64, "10", Unsupported, IGN),
     f("nof_heartbeat_probe_timeout_ms", Uint32, "1000", Unsupported, IGN),
-    f("offload_cap_ratio", Double, "0.5", Unsupported, IGN),
-    f("offload_force_evict", Bool, "false", Unsupported, IGN),
-    f("offloading_queue_limit", Uint64, "50000", Unsupported, IGN),
     f("oplog_batch_max_entries", Uint32, "1024", Unsupported, IGN),
     f("oplog_poll_interval_ms", Int32, "1000", Unsupported, IGN),
     f("pending_task_timeout_sec", Uint64, "300", Unsupported, IGN),
     f("pod_name", Str, "", Unsupported, IGN),
     f("pod_namespace", Str, "", Unsupported, IGN),
     f("processing_task_timeout_sec", Uint64, "300", Unsupported, IGN),
-    f("promotion_admission_threshold", Uint32, "2", Unsupported, IGN),
     f("promotion_max_per_heartbeat", Uint32, "1", Unsupported, IGN),
-    f("promotion_queue_limit", Uint32, "50000", Unsupported, IGN),
     f("quota_bytes", Uint64, "0", Unsupported, IGN),
     f("snapshot_backup_dir", Str, "", Unsupported, IGN),
     f("snapshot_catalog_backend_connstring", Str, "", Unsupported, IGN),

@@ -67,7 +67,7 @@ fn table_is_consistent() {
         "enable_cxl",
         "enable_multi_tenants",
         "enable_kv_events",
-        "promotion_on_hit",
+        "dynamic_replication_mode",
     ] {
         assert!(matches!(find_flag(name).map(|d| d.role), Some(Feature(_))));
     }
@@ -313,7 +313,7 @@ fn feature_switches_fail_fast() {
         assert_eq!(code, 1);
         assert!(msg.contains(&format!("flag --{name}: ")), "{msg}");
     }
-    for name in ["enable_cxl", "promotion_on_hit", "enable_kv_events"] {
+    for name in ["enable_cxl", "enable_kv_events"] {
         let (code, msg) = exit(&[&format!("--{name}")]);
         assert_eq!(code, 1);
         assert!(msg.contains(&format!("flag --{name} requires")), "{msg}");
@@ -332,6 +332,7 @@ fn offload_flags() {
     assert!(!c.offloads());
     assert_eq!(c.global_file_segment_size, i64::MAX as u64);
     let c = run(&["--enable_offload=true", "--offload_on_evict=true"]);
+    assert!(c.offload_on_evict);
     assert!(c.offloads());
     assert_eq!(c.fsdir(), "");
     let c = run(&[
@@ -695,4 +696,167 @@ fn log_dir_writes_the_program_log_file() {
     let c = run(&[&format!("--log_dir={}", dir.display()), "--v=1"]);
     assert_eq!(c.log_file.expect("a log file").level, "debug");
     assert!(run(&[]).log_file.is_none());
+}
+
+/// A valid value other than `d`'s default (with the flags it needs to act),
+/// for a flag whose effect shows in the configuration or in a warning
+/// naming it.
+fn other_value(d: &FlagDef) -> (String, Vec<String>) {
+    let v = match d.name {
+        "rpc_address" | "http_metadata_server_host" | "metrics_host" => "127.0.0.1".to_string(),
+        "rpc_interface" => "lo".to_string(),
+        "allocation_strategy" => "free_ratio_first".to_string(),
+        "memory_allocator" => "cachelib".to_string(),
+        "ha_backend_type" => "redis".to_string(),
+        "auth_token_file" => tmp("token", "a-cluster-secret-of-some-length"),
+        "root_fs_dir" => "/tmp/mc-flags-root".to_string(),
+        "log_dir" => std::env::temp_dir().to_string_lossy().into_owned(),
+        "offload_cap_ratio" => "0.25".to_string(),
+        // 1 (WARNING) is this build's default level already.
+        "minloglevel" => "2".to_string(),
+        _ => match d.ty {
+            FlagType::Bool => (d.default != "true").to_string(),
+            FlagType::Double => {
+                let x: f64 = d.default.parse().unwrap_or(0.0);
+                (if x > 0.3 { x / 2.0 } else { x + 0.1 }).to_string()
+            }
+            FlagType::Str => "x".to_string(),
+            _ => (d.default.parse::<i128>().unwrap_or(0) + 1).to_string(),
+        },
+    };
+    // Flags that act only with another one.
+    let with: &[&str] = match d.name {
+        "offload_force_evict" | "offload_cap_ratio" => &["--enable_offload", "--offload_on_evict"],
+        "offloading_queue_limit" | "offload_on_evict" => &["--enable_offload"],
+        "enable_disk_eviction" => &["--root_fs_dir=/tmp/mc-flags-root"],
+        _ => &[],
+    };
+    (v, with.iter().map(|s| s.to_string()).collect())
+}
+
+#[test]
+fn every_flag_is_implemented_or_refused_when_set() {
+    let base = format!("{:?}", run(&["--enable_offload", "--offload_on_evict"]));
+    let plain = format!("{:?}", run(&[]));
+    let root = format!("{:?}", run(&["--root_fs_dir=/tmp/mc-flags-root"]));
+    let mut idle = Vec::new();
+    for d in MASTER.all() {
+        let (value, with) = other_value(d);
+        let arg = format!("--{}={value}", d.name);
+        let mut list: Vec<&str> = with.iter().map(String::as_str).collect();
+        list.push(&arg);
+        match d.role {
+            FlagRole::Builtin => continue,
+            FlagRole::Feature(_) | FlagRole::Unsupported | FlagRole::Replaced(_) => {
+                let (code, msg) = exit(&list);
+                assert_eq!(code, 1, "{arg}");
+                assert!(msg.contains(&format!("--{}", d.name)), "{arg}: {msg}");
+            }
+            FlagRole::Core | FlagRole::Log => {
+                let outcome = parse_master_args_with_warnings(&args(&list));
+                match outcome {
+                    (FlagOutcome::Run(c), warnings) => {
+                        let before = match with.first().map(String::as_str) {
+                            Some("--enable_offload") if with.len() == 2 => &base,
+                            Some("--enable_offload") => {
+                                &format!("{:?}", run(&["--enable_offload"]))
+                            }
+                            Some(_) => &root,
+                            None => &plain,
+                        };
+                        let said = warnings
+                            .iter()
+                            .any(|w| w.contains(&format!("--{}", d.name)));
+                        if format!("{c:?}") == *before && !said {
+                            idle.push(d.name);
+                        }
+                    }
+                    // Refused, naming the flag: a value this build lacks.
+                    (FlagOutcome::Exit { code, message }, _) => {
+                        assert_eq!(code, 1, "{arg}");
+                        assert!(message.contains(d.name), "{arg}: {message}");
+                    }
+                }
+            }
+        }
+    }
+    assert!(idle.is_empty(), "accepted and ignored: {idle:?}");
+}
+
+#[test]
+fn offload_tuning_flags() {
+    let c = run(&[]);
+    assert!(!c.offload_on_evict && !c.offload_force_evict && c.enable_disk_eviction);
+    assert_eq!(
+        (c.offload_cap_ratio, c.offloading_queue_limit),
+        (0.5, 50_000)
+    );
+    assert_eq!(c.offload_cap(), 25_000);
+    assert!(!c.writes_through(), "no offload, no write-through");
+    assert!(run(&["--enable_offload"]).writes_through());
+    assert!(run(&["--root_fs_dir=/mnt/ssd"]).writes_through());
+    let (c, w) = run_w(&[
+        "--enable_offload",
+        "--offload_on_evict",
+        "--offload_force_evict",
+        "--offloading_queue_limit=500000",
+        "--offload_cap_ratio=0.8",
+    ]);
+    assert!(w.is_empty(), "{w:?}");
+    assert!(c.offload_on_evict && c.offload_force_evict && !c.writes_through());
+    assert_eq!(c.offload_cap(), 400_000);
+    let c = run(&["--root_fs_dir=/mnt/ssd", "--noenable_disk_eviction"]);
+    assert!(!c.enable_disk_eviction);
+    let c = run(&[
+        "--enable_offload",
+        "--promotion_on_hit",
+        "--promotion_admission_threshold=0",
+        "--promotion_queue_limit=7",
+    ]);
+    assert!(c.promotes());
+    assert_eq!(
+        (c.promotion_admission_threshold, c.promotion_queue_limit),
+        (1, 7)
+    );
+    assert_eq!(
+        run(&["--promotion_admission_threshold=1000"]).promotion_admission_threshold,
+        255
+    );
+    assert!(!run(&["--promotion_on_hit"]).promotes(), "needs offload");
+    let (code, msg) = exit(&["--dynamic_replication_mode=enforce"]);
+    assert_eq!(code, 1);
+    assert!(
+        msg.contains("--dynamic_replication_mode requires dynamic replication"),
+        "{msg}"
+    );
+    for bad in [
+        "--offload_cap_ratio=1.5",
+        "--offload_cap_ratio=-0.1",
+        "--offloading_queue_limit=0",
+        "--offloading_queue_limit=100000001",
+    ] {
+        let (code, msg) = exit(&[bad]);
+        assert_eq!(code, 1, "{bad}");
+        let name = bad.trim_start_matches("--").split('=').next().unwrap_or("");
+        assert!(msg.contains(name), "{bad}: {msg}");
+    }
+    // Set where they cannot act, they say so.
+    let (_, w) = run_w(&["--offload_on_evict"]);
+    assert!(
+        w.iter()
+            .any(|w| w.contains("--offload_on_evict has no effect without --enable_offload")),
+        "{w:?}"
+    );
+    let (_, w) = run_w(&["--enable_offload", "--offload_force_evict"]);
+    assert!(
+        w.iter()
+            .any(|w| w.contains("--offload_force_evict has no effect without --offload_on_evict")),
+        "{w:?}"
+    );
+    let (_, w) = run_w(&["--enable_offload", "--enable_disk_eviction=false"]);
+    assert!(
+        w.iter()
+            .any(|w| w.contains("--enable_disk_eviction has no effect without --root_fs_dir")),
+        "{w:?}"
+    );
 }

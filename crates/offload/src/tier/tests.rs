@@ -232,6 +232,37 @@ fn usage_on_disk_stays_under_the_cap_evicting_oldest_buckets_first() {
 }
 
 #[test]
+fn a_tier_that_does_not_evict_refuses_writes_past_the_cap_and_keeps_every_copy() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = capped(d.path(), 2, 200_000);
+    c.evict = false;
+    let t = DiskTier::open(c).expect("open");
+    let seen = recorder(&t);
+    let mut stored = Vec::new();
+    let mut refused = 0;
+    for i in 0..40u32 {
+        match t.put(&format!("k{i}"), i as u64, &value(i, 20_000)) {
+            Ok(()) => stored.push(i),
+            Err(e) => {
+                assert!(e.is_no_space(), "{e}");
+                refused += 1;
+            }
+        }
+        let used = disk_usage(d.path()).expect("du");
+        assert!(used <= 200_000, "after k{i}: {used}");
+    }
+    assert!(refused > 0, "nothing was refused");
+    assert!(!stored.is_empty());
+    assert!(seen.lock().expect("lock").is_empty(), "nothing was evicted");
+    for i in stored {
+        assert!(t.contains(&format!("k{i}"), i as u64), "k{i}");
+    }
+    // The periodic pass evicts nothing either.
+    t.tick();
+    assert!(seen.lock().expect("lock").is_empty());
+}
+
+#[test]
 fn crossing_the_high_watermark_evicts_down_to_the_low_one() {
     let d = tempfile::tempdir().expect("tmp");
     let mut c = capped(d.path(), 1, 1_000_000);
