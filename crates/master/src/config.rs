@@ -143,6 +143,10 @@ pub struct MasterConfig {
     pub promotion_admission_threshold: u32,
     /// `--promotion_queue_limit`: most promotions in flight at once.
     pub promotion_queue_limit: u32,
+    /// `--promotion_max_per_heartbeat` (at least 1): most promotions one
+    /// push of an owner's ledger stream carries (each a disk read the owner
+    /// makes before it acknowledges the push).
+    pub promotion_max_per_heartbeat: u32,
 }
 
 impl Default for MasterConfig {
@@ -194,6 +198,7 @@ impl Default for MasterConfig {
             promotion_on_hit: false,
             promotion_admission_threshold: 2,
             promotion_queue_limit: 50_000,
+            promotion_max_per_heartbeat: 1,
         }
     }
 }

@@ -231,11 +231,14 @@ impl OwnerQueue {
     }
 
     /// Serve one ledger stream of this segment's owner until it breaks, the
-    /// segment is closed, or a newer stream replaces it. `release` gets the
-    /// `(offset, size)` ranges whose forgets were just acknowledged.
+    /// segment is closed, or a newer stream replaces it; a push carries at
+    /// most `max_promotes` promotions (each a disk read the owner makes
+    /// before it acknowledges). `release` gets the `(offset, size)` ranges
+    /// whose forgets were just acknowledged.
     pub(crate) fn serve<S: Read + Write>(
         &self,
         sock: &mut S,
+        max_promotes: usize,
         release: &dyn Fn(Vec<(u64, u64)>),
     ) -> io::Result<()> {
         let gen = {
@@ -245,7 +248,7 @@ impl OwnerQueue {
             g.stream_gen
         };
         self.cv.notify_all();
-        let r = self.serve_inner(sock, gen, release);
+        let r = self.serve_inner(sock, gen, max_promotes, release);
         let mut g = self.st.lock();
         if g.stream_gen == gen {
             g.connected = false;
@@ -260,6 +263,7 @@ impl OwnerQueue {
         &self,
         sock: &mut S,
         gen: u64,
+        max_promotes: usize,
         release: &dyn Fn(Vec<(u64, u64)>),
     ) -> io::Result<()> {
         loop {
@@ -274,7 +278,7 @@ impl OwnerQueue {
                 if g.closed || g.stream_gen != gen {
                     return Ok(());
                 }
-                let n = batch_len(g.pending.iter().map(|(_, op)| op));
+                let n = batch_len(g.pending.iter().map(|(_, op)| op), max_promotes);
                 let ops: Vec<LedgerOp> =
                     g.pending.iter().take(n).map(|(_, op)| op.clone()).collect();
                 let seq = match n {
@@ -369,12 +373,20 @@ fn writes_to_disk(op: &LedgerOp) -> bool {
 
 /// How many of the queued `ops` (oldest first) one push carries: at most
 /// [`MAX_BATCH`], ending after the offload that brings the offloaded bytes
-/// to [`OFFLOAD_BATCH_BYTES`].
-fn batch_len<'a>(ops: impl Iterator<Item = &'a LedgerOp>) -> usize {
+/// to [`OFFLOAD_BATCH_BYTES`] or after the `max_promotes`-th promotion (at
+/// least one always goes).
+fn batch_len<'a>(ops: impl Iterator<Item = &'a LedgerOp>, max_promotes: usize) -> usize {
     let mut n = 0;
     let mut offloaded = 0u64;
+    let mut promotes = 0usize;
     for op in ops.take(MAX_BATCH) {
         n += 1;
+        if matches!(op, LedgerOp::Promote { .. }) {
+            promotes += 1;
+            if promotes >= max_promotes.max(1) {
+                break;
+            }
+        }
         if let LedgerOp::Offload { size, .. } | LedgerOp::Persist { size, .. } = op {
             offloaded = offloaded.saturating_add(*size);
             if offloaded >= OFFLOAD_BATCH_BYTES {
@@ -425,7 +437,7 @@ mod tests {
         let released = Arc::new(Mutex::new(Vec::new()));
         let (q2, r2) = (Arc::clone(&q), Arc::clone(&released));
         let server = std::thread::spawn(move || {
-            let _ = q2.serve(&mut sock, &|f| r2.lock().extend(f));
+            let _ = q2.serve(&mut sock, 1, &|f| r2.lock().extend(f));
         });
         let s1 = q.push(commit("a", 0));
         let s2 = q.push_forget_then_free(
@@ -480,7 +492,7 @@ mod tests {
         let (mut sock, _) = l.accept().unwrap();
         q.push(commit("a", 0));
         let q1 = Arc::clone(&q);
-        assert!(q1.serve(&mut sock, &|_| {}).is_err());
+        assert!(q1.serve(&mut sock, 1, &|_| {}).is_err());
         t1.join().unwrap();
         assert_eq!(q.acked(), 0);
         // Not connected, but within the reconnect grace: a waiter waits.
@@ -493,7 +505,7 @@ mod tests {
         let (mut sock, _) = l.accept().unwrap();
         let q3 = Arc::clone(&q);
         let server = std::thread::spawn(move || {
-            let _ = q3.serve(&mut sock, &|_| {});
+            let _ = q3.serve(&mut sock, 1, &|_| {});
         });
         assert_eq!(waiter.join().unwrap(), AckWait::Acked);
         assert_eq!(*seen2.lock(), vec![commit("a", 0)]);
@@ -515,18 +527,41 @@ mod tests {
             version: 1,
         };
         let ops: Vec<LedgerOp> = (0..10).map(offload).collect();
-        assert_eq!(batch_len(ops.iter()), 4);
+        assert_eq!(batch_len(ops.iter(), 1), 4);
         let big = [LedgerOp::Offload {
             offset: 0,
             version: 1,
             key: "big".into(),
             size: 64 << 20,
         }];
-        assert_eq!(batch_len(big.iter()), 1, "one offload always goes");
+        assert_eq!(batch_len(big.iter(), 1), 1, "one offload always goes");
         let forgets: Vec<LedgerOp> = (0..5000).map(forget).collect();
-        assert_eq!(batch_len(forgets.iter()), MAX_BATCH);
+        assert_eq!(batch_len(forgets.iter(), 1), MAX_BATCH);
         let mixed: Vec<LedgerOp> = (0..3).map(forget).chain((0..6).map(offload)).collect();
-        assert_eq!(batch_len(mixed.iter()), 7);
+        assert_eq!(batch_len(mixed.iter(), 1), 7);
+    }
+
+    #[test]
+    fn a_push_carries_at_most_the_allowed_promotions() {
+        let promote = |i: u64| LedgerOp::Promote {
+            offset: i << 10,
+            version: 1,
+            key: format!("p{i}"),
+            size: 1 << 10,
+        };
+        let forget = |i: u64| LedgerOp::Forget {
+            offset: i,
+            version: 1,
+        };
+        let ops: Vec<LedgerOp> = (0..2)
+            .map(forget)
+            .chain((0..5).map(promote))
+            .chain((2..4).map(forget))
+            .collect();
+        assert_eq!(batch_len(ops.iter(), 1), 3, "forgets, then one promotion");
+        assert_eq!(batch_len(ops.iter(), 3), 5);
+        assert_eq!(batch_len(ops.iter(), 0), 3, "at least one goes");
+        assert_eq!(batch_len(ops.iter(), 100), ops.len());
     }
 
     #[test]

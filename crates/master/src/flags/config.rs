@@ -136,7 +136,8 @@ pub(super) fn build_config(
 /// `--offload_cap_ratio` (0 to 1), `--offloading_queue_limit` (1 to 1e8),
 /// `--enable_disk_eviction`, `--promotion_on_hit` with
 /// `--promotion_admission_threshold` (clamped into 1 to 255) and
-/// `--promotion_queue_limit`. Set where they cannot act (without offload,
+/// `--promotion_queue_limit` and `--promotion_max_per_heartbeat` (at
+/// least 1). Set where they cannot act (without offload,
 /// force-evict or the cap ratio without offload-on-evict, the promotion
 /// knobs without promotion, disk eviction without `--root_fs_dir`) they
 /// change nothing and say so.
@@ -169,6 +170,9 @@ fn offload_config(
     cfg.promotion_admission_threshold =
         u32::try_from(fl.uint("promotion_admission_threshold").clamp(1, 255)).unwrap_or(255);
     cfg.promotion_queue_limit = u32::try_from(fl.uint("promotion_queue_limit")).unwrap_or(u32::MAX);
+    // Upstream clamps 0 to 1.
+    cfg.promotion_max_per_heartbeat =
+        u32::try_from(fl.uint("promotion_max_per_heartbeat").max(1)).unwrap_or(u32::MAX);
     let changed = |name: &str| {
         let default = find_flag(name).map(|d| d.default).unwrap_or_default();
         fl.is_set(name) && fl.raw(name) != default
@@ -182,6 +186,7 @@ fn offload_config(
             "promotion_on_hit",
             "promotion_admission_threshold",
             "promotion_queue_limit",
+            "promotion_max_per_heartbeat",
         ] {
             if changed(name) {
                 warnings.push(format!(
@@ -190,7 +195,11 @@ fn offload_config(
             }
         }
     } else if !cfg.promotion_on_hit {
-        for name in ["promotion_admission_threshold", "promotion_queue_limit"] {
+        for name in [
+            "promotion_admission_threshold",
+            "promotion_queue_limit",
+            "promotion_max_per_heartbeat",
+        ] {
             if changed(name) {
                 warnings.push(format!(
                     "flag --{name} has no effect without --promotion_on_hit"

@@ -71,6 +71,7 @@ pub static FLAGS: &[FlagDef] = &[
     f("promotion_on_hit", Bool, "false", Core, "copy an object read from its owner's disk tier promotion_admission_threshold times back into the owner's memory"),
     f("promotion_admission_threshold", Uint32, "2", Core, "reads of a disk-only object before it is promoted (1 to 255)"),
     f("promotion_queue_limit", Uint32, "50000", Core, "most promotions in flight at once"),
+    f("promotion_max_per_heartbeat", Uint32, "1", Core, "most promotions one push to an owner carries (each a disk read before the owner acknowledges; 0 means 1)"),
     f("root_fs_dir", Str, "", Core, "owners keep their disk tiers under <root_fs_dir>/<cluster_id>/ and objects are copied there (turns offload on)"),
     f("global_file_segment_size", Int64, "9223372036854775807", Core, "most bytes of disk copies over all owners; beyond it eviction keeps objects in memory (none is dropped) and puts needing their space return NO_AVAILABLE_HANDLE (-200)"),
     // ---- recognised but unimplemented: a non-default value is refused ----
@@ -111,7 +112,6 @@ pub static FLAGS: &[FlagDef] = &[
     f("pod_name", Str, "", Unsupported, IGN),
     f("pod_namespace", Str, "", Unsupported, IGN),
     f("processing_task_timeout_sec", Uint64, "300", Unsupported, IGN),
-    f("promotion_max_per_heartbeat", Uint32, "1", Unsupported, IGN),
     f("quota_bytes", Uint64, "0", Unsupported, IGN),
     f("snapshot_backup_dir", Str, "", Unsupported, IGN),
     f("snapshot_catalog_backend_connstring", Str, "", Unsupported, IGN),

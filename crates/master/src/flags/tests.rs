@@ -812,8 +812,10 @@ fn offload_tuning_flags() {
         "--promotion_on_hit",
         "--promotion_admission_threshold=0",
         "--promotion_queue_limit=7",
+        "--promotion_max_per_heartbeat=0",
     ]);
     assert!(c.promotes());
+    assert_eq!(c.promotion_max_per_heartbeat, 1);
     assert_eq!(
         (c.promotion_admission_threshold, c.promotion_queue_limit),
         (1, 7)
