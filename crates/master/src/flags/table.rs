@@ -11,8 +11,7 @@ const NO_LOG: &str = "this build keeps no operation log and takes no snapshots: 
 survives a master restart or failover because the clients re-report the replicas their segments \
 hold when they remount (README, 'HA and durability')";
 
-const DYN_REP: &str = "dynamic replication (extra memory replicas of hot keys); only \"off\" and \
-the other dynamic_replication_* defaults are accepted";
+const DYN_REP: &str = "dynamic replication (extra memory replicas of hot keys)";
 
 /// The master's own flags (the common ones, [`mooncake_common::gflags::COMMON_FLAGS`], come after).
 #[rustfmt::skip]
