@@ -58,8 +58,20 @@ def free_port() -> int:
 
 
 # ------------------------------------------------------------------ worker
-def build_model(extra_layers: int, features: int = 256, hidden: int = 1024) -> Any:
+def build_model(
+    extra_layers: int, features: int = 256, hidden: int = 1024, model: str = "mlp"
+) -> Any:
     from torch import nn
+
+    if model == "transformer":
+        layer = nn.TransformerEncoderLayer(
+            d_model=features, nhead=4, dim_feedforward=768, dropout=0.0, batch_first=True
+        )
+        # enable_nested_tensor needs an even head count check only; off keeps
+        # the fast path identical on every torch version.
+        return nn.TransformerEncoder(layer, num_layers=3, enable_nested_tensor=False)
+    if model != "mlp":
+        raise ValueError(f"unknown model {model!r}")
 
     layers: list[nn.Module] = [
         nn.Linear(features, hidden),
@@ -82,6 +94,7 @@ def train(
     batch: int = 64,
     features: int = 256,
     hidden: int = 1024,
+    model_name: str = "mlp",
 ) -> dict[str, Any]:
     """Trains in an initialised process group; returns per-step times, CPU
     seconds over the steps and the losses. Shared with the loss-equality
@@ -91,7 +104,7 @@ def train(
     import torch.nn.functional as F
 
     torch.manual_seed(0)
-    model = build_model(extra_layers, features, hidden)
+    model = build_model(extra_layers, features, hidden, model_name)
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -102,16 +115,21 @@ def train(
         except ImportError:  # torch < 2.6 keeps it under _composable
             from torch.distributed._composable.fsdp import fully_shard  # type: ignore[no-redef]
 
-        for m in model:
-            if isinstance(m, torch.nn.Linear):
+        # Each Linear of the MLP, each encoder layer of the transformer.
+        units = model.layers if model_name == "transformer" else model
+        for m in units:
+            if isinstance(m, (torch.nn.Linear, torch.nn.TransformerEncoderLayer)):
                 fully_shard(m)
         fully_shard(model)
     else:
         raise ValueError(f"unknown mode {mode!r}")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(1000 + rank)
-    xs = [torch.randn(batch, features, generator=gen) for _ in range(4)]
-    ys = [torch.randn(batch, features, generator=gen) for _ in range(4)]
+    # The transformer reads batch/8 sequences of 64 tokens (as many tokens
+    # as the MLP's batch rows times 8).
+    shape = (batch // 8, 64, features) if model_name == "transformer" else (batch, features)
+    xs = [torch.randn(*shape, generator=gen) for _ in range(4)]
+    ys = [torch.randn(*shape, generator=gen) for _ in range(4)]
     dist.barrier()
     times, losses = [], []
     r0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -132,7 +150,8 @@ def train(
 def worker(args: argparse.Namespace) -> None:
     import torch
 
-    torch.set_num_threads(args.threads)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     import torch.distributed as dist
 
     if args.backend.startswith("mooncake"):
@@ -144,15 +163,37 @@ def worker(args: argparse.Namespace) -> None:
         rank=args.rank,
         world_size=args.world,
     )
-    res = train(args.mode, args.rank, args.world, args.steps, args.extra_layers)
+    res = train(
+        args.mode, args.rank, args.world, args.steps, args.extra_layers, model_name=args.model
+    )
     dist.destroy_process_group()
     print("@@RESULT " + json.dumps(res), flush=True)
 
 
 # ------------------------------------------------------------------ driver
-def run_cell(backend: str, mode: str, world: int, args: argparse.Namespace) -> dict[str, Any]:
+SETTINGS = {
+    "one": "one torch thread per rank",
+    "default": "torch's default threads (one per CPU in every rank, as mp.spawn leaves them)",
+    "busy": "one torch thread per rank, one busy process per CPU beside the job",
+}
+
+
+def busy_loop() -> None:
+    """A process that wants a whole core, as another job on the host does."""
+    x = 0
+    while True:
+        x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+
+
+def run_cell(
+    backend: str, mode: str, world: int, model: str, setting: str, args: argparse.Namespace
+) -> dict[str, Any]:
     port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONUNBUFFERED="1")
+    threads = 0 if setting == "default" else 1
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("OMP_NUM_THREADS", None)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
     if args.transport:
         env["MOONCAKE_PG_TRANSPORT"] = args.transport
     procs = [
@@ -168,7 +209,8 @@ def run_cell(backend: str, mode: str, world: int, args: argparse.Namespace) -> d
                 f"--port={port}",
                 f"--steps={args.steps}",
                 f"--extra-layers={args.extra_layers}",
-                f"--threads={args.threads}",
+                f"--threads={threads}",
+                f"--model={model}",
             ],
             env=env,
             stdout=subprocess.PIPE,
@@ -177,6 +219,37 @@ def run_cell(backend: str, mode: str, world: int, args: argparse.Namespace) -> d
         )
         for r in range(world)
     ]
+    hogs = []
+    if setting == "busy":
+        hogs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    (
+                        f"import sys; sys.path.insert(0, {str(HERE.parent)!r}); "
+                        "from pg_training_bench import busy_loop; busy_loop()"
+                    ),
+                ],
+                stdin=subprocess.DEVNULL,
+            )
+            for _ in range(os.cpu_count() or 1)
+        ]
+    try:
+        return collect(backend, mode, world, procs, args)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+
+
+def collect(
+    backend: str,
+    mode: str,
+    world: int,
+    procs: list[subprocess.Popen[str]],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
     results = []
     for r, p in enumerate(procs):
         out, _ = p.communicate(timeout=args.timeout)
@@ -213,11 +286,21 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--backends", default="gloo,mooncake-cpu")
-    ap.add_argument("--modes", default="ddp,fsdp2")
+    ap.add_argument(
+        "--workloads",
+        default="ddp-mlp,fsdp2-mlp,fsdp2-transformer",
+        help="MODE-MODEL: MODE ddp or fsdp2, MODEL mlp or transformer",
+    )
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--extra-layers", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--model", default="mlp", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--settings",
+        default="one,default,busy",
+        help="; ".join(f"{k}: {v}" for k, v in SETTINGS.items()),
+    )
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--transport", default="", help="MOONCAKE_PG_TRANSPORT for mooncake-cpu")
     ap.add_argument("--timeout", type=float, default=600.0)
@@ -231,38 +314,50 @@ def main() -> None:
 
     print(
         f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average "
-        f"{os.getloadavg()[0]:.1f}; {args.steps} steps, batch 64, "
-        f"{sum(p.numel() for p in build_model(args.extra_layers).parameters()) / 1e6:.2f}M parameters"
+        f"{os.getloadavg()[0]:.1f}; {args.steps} steps, batch 64"
     )
     cells: list[dict[str, Any]] = []
-    for mode in args.modes.split(","):
-        for world in (int(w) for w in args.worlds.split(",")):
-            runs: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
-            for _ in range(args.repeats):
+    for setting in args.settings.split(","):
+        if setting not in SETTINGS:
+            raise SystemExit(f"unknown setting {setting!r} (known: {', '.join(SETTINGS)})")
+        for workload in args.workloads.split(","):
+            mode, _, model = workload.partition("-")
+            for world in (int(w) for w in args.worlds.split(",")):
+                runs: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
+                for _ in range(args.repeats):
+                    for b in backends:
+                        runs[b].append(run_cell(b, mode, world, model or "mlp", setting, args))
+                cell: dict[str, Any] = {
+                    "setting": setting,
+                    "mode": mode,
+                    "model": model or "mlp",
+                    "world": world,
+                }
                 for b in backends:
-                    runs[b].append(run_cell(b, mode, world, args))
-            cell: dict[str, Any] = {"mode": mode, "world": world}
-            for b in backends:
-                rs = sorted(runs[b], key=lambda r: r["p50_ms"])
-                cell[b] = rs[len(rs) // 2]
-            cells.append(cell)
-            print(
-                f"  {mode} world {world}: "
-                + ", ".join(
-                    f"{b} {cell[b]['p50_ms']:.1f} ms {cell[b]['cpu_per_step'] * 1e3:.0f} ms-cpu"
-                    for b in backends
-                ),
-                flush=True,
-            )
+                    rs = sorted(runs[b], key=lambda r: r["p50_ms"])
+                    cell[b] = rs[len(rs) // 2]
+                cells.append(cell)
+                print(
+                    f"  [{setting}] {workload} world {world}: "
+                    + ", ".join(
+                        f"{b} {cell[b]['p50_ms']:.1f} ms {cell[b]['cpu_per_step'] * 1e3:.0f} ms-cpu"
+                        for b in backends
+                    ),
+                    flush=True,
+                )
     ref = backends[0]
-    head = "| workload | " + " | ".join(f"{b} step p50 (ms) | {b} CPU s/step" for b in backends)
+    head = "| setting | workload | " + " | ".join(
+        f"{b} step p50 (ms) | {b} CPU s/step" for b in backends
+    )
     others = backends[1:]
     head += "".join(f" | {b} / {ref} step | {b} / {ref} CPU | losses" for b in others) + " |"
     print()
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
+    names = {"mlp": "MLP", "transformer": "TransformerEncoder"}
     for c in cells:
-        row = f"| {'FSDP2' if c['mode'] == 'fsdp2' else 'DDP'}, world {c['world']} | "
+        row = f"| {c['setting']} | {'FSDP2' if c['mode'] == 'fsdp2' else 'DDP'} {names[c['model']]}"
+        row += f", world {c['world']} | "
         row += " | ".join(f"{c[b]['p50_ms']:.1f} | {c[b]['cpu_per_step']:.3f}" for b in backends)
         for b in others:
             row += (

@@ -120,7 +120,8 @@ static WINDOW_US: AtomicU64 = AtomicU64::new(0);
 /// Sets the membership coordinator's fault-reconciliation window (0 restores
 /// the default, 30 s). It bounds how long the coordinator hosted in this
 /// process waits for link reports once a failure is reported; it decides
-/// earlier when every member it did not hear suspected has reported.
+/// earlier when every member it did not hear suspected has reported (in a
+/// group without auto-deactivation: has called `sync_after_failure`).
 pub fn set_fault_reconciliation_window_us(us: u64) {
     WINDOW_US.store(us, Ordering::Relaxed);
 }

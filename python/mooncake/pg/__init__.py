@@ -315,5 +315,6 @@ def set_fault_reconciliation_window_us(us: int) -> None:
     """The coordinator's fault-reconciliation window (µs; 0 restores 30 s).
     Takes effect in the process hosting the coordinator (rank 0). The
     coordinator decides earlier whenever every member nobody suspects has
-    reported, and at once when a failed rank's process has ended."""
+    reported (in a group with ``auto_deactivate_on_failure=False``: has
+    called ``sync_after_failure``)."""
     _native.pg_set_fault_reconciliation_window_us(int(us))

@@ -184,7 +184,7 @@ def meet_peers(
         )
     local_ranks = 1 + sum(1 for p in peers if p[3])
     set_spin(native, local_ranks)
-    warn_oversubscribed(local_ranks)
+    fit_threads(local_ranks)
     try:
         native.connect(peers, timeout)
     except TimeoutError as e:
@@ -203,27 +203,54 @@ def set_spin(native: _native.PgGroup, local_ranks: int) -> None:
     native.set_spin_us(AUTO_SPIN_US if (cpus or 1) >= _MAX_LOCAL_RANKS[0] else 0)
 
 
-def warn_oversubscribed(local_ranks: int) -> None:
-    """Warns once per process when this host's ranks run more torch threads
-    than there are CPUs. OpenMP's idle threads spin for milliseconds
-    between parallel regions (libgomp, unless it sees more threads than
-    CPUs in its own process), so ranks that oversubscribe the CPUs spend
-    their compute time spinning: FSDP2 training of a small MLP at world 2
-    on 2 CPUs ran 3-5x slower with torch's default of 2 threads per rank
-    than with one (see benchmarks/pg_training_bench.py --threads)."""
+# Environment variables through which a user chooses the ranks' compute
+# threads; while none is set, the thread count is the backend's to fit.
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def fit_threads(local_ranks: int) -> None:
+    """Fits this rank's torch threads to its share of the host's CPUs when
+    the host's ranks would otherwise run more compute threads than it has
+    CPUs, and says so once per process.
+
+    OpenMP's idle threads spin for milliseconds between parallel regions
+    (libgomp's default wait policy). While a rank waits for a collective,
+    its idle OpenMP threads spin on the cores its peers need to finish that
+    collective, so every wait grows and with it the spinning: FSDP2 on 2
+    CPUs at world 2 ran 4-8x slower with torch's default of one thread per
+    CPU in each rank than with one thread per rank. So, as torchrun does
+    for every rank it starts, a rank whose launcher left the thread count to
+    torch (``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` unset) runs
+    ``torch.set_num_threads(cpus // ranks_on_this_host)`` (at least 1).
+    With either variable set the rank keeps its threads and gets a warning."""
     threads = torch.get_num_threads()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if _WARNED_THREADS[0] or threads <= 1 or local_ranks * threads <= (cpus or 1):
+    cpus = cpus or 1
+    if threads <= 1 or local_ranks * threads <= cpus:
+        return
+    share = max(1, cpus // local_ranks)
+    chosen = [v for v in THREAD_ENV if os.environ.get(v)]
+    if not chosen:
+        torch.set_num_threads(share)
+    if _WARNED_THREADS[0]:
         return
     _WARNED_THREADS[0] = True
-    warnings.warn(
-        f"mooncake-pg: {local_ranks} ranks on this host each run {threads} torch threads on "
-        f"{cpus} CPUs; spinning OpenMP threads then take the CPU from compute and "
-        f"communication. Set torch.set_num_threads({max(1, (cpus or 1) // local_ranks)}) "
-        "(or OMP_NUM_THREADS) in each rank, as torchrun does by default.",
-        RuntimeWarning,
-        stacklevel=2,
+    head = (
+        f"mooncake-pg: {local_ranks} ranks on this host would each run {threads} torch "
+        f"threads on {cpus} CPUs, and spinning OpenMP threads would take the CPUs from "
+        "compute and communication"
     )
+    if chosen:
+        msg = (
+            f"{head}. {chosen[0]} is set, so the threads stay; set it to {share} "
+            f"(or call torch.set_num_threads({share})) in each rank."
+        )
+    else:
+        msg = (
+            f"{head}; this rank now runs torch.set_num_threads({share}), as torchrun "
+            "does. Set OMP_NUM_THREADS to choose the count yourself."
+        )
+    warnings.warn(msg, RuntimeWarning, stacklevel=2)
 
 
 def watch_store(store: Store) -> socket.socket | None:

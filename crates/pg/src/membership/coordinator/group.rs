@@ -100,6 +100,9 @@ pub(super) struct Recon {
     pub(super) reports: HashMap<usize, RankSet>,
     /// Who reported.
     pub(super) reported: RankSet,
+    /// Who asked for the decision (`sync_after_failure`, or a failed op of
+    /// an `auto_sync_on_failure` group).
+    pub(super) synced: RankSet,
     /// Members whose process ended.
     pub(super) offline: RankSet,
     pub(super) waiters: Vec<Waiter>,
@@ -479,6 +482,7 @@ pub(super) fn open_recon(g: &mut CGroup, now: Instant, out: &mut Out) {
         deadline: now + config::reconciliation_window(),
         reports: HashMap::new(),
         reported: RankSet::EMPTY,
+        synced: RankSet::EMPTY,
         offline: RankSet::EMPTY,
         waiters: Vec::new(),
     });
@@ -571,6 +575,7 @@ pub(super) fn sync(
         r.reports.insert(slot, dead);
         r.reported |= RankSet::one(slot);
         if req != 0 {
+            r.synced |= RankSet::one(slot);
             r.waiters.push(w);
         }
     } else if req != 0 {
@@ -695,7 +700,14 @@ pub(super) fn try_decide(g: &mut CGroup, now: Instant, out: &mut Out) {
     let cand = (g.active & alive) - r.offline;
     let suspects = r.reports.values().fold(RankSet::EMPTY, |a, &d| a | d) & cand;
     let needed = cand - suspects;
-    if !needed.is_subset(r.reported) && now < r.deadline {
+    // Before the window ends, an auto-deactivating group decides once every
+    // member it needs reported its links. A framework-managed group waits
+    // until each of them also asked for the decision: its survivors call
+    // `sync_after_failure` where their program is ready for a new view, and
+    // a view change a survivor proposes after its own sync must not reach a
+    // survivor that has not yet got that far.
+    let heard = if g.auto { r.reported } else { r.synced };
+    if !needed.is_subset(heard) && now < r.deadline {
         return;
     }
     let mut down = Vec::new();

@@ -18,10 +18,11 @@
 //! Failures: a member whose control session closes is dead at once (its
 //! process ended). Link reports (`Sync`, answers to `Query`) open a
 //! reconciliation; the coordinator decides as soon as every active member
-//! that nobody suspects has reported, or when the window closes, keeping
-//! the largest set of members that are all connected to each other (ties
-//! keep lower ranks). With auto-deactivation the others are dropped in a
-//! view change and, if alive, fenced.
+//! that nobody suspects has reported (without auto-deactivation: has asked
+//! for the decision with `Sync`), or when the window closes, keeping the
+//! largest set of members that are all connected to each other (ties keep
+//! lower ranks). With auto-deactivation the others are dropped in a view
+//! change and, if alive, fenced.
 //!
 //! Everything runs on one thread fed by a channel (sessions' reader threads
 //! and the acceptor post events), so the state needs no locks. The state

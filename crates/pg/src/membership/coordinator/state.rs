@@ -530,6 +530,77 @@ mod tests {
     }
 
     #[test]
+    fn a_framework_managed_group_decides_once_every_survivor_asked() {
+        let t0 = Instant::now();
+        let mut st = State::default();
+        for r in 0..4 {
+            let m = ToCoord::Register {
+                req: 10 + r as u64,
+                group: G,
+                label: "g".into(),
+                rec: rec(r),
+                capacity: 4,
+                size: 4,
+                extension: false,
+                auto_deactivate: false,
+            };
+            msg(&mut st, r, m, t0);
+        }
+        let sync = |r: usize, req: u64, dead: RankSet| ToCoord::Sync {
+            req,
+            group: G,
+            slot: r,
+            member_id: 1000 + r as u64,
+            dead: dead.bits(),
+        };
+        let links = |r: usize, dead: RankSet| ToCoord::Links {
+            group: G,
+            slot: r,
+            dead: dead.bits(),
+        };
+        // Rank 1's process ends; rank 3's failed op reports it, and rank 3
+        // asks for the decision. Ranks 0 and 2 answer the query before they
+        // noticed anything.
+        st.handle(Input::Closed(sess(1)), t0);
+        msg(&mut st, 3, sync(3, 0, RankSet::one(1)), t0);
+        msg(&mut st, 3, sync(3, 53, RankSet::one(1)), t0);
+        msg(&mut st, 0, links(0, RankSet::EMPTY), t0);
+        msg(&mut st, 2, links(2, RankSet::EMPTY), t0);
+        let synced = |out: &Out, r: usize| {
+            to(out, r).iter().any(|m| {
+                matches!(
+                    m,
+                    ToAgent::Synced {
+                        status: SyncStatus::Reconciled,
+                        ..
+                    }
+                )
+            })
+        };
+        // Every member reported, but only rank 3 asked: no answer yet.
+        let t1 = t0 + Duration::from_millis(10);
+        assert!(!synced(&st.tick(t1), 3));
+        msg(&mut st, 2, sync(2, 52, RankSet::one(1)), t1);
+        assert!(!synced(&st.tick(t1), 3));
+        // The last survivor asks: all three get the decision at once, and
+        // the view keeps every rank (only deactivate_ranks evicts).
+        msg(&mut st, 0, sync(0, 50, RankSet::one(1)), t1);
+        let out = st.tick(t1);
+        for r in [0, 2, 3] {
+            assert!(synced(&out, r), "rank {r}: {out:?}");
+            assert!(!to(&out, r)
+                .iter()
+                .any(|m| matches!(m, ToAgent::Prepare { .. })));
+        }
+        // A survivor that never asks is waited for until the window ends.
+        st.handle(Input::Closed(sess(2)), t1);
+        msg(&mut st, 3, sync(3, 63, RankSet::one(2)), t1);
+        let window = config::reconciliation_window();
+        assert!(!synced(&st.tick(t1 + window - Duration::from_millis(1)), 3));
+        assert!(synced(&st.tick(t1 + window), 3));
+    }
+
+    #[test]
     fn two_ranks_that_lost_each_other_keep_the_lower_and_fence_the_other() {
         let t0 = Instant::now();
         let mut st = founded(2, 2, t0);
