@@ -92,20 +92,10 @@ impl Inner {
     /// memory, and a later eviction only drops them. Nothing is done unless
     /// the answer is [`Offload::Moved`].
     pub(crate) fn persist_object(&mut self, key: &str, cap: u64, queue_limit: u64) -> Offload {
-        let Some(o) = self.objects.get(key) else {
-            return Offload::NoTier;
+        let (chosen, version, size) = match self.disk_target(key, cap, queue_limit, false) {
+            Ok(t) => t,
+            Err(why) => return why,
         };
-        if o.status != ObjStatus::Complete || o.disk.is_some() || o.replicas.is_empty() {
-            return Offload::NoTier;
-        }
-        let Some(chosen) = self.tier_replica(o) else {
-            return Offload::NoTier;
-        };
-        if self.disk_bytes.saturating_add(o.size) > cap || self.queue_full(chosen.seg, queue_limit)
-        {
-            return Offload::Full;
-        }
-        let (version, size) = (o.version, o.size);
         let Some(s) = self.segments.by_id(chosen.seg) else {
             return Offload::NoTier;
         };
@@ -115,11 +105,48 @@ impl Inner {
             key: key.to_string(),
             size,
         });
+        self.mark_on_disk(key, chosen.seg, size);
+        Offload::Moved
+    }
+
+    /// The replica of `key` whose owner can copy it to disk now, with the
+    /// object's version and size; otherwise why not: [`Offload::NoTier`]
+    /// (no complete, memory-only object, or no owner with a disk tier),
+    /// [`Offload::Busy`] (with `refuse_busy`: an upsert is in flight) or
+    /// [`Offload::Full`] (the tier's bytes or that owner's queue).
+    fn disk_target(
+        &self,
+        key: &str,
+        cap: u64,
+        queue_limit: u64,
+        refuse_busy: bool,
+    ) -> Result<(Replica, u64, u64), Offload> {
+        let Some(o) = self.objects.get(key) else {
+            return Err(Offload::NoTier);
+        };
+        if o.status != ObjStatus::Complete || o.disk.is_some() || o.replicas.is_empty() {
+            return Err(Offload::NoTier);
+        }
+        let Some(chosen) = self.tier_replica(o) else {
+            return Err(Offload::NoTier);
+        };
+        if refuse_busy && !o.upserts().is_empty() {
+            return Err(Offload::Busy);
+        }
+        if self.disk_bytes.saturating_add(o.size) > cap || self.queue_full(chosen.seg, queue_limit)
+        {
+            return Err(Offload::Full);
+        }
+        Ok((chosen, o.version, o.size))
+    }
+
+    /// `key`'s disk copy is (being made) on `seg`'s tier; its bytes count
+    /// against the tier's capacity.
+    fn mark_on_disk(&mut self, key: &str, seg: SegId, size: u64) {
         if let Some(o) = self.objects.get_mut(key) {
-            o.disk = Some(chosen.seg);
+            o.disk = Some(seg);
         }
         self.disk_bytes = self.disk_bytes.saturating_add(size);
-        Offload::Moved
     }
 
     /// Eviction selected `key`, which has a disk copy: its memory replicas
@@ -146,28 +173,12 @@ impl Inner {
     /// space returns on its owner's ack. Nothing is done unless the answer
     /// is [`Offload::Moved`].
     pub(crate) fn offload_object(&mut self, key: &str, cap: u64, queue_limit: u64) -> Offload {
-        let Some(o) = self.objects.get(key) else {
-            return Offload::NoTier;
+        let (chosen, _, size) = match self.disk_target(key, cap, queue_limit, true) {
+            Ok(t) => t,
+            Err(why) => return why,
         };
-        if o.status != ObjStatus::Complete || o.disk.is_some() || o.replicas.is_empty() {
-            return Offload::NoTier;
-        }
-        let Some(chosen) = self.tier_replica(o) else {
-            return Offload::NoTier;
-        };
-        if !o.upserts().is_empty() {
-            return Offload::Busy;
-        }
-        if self.disk_bytes.saturating_add(o.size) > cap || self.queue_full(chosen.seg, queue_limit)
-        {
-            return Offload::Full;
-        }
-        let size = o.size;
         self.release_replicas(key, Some(chosen));
-        if let Some(o) = self.objects.get_mut(key) {
-            o.disk = Some(chosen.seg);
-        }
-        self.disk_bytes = self.disk_bytes.saturating_add(size);
+        self.mark_on_disk(key, chosen.seg, size);
         Offload::Moved
     }
 
