@@ -377,14 +377,7 @@ impl MasterState {
         done: &[PromoteResult],
     ) -> Result<(), ErrorCode> {
         let mut g = self.inner.lock();
-        let seg = match g.segments.get(segment_name) {
-            Some(s) if s.client_id == client_id => g.segments.id_of(segment_name),
-            Some(_) => return Err(ErrorCode::IllegalClient),
-            None => return Err(ErrorCode::SegmentNotFound),
-        };
-        let Some(seg) = seg else {
-            return Err(ErrorCode::SegmentNotFound);
-        };
+        let seg = g.segments.owned_id(client_id, segment_name)?;
         let mut freed = false;
         for (key, version, offset, copied) in done {
             let Some(p) = g.promotions.remove(&(seg, *offset)) else {
@@ -431,17 +424,13 @@ impl MasterState {
         objects: &[(String, u64)],
     ) -> Result<(), ErrorCode> {
         let mut g = self.inner.lock();
-        let seg = match g.segments.get(segment_name) {
-            Some(s) if s.client_id == client_id => g.segments.id_of(segment_name),
-            Some(_) => return Err(ErrorCode::IllegalClient),
-            None => return Err(ErrorCode::SegmentNotFound),
-        };
+        let seg = g.segments.owned_id(client_id, segment_name)?;
         let mut lost = 0u64;
         for (key, version) in objects {
             let Some(o) = g.objects.get_mut(key.as_str()) else {
                 continue;
             };
-            if o.disk != seg || o.version != *version {
+            if o.disk != Some(seg) || o.version != *version {
                 continue;
             }
             o.disk = None;

@@ -9,6 +9,7 @@
 use crate::allocator::OffsetAllocator;
 use crate::ledger_push::OwnerQueue;
 use mooncake_common::proto::SegmentDesc;
+use mooncake_common::ErrorCode;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -110,6 +111,18 @@ impl Segments {
     /// The name of segment `id` ("" once it is gone).
     pub(crate) fn name_of(&self, id: SegId) -> &str {
         self.by_id(id).map_or("", |s| s.desc.name.as_str())
+    }
+
+    /// The id of the segment mounted as `name`, which must belong to
+    /// `client_id`: `SegmentNotFound` when none is, `IllegalClient` when
+    /// another client owns it.
+    pub(crate) fn owned_id(&self, client_id: &str, name: &str) -> Result<SegId, ErrorCode> {
+        let id = self.id_of(name).ok_or(ErrorCode::SegmentNotFound)?;
+        match self.by_id(id) {
+            Some(s) if s.client_id == client_id => Ok(id),
+            Some(_) => Err(ErrorCode::IllegalClient),
+            None => Err(ErrorCode::SegmentNotFound),
+        }
     }
 
     /// The segment mounted as `name`.

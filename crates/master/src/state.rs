@@ -626,11 +626,7 @@ impl MasterState {
     pub fn unmount_segment(&self, client_id: &str, name: &str) -> Result<(), ErrorCode> {
         self.metrics.unmount_segment_requests.inc();
         let mut g = self.inner.lock();
-        match g.segments.get(name) {
-            Some(s) if s.client_id == client_id => {}
-            Some(_) => return Err(ErrorCode::IllegalClient),
-            None => return Err(ErrorCode::SegmentNotFound),
-        }
+        g.segments.owned_id(client_id, name)?;
         g.drop_segment(name);
         if let Some(c) = g.clients.get_mut(client_id) {
             c.segments.retain(|s| s != name);
