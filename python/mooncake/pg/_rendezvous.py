@@ -191,6 +191,13 @@ def meet_peers(
         raise RuntimeError(f"{name}: {e} (process group '{group_id}')") from e
 
 
+def host_cpus() -> int:
+    """The CPUs this process may run on (at least 1)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def set_spin(native: _native.PgGroup, local_ranks: int) -> None:
     """Short spin before sleeping only while every same-host rank can own a core.
 
@@ -199,8 +206,7 @@ def set_spin(native: _native.PgGroup, local_ranks: int) -> None:
     if "MOONCAKE_PG_SPIN_US" in os.environ:
         return
     _MAX_LOCAL_RANKS[0] = max(_MAX_LOCAL_RANKS[0], local_ranks)
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    native.set_spin_us(AUTO_SPIN_US if (cpus or 1) >= _MAX_LOCAL_RANKS[0] else 0)
+    native.set_spin_us(AUTO_SPIN_US if host_cpus() >= _MAX_LOCAL_RANKS[0] else 0)
 
 
 # Environment variables through which a user chooses the ranks' compute
@@ -217,15 +223,14 @@ def fit_threads(local_ranks: int) -> None:
     (libgomp's default wait policy). While a rank waits for a collective,
     its idle OpenMP threads spin on the cores its peers need to finish that
     collective, so every wait grows and with it the spinning: FSDP2 on 2
-    CPUs at world 2 ran 4-8x slower with torch's default of one thread per
+    CPUs at world 2 ran 4-16x slower with torch's default of one thread per
     CPU in each rank than with one thread per rank. So, as torchrun does
     for every rank it starts, a rank whose launcher left the thread count to
     torch (``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` unset) runs
     ``torch.set_num_threads(cpus // ranks_on_this_host)`` (at least 1).
     With either variable set the rank keeps its threads and gets a warning."""
     threads = torch.get_num_threads()
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    cpus = cpus or 1
+    cpus = host_cpus()
     if threads <= 1 or local_ranks * threads <= cpus:
         return
     share = max(1, cpus // local_ranks)
