@@ -154,14 +154,15 @@ impl MasterState {
     }
 
     /// A put found no room; `seen` is [`MasterState::space_gen`] as it read
-    /// it then, with the lock held, and `ticket` its place in the queue of
+    /// it then, with the lock held (`None`: it was behind another waiting
+    /// put and did not look at the room), and `ticket` its place in the queue of
     /// puts waiting for room ([`MasterState::queue_for_space`]). Run an
     /// eviction pass for it at once (not at the next periodic one), then
     /// wait, without the lock, until it is first in the queue and space was
     /// freed since `seen` (true: look again), until it is first and nothing
     /// is on its way back any more, or until `deadline` (real time: the
     /// space comes back on other processes' acks).
-    pub(crate) fn wait_for_space(&self, seen: u64, deadline: Instant, ticket: u64) -> bool {
+    pub(crate) fn wait_for_space(&self, seen: Option<u64>, deadline: Instant, ticket: u64) -> bool {
         if Instant::now() >= deadline {
             return false;
         }
@@ -172,7 +173,7 @@ impl MasterState {
         let mut g = self.inner.lock();
         loop {
             let first = g.space_waiters.front() == Some(&ticket);
-            let freed = self.space_gen.load(Ordering::Acquire) != seen;
+            let freed = seen.is_none_or(|s| self.space_gen.load(Ordering::Acquire) != s);
             if first && freed {
                 return true;
             }
@@ -181,7 +182,7 @@ impl MasterState {
             }
             if self.space_freed.wait_until(&mut g, deadline).timed_out() {
                 let first = g.space_waiters.front() == Some(&ticket);
-                return first && self.space_gen.load(Ordering::Acquire) != seen;
+                return first && seen.is_none_or(|s| self.space_gen.load(Ordering::Acquire) != s);
             }
         }
     }

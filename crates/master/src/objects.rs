@@ -134,7 +134,8 @@ impl MasterState {
 
     /// One pass of [`MasterState::put_start_excluding`] over `keys`; also
     /// returns, when a key found no room that a segment could hold,
-    /// `space_gen` as it was then. `ticket`: the call's place among the
+    /// `space_gen` as it was then (`None`: it waited behind another put
+    /// and did not look). `ticket`: the call's place among the
     /// puts waiting for room (none on its first pass, which is counted as
     /// requests); while any put waits, only the first one takes room.
     fn put_start_once(
@@ -145,7 +146,7 @@ impl MasterState {
         upsert: bool,
         exclude: &[String],
         ticket: Option<u64>,
-    ) -> (Vec<PutStartItem>, Option<u64>) {
+    ) -> (Vec<PutStartItem>, Option<Option<u64>>) {
         let first = ticket.is_none();
         let mut out = Vec::with_capacity(keys.len());
         let mut short = None;
@@ -284,7 +285,9 @@ impl MasterState {
                     flag_eviction(self);
                 }
                 if g.segments.values().any(|s| s.alloc.capacity() >= size) {
-                    short = Some(self.space_gen.load(Ordering::Acquire));
+                    // Behind another waiting put, this one did not look at
+                    // the room: it looks once it is first, freed or not.
+                    short = Some((!behind).then(|| self.space_gen.load(Ordering::Acquire)));
                 }
                 out.push(PutStartItem::Err(ErrorCode::NoAvailableHandle));
                 continue;

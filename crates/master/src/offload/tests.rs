@@ -159,6 +159,42 @@ fn room_freed_while_puts_wait_goes_to_them_in_arrival_order() {
 }
 
 #[test]
+fn a_put_that_waited_behind_another_looks_at_the_room_once_it_is_first() {
+    let st = state_waiting(false, u64::MAX, 600_000);
+    let q = st.ledger_queue("c1", "a:1").expect("queue").0;
+    q.mark_connected();
+    // Three objects eviction may not take, and one it may.
+    let pinned = WriteConfig {
+        hard_pin: true,
+        ..WriteConfig::default()
+    };
+    for i in 0..3 {
+        let key = format!("p{i}");
+        let items = st.put_start(std::slice::from_ref(&key), &[QUARTER], &pinned, false);
+        let Some(PutStartItem::Write { version, .. }) = items.into_iter().next() else {
+            panic!("no write");
+        };
+        st.commit_end(&[key], &[version], &["a:1".to_string()])
+            .expect("end");
+    }
+    put(&st, "f", QUARTER);
+    // Another put waits for room first; then room is freed.
+    let front = st.queue_for_space();
+    assert_eq!(st.remove(&["f".to_string()], false), vec![0]);
+    q.ack_all(&|r| st.release_forgotten("a:1", "u-a:1", r));
+    // This put finds the room kept for the first one and waits behind it;
+    // nothing is on its way back (the rest is pinned).
+    let writer = start_put(&st, "new");
+    until_waiting(&st, 1);
+    // The first put leaves without taking the room: the second gets it.
+    st.leave_space_queue(front);
+    assert!(matches!(
+        writer.join().expect("writer"),
+        PutStartItem::Write { .. }
+    ));
+}
+
+#[test]
 fn a_put_waiting_for_room_from_an_owner_that_goes_away_fails_at_once() {
     let st = full_with_tier(u64::MAX, 600_000);
     let writer = start_put(&st, "new");
