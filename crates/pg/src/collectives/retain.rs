@@ -14,6 +14,12 @@
 //! own outstanding pulls. It knows nothing about links or frames: `reader`
 //! answers requests and lands responses, `progress` holds inputs and pulls.
 //!
+//! The copy is made lazily, block by block: [`Retention::hold`] records the
+//! input ranges, and each block is copied when the op is about to write over
+//! it or read it (then it is in cache for the read), when a pull asks for
+//! it, or at the latest before the op completes ([`Retention::fill_all`]).
+//! Until then a block's bytes are still the input's.
+//!
 //! Memory bound: at most [`MAX_HELD`] copies are kept. Holding one more
 //! releases the oldest early; a later pull for it is answered "not held",
 //! and the puller then counts that rank as failed for that op (its result
@@ -30,6 +36,9 @@ pub(crate) const MAX_HELD: usize = 4;
 /// then copies into warm memory instead of faulting in fresh pages).
 const MAX_POOLED: usize = 2;
 
+/// Bytes of a retained input copied at a time.
+const FILL_BLOCK: usize = 64 * 1024;
+
 /// One retained input.
 struct Held {
     seq: u64,
@@ -39,6 +48,82 @@ struct Held {
     /// neither acknowledged the op nor failed, and ourselves until the op
     /// completes).
     waiting: u64,
+    /// The input ranges `(address, bytes)`, concatenated in `buf`, while a
+    /// block is not copied yet; empty once every block is.
+    src: Vec<(usize, usize)>,
+    /// Which [`FILL_BLOCK`]-sized blocks of `buf` hold their copy; empty
+    /// once all do.
+    filled: Vec<bool>,
+    /// Blocks not copied yet.
+    left: usize,
+    /// Copy with streaming stores (a large input: the copy is not read soon).
+    stream: bool,
+}
+
+impl Held {
+    /// Copies block `k` of the input into `buf` unless it is there already.
+    fn fill_block(&mut self, k: usize) {
+        if self.filled.get(k) != Some(&false) {
+            return;
+        }
+        let start = k * FILL_BLOCK;
+        let end = (start + FILL_BLOCK).min(self.len);
+        let mut base = 0;
+        for &(p, l) in &self.src {
+            let (a, b) = (start.max(base), end.min(base + l));
+            if a < b {
+                // SAFETY: `hold`'s caller keeps `p..p + l` readable, and
+                // unwritten until its blocks are copied (this one is not
+                // yet); `a..b` lies inside both that range (shifted by
+                // `base`) and `buf` (`b <= len <= buf.len()`), which is ours.
+                unsafe {
+                    copy::copy(
+                        (p + (a - base)) as *const u8,
+                        self.buf.as_mut_ptr().add(a),
+                        b - a,
+                        self.stream,
+                    )
+                };
+            }
+            base += l;
+            if base >= end {
+                break;
+            }
+        }
+        self.filled[k] = true;
+        self.left -= 1;
+        if self.left == 0 {
+            self.src = Vec::new();
+            self.filled = Vec::new();
+        }
+    }
+
+    /// Copies the blocks covering bytes `off..off + len` of `buf`.
+    fn fill_span(&mut self, off: usize, len: usize) {
+        if self.left == 0 || len == 0 {
+            return;
+        }
+        let last = (off + len - 1).min(self.len.saturating_sub(1)) / FILL_BLOCK;
+        for k in off / FILL_BLOCK..=last {
+            self.fill_block(k);
+        }
+    }
+
+    /// Copies the blocks holding input bytes at `addr..addr + len`.
+    fn fill_addr(&mut self, addr: usize, len: usize) {
+        let mut base = 0;
+        let mut spans = Vec::new();
+        for &(p, l) in &self.src {
+            let (a, b) = (addr.max(p), (addr + len).min(p + l));
+            if a < b {
+                spans.push((base + (a - p), b - a));
+            }
+            base += l;
+        }
+        for (off, n) in spans {
+            self.fill_span(off, n);
+        }
+    }
 }
 
 /// A pull this rank issued: `len` bytes from slot `src` into `dst`.
@@ -117,8 +202,13 @@ impl Retention {
     /// [`Retention::ack`] it when the op completes). Returns the requests
     /// that were waiting for it. Releases the oldest copy at the cap.
     ///
+    /// Nothing is copied yet: see [`Retention::fill`] and
+    /// [`Retention::fill_all`].
+    ///
     /// # Safety
-    /// Every range `(address, len)` must be valid for reads of `len` bytes.
+    /// Every range `(address, len)` must stay valid for reads of `len` bytes
+    /// until [`Retention::fill_all`] of `seq` returns, and no byte of it may
+    /// be written before a [`Retention::fill`] covering it returned.
     pub(crate) unsafe fn hold(
         &self,
         seq: u64,
@@ -126,24 +216,8 @@ impl Retention {
         waiting: u64,
     ) -> Vec<Request> {
         let len: usize = ranges.iter().map(|r| r.1).sum();
-        let mut buf = self.buffer(len);
-        let mut at = 0;
-        for &(p, l) in ranges {
-            if l > 0 {
-                // SAFETY: `p` is readable for `l` bytes (caller); `buf` has at
-                // least `len - at >= l` bytes left; it is ours, so they cannot
-                // overlap.
-                unsafe {
-                    copy::copy(
-                        p as *const u8,
-                        buf.as_mut_ptr().add(at),
-                        l,
-                        l >= copy::STREAM_MIN_MESSAGE,
-                    )
-                };
-            }
-            at += l;
-        }
+        let blocks = len.div_ceil(FILL_BLOCK);
+        let buf = self.buffer(len);
         let mut held = self.held.lock();
         while held.len() >= MAX_HELD {
             if let Some(h) = held.pop_front() {
@@ -155,6 +229,14 @@ impl Retention {
             buf,
             len,
             waiting,
+            src: if blocks > 0 {
+                ranges.to_vec()
+            } else {
+                Vec::new()
+            },
+            filled: vec![false; blocks],
+            left: blocks,
+            stream: len >= copy::STREAM_MIN_MESSAGE,
         });
         self.nheld.store(held.len(), Ordering::Release);
         drop(held);
@@ -162,6 +244,30 @@ impl Retention {
         let (now, later): (Vec<Request>, Vec<Request>) = reqs.drain(..).partition(|r| r.seq == seq);
         *reqs = later;
         now
+    }
+
+    /// Copies what is not copied yet of op `seq`'s retained input among the
+    /// input bytes at `addr..addr + len`: before the op writes them, or as
+    /// it reads them (they are then in cache for its read).
+    pub(crate) fn fill(&self, seq: u64, addr: usize, len: usize) {
+        if self.nheld.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if let Some(h) = self.held.lock().iter_mut().find(|h| h.seq == seq) {
+            h.fill_addr(addr, len);
+        }
+    }
+
+    /// Copies the rest of op `seq`'s retained input; afterwards the copy no
+    /// longer reads the op's ranges.
+    pub(crate) fn fill_all(&self, seq: u64) {
+        if self.nheld.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if let Some(h) = self.held.lock().iter_mut().find(|h| h.seq == seq) {
+            let len = h.len;
+            h.fill_span(0, len);
+        }
     }
 
     /// Marks op `seq` started (after its input, if any, is held) and returns
@@ -211,11 +317,12 @@ impl Retention {
         len: u64,
         f: impl FnOnce(&[u8]) -> T,
     ) -> Option<T> {
-        let held = self.held.lock();
-        let h = held.iter().find(|h| h.seq == seq)?;
+        let mut held = self.held.lock();
+        let h = held.iter_mut().find(|h| h.seq == seq)?;
         let off = usize::try_from(offset).ok()?;
         let len = usize::try_from(len).ok()?;
         let end = off.checked_add(len).filter(|&e| e <= h.len)?;
+        h.fill_span(off, len);
         Some(f(&h.buf[off..end]))
     }
 
@@ -387,6 +494,54 @@ mod tests {
             "released once all are done"
         );
         assert_eq!(r.held_count(), 0);
+    }
+
+    #[test]
+    fn blocks_are_copied_when_filled_and_keep_the_input_as_it_was_then() {
+        let r = Retention::default();
+        let n = 3 * FILL_BLOCK + 100;
+        let mut a: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+        let mut b = vec![7u8; 50];
+        let want_a = a.clone();
+        let (pa, pb) = (a.as_mut_ptr() as usize, b.as_mut_ptr() as usize);
+        // SAFETY: both vectors stay alive, and are written below only where
+        // a fill covered them first (or after `fill_all`).
+        unsafe { r.hold(3, &[(pa, n), (pb, 50)], 0b10) };
+        // The second block of `a`, and `b`'s bytes 10..20, before they are
+        // written over.
+        r.fill(3, pa + FILL_BLOCK + 5, 10);
+        r.fill(3, pb + 10, 10);
+        a[FILL_BLOCK..2 * FILL_BLOCK].fill(0xEE);
+        b.fill(0xEE);
+        assert_eq!(
+            r.with_range(3, FILL_BLOCK as u64, FILL_BLOCK as u64, |d| d.to_vec()),
+            Some(want_a[FILL_BLOCK..2 * FILL_BLOCK].to_vec())
+        );
+        // `b` lies in the last block, which holds its copy from the fill.
+        assert_eq!(
+            r.with_range(3, n as u64 + 10, 10, |d| d.to_vec()),
+            Some(vec![7u8; 10])
+        );
+        r.fill_all(3);
+        a.fill(0xDD);
+        let whole = r.with_range(3, 0, n as u64, |d| d.to_vec());
+        assert_eq!(whole, Some(want_a), "every block as it was before the writes");
+    }
+
+    #[test]
+    fn a_pull_copies_the_blocks_it_reads() {
+        let r = Retention::default();
+        let mut a = vec![5u8; 2 * FILL_BLOCK];
+        let pa = a.as_mut_ptr() as usize;
+        // SAFETY: `a` stays alive and is written only after `fill_all`.
+        unsafe { r.hold(1, &[(pa, a.len())], 0b10) };
+        assert_eq!(r.with_range(1, 3, 2, |d| d.to_vec()), Some(vec![5, 5]));
+        r.fill_all(1);
+        a.fill(0);
+        assert_eq!(
+            r.with_range(1, FILL_BLOCK as u64, 4, |d| d.to_vec()),
+            Some(vec![5; 4])
+        );
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! its failed set F_i.
 //!
 //! Inclusion is all-or-nothing per rank (same contract): a reduction whose
-//! algorithm can lose a rank's data partway (`plan::redo`) first retains a
-//! copy of its input; when the op ends with some part of the output
+//! algorithm can lose a rank's data partway (`plan::redo`) retains a copy
+//! of its input, made piece by piece as the op first reads or overwrites
+//! each part (all of it before a phase that may write over the input some
+//! other way, and before the op completes); when the op ends with some part of the output
 //! including a failed rank and another part not, this rank pulls the
 //! survivors' retained inputs and recomputes the op over exactly
 //! C_i = itself plus the ranks whose whole input it obtained.
@@ -37,6 +39,9 @@ struct Ctx<'a> {
     /// This rank's reduction lost a contribution: its forwarded reduced
     /// pieces are flagged [`FLAG_TAINT`].
     lost: bool,
+    /// The op's input is retained (`plan::redo`): its pieces are copied
+    /// as they are first read or overwritten.
+    retained: bool,
     /// Part of the output may include a failed rank's data and part not.
     partial: bool,
     /// Peers a piece of this op came from (they completed every earlier
@@ -128,10 +133,15 @@ pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
     // Retain the input before the first send (every member of S may pull
     // it until it acknowledged the op or failed; we keep it for ourselves
     // until the op completes), then answer the pulls that waited for it.
+    // The copy is made as the op goes (see `Retention::hold`).
     let redo = plan::redo(&op.kind, me, &active, shared.cfg.small_bytes);
     if let Some(r) = &redo {
         // SAFETY: the ranges are the op's inputs, valid for reads until it
-        // completes (`Group::submit`), and nothing has written them yet.
+        // completes (`Group::submit`), which is after `fill_all` below; the
+        // op writes nothing before a fill covering it: its reductions and
+        // receives (here and in the reader's landings) fill each piece
+        // before writing it, and a phase whose start writes over them, or
+        // any phase after the first, is preceded by `fill_all`.
         let due = unsafe { shared.retain.hold(op.seq, &r.ranges, peers | 1u64 << me) };
         answer_pulls(&shared.retain, links, due, true);
     }
@@ -146,16 +156,27 @@ pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
         failed: known_dead,
         mid_send,
         lost: false,
+        retained: redo.is_some(),
         partial: false,
         heard: 0,
     };
     let result = plan::plan(&op.kind, me, &active, shared.cfg.small_bytes).and_then(|mut p| {
-        for ph in p.phases.iter_mut() {
+        for (i, ph) in p.phases.iter_mut().enumerate() {
+            if let Some(r) = &redo {
+                if i > 0 || writes_over(ph, &r.ranges) {
+                    shared.retain.fill_all(op.seq);
+                }
+            }
             run_phase(&mut ctx, ph)?;
         }
         // Slots are needed for the ranks still active at the op's end.
         p.unslotted.check(ctx.failed)
     });
+    if redo.is_some() {
+        // However the phases ended: the inputs are the caller's again once
+        // the op completes.
+        shared.retain.fill_all(op.seq);
+    }
     if let (Ok(()), Some(r)) = (&result, &redo) {
         let newly = ctx.failed & !known_dead;
         if ctx.partial || (r.two_phase && newly != 0) {
@@ -192,6 +213,14 @@ pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
         let _ = e;
     }
     shared.finish(&op.done, result.err(), failed);
+}
+
+/// Whether `ph` writes over any of `ranges` when it starts (its local
+/// copies and zero fills; its reduction and receives fill each piece of
+/// the retained copy before they write it).
+fn writes_over(ph: &Phase, ranges: &[(usize, usize)]) -> bool {
+    let hits = |d: usize, l: usize| ranges.iter().any(|&(p, n)| d < p + n && p < d + l);
+    ph.copies.iter().any(|&(_, d, l)| hits(d, l)) || ph.zeros.iter().any(|&(d, l)| hits(d, l))
 }
 
 fn run_phase(ctx: &mut Ctx<'_>, ph: &mut Phase) -> Result<(), PgError> {
@@ -329,6 +358,10 @@ fn step_send(ctx: &mut Ctx<'_>, x: &mut Xfer, limit: usize) -> bool {
             len: plen as u32,
             aux: ctx.sig,
         };
+        if ctx.retained {
+            // Copied while it is read: the send then finds it in cache.
+            ctx.shared.retain.fill(ctx.seq, x.ptr + x.pos, plen);
+        }
         let data: &[u8] = if plen == 0 {
             &[]
         } else {
@@ -392,6 +425,12 @@ fn step_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) -> Result<bool, PgError> {
                     ctx.partial = true;
                 }
                 ctx.heard |= 1u64 << x.peer;
+                if ctx.retained && h.len > 0 && !f.data.is_null() {
+                    // An in-place output: the retained input is copied first.
+                    ctx.shared
+                        .retain
+                        .fill(ctx.seq, x.ptr + h.offset as usize, h.len as usize);
+                }
                 if h.len > 0 && !f.data.is_null() {
                     // SAFETY: `offset + len <= x.len` was checked above, so the
                     // write stays inside the op's output range (valid until
@@ -426,6 +465,9 @@ fn fail_recv(ctx: &mut Ctx<'_>, x: &mut Xfer) {
         l.withdraw_landing(LANDING_PATIENCE);
     }
     if x.len > 0 {
+        if ctx.retained {
+            ctx.shared.retain.fill(ctx.seq, x.ptr, x.len);
+        }
         // SAFETY: the op's output range of `x.len` bytes (`Group::submit`).
         unsafe { std::ptr::write_bytes(x.ptr as *mut u8, 0, x.len) };
     }
@@ -506,6 +548,16 @@ fn step_reduce(ctx: &mut Ctx<'_>, r: &mut Reduce) -> Result<bool, PgError> {
                 (Source::Own(p), _) => srcs.push((p + r.pos) as *const u8),
                 (Source::Peer(_), Some(f)) => srcs.push(f.data),
                 _ => {}
+            }
+        }
+        if ctx.retained {
+            // The retained input is copied before the output overwrites it
+            // (in place), and our own input as it is read.
+            ctx.shared.retain.fill(ctx.seq, r.dst + r.pos, plen);
+            for s in &r.sources {
+                if let Source::Own(p) = *s {
+                    ctx.shared.retain.fill(ctx.seq, p + r.pos, plen);
+                }
             }
         }
         let esize = r.dtype.size();

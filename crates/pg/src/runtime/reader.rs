@@ -157,6 +157,9 @@ pub(crate) fn reader_loop(shared: Arc<Shared>, link: Arc<PeerLink>, stream: TcpS
                 // the message's last piece; a piece queued in a buffer may
                 // feed a reduction at once, so it wakes the executor.
                 let (ok, wake) = if let Some(to) = link.claim_landing(&hdr) {
+                    // The output may be the op's retained input (in place):
+                    // its copy of these bytes is made before they are written.
+                    shared.retain.fill(hdr.seq, to as usize, hdr.len as usize);
                     // SAFETY: `claim_landing` checked that `len` bytes at
                     // `to` lie inside the range the executor lent, which
                     // stays valid and untouched by anyone else until
