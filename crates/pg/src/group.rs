@@ -194,6 +194,7 @@ impl Group {
             watch_cv: Condvar::new(),
             retain: Arc::default(),
             cfg,
+            clock: Arc::new(crate::clock::Monotonic),
         });
         engine.register(
             key,

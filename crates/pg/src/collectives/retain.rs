@@ -454,9 +454,13 @@ impl Retention {
 mod tests {
     use super::*;
 
+    /// Holds `data` for op `seq` and copies it at once (as an op does
+    /// before it completes), so `data` may go away afterwards.
     fn hold(r: &Retention, seq: u64, data: &[u8], waiting: u64) -> Vec<Request> {
-        // SAFETY: `data` is a live slice.
-        unsafe { r.hold(seq, &[(data.as_ptr() as usize, data.len())], waiting) }
+        // SAFETY: `data` is a live slice until `fill_all` returns.
+        let due = unsafe { r.hold(seq, &[(data.as_ptr() as usize, data.len())], waiting) };
+        r.fill_all(seq);
+        due
     }
 
     #[test]
@@ -525,7 +529,11 @@ mod tests {
         r.fill_all(3);
         a.fill(0xDD);
         let whole = r.with_range(3, 0, n as u64, |d| d.to_vec());
-        assert_eq!(whole, Some(want_a), "every block as it was before the writes");
+        assert_eq!(
+            whole,
+            Some(want_a),
+            "every block as it was before the writes"
+        );
     }
 
     #[test]

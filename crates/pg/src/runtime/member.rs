@@ -120,6 +120,7 @@ pub(crate) fn attach_link(
         stream,
         closer,
         sh.label.clone(),
+        Arc::clone(&sh.clock),
     ));
     let old = {
         let mut links = sh.links.write();

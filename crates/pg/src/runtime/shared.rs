@@ -202,6 +202,8 @@ pub(crate) struct Shared {
     pub(crate) retain: Arc<Retention>,
     /// Tunables.
     pub(crate) cfg: Config,
+    /// The clock link liveness is measured on.
+    pub(crate) clock: Arc<dyn crate::clock::Clock>,
 }
 
 impl Shared {

@@ -3,7 +3,7 @@
 //! pair and the liveness flags. The thread that drains the socket lives in
 //! `reader`; this module knows nothing about the group around it.
 
-use crate::clock::now_ns;
+use crate::clock::Clock;
 use crate::completion::Completion;
 use crate::fault;
 use crate::transport::shm::Segment;
@@ -35,9 +35,11 @@ pub(crate) struct PeerLink {
     closer: TcpStream,
     /// Torch group id (for fault rules).
     group: Arc<str>,
-    /// When the last frame from the peer arrived (`now_ns`).
+    /// The clock `last_rx` and `last_tx` are read on.
+    clock: Arc<dyn Clock>,
+    /// When the last frame from the peer arrived (`clock`).
     last_rx: AtomicU64,
-    /// When the last frame to the peer was fully written (`now_ns`).
+    /// When the last frame to the peer was fully written (`clock`).
     last_tx: AtomicU64,
     /// Serialises whole P2P messages from several user threads.
     pub(crate) p2p_lock: Mutex<()>,
@@ -120,7 +122,8 @@ pub(crate) struct Front {
 }
 
 impl PeerLink {
-    /// Wraps a connected socket (`closer` is a clone of it).
+    /// Wraps a connected socket (`closer` is a clone of it); its liveness
+    /// is measured on `clock`.
     pub(crate) fn new(
         slot: usize,
         my_slot: usize,
@@ -128,9 +131,11 @@ impl PeerLink {
         stream: TcpStream,
         closer: TcpStream,
         group: Arc<str>,
+        clock: Arc<dyn Clock>,
     ) -> Self {
-        let now = now_ns();
+        let now = clock.now_ns();
         PeerLink {
+            clock,
             slot,
             my_slot,
             member_id,
@@ -231,7 +236,7 @@ impl PeerLink {
         drop(w);
         self.flush_acks();
         res?;
-        self.last_tx.store(now_ns(), Ordering::Relaxed);
+        self.last_tx.store(self.clock.now_ns(), Ordering::Relaxed);
         Ok(())
     }
 
@@ -501,7 +506,7 @@ impl PeerLink {
 
     /// Records that a frame just arrived from the peer.
     pub(crate) fn touch_rx(&self) {
-        self.last_rx.store(now_ns(), Ordering::Relaxed);
+        self.last_rx.store(self.clock.now_ns(), Ordering::Relaxed);
     }
 
     /// Records the peer's shared-memory answer (`ok`: it mapped our segment).
@@ -530,7 +535,33 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         let s = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
         let c = s.try_clone().expect("clone");
-        PeerLink::new(1, 0, 7, s, c, Arc::from("g"))
+        PeerLink::new(
+            1,
+            0,
+            7,
+            s,
+            c,
+            Arc::from("g"),
+            Arc::new(crate::clock::Monotonic),
+        )
+    }
+
+    #[test]
+    fn liveness_is_read_on_the_links_clock() {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let s = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let c = s.try_clone().expect("clone");
+        let clock = Arc::new(crate::clock::Manual::default());
+        clock.advance(Duration::from_secs(3));
+        let link = PeerLink::new(1, 0, 7, s, c, Arc::from("g"), clock.clone());
+        assert_eq!(link.last_heard_ns(), 3_000_000_000, "made at 3 s");
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(link.last_heard_ns(), 3_000_000_000, "nothing heard since");
+        link.touch_rx();
+        assert_eq!(link.last_heard_ns(), 5_000_000_000);
+        clock.advance(Duration::from_secs(1));
+        link.write_frame(&Hdr::default(), &[]).expect("write");
+        assert_eq!(link.last_heard_ns(), 6_000_000_000, "a frame fully written");
     }
 
     /// The whole of `out` as the landing of op `seq`'s message `tag`
