@@ -214,3 +214,39 @@ def test_with_promotion_on_hit_a_disk_copy_read_twice_comes_back_to_memory(
     # Read once only: stays on disk.
     assert s.get(keys[1]) == pattern(MiB, 1)
     assert kinds(s, [keys[1]]) == {keys[1]: "disk"}
+
+
+def test_unmount_local_disk_segment_drains_the_tier(
+    owner_on: Callable[..., tuple[Any, Path]],
+) -> None:
+    """Upstream's ``unmount_local_disk_segment(grace_period_seconds)``: the
+    owner's disk copies are forgotten (objects that lived only on its disk
+    are gone, those still in memory stay readable), nothing more is written
+    to its tier, and the call returns 0 after the grace period."""
+    s, d = owner_on()
+    keys = fill(s, "k")  # three segments' worth: most live on disk only
+    mem_keys = [k for k in keys if any(r.is_memory_replica() for r in s.get_replica_desc(k))]
+    disk_only = [k for k in keys if k not in mem_keys]
+    assert mem_keys and disk_only
+    files = buckets(d)
+    assert s.unmount_local_disk_segment(grace_period_seconds=1) == 0
+    assert [s.is_exist(k) for k in disk_only] == [0] * len(disk_only)
+    for k in mem_keys:
+        assert s.get(k) == pattern(MiB, keys.index(k)), k
+        assert not any(r.is_disk_replica() for r in s.get_replica_desc(k))
+    # New puts are not written through; the files already there stay.
+    before = disk_objects(s)
+    assert put_retry(s, "after", pattern(MiB, 7)) == 0
+    assert disk_objects(s) == before
+    assert set(files) <= set(buckets(d))
+    # Draining again is harmless.
+    assert s.unmount_local_disk_segment() == 0
+
+
+def test_unmount_local_disk_segment_without_a_tier_warns_and_returns_at_once(
+    master_factory: Callable[..., Master], store_factory: Any, log: pytest.LogCaptureFixture
+) -> None:
+    m = master_factory()
+    s = store_factory(m)
+    assert s.unmount_local_disk_segment(grace_period_seconds=30) == 0
+    assert any("no local disk segment to drain" in r.getMessage() for r in log.records)

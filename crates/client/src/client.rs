@@ -670,11 +670,17 @@ impl Client {
         }
     }
 
-    /// `unmount_local_disk_segment`: drain the SSD tier's local disk
-    /// segment. SSD offload is never enabled in this build, so there is
-    /// nothing to drain: success (upstream answers 0 and warns).
-    pub fn drain_local_disk_segment(&self) -> Result<()> {
-        Ok(())
+    /// `unmount_local_disk_segment`: drain this client's disk tier (see
+    /// `Disk::drain`), then wait `grace` before returning. `false` when
+    /// the client has no disk tier: nothing to drain, no wait.
+    pub fn drain_local_disk_segment(&self, grace: std::time::Duration) -> Result<bool> {
+        let Some(d) = &self.disk else {
+            return Ok(false);
+        };
+        d.drain()?;
+        tracing::info!(grace_ms = grace.as_millis() as u64, "drained the disk tier");
+        std::thread::sleep(grace);
+        Ok(true)
     }
 
     /// `get_offload_rpc_read_count`: reads of this client's disk tier

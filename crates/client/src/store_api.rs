@@ -276,8 +276,8 @@ pub trait StoreApi: Send + Sync {
         Err(in_process_only(method))
     }
 
-    /// `unmount_local_disk_segment`.
-    fn drain_local_disk_segment(&self) -> Result<()> {
+    /// `unmount_local_disk_segment`: whether there was a disk tier to drain.
+    fn drain_local_disk_segment(&self, _grace: std::time::Duration) -> Result<bool> {
         Err(in_process_only("unmount_local_disk_segment"))
     }
 
@@ -316,8 +316,8 @@ impl StoreApi for Client {
         Client::unmount_segments(self, ids)
     }
 
-    fn drain_local_disk_segment(&self) -> Result<()> {
-        Client::drain_local_disk_segment(self)
+    fn drain_local_disk_segment(&self, grace: std::time::Duration) -> Result<bool> {
+        Client::drain_local_disk_segment(self, grace)
     }
 
     fn offload_rpc_read_count(&self) -> u64 {

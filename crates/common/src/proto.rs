@@ -327,6 +327,15 @@ pub enum MasterRequest {
         /// The copies gone.
         objects: Vec<(String, u64)>,
     },
+    /// The owner of `segment_name` drains its disk tier: the master
+    /// forgets every disk copy on it (an object with no memory replica
+    /// left is gone) and queues no more copies to it.
+    DiskTierDrain {
+        /// The owning client.
+        client_id: String,
+        /// Its segment.
+        segment_name: String,
+    },
     /// Where owners keep their disk tiers when the master has a
     /// `--root_fs_dir`: answered with [`MasterResponse::StorageConfig`].
     StorageConfig,

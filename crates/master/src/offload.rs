@@ -450,6 +450,40 @@ impl MasterState {
         }
         Ok(())
     }
+
+    /// The owner of `segment_name` drains its disk tier
+    /// (`unmount_local_disk_segment`): every disk copy on it is forgotten
+    /// (an object with no memory replica left is gone, as when the segment
+    /// goes away) and no copy is queued to it any more, until it announces
+    /// a tier again.
+    pub fn drain_disk_tier(&self, client_id: &str, segment_name: &str) -> Result<(), ErrorCode> {
+        let mut g = self.inner.lock();
+        let seg = g.segments.owned_id(client_id, segment_name)?;
+        if let Some(s) = g.segments.by_id_mut(seg) {
+            s.disk_tier = false;
+        }
+        let mut freed = 0u64;
+        let mut gone = Vec::new();
+        for (k, o) in g.objects.iter_mut() {
+            if o.disk == Some(seg) {
+                o.disk = None;
+                freed = freed.saturating_add(o.size);
+                if o.replicas.is_empty() {
+                    gone.push(k.clone());
+                }
+            }
+        }
+        g.disk_bytes = g.disk_bytes.saturating_sub(freed);
+        for k in &gone {
+            g.objects.swap_remove(k);
+        }
+        tracing::info!(
+            segment = segment_name,
+            gone = gone.len(),
+            "the owner drained its disk tier"
+        );
+        Ok(())
+    }
 }
 
 #[cfg(test)]

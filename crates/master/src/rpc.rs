@@ -187,6 +187,7 @@ fn is_mutation(req: &MasterRequest) -> bool {
             | MasterRequest::UnmountSegment { .. }
             | MasterRequest::DiskTier { .. }
             | MasterRequest::DiskDropped { .. }
+            | MasterRequest::DiskTierDrain { .. }
             | MasterRequest::Promoted { .. }
     )
 }
@@ -326,6 +327,13 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
             segment_name,
             objects,
         } => match state.disk_dropped(&client_id, &segment_name, &objects) {
+            Ok(()) => MasterResponse::Ok,
+            Err(e) => MasterResponse::Err(e),
+        },
+        MasterRequest::DiskTierDrain {
+            client_id,
+            segment_name,
+        } => match state.drain_disk_tier(&client_id, &segment_name) {
             Ok(()) => MasterResponse::Ok,
             Err(e) => MasterResponse::Err(e),
         },

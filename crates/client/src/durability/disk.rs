@@ -39,6 +39,9 @@ pub(crate) struct Disk {
     pub(crate) remote_reads: AtomicU64,
     /// A thread is sealing the tier's full buckets.
     sealer_busy: Arc<AtomicBool>,
+    /// Drained (`unmount_local_disk_segment`): the tier is not announced
+    /// to a master again.
+    draining: AtomicBool,
     master: Arc<MasterConn>,
     client_id: String,
     segment_name: String,
@@ -115,6 +118,7 @@ impl Disk {
             tier: Arc::clone(&tier),
             remote_reads: AtomicU64::new(0),
             sealer_busy: Arc::new(AtomicBool::new(false)),
+            draining: AtomicBool::new(false),
             master,
             client_id,
             segment_name,
@@ -129,6 +133,30 @@ impl Disk {
             }
         }));
         disk
+    }
+
+    /// Drain the tier (`unmount_local_disk_segment`): the master forgets
+    /// every copy in it (objects with no memory replica are gone) and
+    /// queues no more copies to it, and this client does not announce it
+    /// again (after a master restart or a remount). The files stay.
+    pub(crate) fn drain(&self) -> Result<()> {
+        self.draining.store(true, Ordering::Release);
+        let r = self.master.call(&MasterRequest::DiskTierDrain {
+            client_id: self.client_id.clone(),
+            segment_name: self.segment_name.clone(),
+        });
+        let r = match r {
+            Ok(MasterResponse::Ok) => Ok(()),
+            Ok(MasterResponse::Err(e)) => Err(Error::from(e).context("drain the disk tier")),
+            Ok(other) => Err(Error::internal(format!(
+                "drain the disk tier: unexpected master response {other:?}"
+            ))),
+            Err(e) => Err(Error::from(e).context("drain the disk tier")),
+        };
+        if r.is_err() {
+            self.draining.store(false, Ordering::Release);
+        }
+        r
     }
 
     /// Tell the master these disk copies are gone.
@@ -150,6 +178,9 @@ impl Disk {
     /// else on a pooled connection); copies the master does not adopt are
     /// deleted. Returns whether the master took the announcement.
     pub(crate) fn announce(&self, mut conn: Option<&mut TcpStream>) -> bool {
+        if self.draining.load(Ordering::Acquire) {
+            return false;
+        }
         let entries = self.tier.entries();
         let chunks: Vec<&[mooncake_offload::DiskEntry]> = entries.chunks(REPORT_CHUNK).collect();
         let last = chunks.len().saturating_sub(1);

@@ -810,3 +810,43 @@ fn a_reported_copy_of_the_version_in_memory_becomes_its_disk_copy() {
     assert!(!has_disk_copy(&st, "other"));
     assert_eq!(st.inner.lock().disk_bytes, 10);
 }
+
+#[test]
+fn a_drained_disk_tier_loses_its_copies_and_gets_no_more() {
+    let st = offloading(MasterConfig::default());
+    put(&st, "a", 1000);
+    put(&st, "b", 1000);
+    assert_eq!(
+        persists(&queued(&st)),
+        vec!["a".to_string(), "b".to_string()]
+    );
+    owner_acks(&st);
+    // "a" lives on disk only, "b" in memory and on disk.
+    assert_eq!(st.inner.lock().evict_to_disk_copy("a"), Offload::Moved);
+    owner_acks(&st);
+    assert_eq!(memory_replicas(&st, "a"), 0);
+    // Only the owner may drain its tier.
+    assert_eq!(
+        st.drain_disk_tier("c2", "a:1"),
+        Err(ErrorCode::IllegalClient)
+    );
+    assert_eq!(
+        st.drain_disk_tier("c1", "nope"),
+        Err(ErrorCode::SegmentNotFound)
+    );
+    assert!(has_disk_copy(&st, "a") && has_disk_copy(&st, "b"));
+    st.drain_disk_tier("c1", "a:1").expect("drain");
+    let keys = ["a".to_string(), "b".to_string()];
+    assert_eq!(st.exist(&keys), vec![0, 1], "a had no other copy");
+    assert!(!has_disk_copy(&st, "b"));
+    assert_eq!(memory_replicas(&st, "b"), 1);
+    assert_eq!(st.inner.lock().disk_bytes, 0);
+    // Nothing is written through to the drained tier, and eviction
+    // drops instead of moving.
+    put(&st, "c", 1000);
+    assert!(persists(&queued(&st)).is_empty());
+    assert_eq!(
+        st.inner.lock().offload_object("c", u64::MAX, u64::MAX),
+        Offload::NoTier
+    );
+}

@@ -7,7 +7,6 @@
 //! argument binding.
 
 use super::class::MooncakeDistributedStore;
-use super::class::Store;
 use super::config::{options, ReplicateConfig};
 use crate::args::UInt;
 use crate::family::method_family;
@@ -72,17 +71,20 @@ method_family! {
 
 #[pymethods]
 impl MooncakeDistributedStore {
-    /// Drain the SSD tier's local disk segment: 0 (SSD offload is never
-    /// enabled here, nothing to drain; a WARNING says so), -1 on a dummy client.
+    /// Drain this client's SSD tier: the master forgets every copy in it
+    /// (objects with no memory replica are gone) and sends it no more;
+    /// then wait `grace_period_seconds`. 0 when drained, or when the client
+    /// has no SSD tier (a WARNING says so, no wait); -1 on a dummy client
+    /// or when the master refuses.
     #[pyo3(signature = (grace_period_seconds=UInt(0)))]
     fn unmount_local_disk_segment(&self, py: Python<'_>, grace_period_seconds: UInt) -> i64 {
-        let _ = grace_period_seconds;
         let call = Call::new(py, "unmount_local_disk_segment");
-        let r = self.run(py, Store::drain_local_disk_segment);
-        if r.is_ok() {
+        let grace = std::time::Duration::from_secs(grace_period_seconds.0);
+        let r = self.run(py, |s| s.drain_local_disk_segment(grace));
+        if matches!(r, Ok(false)) {
             call.note("SSD offload is not enabled; no local disk segment to drain");
         }
-        call.code(None, r)
+        call.code(None, r.map(|_| ()))
     }
 
     /// Read the tensor stored at `key` into the CUDA tensor `tensor` (a
