@@ -112,16 +112,15 @@ impl Held {
     /// Copies the blocks holding input bytes at `addr..addr + len`.
     fn fill_addr(&mut self, addr: usize, len: usize) {
         let mut base = 0;
-        let mut spans = Vec::new();
-        for &(p, l) in &self.src {
+        let mut i = 0;
+        // By index: the last block copied empties `src`.
+        while let Some(&(p, l)) = self.src.get(i) {
             let (a, b) = (addr.max(p), (addr + len).min(p + l));
             if a < b {
-                spans.push((base + (a - p), b - a));
+                self.fill_span(base + (a - p), b - a);
             }
             base += l;
-        }
-        for (off, n) in spans {
-            self.fill_span(off, n);
+            i += 1;
         }
     }
 }
