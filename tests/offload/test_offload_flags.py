@@ -239,8 +239,9 @@ def test_unmount_local_disk_segment_drains_the_tier(
     assert put_retry(s, "after", pattern(MiB, 7)) == 0
     assert disk_objects(s) == before
     assert set(files) <= set(buckets(d))
-    # Draining again is harmless.
+    # Draining again is harmless, in each of upstream's call forms.
     assert s.unmount_local_disk_segment() == 0
+    assert s.unmount_local_disk_segment(0) == 0
 
 
 def test_unmount_local_disk_segment_without_a_tier_warns_and_returns_at_once(
