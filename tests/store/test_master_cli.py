@@ -169,7 +169,12 @@ def test_sigterm_graceful_exit(master: Master) -> None:
 
 @pytest.mark.parametrize(
     "arg",
-    ["--max_retry_attempts=3", "--vmodule=rpc=2", "--memory_allocator=cachelib", "--quota_bytes=1"],
+    [
+        "--snapshot_retention_count=3",
+        "--vmodule=rpc=2",
+        "--memory_allocator=cachelib",
+        "--quota_bytes=1",
+    ],
 )
 def test_unimplemented_knobs_are_refused_not_ignored(arg: str) -> None:
     r = run_master([arg, f"--rpc_port={free_port()}"])
@@ -180,7 +185,7 @@ def test_unimplemented_knobs_are_refused_not_ignored(arg: str) -> None:
 
 def test_unimplemented_knobs_at_their_default_are_accepted(tmp_path: Path) -> None:
     log = tmp_path / "m.log"
-    proc = _start([*ephemeral_flags(), "--max_retry_attempts=10"], log)
+    proc = _start([*ephemeral_flags(), "--snapshot_retention_count=2"], log)
     try:
         ports = read_ports(log, proc, 10.0)
         assert port_open(ports["rpc_port"]), log.read_text()

@@ -63,7 +63,7 @@ pub struct Client {
     pub(crate) regions: Regions,
     pub(crate) client_id: String,
     pub(crate) desc: SegmentDesc,
-    segment: Option<Arc<Segment>>,
+    pub(crate) segment: Option<Arc<Segment>>,
     data_server: Mutex<Option<DataServer>>,
     mapping_server: Mutex<Option<MappingServer>>,
     metadata: Option<MetadataServer>,
@@ -315,7 +315,7 @@ impl Client {
                 cfg.metadata_server
             )));
         }
-        client.start_ledger_stream();
+        client.start_ledger_stream(&client);
         if let Some(d) = &client.disk {
             d.announce(None);
         }
@@ -344,10 +344,23 @@ impl Client {
         Ok(client)
     }
 
-    fn start_ledger_stream(&self) {
+    fn start_ledger_stream(&self, me: &Arc<Client>) {
         if self.segment.is_none() {
             return;
         }
+        let weak = Arc::downgrade(me);
+        let fetch = crate::durability::fetch::Fetcher::start(move |jobs| {
+            let Some(c) = weak.upgrade().filter(|c| !c.is_closed()) else {
+                return false;
+            };
+            if !jobs.is_empty() {
+                let done = c.fetch_copies(jobs);
+                c.report_fetched(done);
+            }
+            true
+        })
+            .map_err(|e| tracing::warn!(error = %e, "cannot start the copy thread; copy and move tasks to this segment fail"))
+            .ok();
         let ctx = crate::durability::ledger_stream::StreamCtx {
             master: Arc::clone(&self.master),
             ledger: Arc::clone(&self.ledger),
@@ -356,6 +369,7 @@ impl Client {
             closed: Arc::clone(&self.closed),
             wake: Arc::clone(&self.wake),
             disk: self.disk.clone(),
+            fetch,
         };
         match crate::durability::ledger_stream::start(ctx) {
             Ok(h) => *self.ledger_thread.lock() = Some(h),

@@ -50,7 +50,7 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use mooncake_common::proto::ReplicaLoc;
-pub use mooncake_common::proto::{SoftPin, WriteConfig};
+pub use mooncake_common::proto::{SoftPin, TaskInfo, TaskKind, TaskState, WriteConfig};
 pub use mooncake_common::ErrorCode;
 pub use mooncake_tensor::{ReadOutput, ReadRequest};
 pub use mooncake_transfer::{Op, Path};

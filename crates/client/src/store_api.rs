@@ -38,7 +38,7 @@ pub type TensorAlloc<'a> =
 
 /// Call `$then!` with the store's plain-value operations (see the module
 /// docs): each is `fn name(&self, args..) -> reply;`, every argument a
-/// `&str`, `&[String]`, `&[u64]`, `&ReplicateConfig`, `bool` or `u64`, and
+/// `&str`, `&[String]`, `&[u64]`, `&ReplicateConfig`, `bool`, `u64` or `u128`, and
 /// the reply a `Result<T>` or one `Result<T>` per key of its `&[String]`
 /// argument.
 #[macro_export]
@@ -62,6 +62,13 @@ macro_rules! store_queries {
             fn remove_by_regex(&self, pattern: &str, force: bool) -> $crate::Result<u64>;
             /// `remove_all`: the number of objects removed.
             fn remove_all(&self, force: bool) -> $crate::Result<u64>;
+            /// `create_copy_task`: the new task's id.
+            fn create_copy_task(&self, key: &str, targets: &[String]) -> $crate::Result<u128>;
+            /// `create_move_task`: the new task's id.
+            fn create_move_task(&self, key: &str, source: &str, target: &str)
+                -> $crate::Result<u128>;
+            /// `query_task`: the task's state.
+            fn query_task(&self, id: u128) -> $crate::Result<$crate::TaskInfo>;
         }
     };
 }

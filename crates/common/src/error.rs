@@ -75,6 +75,13 @@ pub enum ErrorCode {
     /// Not implemented by this build.
     #[error("NOT_SUPPORTED")]
     NotSupported = -1012,
+    /// No copy or move task has this id (never created, or its record was
+    /// pruned from the finished history).
+    #[error("TASK_NOT_FOUND")]
+    TaskNotFound = -1400,
+    /// The master's queue of pending tasks is full.
+    #[error("TASK_PENDING_LIMIT_EXCEEDED")]
+    TaskPendingLimitExceeded = -1401,
 }
 
 /// Result alias used across the store crates.
@@ -82,7 +89,7 @@ pub type McResult<T> = Result<T, ErrorCode>;
 
 impl ErrorCode {
     /// All codes, for enumeration (e.g. building the Python `ErrorCode` enum).
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 25] = [
         ErrorCode::InternalError,
         ErrorCode::BufferOverflow,
         ErrorCode::SegmentNotFound,
@@ -106,6 +113,8 @@ impl ErrorCode {
         ErrorCode::RpcTimeout,
         ErrorCode::UnavailableInCurrentStatus,
         ErrorCode::NotSupported,
+        ErrorCode::TaskNotFound,
+        ErrorCode::TaskPendingLimitExceeded,
     ];
 
     /// The numeric upstream value.

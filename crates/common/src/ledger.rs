@@ -128,7 +128,28 @@ pub enum LedgerOp {
         /// The version to delete.
         version: u64,
     },
+    /// A copy or move task gives the object `key` at `version` a replica
+    /// on this segment: the owner reads the object (from any replica) into
+    /// the `size` bytes at `offset` of its segment (space the master
+    /// allocated for it and hands to nobody else until the result is
+    /// reported) and reports with `MasterRequest::Fetched`. It may
+    /// acknowledge the op before the copy is made; the master records the
+    /// replica in the ledger with a later `Commit` once it installs it.
+    Fetch {
+        /// Offset of the new replica.
+        offset: u64,
+        /// The object's version.
+        version: u64,
+        /// The object's key.
+        key: String,
+        /// Value size in bytes.
+        size: u64,
+    },
 }
+
+/// How an owner applied one [`LedgerOp::Fetch`]: `(key, version, offset,
+/// copied)`.
+pub type FetchResult = (String, u64, u64, bool);
 
 /// How an owner applied one [`LedgerOp::Promote`]: `(key, version,
 /// offset, copied)`.

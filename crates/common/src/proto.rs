@@ -361,6 +361,94 @@ pub enum MasterRequest {
         /// One entry per promote op.
         done: Vec<crate::ledger::PromoteResult>,
     },
+    /// Ask for replicas of `key` on each of the segments `targets` (a
+    /// segment that already holds one is left as it is). Answered with
+    /// [`MasterResponse::TaskId`].
+    CreateCopyTask {
+        /// The object's key.
+        key: String,
+        /// Segment names.
+        targets: Vec<String>,
+    },
+    /// Ask to move the replica of `key` on segment `source` to segment
+    /// `target`. Answered with [`MasterResponse::TaskId`].
+    CreateMoveTask {
+        /// The object's key.
+        key: String,
+        /// Segment name holding the replica.
+        source: String,
+        /// Segment name to move it to.
+        target: String,
+    },
+    /// The state of a copy or move task. Answered with
+    /// [`MasterResponse::Task`].
+    QueryTask {
+        /// The task's id.
+        id: u128,
+    },
+    /// The owner of `segment_name` applied these
+    /// [`crate::ledger::LedgerOp::Fetch`] ops. A copied one becomes a
+    /// replica of the object if it is still that version; otherwise the
+    /// master frees the space. Answered with `Ok`.
+    Fetched {
+        /// The owning client.
+        client_id: String,
+        /// Its segment.
+        segment_name: String,
+        /// One entry per fetch op.
+        done: Vec<crate::ledger::FetchResult>,
+    },
+}
+
+/// Kind of an asynchronous replica task (numbered as upstream's `TaskType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskKind {
+    /// Copy an object to more segments.
+    ReplicaCopy = 0,
+    /// Move one replica of an object to another segment.
+    ReplicaMove = 1,
+}
+
+/// Lifecycle of a task (numbered as upstream's `TaskStatus`): PENDING until
+/// the master starts it, PROCESSING while segment owners copy, then FAILED
+/// or SUCCESS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskState {
+    /// Queued.
+    Pending = 0,
+    /// Copies in flight.
+    Processing = 1,
+    /// Finished without reaching its goal (see the message).
+    Failed = 2,
+    /// Finished: the object has its replicas where asked.
+    Success = 3,
+}
+
+impl TaskState {
+    /// FAILED or SUCCESS.
+    pub fn is_finished(self) -> bool {
+        matches!(self, TaskState::Failed | TaskState::Success)
+    }
+}
+
+/// What `QueryTask` tells about a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskInfo {
+    /// The task's id.
+    pub id: u128,
+    /// Copy or move.
+    pub kind: TaskKind,
+    /// Where it stands.
+    pub state: TaskState,
+    /// Creation time, Unix ms.
+    pub created_at_ms: u64,
+    /// Last state change, Unix ms.
+    pub updated_at_ms: u64,
+    /// The client whose segment does (or did) the copying (a client id,
+    /// or empty when no copy was started).
+    pub assigned_client: String,
+    /// Why it failed, or what it did.
+    pub message: String,
 }
 
 /// What a client sends in one request frame: the request, plus finished
@@ -433,6 +521,10 @@ pub enum MasterResponse {
         /// (`--enable_disk_eviction`); false: a full tier refuses new copies.
         disk_eviction: bool,
     },
+    /// Id of the task a `CreateCopyTask` or `CreateMoveTask` created.
+    TaskId(u128),
+    /// Answer to `QueryTask`.
+    Task(TaskInfo),
     /// The remount finished: the owner drops the listed `(offset, version)`
     /// ledger entries (stale: the master has newer versions of those keys),
     /// or its whole ledger when `discard_all` (the master had expired the

@@ -147,6 +147,21 @@ pub struct MasterConfig {
     /// push of an owner's ledger stream carries (each a disk read the owner
     /// makes before it acknowledges the push).
     pub promotion_max_per_heartbeat: u32,
+    /// `--max_total_pending_tasks`: copy and move tasks queued at most;
+    /// more are refused with TASK_PENDING_LIMIT_EXCEEDED.
+    pub max_total_pending_tasks: u32,
+    /// `--max_total_processing_tasks`: tasks copying at once at most.
+    pub max_total_processing_tasks: u32,
+    /// `--max_total_finished_tasks`: finished tasks kept for `QueryTask`.
+    pub max_total_finished_tasks: u32,
+    /// `--pending_task_timeout_sec`: a task queued longer fails (0: never).
+    pub pending_task_timeout_sec: u64,
+    /// `--processing_task_timeout_sec`: a task copying longer fails (0:
+    /// never).
+    pub processing_task_timeout_sec: u64,
+    /// `--max_retry_attempts`: times a task that found no room on its
+    /// targets is queued again before it fails.
+    pub max_retry_attempts: u32,
 }
 
 impl Default for MasterConfig {
@@ -199,11 +214,30 @@ impl Default for MasterConfig {
             promotion_admission_threshold: 2,
             promotion_queue_limit: 50_000,
             promotion_max_per_heartbeat: 1,
+            max_total_pending_tasks: 10_000,
+            max_total_processing_tasks: 10_000,
+            max_total_finished_tasks: 10_000,
+            pending_task_timeout_sec: 300,
+            processing_task_timeout_sec: 300,
+            max_retry_attempts: 10,
         }
     }
 }
 
 impl MasterConfig {
+    /// The bounds of the copy and move task table.
+    pub(crate) fn task_limits(&self) -> crate::tasks::TaskLimits {
+        let secs = |s: u64| (s > 0).then(|| std::time::Duration::from_secs(s));
+        crate::tasks::TaskLimits {
+            max_pending: self.max_total_pending_tasks as usize,
+            max_processing: self.max_total_processing_tasks.max(1) as usize,
+            max_finished: self.max_total_finished_tasks as usize,
+            pending_timeout: secs(self.pending_task_timeout_sec),
+            processing_timeout: secs(self.processing_task_timeout_sec),
+            max_retries: self.max_retry_attempts,
+        }
+    }
+
     /// Whether objects are copied to owners' disk tiers.
     pub fn offloads(&self) -> bool {
         self.enable_offload || !self.root_fs_dir.is_empty()

@@ -27,10 +27,12 @@ mod objects;
 mod offload;
 mod placement;
 pub mod recovery;
+mod replicate;
 pub mod rpc;
 mod segments;
 pub mod server;
 pub mod state;
+mod tasks;
 mod versions;
 
 #[cfg(test)]

@@ -65,6 +65,12 @@ pub struct MasterMetrics {
     pub mount_segment_requests: Counter,
     /// UnmountSegment requests (`master_unmount_segment_requests_total`).
     pub unmount_segment_requests: Counter,
+    /// CreateCopyTask requests (`master_create_copy_task_requests_total`).
+    pub copy_task_requests: Counter,
+    /// CreateMoveTask requests (`master_create_move_task_requests_total`).
+    pub move_task_requests: Counter,
+    /// QueryTask requests (`master_query_task_requests_total`).
+    pub query_task_requests: Counter,
     /// Eviction rounds that freed something (`master_successful_evictions_total`).
     pub successful_evictions: Counter,
     /// Eviction rounds started (`master_attempted_evictions_total`).
@@ -108,7 +114,7 @@ pub struct MasterMetrics {
 
 impl MasterMetrics {
     /// The counters as (exported name, help, counter).
-    fn counters(&self) -> [(&'static str, &'static str, &Counter); 24] {
+    fn counters(&self) -> [(&'static str, &'static str, &Counter); 27] {
         [
             (
                 "master_put_start_requests_total",
@@ -154,6 +160,21 @@ impl MasterMetrics {
                 "master_unmount_segment_requests_total",
                 "Total UnmountSegment requests",
                 &self.unmount_segment_requests,
+            ),
+            (
+                "master_create_copy_task_requests_total",
+                "Total CreateCopyTask requests",
+                &self.copy_task_requests,
+            ),
+            (
+                "master_create_move_task_requests_total",
+                "Total CreateMoveTask requests",
+                &self.move_task_requests,
+            ),
+            (
+                "master_query_task_requests_total",
+                "Total QueryTask requests",
+                &self.query_task_requests,
             ),
             (
                 "master_successful_evictions_total",

@@ -189,6 +189,9 @@ fn is_mutation(req: &MasterRequest) -> bool {
             | MasterRequest::DiskDropped { .. }
             | MasterRequest::DiskTierDrain { .. }
             | MasterRequest::Promoted { .. }
+            | MasterRequest::CreateCopyTask { .. }
+            | MasterRequest::CreateMoveTask { .. }
+            | MasterRequest::Fetched { .. }
     )
 }
 
@@ -342,6 +345,32 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
             segment_name,
             done,
         } => match state.promoted(&client_id, &segment_name, &done) {
+            Ok(()) => MasterResponse::Ok,
+            Err(e) => MasterResponse::Err(e),
+        },
+        MasterRequest::CreateCopyTask { key, targets } => {
+            match state.create_copy_task(&key, &targets) {
+                Ok(id) => MasterResponse::TaskId(id),
+                Err(e) => MasterResponse::Err(e),
+            }
+        }
+        MasterRequest::CreateMoveTask {
+            key,
+            source,
+            target,
+        } => match state.create_move_task(&key, &source, &target) {
+            Ok(id) => MasterResponse::TaskId(id),
+            Err(e) => MasterResponse::Err(e),
+        },
+        MasterRequest::QueryTask { id } => match state.query_task(id) {
+            Ok(info) => MasterResponse::Task(info),
+            Err(e) => MasterResponse::Err(e),
+        },
+        MasterRequest::Fetched {
+            client_id,
+            segment_name,
+            done,
+        } => match state.fetched(&client_id, &segment_name, &done) {
             Ok(()) => MasterResponse::Ok,
             Err(e) => MasterResponse::Err(e),
         },

@@ -444,12 +444,29 @@ pub(crate) struct Inner {
     pub next_space_ticket: u64,
     /// Promotions in flight, by the space allocated for them.
     pub promotions: HashMap<(SegId, u64), Promotion>,
+    /// Copy and move tasks.
+    pub tasks: crate::tasks::TaskTable,
+    /// Copies of those tasks in flight, by the space allocated for them.
+    pub fetches: HashMap<(SegId, u64), FetchJob>,
+    /// Tasks whose copy in flight lost its target segment (failed at the
+    /// next sweep).
+    pub lost_fetches: Vec<u128>,
 }
 
 /// A promotion in flight: the owner of the disk copy reads it back into
 /// space allocated on its segment.
 #[derive(Debug)]
 pub(crate) struct Promotion {
+    pub key: Box<str>,
+    pub version: u64,
+    pub size: u64,
+}
+
+/// A copy of a copy or move task in flight: the space allocated for it
+/// (its key in `Inner::fetches`) is the object `key` at `version`.
+#[derive(Debug)]
+pub(crate) struct FetchJob {
+    pub task: u128,
     pub key: Box<str>,
     pub version: u64,
     pub size: u64,
@@ -497,11 +514,15 @@ impl MasterState {
         metadata: Option<Arc<MetadataKv>>,
         clock: Arc<dyn Clock>,
     ) -> Arc<Self> {
+        let tasks = crate::tasks::TaskTable::new(cfg.task_limits());
         Arc::new(MasterState {
             cfg,
             metrics,
             metadata,
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner {
+                tasks,
+                ..Inner::default()
+            }),
             need_eviction: AtomicBool::new(false),
             next_ticket: std::sync::atomic::AtomicU64::new(1),
             stopped: AtomicBool::new(false),
@@ -537,6 +558,7 @@ impl MasterState {
                 tick.tick().await;
                 me.expire_clients();
                 me.sweep_discarded();
+                me.sweep_tasks();
             }
         });
     }
@@ -803,6 +825,11 @@ impl Inner {
         seg.ledger.close();
         self.deferred.retain(|d| d.seg != id);
         self.promotions.retain(|(s, _), _| *s != id);
+        // Copies in flight to it fail their tasks at the next sweep.
+        let lost = self.fetches.iter().filter(|((s, _), _)| *s == id);
+        let lost: Vec<u128> = lost.map(|(_, j)| j.task).collect();
+        self.fetches.retain(|(s, _), _| *s != id);
+        self.lost_fetches.extend(lost);
         self.drop_segment_versions(id);
         let mut empty = Vec::new();
         let mut disk_freed = 0u64;

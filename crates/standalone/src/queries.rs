@@ -76,6 +76,13 @@ impl Arg<'_> for u64 {
     }
 }
 
+impl Arg<'_> for u128 {
+    type Owned = u128;
+    fn view(owned: &u128) -> Self {
+        *owned
+    }
+}
+
 /// The reply of a query.
 pub(crate) trait Reply: Serialize + DeserializeOwned {
     /// The reply when the daemon cannot be reached (`e`), for a query

@@ -16,6 +16,9 @@ fn queries(s: &dyn StoreApi, keys: &[String]) -> Vec<String> {
         format!("{:?}", s.is_exist(&keys[0])),
         format!("{:?}", s.batch_is_exist(keys)),
         format!("{:?}", s.replica_descs(keys)),
+        format!("{:?}", s.create_copy_task(&keys[1], &keys[..1])),
+        format!("{:?}", s.create_move_task(&keys[0], "nowhere", &keys[1])),
+        format!("{:?}", s.query_task(7)),
     ]
 }
 
@@ -37,6 +40,24 @@ fn a_dummy_serves_every_query_through_the_trait() {
     assert_eq!(queries(&*dummy, &keys), seen);
     assert_eq!(seen[0], "Ok(5)");
     assert_eq!(seen[1], "Ok(true)");
+    assert!(seen[4].contains("ObjectNotFound"), "{}", seen[4]);
+    assert!(seen[5].contains("InvalidParams"), "{}", seen[5]);
+    assert!(seen[6].contains("TaskNotFound"), "{}", seen[6]);
+    // A copy task through the dummy, onto the segment that holds the
+    // object: created, nothing to copy, queryable on both.
+    let endpoint = match local.replica_descs(&keys[..1]).pop() {
+        Some(Ok(mut d)) => match d.pop() {
+            Some(mooncake_client::ReplicaDesc::Memory {
+                transport_endpoint, ..
+            }) => transport_endpoint,
+            other => panic!("not a memory replica: {other:?}"),
+        },
+        other => panic!("no replicas: {other:?}"),
+    };
+    let id = dummy.create_copy_task("a", &[endpoint]).expect("copy task");
+    let info = dummy.query_task(id).expect("query");
+    assert_eq!(info.state, mooncake_client::TaskState::Success);
+    assert_eq!(local.query_task(id), Ok(info));
 
     // Removals through the dummy are the daemon client's (the lookups
     // leased "a": only a forced removal takes it).

@@ -7,8 +7,9 @@ the tensor-IO parallelism descriptors (``ParallelAxis``, ``TensorParallelism``,
 ``ReadTarget`` and the ``TP``/``DP``/``EP``/``PP`` helpers), and the tensor
 object helpers ``_tensor_metadata_size``, ``_serialize_tensor`` and
 ``_deserialize_tensor``.
-``ObjectDataType`` members are also available at module level (upstream
-behaviour); ``SoftPinAction`` members are not.
+``ObjectDataType``, ``TaskStatus`` and ``TaskType`` members are also
+available at module level (upstream behaviour); ``SoftPinAction`` members
+are not.
 """
 
 from mooncake._native import (
@@ -25,6 +26,7 @@ from mooncake._native import (
     MooncakeDistributedStore,
     MooncakeHostMemAllocator,
     ObjectDataType,
+    QueryTaskResponse,
     RegisteredBufferLease,
     RegisteredBufferLeaseView,
     RegisteredBufferPool,
@@ -32,6 +34,8 @@ from mooncake._native import (
     ReplicaStatus,
     ReplicateConfig,
     SoftPinAction,
+    TaskStatus,
+    TaskType,
     _deserialize_tensor,
     _serialize_tensor,
     _tensor_metadata_size,
@@ -49,15 +53,27 @@ GRADIENT = ObjectDataType.GRADIENT
 OPTIMIZER_STATE = ObjectDataType.OPTIMIZER_STATE
 METADATA = ObjectDataType.METADATA
 GENERAL = ObjectDataType.GENERAL
+PENDING = TaskStatus.PENDING
+PROCESSING = TaskStatus.PROCESSING
+FAILED = TaskStatus.FAILED
+SUCCESS = TaskStatus.SUCCESS
+REPLICA_COPY = TaskType.REPLICA_COPY
+REPLICA_MOVE = TaskType.REPLICA_MOVE
 
 __all__ = [
     "ACTIVATION",
+    "FAILED",
     "GENERAL",
     "GRADIENT",
     "KVCACHE",
     "METADATA",
     "OPTIMIZER_STATE",
+    "PENDING",
+    "PROCESSING",
+    "REPLICA_COPY",
+    "REPLICA_MOVE",
     "SAMPLE",
+    "SUCCESS",
     "TENSOR",
     "UNKNOWN",
     "WEIGHT",
@@ -74,6 +90,7 @@ __all__ = [
     "MooncakeDistributedStore",
     "MooncakeHostMemAllocator",
     "ObjectDataType",
+    "QueryTaskResponse",
     "RegisteredBufferLease",
     "RegisteredBufferLeaseView",
     "RegisteredBufferPool",
@@ -81,6 +98,8 @@ __all__ = [
     "ReplicaStatus",
     "ReplicateConfig",
     "SoftPinAction",
+    "TaskStatus",
+    "TaskType",
     "_deserialize_tensor",
     "_serialize_tensor",
     "_tensor_metadata_size",

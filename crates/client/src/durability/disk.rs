@@ -300,7 +300,7 @@ impl Disk {
                 LedgerOp::DiskForget { key, version } => {
                     self.tier.remove(key, *version);
                 }
-                LedgerOp::Commit(_) | LedgerOp::Forget { .. } => {}
+                LedgerOp::Commit(_) | LedgerOp::Forget { .. } | LedgerOp::Fetch { .. } => {}
             }
         }
         self.seal_in_background();

@@ -112,7 +112,8 @@ impl Ledger {
                 // replica is not recorded (its disk copy stays).
                 LedgerOp::DiskForget { .. }
                 | LedgerOp::Persist { .. }
-                | LedgerOp::Promote { .. } => {}
+                | LedgerOp::Promote { .. }
+                | LedgerOp::Fetch { .. } => {}
                 LedgerOp::Forget { offset, version }
                 | LedgerOp::Offload {
                     offset, version, ..

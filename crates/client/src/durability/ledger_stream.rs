@@ -43,6 +43,8 @@ pub(crate) struct StreamCtx {
     pub wake: Arc<crate::wake::Wake>,
     /// The disk tier: offloaded replicas are copied there before the ack.
     pub disk: Option<Arc<crate::durability::disk::Disk>>,
+    /// The copying thread (copies for copy and move tasks).
+    pub fetch: Option<crate::durability::fetch::Fetcher>,
 }
 
 /// Start the stream thread; it ends when `ctx.closed` is set.
@@ -107,6 +109,7 @@ fn pump(rd: &mut BufReader<TcpStream>, sock: &mut TcpStream, ctx: &StreamCtx) ->
         let push: LedgerPush = framing::decode(&framing::read_frame(rd, MAX_CONTROL_FRAME)?)?;
         let seq = push.seq;
         let mut failed = Vec::new();
+        let mut failed_fetches = Vec::new();
         if !push.ops.is_empty() {
             if let Some(d) = &ctx.disk {
                 let promoted;
@@ -116,12 +119,32 @@ fn pump(rd: &mut BufReader<TcpStream>, sock: &mut TcpStream, ctx: &StreamCtx) ->
                     d.report_promoted(promoted);
                 }
             }
+            for job in push
+                .ops
+                .iter()
+                .filter_map(crate::durability::fetch::Job::of)
+            {
+                match &ctx.fetch {
+                    Some(f) => f.push(job),
+                    None => failed_fetches.push((job.key, job.version, job.offset, false)),
+                }
+            }
             ctx.ledger.apply(push.ops);
         }
         sock.write_all(&framing::encode_frame(&LedgerAck { seq })?)?;
         if let (Some(d), false) = (&ctx.disk, failed.is_empty()) {
             // Those objects are dropped, as an eviction without offload would.
             d.report_dropped(failed);
+        }
+        if !failed_fetches.is_empty() {
+            let r = ctx.master.call(&MasterRequest::Fetched {
+                client_id: ctx.client_id.clone(),
+                segment_name: ctx.segment.clone(),
+                done: failed_fetches,
+            });
+            if !matches!(r, Ok(MasterResponse::Ok)) {
+                tracing::warn!(result = ?r, "cannot tell the master about copies this client cannot make");
+            }
         }
     }
 }

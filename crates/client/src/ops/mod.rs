@@ -1,8 +1,8 @@
 //! The store operations, as methods of [`Client`](crate::client::Client):
 //! writes and upserts (`writes`), reads (`reads`), ranges (`ranges`),
 //! replica locations (`locations`), multi-buffer values
-//! (`multi_buffers`), put/get sessions (`sessions`) and `BufferPool`
-//! leases (`lease_pool`).
+//! (`multi_buffers`), put/get sessions (`sessions`), `BufferPool`
+//! leases (`lease_pool`) and copy and move tasks (`tasks`).
 
 pub(crate) mod lease_pool;
 pub(crate) mod locations;
@@ -10,6 +10,7 @@ pub(crate) mod multi_buffers;
 pub(crate) mod ranges;
 pub(crate) mod reads;
 pub(crate) mod sessions;
+pub(crate) mod tasks;
 pub(crate) mod writes;
 
 use crate::error::{Error, Result};

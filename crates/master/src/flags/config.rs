@@ -127,6 +127,13 @@ pub(super) fn build_config(
     }
     cfg.global_file_segment_size = fl.int_range("global_file_segment_size", 0, i64::MAX)? as u64;
     offload_config(fl, &mut cfg, warnings)?;
+    let u32_of = |name: &str| u32::try_from(fl.uint(name)).unwrap_or(u32::MAX);
+    cfg.max_total_pending_tasks = u32_of("max_total_pending_tasks");
+    cfg.max_total_processing_tasks = u32_of("max_total_processing_tasks");
+    cfg.max_total_finished_tasks = u32_of("max_total_finished_tasks");
+    cfg.pending_task_timeout_sec = fl.uint("pending_task_timeout_sec");
+    cfg.processing_task_timeout_sec = fl.uint("processing_task_timeout_sec");
+    cfg.max_retry_attempts = u32_of("max_retry_attempts");
     cfg.log_level = fl.log_level(warnings);
     cfg.log_file = fl.log_file();
     Ok(cfg)

@@ -442,9 +442,12 @@ fn ha_flags() {
 
 #[test]
 fn unimplemented_flags_are_refused_when_non_default() {
-    let (_, w) = run_w(&["--cluster_id=mooncake_cluster", "--max_retry_attempts=10"]);
+    let (_, w) = run_w(&[
+        "--cluster_id=mooncake_cluster",
+        "--snapshot_retention_count=2",
+    ]);
     assert!(w.is_empty(), "{w:?}");
-    for arg in ["--max_retry_attempts=3", "--vmodule=x=2"] {
+    for arg in ["--snapshot_retention_count=3", "--vmodule=x=2"] {
         let (code, msg) = exit(&[arg]);
         assert_eq!(code, 1, "{arg}");
         assert!(
@@ -453,7 +456,7 @@ fn unimplemented_flags_are_refused_when_non_default() {
         );
     }
     // Type checked nonetheless.
-    assert_eq!(exit(&["--max_retry_attempts=x"]).0, 1);
+    assert_eq!(exit(&["--snapshot_retention_count=x"]).0, 1);
     assert_eq!(exit(&["--enable_disk_eviction=x"]).0, 1);
 }
 

@@ -1,5 +1,6 @@
 //! The configuration types: the
-//! `SoftPinAction` and `ObjectDataType` enums, `ReplicateConfig`, and the
+//! `SoftPinAction`, `ObjectDataType`, `ReplicaStatus`, `TaskType` and
+//! `TaskStatus` enums, `ReplicateConfig`, and the
 //! `ErrorCode` IntEnum.
 //!
 //! `ReplicateConfig` is a Python view of the client's
@@ -152,6 +153,24 @@ upstream_enum! {
         Complete = 3 => "COMPLETE",
         Removed = 4 => "REMOVED",
         Failed = 5 => "FAILED",
+    }
+}
+
+upstream_enum! {
+    /// Kind of a copy or move task (`QueryTaskResponse.type`).
+    TaskType {
+        ReplicaCopy = 0 => "REPLICA_COPY",
+        ReplicaMove = 1 => "REPLICA_MOVE",
+    }
+}
+
+upstream_enum! {
+    /// State of a copy or move task (`QueryTaskResponse.status`).
+    TaskStatus {
+        Pending = 0 => "PENDING",
+        Processing = 1 => "PROCESSING",
+        Failed = 2 => "FAILED",
+        Success = 3 => "SUCCESS",
     }
 }
 

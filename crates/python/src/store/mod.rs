@@ -45,6 +45,7 @@ mod removal;
 mod replicas;
 mod sessions;
 mod setup;
+mod tasks;
 mod tensor;
 mod tier2;
 mod zero_copy;
@@ -69,5 +70,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ErrorCode", config::error_code_enum(m.py())?)?;
     tensor::register(m)?;
     replicas::register(m)?;
+    tasks::register(m)?;
     Ok(())
 }

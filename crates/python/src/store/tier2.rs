@@ -34,12 +34,6 @@ method_family! {
         unsupported_raise(py, method)
     }
     #[pymethods] for MooncakeDistributedStore {
-        /// Tier 2: copy task (raises NotImplementedError).
-        create_copy_task(key: String, targets: Vec<String>) {}
-        /// Tier 2: move task (raises NotImplementedError).
-        create_move_task(key: String, source: String, target: String) {}
-        /// Tier 2: task status (raises NotImplementedError).
-        query_task(task_id: &Bound<'_, PyAny>) {}
         /// Tier 2: mount an extra segment (raises NotImplementedError).
         #[pyo3(signature = (path, size, offset=UInt(0), protocol="tcp".to_string(), location=String::new()))]
         mount_segment(path: String, size: UInt, offset: UInt, protocol: String, location: String) {}
