@@ -62,6 +62,9 @@ macro_rules! store_queries {
             fn remove_by_regex(&self, pattern: &str, force: bool) -> $crate::Result<u64>;
             /// `remove_all`: the number of objects removed.
             fn remove_all(&self, force: bool) -> $crate::Result<u64>;
+            /// `batch_replica_clear`: the keys cleared.
+            fn batch_replica_clear(&self, keys: &[String], segment_name: &str)
+                -> $crate::Result<Vec<String>>;
             /// `create_copy_task`: the new task's id.
             fn create_copy_task(&self, key: &str, targets: &[String]) -> $crate::Result<u128>;
             /// `create_move_task`: the new task's id.

@@ -80,6 +80,9 @@ pub struct WriteConfig {
     pub writer_own_segments: Vec<String>,
     /// Segment of the writer (placement hint for tensor writes).
     pub writer_segment: Option<String>,
+    /// Id of the writing client (the object's writer: only it may clear
+    /// the object's replicas with `BatchReplicaClear`).
+    pub writer_client_id: String,
     /// Upstream `ObjectDataType` value, recorded with the object.
     pub data_type: u32,
 }
@@ -96,6 +99,7 @@ impl Default for WriteConfig {
             writer_maps_host: false,
             writer_own_segments: Vec::new(),
             writer_segment: None,
+            writer_client_id: String::new(),
             data_type: 0,
         }
     }
@@ -361,6 +365,18 @@ pub enum MasterRequest {
         /// One entry per promote op.
         done: Vec<crate::ledger::PromoteResult>,
     },
+    /// Clear the replicas of `keys` that the client `client_id` wrote and
+    /// no lease protects: on `segment_name` only, or all of them (the
+    /// object goes) when it is empty. Answered with
+    /// [`MasterResponse::Keys`]: the keys cleared.
+    BatchReplicaClear {
+        /// The asking client.
+        client_id: String,
+        /// The keys.
+        keys: Vec<String>,
+        /// A segment name, or empty for every segment.
+        segment_name: String,
+    },
     /// Ask for replicas of `key` on each of the segments `targets` (a
     /// segment that already holds one is left as it is). Answered with
     /// [`MasterResponse::TaskId`].
@@ -521,6 +537,8 @@ pub enum MasterResponse {
         /// (`--enable_disk_eviction`); false: a full tier refuses new copies.
         disk_eviction: bool,
     },
+    /// Keys (`BatchReplicaClear`: those cleared).
+    Keys(Vec<String>),
     /// Id of the task a `CreateCopyTask` or `CreateMoveTask` created.
     TaskId(u128),
     /// Answer to `QueryTask`.

@@ -314,10 +314,9 @@ impl MasterState {
                     });
                 }
             } else {
-                g.objects.insert(
-                    key.as_str().into(),
-                    Object::processing(size, version, replicas, now, hard_pin, pin),
-                );
+                let mut o = Object::processing(size, version, replicas, now, hard_pin, pin);
+                o.writer = g.writer_id(&cfg.writer_client_id);
+                g.objects.insert(key.as_str().into(), o);
             }
             out.push(PutStartItem::Write {
                 replicas: locs,
@@ -808,6 +807,75 @@ impl MasterState {
         drop(g);
         self.await_owners(&waits);
         codes
+    }
+
+    /// `batch_replica_clear`: of `keys`, those that the client `client_id`
+    /// created and no lease protects lose their replicas: every one (the
+    /// object is removed, as `remove`) when `segment_name` is empty, else
+    /// the memory replica and the disk copy on that segment (the object is
+    /// removed when nothing else is left). Keys that are unknown, still
+    /// being written, another client's, leased, or with nothing on
+    /// `segment_name` are skipped. Returns the keys cleared.
+    pub fn batch_replica_clear(
+        &self,
+        client_id: &str,
+        keys: &[String],
+        segment_name: &str,
+    ) -> Vec<String> {
+        let now = self.clock.now();
+        let mut whole = Vec::new();
+        let mut cleared = Vec::new();
+        {
+            let mut g = self.inner.lock();
+            let writer = match g.writer_ids.get(client_id) {
+                Some(w) => *w,
+                None => return Vec::new(),
+            };
+            let seg = if segment_name.is_empty() {
+                None
+            } else {
+                match g.segments.id_of(segment_name) {
+                    Some(s) => Some(s),
+                    None => return Vec::new(),
+                }
+            };
+            for key in keys {
+                let Some(o) = g.objects.get(key.as_str()) else {
+                    continue;
+                };
+                if o.writer != writer || o.lease_deadline > now || o.status != ObjStatus::Complete {
+                    continue;
+                }
+                let Some(seg) = seg else {
+                    whole.push(key.clone());
+                    continue;
+                };
+                let in_memory = o.replicas.iter().any(|r| r.seg == seg);
+                let on_disk = o.disk == Some(seg);
+                if !in_memory && !on_disk {
+                    continue;
+                }
+                let others = o.replicas.iter().filter(|r| r.seg != seg).count();
+                let disk_elsewhere = o.disk.is_some() && !on_disk;
+                if others == 0 && !disk_elsewhere {
+                    whole.push(key.clone());
+                    continue;
+                }
+                g.clear_on_segment(key, seg, now);
+                cleared.push(key.clone());
+            }
+        }
+        if !whole.is_empty() {
+            let codes = self.remove(&whole, false);
+            cleared.extend(
+                whole
+                    .into_iter()
+                    .zip(codes)
+                    .filter(|(_, c)| *c == 0)
+                    .map(|(k, _)| k),
+            );
+        }
+        cleared
     }
 
     /// Remove every key the pattern matches (search semantics); count, or -600.

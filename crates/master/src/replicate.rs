@@ -13,6 +13,9 @@
 //! space returns when the owner acknowledges the forget, and not before the
 //! reads in flight on it end). The task's assigned client is the owner of
 //! the first target that copies.
+//!
+//! Dropping one replica of an object (a move's source, or
+//! `batch_replica_clear` on one segment) lives here too.
 
 use crate::durable::soft_pin_until_ms;
 use crate::segments::SegId;
@@ -349,22 +352,48 @@ impl Inner {
         let Some(src) = self.segments.id_of(&spec.source) else {
             return;
         };
-        let Some(o) = self.objects.get_mut(&*spec.key) else {
+        let keeps_another = self
+            .objects
+            .get(&*spec.key)
+            .is_some_and(|o| o.replicas.iter().any(|r| r.seg != src));
+        if keeps_another {
+            self.drop_replica_on(&spec.key, src, now);
+        }
+    }
+
+    /// `batch_replica_clear` on one segment: the object `key` drops its
+    /// memory replica and its disk copy on `seg` (the caller leaves it
+    /// something elsewhere).
+    pub(crate) fn clear_on_segment(&mut self, key: &str, seg: SegId, now: Instant) {
+        self.drop_replica_on(key, seg, now);
+        let Some(o) = self.objects.get_mut(key) else {
             return;
         };
-        let Some(pos) = o.replicas.iter().position(|r| r.seg == src) else {
-            return;
-        };
-        if o.replicas.len() < 2 {
+        if o.disk != Some(seg) {
             return;
         }
+        o.disk = None;
+        let (version, size) = (o.version, o.size);
+        self.forget_disk_copy(key, version, size, Some(seg));
+    }
+
+    /// The object `key` drops its memory replica on segment `seg`, if it
+    /// has one: its owner forgets it, and its space returns once the reads
+    /// in flight on it end.
+    pub(crate) fn drop_replica_on(&mut self, key: &str, seg: SegId, now: Instant) {
+        let Some(o) = self.objects.get_mut(key) else {
+            return;
+        };
+        let Some(pos) = o.replicas.iter().position(|r| r.seg == seg) else {
+            return;
+        };
         let r = o.replicas.remove(pos);
         let (version, size) = (o.version, o.size);
         let readers = o.readers().to_vec();
         let mut waits = Vec::new();
         let mut handed = Vec::new();
         self.retire(
-            &spec.key,
+            key,
             version,
             size,
             &[r],

@@ -190,6 +190,7 @@ fn is_mutation(req: &MasterRequest) -> bool {
             | MasterRequest::DiskTierDrain { .. }
             | MasterRequest::Promoted { .. }
             | MasterRequest::CreateCopyTask { .. }
+            | MasterRequest::BatchReplicaClear { .. }
             | MasterRequest::CreateMoveTask { .. }
             | MasterRequest::Fetched { .. }
     )
@@ -348,6 +349,11 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
             Ok(()) => MasterResponse::Ok,
             Err(e) => MasterResponse::Err(e),
         },
+        MasterRequest::BatchReplicaClear {
+            client_id,
+            keys,
+            segment_name,
+        } => MasterResponse::Keys(state.batch_replica_clear(&client_id, &keys, &segment_name)),
         MasterRequest::CreateCopyTask { key, targets } => {
             match state.create_copy_task(&key, &targets) {
                 Ok(id) => MasterResponse::TaskId(id),

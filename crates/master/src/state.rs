@@ -97,6 +97,10 @@ pub(crate) struct Object {
     pub disk_hits: u8,
     /// A promotion of it back to memory is in flight.
     pub promoting: bool,
+    /// The client that created the key, as [`Inner::writer_id`] numbers
+    /// it (0: not known, as for objects recovered from the owners'
+    /// ledgers).
+    pub writer: u32,
     extra: Option<Box<Extra>>,
 }
 
@@ -159,6 +163,7 @@ impl Object {
             disk: None,
             disk_hits: 0,
             promoting: false,
+            writer: 0,
             extra: Some(Box::new(Extra {
                 put_start: Some(now),
                 pending_pin,
@@ -187,6 +192,7 @@ impl Object {
             disk: None,
             disk_hits: 0,
             promoting: false,
+            writer: 0,
             extra: None,
         }
     }
@@ -451,6 +457,9 @@ pub(crate) struct Inner {
     /// Tasks whose copy in flight lost its target segment (failed at the
     /// next sweep).
     pub lost_fetches: Vec<u128>,
+    /// Numbers of the client ids that created objects (see
+    /// `Object::writer`), from 1.
+    pub writer_ids: HashMap<Box<str>, u32>,
 }
 
 /// A promotion in flight: the owner of the disk copy reads it back into
@@ -785,6 +794,19 @@ impl MasterState {
 }
 
 impl Inner {
+    /// The number of client `id` in `Object::writer` (0 for an empty id).
+    pub(crate) fn writer_id(&mut self, id: &str) -> u32 {
+        if id.is_empty() {
+            return 0;
+        }
+        if let Some(n) = self.writer_ids.get(id) {
+            return *n;
+        }
+        let n = u32::try_from(self.writer_ids.len() + 1).unwrap_or(u32::MAX);
+        self.writer_ids.insert(id.into(), n);
+        n
+    }
+
     /// Used and total bytes over all segments (mounts keep the sum in
     /// range; saturating all the same).
     pub(crate) fn usage(&self) -> (u64, u64) {

@@ -404,6 +404,26 @@ impl Client {
         }
     }
 
+    /// `batch_replica_clear`: clear the replicas of those of `keys` this
+    /// client wrote and no lease protects, on `segment_name` only or on
+    /// every segment (empty); the keys cleared.
+    pub fn batch_replica_clear(&self, keys: &[String], segment_name: &str) -> Result<Vec<String>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.rpc(MasterRequest::BatchReplicaClear {
+            client_id: self.client_id.clone(),
+            keys: keys.to_vec(),
+            segment_name: segment_name.to_string(),
+        })? {
+            MasterResponse::Keys(k) => Ok(k),
+            MasterResponse::Err(e) => Err(e.into()),
+            _ => Err(Error::internal(
+                "batch replica clear: unexpected master response",
+            )),
+        }
+    }
+
     /// Remove the keys matching `pattern` (ECMAScript syntax, search
     /// semantics); the count removed. An invalid pattern is INVALID_PARAMS.
     pub fn remove_by_regex(&self, pattern: &str, force: bool) -> Result<u64> {

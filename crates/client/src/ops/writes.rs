@@ -569,6 +569,7 @@ impl Client {
         cfg.writer_host_id = self.engine.host_id().to_string();
         cfg.writer_maps_host = self.engine.maps_same_host();
         cfg.writer_own_segments = crate::durability::ledger::local_names();
+        cfg.writer_client_id = self.client_id.clone();
     }
 
     /// Commit written keys (PutEnd). The master acknowledges once the owners

@@ -1,5 +1,5 @@
 //! The removal methods: `remove`, `batch_remove`,
-//! `remove_by_regex`, `remove_all`.
+//! `remove_by_regex`, `remove_all`, `batch_replica_clear`.
 
 use super::class::MooncakeDistributedStore;
 use crate::args::Flag;
@@ -39,5 +39,24 @@ impl MooncakeDistributedStore {
     fn remove_all(&self, py: Python<'_>, force: Option<Flag>) -> i64 {
         let r = self.run(py, |c| c.remove_all(force_flag(force)));
         Call::new(py, "remove_all").code(None, r)
+    }
+
+    /// Clear the replicas of those of `keys` this client wrote whose lease
+    /// has run out: every replica (the object is removed) with the default
+    /// `segment_name=""`, else those on that segment. Returns the keys
+    /// cleared; unknown, leased, still-written or other clients' keys are
+    /// skipped. A call that fails (not set up, master unreachable) returns
+    /// `[]` and is logged.
+    #[pyo3(signature = (keys, segment_name=String::new()))]
+    fn batch_replica_clear(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        segment_name: String,
+    ) -> Vec<String> {
+        let r = self.run(py, |s| s.batch_replica_clear(&keys, &segment_name));
+        Call::new(py, "batch_replica_clear")
+            .ok(None, r)
+            .unwrap_or_default()
     }
 }

@@ -40,9 +40,6 @@ method_family! {
         /// Tier 2: allocate and mount an extra segment (raises NotImplementedError).
         #[pyo3(signature = (size, protocol="tcp".to_string(), location=String::new()))]
         allocate_and_mount_segment(size: UInt, protocol: String, location: String) {}
-        /// Tier 2: clear replicas (raises NotImplementedError).
-        #[pyo3(signature = (keys, segment_name=String::new()))]
-        batch_replica_clear(keys: Vec<String>, segment_name: String) {}
     }
 }
 
