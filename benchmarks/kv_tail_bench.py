@@ -9,7 +9,9 @@ The pattern of a serving engine's cache lookups: a writer stores a batch of
 200 pages with ``batch_put_from``; then, for each request, the reader asks
 ``batch_is_exist`` for 32 page keys, writes into its destination buffer (as
 the model does into the KV memory it is about to fill) and reads one page
-with ``batch_get_into`` into that buffer. Only that read is timed.
+with ``batch_get_into`` into that buffer. That read is timed, and so are
+the existence checks: the 32-key ``batch_is_exist``, then ``batch_is_exist``
+and ``is_exist`` of one of those keys (second table).
 
 Pages are 64 KiB (one key) or 2 x 1 MiB (a K and a V key read in one call).
 The reader is the writer's own process (``same-proc``) or another process
@@ -55,8 +57,13 @@ def keys_of(prefix: str, page: int, parts: int) -> list[str]:
     return [f"{prefix}-p{page}-k{j}" for j in range(parts)]
 
 
-def read_loop(s: Any, prefix: str, sizes: list[int], iters: int) -> list[float]:
-    """The request loop; the timed batch_get_into latencies (seconds)."""
+EXIST_OPS = ("is_exist", "batch_is_exist1", "batch_is_exist32")
+
+
+def read_loop(s: Any, prefix: str, sizes: list[int], iters: int) -> dict[str, list[float]]:
+    """The request loop; the latencies (seconds) of the timed read
+    (``get``) and of the existence checks: ``is_exist`` of one page key,
+    ``batch_is_exist`` of one key and of the 32 probed keys."""
     import numpy as np
 
     total = sum(sizes)
@@ -65,15 +72,26 @@ def read_loop(s: Any, prefix: str, sizes: list[int], iters: int) -> list[float]:
     s.register_buffer(base, total)
     ptrs = [base + sum(sizes[:j]) for j in range(len(sizes))]
     rnd = random.Random(3)
-    lat = []
+    lat: dict[str, list[float]] = {op: [] for op in ("get", *EXIST_OPS)}
     for i in range(iters):
         probe = [k for p in rnd.sample(range(PAGES), EXIST) for k in keys_of(prefix, p, 1)]
-        s.batch_is_exist(probe)
+        t = time.perf_counter()
+        found = s.batch_is_exist(probe)
+        lat["batch_is_exist32"].append(time.perf_counter() - t)
+        one = probe[0]
+        t = time.perf_counter()
+        single = s.batch_is_exist([one])
+        lat["batch_is_exist1"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        exists = s.is_exist(one)
+        lat["is_exist"].append(time.perf_counter() - t)
+        if list(found) != [1] * EXIST or list(single) != [1] or exists != 1:
+            raise RuntimeError(f"existence checks answered {found}, {single}, {exists}")
         dst.fill(i & 0xFF)  # the caller writes the destination first
         keys = keys_of(prefix, rnd.randrange(PAGES), len(sizes))
         t = time.perf_counter()
         got = s.batch_get_into(keys, ptrs, sizes)
-        lat.append(time.perf_counter() - t)
+        lat["get"].append(time.perf_counter() - t)
         if list(got) != sizes:
             raise RuntimeError(f"batch_get_into returned {got}")
     s.unregister_buffer(base)
@@ -133,12 +151,18 @@ def side_main(args: argparse.Namespace) -> int:
                 w.close()
     out = []
     for r in rows:
-        lat = sorted(r.pop("lat"))
-        r.update(
-            p50=lat[len(lat) // 2] * 1e6,
-            p99=lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e6,
-            max=lat[-1] * 1e6,
-        )
+        by_op = r.pop("lat")
+        for op, lat in by_op.items():
+            lat = sorted(lat)
+            stats = {
+                "p50": lat[len(lat) // 2] * 1e6,
+                "p99": lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e6,
+                "max": lat[-1] * 1e6,
+            }
+            if op == "get":
+                r.update(stats)
+            else:
+                r[op] = stats
         out.append(r)
     print(json.dumps({"rows": out}), flush=True)
     return 0
@@ -192,6 +216,24 @@ def main() -> int:
             else f"{'-':>6s} {'-':>6s}"
         )
         print(f"{cell[0]:7s} {cell[1]:10s} {cell[2]:9s} | {oc} | {uc} | {rx}")
+    print()
+    print("existence checks (µs; ratio = ours / upstream)")
+    print(f"{'page':7s} {'reader':10s} {'path':9s} {'call':16s} | {'ours p50':>9s} {'p99':>8s} | "
+          f"{'up p50':>8s} {'p99':>8s} | {'p50 x':>6s} {'p99 x':>6s}")  # fmt: skip
+    for cell in CELLS:
+        o = keyed.get("ours", {}).get(cell)
+        u = keyed.get("upstream", {}).get(cell)
+        for op in EXIST_OPS:
+            oo = o.get(op) if o else None
+            uu = u.get(op) if u else None
+            oc = f"{oo['p50']:9.0f} {oo['p99']:8.0f}" if oo else f"{'-':>9s} {'-':>8s}"
+            uc = f"{uu['p50']:8.0f} {uu['p99']:8.0f}" if uu else f"{'-':>8s} {'-':>8s}"
+            rx = (
+                f"{oo['p50'] / uu['p50']:6.2f} {oo['p99'] / uu['p99']:6.2f}"
+                if oo and uu
+                else f"{'-':>6s} {'-':>6s}"
+            )
+            print(f"{cell[0]:7s} {cell[1]:10s} {cell[2]:9s} {op:16s} | {oc} | {uc} | {rx}")
     for line in loads:
         print(line)
     write_json(args.json, res)
