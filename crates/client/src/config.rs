@@ -428,7 +428,8 @@ pub struct ReplicateConfig {
     pub preferred_segment: String,
     /// Rejected for byte writes (upstream).
     pub prefer_alloc_in_same_node: bool,
-    /// Lease grouping (no Tier 1 effect); its length must match the keys written.
+    /// The group of each key written (empty: none), in key order; its
+    /// length must match the keys written. See the master's `groups`.
     pub group_ids: Option<Vec<String>>,
     /// Upstream `ObjectDataType` value, recorded per object.
     pub data_type: u32,
@@ -460,13 +461,14 @@ impl Default for ReplicateConfig {
 }
 
 impl ReplicateConfig {
-    /// The wire config of a `kind` write of `n_keys` keys, or the
+    /// The wire config of a `kind` write of `keys`, or the
     /// INVALID_PARAMS upstream gives: `replica_num` 0, nof/dfs replicas, a
     /// soft-pin TTL without `SoftPin::Enable`, `prefer_alloc_in_same_node`
     /// on a byte write (or on a multi-buffer write with more than one
-    /// replica), `group_ids` whose length is not `n_keys`. A
+    /// replica), `group_ids` whose length is not that of `keys`. A
     /// non-empty `preferred_segment` replaces `preferred_segments`.
-    pub fn write_config(&self, kind: WriteKind, n_keys: usize) -> Result<WriteConfig> {
+    pub fn write_config<K: AsRef<str>>(&self, kind: WriteKind, keys: &[K]) -> Result<WriteConfig> {
+        let n_keys = keys.len();
         if self.replica_num == 0 {
             return Err(Error::invalid("replica_num is 0"));
         }
@@ -497,6 +499,15 @@ impl ReplicateConfig {
                 ));
             }
         }
+        let groups = match &self.group_ids {
+            Some(ids) => keys
+                .iter()
+                .zip(ids)
+                .filter(|(k, g)| !k.as_ref().is_empty() && !g.is_empty())
+                .map(|(k, g)| (k.as_ref().to_string(), g.clone()))
+                .collect(),
+            None => Vec::new(),
+        };
         let preferred_segments = if self.preferred_segment.is_empty() {
             self.preferred_segments.clone()
         } else {
@@ -509,6 +520,7 @@ impl ReplicateConfig {
             hard_pin: self.with_hard_pin,
             preferred_segments,
             data_type: self.data_type,
+            groups,
             ..WriteConfig::default()
         })
     }
@@ -754,14 +766,15 @@ mod tests {
     #[test]
     fn write_config_rules() {
         let ok = ReplicateConfig::default()
-            .write_config(WriteKind::Bytes, 1)
+            .write_config(WriteKind::Bytes, &["k"])
             .expect("default is valid");
         assert_eq!(ok.replica_num, 1);
         assert!(ok.preferred_segments.is_empty());
         let rejected = |f: &dyn Fn(&mut ReplicateConfig), n: usize| {
             let mut c = ReplicateConfig::default();
             f(&mut c);
-            c.write_config(WriteKind::Bytes, n).map_err(|e| e.code())
+            c.write_config(WriteKind::Bytes, &vec!["k"; n])
+                .map_err(|e| e.code())
         };
         let invalid = Err(ErrorCode::InvalidParams);
         assert_eq!(rejected(&|c| c.replica_num = 0, 1).map(|_| ()), invalid);
@@ -802,7 +815,7 @@ mod tests {
                 replica_num: replicas,
                 ..ReplicateConfig::default()
             }
-            .write_config(WriteKind::MultiBuffers, 1)
+            .write_config(WriteKind::MultiBuffers, &["k"])
             .map(|w| w.replica_num)
             .map_err(|e| e.code())
         };
@@ -813,7 +826,7 @@ mod tests {
             replica_num: 3,
             ..ReplicateConfig::default()
         };
-        assert!(plain.write_config(WriteKind::MultiBuffers, 1).is_ok());
+        assert!(plain.write_config(WriteKind::MultiBuffers, &["k"]).is_ok());
     }
 
     #[test]
@@ -823,13 +836,13 @@ mod tests {
             preferred_segment: "a".into(),
             ..ReplicateConfig::default()
         };
-        let w = c.write_config(WriteKind::Bytes, 1).expect("valid");
+        let w = c.write_config(WriteKind::Bytes, &["k"]).expect("valid");
         assert_eq!(w.preferred_segments, vec!["a".to_string()]);
         let c = ReplicateConfig {
             preferred_segment: String::new(),
             ..c
         };
-        let w = c.write_config(WriteKind::Bytes, 1).expect("valid");
+        let w = c.write_config(WriteKind::Bytes, &["k"]).expect("valid");
         assert_eq!(w.preferred_segments, vec!["b".to_string(), "c".to_string()]);
     }
 }

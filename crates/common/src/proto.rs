@@ -80,6 +80,9 @@ pub struct WriteConfig {
     pub writer_own_segments: Vec<String>,
     /// Segment of the writer (placement hint for tensor writes).
     pub writer_segment: Option<String>,
+    /// `(key, group id)` of the keys written with a group (see the
+    /// master's `groups`).
+    pub groups: Vec<(String, String)>,
     /// Id of the writing client (the object's writer: only it may clear
     /// the object's replicas with `BatchReplicaClear`).
     pub writer_client_id: String,
@@ -100,6 +103,7 @@ impl Default for WriteConfig {
             writer_own_segments: Vec::new(),
             writer_segment: None,
             writer_client_id: String::new(),
+            groups: Vec::new(),
             data_type: 0,
         }
     }

@@ -9,6 +9,9 @@
 //! cap of `offloading_queue_limit * offload_cap_ratio` reached) stays in
 //! memory, or is dropped with `--offload_force_evict`.
 //!
+//! An object of a group (see `groups`) goes only with its whole group:
+//! when no member is leased, every member that may be evicted goes with it.
+//!
 //! Evicted space returns when the owners acknowledge (a move to disk: once
 //! the bytes are on disk), so writers can outrun it. A put that finds no
 //! room therefore evicts at once and waits, without the lock, while space
@@ -20,6 +23,7 @@
 
 use crate::offload::Offload;
 use crate::state::{flag_eviction, lease_expired, Inner, MasterState, ObjStatus};
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -79,6 +83,7 @@ impl MasterState {
             let more = target.saturating_sub(victims.len());
             victims.extend(pinned.into_iter().take(more).map(|(_, k)| k));
         }
+        let victims = g.whole_groups(victims, now);
         let mut bytes = 0u64;
         let mut offloaded = 0u64;
         let mut evicted = 0u64;
@@ -219,5 +224,39 @@ impl Inner {
             .values()
             .map(|s| s.ledger.releasing_bytes())
             .sum()
+    }
+}
+
+impl Inner {
+    /// `victims` with each grouped one replaced by its group's members
+    /// (none when a member is leased), each key once.
+    fn whole_groups(&mut self, victims: Vec<Box<str>>, now: Instant) -> Vec<Box<str>> {
+        let grouped = victims
+            .iter()
+            .any(|k| self.objects.get(&**k).is_some_and(|o| o.group != 0));
+        if !grouped {
+            return victims;
+        }
+        let mut seen: HashSet<Box<str>> = HashSet::with_capacity(victims.len());
+        let mut done_groups = HashSet::new();
+        let mut out = Vec::with_capacity(victims.len());
+        for k in victims {
+            let group = self.objects.get(&*k).map_or(0, |o| o.group);
+            if group == 0 {
+                if seen.insert(k.clone()) {
+                    out.push(k);
+                }
+                continue;
+            }
+            if !done_groups.insert(group) {
+                continue;
+            }
+            for m in self.group_victims(group, now).unwrap_or_default() {
+                if seen.insert(m.clone()) {
+                    out.push(m);
+                }
+            }
+        }
+        out
     }
 }

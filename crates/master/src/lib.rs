@@ -15,6 +15,7 @@ pub mod error;
 mod eviction;
 pub mod flags;
 pub mod gate;
+mod groups;
 pub mod ha;
 pub mod http_meta;
 mod ledger_push;

@@ -12,7 +12,7 @@ use mooncake_common::auth::unix_ms;
 use mooncake_common::ledger::LedgerOp;
 use mooncake_common::proto::{ObjectInfo, PutStartItem, ReplicaLoc, SoftPin, WriteConfig};
 use mooncake_common::{ErrorCode, WriteTicket};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -165,6 +165,11 @@ impl MasterState {
             cfg.soft_pin_ttl_ms,
             self.cfg.default_kv_soft_pin_ttl_ms,
         );
+        let groups: HashMap<&str, &str> = cfg
+            .groups
+            .iter()
+            .map(|(k, g)| (k.as_str(), g.as_str()))
+            .collect();
         let mut g = self.inner.lock();
         if upsert {
             // Until neither wait released the lock: a rewrite may have
@@ -197,12 +202,20 @@ impl MasterState {
                 out.push(PutStartItem::AlreadyExists);
                 continue;
             }
+            let group = groups.get(key.as_str()).copied();
             let mut hard_pin = cfg.hard_pin;
             // An upsert over the committed version of an existing object.
             let mut over_committed = false;
             // ... that may write into the committed replicas.
             let mut in_place = false;
             if let Some(o) = g.objects.get(key.as_str()) {
+                // Group membership is fixed while the object exists.
+                if group.is_some_and(|name| g.groups.number(name) != Some(o.group)) {
+                    self.metrics.put_start_failures.inc();
+                    tracing::warn!(key = %key, "write refused: the key belongs to another group (or none) while it exists");
+                    out.push(PutStartItem::Err(ErrorCode::InvalidParams));
+                    continue;
+                }
                 let young = o
                     .put_start()
                     .is_some_and(|t| now.saturating_duration_since(t) <= discard);
@@ -316,6 +329,9 @@ impl MasterState {
             } else {
                 let mut o = Object::processing(size, version, replicas, now, hard_pin, pin);
                 o.writer = g.writer_id(&cfg.writer_client_id);
+                if let Some(name) = group {
+                    o.group = g.groups.join(name, key);
+                }
                 g.objects.insert(key.as_str().into(), o);
             }
             out.push(PutStartItem::Write {
@@ -660,6 +676,7 @@ impl MasterState {
         let mut any = false;
         let promotes = self.cfg.promotes();
         let mut disk_reads = Vec::new();
+        let mut leased_groups: Vec<u32> = Vec::new();
         // Every key is looked up first, in a loop of lookups alone: their
         // cache misses (the index's table, the entry, the key's bytes) do
         // not depend on each other, so the processor overlaps them across
@@ -689,6 +706,9 @@ impl MasterState {
                     if d > o.lease_deadline {
                         o.lease_deadline = d;
                     }
+                    if o.group != 0 {
+                        leased_groups.push(o.group);
+                    }
                     if ticket != 0 {
                         o.add_reader(ticket, d, now);
                         any = true;
@@ -712,6 +732,11 @@ impl MasterState {
         }
         for i in disk_reads {
             g.note_disk_read(&keys[i], &self.cfg);
+        }
+        if !leased_groups.is_empty() {
+            leased_groups.sort_unstable();
+            leased_groups.dedup();
+            g.lease_groups(&leased_groups, d);
         }
         Ok((out, any.then_some(d), at))
     }
@@ -757,18 +782,29 @@ impl MasterState {
         let ttl = Duration::from_millis(self.cfg.default_kv_lease_ttl_ms);
         let now = self.clock.now();
         let mut g = self.inner.lock();
-        keys.iter()
+        let mut leased_groups = Vec::new();
+        let codes = keys
+            .iter()
             .map(|k| match g.objects.get_mut(k.as_str()) {
                 // A key rewritten in place exists throughout.
                 Some(o) if o.status == ObjStatus::Complete || o.rewrite_start().is_some() => {
                     if now + ttl > o.lease_deadline {
                         o.lease_deadline = now + ttl;
                     }
+                    if o.group != 0 {
+                        leased_groups.push(o.group);
+                    }
                     1
                 }
                 _ => 0,
             })
-            .collect()
+            .collect();
+        if !leased_groups.is_empty() {
+            leased_groups.sort_unstable();
+            leased_groups.dedup();
+            g.lease_groups(&leased_groups, now + ttl);
+        }
+        codes
     }
 
     /// Remove keys: OBJECT_NOT_FOUND when missing, REPLICA_IS_NOT_READY

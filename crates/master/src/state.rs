@@ -97,6 +97,8 @@ pub(crate) struct Object {
     pub disk_hits: u8,
     /// A promotion of it back to memory is in flight.
     pub promoting: bool,
+    /// The number of the group the key joined (see `groups`), 0 for none.
+    pub group: u32,
     /// The client that created the key, as [`Inner::writer_id`] numbers
     /// it (0: not known, as for objects recovered from the owners'
     /// ledgers).
@@ -163,6 +165,7 @@ impl Object {
             disk: None,
             disk_hits: 0,
             promoting: false,
+            group: 0,
             writer: 0,
             extra: Some(Box::new(Extra {
                 put_start: Some(now),
@@ -192,6 +195,7 @@ impl Object {
             disk: None,
             disk_hits: 0,
             promoting: false,
+            group: 0,
             writer: 0,
             extra: None,
         }
@@ -460,6 +464,8 @@ pub(crate) struct Inner {
     /// Numbers of the client ids that created objects (see
     /// `Object::writer`), from 1.
     pub writer_ids: HashMap<Box<str>, u32>,
+    /// Object groups.
+    pub groups: crate::groups::Groups,
 }
 
 /// A promotion in flight: the owner of the disk copy reads it back into
@@ -768,6 +774,7 @@ impl MasterState {
             g.defer_free(&p.replicas, p.size, p.put_start + release);
         }
         self.sweep_retired(&mut g, now);
+        g.sweep_groups();
         g.tickets.retain(|_, t| t.expiry > now);
         let due: Vec<DeferredFree> = {
             let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut g.deferred)
@@ -794,6 +801,57 @@ impl MasterState {
 }
 
 impl Inner {
+    /// A read leased objects of the groups `numbers` until `until`: lease
+    /// every live member of those groups as long.
+    pub(crate) fn lease_groups(&mut self, numbers: &[u32], until: Instant) {
+        for &n in numbers {
+            let Inner {
+                groups, objects, ..
+            } = self;
+            let members = groups.live_members(n, |k| objects.get(k).is_some_and(|o| o.group == n));
+            for k in members {
+                if let Some(o) = objects.get_mut(&*k) {
+                    if until > o.lease_deadline {
+                        o.lease_deadline = until;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The members of group `n` eviction may take with it at `now`, or
+    /// `None` when a member is leased (the group stays whole).
+    pub(crate) fn group_victims(&mut self, n: u32, now: Instant) -> Option<Vec<Box<str>>> {
+        let Inner {
+            groups, objects, ..
+        } = self;
+        let members = groups.live_members(n, |k| objects.get(k).is_some_and(|o| o.group == n));
+        let mut out = Vec::with_capacity(members.len());
+        for k in members {
+            let Some(o) = objects.get(&*k) else {
+                continue;
+            };
+            if !lease_expired(o, now) {
+                return None;
+            }
+            let soft = o.soft_pin_deadline.is_some_and(|d| d > now);
+            if o.status == ObjStatus::Complete && !o.hard_pin && !soft && !o.replicas.is_empty() {
+                out.push(k);
+            }
+        }
+        Some(out)
+    }
+
+    /// Prune a chunk of groups (the periodic sweep).
+    pub(crate) fn sweep_groups(&mut self) {
+        let Inner {
+            groups, objects, ..
+        } = self;
+        groups.sweep(SWEEP_CHUNK / 16, |n, k| {
+            objects.get(k).is_some_and(|o| o.group == n)
+        });
+    }
+
     /// The number of client `id` in `Object::writer` (0 for an empty id).
     pub(crate) fn writer_id(&mut self, id: &str) -> u32 {
         if id.is_empty() {

@@ -329,3 +329,122 @@ fn a_stale_rewrite_in_place_is_discarded_and_no_longer_holds_lookups() {
     );
     assert_eq!(st.exist(&keys("k")), vec![0]);
 }
+
+/// Start and commit a write of `key` in group `group`.
+fn put_in_group(st: &MasterState, key: &str, size: u64, group: &str) -> PutStartItem {
+    let cfg = WriteConfig {
+        groups: vec![(key.to_string(), group.to_string())],
+        ..WriteConfig::default()
+    };
+    put(st, key, size, &cfg, false)
+}
+
+#[test]
+fn reading_one_member_of_a_group_leases_every_member() {
+    let cfg = MasterConfig {
+        default_kv_lease_ttl_ms: 5000,
+        ..MasterConfig::default()
+    };
+    let (st, clock) = state(cfg);
+    for k in ["a1", "a2"] {
+        assert!(matches!(
+            put_in_group(&st, k, 64, "g"),
+            PutStartItem::Write { .. }
+        ));
+    }
+    assert!(matches!(
+        put(&st, "b", 64, &WriteConfig::default(), false),
+        PutStartItem::Write { .. }
+    ));
+    assert!(st.get_replica_list(&keys("a1"), false)[0].is_ok());
+    assert_eq!(
+        st.remove(&keys("a2"), false),
+        vec![ErrorCode::ObjectHasLease.code()]
+    );
+    assert_eq!(st.remove(&keys("b"), false), vec![0], "not in the group");
+    clock.advance(Duration::from_millis(5001));
+    // is_exist leases the group too.
+    assert_eq!(st.exist(&keys("a2")), vec![1]);
+    assert_eq!(
+        st.remove(&keys("a1"), false),
+        vec![ErrorCode::ObjectHasLease.code()]
+    );
+    clock.advance(Duration::from_millis(5001));
+    assert_eq!(st.remove(&keys("a1"), false), vec![0]);
+    assert_eq!(st.remove(&keys("a2"), false), vec![0]);
+}
+
+#[test]
+fn a_key_cannot_change_group_while_it_exists() {
+    let (st, _) = state(MasterConfig::default());
+    assert!(matches!(
+        put_in_group(&st, "k", 64, "g"),
+        PutStartItem::Write { .. }
+    ));
+    let other = WriteConfig {
+        groups: vec![("k".to_string(), "h".to_string())],
+        ..WriteConfig::default()
+    };
+    let items = st.put_start(&keys("k"), &[64], &other, true);
+    assert_eq!(items[0], PutStartItem::Err(ErrorCode::InvalidParams));
+    // The same group, or none, may upsert it.
+    assert!(matches!(
+        put_in_group(&st, "k", 64, "g"),
+        PutStartItem::AlreadyExists
+    ));
+    let items = st.put_start(&keys("k"), &[64], &WriteConfig::default(), true);
+    assert!(matches!(items[0], PutStartItem::Write { .. }), "{items:?}");
+    // A plain key cannot join a group while it exists.
+    assert!(matches!(
+        put(&st, "plain", 64, &WriteConfig::default(), false),
+        PutStartItem::Write { .. }
+    ));
+    let join = WriteConfig {
+        groups: vec![("plain".to_string(), "g".to_string())],
+        ..WriteConfig::default()
+    };
+    let items = st.put_start(&keys("plain"), &[64], &join, true);
+    assert_eq!(items[0], PutStartItem::Err(ErrorCode::InvalidParams));
+}
+
+#[test]
+fn eviction_takes_a_group_whole_and_never_while_a_member_is_leased() {
+    let cfg = MasterConfig {
+        default_kv_lease_ttl_ms: 5000,
+        eviction_high_watermark_ratio: 0.5,
+        eviction_ratio: 0.05,
+        ..MasterConfig::default()
+    };
+    let (st, clock) = state(cfg);
+    let kib = 1024;
+    for k in ["a1", "a2", "a3"] {
+        assert!(matches!(
+            put_in_group(&st, k, 150 * kib, "g"),
+            PutStartItem::Write { .. }
+        ));
+    }
+    assert!(matches!(
+        put(&st, "b", 150 * kib, &WriteConfig::default(), false),
+        PutStartItem::Write { .. }
+    ));
+    // 600 KiB of 1 MiB used: above the watermark. a1 is leased, so the
+    // group stays; only b can go.
+    assert!(st.get_replica_list(&keys("a1"), false)[0].is_ok());
+    clock.advance(Duration::from_millis(1));
+    st.eviction_pass();
+    let live = |k: &str| st.exist(&keys(k))[0];
+    assert_eq!(live("b"), 0, "the ungrouped object is evicted");
+    clock.advance(Duration::from_millis(10_000));
+    // Leases over: the next pass that picks any member takes all three.
+    assert!(matches!(
+        put(&st, "c", 150 * kib, &WriteConfig::default(), false),
+        PutStartItem::Write { .. }
+    ));
+    st.eviction_pass();
+    let members: Vec<i32> = ["a1", "a2", "a3"].iter().map(|k| live(k)).collect();
+    assert!(
+        members == vec![0, 0, 0] || members == vec![1, 1, 1],
+        "{members:?}"
+    );
+    assert_eq!(members, vec![0, 0, 0], "the oldest leases are the group's");
+}

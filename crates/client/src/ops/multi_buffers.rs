@@ -87,7 +87,7 @@ impl Client {
                 all_sizes[i].len()
             )));
         }
-        let mut wire = cfg.write_config(WriteKind::MultiBuffers, keys.len())?;
+        let mut wire = cfg.write_config(WriteKind::MultiBuffers, keys)?;
         if cfg.prefer_alloc_in_same_node {
             wire.writer_segment = Some(self.desc.name.clone());
         }

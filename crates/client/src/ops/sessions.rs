@@ -156,7 +156,7 @@ impl Client {
                 sizes.len()
             )));
         }
-        let mut wire = cfg.write_config(WriteKind::Tensor, keys.len())?;
+        let mut wire = cfg.write_config(WriteKind::Tensor, keys)?;
         if cfg.prefer_alloc_in_same_node {
             wire.writer_segment = Some(self.desc.name.clone());
         }

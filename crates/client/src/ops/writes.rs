@@ -312,7 +312,7 @@ impl Client {
         if total == 0 {
             return Ok(0);
         }
-        let wire = cfg.write_config(WriteKind::Bytes, 1)?;
+        let wire = cfg.write_config(WriteKind::Bytes, &[key])?;
         let _room = if reserve {
             Some(self.staging.reserve(total).ok_or_else(|| no_room(total))?)
         } else {
@@ -385,7 +385,7 @@ impl Client {
         if values.iter().any(|v| v.1 == 0) {
             return Err(Error::invalid("empty value"));
         }
-        let wire = cfg.write_config(WriteKind::Bytes, keys.len())?;
+        let wire = cfg.write_config(WriteKind::Bytes, keys)?;
         let mut seen = HashSet::with_capacity(keys.len());
         let mut batch_keys = Vec::with_capacity(keys.len());
         let mut pieces: Vec<Pieces> = Vec::with_capacity(keys.len());
@@ -422,7 +422,7 @@ impl Client {
         upsert: bool,
     ) -> Result<()> {
         check_key(key)?;
-        let wire = cfg.write_config(WriteKind::Bytes, 1)?;
+        let wire = cfg.write_config(WriteKind::Bytes, &[key])?;
         if size == 0 {
             return Ok(());
         }
@@ -453,7 +453,7 @@ impl Client {
         cfg: &ReplicateConfig,
     ) -> Result<()> {
         check_key(key)?;
-        let wire = cfg.write_config(WriteKind::Bytes, 1)?;
+        let wire = cfg.write_config(WriteKind::Bytes, &[key])?;
         if size == 0 {
             return Ok(());
         }
@@ -489,7 +489,7 @@ impl Client {
                 "keys, buffer_ptrs and sizes differ in length",
             ));
         }
-        let wire = cfg.write_config(WriteKind::Bytes, keys.len())?;
+        let wire = cfg.write_config(WriteKind::Bytes, keys)?;
         let mut results: Vec<Result<()>> = Vec::with_capacity(keys.len());
         let mut idx = Vec::new();
         for i in 0..keys.len() {
@@ -546,7 +546,7 @@ impl Client {
         if sizes.iter().zip(ptrs).any(|(s, p)| *s == 0 || *p == 0) {
             return Err(Error::invalid("a value is empty or has a null pointer"));
         }
-        let wire = cfg.write_config(WriteKind::Bytes, keys.len())?;
+        let wire = cfg.write_config(WriteKind::Bytes, keys)?;
         if keys.is_empty() {
             return Ok(Vec::new());
         }

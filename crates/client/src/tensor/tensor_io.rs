@@ -225,7 +225,11 @@ impl Client {
     ) -> Result<Vec<Result<()>>> {
         let (upsert, pub_always) = (mode.upserts(), mode.publishes());
         let n = items.len();
-        let mut wcfg = cfg.write_config(WriteKind::Tensor, n)?;
+        let item_keys: Vec<&str> = items
+            .iter()
+            .map(|i| i.as_ref().map_or("", |t| t.key.as_str()))
+            .collect();
+        let mut wcfg = cfg.write_config(WriteKind::Tensor, &item_keys)?;
         let pub_check = check_pub_config(cfg);
         let mut out: Vec<Result<()>> = vec![Ok(()); n];
         // Plans own the header/manifest bytes the pieces point into; keep them alive.
