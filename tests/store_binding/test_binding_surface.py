@@ -447,12 +447,27 @@ def test_tier_methods_on_a_store_not_set_up(
     assert "setup_dummy" in records[2].getMessage()
 
 
+def test_task_and_clear_methods_on_a_store_not_set_up(
+    store: MooncakeDistributedStore, store_log: pytest.LogCaptureFixture
+) -> None:
+    # Upstream's return shapes, with -600 (not set up) as the code; one
+    # log line per call.
+    assert store.create_copy_task("k", ["s"]) == ((0, 0), -600)
+    assert store.create_move_task("k", "a", "b") == ((0, 0), -600)
+    assert store.query_task((1, 2)) == (None, -600)
+    assert store.batch_replica_clear(["k"]) == []
+    records = store_records(store_log)
+    assert [r.getMessage().split(":")[0] for r in records] == [
+        "create_copy_task",
+        "create_move_task",
+        "query_task",
+        "batch_replica_clear",
+    ]
+
+
 @pytest.mark.parametrize(
     ("method", "args"),
     [
-        ("create_copy_task", ("k", ["s"])),
-        ("create_move_task", ("k", "a", "b")),
-        ("query_task", ((1, 2),)),
         ("mount_segment", ("/p", 1024)),
         ("allocate_and_mount_segment", (1024,)),
     ],
