@@ -157,6 +157,11 @@ def test_a_store_not_set_up_answers_minus_600() -> None:
     assert s.create_copy_task("k", ["a"]) == ((0, 0), -600)
     assert s.create_move_task("k", "a", "b") == ((0, 0), -600)
     assert s.query_task((0, 1)) == (None, -600)
+    # Upstream's keyword names.
+    assert s.create_copy_task(key="k", targets=["a"]) == ((0, 0), -600)
+    assert s.create_move_task(key="k", source="a", target="b") == ((0, 0), -600)
+    assert s.query_task(task_id=(0, 1)) == (None, -600)
+    assert s.batch_replica_clear(keys=["k"], segment_name="a") == []
 
 
 def test_many_concurrent_copies_and_moves(cluster: Any) -> None:
