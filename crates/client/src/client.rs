@@ -315,7 +315,7 @@ impl Client {
                 cfg.metadata_server
             )));
         }
-        client.start_ledger_stream(&client);
+        client.start_ledger_stream();
         if let Some(d) = &client.disk {
             d.announce(None);
         }
@@ -344,11 +344,11 @@ impl Client {
         Ok(client)
     }
 
-    fn start_ledger_stream(&self, me: &Arc<Client>) {
+    fn start_ledger_stream(self: &Arc<Self>) {
         if self.segment.is_none() {
             return;
         }
-        let weak = Arc::downgrade(me);
+        let weak = Arc::downgrade(self);
         let fetch = crate::durability::fetch::Fetcher::start(move |jobs| {
             let Some(c) = weak.upgrade().filter(|c| !c.is_closed()) else {
                 return false;

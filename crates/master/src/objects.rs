@@ -733,11 +733,7 @@ impl MasterState {
         for i in disk_reads {
             g.note_disk_read(&keys[i], &self.cfg);
         }
-        if !leased_groups.is_empty() {
-            leased_groups.sort_unstable();
-            leased_groups.dedup();
-            g.lease_groups(&leased_groups, d);
-        }
+        g.lease_groups(leased_groups, d);
         Ok((out, any.then_some(d), at))
     }
 
@@ -799,11 +795,7 @@ impl MasterState {
                 _ => 0,
             })
             .collect();
-        if !leased_groups.is_empty() {
-            leased_groups.sort_unstable();
-            leased_groups.dedup();
-            g.lease_groups(&leased_groups, now + ttl);
-        }
+        g.lease_groups(leased_groups, now + ttl);
         codes
     }
 

@@ -380,7 +380,7 @@ impl Inner {
     /// The object `key` drops its memory replica on segment `seg`, if it
     /// has one: its owner forgets it, and its space returns once the reads
     /// in flight on it end.
-    pub(crate) fn drop_replica_on(&mut self, key: &str, seg: SegId, now: Instant) {
+    fn drop_replica_on(&mut self, key: &str, seg: SegId, now: Instant) {
         let Some(o) = self.objects.get_mut(key) else {
             return;
         };

@@ -801,10 +801,12 @@ impl MasterState {
 }
 
 impl Inner {
-    /// A read leased objects of the groups `numbers` until `until`: lease
-    /// every live member of those groups as long.
-    pub(crate) fn lease_groups(&mut self, numbers: &[u32], until: Instant) {
-        for &n in numbers {
+    /// A read leased objects of the groups `numbers` (repeats allowed)
+    /// until `until`: lease every live member of those groups as long.
+    pub(crate) fn lease_groups(&mut self, mut numbers: Vec<u32>, until: Instant) {
+        numbers.sort_unstable();
+        numbers.dedup();
+        for n in numbers {
             let Inner {
                 groups, objects, ..
             } = self;
