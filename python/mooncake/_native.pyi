@@ -114,6 +114,9 @@ class ErrorCode(enum.IntEnum):
     NOT_SUPPORTED = -1012
     TASK_NOT_FOUND = -1400
     TASK_PENDING_LIMIT_EXCEEDED = -1401
+    TENANT_QUOTA_EXCEEDED = -1700
+    TENANT_NOT_REGISTERED = -1701
+    TENANT_NOT_EMPTY = -1702
 
 @final
 class ObjectDataType:

@@ -10,6 +10,8 @@ against real masters and real owners:
 - ``--enable_disk_eviction`` (default true): a disk tier under
   ``--root_fs_dir`` evicts its oldest copies to make room; false: a full
   tier refuses new copies and keeps every one it holds.
+- ``--quota_bytes`` (default 0: 90% of the file system): the most bytes each
+  disk tier under ``--root_fs_dir`` holds.
 """
 
 from __future__ import annotations
@@ -180,6 +182,41 @@ def test_enable_disk_eviction_decides_whether_a_full_tier_evicts_or_refuses(
         assert stats["disk_failed_writes"] > 0, stats
         assert s.get(keys[0]) == pattern(MiB, 0)
     # Whatever is left reads back whole.
+    for i, k in enumerate(keys):
+        if s.is_exist(k) == 1:
+            v = s.get(k)
+            assert v == pattern(MiB, i) or (v == b"" and s.is_exist(k) == 0), k
+
+
+@pytest.mark.parametrize("quota", [0, 12 * MiB])
+def test_quota_bytes_caps_each_tier_under_root_fs_dir(
+    master_factory: Callable[..., Master],
+    store_factory: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    quota: int,
+) -> None:
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT", "2")
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_BUCKET_DISK_SCAN_CACHE_MS", "0")
+    root = tmp_path / "root"
+    flags: dict[str, Any] = {"default_kv_lease_ttl": LEASE_MS, "root_fs_dir": str(root)}
+    if quota:
+        flags["quota_bytes"] = quota
+    m = master_factory(**flags)
+    s = store_factory(m, global_segment_size=SEG)
+    keys = fill(s, "q")
+    d = root / "mooncake_cluster" / "owner-0"
+    stats = s.get_client_stats()
+    if quota:
+        # The oldest copies made room: the tier never holds more than the quota.
+        assert allocated(d) <= quota
+        assert stats["disk_evicted_buckets"] > 0, stats
+        assert s.is_exist(keys[0]) == 0
+    else:
+        # 90% of the file system: every copy fits, the first reads back.
+        assert stats["disk_evicted_buckets"] == 0, stats
+        assert allocated(d) > 12 * MiB
+        assert s.get(keys[0]) == pattern(MiB, 0)
     for i, k in enumerate(keys):
         if s.is_exist(k) == 1:
             v = s.get(k)

@@ -227,13 +227,12 @@ def test_engine_argument_rejected(store_factory: StoreFactory, master: Master) -
 
 
 @pytest.mark.ours
-@pytest.mark.parametrize("kw", [{"tenant_id": "other"}], ids=["tenant"])
-def test_unsupported_setup_options(
-    store_factory: StoreFactory, master: Master, kw: dict[str, Any]
+@pytest.mark.parametrize(("tenant", "rc"), [("other", 0), ("", 0), ("_other", -600)])
+def test_tenant_id_is_checked_at_setup(
+    store_factory: StoreFactory, master: Master, tenant: str, rc: int
 ) -> None:
     s = store_factory.raw()
-    rc = setup_positional(s, master, **kw)
-    assert rc == -1012
+    assert setup_positional(s, master, tenant_id=tenant) == rc
 
 
 # ---------------------------------------------------------------- child-process setups

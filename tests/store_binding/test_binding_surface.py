@@ -355,7 +355,7 @@ def with_arg(index: int, value: object) -> tuple[object, ...]:
         (with_arg(4, "RDMA"), {}, -1),
         (with_arg(1, "redis://127.0.0.1:6379"), {}, -1),
         (ARGS, {"engine": object()}, -600),
-        (ARGS, {"tenant_id": "t1"}, -1012),
+        (ARGS, {"tenant_id": "_t1"}, -600),
     ],
 )
 def test_setup_rejected_before_master(
@@ -392,7 +392,7 @@ def test_setup_dict_invalid(store: MooncakeDistributedStore, config: dict[str, o
 
 def test_setup_dict_unsupported(store: MooncakeDistributedStore) -> None:
     base = {"local_hostname": "h", "metadata_server": "P2PHANDSHAKE"}
-    assert store.setup({**base, "tenant_id": "t"}) == -1012
+    assert store.setup({**base, "tenant_id": "_t"}) == -600
     assert store.setup({**base, "protocol": "udp"}) == -1
     assert store.setup({**base, "local_hostname": "h:17000", "protocol": "udp"}) == -600
 

@@ -157,11 +157,10 @@ impl Client {
                 .map_err(|e| Error::internal(e.to_string()))?;
             tracing::info!(leader = %leader, "master leader found through etcd");
         }
-        let master = Arc::new(MasterConn::new(
-            locator,
-            Duration::from_millis(1000),
-            auth.clone(),
-        ));
+        let master = Arc::new(
+            MasterConn::new(locator, Duration::from_millis(1000), auth.clone())
+                .with_tenant(&cfg.tenant_id),
+        );
         let left = timeout.saturating_sub(started.elapsed());
         let first = master.connect_with_retry(left).map_err(|e| {
             Error::internal(format!(
@@ -180,10 +179,16 @@ impl Client {
             )?)
         } else {
             match crate::durability::disk::storage_config(&master) {
-                Ok((fsdir, disk_eviction)) if !fsdir.is_empty() && gs > 0 => {
+                Ok((fsdir, disk_eviction, quota_bytes)) if !fsdir.is_empty() && gs > 0 => {
                     let mut base = mooncake_offload::TierConfig::from_env(&fsdir)
                         .map_err(|e| Error::invalid(format!("SSD offload: {e}")))?;
                     base.evict = disk_eviction;
+                    // The master's `--quota_bytes` caps the tier as
+                    // MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE does (0 for both:
+                    // 90% of the file system).
+                    if quota_bytes > 0 {
+                        base.bucket_max_total_size = quota_bytes;
+                    }
                     Some(crate::durability::disk::open_under(&fsdir, &base)?)
                 }
                 Ok(_) => None,

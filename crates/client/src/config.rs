@@ -7,8 +7,8 @@
 //!   unknown keys are noted and ignored), and [`ClientConfig::check`] makes
 //!   the checks `setup` does before it contacts the master, in upstream's
 //!   order: a custom transfer engine (-600), `MOONCAKE_OFFLOAD_*` settings
-//!   that do not parse when SSD offload is on (-600), a tenant other
-//!   than `"default"` (-1012), an empty `local_hostname` or a bad port
+//!   that do not parse when SSD offload is on (-600), a `tenant_id` no
+//!   tenant may have (-600), an empty `local_hostname` or a bad port
 //!   (-600), a segment below 1024 bytes or above what a client can map
 //!   ([`MAX_SEGMENT_SIZE`], 2^47 bytes: the master refuses larger mounts
 //!   too, but the client must not try to map one first) or a local buffer
@@ -31,7 +31,8 @@ use mooncake_engine::protocol::{self, Choice};
 /// `P2PHANDSHAKE`, and a bare `host:port`, which means etcd).
 const METADATA_SCHEMES: [&str; 2] = ["http", "etcd"];
 
-/// The value `tenant_id` must have: tenants are not supported (Tier 3).
+/// The tenant a client has unless it names another (an empty `tenant_id`
+/// means it too).
 pub const DEFAULT_TENANT: &str = "default";
 /// `global_segment_size` and `local_buffer_size` of the dict form when absent.
 pub const DEFAULT_DICT_SIZE: u64 = 16 << 20;
@@ -101,7 +102,8 @@ pub struct ClientConfig {
     /// Serve this client's disk tier to other processes' reads (the
     /// standalone daemon's `--start_offload_rpc_server`; true otherwise).
     pub serve_disk_reads: bool,
-    /// Must be [`DEFAULT_TENANT`] (tenants are Tier 3).
+    /// The tenant whose namespace and quota the client's objects use on a
+    /// master with `--enable_multi_tenants` (see the master's `tenants`).
     pub tenant_id: String,
     /// Serve `/health`, `/metrics` and `/metrics/summary` over HTTP on
     /// `client_http_port` (see the client's `http_server` module).
@@ -298,8 +300,12 @@ impl ClientConfig {
         if self.enable_ssd_offload {
             self.tier_config()?;
         }
-        if self.tenant_id != DEFAULT_TENANT {
-            return Err(Error::not_supported("tenants are not supported"));
+        if !mooncake_common::proto::valid_tenant(&self.tenant_id) && !self.tenant_id.is_empty() {
+            return Err(Error::invalid(format!(
+                "tenant_id {:?} is not a tenant name (not empty, no leading '_', no control \
+                 characters)",
+                self.tenant_id
+            )));
         }
         if self.enable_client_http_server
             && !(1..=u64::from(u16::MAX)).contains(&self.client_http_port)
@@ -556,7 +562,15 @@ mod tests {
         };
         assert_eq!(code(&with(&|c| c.custom_engine = true), false), -600);
         assert_eq!(code(&with(&|c| c.enable_ssd_offload = true), false), 0);
-        assert_eq!(code(&with(&|c| c.tenant_id = "t".into()), false), -1012);
+        assert_eq!(code(&with(&|c| c.tenant_id = "t".into()), false), 0);
+        assert_eq!(code(&with(&|c| c.tenant_id = String::new()), false), 0);
+        for bad in ["_t", "a\tb", "a\0b"] {
+            assert_eq!(
+                code(&with(&|c| c.tenant_id = bad.into()), false),
+                -600,
+                "{bad:?}"
+            );
+        }
         assert_eq!(code(&with(&|c| c.local_hostname.clear()), false), -600);
         assert_eq!(
             code(&with(&|c| c.local_hostname = "h:x".into()), false),
@@ -611,7 +625,7 @@ mod tests {
         // The engine check comes before the tenant check (upstream order).
         let both = with(&|c| {
             c.custom_engine = true;
-            c.tenant_id = "t".into();
+            c.tenant_id = "_t".into();
         });
         assert_eq!(code(&both, false), -600);
     }

@@ -82,6 +82,16 @@ pub enum ErrorCode {
     /// The master's queue of pending tasks is full.
     #[error("TASK_PENDING_LIMIT_EXCEEDED")]
     TaskPendingLimitExceeded = -1401,
+    /// The write would take the tenant's memory beyond its quota.
+    #[error("TENANT_QUOTA_EXCEEDED")]
+    TenantQuotaExceeded = -1700,
+    /// The tenant has no quota policy (multi-tenant mode admits writes of
+    /// registered tenants only).
+    #[error("TENANT_NOT_REGISTERED")]
+    TenantNotRegistered = -1701,
+    /// The tenant still owns objects or charged memory.
+    #[error("TENANT_NOT_EMPTY")]
+    TenantNotEmpty = -1702,
 }
 
 /// Result alias used across the store crates.
@@ -89,7 +99,7 @@ pub type McResult<T> = Result<T, ErrorCode>;
 
 impl ErrorCode {
     /// All codes, for enumeration (e.g. building the Python `ErrorCode` enum).
-    pub const ALL: [ErrorCode; 25] = [
+    pub const ALL: [ErrorCode; 28] = [
         ErrorCode::InternalError,
         ErrorCode::BufferOverflow,
         ErrorCode::SegmentNotFound,
@@ -115,6 +125,9 @@ impl ErrorCode {
         ErrorCode::NotSupported,
         ErrorCode::TaskNotFound,
         ErrorCode::TaskPendingLimitExceeded,
+        ErrorCode::TenantQuotaExceeded,
+        ErrorCode::TenantNotRegistered,
+        ErrorCode::TenantNotEmpty,
     ];
 
     /// The numeric upstream value.

@@ -191,6 +191,12 @@ pub struct ObjectInfo {
     pub read_ticket: u64,
 }
 
+/// Whether `name` may name a tenant (a client's `tenant_id`): not empty, not
+/// starting with `_`, and no control character or DEL.
+pub fn valid_tenant(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with('_') && name.bytes().all(|c| c >= 0x20 && c != 0x7f)
+}
+
 /// Requests a client sends to the master.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MasterRequest {
@@ -418,6 +424,15 @@ pub enum MasterRequest {
         /// One entry per fetch op.
         done: Vec<crate::ledger::FetchResult>,
     },
+    /// The requests that follow on this connection act for tenant
+    /// `tenant_id` (sent first by clients of a tenant other than
+    /// `default`). Answered with `Count(1)` when the master keeps tenant
+    /// namespaces (`--enable_multi_tenants`), `Count(0)` when all tenants
+    /// share one, or `Err(InvalidParams)` for a name no tenant may have.
+    Tenant {
+        /// The tenant.
+        tenant_id: String,
+    },
 }
 
 /// Kind of an asynchronous replica task (numbered as upstream's `TaskType`).
@@ -540,6 +555,9 @@ pub enum MasterResponse {
         /// Tiers under `fsdir` evict their oldest copies to make room
         /// (`--enable_disk_eviction`); false: a full tier refuses new copies.
         disk_eviction: bool,
+        /// The most bytes each tier under `fsdir` may hold (`--quota_bytes`);
+        /// 0: 90% of its file system.
+        quota_bytes: u64,
     },
     /// Keys (`BatchReplicaClear`: those cleared).
     Keys(Vec<String>),

@@ -1,5 +1,6 @@
 //! The admin HTTP server on `metrics_host:metrics_port`:
-//! `/metrics`, `/health`, `/query_key`, `/get_all_keys`, `/get_all_segments`.
+//! `/metrics`, `/health`, `/query_key`, `/get_all_keys`, `/get_all_segments`,
+//! and the tenant quota API `/api/v1/tenant_quotas` (GET, PUT, DELETE).
 //! The master state is reached through the [`AdminView`] trait so this module
 //! does not depend on the core's internals.
 
@@ -13,11 +14,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use mooncake_common::ErrorCode;
+use serde::Deserialize;
 use serde::Serialize;
 
 use crate::listener::LimitedListener;
 pub use crate::metrics::GaugeSnapshot;
 use crate::metrics::{MasterMetrics, PROMETHEUS_CONTENT_TYPE};
+pub use crate::tenants::{QuotaAdminError, TenantQuota};
 use mooncake_common::limits::ConnLimits;
 
 /// One COMPLETE memory replica as shown by `/query_key`.
@@ -44,6 +47,22 @@ pub trait AdminView: Send + Sync + 'static {
     /// Body of `GET /health`.
     fn health(&self) -> String {
         HEALTH_BODY.to_string()
+    }
+    /// Quota views of every tenant, or of `only`.
+    fn tenant_quotas(&self, _only: Option<&str>) -> Result<Vec<TenantQuota>, QuotaAdminError> {
+        Err(QuotaAdminError::Disabled)
+    }
+    /// Set a tenant's requested quota; its view after.
+    fn upsert_tenant_quota(
+        &self,
+        _tenant: &str,
+        _bytes: u64,
+    ) -> Result<TenantQuota, QuotaAdminError> {
+        Err(QuotaAdminError::Disabled)
+    }
+    /// Remove a tenant's policy; its view before.
+    fn delete_tenant_quota(&self, _tenant: &str) -> Result<TenantQuota, QuotaAdminError> {
+        Err(QuotaAdminError::Disabled)
     }
 }
 
@@ -161,6 +180,134 @@ async fn all_segments(State(s): State<AdminState>) -> Response {
     text_lines(s.view.all_segments())
 }
 
+/// Upstream's `UNAVAILABLE_IN_CURRENT_MODE`.
+const UNAVAILABLE_IN_CURRENT_MODE: i32 = -1011;
+
+fn quota_error(e: QuotaAdminError) -> Response {
+    let (status, code, name, message) = match e {
+        QuotaAdminError::Disabled => (
+            StatusCode::CONFLICT,
+            UNAVAILABLE_IN_CURRENT_MODE,
+            "UNAVAILABLE_IN_CURRENT_MODE".to_string(),
+            "tenant quotas need --enable_multi_tenants".to_string(),
+        ),
+        QuotaAdminError::Standby => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            UNAVAILABLE_IN_CURRENT_MODE,
+            "UNAVAILABLE_IN_CURRENT_MODE".to_string(),
+            "this master is not the serving leader".to_string(),
+        ),
+        QuotaAdminError::Invalid(m) => (
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidParams.code(),
+            ErrorCode::InvalidParams.name(),
+            m,
+        ),
+        QuotaAdminError::NotFound => (
+            StatusCode::NOT_FOUND,
+            ErrorCode::ObjectNotFound.code(),
+            ErrorCode::ObjectNotFound.name(),
+            "no such tenant".to_string(),
+        ),
+        QuotaAdminError::NotEmpty => (
+            StatusCode::CONFLICT,
+            ErrorCode::TenantNotEmpty.code(),
+            ErrorCode::TenantNotEmpty.name(),
+            "the tenant still owns objects or charged memory".to_string(),
+        ),
+        QuotaAdminError::Store(m) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::InternalError.code(),
+            ErrorCode::InternalError.name(),
+            m,
+        ),
+    };
+    let body = serde_json::json!({
+        "success": false,
+        "error_code": code,
+        "error_name": name,
+        "error_message": message,
+    });
+    json(status, body.to_string())
+}
+
+fn tenant_param(q: Result<Query<HashMap<String, String>>, QueryRejection>) -> Option<String> {
+    q.ok()
+        .and_then(|Query(mut m)| m.remove("tenant_id"))
+        .filter(|t| !t.is_empty())
+}
+
+async fn get_tenant_quotas(
+    State(s): State<AdminState>,
+    q: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Response {
+    let only = tenant_param(q);
+    match s.view.tenant_quotas(only.as_deref()) {
+        Ok(mut v) if only.is_some() => {
+            let one = v.pop();
+            json(
+                StatusCode::OK,
+                serde_json::json!({"success": true, "data": one}).to_string(),
+            )
+        }
+        Ok(v) => json(
+            StatusCode::OK,
+            serde_json::json!({"success": true, "data": v}).to_string(),
+        ),
+        Err(e) => quota_error(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct QuotaBody {
+    requested_quota_bytes: u64,
+}
+
+async fn put_tenant_quota(
+    State(s): State<AdminState>,
+    q: Result<Query<HashMap<String, String>>, QueryRejection>,
+    body: axum::body::Bytes,
+) -> Response {
+    let Some(tenant) = tenant_param(q) else {
+        return quota_error(QuotaAdminError::Invalid(
+            "missing or invalid tenant_id".into(),
+        ));
+    };
+    let bytes = match serde_json::from_slice::<QuotaBody>(&body) {
+        Ok(b) => b.requested_quota_bytes,
+        Err(e) => {
+            return quota_error(QuotaAdminError::Invalid(format!(
+                "the body must be {{\"requested_quota_bytes\": <bytes>}}: {e}"
+            )))
+        }
+    };
+    match s.view.upsert_tenant_quota(&tenant, bytes) {
+        Ok(v) => json(
+            StatusCode::OK,
+            serde_json::json!({"success": true, "data": v}).to_string(),
+        ),
+        Err(e) => quota_error(e),
+    }
+}
+
+async fn delete_tenant_quota(
+    State(s): State<AdminState>,
+    q: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Response {
+    let Some(tenant) = tenant_param(q) else {
+        return quota_error(QuotaAdminError::Invalid(
+            "missing or invalid tenant_id".into(),
+        ));
+    };
+    match s.view.delete_tenant_quota(&tenant) {
+        Ok(v) => json(
+            StatusCode::OK,
+            serde_json::json!({"success": true, "data": v}).to_string(),
+        ),
+        Err(e) => quota_error(e),
+    }
+}
+
 async fn not_found() -> Response {
     (StatusCode::NOT_FOUND, "Not Found").into_response()
 }
@@ -173,6 +320,13 @@ pub fn admin_router(view: Arc<dyn AdminView>, metrics: Arc<MasterMetrics>) -> Ro
         .route("/query_key", get(query_key).fallback(not_found))
         .route("/get_all_keys", get(all_keys).fallback(not_found))
         .route("/get_all_segments", get(all_segments).fallback(not_found))
+        .route(
+            "/api/v1/tenant_quotas",
+            get(get_tenant_quotas)
+                .put(put_tenant_quota)
+                .delete(delete_tenant_quota)
+                .fallback(not_found),
+        )
         .fallback(not_found)
         .with_state(AdminState { view, metrics })
 }

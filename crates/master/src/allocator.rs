@@ -1,7 +1,9 @@
 //! Per-segment offset allocator: best-fit over free extents, 64-byte aligned,
-//! coalescing neighbours on free.
+//! coalescing neighbours on free. An allocation may carry an owner tag
+//! (a tenant's number): the allocator keeps the bytes allocated per tag, and
+//! freeing a tagged allocation takes its bytes off its tag.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Allocation granularity and alignment in bytes.
 pub const ALIGN: u64 = 64;
@@ -15,6 +17,10 @@ pub struct OffsetAllocator {
     by_offset: BTreeMap<u64, u64>,
     /// free extents ordered by (length, offset) for best fit
     by_size: BTreeSet<(u64, u64)>,
+    /// Tagged allocations: offset -> tag (untagged ones are not listed).
+    tags: HashMap<u64, u32>,
+    /// Bytes allocated per tag (after alignment rounding).
+    by_tag: HashMap<u32, u64>,
 }
 
 fn round_up(n: u64) -> Option<u64> {
@@ -30,6 +36,8 @@ impl OffsetAllocator {
             used: 0,
             by_offset: BTreeMap::new(),
             by_size: BTreeSet::new(),
+            tags: HashMap::new(),
+            by_tag: HashMap::new(),
         };
         if cap > 0 {
             a.insert_free(0, cap);
@@ -112,12 +120,46 @@ impl OffsetAllocator {
         Some(off)
     }
 
+    /// Tag the allocation of `size` bytes at `off` with `tag` (0: none);
+    /// freeing it takes its bytes off the tag's total.
+    pub fn tag(&mut self, off: u64, size: u64, tag: u32) {
+        let Some(need) = round_up(size) else {
+            return;
+        };
+        if tag == 0 {
+            return;
+        }
+        if let Some(old) = self.tags.insert(off, tag) {
+            self.untag_bytes(old, need);
+        }
+        *self.by_tag.entry(tag).or_default() += need;
+    }
+
+    /// Bytes allocated under `tag`.
+    pub fn tagged(&self, tag: u32) -> u64 {
+        self.by_tag.get(&tag).copied().unwrap_or(0)
+    }
+
+    fn untag_bytes(&mut self, tag: u32, need: u64) {
+        if let Some(b) = self.by_tag.get_mut(&tag) {
+            *b = b.saturating_sub(need);
+            if *b == 0 {
+                self.by_tag.remove(&tag);
+            }
+        }
+    }
+
     /// Free an allocation made with `alloc(size)` at `off` (a range outside
     /// the managed space is ignored).
     pub fn free(&mut self, off: u64, size: u64) {
         let Some(need) = round_up(size) else {
             return;
         };
+        if !self.tags.is_empty() {
+            if let Some(t) = self.tags.remove(&off) {
+                self.untag_bytes(t, need);
+            }
+        }
         let Some(end) = off.checked_add(need).filter(|e| *e <= self.capacity) else {
             return;
         };
@@ -212,5 +254,26 @@ mod tests {
         a.free(1000, 64);
         assert_eq!(a.used(), 0);
         assert_eq!(a.alloc(1024), Some(0));
+    }
+
+    #[test]
+    fn tagged_allocations_count_per_tag_until_freed() {
+        let mut a = OffsetAllocator::new(4096);
+        let x = a.alloc(100).expect("room");
+        let y = a.alloc(64).expect("room");
+        let z = a.alloc(64).expect("room");
+        a.tag(x, 100, 1);
+        a.tag(y, 64, 2);
+        a.tag(z, 64, 0); // no tag
+        assert_eq!((a.tagged(1), a.tagged(2), a.tagged(0)), (128, 64, 0));
+        a.free(x, 100);
+        assert_eq!(a.tagged(1), 0);
+        // Retagging moves the bytes; an untagged free changes no tag.
+        a.tag(y, 64, 3);
+        assert_eq!((a.tagged(2), a.tagged(3)), (0, 64));
+        a.free(z, 64);
+        assert_eq!(a.tagged(3), 64);
+        a.free(y, 64);
+        assert_eq!((a.tagged(3), a.used()), (0, 0));
     }
 }

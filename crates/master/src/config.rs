@@ -134,6 +134,15 @@ pub struct MasterConfig {
     /// `--root_fs_dir` evict their oldest disk copies to make room; off, a
     /// full tier refuses new copies instead.
     pub enable_disk_eviction: bool,
+    /// `--quota_bytes`: the most bytes each owner's disk tier under
+    /// `--root_fs_dir` may hold; 0 means 90% of its file system.
+    pub quota_bytes: u64,
+    /// `--enable_multi_tenants`: tenant namespaces and quotas, the policy
+    /// read from `tenant_quota_file` (`--tenant_quota_connector_uri`) when
+    /// each term starts.
+    pub enable_multi_tenants: bool,
+    /// The tenant quota policy file.
+    pub tenant_quota_file: String,
     /// `--promotion_on_hit` (in a master that offloads): an object read
     /// from its disk copy `promotion_admission_threshold` times is copied
     /// back into its owner's memory by the owner.
@@ -210,6 +219,9 @@ impl Default for MasterConfig {
             offload_cap_ratio: 0.5,
             offloading_queue_limit: 50_000,
             enable_disk_eviction: true,
+            quota_bytes: 0,
+            enable_multi_tenants: false,
+            tenant_quota_file: String::new(),
             promotion_on_hit: false,
             promotion_admission_threshold: 2,
             promotion_queue_limit: 50_000,

@@ -102,6 +102,37 @@ impl Terms for Gate {
 }
 
 impl AdminView for Gate {
+    fn tenant_quotas(
+        &self,
+        only: Option<&str>,
+    ) -> Result<Vec<crate::tenants::TenantQuota>, crate::tenants::QuotaAdminError> {
+        match self.serving() {
+            Some(t) => t.state.tenant_quotas(only),
+            None => Err(crate::tenants::QuotaAdminError::Standby),
+        }
+    }
+
+    fn upsert_tenant_quota(
+        &self,
+        tenant: &str,
+        bytes: u64,
+    ) -> Result<crate::tenants::TenantQuota, crate::tenants::QuotaAdminError> {
+        match self.serving() {
+            Some(t) => t.state.upsert_tenant_quota(tenant, bytes),
+            None => Err(crate::tenants::QuotaAdminError::Standby),
+        }
+    }
+
+    fn delete_tenant_quota(
+        &self,
+        tenant: &str,
+    ) -> Result<crate::tenants::TenantQuota, crate::tenants::QuotaAdminError> {
+        match self.serving() {
+            Some(t) => t.state.delete_tenant_quota(tenant),
+            None => Err(crate::tenants::QuotaAdminError::Standby),
+        }
+    }
+
     fn query_key(&self, key: &str) -> Result<Vec<ReplicaView>, ErrorCode> {
         match self.serving() {
             Some(t) => t.state.query_key(key),

@@ -34,6 +34,7 @@ mod segments;
 pub mod server;
 pub mod state;
 mod tasks;
+pub mod tenants;
 mod versions;
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use crate::state::{
     flag_eviction, is_non_ecmascript, pending_pin, Inner, MasterState, ObjStatus, Object,
     PendingPin, PendingWrite, ReadTicket, Replica, Replicas,
 };
+use crate::tenants::Scope;
 use mooncake_common::auth::unix_ms;
 use mooncake_common::ledger::LedgerOp;
 use mooncake_common::proto::{ObjectInfo, PutStartItem, ReplicaLoc, SoftPin, WriteConfig};
@@ -251,6 +252,18 @@ impl MasterState {
                     }
                 }
             }
+            // The tenant's quota (multi-tenancy): a rewrite in place takes
+            // no new memory.
+            let need = if in_place {
+                0
+            } else {
+                size.saturating_mul(u64::from(cfg.replica_num.max(1)))
+            };
+            if let Err(e) = g.admit_write(key, need) {
+                self.metrics.put_start_failures.inc();
+                out.push(PutStartItem::Err(e));
+                continue;
+            }
             if in_place {
                 let version = g.next_version();
                 let Some(o) = g.objects.get_mut(key.as_str()) else {
@@ -305,6 +318,7 @@ impl MasterState {
                 out.push(PutStartItem::Err(ErrorCode::NoAvailableHandle));
                 continue;
             }
+            g.charge_replicas(key, &replicas, size);
             if replicas.len() < cfg.replica_num as usize {
                 self.metrics.put_start_partial_allocations.inc();
                 tracing::warn!(key = %key, wanted = cfg.replica_num, got = replicas.len(), "partial replica allocation");
@@ -906,20 +920,24 @@ impl MasterState {
         cleared
     }
 
-    /// Remove every key the pattern matches (search semantics); count, or -600.
-    pub fn remove_by_regex(&self, pattern: &str, force: bool) -> i64 {
+    /// Remove every key of `scope` the pattern matches (search semantics,
+    /// on the key as its tenant wrote it); count, or -600.
+    pub(crate) fn remove_by_regex(&self, pattern: &str, force: bool, scope: &Scope) -> i64 {
         if is_non_ecmascript(pattern) {
             return ErrorCode::InvalidParams.code() as i64;
         }
         let Ok(re) = regex::Regex::new(pattern) else {
             return ErrorCode::InvalidParams.code() as i64;
         };
-        self.remove_matching(|k| re.is_match(k), force)
+        self.remove_matching(|k| scope.user_key(k).is_some_and(|u| re.is_match(u)), force)
     }
 
-    /// Remove every removable key; count.
-    pub fn remove_all(&self, force: bool) -> i64 {
-        self.remove_matching(|_| true, force)
+    /// Remove every removable key of `scope`; count.
+    pub(crate) fn remove_all(&self, force: bool, scope: &Scope) -> i64 {
+        match scope {
+            Scope::Shared => self.remove_matching(|_| true, force),
+            _ => self.remove_matching(|k| scope.user_key(k).is_some(), force),
+        }
     }
 
     fn remove_matching(&self, pred: impl Fn(&str) -> bool, force: bool) -> i64 {

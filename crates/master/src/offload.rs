@@ -259,12 +259,17 @@ impl Inner {
         {
             return false;
         }
+        if self.admit_write(key, size).is_err() {
+            return false;
+        }
+        let tag = self.tenant_tag(key);
         let Some(s) = self.segments.by_id_mut(seg) else {
             return false;
         };
         let Some(offset) = s.alloc.alloc(size) else {
             return false;
         };
+        s.alloc.tag(offset, size, tag);
         s.ledger.push(LedgerOp::Promote {
             offset,
             version,

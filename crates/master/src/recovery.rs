@@ -102,7 +102,7 @@ impl Inner {
                         out.stale.push((e.offset, e.version));
                         continue;
                     }
-                    if !self.reserve(name, e.offset, e.size) {
+                    if !self.reserve(name, e.offset, e.size, &e.key) {
                         out.stale.push((e.offset, e.version));
                         continue;
                     }
@@ -122,7 +122,7 @@ impl Inner {
                 }
                 None => {}
             }
-            if !self.reserve(name, e.offset, e.size) {
+            if !self.reserve(name, e.offset, e.size, &e.key) {
                 out.stale.push((e.offset, e.version));
                 continue;
             }
@@ -152,10 +152,17 @@ impl Inner {
         (out, waits)
     }
 
-    fn reserve(&mut self, name: &str, offset: u64, size: u64) -> bool {
-        self.segments
-            .get_mut(name)
-            .is_some_and(|s| s.alloc.reserve(offset, size))
+    /// Mark a reported replica's range allocated, charged to the key's
+    /// tenant.
+    fn reserve(&mut self, name: &str, offset: u64, size: u64, key: &str) -> bool {
+        let tag = self.tenant_tag(key);
+        self.segments.get_mut(name).is_some_and(|s| {
+            let ok = s.alloc.reserve(offset, size);
+            if ok {
+                s.alloc.tag(offset, size, tag);
+            }
+            ok
+        })
     }
 }
 

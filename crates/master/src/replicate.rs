@@ -268,6 +268,9 @@ impl Inner {
         if needed.is_empty() {
             return Start::Done("the object already has a replica on every target".into());
         }
+        if let Err(e) = self.admit_write(&spec.key, size.saturating_mul(needed.len() as u64)) {
+            return Start::Failed(format!("{e}: the copies would pass the tenant's quota"));
+        }
         let mut got: Vec<(SegId, u64)> = Vec::with_capacity(needed.len());
         for seg in &needed {
             match self
@@ -284,6 +287,12 @@ impl Inner {
                     }
                     return Start::NoRoom;
                 }
+            }
+        }
+        let tag = self.tenant_tag(&spec.key);
+        for (seg, offset) in &got {
+            if let Some(e) = self.segments.by_id_mut(*seg) {
+                e.alloc.tag(*offset, size, tag);
             }
         }
         let mut client = String::new();

@@ -17,13 +17,17 @@
 //! a leader whose etcd lease clock ran out) answers
 //! UNAVAILABLE_IN_CURRENT_STATUS and closes the connection, and a
 //! connection never outlives its term. A `LedgerStream` request turns the
-//! connection into the owner's ledger stream of its segment.
+//! connection into the owner's ledger stream of its segment. A `Tenant`
+//! request sets the tenant the connection's later requests act for (see
+//! `tenants`): their keys are mapped into its namespace here, and keys in
+//! answers mapped back.
 
 use crate::conn_read::ConnReader;
 use crate::gate::Gate;
 use crate::memory;
 use crate::recovery::Remount;
 use crate::state::MasterState;
+use crate::tenants::Scope;
 use mooncake_common::framing::{self, server_handshake, Service, MAX_REQUEST_FRAME};
 use mooncake_common::limits::{AcceptBackoff, ConnPermit, ConnTracker};
 use mooncake_common::proto::{MasterRequest, MasterResponse, RequestFrame};
@@ -120,6 +124,7 @@ fn handle_conn(
     );
     let mut rd = BufReader::with_capacity(64 << 10, reader);
     let mut conn_epoch: Option<u64> = None;
+    let mut scope = Scope::Shared;
     loop {
         let body = match framing::read_frame(&mut rd, MAX_REQUEST_FRAME) {
             Ok(b) => b,
@@ -156,11 +161,22 @@ fn handle_conn(
         {
             return serve_ledger(sock, rd, &term.state, &client_id, &segment_name);
         }
+        if let MasterRequest::Tenant { tenant_id } = &frame.req {
+            let resp = match term.state.tenant_scope(tenant_id) {
+                Ok(s) => {
+                    scope = s;
+                    MasterResponse::Count(i64::from(scope != Scope::Shared))
+                }
+                Err(e) => MasterResponse::Err(e),
+            };
+            sock.write_all(&framing::encode_frame(&resp)?)?;
+            continue;
+        }
         let mutation = is_mutation(&frame.req);
         if mutation {
             gate.status().note_write();
         }
-        let mut resp = dispatch(&term.state, frame.req);
+        let mut resp = dispatch_in(&term.state, frame.req, &scope);
         // A leader that lost its lease while serving a mutation (PutEnd
         // waits for the segment owners) must not acknowledge it.
         if mutation && gate.serving().is_none_or(|t| t.epoch != term.epoch) {
@@ -246,6 +262,96 @@ fn serve_ledger(
 
 /// Execute one request against the state.
 pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
+    dispatch_in(state, req, &Scope::Shared)
+}
+
+/// Object keys (and group names) of `req` mapped into `scope`'s namespace.
+fn scoped(req: MasterRequest, scope: &Scope) -> MasterRequest {
+    use MasterRequest as R;
+    match req {
+        R::PutStart {
+            keys,
+            sizes,
+            mut config,
+            upsert,
+            exclude,
+        } => {
+            config.groups = std::mem::take(&mut config.groups)
+                .into_iter()
+                .map(|(k, g)| (scope.stored(k), scope.stored(g)))
+                .collect();
+            R::PutStart {
+                keys: scope.stored_all(keys),
+                sizes,
+                config,
+                upsert,
+                exclude,
+            }
+        }
+        R::PutEnd { keys, versions } => R::PutEnd {
+            keys: scope.stored_all(keys),
+            versions,
+        },
+        R::CommitEnd {
+            keys,
+            versions,
+            local_segments,
+        } => R::CommitEnd {
+            keys: scope.stored_all(keys),
+            versions,
+            local_segments,
+        },
+        R::PutRevoke { keys, versions } => R::PutRevoke {
+            keys: scope.stored_all(keys),
+            versions,
+        },
+        R::GetReplicaList { keys, track } => R::GetReplicaList {
+            keys: scope.stored_all(keys),
+            track,
+        },
+        R::Exist { keys } => R::Exist {
+            keys: scope.stored_all(keys),
+        },
+        R::Remove { keys, force } => R::Remove {
+            keys: scope.stored_all(keys),
+            force,
+        },
+        R::BatchReplicaClear {
+            client_id,
+            keys,
+            segment_name,
+        } => R::BatchReplicaClear {
+            client_id,
+            keys: scope.stored_all(keys),
+            segment_name,
+        },
+        R::CreateCopyTask { key, targets } => R::CreateCopyTask {
+            key: scope.stored(key),
+            targets,
+        },
+        R::CreateMoveTask {
+            key,
+            source,
+            target,
+        } => R::CreateMoveTask {
+            key: scope.stored(key),
+            source,
+            target,
+        },
+        other => other,
+    }
+}
+
+/// Serve one request for a connection acting in `scope`.
+pub(crate) fn dispatch_in(
+    state: &MasterState,
+    req: MasterRequest,
+    scope: &Scope,
+) -> MasterResponse {
+    let req = match scope {
+        Scope::Shared => req,
+        _ => scoped(req, scope),
+    };
     match req {
         MasterRequest::Ping { client_id } => MasterResponse::Pong {
             need_remount: state.ping(&client_id),
@@ -302,9 +408,9 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
         MasterRequest::Exist { keys } => MasterResponse::Codes(state.exist(&keys)),
         MasterRequest::Remove { keys, force } => MasterResponse::Codes(state.remove(&keys, force)),
         MasterRequest::RemoveByRegex { pattern, force } => {
-            MasterResponse::Count(state.remove_by_regex(&pattern, force))
+            MasterResponse::Count(state.remove_by_regex(&pattern, force, scope))
         }
-        MasterRequest::RemoveAll { force } => MasterResponse::Count(state.remove_all(force)),
+        MasterRequest::RemoveAll { force } => MasterResponse::Count(state.remove_all(force, scope)),
         MasterRequest::RemountSegment {
             client_id,
             segment,
@@ -353,7 +459,13 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
             client_id,
             keys,
             segment_name,
-        } => MasterResponse::Keys(state.batch_replica_clear(&client_id, &keys, &segment_name)),
+        } => MasterResponse::Keys(
+            state
+                .batch_replica_clear(&client_id, &keys, &segment_name)
+                .iter()
+                .filter_map(|k| scope.user_key(k).map(str::to_string))
+                .collect(),
+        ),
         MasterRequest::CreateCopyTask { key, targets } => {
             match state.create_copy_task(&key, &targets) {
                 Ok(id) => MasterResponse::TaskId(id),
@@ -384,8 +496,11 @@ pub fn dispatch(state: &MasterState, req: MasterRequest) -> MasterResponse {
             fsdir: state.config().fsdir(),
             offload: state.config().offloads(),
             disk_eviction: state.config().enable_disk_eviction,
+            quota_bytes: state.config().quota_bytes,
         },
         // Only meaningful as a connection's request (handled there).
-        MasterRequest::LedgerStream { .. } => MasterResponse::Err(ErrorCode::InvalidParams),
+        MasterRequest::LedgerStream { .. } | MasterRequest::Tenant { .. } => {
+            MasterResponse::Err(ErrorCode::InvalidParams)
+        }
     }
 }

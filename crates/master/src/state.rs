@@ -466,6 +466,8 @@ pub(crate) struct Inner {
     pub writer_ids: HashMap<Box<str>, u32>,
     /// Object groups.
     pub groups: crate::groups::Groups,
+    /// Tenant quota policies and allocation tags.
+    pub tenants: crate::tenants::Tenants,
 }
 
 /// A promotion in flight: the owner of the disk copy reads it back into
@@ -530,12 +532,23 @@ impl MasterState {
         clock: Arc<dyn Clock>,
     ) -> Arc<Self> {
         let tasks = crate::tasks::TaskTable::new(cfg.task_limits());
+        let tenants = if cfg.enable_multi_tenants {
+            crate::tenants::Tenants::load(cfg.tenant_quota_file.clone().into()).unwrap_or_else(|e| {
+                // Checked at start: the file changed since. No tenant is
+                // admitted until the admin API sets a policy.
+                tracing::error!(error = %e, "tenant quota policy unreadable: every write is refused (TENANT_NOT_REGISTERED) until a policy is set");
+                crate::tenants::Tenants::closed(cfg.tenant_quota_file.clone().into())
+            })
+        } else {
+            crate::tenants::Tenants::default()
+        };
         Arc::new(MasterState {
             cfg,
             metrics,
             metadata,
             inner: Mutex::new(Inner {
                 tasks,
+                tenants,
                 ..Inner::default()
             }),
             need_eviction: AtomicBool::new(false),
@@ -1024,6 +1037,28 @@ pub(crate) fn pending_pin(action: SoftPin, ttl: Option<u64>, default_ttl: u64) -
 }
 
 impl AdminView for MasterState {
+    fn tenant_quotas(
+        &self,
+        only: Option<&str>,
+    ) -> Result<Vec<crate::tenants::TenantQuota>, crate::tenants::QuotaAdminError> {
+        MasterState::tenant_quotas(self, only)
+    }
+
+    fn upsert_tenant_quota(
+        &self,
+        tenant: &str,
+        bytes: u64,
+    ) -> Result<crate::tenants::TenantQuota, crate::tenants::QuotaAdminError> {
+        MasterState::upsert_tenant_quota(self, tenant, bytes)
+    }
+
+    fn delete_tenant_quota(
+        &self,
+        tenant: &str,
+    ) -> Result<crate::tenants::TenantQuota, crate::tenants::QuotaAdminError> {
+        MasterState::delete_tenant_quota(self, tenant)
+    }
+
     fn query_key(&self, key: &str) -> Result<Vec<ReplicaView>, ErrorCode> {
         let infos = self.get_replica_list(&[key.to_string()], false);
         match infos.into_iter().next() {

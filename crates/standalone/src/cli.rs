@@ -357,9 +357,11 @@ mod tests {
         let (c, _) = parse_client_args(&args(&[])).expect("defaults");
         assert!(!c.client.enable_ssd_offload);
         assert!(c.client.serve_disk_reads);
-        let e = parse_client_args(&args(&["--tenant_id=t1"])).unwrap_err();
+        let (c, _) = parse_client_args(&args(&["--tenant_id=t1"])).expect("a tenant");
+        assert_eq!(c.client.tenant_id, "t1");
+        let e = parse_client_args(&args(&["--tenant_id=_t1"])).unwrap_err();
         assert_eq!(e.0, 1);
-        assert!(e.1.contains("tenants are not supported"), "{}", e.1);
+        assert!(e.1.contains("tenant_id"), "{}", e.1);
         let (code, help) = parse_client_args(&args(&["--help"])).unwrap_err();
         assert_eq!(code, 1);
         assert!(help.starts_with("mooncake_client: "), "{help}");

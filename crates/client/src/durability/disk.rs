@@ -90,14 +90,16 @@ pub(crate) fn open_under(fsdir: &str, base: &TierConfig) -> Result<DiskTier> {
 }
 
 /// Ask the master where owners keep disk tiers and whether tiers there
-/// evict to make room: `(fsdir, disk_eviction)`.
-pub(crate) fn storage_config(master: &MasterConn) -> Result<(String, bool)> {
+/// evict to make room, and the bytes each may hold (0: 90% of its file
+/// system): `(fsdir, disk_eviction, quota_bytes)`.
+pub(crate) fn storage_config(master: &MasterConn) -> Result<(String, bool, u64)> {
     match master.call(&MasterRequest::StorageConfig) {
         Ok(MasterResponse::StorageConfig {
             fsdir,
             disk_eviction,
+            quota_bytes,
             ..
-        }) => Ok((fsdir, disk_eviction)),
+        }) => Ok((fsdir, disk_eviction, quota_bytes)),
         Ok(MasterResponse::Err(e)) | Err(e) => Err(Error::from(e).context("storage config")),
         Ok(_) => Err(Error::internal(
             "storage config: unexpected master response",

@@ -9,6 +9,8 @@
 //! The master's address comes from a [`MasterLocator`]: fixed, or the HA
 //! leader found through etcd (the pool is emptied when the leader changes,
 //! and connections in use are shut down so no call waits for the old one).
+//! A client of a tenant other than `default` names it on every new
+//! connection, right after the handshake.
 
 use crate::master::discovery::MasterLocator;
 use mooncake_common::framing::{self, client_handshake, Service, MAX_CONTROL_FRAME};
@@ -45,6 +47,10 @@ pub(crate) struct MasterConn {
     /// Bumped by every [`MasterConn::reset`]: a connection taken from the
     /// pool before a reset but tracked after it is shut down too.
     generation: AtomicU64,
+    /// The client's tenant, unless it is `default`.
+    tenant: Option<String>,
+    /// The master said all tenants share one namespace (warned once).
+    tenant_shared: std::sync::atomic::AtomicBool,
 }
 
 /// A tracked connection; untracked when dropped.
@@ -77,6 +83,46 @@ impl MasterConn {
             tracked: Mutex::new(HashMap::new()),
             next_tracked: AtomicU64::new(1),
             generation: AtomicU64::new(0),
+            tenant: None,
+            tenant_shared: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Act for `tenant` (empty or `default`: the default tenant).
+    pub(crate) fn with_tenant(mut self, tenant: &str) -> Self {
+        self.tenant = (!tenant.is_empty() && tenant != crate::config::DEFAULT_TENANT)
+            .then(|| tenant.to_string());
+        self
+    }
+
+    /// Name the client's tenant on a new connection.
+    fn name_tenant(&self, s: &mut TcpStream) -> io::Result<()> {
+        let Some(t) = &self.tenant else {
+            return Ok(());
+        };
+        let req = MasterRequest::Tenant {
+            tenant_id: t.clone(),
+        };
+        match Self::call_on(s, &req)? {
+            MasterResponse::Count(1) => Ok(()),
+            MasterResponse::Count(_) => {
+                if !self.tenant_shared.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        tenant_id = %t,
+                        "tenant_id has no effect: the master runs without --enable_multi_tenants, \
+                         so every tenant's objects share one namespace and no quota applies"
+                    );
+                }
+                Ok(())
+            }
+            MasterResponse::Err(e) => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("the master refused tenant_id {t:?}: {e}"),
+            )),
+            other => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("unexpected answer to the tenant: {other:?}"),
+            )),
         }
     }
 
@@ -125,6 +171,7 @@ impl MasterConn {
         s.set_read_timeout(Some(RPC_TIMEOUT))?;
         s.set_write_timeout(Some(RPC_TIMEOUT))?;
         client_handshake(&mut s, Service::Master, self.key.as_ref())?;
+        self.name_tenant(&mut s)?;
         Ok(s)
     }
 
@@ -150,6 +197,7 @@ impl MasterConn {
         s.set_read_timeout(Some(RPC_TIMEOUT))?;
         s.set_write_timeout(Some(RPC_TIMEOUT))?;
         client_handshake(&mut s, Service::Master, self.key.as_ref())?;
+        self.name_tenant(&mut s)?;
         Ok(s)
     }
 

@@ -127,6 +127,7 @@ pub(super) fn build_config(
     }
     cfg.global_file_segment_size = fl.int_range("global_file_segment_size", 0, i64::MAX)? as u64;
     offload_config(fl, &mut cfg, warnings)?;
+    tenant_config(fl, &mut cfg, warnings)?;
     let u32_of = |name: &str| u32::try_from(fl.uint(name)).unwrap_or(u32::MAX);
     cfg.max_total_pending_tasks = u32_of("max_total_pending_tasks");
     cfg.max_total_processing_tasks = u32_of("max_total_processing_tasks");
@@ -137,6 +138,54 @@ pub(super) fn build_config(
     cfg.log_level = fl.log_level(warnings);
     cfg.log_file = fl.log_file();
     Ok(cfg)
+}
+
+/// The tenant flags: `--enable_multi_tenants` with the file connector
+/// (`--tenant_quota_connector_type=file`, the policy file in
+/// `--tenant_quota_connector_uri`, read and checked now so a bad policy
+/// fails the start). Set without multi-tenancy they change nothing and say
+/// so.
+fn tenant_config(
+    fl: &Flags,
+    cfg: &mut MasterConfig,
+    warnings: &mut Vec<String>,
+) -> Result<(), MasterError> {
+    cfg.enable_multi_tenants = fl.bool("enable_multi_tenants");
+    let kind = fl.string("tenant_quota_connector_type");
+    cfg.tenant_quota_file = fl.string("tenant_quota_connector_uri");
+    if !cfg.enable_multi_tenants {
+        for name in ["tenant_quota_connector_type", "tenant_quota_connector_uri"] {
+            let default = find_flag(name).map(|d| d.default).unwrap_or_default();
+            if fl.is_set(name) && fl.raw(name) != default {
+                warnings.push(format!(
+                    "flag --{name} has no effect without --enable_multi_tenants"
+                ));
+            }
+        }
+        return Ok(());
+    }
+    if kind != "file" {
+        return Err(format!(
+            "{}: this build keeps tenant quota policies in a file only \
+             (--tenant_quota_connector_type=file)",
+            failed_validation("tenant_quota_connector_type", &kind)
+        )
+        .into());
+    }
+    if cfg.tenant_quota_file.is_empty() {
+        return Err(format!(
+            "{}: --enable_multi_tenants needs the policy file in --tenant_quota_connector_uri",
+            failed_validation("tenant_quota_connector_uri", "")
+        )
+        .into());
+    }
+    crate::tenants::Tenants::load(cfg.tenant_quota_file.clone().into()).map_err(|e| {
+        format!(
+            "{}: {e}",
+            failed_validation("tenant_quota_connector_uri", &cfg.tenant_quota_file)
+        )
+    })?;
+    Ok(())
 }
 
 /// The offload tuning flags: `--offload_on_evict`, `--offload_force_evict`,
@@ -172,6 +221,7 @@ fn offload_config(
         .into());
     }
     cfg.enable_disk_eviction = fl.bool("enable_disk_eviction");
+    cfg.quota_bytes = fl.uint("quota_bytes");
     cfg.promotion_on_hit = fl.bool("promotion_on_hit");
     // Upstream clamps the threshold into 1..=255.
     cfg.promotion_admission_threshold =
@@ -223,12 +273,13 @@ fn offload_config(
             }
         }
     }
-    if changed("enable_disk_eviction") && cfg.root_fs_dir.is_empty() {
-        warnings.push(
-            "flag --enable_disk_eviction has no effect without --root_fs_dir (owners set up with \
-             their own disk tier follow MOONCAKE_OFFLOAD_* settings)"
-                .into(),
-        );
+    for name in ["enable_disk_eviction", "quota_bytes"] {
+        if changed(name) && cfg.root_fs_dir.is_empty() {
+            warnings.push(format!(
+                "flag --{name} has no effect without --root_fs_dir (owners set up with their own \
+                 disk tier follow MOONCAKE_OFFLOAD_* settings)"
+            ));
+        }
     }
     Ok(())
 }

@@ -63,12 +63,7 @@ fn table_is_consistent() {
     for name in ["enable_oplog", "enable_snapshot", "enable_snapshot_restore"] {
         assert!(matches!(find_flag(name).map(|d| d.role), Some(Replaced(_))));
     }
-    for name in [
-        "enable_cxl",
-        "enable_multi_tenants",
-        "enable_kv_events",
-        "dynamic_replication_mode",
-    ] {
+    for name in ["enable_cxl", "enable_kv_events", "dynamic_replication_mode"] {
         assert!(matches!(find_flag(name).map(|d| d.role), Some(Feature(_))));
     }
 }
@@ -731,7 +726,11 @@ fn other_value(d: &FlagDef) -> (String, Vec<String>) {
     let with: &[&str] = match d.name {
         "offload_force_evict" | "offload_cap_ratio" => &["--enable_offload", "--offload_on_evict"],
         "offloading_queue_limit" | "offload_on_evict" => &["--enable_offload"],
-        "enable_disk_eviction" => &["--root_fs_dir=/tmp/mc-flags-root"],
+        "enable_disk_eviction" | "quota_bytes" => &["--root_fs_dir=/tmp/mc-flags-root"],
+        "enable_multi_tenants" => {
+            let policy = tmp("tenants.yaml", "version: 1\ntenants: []\n");
+            return (v, vec![format!("--tenant_quota_connector_uri={policy}")]);
+        }
         _ => &[],
     };
     (v, with.iter().map(|s| s.to_string()).collect())
@@ -810,6 +809,11 @@ fn offload_tuning_flags() {
     assert_eq!(c.offload_cap(), 400_000);
     let c = run(&["--root_fs_dir=/mnt/ssd", "--noenable_disk_eviction"]);
     assert!(!c.enable_disk_eviction);
+    assert_eq!(c.quota_bytes, 0, "0: 90% of the file system");
+    assert_eq!(
+        run(&["--root_fs_dir=/mnt/ssd", "--quota_bytes=1048576"]).quota_bytes,
+        1 << 20
+    );
     let c = run(&[
         "--enable_offload",
         "--promotion_on_hit",
@@ -862,6 +866,57 @@ fn offload_tuning_flags() {
     assert!(
         w.iter()
             .any(|w| w.contains("--enable_disk_eviction has no effect without --root_fs_dir")),
+        "{w:?}"
+    );
+    let (_, w) = run_w(&["--tenant_quota_connector_uri=/x.yaml"]);
+    assert!(
+        w.iter().any(|w| w
+            .contains("--tenant_quota_connector_uri has no effect without --enable_multi_tenants")),
+        "{w:?}"
+    );
+    let policy = tmp(
+        "tq.yaml",
+        "version: 1\ntenants:\n  - {name: a, quota: 2MB}\n",
+    );
+    let c = run(&[
+        "--enable_multi_tenants",
+        &format!("--tenant_quota_connector_uri={policy}"),
+    ]);
+    assert!(c.enable_multi_tenants);
+    assert_eq!(c.tenant_quota_file, policy);
+    for (bad, needle) in [
+        (
+            vec!["--enable_multi_tenants".to_string()],
+            "--tenant_quota_connector_uri",
+        ),
+        (
+            vec![
+                "--enable_multi_tenants".to_string(),
+                "--tenant_quota_connector_type=etcd".to_string(),
+                format!("--tenant_quota_connector_uri={policy}"),
+            ],
+            "--tenant_quota_connector_type",
+        ),
+        (
+            vec![
+                "--enable_multi_tenants".to_string(),
+                format!(
+                    "--tenant_quota_connector_uri={}",
+                    tmp("bad.yaml", "version: 2\n")
+                ),
+            ],
+            "version",
+        ),
+    ] {
+        let list: Vec<&str> = bad.iter().map(String::as_str).collect();
+        let (code, msg) = exit(&list);
+        assert_eq!(code, 1, "{bad:?}");
+        assert!(msg.contains(needle), "{bad:?}: {msg}");
+    }
+    let (_, w) = run_w(&["--quota_bytes=1048576"]);
+    assert!(
+        w.iter()
+            .any(|w| w.contains("--quota_bytes has no effect without --root_fs_dir")),
         "{w:?}"
     );
 }
