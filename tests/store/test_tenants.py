@@ -126,6 +126,11 @@ def test_quota_bounds_a_tenants_memory_and_frees_with_removal(
     assert d["requested_quota_bytes"] == d["effective_quota_bytes"] == 4 * MiB
     assert d["charged_bytes"] == 4 * MiB
     assert not d["over_quota"] and not d["admission_closed"] and d["has_explicit_policy"]
+    status, raw, _ = mt_master.admin_get("/metrics")
+    lines = raw.decode().splitlines()
+    assert f'mooncake_tenant_quota_charged_bytes{{tenant_id="tenant-a"}} {4 * MiB}' in lines
+    assert f'mooncake_tenant_quota_effective_bytes{{tenant_id="tenant-b"}} {64 * MiB}' in lines
+    assert 'mooncake_tenant_quota_over_quota{tenant_id="tenant-a"} 0' in lines
 
 
 def test_admin_api_lists_changes_and_persists_policies(

@@ -38,6 +38,8 @@ pub struct GaugeSnapshot {
     pub ha_step_downs: u64,
     /// Leader changes observed in etcd.
     pub ha_leader_changes: u64,
+    /// Each known tenant's quota (multi-tenancy only).
+    pub tenants: Vec<crate::tenants::TenantQuota>,
 }
 
 /// Content type of [`MasterMetrics::encode`]'s output.
@@ -307,6 +309,42 @@ impl MasterMetrics {
                 out,
                 "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"
             );
+        }
+        if !g.tenants.is_empty() {
+            let per_tenant: [(&str, &str, fn(&crate::tenants::TenantQuota) -> u64); 5] = [
+                (
+                    "mooncake_tenant_quota_requested_bytes",
+                    "Quota the tenant's policy asks for",
+                    |t| t.requested_quota_bytes,
+                ),
+                (
+                    "mooncake_tenant_quota_effective_bytes",
+                    "Quota in force for the tenant",
+                    |t| t.effective_quota_bytes,
+                ),
+                (
+                    "mooncake_tenant_quota_charged_bytes",
+                    "Bytes of the tenant's memory replicas, completed and in flight",
+                    |t| t.charged_bytes,
+                ),
+                (
+                    "mooncake_tenant_quota_admission_closed",
+                    "1 while the tenant's writes are refused (no policy)",
+                    |t| u64::from(t.admission_closed),
+                ),
+                (
+                    "mooncake_tenant_quota_over_quota",
+                    "1 while the tenant is charged beyond its effective quota",
+                    |t| u64::from(t.over_quota),
+                ),
+            ];
+            for (name, help, value) in per_tenant {
+                let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n");
+                for t in &g.tenants {
+                    let label = t.tenant_id.replace('\\', "\\\\").replace('"', "\\\"");
+                    let _ = writeln!(out, "{name}{{tenant_id=\"{label}\"}} {}", value(t));
+                }
+            }
         }
         let ha_counters = [
             (

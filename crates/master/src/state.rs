@@ -1115,6 +1115,11 @@ impl AdminView for MasterState {
                 .flatten()
                 .map(|r| r.size.saturating_mul(r.replicas.len() as u64))
                 .sum(),
+            tenants: if g.tenants.enabled {
+                g.tenant_quotas(None)
+            } else {
+                Vec::new()
+            },
             ..Default::default()
         }
     }
