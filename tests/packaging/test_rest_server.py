@@ -143,10 +143,13 @@ def test_bad_requests_get_4xx_json_and_it_keeps_serving(rest: tuple[Proc, str]) 
     assert proc.p.poll() is None
 
 
-def test_unsupported_segment_routes_answer_500_json(rest: tuple[Proc, str]) -> None:
+def test_segment_routes_mount_and_unmount(rest: tuple[Proc, str]) -> None:
     _, base = rest
     status, body = call(f"{base}/api/mount", "POST", {"size": 1 << 20})
-    assert status == 500 and "error" in body
+    assert status == 200, body
+    assert body["allocated_size"] == 1 << 20 and len(body["segment_ids"]) == 1, body
+    status, body2 = call(f"{base}/api/unmount", "POST", {"segment_ids": body["segment_ids"]})
+    assert status == 200, body2
     status, body = call(f"{base}/api/unmount", "POST", {"segment_ids": ["x"]})
     assert status == 500 and body["error"].startswith("Unmount and free failed, ret=")
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from conftest import Master, StoreFactory, http_request, setup_positional
@@ -51,7 +52,9 @@ def mt_master(master_factory: Callable[..., Master], policy: Path) -> Master:
     return master_factory(enable_multi_tenants=True, tenant_quota_connector_uri=str(policy))
 
 
-def api(m: Master, method: str, query: str = "", body: dict[str, Any] | None = None) -> tuple[int, Any]:
+def api(
+    m: Master, method: str, query: str = "", body: dict[str, Any] | None = None
+) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     status, raw, _ = http_request(m.admin_url + "/api/v1/tenant_quotas" + query, method, data)
     return status, json.loads(raw)
@@ -77,7 +80,9 @@ def test_each_tenant_sees_only_its_own_keys(store_factory: StoreFactory, mt_mast
     assert b.get("k") == b""
 
 
-def test_bulk_removals_stay_inside_the_tenant(store_factory: StoreFactory, mt_master: Master) -> None:
+def test_bulk_removals_stay_inside_the_tenant(
+    store_factory: StoreFactory, mt_master: Master
+) -> None:
     a = tenant_store(store_factory, mt_master, "tenant-a")
     b = tenant_store(store_factory, mt_master, "tenant-b")
     for s, v in ((a, b"a"), (b, b"b")):
@@ -187,7 +192,9 @@ def test_without_multi_tenancy_every_tenant_shares_the_namespace(
 
 
 @pytest.mark.parametrize("tenant", ["_reserved", "tab\there"])
-def test_setup_refuses_a_name_no_tenant_may_have(store_factory: StoreFactory, master: Master, tenant: str) -> None:
+def test_setup_refuses_a_name_no_tenant_may_have(
+    store_factory: StoreFactory, master: Master, tenant: str
+) -> None:
     s = store_factory.raw()
     assert setup_positional(s, master, tenant_id=tenant) != 0
     assert s.put("k", b"v") != 0
@@ -197,12 +204,20 @@ def test_setup_refuses_a_name_no_tenant_may_have(store_factory: StoreFactory, ma
     ("flags", "needle"),
     [
         (["--enable_multi_tenants"], "--tenant_quota_connector_uri"),
-        (["--enable_multi_tenants", "--tenant_quota_connector_type=etcd"], "--tenant_quota_connector_type"),
-        (["--enable_multi_tenants", "--tenant_quota_connector_uri=/nonexistent/q.yaml"], "/nonexistent/q.yaml"),
+        (
+            ["--enable_multi_tenants", "--tenant_quota_connector_type=etcd"],
+            "--tenant_quota_connector_type",
+        ),
+        (
+            ["--enable_multi_tenants", "--tenant_quota_connector_uri=/nonexistent/q.yaml"],
+            "/nonexistent/q.yaml",
+        ),
     ],
 )
 def test_master_refuses_a_policy_it_cannot_use(flags: list[str], needle: str) -> None:
-    r = subprocess.run(["mooncake_master", *flags], capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        ["mooncake_master", *flags], check=False, capture_output=True, text=True, timeout=30
+    )
     assert r.returncode != 0
     assert needle in r.stderr + r.stdout
 
@@ -212,6 +227,7 @@ def test_master_refuses_a_malformed_policy_file(tmp_path: Path) -> None:
     bad.write_text("version: 1\ntenants:\n  - name: a\n    quota: 5XB\n")
     r = subprocess.run(
         ["mooncake_master", "--enable_multi_tenants", f"--tenant_quota_connector_uri={bad}"],
+        check=False,
         capture_output=True,
         text=True,
         timeout=30,

@@ -10,7 +10,10 @@
 //! segment and reports the ledger, so the objects in the segment survive
 //! a master restart or failover.
 
+mod extra;
 mod http_server;
+
+pub use extra::MountSource;
 
 use crate::config::ClientConfig;
 use crate::durability::ledger::Ledger;
@@ -23,7 +26,6 @@ use crate::registered::Regions;
 use crate::staging::StagingArea;
 use crate::stats::ClientStats;
 use crate::wake::Wake;
-use mooncake_common::ledger::REPORT_CHUNK;
 use mooncake_common::proto::{MasterRequest, MasterResponse, SegmentDesc};
 use mooncake_common::{AuthKey, ErrorCode};
 use mooncake_transfer::data_server::DataServer;
@@ -93,6 +95,9 @@ pub struct Client {
     pub(crate) disk: Option<Arc<crate::durability::disk::Disk>>,
     /// The cluster token (for reads of other owners' disk tiers).
     pub(crate) auth: Option<AuthKey>,
+    /// Segments added after setup (`mount_segment`,
+    /// `allocate_and_mount_segment`).
+    extras: Mutex<Vec<extra::Extra>>,
 }
 
 /// `health_check()`: healthy.
@@ -308,6 +313,7 @@ impl Client {
             sessions: Default::default(),
             disk,
             auth: auth.clone(),
+            extras: Mutex::new(Vec::new()),
         });
         client.done.start(&client.master);
         if client.segment.is_some() {
@@ -382,31 +388,44 @@ impl Client {
         }
     }
 
-    fn metadata_key(&self) -> String {
-        format!("mooncake/ram/{}", self.desc.name)
+    fn metadata_key(desc: &SegmentDesc) -> String {
+        format!("mooncake/ram/{}", desc.name)
     }
 
     fn publish_metadata(&self) -> bool {
+        self.publish(&self.desc)
+    }
+
+    /// Publish segment `desc` to the metadata server (if there is one).
+    fn publish(&self, desc: &SegmentDesc) -> bool {
         let Some(url) = &self.metadata else {
             return true;
         };
         let body = serde_json::json!({
-            "name": self.desc.name,
+            "name": desc.name,
             "protocol": "tcp",
-            "uuid": self.desc.uuid,
-            "size": self.desc.size,
-            "base_addr": self.desc.base_addr,
-            "host_id": self.desc.host_id,
-            "pid": self.desc.pid,
-            "endpoint": self.desc.endpoint,
+            "uuid": desc.uuid,
+            "size": desc.size,
+            "base_addr": desc.base_addr,
+            "host_id": desc.host_id,
+            "pid": desc.pid,
+            "endpoint": desc.endpoint,
         })
         .to_string();
-        match url.put(&self.metadata_key(), body.as_bytes()) {
+        let key = Self::metadata_key(desc);
+        match url.put(&key, body.as_bytes()) {
             Ok(()) => true,
             Err(e) => {
-                tracing::warn!(key = %self.metadata_key(), error = %e, "cannot publish segment metadata");
+                tracing::warn!(key = %key, error = %e, "cannot publish segment metadata");
                 false
             }
+        }
+    }
+
+    /// Take segment `desc` off the metadata server.
+    fn unpublish(&self, desc: &SegmentDesc) {
+        if let Some(url) = &self.metadata {
+            url.delete(&Self::metadata_key(desc));
         }
     }
 
@@ -518,45 +537,17 @@ impl Client {
             if let Some(d) = &self.disk {
                 d.announce(Some(conn));
             }
+            self.remount_extras(conn);
             return;
         }
-        let entries = self.ledger.snapshot();
-        let chunks: Vec<_> = entries.chunks(REPORT_CHUNK).collect();
-        let last = chunks.len().saturating_sub(1);
-        let mut outcome = None;
-        for i in 0..chunks.len().max(1) {
-            let r = MasterConn::call_on(
-                conn,
-                &MasterRequest::RemountSegment {
-                    client_id: self.client_id.clone(),
-                    segment: self.desc.clone(),
-                    entries: chunks.get(i).map(|c| c.to_vec()).unwrap_or_default(),
-                    done: i == last,
-                },
-            );
-            match r {
-                Ok(MasterResponse::Ok) if i < last => {}
-                Ok(MasterResponse::Remounted { stale, discard_all }) if i == last => {
-                    outcome = Some((stale, discard_all));
-                }
-                other => {
-                    tracing::warn!(result = ?other, "remount failed");
-                    return;
-                }
-            }
-        }
-        if let Some((stale, discard_all)) = outcome {
-            if discard_all {
-                tracing::warn!(segment = %self.desc.name, "the master had expired this segment; its objects are gone");
-                self.ledger.clear();
-            } else {
-                self.ledger.drop_listed(&stale);
-            }
+        if !self.remount_with_ledger(conn, &self.desc, &self.ledger) {
+            return;
         }
         self.publish_metadata();
         if let Some(d) = &self.disk {
             d.announce(Some(conn));
         }
+        self.remount_extras(conn);
     }
 
     /// Unmount, stop serving, unpublish metadata. Idempotent.
@@ -583,6 +574,7 @@ impl Client {
         let _ = self.master.call(&MasterRequest::Disconnect {
             client_id: self.client_id.clone(),
         });
+        self.close_extras();
         if let Some(s) = &self.segment {
             unregister_local(s.uuid());
             crate::durability::ledger::unregister(&self.desc.name);
@@ -593,9 +585,7 @@ impl Client {
         if let Some(ms) = self.mapping_server.lock().take() {
             ms.stop();
         }
-        if let Some(url) = &self.metadata {
-            url.delete(&self.metadata_key());
-        }
+        self.unpublish(&self.desc);
         // The heartbeat thread notices `closed` within 100 ms; it is not
         // joined because the last reference may be dropped on that thread.
         drop(self.heartbeat.lock().take());
@@ -672,21 +662,6 @@ impl Client {
     /// A read under `ticket` finished (successfully or not).
     pub(crate) fn read_finished(&self, ticket: u64) {
         self.done.push(ticket);
-    }
-
-    /// `unmount_segment` / `unmount_and_free_segment`: unmount segments
-    /// that `mount_segment` / `allocate_and_mount_segment` added. This
-    /// client has only the segment of `setup` (adding segments is not
-    /// implemented), so no id names one of them: an empty list succeeds,
-    /// and any id fails with INTERNAL_ERROR (-1), upstream's code for an id
-    /// this client did not mount.
-    pub fn unmount_segments(&self, ids: &[String]) -> Result<()> {
-        match ids.first() {
-            None => Ok(()),
-            Some(id) => Err(Error::internal(format!(
-                "segment id {id:?} was not mounted by this client (it has only its setup segment)"
-            ))),
-        }
     }
 
     /// `unmount_local_disk_segment`: drain this client's disk tier (see

@@ -43,7 +43,7 @@ mod store_api;
 mod tensor;
 mod wake;
 
-pub use client::{Client, StagedValue, HEALTHY, HEALTH_CLOSED, HEALTH_PING_FAILED};
+pub use client::{Client, MountSource, StagedValue, HEALTHY, HEALTH_CLOSED, HEALTH_PING_FAILED};
 pub use config::{
     force_tcp, ClientConfig, ReplicateConfig, SharedEngine, WriteKind, DEFAULT_CLIENT_HTTP_PORT,
     DEFAULT_DICT_SIZE, DEFAULT_MASTER, DEFAULT_TENANT, MAX_LOCAL_BUFFER, MIN_SIZE,

@@ -280,9 +280,22 @@ pub trait StoreApi: Send + Sync {
         None
     }
 
-    /// `unmount_segment` / `unmount_and_free_segment` (named by `method`).
-    fn unmount_segments(&self, method: &str, ids: &[String]) -> Result<()> {
-        let _ = ids;
+    /// `mount_segment` / `allocate_and_mount_segment` (named by `method`):
+    /// the new segment's id and size.
+    fn mount_segment(&self, method: &str, src: &crate::MountSource) -> Result<(String, u64)> {
+        let _ = src;
+        Err(in_process_only(method))
+    }
+
+    /// `unmount_segment` / `unmount_and_free_segment` (named by `method`),
+    /// after `grace`.
+    fn unmount_segments(
+        &self,
+        method: &str,
+        ids: &[String],
+        grace: std::time::Duration,
+    ) -> Result<()> {
+        let _ = (ids, grace);
         Err(in_process_only(method))
     }
 
@@ -322,8 +335,17 @@ impl StoreApi for Client {
         Some(self)
     }
 
-    fn unmount_segments(&self, _method: &str, ids: &[String]) -> Result<()> {
-        Client::unmount_segments(self, ids)
+    fn mount_segment(&self, _method: &str, src: &crate::MountSource) -> Result<(String, u64)> {
+        Client::mount_extra(self, src)
+    }
+
+    fn unmount_segments(
+        &self,
+        method: &str,
+        ids: &[String],
+        grace: std::time::Duration,
+    ) -> Result<()> {
+        Client::unmount_segments(self, ids, method == "unmount_and_free_segment", grace)
     }
 
     fn drain_local_disk_segment(&self, grace: std::time::Duration) -> Result<bool> {

@@ -27,6 +27,7 @@ pub mod metrics;
 mod objects;
 mod offload;
 mod placement;
+mod quotas;
 pub mod recovery;
 mod replicate;
 pub mod rpc;

@@ -42,6 +42,9 @@ pub struct GaugeSnapshot {
     pub tenants: Vec<crate::tenants::TenantQuota>,
 }
 
+/// One per-tenant gauge's value.
+type TenantValue = fn(&crate::tenants::TenantQuota) -> u64;
+
 /// Content type of [`MasterMetrics::encode`]'s output.
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
 
@@ -311,7 +314,7 @@ impl MasterMetrics {
             );
         }
         if !g.tenants.is_empty() {
-            let per_tenant: [(&str, &str, fn(&crate::tenants::TenantQuota) -> u64); 5] = [
+            let per_tenant: [(&str, &str, TenantValue); 5] = [
                 (
                     "mooncake_tenant_quota_requested_bytes",
                     "Quota the tenant's policy asks for",

@@ -1,10 +1,8 @@
-//! Methods of upstream's Tier 2/3 surface: those whose upstream behaviour
-//! this build gives (segment unmounting, the SSD tier's drain and counter,
+//! Methods of upstream's Tier 2/3 surface: segments added after setup and
+//! their unmounting, the SSD tier's drain and counter,
 //! `put_from_with_metadata`, the deprecated `init_all`, the reads into CUDA
-//! tensors), and those not implemented yet, which raise
-//! `NotImplementedError` and log the method name.
-//! Signatures follow upstream so callers fail on the result, not on
-//! argument binding.
+//! tensors. Signatures follow upstream so callers fail on the result, not
+//! on argument binding.
 
 use super::class::MooncakeDistributedStore;
 use super::config::{options, ReplicateConfig};
@@ -12,50 +10,108 @@ use crate::args::UInt;
 use crate::family::method_family;
 use crate::report::Call;
 use mooncake_client::device_staging::{check_cuda_dest, read_tensor_into_device, CudaTensorDest};
-use mooncake_client::{Client, ClientConfig, Error, Result};
+use mooncake_client::{Client, ClientConfig, Error, MountSource, Result};
 use mooncake_tensor::DType;
-use pyo3::exceptions::PyNotImplementedError;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
-fn not_implemented() -> Error {
-    Error::not_supported("not implemented (Tier 2/3)")
-}
-
-fn unsupported_raise<T>(py: Python<'_>, method: &'static str) -> PyResult<T> {
-    Call::new(py, method).fail(None, &not_implemented());
-    Err(PyNotImplementedError::new_err(format!(
-        "MooncakeDistributedStore.{method} is not implemented"
-    )))
-}
-
-method_family! {
-    #[allow(unused_variables)]
-    fn method(&self, py: Python<'_>) -> PyResult<PyObject> {
-        unsupported_raise(py, method)
+/// The dict `mount_segment` / `allocate_and_mount_segment` return:
+/// `ret` (0 or the failure's code), `segment_ids` (the new segment's id, or
+/// none) and, when `allocated`, `allocated_size`.
+fn mount_result<'py>(
+    py: Python<'py>,
+    call: Call<'py>,
+    r: Result<(String, u64)>,
+    allocated: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let (ret, ids, size) = match r {
+        Ok((id, size)) => (0, vec![id], size),
+        Err(e) => (call.code::<()>(None, Err(e)), Vec::new(), 0),
+    };
+    d.set_item("ret", ret)?;
+    d.set_item("segment_ids", ids)?;
+    if allocated {
+        d.set_item("allocated_size", size)?;
     }
-    #[pymethods] for MooncakeDistributedStore {
-        /// Tier 2: mount an extra segment (raises NotImplementedError).
-        #[pyo3(signature = (path, size, offset=UInt(0), protocol="tcp".to_string(), location=String::new()))]
-        mount_segment(path: String, size: UInt, offset: UInt, protocol: String, location: String) {}
-        /// Tier 2: allocate and mount an extra segment (raises NotImplementedError).
-        #[pyo3(signature = (size, protocol="tcp".to_string(), location=String::new()))]
-        allocate_and_mount_segment(size: UInt, protocol: String, location: String) {}
+    Ok(d)
+}
+
+/// A protocol or location the added segment cannot use is noted: data
+/// moves over TCP and same-host mappings in this build.
+fn note_transport(call: Call<'_>, protocol: &str, location: &str) {
+    if protocol != "tcp" {
+        call.note(&format!(
+            "protocol {protocol:?}: this build serves the segment over tcp and same-host mappings"
+        ));
+    }
+    if !location.is_empty() {
+        call.note(&format!(
+            "location {location:?}: this build places segments in host memory only"
+        ));
+    }
+}
+
+#[pymethods]
+impl MooncakeDistributedStore {
+    /// Mount `size` bytes of the file (or `/dev/shm` object) at `path` as
+    /// a segment of this client: `{"ret", "segment_ids"}`. `offset` must
+    /// be 0 (-600 otherwise); a dummy client gets -1.
+    #[pyo3(signature = (path, size, offset=UInt(0), protocol="tcp".to_string(), location=String::new()))]
+    fn mount_segment<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        size: UInt,
+        offset: UInt,
+        protocol: String,
+        location: String,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let call = Call::new(py, "mount_segment");
+        note_transport(call, &protocol, &location);
+        let src = MountSource::File {
+            path,
+            size: size.0,
+            offset: offset.0,
+        };
+        let r = self.run(py, |s| s.mount_segment("mount_segment", &src));
+        mount_result(py, call, r, false)
+    }
+
+    /// Allocate `size` bytes (rounded up to whole pages) and mount them as
+    /// a segment of this client: `{"ret", "segment_ids", "allocated_size"}`;
+    /// a dummy client gets -1.
+    #[pyo3(signature = (size, protocol="tcp".to_string(), location=String::new()))]
+    fn allocate_and_mount_segment<'py>(
+        &self,
+        py: Python<'py>,
+        size: UInt,
+        protocol: String,
+        location: String,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let call = Call::new(py, "allocate_and_mount_segment");
+        note_transport(call, &protocol, &location);
+        let src = MountSource::Allocate { size: size.0 };
+        let r = self.run(py, |s| s.mount_segment("allocate_and_mount_segment", &src));
+        mount_result(py, call, r, true)
     }
 }
 
 method_family! {
     #[pyo3(signature = (segment_ids, grace_period_seconds=UInt(0)))]
     fn method(&self, py: Python<'_>, segment_ids: Vec<String>, grace_period_seconds: UInt) -> i64 {
-        let _ = grace_period_seconds;
-        let r = self.run(py, |s| s.unmount_segments(method, &segment_ids));
+        let grace = std::time::Duration::from_secs(grace_period_seconds.0);
+        let r = self.run(py, |s| s.unmount_segments(method, &segment_ids, grace));
         Call::new(py, method).code(None, r)
     }
     #[pymethods] for MooncakeDistributedStore {
-        /// Unmount segments `mount_segment` added: 0 for `[]`, -1 for any id
-        /// (this client has only its setup segment), -1 on a dummy client.
+        /// Unmount segments `mount_segment` added, after
+        /// `grace_period_seconds` (their objects go with them): 0, or -1
+        /// for an id this client did not mount from a file (nothing is
+        /// unmounted then) and on a dummy client.
         unmount_segment {}
-        /// Unmount and free segments `allocate_and_mount_segment` added: as
-        /// `unmount_segment`.
+        /// Unmount and free segments `allocate_and_mount_segment` added:
+        /// as `unmount_segment`.
         unmount_and_free_segment {}
     }
 }
