@@ -439,11 +439,14 @@ pub struct ReplicateConfig {
     pub group_ids: Option<Vec<String>>,
     /// Upstream `ObjectDataType` value, recorded per object.
     pub data_type: u32,
-    /// NVMe-oF replicas (Tier 3): non-zero is rejected.
+    /// NVMe-oF replicas: this build has none, so non-zero is rejected
+    /// (INVALID_PARAMS).
     pub nof_replica_num: u64,
-    /// DFS replicas (Tier 3): non-zero is rejected.
+    /// Replicas on a shared distributed file system: this build has none,
+    /// so non-zero is rejected (INVALID_PARAMS).
     pub dfs_replica_num: u64,
-    /// Tier 3; ignored.
+    /// Where NVMe-oF replicas go; as upstream, it acts only on NVMe-oF
+    /// replicas, which `nof_replica_num` cannot ask for here.
     pub preferred_nof_segments: Vec<String>,
 }
 
