@@ -4,6 +4,7 @@ upstream wheel, in one run.
 
     python benchmarks/kv_tail_bench.py               # every cell (~3 min)
     python benchmarks/kv_tail_bench.py --iters 300   # fewer reads per cell
+    python benchmarks/kv_tail_bench.py --writer      # with a concurrent writer
 
 The pattern of a serving engine's cache lookups: a writer stores a batch of
 200 pages with ``batch_put_from``; then, for each request, the reader asks
@@ -18,6 +19,11 @@ The reader is the writer's own process (``same-proc``) or another process
 (``other-proc``), over the same-host path or with ``MC_FORCE_TCP=1``
 (``tcp``; upstream's transport is TCP either way). Per cell: p50, p99 and
 max of the timed read in µs, and the ratios to upstream.
+
+With ``--writer``, a third process of the same side keeps writing while
+every cell is measured, as another engine of the same cache would: it puts
+16 fresh 64 KiB pages (``put`` per key, its own keys) and removes the 16 it
+put before, in a loop, into a segment of its own on the same master.
 """
 
 from __future__ import annotations
@@ -98,6 +104,30 @@ def read_loop(s: Any, prefix: str, sizes: list[int], iters: int) -> dict[str, li
     return lat
 
 
+def churn_main(cfg: dict[str, Any]) -> int:
+    """The concurrent writer: put 16 fresh pages, remove the previous 16,
+    until stdin closes."""
+    import threading
+
+    s = new_store(cfg["rpc"], cfg["meta"], 64 * MiB, 16 * MiB)
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    value = os.urandom(64 * KiB)
+    prev: list[str] = []
+    n = 0
+    print(json.dumps({"ready": True}), flush=True)
+    while not stop.is_set():
+        keys = [f"churn-{n}-{j}" for j in range(16)]
+        for k in keys:
+            s.put(k, value)
+        for k in prev:
+            s.remove(k)
+        prev = keys
+        n += 1
+    s.close()
+    return 0
+
+
 def reader_main(cfg: dict[str, Any]) -> int:
     s = new_store(cfg["rpc"], cfg["meta"], 0, 16 * MiB)
     lat = read_loop(s, cfg["prefix"], cfg["sizes"], int(cfg["iters"]))
@@ -118,6 +148,15 @@ def side_main(args: argparse.Namespace) -> int:
         with running_master(args.master_bin) as (rpc, meta):
             seg = PAGES * 2 * MiB * 2 + 64 * MiB
             w = new_store(rpc, meta, seg, 16 * MiB)
+            churn = None
+            if args.writer:
+                churn = subprocess.Popen(
+                    [sys.executable, str(HERE), "--churn", json.dumps({"rpc": rpc, "meta": meta})],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                    env=dict(os.environ, **env),
+                )  # fmt: skip
+                if churn.stdout is None or not churn.stdout.readline().startswith('{"ready"'):
+                    raise RuntimeError("the concurrent writer did not start")
             try:
                 for shape, sizes in SHAPES.items():
                     prefix = f"{shape}-{path}"
@@ -148,6 +187,9 @@ def side_main(args: argparse.Namespace) -> int:
                     rows.append({"shape": shape, "who": "other-proc", "path": path,
                                  "lat": json.loads(lines[-1])["lat"]})  # fmt: skip
             finally:
+                if churn is not None and churn.stdin is not None:
+                    churn.stdin.close()
+                    churn.wait(timeout=60)
                 w.close()
     out = []
     for r in rows:
@@ -168,27 +210,36 @@ def side_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_side(name: str, python: str, master: str, iters: int) -> list[dict[str, Any]] | str:
-    rows: list[dict[str, Any]] | str = side_rows(
-        HERE, name, python, master, ["--iters", str(iters)], 1800
-    )
+def run_side(
+    name: str, python: str, master: str, iters: int, writer: bool
+) -> list[dict[str, Any]] | str:
+    extra = ["--iters", str(iters)] + (["--writer"] if writer else [])
+    rows: list[dict[str, Any]] | str = side_rows(HERE, name, python, master, extra, 1800)
     return rows
 
 
 def main() -> int:
-    ap = comparison_parser(__doc__, side_options=("--reader",))
+    ap = comparison_parser(__doc__, side_options=("--reader", "--churn"))
     ap.add_argument("--iters", type=int, default=1000)
+    ap.add_argument("--writer", action="store_true", help="a concurrent writer process")
     args = ap.parse_args()
     if args.reader:
         return reader_main(json.loads(args.reader))
+    if args.churn:
+        return churn_main(json.loads(args.churn))
     if args.side:
         return side_main(args)
     sides = find_sides(args.only, args.upstream_python)
     res: dict[str, Any] = {}
     loads: list[str] = []
     run_sides(
-        sides, lambda name, python, master: run_side(name, python, master, args.iters), res, loads
+        sides,
+        lambda name, python, master: run_side(name, python, master, args.iters, args.writer),
+        res,
+        loads,
     )
+    if args.writer:
+        print("with a concurrent writer process (16 x 64 KiB puts and removes in a loop)")
     keyed = {
         name: {(r["shape"], r["who"], r["path"]): r for r in rows}
         for name, rows in res.items()
