@@ -6,6 +6,7 @@ upstream behaviour, on an in-process client and on a dummy client:
 ``alloc_from_mem_pool``         shared memory of a dummy's pool (addr / 0)
 ``put_from_with_metadata``      one object: metadata bytes, then data
 ``init_all``                    ``setup`` with upstream's fixed arguments
+``allocate_and_mount_segment``  a segment more (in-process); -1 on a dummy
 ``unmount_segment``             [] -> 0; an id not mounted here -> -1
 ``unmount_and_free_segment``    as ``unmount_segment``
 ``unmount_local_disk_segment``  0 (no SSD tier to drain); -1 on a dummy
@@ -78,6 +79,14 @@ def test_unmount_and_disk_tier_methods(either: Any, log: Any) -> None:
     assert either.unmount_local_disk_segment() == (-1 if dummy else 0)
     assert either.unmount_local_disk_segment(grace_period_seconds=5) == (-1 if dummy else 0)
     assert either.get_offload_rpc_read_count() == 0
+    # Adding a segment: an in-process client gets one; a dummy's daemon
+    # owns the host's memory, so a dummy gets -1.
+    r = either.allocate_and_mount_segment(1 << 20)
+    if dummy:
+        assert r == {"ret": -1, "segment_ids": [], "allocated_size": 0}
+    else:
+        assert r["ret"] == 0 and len(r["segment_ids"]) == 1, r
+        assert either.unmount_and_free_segment(r["segment_ids"]) == 0
     lines = [r.getMessage() for r in log.records]
     if dummy:
         assert any("requires an in-process client" in m for m in lines)

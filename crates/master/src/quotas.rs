@@ -193,3 +193,150 @@ impl MasterState {
         Ok(view)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::MasterConfig;
+    use crate::metrics::MasterMetrics;
+    use crate::state::MasterState;
+    use crate::tenants::Scope;
+    use mooncake_common::proto::{PutStartItem, SegmentDesc, WriteConfig};
+    use mooncake_common::ErrorCode;
+    use std::sync::Arc;
+
+    const KIB: u64 = 1 << 10;
+
+    fn state(policy: &str) -> Arc<MasterState> {
+        let path = std::env::temp_dir().join(format!(
+            "mc-quota-{}-{}.yaml",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::write(&path, policy).expect("policy file");
+        let cfg = MasterConfig {
+            enable_multi_tenants: true,
+            tenant_quota_file: path.to_string_lossy().into_owned(),
+            ..MasterConfig::default()
+        };
+        let st = MasterState::new(cfg, Arc::new(MasterMetrics::default()), None);
+        let desc = SegmentDesc {
+            name: "h:1".into(),
+            uuid: "u1".into(),
+            size: 1 << 20,
+            base_addr: 0,
+            host_id: "host".into(),
+            pid: 1,
+            endpoint: "h:1".into(),
+            socket_name: String::new(),
+        };
+        st.mount_segment("c1", desc).expect("mount");
+        st
+    }
+
+    /// Write `key` of `size` bytes as tenant `scope`; the item's code.
+    fn put(st: &MasterState, scope: &Scope, key: &str, size: u64) -> Result<(), ErrorCode> {
+        let k = scope.stored(key.to_string());
+        let mut items = st.put_start(
+            std::slice::from_ref(&k),
+            &[size],
+            &WriteConfig::default(),
+            false,
+        );
+        match items.remove(0) {
+            PutStartItem::Write { version, .. } => {
+                st.commit_end(&[k], &[version], &["h:1".to_string()])?;
+                Ok(())
+            }
+            PutStartItem::Err(e) => Err(e),
+            PutStartItem::AlreadyExists => Err(ErrorCode::ObjectAlreadyExists),
+        }
+    }
+
+    fn charged(st: &MasterState, tenant: &str) -> u64 {
+        st.tenant_quotas(Some(tenant))
+            .ok()
+            .and_then(|mut v| v.pop())
+            .map_or(0, |q| q.charged_bytes)
+    }
+
+    #[test]
+    fn a_tenant_is_charged_its_replicas_until_they_are_freed() {
+        let st =
+            state("version: 1\ntenants:\n  - {name: a, quota: 8KB}\n  - {name: b, quota: 512KB}\n");
+        let (a, b) = (Scope::of("a", true), Scope::of("b", true));
+        assert_eq!(put(&st, &a, "k1", 4 * KIB), Ok(()));
+        assert_eq!(put(&st, &a, "k2", 4 * KIB), Ok(()));
+        assert_eq!(charged(&st, "a"), 8 * KIB);
+        assert_eq!(put(&st, &a, "k3", 1), Err(ErrorCode::TenantQuotaExceeded));
+        // Same key, another tenant: its own object, its own charge.
+        assert_eq!(put(&st, &b, "k1", 4 * KIB), Ok(()));
+        assert_eq!(charged(&st, "b"), 4 * KIB);
+        // (A removal frees the space once the owner acknowledged the
+        // forget: the real-process test covers it.)
+        // Unregistered tenants, the default one included, write nothing.
+        assert_eq!(
+            put(&st, &Scope::of("c", true), "k", 1),
+            Err(ErrorCode::TenantNotRegistered)
+        );
+        assert_eq!(
+            put(&st, &Scope::of("default", true), "k", 1),
+            Err(ErrorCode::TenantNotRegistered)
+        );
+        // An unmounted segment takes its charges with it.
+        st.unmount_segment("c1", "h:1").expect("unmount");
+        assert_eq!((charged(&st, "a"), charged(&st, "b")), (0, 0));
+    }
+
+    #[test]
+    fn quotas_beyond_the_memory_are_shared_in_proportion() {
+        // 1 MiB mounted, 3 MiB asked for: a gets 3/4 of the segment.
+        let st =
+            state("version: 1\ntenants:\n  - {name: a, quota: 3MB}\n  - {name: b, quota: 1MB}\n");
+        let q = st.tenant_quotas(None).expect("multi-tenant");
+        let eff: Vec<(String, u64)> = q
+            .iter()
+            .map(|t| (t.tenant_id.clone(), t.effective_quota_bytes))
+            .collect();
+        assert_eq!(
+            eff,
+            vec![("a".to_string(), 768 * KIB), ("b".to_string(), 256 * KIB)]
+        );
+        let a = Scope::of("a", true);
+        assert_eq!(
+            put(&st, &a, "big", 768 * KIB + 64),
+            Err(ErrorCode::TenantQuotaExceeded)
+        );
+        assert_eq!(put(&st, &a, "fits", 768 * KIB), Ok(()));
+    }
+
+    #[test]
+    fn the_admin_api_checks_its_input_and_keeps_non_empty_tenants() {
+        let st = state("version: 1\ntenants:\n  - {name: a, quota: 1MB}\n");
+        use crate::tenants::QuotaAdminError as E;
+        assert!(matches!(
+            st.upsert_tenant_quota("_x", 1),
+            Err(E::Invalid(_))
+        ));
+        assert!(matches!(st.upsert_tenant_quota("x", 0), Err(E::Invalid(_))));
+        assert!(matches!(
+            st.upsert_tenant_quota("x", u64::MAX),
+            Err(E::Invalid(_))
+        ));
+        assert_eq!(st.tenant_quotas(Some("x")), Err(E::NotFound));
+        assert_eq!(put(&st, &Scope::of("a", true), "k", KIB), Ok(()));
+        assert_eq!(st.delete_tenant_quota("a"), Err(E::NotEmpty));
+        let q = st.upsert_tenant_quota("x", 5).expect("upsert");
+        assert_eq!((q.requested_quota_bytes, q.has_explicit_policy), (5, true));
+        assert_eq!(
+            st.delete_tenant_quota("x").map(|q| q.tenant_id),
+            Ok("x".to_string())
+        );
+        assert_eq!(st.delete_tenant_quota("x"), Err(E::NotFound));
+        let off = MasterState::new(
+            MasterConfig::default(),
+            Arc::new(MasterMetrics::default()),
+            None,
+        );
+        assert_eq!(off.tenant_quotas(None), Err(E::Disabled));
+    }
+}
