@@ -76,6 +76,9 @@ pub(crate) fn group_tasks<'a>(
     let mut tasks: Vec<Task> = Vec::new();
     let (mut split, mut whole) = (false, 0usize);
     for (group, (ops, local, bytes)) in groups.into_iter().enumerate() {
+        if ops.is_empty() {
+            continue;
+        }
         let stores = if local { stores } else { Stores::Cached };
         if local && bytes >= PAR_LOCAL {
             tasks.extend(

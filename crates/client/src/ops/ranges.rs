@@ -277,10 +277,27 @@ impl Client {
             idx: Vec<usize>,
         }
         let mut groups: Vec<Group> = Vec::new();
+        // The group of each object's segment, found once per object (a
+        // tensor read can have many thousands of ops over a few objects).
         let mut by_seg: HashMap<&str, usize> = HashMap::new();
+        let group_of: Vec<Option<usize>> = chosen
+            .iter()
+            .map(|c| {
+                c.map(|rep| {
+                    *by_seg.entry(&*rep.segment_uuid).or_insert_with(|| {
+                        groups.push(Group {
+                            rep,
+                            ops: Vec::new(),
+                            idx: Vec::new(),
+                        });
+                        groups.len() - 1
+                    })
+                })
+            })
+            .collect();
         let mut from_disk: Vec<usize> = Vec::new();
         for (i, op) in ops.iter().enumerate() {
-            let Some(rep) = chosen[op.key] else {
+            let (Some(rep), Some(g)) = (chosen[op.key], group_of[op.key]) else {
                 if infos[op.key].disk.is_some() {
                     from_disk.push(i);
                 } else {
@@ -288,14 +305,6 @@ impl Client {
                 }
                 continue;
             };
-            let g = *by_seg.entry(&*rep.segment_uuid).or_insert_with(|| {
-                groups.push(Group {
-                    rep,
-                    ops: Vec::new(),
-                    idx: Vec::new(),
-                });
-                groups.len() - 1
-            });
             groups[g].ops.push(Op {
                 seg_offset: rep.offset + op.src,
                 local_ptr: op.dst,
