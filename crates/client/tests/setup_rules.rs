@@ -50,8 +50,8 @@ fn protocol_and_force_tcp_rules() {
         Client::setup(c).map(|_| ()).map_err(|e| e.code())
     };
     assert_eq!(
-        rejected(&|c| c.tenant_id = "t".into()),
-        Err(ErrorCode::NotSupported)
+        rejected(&|c| c.tenant_id = "_t".into()),
+        Err(ErrorCode::InvalidParams)
     );
     assert_eq!(
         rejected(&|c| c.local_buffer_size = 10),
