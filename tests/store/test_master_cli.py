@@ -173,7 +173,7 @@ def test_sigterm_graceful_exit(master: Master) -> None:
         "--snapshot_retention_count=3",
         "--vmodule=rpc=2",
         "--memory_allocator=cachelib",
-        "--quota_bytes=1",
+        "--kv_events_block_size=16",
     ],
 )
 def test_unimplemented_knobs_are_refused_not_ignored(arg: str) -> None:
