@@ -3,7 +3,8 @@
 
 use crate::state::{Inner, MasterState, Replica};
 use crate::tenants::{
-    effective_quotas, tenant_of, valid_tenant, QuotaAdminError, Scope, TenantQuota, MAX_QUOTA,
+    effective_quota, effective_quotas, tenant_of, valid_tenant, QuotaAdminError, Scope,
+    TenantQuota, MAX_QUOTA,
 };
 use mooncake_common::ErrorCode;
 
@@ -54,10 +55,7 @@ impl Inner {
         }
         let tenant = tenant_of(key);
         self.tenants.admits(tenant)?;
-        let quota = effective_quotas(&self.tenants.policies, self.capacity())
-            .get(tenant)
-            .copied()
-            .unwrap_or(0);
+        let quota = effective_quota(&self.tenants.policies, self.capacity(), tenant);
         if self.charged(tenant).saturating_add(bytes) > quota {
             return Err(ErrorCode::TenantQuotaExceeded);
         }

@@ -227,6 +227,23 @@ pub(crate) fn effective_quotas(
     shares.into_iter().map(|(n, b, _)| (n.clone(), b)).collect()
 }
 
+/// The effective quota of `tenant` alone (what [`effective_quotas`] gives
+/// it), without building the whole table while the requests fit.
+pub(crate) fn effective_quota(
+    policies: &BTreeMap<String, u64>,
+    capacity: u64,
+    tenant: &str,
+) -> u64 {
+    let sum: u128 = policies.values().map(|&q| q as u128).sum();
+    if sum <= capacity as u128 {
+        return policies.get(tenant).copied().unwrap_or(0);
+    }
+    effective_quotas(policies, capacity)
+        .get(tenant)
+        .copied()
+        .unwrap_or(0)
+}
+
 /// One tenant's quota as the admin API shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TenantQuota {
@@ -476,6 +493,16 @@ mod tests {
         assert_eq!(e.values().sum::<u64>(), 201);
         assert_eq!((e["a"], e["b"]), (151, 50));
         assert_eq!(effective_quotas(&p, 0).values().sum::<u64>(), 0);
+        for cap in [0, 201, 400, 1000] {
+            let all = effective_quotas(&p, cap);
+            for t in ["a", "b", "c"] {
+                assert_eq!(
+                    effective_quota(&p, cap, t),
+                    all.get(t).copied().unwrap_or(0),
+                    "{cap} {t}"
+                );
+            }
+        }
     }
 
     #[test]
