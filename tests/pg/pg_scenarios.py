@@ -1152,6 +1152,10 @@ def pull_recovery(rank: int, world: int, port: int) -> None:
     dist.barrier()
     if rank == 3:
         _testing.inject_fault("exit@group=0,point=mid_send,code=0")
+    if rank == 2:
+        # A slow survivor: it starts the op after rank 3 died, so it plans
+        # without rank 3 while ranks 0 and 1 planned with it.
+        time.sleep(0.5)
     t = _pattern(rank, n, torch.int64)
     w = dist.all_reduce(t, async_op=True)
     w.wait()

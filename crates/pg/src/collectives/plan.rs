@@ -520,31 +520,41 @@ pub(crate) struct Redo {
 
 /// The recovery description of `kind` for slot `me`, or `None` when its
 /// algorithm cannot include part of a rank's data: data movement, a single
-/// rank, or one-piece messages that arrive whole or not at all.
-pub(crate) fn redo(kind: &OpKind, me: usize, active: &[usize], small: usize) -> Option<Redo> {
-    let n = active.len();
-    if n < 2 {
+/// rank, or one-piece messages that arrive whole or not at all. `view` and
+/// `active` are as for [`plan`].
+pub(crate) fn redo(
+    kind: &OpKind,
+    me: usize,
+    view: &[usize],
+    active: &[usize],
+    small: usize,
+) -> Option<Redo> {
+    if let OpKind::AllReduce {
+        src,
+        dst,
+        nbytes,
+        dtype,
+        op,
+    } = kind
+    {
+        // A two-phase all_reduce with a member of the view absent must be
+        // recomputed even when this rank is the only one left.
+        let two = two_phase(*nbytes, dtype.size(), view.len(), small);
+        return (two || (active.len() > 1 && *nbytes > PIECE)).then(|| Redo {
+            ranges: vec![(*src, *nbytes)],
+            offset: 0,
+            len: *nbytes,
+            dst: Some(*dst),
+            dtype: *dtype,
+            op: *op,
+            two_phase: two,
+        });
+    }
+    if active.len() < 2 {
         return None;
     }
     match kind {
-        OpKind::AllReduce {
-            src,
-            dst,
-            nbytes,
-            dtype,
-            op,
-        } => {
-            let two = two_phase(*nbytes, dtype.size(), n, small);
-            (two || *nbytes > PIECE).then(|| Redo {
-                ranges: vec![(*src, *nbytes)],
-                offset: 0,
-                len: *nbytes,
-                dst: Some(*dst),
-                dtype: *dtype,
-                op: *op,
-                two_phase: two,
-            })
-        }
+        OpKind::AllReduce { .. } => None,
         OpKind::ReduceScatter {
             srcs,
             dst,
@@ -581,14 +591,21 @@ pub(crate) fn redo(kind: &OpKind, me: usize, active: &[usize], small: usize) -> 
 }
 
 /// Builds the phases of `kind` for slot `me` over the sorted `active` set.
+///
+/// `view` is the op's member set (sorted, `active` plus the members found
+/// dead when the op started), which every member computes alike; `active`
+/// may differ between members that saw a death at different times. Where
+/// the algorithm splits the work between members (the chunks of a
+/// two-phase all_reduce) the split follows `view`, so every member plans
+/// the same messages; a dead member's chunk is left for the recomputation.
 pub(crate) fn plan(
     kind: &OpKind,
     me: usize,
+    view: &[usize],
     active: &[usize],
     small: usize,
 ) -> Result<Plan, PgError> {
     let peers: Vec<usize> = active.iter().copied().filter(|&q| q != me).collect();
-    let n = active.len();
     let mut ph = Phase::default();
     let mut unslotted = Unslotted::default();
     match kind {
@@ -601,7 +618,8 @@ pub(crate) fn plan(
         } => {
             let esize = dtype.size();
             let nelem = nbytes / esize;
-            if !two_phase(*nbytes, esize, n, small) {
+            let split = view.len();
+            if !two_phase(*nbytes, esize, split, small) {
                 ph.sends = to_all(&peers, *src, *nbytes);
                 ph.reduce = reduction(active, me, *src, *dst, *nbytes, *dtype, *op);
                 return Ok(Plan {
@@ -609,19 +627,20 @@ pub(crate) fn plan(
                     unslotted,
                 });
             }
-            let mine = active.iter().position(|&q| q == me).unwrap_or(0);
-            let (moff, mlen) = chunk(nelem, n, mine, esize);
-            for (c, &q) in active.iter().enumerate() {
-                if q != me {
-                    let (off, len) = chunk(nelem, n, c, esize);
+            let live = |q: usize| q != me && active.contains(&q);
+            let mine = view.iter().position(|&q| q == me).unwrap_or(0);
+            let (moff, mlen) = chunk(nelem, split, mine, esize);
+            for (c, &q) in view.iter().enumerate() {
+                if live(q) {
+                    let (off, len) = chunk(nelem, split, c, esize);
                     ph.sends.push(Xfer::new(q, src + off, len));
                 }
             }
             ph.reduce = reduction(active, me, src + moff, dst + moff, mlen, *dtype, *op);
             // Fused all-gather: each reduced piece is forwarded while hot.
-            for (c, &q) in active.iter().enumerate() {
-                if q != me {
-                    let (off, len) = chunk(nelem, n, c, esize);
+            for (c, &q) in view.iter().enumerate() {
+                if live(q) {
+                    let (off, len) = chunk(nelem, split, c, esize);
                     ph.sends
                         .push(Xfer::new(q, dst + moff, mlen).tagged(1, true));
                     ph.recvs.push(Xfer::new(q, dst + off, len).tagged(1, false));
@@ -833,11 +852,49 @@ mod tests {
             dtype: DType::F32,
             op: ReduceOp::Sum,
         };
-        let p = plan(&k, 1, &[0, 1, 2], 1024).expect("plan").phases;
+        let p = plan(&k, 1, &[0, 1, 2], &[0, 1, 2], 1024)
+            .expect("plan")
+            .phases;
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].sends.len(), 4);
         assert_eq!(p[0].sends.iter().filter(|x| x.gated).count(), 2);
         assert_eq!(p[0].recvs.len(), 2);
+    }
+
+    #[test]
+    fn two_phase_chunks_follow_the_view_whoever_was_seen_dead() {
+        let k = OpKind::AllReduce {
+            src: 0,
+            dst: 0,
+            nbytes: 4096,
+            dtype: DType::F32,
+            op: ReduceOp::Sum,
+        };
+        let view = [0, 1, 2, 3];
+        // Rank 2 saw rank 3 dead at the start, rank 0 did not: both split
+        // the input four ways, so what one sends the other expects.
+        let saw = plan(&k, 2, &view, &[0, 1, 2], 1024).expect("plan").phases;
+        let full = plan(&k, 0, &view, &view, 1024).expect("plan").phases;
+        let to0: Vec<(usize, usize)> = saw[0]
+            .sends
+            .iter()
+            .filter(|x| x.peer == 0)
+            .map(|x| (x.ptr, x.len))
+            .collect();
+        let from2: Vec<(usize, usize)> = full[0]
+            .recvs
+            .iter()
+            .filter(|x| x.peer == 2)
+            .map(|x| (x.ptr, x.len))
+            .collect();
+        assert_eq!(to0, vec![(0, 1024), (2048, 1024)]);
+        assert_eq!(from2, vec![(2048, 1024)]);
+        assert!(saw[0].sends.iter().all(|x| x.peer != 3));
+        assert!(saw[0].recvs.iter().all(|x| x.peer != 3));
+        // Alone with a dead member left in the view: still retained and
+        // recomputed over this rank's input.
+        let r = redo(&k, 0, &[0, 1], &[0], 1024).expect("alone in a split op");
+        assert!(r.two_phase);
     }
 
     #[test]
@@ -850,17 +907,20 @@ mod tests {
             op: ReduceOp::Sum,
         };
         assert!(
-            redo(&ar(4096), 0, &[0, 1, 2], 1 << 16).is_none(),
+            redo(&ar(4096), 0, &[0, 1, 2], &[0, 1, 2], 1 << 16).is_none(),
             "one piece"
         );
-        assert!(redo(&ar(1 << 20), 0, &[0], 1 << 16).is_none(), "alone");
-        let r = redo(&ar(1 << 20), 1, &[0, 1, 2], 1 << 16).expect("two-phase");
+        assert!(
+            redo(&ar(1 << 20), 0, &[0], &[0], 1 << 16).is_none(),
+            "alone"
+        );
+        let r = redo(&ar(1 << 20), 1, &[0, 1, 2], &[0, 1, 2], 1 << 16).expect("two-phase");
         assert!(r.two_phase);
         assert_eq!(
             (r.ranges, r.offset, r.len),
             (vec![(0x1000, 1 << 20)], 0, 1 << 20)
         );
-        let r = redo(&ar(1 << 20), 1, &[0, 1, 2], usize::MAX).expect("multi-piece");
+        let r = redo(&ar(1 << 20), 1, &[0, 1, 2], &[0, 1, 2], usize::MAX).expect("multi-piece");
         assert!(!r.two_phase);
         let rs = OpKind::ReduceScatter {
             srcs: vec![0x1000, 0x9000, 0x20000],
@@ -869,7 +929,7 @@ mod tests {
             dtype: DType::I64,
             op: ReduceOp::Sum,
         };
-        let r = redo(&rs, 2, &[0, 1, 2], 0).expect("reduce_scatter");
+        let r = redo(&rs, 2, &[0, 1, 2], &[0, 1, 2], 0).expect("reduce_scatter");
         assert_eq!(r.ranges.len(), 3);
         assert_eq!((r.offset, r.dst), (2 * (PIECE + 8), Some(0x40000)));
         let b = OpKind::Broadcast {
@@ -877,7 +937,7 @@ mod tests {
             nbytes: 1 << 24,
             root: 0,
         };
-        assert!(redo(&b, 0, &[0, 1], 0).is_none(), "data movement");
+        assert!(redo(&b, 0, &[0, 1], &[0, 1], 0).is_none(), "data movement");
     }
 
     #[test]
@@ -888,7 +948,7 @@ mod tests {
             root: 3,
         };
         assert!(matches!(
-            plan(&k, 0, &[0, 1], 1024),
+            plan(&k, 0, &[0, 1], &[0, 1], 1024),
             Err(PgError::RootInactive { root: 3 })
         ));
     }
@@ -902,7 +962,7 @@ mod tests {
             nbytes: 4,
             dsts: vec![0x1000, 0x2000, 0x3000],
         };
-        let p = plan(&k, 0, &[0, 1, 2, 3], 1024).expect("plan");
+        let p = plan(&k, 0, &[0, 1, 2, 3], &[0, 1, 2, 3], 1024).expect("plan");
         let ph = &p.phases[0];
         assert_eq!(p.unslotted.ranks, 1 << 3);
         assert_eq!(ph.recvs.len(), 3);
@@ -926,14 +986,14 @@ mod tests {
             nbytes: 4,
             dsts: vec![0, 0],
         };
-        let p = plan(&two, 0, &[0, 1, 2, 3], 1024).expect("plan");
+        let p = plan(&two, 0, &[0, 1, 2, 3], &[0, 1, 2, 3], 1024).expect("plan");
         let e = p.unslotted.check(1 << 2).expect_err("rank 3 alive");
         assert_eq!(
             e.to_string(),
             "output too small for active rank 3 (2 slots)"
         );
         // This rank's own slot must exist: it never fails.
-        let e = plan(&two, 2, &[0, 1, 2], 1024).expect_err("own slot");
+        let e = plan(&two, 2, &[0, 1, 2], &[0, 1, 2], 1024).expect_err("own slot");
         assert_eq!(
             e.to_string(),
             "output too small for active rank 2 (2 slots)"
@@ -947,7 +1007,7 @@ mod tests {
             dtype: DType::I64,
             op: ReduceOp::Sum,
         };
-        let p = plan(&rs, 1, &[0, 1, 2, 3], 1024).expect("plan");
+        let p = plan(&rs, 1, &[0, 1, 2, 3], &[0, 1, 2, 3], 1024).expect("plan");
         let ph = &p.phases[0];
         assert_eq!(p.unslotted.ranks, 1 << 3);
         let to: Vec<usize> = ph.sends.iter().map(|x| x.peer).collect();
@@ -955,7 +1015,7 @@ mod tests {
         let r = ph.reduce.as_ref().expect("reduction");
         assert_eq!(r.sources[3], Source::Peer(3));
         // Lists that cover every active rank leave nothing to judge.
-        let p = plan(&rs, 1, &[0, 1, 2], 1024).expect("plan");
+        let p = plan(&rs, 1, &[0, 1, 2], &[0, 1, 2], 1024).expect("plan");
         assert_eq!(p.unslotted.ranks, 0);
         assert!(p.unslotted.check(0).is_ok());
         // A gather's root judges its list the same way; scatter's root and
@@ -968,7 +1028,7 @@ mod tests {
             root: 0,
         };
         assert_eq!(
-            plan(&g, 0, &[0, 1, 2], 1024)
+            plan(&g, 0, &[0, 1, 2], &[0, 1, 2], 1024)
                 .expect("gather")
                 .unslotted
                 .ranks,
@@ -980,7 +1040,7 @@ mod tests {
             nbytes: 4,
             root: 0,
         };
-        let e = plan(&sc, 0, &[0, 1, 2], 1024).expect_err("scatter");
+        let e = plan(&sc, 0, &[0, 1, 2], &[0, 1, 2], 1024).expect_err("scatter");
         assert_eq!(
             e.to_string(),
             "scatter list too small for active rank 2 (2 slots)"

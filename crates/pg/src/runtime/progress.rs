@@ -115,6 +115,11 @@ pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
         active.push(me);
         active.sort_unstable();
     }
+    // The op's members as every member computes them: its view, whoever
+    // each member found dead at the start.
+    let view: Vec<usize> = (0..64).filter(|&i| mask >> i & 1 == 1 || i == me).collect();
+    let absent = view.iter().fold(0u64, |m, &q| m | 1u64 << q)
+        & !active.iter().fold(0u64, |m, &q| m | 1u64 << q);
     let peers = active.iter().fold(0u64, |m, &q| m | 1u64 << q) & !(1u64 << me);
     shared.waiting_coll.store(peers, Ordering::Release);
     let mid_send = if fault::active() {
@@ -134,7 +139,7 @@ pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
     // it until it acknowledged the op or failed; we keep it for ourselves
     // until the op completes), then answer the pulls that waited for it.
     // The copy is made as the op goes (see `Retention::hold`).
-    let redo = plan::redo(&op.kind, me, &active, shared.cfg.small_bytes);
+    let redo = plan::redo(&op.kind, me, &view, &active, shared.cfg.small_bytes);
     if let Some(r) = &redo {
         // SAFETY: the ranges are the op's inputs, valid for reads until it
         // completes (`Group::submit`), which is after `fill_all` below; the
@@ -160,26 +165,30 @@ pub(crate) fn run_op(shared: &Shared, links: &Links, op: Op) {
         partial: false,
         heard: 0,
     };
-    let result = plan::plan(&op.kind, me, &active, shared.cfg.small_bytes).and_then(|mut p| {
-        for (i, ph) in p.phases.iter_mut().enumerate() {
-            if let Some(r) = &redo {
-                if i > 0 || writes_over(ph, &r.ranges) {
-                    shared.retain.fill_all(op.seq);
+    let result =
+        plan::plan(&op.kind, me, &view, &active, shared.cfg.small_bytes).and_then(|mut p| {
+            for (i, ph) in p.phases.iter_mut().enumerate() {
+                if let Some(r) = &redo {
+                    if i > 0 || writes_over(ph, &r.ranges) {
+                        shared.retain.fill_all(op.seq);
+                    }
                 }
+                run_phase(&mut ctx, ph)?;
             }
-            run_phase(&mut ctx, ph)?;
-        }
-        // Slots are needed for the ranks still active at the op's end.
-        p.unslotted.check(ctx.failed)
-    });
+            // Slots are needed for the ranks still active at the op's end.
+            p.unslotted.check(ctx.failed)
+        });
     if redo.is_some() {
         // However the phases ended: the inputs are the caller's again once
         // the op completes.
         shared.retain.fill_all(op.seq);
     }
     if let (Ok(()), Some(r)) = (&result, &redo) {
+        // A two-phase op splits its chunks over the view: a member that
+        // failed during the op, or was absent from its start, left chunks
+        // that no one reduced or that disagree on inclusion.
         let newly = ctx.failed & !known_dead;
-        if ctx.partial || (r.two_phase && newly != 0) {
+        if ctx.partial || (r.two_phase && (newly | absent) != 0) {
             if let Some(dst) = r.dst {
                 recompute(&mut ctx, r, dst, known_dead);
             }
