@@ -161,23 +161,57 @@ pub(crate) fn loadable() -> bool {
 
 /// Whether some library of this process already loaded the driver (only
 /// then can CUDA pointers exist here). A driver once loaded stays loaded,
-/// so a yes is remembered and later calls cost one atomic load.
+/// so a yes is remembered and later calls cost one atomic load. A no is
+/// remembered until the process loads another library: looking a library
+/// up by name searches the library path on disk (several failed `open`s),
+/// too slow for a check made on every buffer of a batch, while the
+/// loader's count of loaded objects costs no system call.
 pub(crate) fn loaded() -> bool {
-    static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if SEEN.load(std::sync::atomic::Ordering::Relaxed) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    static SEEN: AtomicBool = AtomicBool::new(false);
+    /// The loader's object count when the driver was last found absent
+    /// (0: never looked).
+    static ABSENT_AT: AtomicU64 = AtomicU64::new(0);
+    if SEEN.load(Ordering::Relaxed) {
         return true;
+    }
+    let adds = objects_loaded();
+    if adds != 0 && ABSENT_AT.load(Ordering::Relaxed) == adds {
+        return false;
     }
     // SAFETY: RTLD_NOLOAD only looks the library up; nothing is loaded.
     let h = unsafe { libc::dlopen(LIB.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
     if h.is_null() {
+        ABSENT_AT.store(adds, Ordering::Relaxed);
         return false;
     }
     // SAFETY: `h` is the handle the lookup above returned (it took a
     // reference, which this gives back; the library stays loaded by the
     // library that loaded it).
     unsafe { libc::dlclose(h) };
-    SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+    SEEN.store(true, Ordering::Relaxed);
     true
+}
+
+/// How many objects the dynamic loader has loaded into this process so
+/// far (it only grows; 0 when the loader does not say).
+fn objects_loaded() -> u64 {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        out: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: the loader passes a valid `info` for the duration of the
+        // call, and `out` is the `u64` handed to `dl_iterate_phdr` below.
+        unsafe { *(out as *mut u64) = (*info).dlpi_adds };
+        1
+    }
+    let mut adds: u64 = 0;
+    // SAFETY: `first` matches the callback's signature, writes only
+    // through `out` (our local `adds`, alive for the call) and stops the
+    // iteration after the first object.
+    unsafe { libc::dl_iterate_phdr(Some(first), (&mut adds as *mut u64).cast()) };
+    adds
 }
 
 fn check(r: CuResult, what: &str) -> Result<()> {
@@ -337,5 +371,28 @@ impl DeviceOps for Driver {
     unsafe fn ipc_close(&self, base: u64) {
         // SAFETY: the caller passes a mapping ipc_open returned, once.
         let _ = unsafe { (self.ipc_close_mem_handle)(base) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loader_count_grows_when_a_library_is_loaded() {
+        let before = objects_loaded();
+        assert!(before > 0, "the loader reports its objects");
+        // Without a driver the answer is no, asked any number of times.
+        let first = loaded();
+        assert_eq!(loaded(), first);
+        // SAFETY: dlopen of a system library with a NUL-terminated name;
+        // the handle is closed below and nothing from it is used.
+        let h = unsafe { libc::dlopen(c"libanl.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if !h.is_null() {
+            assert!(objects_loaded() > before, "a new object raises the count");
+            // SAFETY: the handle opened above.
+            unsafe { libc::dlclose(h) };
+        }
+        assert_eq!(loaded(), first, "loading another library changes nothing");
     }
 }
