@@ -39,6 +39,11 @@ const MAX_POOLED: usize = 2;
 /// Bytes of a retained input copied at a time.
 const FILL_BLOCK: usize = 64 * 1024;
 
+/// Retained inputs at least this large are copied with streaming stores:
+/// the copy is read only by a pull after a failure, so writing it through
+/// the cache would evict the input the op is about to send and reduce.
+const STREAM_MIN_RETAINED: usize = 256 * 1024;
+
 /// One retained input.
 struct Held {
     seq: u64,
@@ -56,7 +61,7 @@ struct Held {
     filled: Vec<bool>,
     /// Blocks not copied yet.
     left: usize,
-    /// Copy with streaming stores (a large input: the copy is not read soon).
+    /// Copy with streaming stores ([`STREAM_MIN_RETAINED`]).
     stream: bool,
 }
 
@@ -235,7 +240,7 @@ impl Retention {
             },
             filled: vec![false; blocks],
             left: blocks,
-            stream: len >= copy::STREAM_MIN_MESSAGE,
+            stream: len >= STREAM_MIN_RETAINED,
         });
         self.nheld.store(held.len(), Ordering::Release);
         drop(held);

@@ -6,7 +6,7 @@
 use crate::clock::Clock;
 use crate::completion::Completion;
 use crate::fault;
-use crate::transport::shm::Segment;
+use crate::transport::shm::{Segment, PIECE};
 use crate::transport::wire::{self, Hdr};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
@@ -21,6 +21,12 @@ pub(crate) struct ShmPair {
     /// Our segment (we pop from the peer's ring here).
     pub(crate) own: Arc<Segment>,
 }
+
+/// TCP piece buffers a link keeps for reuse: enough for a 16 MiB message
+/// queued whole (a large reduction's pieces arrive faster than they are
+/// reduced when the cores are shared), so a steady loop of large ops
+/// allocates, zero-fills and faults in no fresh piece buffers.
+const POOLED_PIECES: usize = (16 << 20) / PIECE;
 
 /// State of a connection to one peer slot.
 pub(crate) struct PeerLink {
@@ -413,7 +419,7 @@ impl PeerLink {
         let v = self.coll_rx.lock().pop_front();
         if let Some((_, Rx::Buf(buf))) = v {
             let mut pool = self.pool.lock();
-            if pool.len() < 32 {
+            if pool.len() < POOLED_PIECES {
                 pool.push(buf);
             }
         }
