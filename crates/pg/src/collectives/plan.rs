@@ -529,39 +529,35 @@ pub(crate) fn redo(
     active: &[usize],
     small: usize,
 ) -> Option<Redo> {
-    if let OpKind::AllReduce {
-        src,
-        dst,
-        nbytes,
-        dtype,
-        op,
-    } = kind
-    {
-        // A two-phase all_reduce with a member of the view absent must be
-        // recomputed even when this rank is the only one left.
-        let two = two_phase(*nbytes, dtype.size(), view.len(), small);
-        return (two || (active.len() > 1 && *nbytes > PIECE)).then(|| Redo {
-            ranges: vec![(*src, *nbytes)],
-            offset: 0,
-            len: *nbytes,
-            dst: Some(*dst),
-            dtype: *dtype,
-            op: *op,
-            two_phase: two,
-        });
-    }
-    if active.len() < 2 {
-        return None;
-    }
+    // Alone, only a two-phase all_reduce with a member of its view absent
+    // has anything to recompute (over this rank's own input).
+    let alone = active.len() < 2;
     match kind {
-        OpKind::AllReduce { .. } => None,
+        OpKind::AllReduce {
+            src,
+            dst,
+            nbytes,
+            dtype,
+            op,
+        } => {
+            let two = two_phase(*nbytes, dtype.size(), view.len(), small);
+            (two || (!alone && *nbytes > PIECE)).then(|| Redo {
+                ranges: vec![(*src, *nbytes)],
+                offset: 0,
+                len: *nbytes,
+                dst: Some(*dst),
+                dtype: *dtype,
+                op: *op,
+                two_phase: two,
+            })
+        }
         OpKind::ReduceScatter {
             srcs,
             dst,
             nbytes,
             dtype,
             op,
-        } => (*nbytes > PIECE && me < srcs.len()).then(|| Redo {
+        } => (!alone && *nbytes > PIECE && me < srcs.len()).then(|| Redo {
             ranges: srcs.iter().map(|&p| (p, *nbytes)).collect(),
             offset: me * nbytes,
             len: *nbytes,
@@ -577,7 +573,7 @@ pub(crate) fn redo(
             dtype,
             op,
             root,
-        } => (*nbytes > PIECE).then(|| Redo {
+        } => (!alone && *nbytes > PIECE).then(|| Redo {
             ranges: vec![(*src, *nbytes)],
             offset: 0,
             len: *nbytes,
@@ -875,20 +871,14 @@ mod tests {
         // the input four ways, so what one sends the other expects.
         let saw = plan(&k, 2, &view, &[0, 1, 2], 1024).expect("plan").phases;
         let full = plan(&k, 0, &view, &view, 1024).expect("plan").phases;
-        let to0: Vec<(usize, usize)> = saw[0]
-            .sends
-            .iter()
-            .filter(|x| x.peer == 0)
-            .map(|x| (x.ptr, x.len))
-            .collect();
-        let from2: Vec<(usize, usize)> = full[0]
-            .recvs
-            .iter()
-            .filter(|x| x.peer == 2)
-            .map(|x| (x.ptr, x.len))
-            .collect();
-        assert_eq!(to0, vec![(0, 1024), (2048, 1024)]);
-        assert_eq!(from2, vec![(2048, 1024)]);
+        let with = |xs: &[Xfer], peer: usize| -> Vec<(usize, usize)> {
+            xs.iter()
+                .filter(|x| x.peer == peer)
+                .map(|x| (x.ptr, x.len))
+                .collect()
+        };
+        assert_eq!(with(&saw[0].sends, 0), vec![(0, 1024), (2048, 1024)]);
+        assert_eq!(with(&full[0].recvs, 2), vec![(2048, 1024)]);
         assert!(saw[0].sends.iter().all(|x| x.peer != 3));
         assert!(saw[0].recvs.iter().all(|x| x.peer != 3));
         // Alone with a dead member left in the view: still retained and
