@@ -25,6 +25,9 @@ before timing. Figures: GB/s (1e9 B/s) of tensor bytes returned, the median of
 
   memcpy   one ``copy_`` per target shard from a contiguous copy of it into a
            fresh ``torch.empty`` tensor (the floor for an in-process read)
+  slice    one ``copy_`` per target shard from its torch slice of the whole
+           weight (a view: a shard split along dim 1 reads short rows at a
+           stride, the access pattern a re-shard along that dim cannot avoid)
   dcp      ``torch.distributed.checkpoint``: one process ``dcp.save``s the
            whole state dict to ``/dev/shm`` and ``dcp.load``s it into
            preallocated whole tensors (no process group: the bytes every
@@ -234,6 +237,16 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                         for x in srcs:
                             torch.empty_like(x).copy_(x)
 
+                    views = [
+                        box(full[k], tg.parallelism.axes if tg.parallelism else [])
+                        for keys, tgts in batches
+                        for k, tg in zip(keys, tgts, strict=True)
+                    ]
+
+                    def slice_copy(views: list[Any] = views) -> None:
+                        for v in views:
+                            torch.empty(v.shape, dtype=v.dtype).copy_(v)
+
                     keys, tgts = batches[0]
                     r0 = s.get_client_stats()["master_rpcs"]
                     s.batch_get_tensor_with_parallelism(keys, tgts)
@@ -242,11 +255,13 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                     r2 = s.get_client_stats()["master_rpcs"]
                     t_ours = median_secs(ours, args.repeats)
                     t_mem = median_secs(memcpy, args.repeats)
+                    t_slice = median_secs(slice_copy, args.repeats)
                     res["rows"][name] = {
                         "bytes": nbytes,
                         "calls": len(batches),
                         "ours_gbs": nbytes / t_ours / 1e9,
                         "memcpy_gbs": nbytes / t_mem / 1e9,
+                        "slice_gbs": nbytes / t_slice / 1e9,
                         "rpc_per_call": r1 - r0,
                         "rpc_per_call_1": r2 - r1,
                         "tensors_per_call": len(keys),
@@ -301,12 +316,12 @@ def main() -> int:
         f"state dict {res['mib']} MiB bf16, {res['tensors']} weights, written by 8 processes in {res['write_s']} s"
     )
     print(
-        f"{'target':8} {'calls':>5} {'ours GB/s':>10} {'memcpy GB/s':>12} {'ours/memcpy':>12} {'ours/dcp':>9} {'rpc/call':>9} {'rpc/call(1)':>11}"
+        f"{'target':8} {'calls':>5} {'ours GB/s':>10} {'memcpy GB/s':>12} {'slice GB/s':>11} {'ours/memcpy':>12} {'ours/slice':>11} {'ours/dcp':>9} {'rpc/call':>9} {'rpc/call(1)':>11}"
     )
     for name, r in res["rows"].items():
         print(
-            f"{name:8} {r['calls']:>5} {r['ours_gbs']:>10.2f} {r['memcpy_gbs']:>12.2f} "
-            f"{r['ours_gbs'] / r['memcpy_gbs']:>12.2f} {r['ours_gbs'] / dcp_gbs:>9.1f} "
+            f"{name:8} {r['calls']:>5} {r['ours_gbs']:>10.2f} {r['memcpy_gbs']:>12.2f} {r['slice_gbs']:>11.2f} "
+            f"{r['ours_gbs'] / r['memcpy_gbs']:>12.2f} {r['ours_gbs'] / r['slice_gbs']:>11.2f} {r['ours_gbs'] / dcp_gbs:>9.1f} "
             f"{r['rpc_per_call']:>9} {r['rpc_per_call_1']:>11}"
         )
     print(

@@ -184,8 +184,12 @@ def test_reads_from_another_process(master_factory, store_factory, monkeypatch, 
         assert torch.equal(got, full[rows // 2 :])
         got = reader.get_tensor_with_parallelism("W", ReadTarget("shard", P(TP(3, 8, 0))))
         assert torch.equal(got, full[3 * rows // 8 : 4 * rows // 8])
+        # A dim-1 box of the dim-0 set: per stored shard one set of strided
+        # rows (512 of every 4096 bytes), mapped or over TCP.
+        got = reader.get_tensor_with_parallelism("W", ReadTarget("shard", P(TP(5, 8, 1))))
+        assert torch.equal(got, full[:, 5 * cols // 8 : 6 * cols // 8])
         s1 = reader.get_client_stats()
-        payload = full.numel() * 4 * (1 + 1 / 2 + 1 / 8)
+        payload = full.numel() * 4 * (1 + 1 / 2 + 1 / 8 + 1 / 8)
         mapped = s1["bytes_read_same_host"] - s0["bytes_read_same_host"]
         tcp = s1["bytes_read_tcp"] - s0["bytes_read_tcp"]
         moved = mapped + tcp

@@ -10,7 +10,7 @@
 //! reference VM's 2 cores loaded), and was slower than one thread; now the
 //! calling thread takes whatever the helper has not claimed yet.
 
-use mooncake_transfer::{Op, Stores};
+use mooncake_transfer::{Op, Rows, Stores};
 use parking_lot::{Condvar, Mutex};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,18 +40,46 @@ pub(crate) fn copy_threads() -> usize {
     })
 }
 
+/// What a batch copies against one segment: contiguous ops (writes) or
+/// sets of rows (reads, where a tensor box's rows travel as one item).
+pub(crate) trait Piece: Copy {
+    /// Bytes copied.
+    fn bytes(&self) -> u64;
+    /// Cut `items` into `parts` runs of about equal bytes, no piece longer
+    /// than `max_piece` bytes.
+    fn split(items: &[Self], parts: usize, max_piece: u64) -> Vec<Vec<Self>>;
+}
+
+impl Piece for Op {
+    fn bytes(&self) -> u64 {
+        self.len
+    }
+    fn split(items: &[Self], parts: usize, max_piece: u64) -> Vec<Vec<Self>> {
+        Op::split(items, parts, max_piece)
+    }
+}
+
+impl Piece for Rows {
+    fn bytes(&self) -> u64 {
+        Rows::bytes(self).unwrap_or(u64::MAX)
+    }
+    fn split(items: &[Self], parts: usize, max_piece: u64) -> Vec<Vec<Self>> {
+        Rows::split(items, parts, max_piece)
+    }
+}
+
 /// Cut `ops` (all against one segment) into `parts` runs of about equal
 /// bytes, every op cut into pieces of at most [`LOCAL_PIECE`] bytes, so that
 /// each part can be copied by its own thread.
-pub(crate) fn split_ops(ops: &[Op], parts: usize) -> Vec<Vec<Op>> {
-    Op::split(ops, parts, LOCAL_PIECE)
+pub(crate) fn split_ops<P: Piece>(ops: &[P], parts: usize) -> Vec<Vec<P>> {
+    P::split(ops, parts, LOCAL_PIECE)
 }
 
 /// One unit of work of a batch: a part of group `group`'s ops, and the
 /// stores its copy uses when it goes through memory.
-pub(crate) struct Task {
+pub(crate) struct Task<P = Op> {
     pub(crate) group: usize,
-    pub(crate) ops: Vec<Op>,
+    pub(crate) ops: Vec<P>,
     pub(crate) stores: Stores,
 }
 
@@ -64,16 +92,16 @@ pub(crate) struct Task {
 /// not fit in the cache, so its copies stream. Also returns the workers for
 /// [`run_all`]: every unsplit group in flight at once, plus the copy threads
 /// if any group was split.
-pub(crate) fn group_tasks<'a>(
-    groups: impl IntoIterator<Item = (&'a [Op], bool)>,
-) -> (Vec<Task>, usize) {
-    let groups: Vec<(&[Op], bool, u64)> = groups
+pub(crate) fn group_tasks<'a, P: Piece + 'a>(
+    groups: impl IntoIterator<Item = (&'a [P], bool)>,
+) -> (Vec<Task<P>>, usize) {
+    let groups: Vec<(&[P], bool, u64)> = groups
         .into_iter()
-        .map(|(ops, local)| (ops, local, ops.iter().map(|o| o.len).sum()))
+        .map(|(ops, local)| (ops, local, ops.iter().map(|o| o.bytes()).sum()))
         .collect();
     let local_bytes: u64 = groups.iter().filter(|g| g.1).map(|g| g.2).sum();
     let stores = Stores::for_bytes(local_bytes);
-    let mut tasks: Vec<Task> = Vec::new();
+    let mut tasks: Vec<Task<P>> = Vec::new();
     let (mut split, mut whole) = (false, 0usize);
     for (group, (ops, local, bytes)) in groups.into_iter().enumerate() {
         if ops.is_empty() {
@@ -107,8 +135,8 @@ pub(crate) const SHARE_PIECE: u64 = 2 << 20;
 
 /// Cut one segment's `ops` for [`run_all`]: parts of about
 /// [`SHARE_PIECE`] bytes (at least [`copy_threads`] parts).
-pub(crate) fn share_ops(ops: &[Op]) -> Vec<Vec<Op>> {
-    let total: u64 = ops.iter().map(|o| o.len).sum();
+pub(crate) fn share_ops<P: Piece>(ops: &[P]) -> Vec<Vec<P>> {
+    let total: u64 = ops.iter().map(|o| o.bytes()).sum();
     let parts = usize::try_from(total.div_ceil(SHARE_PIECE)).unwrap_or(usize::MAX);
     split_ops(ops, parts.clamp(copy_threads(), 1024))
 }

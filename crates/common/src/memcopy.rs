@@ -31,19 +31,83 @@ pub unsafe fn copy(src: *const u8, dst: *mut u8, len: usize, stream: bool) {
     unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
 }
 
+/// Copies `count` rows of `len` bytes, row `i` from `src + i * src_stride`
+/// to `dst + i * dst_stride` (the rows of one dimension of a tensor box).
+/// With `stream`, rows of at least 64 bytes use non-temporal stores (on
+/// x86_64): a many-row copy of short rows into fresh memory then writes its
+/// destination lines without first reading them, as [`copy`] does for one
+/// long range.
+///
+/// # Safety
+/// Every row's source must be valid for reads and its destination for
+/// writes of `len` bytes, and no destination row may overlap a source row
+/// or another destination row.
+pub unsafe fn copy_rows(
+    src: *const u8,
+    dst: *mut u8,
+    len: usize,
+    count: usize,
+    src_stride: usize,
+    dst_stride: usize,
+    stream: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if stream && len >= 64 {
+        for i in 0..count {
+            // SAFETY: row `i` of the caller's valid, disjoint rows.
+            unsafe {
+                stream_run_x86(
+                    src.wrapping_add(i * src_stride),
+                    dst.wrapping_add(i * dst_stride),
+                    len,
+                )
+            };
+        }
+        // SAFETY: a store fence has no memory-safety requirement.
+        unsafe { std::arch::x86_64::_mm_sfence() };
+        return;
+    }
+    let _ = stream;
+    for i in 0..count {
+        // SAFETY: row `i` of the caller's valid, disjoint rows.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.wrapping_add(i * src_stride),
+                dst.wrapping_add(i * dst_stride),
+                len,
+            )
+        };
+    }
+}
+
 /// SSE2 non-temporal copy (SSE2 is part of the x86_64 baseline).
 ///
 /// # Safety
 /// As [`copy`].
 #[cfg(target_arch = "x86_64")]
 unsafe fn stream_copy_x86(src: *const u8, dst: *mut u8, len: usize) {
-    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { stream_run_x86(src, dst, len) };
+    // Streaming stores are weakly ordered: fence them before whatever
+    // publishes the copy (a status, a flag, a lock release).
+    // SAFETY: a store fence has no memory-safety requirement.
+    unsafe { std::arch::x86_64::_mm_sfence() };
+}
+
+/// The body of a non-temporal copy, without the closing fence (the caller
+/// fences once after its last run).
+///
+/// # Safety
+/// As [`copy`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn stream_run_x86(src: *const u8, dst: *mut u8, len: usize) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
     // SAFETY: every access stays inside [src, src+len) and [dst, dst+len),
     // valid per the caller's contract; stores go to 16-aligned addresses
     // (`d` is aligned by the head copy) as `_mm_stream_si128` requires.
     unsafe {
         // Align the destination to 16 bytes with a plain copy of the head.
-        let head = (16 - (dst as usize & 15)) & 15;
+        let head = ((16 - (dst as usize & 15)) & 15).min(len);
         std::ptr::copy_nonoverlapping(src, dst, head);
         let mut s = src.add(head);
         let mut d = dst.add(head);
@@ -61,9 +125,12 @@ unsafe fn stream_copy_x86(src: *const u8, dst: *mut u8, len: usize) {
             d = d.add(64);
             left -= 64;
         }
-        // Streaming stores are weakly ordered: fence them before whatever
-        // publishes the copy (a status, a flag, a lock release).
-        _mm_sfence();
+        while left >= 16 {
+            _mm_stream_si128(d as *mut __m128i, _mm_loadu_si128(s as *const __m128i));
+            s = s.add(16);
+            d = d.add(16);
+            left -= 16;
+        }
         std::ptr::copy_nonoverlapping(s, d, left);
     }
 }
@@ -92,6 +159,41 @@ mod tests {
                     assert!(dst[..off].iter().all(|&b| b == 0xEE));
                     assert!(dst[off + len..].iter().all(|&b| b == 0xEE));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn row_copy_matches_per_row_memcpy() {
+        let src: Vec<u8> = (0..40000u32).map(|i| (i * 13 % 251) as u8).collect();
+        for stream in [false, true] {
+            for (len, count, ss, ds, off) in [
+                (256usize, 20usize, 512usize, 256usize, 0usize),
+                (100, 30, 300, 112, 3),
+                (64, 7, 64, 80, 9),
+                (8, 50, 24, 8, 1),
+            ] {
+                let size = ds * (count - 1) + len + off + 16;
+                let mut dst = vec![0xEEu8; size];
+                // SAFETY: every row lies inside its vector (sizes above) and
+                // destination rows are disjoint (ds >= len).
+                unsafe {
+                    super::copy_rows(
+                        src.as_ptr().add(off),
+                        dst.as_mut_ptr().add(off),
+                        len,
+                        count,
+                        ss,
+                        ds,
+                        stream,
+                    )
+                };
+                let mut want = vec![0xEEu8; size];
+                for i in 0..count {
+                    let (a, b) = (off + i * ss, off + i * ds);
+                    want[b..b + len].copy_from_slice(&src[a..a + len]);
+                }
+                assert_eq!(dst, want, "len {len} count {count} stream {stream}");
             }
         }
     }

@@ -98,11 +98,49 @@ impl Region {
     }
 }
 
-/// Append to `out` the runs copying the overlap of `src` and `dst` (each
-/// stored C-contiguously with its own extent, elements of `itemsize` bytes)
-/// from the source buffer to the destination buffer. Runs come out in
-/// increasing destination order. Returns the number of elements covered.
-pub fn copy_runs(itemsize: u64, src: &Region, dst: &Region, out: &mut Vec<CopyRun>) -> u64 {
+/// `count` equal copies of `len` bytes, the `i`-th from `src + i * src_stride`
+/// to `dst + i * dst_stride`: the rows of one dimension of an overlap, where
+/// a row is the part of the overlap that is contiguous in both buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CopyRows {
+    /// Offset of the first row in the source buffer.
+    pub src: u64,
+    /// Offset of the first row in the destination buffer.
+    pub dst: u64,
+    /// Bytes per row.
+    pub len: u64,
+    /// Rows (at least 1).
+    pub count: u64,
+    /// Bytes from one row to the next in the source.
+    pub src_stride: u64,
+    /// Bytes from one row to the next in the destination.
+    pub dst_stride: u64,
+}
+
+impl CopyRows {
+    /// Bytes copied.
+    pub fn bytes(&self) -> u64 {
+        self.len * self.count
+    }
+
+    /// The rows as contiguous runs.
+    pub fn runs(&self) -> impl Iterator<Item = CopyRun> + '_ {
+        (0..self.count).map(move |i| CopyRun {
+            src: self.src + i * self.src_stride,
+            dst: self.dst + i * self.dst_stride,
+            len: self.len,
+        })
+    }
+}
+
+/// Append to `out` the row sets copying the overlap of `src` and `dst`
+/// (each stored C-contiguously with its own extent, elements of `itemsize`
+/// bytes) from the source buffer to the destination buffer: trailing dims
+/// covered whole in both boxes merge into one row, the next dim out gives
+/// the row count and strides, and every index of the dims outside that is
+/// one [`CopyRows`]. Sets come out in increasing destination order. Returns
+/// the number of elements covered.
+pub fn copy_rows(itemsize: u64, src: &Region, dst: &Region, out: &mut Vec<CopyRows>) -> u64 {
     let Some(inter) = src.intersect(dst) else {
         return 0;
     };
@@ -126,19 +164,27 @@ pub fn copy_runs(itemsize: u64, src: &Region, dst: &Region, out: &mut Vec<CopyRu
             .sum()
     };
     let (sb, db) = (base(src, &ss), base(dst, &ds));
-    let outer = &inter.extent[..k];
+    // Dim `k - 1` (if any) is the rows' dim; the dims before it are looped.
+    let (count, src_stride, dst_stride, outer_dims) = match k.checked_sub(1) {
+        Some(r) => (inter.extent[r], ss[r] * itemsize, ds[r] * itemsize, r),
+        None => (1, 0, 0, 0),
+    };
+    let outer = &inter.extent[..outer_dims];
     let total = numel(outer).unwrap_or(0);
     out.reserve(usize::try_from(total).unwrap_or(0));
-    let mut idx = vec![0u64; k];
+    let mut idx = vec![0u64; outer_dims];
     for _ in 0..total {
-        let so: u64 = sb + (0..k).map(|i| idx[i] * ss[i]).sum::<u64>();
-        let d_o: u64 = db + (0..k).map(|i| idx[i] * ds[i]).sum::<u64>();
-        out.push(CopyRun {
+        let so: u64 = sb + (0..outer_dims).map(|i| idx[i] * ss[i]).sum::<u64>();
+        let d_o: u64 = db + (0..outer_dims).map(|i| idx[i] * ds[i]).sum::<u64>();
+        out.push(CopyRows {
             src: so * itemsize,
             dst: d_o * itemsize,
             len: run * itemsize,
+            count,
+            src_stride,
+            dst_stride,
         });
-        for i in (0..k).rev() {
+        for i in (0..outer_dims).rev() {
             idx[i] += 1;
             if idx[i] < outer[i] {
                 break;
@@ -146,7 +192,19 @@ pub fn copy_runs(itemsize: u64, src: &Region, dst: &Region, out: &mut Vec<CopyRu
             idx[i] = 0;
         }
     }
-    total * run
+    total * count * run
+}
+
+/// Append to `out` the contiguous runs copying the overlap of `src` and
+/// `dst` ([`copy_rows`], one run per row), in increasing destination order.
+/// Returns the number of elements covered.
+pub fn copy_runs(itemsize: u64, src: &Region, dst: &Region, out: &mut Vec<CopyRun>) -> u64 {
+    let mut rows = Vec::new();
+    let n = copy_rows(itemsize, src, dst, &mut rows);
+    for r in &rows {
+        out.extend(r.runs());
+    }
+    n
 }
 
 #[cfg(test)]
@@ -239,5 +297,62 @@ mod tests {
             0
         );
         assert!(runs.is_empty());
+    }
+
+    #[test]
+    fn rows_of_a_dim1_narrowing_are_one_strided_set() {
+        let full = Region::whole(&[4, 6]);
+        let shard = full.split(1, 1, 3).expect("uniform");
+        let mut rows = Vec::new();
+        assert_eq!(copy_rows(1, &full, &shard, &mut rows), 8);
+        assert_eq!(
+            rows,
+            vec![CopyRows {
+                src: 2,
+                dst: 0,
+                len: 2,
+                count: 4,
+                src_stride: 6,
+                dst_stride: 2
+            }]
+        );
+    }
+
+    #[test]
+    fn rows_of_a_3d_overlap_loop_the_outer_dim() {
+        // [2, 3, 4] box narrowed on dim 1 to [1..3) and dim 2 to [2..4):
+        // per index of dim 0 one set of 2 rows of 2 elements.
+        let full = Region::whole(&[2, 3, 4]);
+        let part = Region {
+            origin: vec![0, 1, 2],
+            extent: vec![2, 2, 2],
+        };
+        let mut rows = Vec::new();
+        assert_eq!(copy_rows(4, &full, &part, &mut rows), 8);
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].count, rows[0].len), (2, 8));
+        assert_eq!((rows[0].src_stride, rows[0].dst_stride), (16, 8));
+        assert_eq!((rows[1].src, rows[1].dst), (4 * (12 + 4 + 2), 16));
+        // Rows and runs describe the same copies.
+        let src: Vec<u8> = (0..96).collect();
+        let mut via_runs = vec![0u8; 32];
+        let mut runs = Vec::new();
+        copy_runs(4, &full, &part, &mut runs);
+        apply(&runs, &src, &mut via_runs);
+        let flat: Vec<CopyRun> = rows
+            .iter()
+            .flat_map(|r| r.runs().collect::<Vec<_>>())
+            .collect();
+        assert_eq!(flat, runs);
+        let mut expect = Vec::new();
+        for a in 0..2u8 {
+            for b in 1..3u8 {
+                for c in 2..4u8 {
+                    let e = (a * 12 + b * 4 + c) * 4;
+                    expect.extend(e..e + 4);
+                }
+            }
+        }
+        assert_eq!(via_runs, expect);
     }
 }

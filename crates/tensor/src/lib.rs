@@ -6,7 +6,8 @@
 //! naming, validation of parallelism requests and writer partitions, write
 //! planning (which objects a write produces and which byte runs of the
 //! source form each payload) and read planning (which objects to probe, then
-//! which `(key, src_offset, dst_offset, len)` ranges assemble the result).
+//! which ranges assemble the result: `(key, src_offset, dst_offset, len)`,
+//! repeated `count` times at two strides for the rows of one dimension).
 //! The store client's executor (`mooncake-client`, `tensor_io`) runs these
 //! plans; the Python front only converts arguments. Keeping the rules here,
 //! pure, lets them be tested exhaustively (unit and property tests) without
@@ -27,7 +28,7 @@ mod write_plan;
 pub use axis::{Axis, AxisKind, Parallelism, RawAxis, RawWriterPartition, WriterPartition};
 pub use dtype::DType;
 pub use error::{TensorError, TensorResult};
-pub use geometry::{copy_runs, numel, CopyRun, Region};
+pub use geometry::{copy_rows, copy_runs, numel, CopyRows, CopyRun, Region};
 pub use header::{
     payload_bytes, Layout, StoredAxis, TensorHeader, HEADER_SIZE, MAX_AXES, MAX_NDIM, TENSOR_MAGIC,
     TENSOR_VERSION,

@@ -87,10 +87,11 @@ impl MemStore {
                         let s = &plan.sources[r.source];
                         let obj = &self.objs[&s.key];
                         assert_eq!(obj.len() as u64, s.size);
-                        let (so, d, n) =
-                            (r.src_offset as usize, r.dst_offset as usize, r.len as usize);
-                        payload[d..d + n].copy_from_slice(&obj[so..so + n]);
-                        written += r.len;
+                        for (so, d, n) in r.rows() {
+                            let (so, d, n) = (so as usize, d as usize, n as usize);
+                            payload[d..d + n].copy_from_slice(&obj[so..so + n]);
+                            written += n as u64;
+                        }
                     }
                     assert_eq!(
                         written, plan.output.nbytes,

@@ -3,7 +3,7 @@
 //! across parallel connections).
 
 use crate::error::{Error, Result};
-pub use crate::op::Op;
+pub use crate::op::{Op, Rows};
 use crate::same_host::{MapLookup, MappingCache};
 use crate::segment::{local_segment, FreshWrite, Segment};
 use crate::tcp_pool::TcpPool;
@@ -185,30 +185,60 @@ impl TransferEngine {
     /// # Safety
     /// Every `op.local_ptr..+len` must be writable.
     pub unsafe fn read(&self, seg: &SegmentRef, ops: &[Op], stores: Stores) -> Result<Path> {
+        let sets: Vec<Rows> = ops.iter().map(|&o| Rows::single(o)).collect();
+        // SAFETY: the same destinations, vouched for by our caller.
+        unsafe { self.read_rows(seg, &sets, stores) }
+    }
+
+    /// Copy sets of segment rows into local memory ([`Rows`]); a copy
+    /// through memory uses `stores`, a TCP read moves every row as a range.
+    ///
+    /// # Safety
+    /// Every row's `local_ptr + i * local_stride .. + len` must be writable,
+    /// and no two destination rows may overlap.
+    pub unsafe fn read_rows(
+        &self,
+        seg: &SegmentRef,
+        sets: &[Rows],
+        stores: Stores,
+    ) -> Result<Path> {
         crate::segment::note_use();
         if let Some((mem, path)) = self.memory_for(seg)? {
-            for o in ops {
-                if !mem.check_range(o.seg_offset, o.len) {
-                    return Err(Error::new(
-                        ErrorCode::InvalidParams,
-                        "read range outside the segment",
-                    ));
+            let outside = || Error::new(ErrorCode::InvalidParams, "read range outside the segment");
+            for r in sets {
+                let span = r.seg_span().ok_or_else(outside)?;
+                if r.bytes().is_none() || !mem.check_range(r.seg_offset, span) {
+                    return Err(outside());
                 }
-                // SAFETY: the range lies in the mapping (checked above) and
-                // the caller guarantees the destination is writable.
-                unsafe {
-                    copy(
-                        mem.base().add(o.seg_offset as usize),
-                        o.local_ptr as *mut u8,
-                        o.len,
-                        stores,
-                    )
-                };
+            }
+            for r in sets {
+                let src = mem.base().wrapping_add(r.seg_offset as usize);
+                if r.count == 1 {
+                    // SAFETY: the range lies in the mapping (checked above)
+                    // and the caller guarantees the destination is writable.
+                    unsafe { copy(src, r.local_ptr as *mut u8, r.len, stores) };
+                } else {
+                    // SAFETY: every row lies in the mapping (its span was
+                    // checked above) and the caller guarantees the
+                    // destination rows are writable and disjoint.
+                    unsafe {
+                        mooncake_common::memcopy::copy_rows(
+                            src,
+                            r.local_ptr as *mut u8,
+                            r.len as usize,
+                            r.count as usize,
+                            r.seg_stride as usize,
+                            r.local_stride as usize,
+                            stores == Stores::Streaming,
+                        )
+                    };
+                }
             }
             return Ok(path);
         }
+        let ops: Vec<Op> = sets.iter().flat_map(|r| r.ops()).collect();
         let key = self.auth.as_ref();
-        tcp_parallel(seg.endpoint, ops, |part| {
+        tcp_parallel(seg.endpoint, &ops, |part| {
             // SAFETY: `part` is a piece of the caller's writable destinations.
             unsafe { TcpPool::global().read(seg.endpoint, seg.uuid, part, key) }
         })?;

@@ -13,6 +13,6 @@ pub mod segment;
 pub mod sockio;
 pub mod tcp_pool;
 
-pub use engine::{Op, Path, SegmentRef, Stores, TransferEngine};
+pub use engine::{Op, Path, Rows, SegmentRef, Stores, TransferEngine};
 pub use error::{Error, Result};
 pub use segment::{Prefault, Segment};

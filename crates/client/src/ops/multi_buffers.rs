@@ -224,6 +224,7 @@ impl Client {
                     src: at,
                     dst,
                     len,
+                    ..RangeOp::ONE_ROW
                 });
                 op_key.push(i);
                 at += len;

@@ -25,7 +25,7 @@ use crate::ops::writes::seg_ref;
 use crate::parallel::{group_tasks, run_all};
 use mooncake_common::proto::{ObjectInfo, ReplicaLoc};
 use mooncake_common::ErrorCode;
-use mooncake_transfer::{Op, Path, Stores};
+use mooncake_transfer::{Path, Rows, Stores};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -51,18 +51,56 @@ pub fn ranges_failed(dst_offsets: &[Vec<Vec<u64>>], n_buffers: usize, err: &Erro
         .collect()
 }
 
-/// One ranged copy out of a located object (the unit of
-/// [`Client::read_ranges`]).
+/// `count` ranged copies of `len` bytes out of a located object, the `i`-th
+/// from `src + i * src_stride` to `dst + i * dst_stride` (the unit of
+/// [`Client::read_ranges`]; most are one range, [`RangeOp::ONE_ROW`]).
 #[derive(Clone, Copy)]
 pub(crate) struct RangeOp {
     /// Index into the object table of the call.
     pub(crate) key: usize,
-    /// Offset in the object.
+    /// Offset of the first row in the object.
     pub(crate) src: u64,
-    /// Destination address.
+    /// Destination address of the first row.
     pub(crate) dst: usize,
-    /// Bytes.
+    /// Bytes per row.
     pub(crate) len: u64,
+    /// Rows.
+    pub(crate) count: u64,
+    /// Bytes between rows in the object.
+    pub(crate) src_stride: u64,
+    /// Bytes between rows at the destination.
+    pub(crate) dst_stride: u64,
+}
+
+impl RangeOp {
+    /// The row fields of a single range (`..RangeOp::ONE_ROW` after the
+    /// key, offsets and length).
+    pub(crate) const ONE_ROW: RangeOp = RangeOp {
+        key: 0,
+        src: 0,
+        dst: 0,
+        len: 0,
+        count: 1,
+        src_stride: 0,
+        dst_stride: 0,
+    };
+
+    /// The rows against a replica at `base` of its segment.
+    fn rows_at(&self, base: u64) -> Rows {
+        Rows {
+            seg_offset: base + self.src,
+            local_ptr: self.dst,
+            len: self.len,
+            count: self.count,
+            seg_stride: self.src_stride,
+            local_stride: self.dst_stride,
+        }
+    }
+
+    /// Bytes copied.
+    fn bytes(&self) -> u64 {
+        self.len.saturating_mul(self.count)
+    }
 }
 
 fn fail_all(slots: &mut [Result<u64>], err: &Error) {
@@ -187,6 +225,7 @@ impl Client {
                         src: s,
                         dst: buffer_ptrs[i] + d as usize,
                         len,
+                        ..RangeOp::ONE_ROW
                     });
                     slots.push((i, j, k));
                     results[i][j][k] = Ok(len);
@@ -273,7 +312,7 @@ impl Client {
             .collect();
         struct Group<'a> {
             rep: &'a ReplicaLoc,
-            ops: Vec<Op>,
+            ops: Vec<Rows>,
             idx: Vec<usize>,
         }
         let mut groups: Vec<Group> = Vec::new();
@@ -305,22 +344,29 @@ impl Client {
                 }
                 continue;
             };
-            groups[g].ops.push(Op {
-                seg_offset: rep.offset + op.src,
-                local_ptr: op.dst,
-                len: op.len,
-            });
+            groups[g].ops.push(op.rows_at(rep.offset));
             groups[g].idx.push(i);
         }
         // Spread big local/same-host groups over several threads; a TCP group
         // is one request (the engine splits it over parallel connections).
         if !from_disk.is_empty() {
             let workers = from_disk.len().min(DISK_READERS);
-            let res = run_all(&from_disk, workers, |&i| {
-                let op = ops[i];
-                // SAFETY: destinations vouched for by our caller.
-                unsafe { self.read_disk_copy(infos[op.key], op.src, op.dst, op.len) }
-            });
+            let res = run_all(
+                &from_disk,
+                workers,
+                |&i| -> std::result::Result<(), ErrorCode> {
+                    let op = ops[i];
+                    for row in 0..op.count {
+                        let (src, dst) = (
+                            op.src + row * op.src_stride,
+                            op.dst + (row * op.dst_stride) as usize,
+                        );
+                        // SAFETY: destinations vouched for by our caller.
+                        unsafe { self.read_disk_copy(infos[op.key], src, dst, op.len) }?;
+                    }
+                    Ok(())
+                },
+            );
             for (&i, r) in from_disk.iter().zip(res) {
                 errs[i] = r.err().map(Error::from);
             }
@@ -332,8 +378,8 @@ impl Client {
         let results = run_all(&tasks, workers, |t| -> Result<()> {
             let g = &groups[t.group];
             // SAFETY: destinations vouched for by our caller.
-            let path = unsafe { self.engine.read(&seg_ref(g.rep), &t.ops, t.stores) }?;
-            self.count_read(path, t.ops.iter().map(|o| o.len).sum());
+            let path = unsafe { self.engine.read_rows(&seg_ref(g.rep), &t.ops, t.stores) }?;
+            self.count_read(path, t.ops.iter().map(|o| o.len * o.count).sum());
             Ok(())
         });
         let mut failed_groups: Vec<Option<Error>> = vec![None; groups.len()];
@@ -355,15 +401,11 @@ impl Client {
                     if r.segment_uuid == g.rep.segment_uuid {
                         continue;
                     }
-                    let one = [Op {
-                        seg_offset: r.offset + op.src,
-                        local_ptr: op.dst,
-                        len: op.len,
-                    }];
+                    let one = [op.rows_at(r.offset)];
                     // SAFETY: as above.
-                    match unsafe { self.engine.read(&seg_ref(r), &one, Stores::Cached) } {
+                    match unsafe { self.engine.read_rows(&seg_ref(r), &one, Stores::Cached) } {
                         Ok(path) => {
-                            self.count_read(path, op.len);
+                            self.count_read(path, op.bytes());
                             ok = true;
                             break;
                         }

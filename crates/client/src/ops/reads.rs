@@ -143,6 +143,7 @@ impl Client {
                 src: 0,
                 dst: *dst,
                 len: info.size,
+                ..RangeOp::ONE_ROW
             })
             .collect();
         // SAFETY: the caller vouches for every destination.

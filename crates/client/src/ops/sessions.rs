@@ -490,6 +490,7 @@ impl Client {
                                 src,
                                 dst,
                                 len,
+                                ..RangeOp::ONE_ROW
                             });
                             op_key.push(i);
                         }

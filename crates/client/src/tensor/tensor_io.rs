@@ -574,6 +574,7 @@ impl Client {
                         src: 0,
                         dst: bufs[i].as_mut_ptr() as usize,
                         len: want as u64,
+                        ..RangeOp::ONE_ROW
                     });
                     op_key.push(i);
                 }
@@ -712,6 +713,9 @@ impl TensorReads<'_> {
                     src: r.src_offset,
                     dst: base + r.dst_offset as usize,
                     len: r.len,
+                    count: r.count,
+                    src_stride: r.src_stride,
+                    dst_stride: r.dst_stride,
                 });
                 op_item.push(i);
             }

@@ -28,7 +28,7 @@
 use crate::axis::{Axis, AxisKind, Parallelism, RawAxis};
 use crate::dtype::DType;
 use crate::error::{TensorError, TensorResult};
-use crate::geometry::{copy_runs, CopyRun, Region};
+use crate::geometry::{copy_rows, CopyRows, Region};
 use crate::header::StoredAxis;
 use crate::header::{Layout, TensorHeader, HEADER_SIZE};
 use crate::keys;
@@ -144,18 +144,57 @@ pub struct PlanSource {
     pub size: u64,
 }
 
-/// One byte range: `len` bytes at `src_offset` of source `source` go to
-/// `dst_offset` of the result payload.
+/// `count` byte ranges of `len` bytes out of source `source`: the `i`-th
+/// from `src_offset + i * src_stride` of the object to
+/// `dst_offset + i * dst_stride` of the result payload (the rows of one
+/// dimension of a box; a single range has `count` 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PlanRange {
     /// Index into [`ReadPlan::sources`].
     pub source: usize,
-    /// Offset in the stored object.
+    /// Offset of the first row in the stored object.
     pub src_offset: u64,
-    /// Offset in the result payload.
+    /// Offset of the first row in the result payload.
     pub dst_offset: u64,
-    /// Length.
+    /// Bytes per row.
     pub len: u64,
+    /// Rows (at least 1).
+    pub count: u64,
+    /// Bytes between rows in the stored object.
+    pub src_stride: u64,
+    /// Bytes between rows in the result payload.
+    pub dst_stride: u64,
+}
+
+impl PlanRange {
+    /// One contiguous range.
+    pub fn single(source: usize, src_offset: u64, dst_offset: u64, len: u64) -> PlanRange {
+        PlanRange {
+            source,
+            src_offset,
+            dst_offset,
+            len,
+            count: 1,
+            src_stride: 0,
+            dst_stride: 0,
+        }
+    }
+
+    /// Bytes copied.
+    pub fn bytes(&self) -> u64 {
+        self.len * self.count
+    }
+
+    /// The rows as `(src_offset, dst_offset, len)`.
+    pub fn rows(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        (0..self.count).map(move |i| {
+            (
+                self.src_offset + i * self.src_stride,
+                self.dst_offset + i * self.dst_stride,
+                self.len,
+            )
+        })
+    }
 }
 
 /// The result a plan produces.
@@ -349,12 +388,7 @@ fn whole(o: &Obj<'_>) -> ReadPlan {
             size: o.size,
         }],
         ranges: if h.data_bytes > 0 {
-            vec![PlanRange {
-                source: 0,
-                src_offset: h.data_offset,
-                dst_offset: 0,
-                len: h.data_bytes,
-            }]
+            vec![PlanRange::single(0, h.data_offset, 0, h.data_bytes)]
         } else {
             Vec::new()
         },
@@ -418,11 +452,11 @@ fn gather(
     let mut plan_sources = Vec::new();
     let mut ranges = Vec::new();
     let mut covered = 0u64;
-    let mut runs: Vec<CopyRun> = Vec::new();
+    let mut runs: Vec<CopyRows> = Vec::new();
     for o in sources {
         let b = shard_box(&o.header).map_err(|e| e.context(format!("{:?}", o.key)))?;
         runs.clear();
-        let n = copy_runs(itemsize, &b, target, &mut runs);
+        let n = copy_rows(itemsize, &b, target, &mut runs);
         if n == 0 {
             continue;
         }
@@ -437,6 +471,9 @@ fn gather(
             src_offset: o.header.data_offset + r.src,
             dst_offset: r.dst,
             len: r.len,
+            count: r.count,
+            src_stride: r.src_stride,
+            dst_stride: r.dst_stride,
         }));
     }
     if covered != target.volume() {
