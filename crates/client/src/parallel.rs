@@ -89,7 +89,10 @@ pub(crate) struct Task<P = Op> {
 /// ([`share_ops`]), any other group (a TCP owner, whose engine splits it
 /// over parallel connections, or a small group) is one task. A batch that
 /// moves at least [`Stores::STREAM_MIN`] bytes through memory in all does
-/// not fit in the cache, so its copies stream. Also returns the workers for
+/// not fit in the cache, so its copies stream; so do the replies of its TCP
+/// groups when the whole batch is that large (the kernel's copy into
+/// destinations that are not in the cache would read each line before
+/// writing it). Also returns the workers for
 /// [`run_all`]: every unsplit group in flight at once, plus the copy threads
 /// if any group was split.
 pub(crate) fn group_tasks<'a, P: Piece + 'a>(
@@ -101,13 +104,14 @@ pub(crate) fn group_tasks<'a, P: Piece + 'a>(
         .collect();
     let local_bytes: u64 = groups.iter().filter(|g| g.1).map(|g| g.2).sum();
     let stores = Stores::for_bytes(local_bytes);
+    let tcp_stores = Stores::for_bytes(groups.iter().map(|g| g.2).sum());
     let mut tasks: Vec<Task<P>> = Vec::new();
     let (mut split, mut whole) = (false, 0usize);
     for (group, (ops, local, bytes)) in groups.into_iter().enumerate() {
         if ops.is_empty() {
             continue;
         }
-        let stores = if local { stores } else { Stores::Cached };
+        let stores = if local { stores } else { tcp_stores };
         if local && bytes >= PAR_LOCAL {
             tasks.extend(
                 share_ops(ops)
@@ -332,7 +336,8 @@ mod tests {
         assert_eq!(streams(&tasks, 0), vec![Stores::Cached]);
         // Two local owners of 5 MiB each: 10 MiB through memory in all, so
         // both stream although neither group is split; a TCP owner's bytes
-        // neither count nor stream.
+        // do not count for the memory copies, and its reply streams because
+        // the whole batch is large.
         let (a, b, c) = (ops_of(5, 0), ops_of(5, 64 << 20), ops_of(64, 0));
         let (tasks, _) = group_tasks([
             (a.as_slice(), true),
@@ -341,8 +346,11 @@ mod tests {
         ]);
         assert_eq!(streams(&tasks, 0), vec![Stores::Streaming]);
         assert_eq!(streams(&tasks, 1), vec![Stores::Streaming]);
-        assert_eq!(streams(&tasks, 2), vec![Stores::Cached]);
+        assert_eq!(streams(&tasks, 2), vec![Stores::Streaming]);
         let (tasks, _) = group_tasks([(small.as_slice(), true), (c.as_slice(), false)]);
+        assert_eq!(streams(&tasks, 0), vec![Stores::Cached]);
+        // A small batch from a TCP owner lands straight from the kernel.
+        let (tasks, _) = group_tasks([(small.as_slice(), false)]);
         assert_eq!(streams(&tasks, 0), vec![Stores::Cached]);
     }
 

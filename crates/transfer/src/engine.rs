@@ -3,7 +3,7 @@
 //! across parallel connections).
 
 use crate::error::{Error, Result};
-pub use crate::op::{Op, Rows};
+pub use crate::op::{Op, Rows, Stores};
 use crate::same_host::{MapLookup, MappingCache};
 use crate::segment::{local_segment, FreshWrite, Segment};
 use crate::tcp_pool::TcpPool;
@@ -61,32 +61,6 @@ const TCP_PART_MIN: u64 = 1 << 20;
 const TCP_PART_MIN_PACED: u64 = 256 << 10;
 /// Bytes above which a memcpy uses two threads.
 const PAR_COPY: u64 = 8 << 20;
-
-/// How a local copy stores into its destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stores {
-    /// Plain stores: the destination stays in the cache, where the next
-    /// reader finds it (the fastest copy while both ends fit in it).
-    Cached,
-    /// Non-temporal stores: for a transfer too large for the cache, whose
-    /// plain stores would first read every destination line from memory
-    /// (`mooncake_common::memcopy`).
-    Streaming,
-}
-
-impl Stores {
-    /// Transfers of at least this many bytes in one call stream.
-    pub const STREAM_MIN: u64 = 8 << 20;
-
-    /// The stores for one call that moves `total` bytes locally.
-    pub fn for_bytes(total: u64) -> Stores {
-        if total >= Self::STREAM_MIN {
-            Stores::Streaming
-        } else {
-            Stores::Cached
-        }
-    }
-}
 
 /// Executes transfers for one client.
 pub struct TransferEngine {
@@ -240,7 +214,7 @@ impl TransferEngine {
         let key = self.auth.as_ref();
         tcp_parallel(seg.endpoint, &ops, |part| {
             // SAFETY: `part` is a piece of the caller's writable destinations.
-            unsafe { TcpPool::global().read(seg.endpoint, seg.uuid, part, key) }
+            unsafe { TcpPool::global().read(seg.endpoint, seg.uuid, part, key, stores) }
         })?;
         Ok(Path::Tcp)
     }

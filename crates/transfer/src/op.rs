@@ -156,6 +156,35 @@ impl Rows {
     }
 }
 
+/// How a copy stores into its destination: a local copy's own stores, and
+/// for a TCP read, whether the reply lands through a cache-sized buffer
+/// copied on with streaming stores (`sockio::recv_streamed`) or straight
+/// from the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stores {
+    /// Plain stores: the destination stays in the cache, where the next
+    /// reader finds it (the fastest copy while both ends fit in it).
+    Cached,
+    /// Non-temporal stores: for a transfer too large for the cache, whose
+    /// plain stores would first read every destination line from memory
+    /// (`mooncake_common::memcopy`).
+    Streaming,
+}
+
+impl Stores {
+    /// Transfers of at least this many bytes in one call stream.
+    pub const STREAM_MIN: u64 = 8 << 20;
+
+    /// The stores for one call that moves `total` bytes locally.
+    pub fn for_bytes(total: u64) -> Stores {
+        if total >= Self::STREAM_MIN {
+            Stores::Streaming
+        } else {
+            Stores::Cached
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

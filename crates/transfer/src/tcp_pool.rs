@@ -7,7 +7,7 @@
 
 use crate::data_proto::{encode_header, DiskRead, OP_READ, OP_WRITE};
 use crate::error::{Error, Result};
-use crate::op::Op;
+use crate::op::{Op, Stores};
 use crate::sockio::{iov, recv_status_then, send_all};
 use mooncake_common::framing::{client_handshake, Service};
 use mooncake_common::limits::reusable;
@@ -118,7 +118,9 @@ impl TcpPool {
     }
 
     /// Read the ranges of `ops` from the peer's segment into local memory,
-    /// authenticating with `key` on a new connection.
+    /// authenticating with `key` on a new connection; with
+    /// [`Stores::Streaming`] a large reply lands through a cache-sized
+    /// buffer copied on with streaming stores.
     ///
     /// # Safety
     /// Every `op.local_ptr..+len` must be writable.
@@ -128,10 +130,11 @@ impl TcpPool {
         uuid: &str,
         ops: &[Op],
         key: Option<&AuthKey>,
+        stores: Stores,
     ) -> Result<()> {
         let mut s = self.connect(endpoint, key)?;
         // SAFETY: the caller guarantees the destinations are writable.
-        match unsafe { read_on(&mut s, uuid, ops) } {
+        match unsafe { read_on(&mut s, uuid, ops, stores) } {
             Ok(Ok(())) => {
                 self.give(endpoint, key, s);
                 Ok(())
@@ -263,12 +266,13 @@ unsafe fn read_on(
     s: &mut TcpStream,
     uuid: &str,
     ops: &[Op],
+    stores: Stores,
 ) -> io::Result<std::result::Result<(), ErrorCode>> {
     s.write_all(&header(OP_READ, uuid, None, ops))?;
     let mut dst = local_iovs(ops);
     spin_until_readable(s.as_raw_fd(), spin_budget());
     // SAFETY: the iovecs describe the caller's writable destinations.
-    let st = unsafe { recv_status_then(s.as_raw_fd(), &mut dst)? };
+    let st = unsafe { recv_status_then(s.as_raw_fd(), &mut dst, stores == Stores::Streaming)? };
     if st != 0 {
         return Ok(Err(ErrorCode::from_code(st)));
     }

@@ -10,7 +10,7 @@ use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use mooncake_transfer::data_server::DataServer;
 use mooncake_transfer::segment::Segment;
 use mooncake_transfer::tcp_pool::TcpPool;
-use mooncake_transfer::Op;
+use mooncake_transfer::{Op, Stores};
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
@@ -93,7 +93,7 @@ fn writes_need_a_ticket_for_their_range() {
             len: 4096,
         }];
         // SAFETY: `back` is writable for the call.
-        unsafe { pool.read(&ep, seg.uuid(), &ops, k) }.map_err(|e| e.code())
+        unsafe { pool.read(&ep, seg.uuid(), &ops, k, Stores::Cached) }.map_err(|e| e.code())
     };
     assert_eq!(rd(None, &mut back), Err(ErrorCode::TransferFail));
     assert_eq!(rd(Some(&key), &mut back), Ok(()));

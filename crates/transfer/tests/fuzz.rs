@@ -11,7 +11,7 @@ use mooncake_transfer::data_server::DataServer;
 use mooncake_transfer::same_host::{map_remote, socket_name, MappingServer};
 use mooncake_transfer::segment::Segment;
 use mooncake_transfer::tcp_pool::TcpPool;
-use mooncake_transfer::Op;
+use mooncake_transfer::{Op, Stores};
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use proptest::prelude::*;
 use std::io::{IoSliceMut, Read, Write};
@@ -118,11 +118,13 @@ fn fuzz_data_server_sessions() {
         len: 64,
     }];
     // SAFETY: `back` is writable for the call.
-    let r = unsafe { TcpPool::global().read(&keyed_ep, seg.uuid(), &ops, Some(&key)) };
+    let r =
+        unsafe { TcpPool::global().read(&keyed_ep, seg.uuid(), &ops, Some(&key), Stores::Cached) };
     assert!(r.is_ok(), "{r:?}");
     assert_eq!(back, vec![0u8; 64]);
     // SAFETY: as above.
-    let r = unsafe { TcpPool::global().read(&open_ep, open_seg.uuid(), &ops, None) };
+    let r =
+        unsafe { TcpPool::global().read(&open_ep, open_seg.uuid(), &ops, None, Stores::Streaming) };
     assert!(r.is_ok(), "{r:?}");
     keyed.stop();
     open.stop();
