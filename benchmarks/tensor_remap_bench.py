@@ -173,6 +173,69 @@ def plans(full: dict[str, Any]) -> dict[str, list[tuple[list[str], list[Any]]]]:
     return out
 
 
+def measure(
+    s: Any,
+    batches: list[tuple[list[str], list[Any]]],
+    full: dict[str, Any],
+    repeats: int,
+    name: str,
+) -> dict[str, Any]:
+    """One target's row: every result checked against torch slicing, then
+    ours, memcpy and slice timed on the same bytes, and the master RPCs of a
+    batch of every weight and of one."""
+    import torch
+
+    nbytes = 0
+    for keys, tgts in batches:
+        got = s.batch_get_tensor_with_parallelism(keys, tgts)
+        for k, tg, g in zip(keys, tgts, got, strict=True):
+            axes = tg.parallelism.axes if tg.parallelism else []
+            want = box(full[k], axes)
+            if g is None or not torch.equal(g, want):
+                raise RuntimeError(f"{name}: {k} {tg} read wrong")
+            nbytes += want.numel() * 2
+    del got
+
+    def ours() -> None:
+        for keys, tgts in batches:
+            s.batch_get_tensor_with_parallelism(keys, tgts)
+
+    views = [
+        box(full[k], tg.parallelism.axes if tg.parallelism else [])
+        for keys, tgts in batches
+        for k, tg in zip(keys, tgts, strict=True)
+    ]
+    srcs = [v.contiguous() for v in views]
+
+    def memcpy() -> None:
+        for x in srcs:
+            torch.empty_like(x).copy_(x)
+
+    def slice_copy() -> None:
+        for v in views:
+            torch.empty(v.shape, dtype=v.dtype).copy_(v)
+
+    keys, tgts = batches[0]
+    r0 = s.get_client_stats()["master_rpcs"]
+    s.batch_get_tensor_with_parallelism(keys, tgts)
+    r1 = s.get_client_stats()["master_rpcs"]
+    s.batch_get_tensor_with_parallelism(keys[:1], tgts[:1])
+    r2 = s.get_client_stats()["master_rpcs"]
+    t_ours = median_secs(ours, repeats)
+    t_mem = median_secs(memcpy, repeats)
+    t_slice = median_secs(slice_copy, repeats)
+    return {
+        "bytes": nbytes,
+        "calls": len(batches),
+        "ours_gbs": nbytes / t_ours / 1e9,
+        "memcpy_gbs": nbytes / t_mem / 1e9,
+        "slice_gbs": nbytes / t_slice / 1e9,
+        "rpc_per_call": r1 - r0,
+        "rpc_per_call_1": r2 - r1,
+        "tensors_per_call": len(keys),
+    }
+
+
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     import torch.distributed.checkpoint as dcp
@@ -212,60 +275,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             s = new_store(rpc, meta, 16 * MiB, 64 * MiB)
             try:
                 for name, batches in plans(full).items():
-                    nbytes = 0
-                    for keys, tgts in batches:
-                        got = s.batch_get_tensor_with_parallelism(keys, tgts)
-                        for k, tg, g in zip(keys, tgts, got, strict=True):
-                            axes = tg.parallelism.axes if tg.parallelism else []
-                            want = box(full[k], axes)
-                            if g is None or not torch.equal(g, want):
-                                raise RuntimeError(f"{name}: {k} {tg} read wrong")
-                            nbytes += want.numel() * 2
-                    del got
-
-                    def ours(batches: list[tuple[list[str], list[Any]]] = batches) -> None:
-                        for keys, tgts in batches:
-                            s.batch_get_tensor_with_parallelism(keys, tgts)
-
-                    srcs = [
-                        box(full[k], tg.parallelism.axes if tg.parallelism else []).contiguous()
-                        for keys, tgts in batches
-                        for k, tg in zip(keys, tgts, strict=True)
-                    ]
-
-                    def memcpy(srcs: list[Any] = srcs) -> None:
-                        for x in srcs:
-                            torch.empty_like(x).copy_(x)
-
-                    views = [
-                        box(full[k], tg.parallelism.axes if tg.parallelism else [])
-                        for keys, tgts in batches
-                        for k, tg in zip(keys, tgts, strict=True)
-                    ]
-
-                    def slice_copy(views: list[Any] = views) -> None:
-                        for v in views:
-                            torch.empty(v.shape, dtype=v.dtype).copy_(v)
-
-                    keys, tgts = batches[0]
-                    r0 = s.get_client_stats()["master_rpcs"]
-                    s.batch_get_tensor_with_parallelism(keys, tgts)
-                    r1 = s.get_client_stats()["master_rpcs"]
-                    s.batch_get_tensor_with_parallelism(keys[:1], tgts[:1])
-                    r2 = s.get_client_stats()["master_rpcs"]
-                    t_ours = median_secs(ours, args.repeats)
-                    t_mem = median_secs(memcpy, args.repeats)
-                    t_slice = median_secs(slice_copy, args.repeats)
-                    res["rows"][name] = {
-                        "bytes": nbytes,
-                        "calls": len(batches),
-                        "ours_gbs": nbytes / t_ours / 1e9,
-                        "memcpy_gbs": nbytes / t_mem / 1e9,
-                        "slice_gbs": nbytes / t_slice / 1e9,
-                        "rpc_per_call": r1 - r0,
-                        "rpc_per_call_1": r2 - r1,
-                        "tensors_per_call": len(keys),
-                    }
+                    res["rows"][name] = measure(s, batches, full, args.repeats, name)
             finally:
                 s.close()
         finally:
