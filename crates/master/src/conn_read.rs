@@ -5,18 +5,106 @@
 //! releases memory that a removal on another thread freed from this
 //! thread's heap), and once the connection has stayed silent for its
 //! timeout the read fails with `TimedOut`.
+//!
+//! How long it polls: a client's requests often come a few hundred
+//! microseconds apart (a lookup, the caller's own work, the next lookup),
+//! longer than a caller's reply poll (`MC_RPC_SPIN_US`). A thread that
+//! parks in between must be woken for the next request, and on a VM whose
+//! idle vCPU halted that wakeup costs the request hundreds of microseconds
+//! whenever the host is busy. So a connection thread polls for its next
+//! request up to [`wait_spin`] (`MC_MASTER_SPIN_US`), while it holds one of
+//! the process's poll slots (half the cores, at least one; [`PollSlots`]),
+//! yielding its core between polls; without a slot it polls only
+//! `MC_RPC_SPIN_US`. A connection whose last [`SLOW_WAITS`] waits each
+//! outlasted that budget (a client that calls rarely) polls only
+//! `MC_RPC_SPIN_US` too, until a request comes sooner again: polling for it
+//! would only burn the core.
 
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use mooncake_common::spin_read::recv_spin;
 
+/// Consecutive waits longer than [`wait_spin`] after which a connection
+/// stops polling long.
+pub(crate) const SLOW_WAITS: u8 = 2;
+
+/// How long a connection thread holding a poll slot polls for its next
+/// request, in microseconds: `MC_MASTER_SPIN_US` (default 2000; read once;
+/// below `MC_RPC_SPIN_US` that budget applies).
+pub(crate) fn wait_spin() -> Duration {
+    static US: OnceLock<u64> = OnceLock::new();
+    let us = *US.get_or_init(|| {
+        std::env::var("MC_MASTER_SPIN_US")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(2000)
+    });
+    Duration::from_micros(us).max(mooncake_common::spin_read::spin_budget())
+}
+
+/// Slots for polling longer than a reply poll: a thread polls for
+/// [`wait_spin`] only while it holds one, so at most `cap` threads poll at
+/// once.
+pub(crate) struct PollSlots {
+    used: AtomicUsize,
+    cap: usize,
+}
+
+impl PollSlots {
+    pub(crate) const fn new(cap: usize) -> Self {
+        PollSlots {
+            used: AtomicUsize::new(0),
+            cap,
+        }
+    }
+
+    /// The process's slots: half the cores, at least one, so polling never
+    /// takes more than half the machine.
+    fn process() -> &'static PollSlots {
+        static SLOTS: OnceLock<PollSlots> = OnceLock::new();
+        SLOTS.get_or_init(|| {
+            PollSlots::new(
+                std::thread::available_parallelism()
+                    .map_or(1, |n| n.get() / 2)
+                    .max(1),
+            )
+        })
+    }
+
+    /// A free slot, if any (released on drop).
+    pub(crate) fn take(&self) -> Option<PollSlot<'_>> {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.cap).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| PollSlot(self))
+    }
+}
+
+/// One held slot of a [`PollSlots`].
+pub(crate) struct PollSlot<'a>(&'a PollSlots);
+
+impl Drop for PollSlot<'_> {
+    fn drop(&mut self) {
+        self.0.used.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Reads a connection's socket; see the module documentation.
 pub(crate) struct ConnReader {
     sock: TcpStream,
+    /// The poll without a slot.
     spin: Duration,
+    /// The poll with a slot.
+    wait_spin: Duration,
+    /// Consecutive reads that waited longer than `wait_spin`.
+    slow_waits: u8,
     timeout: Option<Duration>,
     tick: Duration,
     on_tick: fn(),
@@ -34,6 +122,8 @@ impl ConnReader {
         ConnReader {
             sock,
             spin: mooncake_common::spin_read::spin_budget(),
+            wait_spin: wait_spin(),
+            slow_waits: 0,
             timeout,
             tick: tick.max(Duration::from_millis(1)),
             on_tick,
@@ -73,12 +163,22 @@ impl Read for ConnReader {
             return Ok(0);
         }
         let fd = self.sock.as_raw_fd();
-        let deadline = self.timeout.map(|t| Instant::now() + t);
-        let mut spin = self.spin;
+        let start = Instant::now();
+        let deadline = self.timeout.map(|t| start + t);
+        let mut slot = (self.wait_spin > self.spin && self.slow_waits < SLOW_WAITS)
+            .then(|| PollSlots::process().take())
+            .flatten();
+        let mut spin = if slot.is_some() {
+            self.wait_spin
+        } else {
+            self.spin
+        };
         loop {
             if let Some(n) = recv_spin(fd, buf, spin)? {
+                self.slow_waits = slow_waits(self.slow_waits, start.elapsed(), self.wait_spin);
                 return Ok(n);
             }
+            drop(slot.take());
             // After a wait, one non-blocking look is enough.
             spin = Duration::ZERO;
             let now = Instant::now();
@@ -100,9 +200,19 @@ impl Read for ConnReader {
     }
 }
 
+/// The count of consecutive slow waits after a read that waited `waited`
+/// (slow: longer than `budget`; saturates at [`SLOW_WAITS`]).
+fn slow_waits(before: u8, waited: Duration, budget: Duration) -> u8 {
+    if waited > budget {
+        before.saturating_add(1).min(SLOW_WAITS)
+    } else {
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ConnReader;
+    use super::{slow_waits, ConnReader, PollSlots, SLOW_WAITS};
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -163,5 +273,40 @@ mod tests {
         a.write_all(b"ok").expect("write");
         assert_eq!(r.read(&mut buf).expect("read"), 2);
         assert_eq!(&buf[..2], b"ok");
+    }
+
+    #[test]
+    fn poll_slots_admit_up_to_their_cap_and_free_on_drop() {
+        let slots = PollSlots::new(2);
+        let a = slots.take().expect("first slot");
+        let b = slots.take().expect("second slot");
+        assert!(slots.take().is_none(), "a third poller must not get a slot");
+        drop(a);
+        let c = slots.take().expect("a released slot is free again");
+        assert!(slots.take().is_none());
+        drop((b, c));
+        assert_eq!(slots.used.load(std::sync::atomic::Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn a_connection_stops_polling_long_after_consecutive_slow_waits_only() {
+        let budget = Duration::from_millis(2);
+        let slow = Duration::from_millis(30);
+        let fast = Duration::from_micros(300);
+        let mut n = 0;
+        n = slow_waits(n, slow, budget);
+        assert_eq!(n, 1, "one slow wait is not yet a slow client");
+        assert!(n < SLOW_WAITS);
+        n = slow_waits(n, slow, budget);
+        assert_eq!(n, SLOW_WAITS);
+        n = slow_waits(n, slow, budget);
+        assert_eq!(n, SLOW_WAITS, "the count saturates");
+        n = slow_waits(n, fast, budget);
+        assert_eq!(n, 0, "a request within the budget resumes long polls");
+        assert_eq!(
+            slow_waits(1, budget, budget),
+            0,
+            "exactly the budget is not slow"
+        );
     }
 }
