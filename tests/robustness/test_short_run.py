@@ -1,14 +1,18 @@
 """A short robustness run: client processes run random operations on a few
-contended keys against a real master while a holder of the data is killed
-(SIGKILL) and replaced; the whole recorded history is then checked by
-``mooncake-lincheck`` for linearizability (a killed holder's keys may read
-as not found, as after an eviction, but never as an older or a foreign
-value), torn reads and operations stuck past the bound.
+contended keys against a real master while one fault is injected: a holder
+of the data is killed (SIGKILL) and replaced, a holder is paused (SIGSTOP)
+for longer than the client TTL and resumed, or the master is paused for
+longer than the client TTL and resumed. The whole recorded history is then
+checked by ``mooncake-lincheck`` for linearizability (a lost holder's keys
+may read as not found, as after an eviction, but never as an older or a
+foreign value), torn reads and operations stuck past the bound.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -21,6 +25,10 @@ from conftest import REPO, Child, Master
 HERE = Path(__file__).resolve().parent
 CLIENTS = 3
 SECONDS = 8.0
+CLIENT_TTL = 2
+# A pause outlasts the client TTL: the master expires the paused party's
+# leases (or, paused itself, finds every client's heartbeat stale).
+PAUSE = CLIENT_TTL + 1.0
 STUCK_NS = 15 * 10**9
 
 
@@ -71,16 +79,29 @@ def start_workload(m: Master, client: int, history: Path, seed: int) -> subproce
     return p
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_history_under_a_holder_kill_is_linearizable(
+def pause(pid: int, seconds: float) -> None:
+    """SIGSTOP ``pid`` for ``seconds``, then SIGCONT (also when interrupted)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize(
+    ("nemesis", "seed"),
+    [("holder-kill", 1), ("holder-kill", 2), ("holder-pause", 3), ("master-pause", 4)],
+)
+def test_history_under_a_fault_is_linearizable(
     master_factory: Callable[..., Master],
     child_factory: Callable[..., Child],
     workloads: list[subprocess.Popen[bytes]],
     lincheck: str,
     tmp_path: Path,
+    nemesis: str,
     seed: int,
 ) -> None:
-    m = master_factory(default_kv_lease_ttl=200, client_ttl=2)
+    m = master_factory(default_kv_lease_ttl=200, client_ttl=CLIENT_TTL)
     holders = [child_factory() for _ in range(2)]
     for h in holders:
         assert h.setup(m) == 0
@@ -89,10 +110,16 @@ def test_history_under_a_holder_kill_is_linearizable(
         workloads.append(start_workload(m, c + 1, path, seed * 100 + c))
     started = time.monotonic()
     time.sleep(SECONDS / 3)
-    holders[0].kill()  # SIGKILL: its replicas are gone with it
-    time.sleep(1.0)
-    replacement = child_factory()
-    assert replacement.setup(m) == 0
+    if nemesis == "holder-kill":
+        holders[0].kill()  # SIGKILL: its replicas are gone with it
+        time.sleep(1.0)
+        replacement = child_factory()
+        assert replacement.setup(m) == 0
+    elif nemesis == "holder-pause":
+        pause(holders[0].pid, PAUSE)
+    else:
+        assert m.proc is not None
+        pause(m.proc.pid, PAUSE)
     for p in workloads:
         assert p.wait(timeout=SECONDS + 60) == 0
     assert time.monotonic() - started >= SECONDS

@@ -11,11 +11,14 @@ bytes that depend on both, so a read names the write it saw (its id
 ``client * 10**9 + seq``) or, when the bytes do not match that write, is
 recorded as a read of value id 0, which no write makes (torn). Codes that
 say nothing was done are definite failures; a lost connection or a timeout
-is indeterminate.
+is indeterminate. Reads go through ``get_into``, whose code tells "not
+found" (an observation) from a read that failed (none: ``get`` answers
+empty bytes for both).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import random
 import sys
@@ -26,7 +29,9 @@ from mooncake.store import MooncakeDistributedStore
 
 # Codes after which the operation certainly did not take effect.
 DEFINITE = {-200, -600, -704, -705, -706, -1012}
+NOT_FOUND = -704
 TORN = 0
+READ_BUFFER = 4096
 
 
 def value(client: int, seq: int) -> bytes:
@@ -61,6 +66,10 @@ def main() -> None:
     )
     if rc != 0:
         raise SystemExit(f"setup failed: {rc}")
+    buf = ctypes.create_string_buffer(READ_BUFFER)
+    ptr = ctypes.addressof(buf)
+    if store.register_buffer(ptr, READ_BUFFER) != 0:
+        raise SystemExit("register_buffer failed")
     keys = [f"rk{i}" for i in range(int(cfg["keys"]))]
     deadline = time.monotonic() + float(cfg["seconds"])
     seq = 0
@@ -74,11 +83,16 @@ def main() -> None:
             invoke = time.monotonic_ns()
             outcome: Any
             if kind == "get":
-                raw = store.get(key)
+                n = code = store.get_into(key, ptr, READ_BUFFER)
                 call: Any = "get"
-                outcome = {"ok": decode(raw) if raw else None}
+                if n > 0:
+                    outcome = {"ok": decode(ctypes.string_at(ptr, n))}
+                elif n == NOT_FOUND:
+                    outcome = {"ok": None}
+                else:
+                    outcome = "failed"  # a failed read observed nothing
             elif kind == "remove":
-                rc = store.remove(key)
+                rc = code = store.remove(key)
                 call = "remove"
                 if rc == 0:
                     outcome = {"ok": 1}
@@ -88,11 +102,11 @@ def main() -> None:
                     outcome = "failed" if rc in DEFINITE else "unknown"
             else:
                 fn = store.put if kind == "put" else store.upsert
-                rc = fn(key, value(client, seq))
+                rc = code = fn(key, value(client, seq))
                 call = {kind: vid}
                 outcome = {"ok": None} if rc == 0 else ("failed" if rc in DEFINITE else "unknown")
             complete = time.monotonic_ns()
-            op = {
+            op: dict[str, Any] = {
                 "client": client,
                 "key": key,
                 "call": call,
@@ -100,7 +114,10 @@ def main() -> None:
                 "complete": complete,
                 "outcome": outcome,
             }
+            if outcome in ("failed", "unknown"):
+                op["code"] = code  # for the reader of a history
             out.write(json.dumps(op) + "\n")
+    store.unregister_buffer(ptr)
     store.close()
 
 

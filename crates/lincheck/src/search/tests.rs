@@ -213,3 +213,58 @@ fn keys_are_independent_and_large_concurrent_histories_finish() {
     assert_eq!(r.anomalies, vec![]);
     assert_eq!((r.ops, r.keys), (h.len(), 1));
 }
+
+#[test]
+fn many_unread_indeterminate_writes_check_quickly_and_stay_optional() {
+    // 40 writes time out during a fault and none is ever read, among
+    // sequential traffic that is linearizable only if none took effect
+    // after the last upsert (the reads keep seeing value 1).
+    let mut h = vec![op(0, Call::Upsert(1), 0, 1, ok())];
+    for i in 0..40u64 {
+        h.push(Op {
+            complete: None,
+            ..op(1, Call::Upsert(1_000 + i), 2 + i, 0, Outcome::Unknown)
+        });
+    }
+    for i in 0..4_000u64 {
+        h.push(op(2, Call::Get, 100 + 2 * i, 101 + 2 * i, read(Some(1))));
+    }
+    assert_eq!(check(&h, EVICTING, 10_000, 100_000).anomalies, vec![]);
+    assert_eq!(check(&h, STRICT, 10_000, 100_000).anomalies, vec![]);
+}
+
+#[test]
+fn an_indeterminate_write_that_was_read_still_explains_the_read() {
+    let h = [
+        op(0, Call::Upsert(1), 0, 1, ok()),
+        Op {
+            complete: None,
+            ..op(1, Call::Upsert(2), 2, 0, Outcome::Unknown)
+        },
+        op(2, Call::Get, 10, 11, read(Some(2))),
+        op(2, Call::Get, 12, 13, read(Some(2))),
+    ];
+    assert_eq!(check(&h, STRICT, 100, 1_000).anomalies, vec![]);
+}
+
+#[test]
+fn unread_indeterminate_writes_do_not_hide_a_stale_read() {
+    // A stale read after a completed newer write is an anomaly whatever
+    // the indeterminate writes did.
+    let mut h = vec![
+        op(0, Call::Upsert(1), 0, 1, ok()),
+        op(0, Call::Upsert(2), 2, 3, ok()),
+        op(1, Call::Get, 10, 11, read(Some(1))),
+    ];
+    for i in 0..3u64 {
+        h.push(Op {
+            complete: None,
+            ..op(2, Call::Upsert(100 + i), 4 + i, 0, Outcome::Unknown)
+        });
+    }
+    let found = check(&h, STRICT, 100, 1_000).anomalies;
+    assert!(
+        matches!(found.as_slice(), [Anomaly::NotLinearizable { .. }]),
+        "{found:?}"
+    );
+}
