@@ -403,6 +403,12 @@ pub(crate) struct ReadTicket {
     pub expiry: Instant,
 }
 
+/// A gap between two client TTL checks longer than this means the master
+/// itself did not run meanwhile (stopped, paused with its VM, starved of
+/// CPU), so it did not serve the clients' heartbeats either: that time is
+/// not counted as their silence. The checks run every 200 ms.
+pub(crate) const TTL_CHECK_STALL: Duration = Duration::from_secs(1);
+
 /// Objects one sweep for stale in-flight writes looks at (about a
 /// millisecond of work under the lock).
 pub(crate) const SWEEP_CHUNK: usize = 65_536;
@@ -468,6 +474,8 @@ pub(crate) struct Inner {
     pub groups: crate::groups::Groups,
     /// Tenant quota policies and allocation tags.
     pub tenants: crate::tenants::Tenants,
+    /// When the client TTLs were last checked ([`MasterState::expire_clients`]).
+    pub ttl_checked: Option<Instant>,
 }
 
 /// A promotion in flight: the owner of the disk copy reads it back into
@@ -697,13 +705,32 @@ impl MasterState {
         }
     }
 
-    /// Expire clients that missed their TTL.
+    /// Expire clients that missed their TTL. After a gap in these checks
+    /// longer than [`TTL_CHECK_STALL`] (the master did not run), every
+    /// client's silence restarts from the gap's end instead: a paused
+    /// master must not drop every segment, and with them every object, for
+    /// heartbeats it could not read.
     pub(crate) fn expire_clients(&self) {
         let ttl = Duration::from_secs(self.cfg.client_ttl_sec.max(0) as u64);
         let now = self.clock.now();
         let mut expired_segments = Vec::new();
         {
             let mut g = self.inner.lock();
+            if let Some(gap) = g
+                .ttl_checked
+                .replace(now)
+                .map(|t| now.saturating_duration_since(t))
+                .filter(|gap| *gap > TTL_CHECK_STALL)
+            {
+                tracing::warn!(
+                    ?gap,
+                    clients = g.clients.len(),
+                    "the master did not run for a while: client TTLs count from now"
+                );
+                for c in g.clients.values_mut() {
+                    c.last_ping = c.last_ping.checked_add(gap).map_or(now, |t| t.min(now));
+                }
+            }
             let dead: Vec<String> = g
                 .clients
                 .iter()

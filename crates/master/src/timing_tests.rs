@@ -114,6 +114,68 @@ fn a_silent_client_expires_after_its_ttl_and_takes_its_objects() {
 }
 
 #[test]
+fn a_master_that_did_not_run_gives_its_clients_a_full_ttl_after_it_resumes() {
+    let cfg = MasterConfig {
+        client_ttl_sec: 2,
+        ..MasterConfig::default()
+    };
+    let (st, clock) = state(cfg);
+    assert!(matches!(
+        put(&st, "k", 64, &WriteConfig::default(), false),
+        PutStartItem::Write { .. }
+    ));
+    let tick = Duration::from_millis(200);
+    st.expire_clients();
+    // The master is stopped for 3 s: longer than the TTL, no check runs.
+    clock.advance(Duration::from_secs(3));
+    st.expire_clients();
+    assert_eq!(
+        st.inner.lock().segments.len(),
+        1,
+        "the client was silent only while the master did not run"
+    );
+    // Checks every 200 ms again: a client that stays silent for its TTL
+    // after the master resumed is expired then, not before.
+    for _ in 0..10 {
+        clock.advance(tick);
+        st.expire_clients();
+    }
+    assert_eq!(st.inner.lock().segments.len(), 1, "2 s after the resume");
+    clock.advance(tick);
+    st.expire_clients();
+    let g = st.inner.lock();
+    assert!(
+        g.segments.is_empty(),
+        "silent past its TTL after the resume"
+    );
+    assert!(g.objects.is_empty());
+}
+
+#[test]
+fn a_client_that_pings_through_a_master_stall_is_kept() {
+    let cfg = MasterConfig {
+        client_ttl_sec: 2,
+        ..MasterConfig::default()
+    };
+    let (st, clock) = state(cfg);
+    assert!(matches!(
+        put(&st, "k", 64, &WriteConfig::default(), false),
+        PutStartItem::Write { .. }
+    ));
+    st.expire_clients();
+    clock.advance(Duration::from_secs(5));
+    // Its heartbeat is served first on resume, before the next check.
+    assert!(!st.ping("c1"));
+    st.expire_clients();
+    for _ in 0..5 {
+        clock.advance(Duration::from_millis(200));
+        assert!(!st.ping("c1"));
+        st.expire_clients();
+    }
+    assert_eq!(st.inner.lock().segments.len(), 1);
+}
+
+#[test]
 fn a_write_left_in_flight_is_discarded_then_its_space_released() {
     let cfg = MasterConfig {
         put_start_discard_timeout_sec: 30,
