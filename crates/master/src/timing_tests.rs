@@ -51,6 +51,14 @@ fn put(st: &MasterState, key: &str, size: u64, cfg: &WriteConfig, upsert: bool) 
     items.remove(0)
 }
 
+/// Write `key` (64 bytes, default config) and check it was stored.
+fn stored(st: &MasterState, key: &str) {
+    assert!(matches!(
+        put(st, key, 64, &WriteConfig::default(), false),
+        PutStartItem::Write { .. }
+    ));
+}
+
 fn used(st: &MasterState) -> u64 {
     st.inner.lock().segments["h:1"].alloc.used()
 }
@@ -62,10 +70,7 @@ fn a_lease_blocks_removal_until_it_runs_out() {
         ..MasterConfig::default()
     };
     let (st, clock) = state(cfg);
-    assert!(matches!(
-        put(&st, "k", 64, &WriteConfig::default(), false),
-        PutStartItem::Write { .. }
-    ));
+    stored(&st, "k");
     assert!(st.get_replica_list(&keys("k"), false)[0].is_ok());
     assert_eq!(
         st.remove(&keys("k"), false),
@@ -94,10 +99,7 @@ fn a_silent_client_expires_after_its_ttl_and_takes_its_objects() {
         ..MasterConfig::default()
     };
     let (st, clock) = state(cfg);
-    assert!(matches!(
-        put(&st, "k", 64, &WriteConfig::default(), false),
-        PutStartItem::Write { .. }
-    ));
+    stored(&st, "k");
     clock.advance(Duration::from_secs(9));
     assert!(!st.ping("c1"), "a known client needs no remount");
     clock.advance(Duration::from_secs(10));
@@ -120,10 +122,7 @@ fn a_master_that_did_not_run_gives_its_clients_a_full_ttl_after_it_resumes() {
         ..MasterConfig::default()
     };
     let (st, clock) = state(cfg);
-    assert!(matches!(
-        put(&st, "k", 64, &WriteConfig::default(), false),
-        PutStartItem::Write { .. }
-    ));
+    stored(&st, "k");
     let tick = Duration::from_millis(200);
     st.expire_clients();
     // The master is stopped for 3 s: longer than the TTL, no check runs.
@@ -158,10 +157,7 @@ fn a_client_that_pings_through_a_master_stall_is_kept() {
         ..MasterConfig::default()
     };
     let (st, clock) = state(cfg);
-    assert!(matches!(
-        put(&st, "k", 64, &WriteConfig::default(), false),
-        PutStartItem::Write { .. }
-    ));
+    stored(&st, "k");
     st.expire_clients();
     clock.advance(Duration::from_secs(5));
     // Its heartbeat is served first on resume, before the next check.
@@ -210,10 +206,7 @@ fn a_stale_upsert_is_dropped_and_the_committed_version_stays() {
         ..MasterConfig::default()
     };
     let (st, clock) = state(cfg);
-    assert!(matches!(
-        put(&st, "k", 64, &WriteConfig::default(), false),
-        PutStartItem::Write { .. }
-    ));
+    stored(&st, "k");
     let v = match st.put_start(&keys("k"), &[64], &WriteConfig::default(), true)[0] {
         PutStartItem::Write { version, .. } => version,
         ref other => panic!("{other:?}"),
@@ -414,10 +407,7 @@ fn reading_one_member_of_a_group_leases_every_member() {
             PutStartItem::Write { .. }
         ));
     }
-    assert!(matches!(
-        put(&st, "b", 64, &WriteConfig::default(), false),
-        PutStartItem::Write { .. }
-    ));
+    stored(&st, "b");
     assert!(st.get_replica_list(&keys("a1"), false)[0].is_ok());
     assert_eq!(
         st.remove(&keys("a2"), false),
@@ -457,10 +447,7 @@ fn a_key_cannot_change_group_while_it_exists() {
     let items = st.put_start(&keys("k"), &[64], &WriteConfig::default(), true);
     assert!(matches!(items[0], PutStartItem::Write { .. }), "{items:?}");
     // A plain key cannot join a group while it exists.
-    assert!(matches!(
-        put(&st, "plain", 64, &WriteConfig::default(), false),
-        PutStartItem::Write { .. }
-    ));
+    stored(&st, "plain");
     let join = WriteConfig {
         groups: vec![("plain".to_string(), "g".to_string())],
         ..WriteConfig::default()
