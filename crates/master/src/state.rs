@@ -705,11 +705,11 @@ impl MasterState {
         }
     }
 
-    /// Expire clients that missed their TTL. After a gap in these checks
-    /// longer than [`TTL_CHECK_STALL`] (the master did not run), every
-    /// client's silence restarts from the gap's end instead: a paused
-    /// master must not drop every segment, and with them every object, for
-    /// heartbeats it could not read.
+    /// Expire clients that missed their TTL. A gap in these checks longer
+    /// than [`TTL_CHECK_STALL`] (the master did not run) is not counted as
+    /// any client's silence: each last heartbeat moves forward by the gap
+    /// (to now at most), so a paused master does not drop every segment,
+    /// and with them every object, for heartbeats it could not read.
     pub(crate) fn expire_clients(&self) {
         let ttl = Duration::from_secs(self.cfg.client_ttl_sec.max(0) as u64);
         let now = self.clock.now();
@@ -725,7 +725,7 @@ impl MasterState {
                 tracing::warn!(
                     ?gap,
                     clients = g.clients.len(),
-                    "the master did not run for a while: client TTLs count from now"
+                    "the master did not run for a while: that time is not counted against client TTLs"
                 );
                 for c in g.clients.values_mut() {
                     c.last_ping = c.last_ping.checked_add(gap).map_or(now, |t| t.min(now));
