@@ -1,7 +1,7 @@
 //! Spreading one batch of copies over threads: large local or same-host
 //! transfers are cut into parts of about [`SHARE_PIECE`] bytes
 //! ([`share_ops`]) that the calling thread and up to [`copy_threads`] minus one
-//! helper threads claim one at a time ([`run_all`]). Shared by the ranged
+//! of the process's helper threads claim one at a time ([`run_all`]). Shared by the ranged
 //! reads (`ranges`) and the located writes (`writes`), which is what tensor
 //! IO lowers onto.
 //!
@@ -10,11 +10,8 @@
 //! reference VM's 2 cores loaded), and was slower than one thread; now the
 //! calling thread takes whatever the helper has not claimed yet.
 
+pub(crate) use mooncake_common::workers::run_all;
 use mooncake_transfer::{Op, Rows, Stores};
-use parking_lot::{Condvar, Mutex};
-use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
 /// Total bytes of one local or same-host group above which it is split
 /// over threads.
@@ -145,164 +142,9 @@ pub(crate) fn share_ops<P: Piece>(ops: &[P]) -> Vec<Vec<P>> {
     split_ops(ops, parts.clamp(copy_threads(), 1024))
 }
 
-/// What the workers of one [`run_all`] call share.
-struct Shared<R> {
-    /// Next unclaimed task.
-    next: AtomicUsize,
-    /// Number of tasks.
-    n: usize,
-    /// Tasks finished, their results, and the first panic.
-    state: Mutex<Done<R>>,
-    /// Signalled when the last task finishes.
-    all_done: Condvar,
-    /// The work of task `i`; lives on the stack of the `run_all` call, which
-    /// returns only once every claimed task has finished.
-    work: *const (dyn Fn(usize) -> R + Sync),
-}
-
-struct Done<R> {
-    finished: usize,
-    results: Vec<Option<R>>,
-    panic: Option<Box<dyn std::any::Any + Send>>,
-}
-
-// SAFETY: `work` points to a `Sync` closure and is called only while the
-// `run_all` call that owns it is waiting (see `drain`); everything else is
-// atomics and locked state of `Send` results.
-unsafe impl<R: Send> Send for Shared<R> {}
-// SAFETY: as for Send.
-unsafe impl<R: Send> Sync for Shared<R> {}
-
-/// Claim and run tasks until none is left.
-fn drain<R>(s: &Shared<R>) {
-    loop {
-        let i = s.next.fetch_add(1, Ordering::AcqRel);
-        if i >= s.n {
-            return;
-        }
-        let run = AssertUnwindSafe(|| {
-            // SAFETY: task `i < n` was claimed by this worker, so the
-            // `run_all` call owning `work` is still waiting: it returns only
-            // after all `n` tasks have finished, and `i` is not finished yet.
-            unsafe { (*s.work)(i) }
-        });
-        let r = std::panic::catch_unwind(run);
-        let mut st = s.state.lock();
-        match r {
-            Ok(r) => st.results[i] = Some(r),
-            Err(p) => {
-                st.panic.get_or_insert(p);
-            }
-        }
-        st.finished += 1;
-        if st.finished == s.n {
-            s.all_done.notify_all();
-        }
-    }
-}
-
-/// Run `f` on every task with up to `workers` workers (the calling thread
-/// and `workers - 1` helper threads); results come back in task order.
-///
-/// Tasks are claimed one at a time, so when a helper thread is slow to
-/// start the calling thread runs its tasks instead, and the call waits only
-/// for tasks already claimed: never for a thread that has not started.
-pub(crate) fn run_all<T: Sync, R: Send + 'static>(
-    tasks: &[T],
-    workers: usize,
-    f: impl Fn(&T) -> R + Sync,
-) -> Vec<R> {
-    let n = tasks.len();
-    let helpers = workers.min(n).saturating_sub(1);
-    if helpers == 0 {
-        return tasks.iter().map(f).collect();
-    }
-    let work = |i: usize| f(&tasks[i]);
-    let work: &(dyn Fn(usize) -> R + Sync + '_) = &work;
-    // SAFETY: only the lifetime is erased. Workers call `work` only for a
-    // task they claimed, and this function returns (ending the borrow) only
-    // after every task has finished; a helper that starts later claims
-    // nothing and never calls it.
-    let work: *const (dyn Fn(usize) -> R + Sync + 'static) = unsafe {
-        std::mem::transmute::<
-            *const (dyn Fn(usize) -> R + Sync + '_),
-            *const (dyn Fn(usize) -> R + Sync + 'static),
-        >(work)
-    };
-    let shared = Arc::new(Shared {
-        next: AtomicUsize::new(0),
-        n,
-        state: Mutex::new(Done {
-            finished: 0,
-            results: (0..n).map(|_| None).collect(),
-            panic: None,
-        }),
-        all_done: Condvar::new(),
-        work,
-    });
-    for _ in 0..helpers {
-        let s = Arc::clone(&shared);
-        let spawned = std::thread::Builder::new()
-            .name("mc-copy".into())
-            .spawn(move || drain(&s));
-        if spawned.is_err() {
-            // No thread: the calling thread does that share.
-            break;
-        }
-    }
-    drain(&shared);
-    let mut st = shared.state.lock();
-    while st.finished < n {
-        shared.all_done.wait(&mut st);
-    }
-    if let Some(p) = st.panic.take() {
-        drop(st);
-        std::panic::resume_unwind(p);
-    }
-    std::mem::take(&mut st.results)
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| unreachable!("every task finished without a panic")))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn results_keep_task_order_with_any_worker_count() {
-        let tasks: Vec<u64> = (0..37).collect();
-        for workers in [0, 1, 2, 4, 64] {
-            let out = run_all(&tasks, workers, |&t| t * 3);
-            assert_eq!(out, tasks.iter().map(|t| t * 3).collect::<Vec<_>>());
-        }
-        assert!(run_all(&[] as &[u64], 4, |&t| t).is_empty());
-    }
-
-    #[test]
-    fn borrowed_state_is_used_only_during_the_call() {
-        let data: Vec<u64> = (0..1000).collect();
-        let sums = run_all(&[0usize, 250, 500, 750], 4, |&at| {
-            data[at..at + 250].iter().sum::<u64>()
-        });
-        assert_eq!(sums.iter().sum::<u64>(), data.iter().sum::<u64>());
-    }
-
-    #[test]
-    fn a_panicking_task_panics_the_call_after_the_others_finish() {
-        let done = AtomicUsize::new(0);
-        let tasks: Vec<usize> = (0..8).collect();
-        let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            run_all(&tasks, 3, |&t| {
-                if t == 5 {
-                    panic!("task 5");
-                }
-                done.fetch_add(1, Ordering::SeqCst);
-            })
-        }));
-        assert!(r.is_err());
-        assert_eq!(done.load(Ordering::SeqCst), 7);
-    }
 
     fn ops_of(mib: u64, at: u64) -> Vec<Op> {
         (0..mib)
@@ -373,33 +215,5 @@ mod tests {
             }
         }
         assert_eq!(at, 100 + (9 << 20));
-    }
-
-    #[test]
-    fn run_all_keeps_task_order_and_runs_each_once() {
-        let ran = AtomicUsize::new(0);
-        let tasks: Vec<u64> = (0..7).collect();
-        let out = run_all(&tasks, tasks.len(), |&t| {
-            ran.fetch_add(1, Ordering::Relaxed);
-            t * 10
-        });
-        assert_eq!(out, vec![0, 10, 20, 30, 40, 50, 60]);
-        assert_eq!(ran.load(Ordering::Relaxed), 7);
-        assert_eq!(run_all(&[3u64], 1, |&t| t + 1), vec![4]);
-    }
-
-    #[test]
-    fn run_all_runs_tasks_at_once() {
-        // Two tasks that each wait for the other to start: they finish only
-        // if they run at the same time (the caller and one helper).
-        let started = AtomicUsize::new(0);
-        let out = run_all(&[0u8, 1u8], 2, |&t| {
-            started.fetch_add(1, Ordering::SeqCst);
-            while started.load(Ordering::SeqCst) < 2 {
-                std::thread::yield_now();
-            }
-            t
-        });
-        assert_eq!(out, vec![0, 1]);
     }
 }

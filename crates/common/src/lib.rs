@@ -3,7 +3,8 @@
 //! own processes, the client<->master protocol messages, the optional
 //! cluster-secret authentication, connection admission limits, the
 //! congestion-control rule for data connections, bulk copies that bypass
-//! the cache, the gflags-compatible command line of our binaries, and small
+//! the cache, the process's helper threads for work one call spreads over
+//! threads, the gflags-compatible command line of our binaries, and small
 //! parsing helpers.
 
 pub mod alloc;
@@ -25,6 +26,7 @@ pub mod proto;
 pub mod size;
 pub mod spin_read;
 pub mod tcp_tune;
+pub mod workers;
 
 pub use auth::{AuthKey, WriteTicket};
 pub use error::{ErrorCode, McResult};

@@ -1057,22 +1057,10 @@ impl TransferEngine {
                     .collect()
             })
             .collect();
-        let Some((first, rest)) = parts.split_first() else {
-            return Ok(());
-        };
-        std::thread::scope(|sc| {
-            let hs: Vec<_> = rest.iter().map(|p| sc.spawn(|| one(p))).collect();
-            let mine = one(first);
-            hs.into_iter().fold(mine, |acc, h| {
-                let r = h.join().unwrap_or_else(|_| {
-                    Err(EngineError::new(
-                        ErrorKind::Internal,
-                        "transfer thread panicked",
-                    ))
-                });
-                acc.and(r)
-            })
-        })
+        let workers = parts.len();
+        mooncake_common::workers::run_all(&parts, workers, |p| one(p))
+            .into_iter()
+            .collect()
     }
 
     fn notify(

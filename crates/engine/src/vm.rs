@@ -62,26 +62,13 @@ pub(crate) unsafe fn copy(pid: i32, dir: Direction, pairs: &[(u64, u64, u64)]) -
                 .collect()
         })
         .collect();
-    let Some((first, rest)) = parts.split_first() else {
-        return Ok(());
-    };
-    std::thread::scope(|sc| {
-        let others: Vec<_> = rest
-            .iter()
-            .map(|p| {
-                // SAFETY: disjoint pieces of the caller's valid ranges.
-                sc.spawn(move || unsafe { copy_serial(pid, dir, p) })
-            })
-            .collect();
-        // SAFETY: a disjoint piece of the caller's valid ranges.
-        let mine = unsafe { copy_serial(pid, dir, first) };
-        others.into_iter().fold(mine, |acc, h| {
-            let r = h
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("copy thread panicked")));
-            acc.and(r)
-        })
+    let workers = parts.len();
+    mooncake_common::workers::run_all(&parts, workers, |p| {
+        // SAFETY: disjoint pieces of the caller's valid ranges.
+        unsafe { copy_serial(pid, dir, p) }
     })
+    .into_iter()
+    .collect()
 }
 
 /// The wire status of a cross-process copy's result: a kernel refusal

@@ -7,6 +7,7 @@ pub use crate::op::{Op, Rows, Stores};
 use crate::same_host::{MapLookup, MappingCache};
 use crate::segment::{local_segment, FreshWrite, Segment};
 use crate::tcp_pool::TcpPool;
+use mooncake_common::workers;
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -296,14 +297,11 @@ unsafe fn copy(src: *const u8, dst: *mut u8, len: u64, stores: Stores) {
         return;
     }
     let half = (n / 2) & !63;
-    let (s2, d2) = (src as usize + half, dst as usize + half);
-    std::thread::scope(|sc| {
-        sc.spawn(move || {
-            // SAFETY: disjoint second half of the same valid ranges.
-            unsafe { memcopy::copy(s2 as *const u8, d2 as *mut u8, n - half, stream) }
-        });
-        // SAFETY: first half of the caller's valid, disjoint ranges.
-        unsafe { memcopy::copy(src, dst, half, stream) };
+    let (src, dst) = (src as usize, dst as usize);
+    let halves = [(0, half), (half, n - half)];
+    workers::run_all(&halves, 2, |&(at, len)| {
+        // SAFETY: disjoint halves of the caller's valid, disjoint ranges.
+        unsafe { memcopy::copy((src + at) as *const u8, (dst + at) as *mut u8, len, stream) }
     });
 }
 
@@ -371,24 +369,12 @@ fn tcp_parallel(
         usize::try_from(parts_n).unwrap_or(usize::MAX),
         u64::MAX,
     );
-    // The calling thread runs the first part itself: one thread fewer to
-    // start and schedule per transfer.
-    let Some((first, rest)) = parts.split_first() else {
-        return Ok(());
-    };
-    let results: Vec<Result<()>> = std::thread::scope(|sc| {
-        let handles: Vec<_> = rest.iter().map(|p| sc.spawn(|| run(p))).collect();
-        let mine = run(first);
-        std::iter::once(mine)
-            .chain(handles.into_iter().map(|h| {
-                h.join().unwrap_or(Err(Error::new(
-                    ErrorCode::InternalError,
-                    "transfer thread panicked",
-                )))
-            }))
-            .collect()
-    });
-    results.into_iter().collect()
+    // The calling thread runs parts too, and runs a part a helper has not
+    // claimed yet rather than wait for it.
+    let workers = parts.len();
+    workers::run_all(&parts, workers, |p| run(p))
+        .into_iter()
+        .collect()
 }
 
 #[cfg(test)]
