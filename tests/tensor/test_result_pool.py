@@ -1,7 +1,7 @@
 """Large read results live in pooled memory (client `result_pool`): a tensor of
 at least 4 MiB is built over a block that returns to a bounded pool when the
-tensor is freed (``MC_TENSOR_RESULT_POOL`` bytes of idle blocks, default 256
-MiB, ``0`` turns it off). These tests pin what a user can observe: results are
+tensor is freed (``MC_TENSOR_RESULT_POOL`` bytes of idle blocks, default an
+eighth of physical memory, ``0`` turns it off). These tests pin what a user can observe: results are
 correct, private to each call, outlive the store and the key, and a reused
 block never shows an earlier result's bytes.
 """

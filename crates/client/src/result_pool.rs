@@ -8,16 +8,26 @@
 //! page before the copy (on a 2-core VM measured at about as much as the
 //! copy itself, even with transparent huge pages), and a fresh 64 MiB
 //! `torch.empty` is a fresh `mmap` every time. A reused block costs only the
-//! copy. The pool keeps at most `MC_TENSOR_RESULT_POOL` bytes of idle
-//! blocks (a size such as `256MiB`, default 256 MiB; `0` turns it off, and
-//! results are then plain `torch.empty` tensors); a block returned above
-//! that is unmapped. Only results of at least [`POOL_MIN`] bytes use it.
+//! copy.
+//!
+//! How much it keeps: at most `MC_TENSOR_RESULT_POOL` bytes of idle blocks
+//! (a size such as `2GiB`; default an eighth of the machine's memory,
+//! between 256 MiB and 4 GiB; `0` turns the pool off, and results are then
+//! plain `torch.empty` tensors). A block returned when the idle blocks
+//! would pass that cap makes room by unmapping the blocks idle longest, so
+//! the pool follows the sizes a process reads now (a reshard that reads
+//! 16 MiB shards after one that read 4 MiB shards does not find the pool
+//! full of 4 MiB blocks); a block larger than the cap is unmapped. A block
+//! idle for [`RELEASE_AFTER`] is unmapped by the pool's reaper thread, so a
+//! process that stopped reading gives the memory back. Only results of at
+//! least [`POOL_MIN`] bytes use the pool.
 //!
 //! Blocks are sized in 2 MiB steps, aligned to 2 MiB and advised to use
 //! transparent huge pages (one fault per 2 MiB when first filled).
 
 use parking_lot::Mutex;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// Results smaller than this are not pooled (the fault cost of a few pages
 /// is small next to the per-call cost, and rounding to 2 MiB would waste
@@ -27,23 +37,36 @@ pub const POOL_MIN: u64 = 4 << 20;
 /// Block size step and alignment (one transparent huge page).
 const STEP: usize = 2 << 20;
 
-/// Idle bytes the pool keeps by default.
-const DEFAULT_IDLE: u64 = 256 << 20;
+/// An idle block not handed out again for this long is unmapped.
+pub(crate) const RELEASE_AFTER: Duration = Duration::from_secs(10);
+
+/// The default idle-byte cap: an eighth of physical memory, between
+/// 256 MiB and 4 GiB.
+fn default_idle() -> u64 {
+    // SAFETY: sysconf reads system constants.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let phys = u64::try_from(pages).unwrap_or(0) * u64::try_from(page).unwrap_or(0);
+    (phys / 8).clamp(256 << 20, 4 << 30)
+}
 
 /// Idle-byte cap: `MC_TENSOR_RESULT_POOL` (read once).
 fn idle_cap() -> u64 {
     static CAP: OnceLock<u64> = OnceLock::new();
-    *CAP.get_or_init(|| {
-        match std::env::var("MC_TENSOR_RESULT_POOL") {
-            Ok(v) => match mooncake_common::size::parse_size(v.trim()) {
-                Some(n) => n,
-                None => {
-                    tracing::warn!(value = %v, "MC_TENSOR_RESULT_POOL is not a size; using the default");
-                    DEFAULT_IDLE
-                }
-            },
-            Err(_) => DEFAULT_IDLE,
-        }
+    *CAP.get_or_init(|| match std::env::var("MC_TENSOR_RESULT_POOL") {
+        Ok(v) => match mooncake_common::size::parse_size(v.trim()) {
+            Some(n) => n,
+            None => {
+                let d = default_idle();
+                tracing::warn!(value = %v, default = d, "MC_TENSOR_RESULT_POOL is not a size; using the default");
+                d
+            }
+        },
+        Err(_) => default_idle(),
     })
 }
 
@@ -73,19 +96,74 @@ impl Mapping {
     }
 }
 
-/// Idle mappings, most recently returned last.
+/// An idle mapping and when it was returned.
+struct Idle {
+    map: Mapping,
+    since: Instant,
+}
+
+/// Idle mappings, least recently returned first.
+#[derive(Default)]
 struct Pool {
-    idle: Vec<Mapping>,
+    idle: Vec<Idle>,
     idle_bytes: u64,
+}
+
+impl Pool {
+    /// An idle mapping of exactly `cap` bytes, the most recently returned.
+    fn take(&mut self, cap: usize) -> Option<Mapping> {
+        let i = self.idle.iter().rposition(|m| m.map.cap == cap)?;
+        let m = self.idle.remove(i);
+        self.idle_bytes -= m.map.cap as u64;
+        Some(m.map)
+    }
+
+    /// Keep `map` idle under `limit` bytes in all, unmapping the mappings
+    /// idle longest to make room; returns what is to be unmapped (dropped
+    /// by the caller once the lock is released).
+    fn put(&mut self, map: Mapping, now: Instant, limit: u64) -> Vec<Mapping> {
+        let size = map.cap as u64;
+        if size > limit {
+            return vec![map];
+        }
+        let mut out = Vec::new();
+        let mut drop_n = 0;
+        while self.idle_bytes + size > limit {
+            self.idle_bytes -= self.idle[drop_n].map.cap as u64;
+            drop_n += 1;
+        }
+        out.extend(self.idle.drain(..drop_n).map(|m| m.map));
+        self.idle_bytes += size;
+        self.idle.push(Idle { map, since: now });
+        out
+    }
+
+    /// Mappings idle for at least `after` at `now`, taken out of the pool.
+    fn expire(&mut self, now: Instant, after: Duration) -> Vec<Mapping> {
+        let n = self
+            .idle
+            .iter()
+            .take_while(|m| now.saturating_duration_since(m.since) >= after)
+            .count();
+        let out: Vec<Mapping> = self.idle.drain(..n).map(|m| m.map).collect();
+        self.idle_bytes -= out.iter().map(|m| m.cap as u64).sum::<u64>();
+        out
+    }
 }
 
 fn pool() -> &'static Mutex<Pool> {
     static POOL: OnceLock<Mutex<Pool>> = OnceLock::new();
     POOL.get_or_init(|| {
-        Mutex::new(Pool {
-            idle: Vec::new(),
-            idle_bytes: 0,
-        })
+        // The reaper: unmaps blocks idle for RELEASE_AFTER. Without the
+        // thread, idle blocks are still bounded by the cap.
+        let _ = std::thread::Builder::new()
+            .name("mc-result-pool".into())
+            .spawn(|| loop {
+                std::thread::sleep(RELEASE_AFTER / 2);
+                let old = pool().lock().expire(Instant::now(), RELEASE_AFTER);
+                drop(old);
+            });
+        Mutex::new(Pool::default())
     })
 }
 
@@ -107,17 +185,7 @@ impl ResultBlock {
             return None;
         }
         let cap = usize::try_from(len).ok()?.checked_next_multiple_of(STEP)?;
-        let reused = {
-            let mut p = pool().lock();
-            match p.idle.iter().rposition(|m| m.cap == cap) {
-                Some(i) => {
-                    let m = p.idle.swap_remove(i);
-                    p.idle_bytes -= m.cap as u64;
-                    Some(m)
-                }
-                None => None,
-            }
-        };
+        let reused = pool().lock().take(cap);
         let mapping = match reused {
             Some(m) => m,
             None => Mapping::new(cap)?,
@@ -147,16 +215,9 @@ impl ResultBlock {
 impl Drop for ResultBlock {
     fn drop(&mut self) {
         let Some(m) = self.mapping.take() else { return };
-        let cap = idle_cap();
-        let mut p = pool().lock();
-        if p.idle_bytes + m.cap as u64 <= cap {
-            p.idle_bytes += m.cap as u64;
-            p.idle.push(m);
-        } else {
-            // Over the cap: unmapped when `m` drops (after the lock is released).
-            drop(p);
-            drop(m);
-        }
+        let unmap = pool().lock().put(m, Instant::now(), idle_cap());
+        // Unmapped here, after the lock is released.
+        drop(unmap);
     }
 }
 
@@ -200,5 +261,75 @@ mod tests {
         // A block in use is not handed out twice.
         let other = ResultBlock::for_result(len).expect("a block");
         assert_ne!(other.ptr(), again.ptr());
+    }
+
+    fn mapping(mib: usize) -> Mapping {
+        Mapping::new(mib << 20).expect("a mapping")
+    }
+
+    #[test]
+    fn a_full_pool_makes_room_by_unmapping_the_blocks_idle_longest() {
+        const M: u64 = 1 << 20;
+        let t0 = Instant::now();
+        let mut p = Pool::default();
+        // Three 4 MiB blocks fill a 12 MiB pool.
+        for i in 0..3 {
+            assert!(p
+                .put(mapping(4), t0 + Duration::from_secs(i), 12 * M)
+                .is_empty());
+        }
+        assert_eq!((p.idle.len(), p.idle_bytes), (3, 12 * M));
+        // An 8 MiB block (the reads moved to another size) evicts the two
+        // oldest 4 MiB blocks, not itself.
+        let out = p.put(mapping(8), t0 + Duration::from_secs(5), 12 * M);
+        assert_eq!(
+            out.iter().map(|m| m.cap).collect::<Vec<_>>(),
+            vec![4 << 20; 2]
+        );
+        assert_eq!(p.idle_bytes, 12 * M);
+        assert!(p.take(8 << 20).is_some());
+        assert!(p.take(8 << 20).is_none());
+        assert!(p.take(4 << 20).is_some());
+        assert_eq!((p.idle.len(), p.idle_bytes), (0, 0));
+        // A block larger than the whole pool is not kept.
+        let out = p.put(mapping(16), t0, 12 * M);
+        assert_eq!(out.len(), 1);
+        assert_eq!((p.idle.len(), p.idle_bytes), (0, 0));
+    }
+
+    #[test]
+    fn blocks_idle_past_the_release_time_are_unmapped() {
+        const M: u64 = 1 << 20;
+        let t0 = Instant::now();
+        let mut p = Pool::default();
+        assert!(p.put(mapping(2), t0, 64 * M).is_empty());
+        assert!(p
+            .put(mapping(4), t0 + Duration::from_secs(4), 64 * M)
+            .is_empty());
+        // Neither has been idle long enough.
+        assert!(p
+            .expire(t0 + Duration::from_secs(9), RELEASE_AFTER)
+            .is_empty());
+        // The first has, the second not yet.
+        let out = p.expire(t0 + RELEASE_AFTER, RELEASE_AFTER);
+        assert_eq!(out.iter().map(|m| m.cap).collect::<Vec<_>>(), vec![2 << 20]);
+        assert_eq!(p.idle_bytes, 4 * M);
+        // A block taken and returned starts its idle time again.
+        let m = p.take(4 << 20).expect("the 4 MiB block");
+        assert!(p.put(m, t0 + Duration::from_secs(20), 64 * M).is_empty());
+        assert!(p
+            .expire(t0 + Duration::from_secs(29), RELEASE_AFTER)
+            .is_empty());
+        assert_eq!(
+            p.expire(t0 + Duration::from_secs(30), RELEASE_AFTER).len(),
+            1
+        );
+        assert_eq!((p.idle.len(), p.idle_bytes), (0, 0));
+    }
+
+    #[test]
+    fn the_default_cap_is_an_eighth_of_memory_within_bounds() {
+        let d = default_idle();
+        assert!((256 << 20..=4 << 30).contains(&d), "{d}");
     }
 }
