@@ -25,13 +25,26 @@ before timing. Figures: GB/s (1e9 B/s) of tensor bytes returned, the median of
 
   memcpy   one ``copy_`` per target shard from a contiguous copy of it into a
            fresh ``torch.empty`` tensor (the floor for an in-process read)
+  memcpy-mt the same copies with torch's intra-op threads on every core (the
+           machine's copy ceiling for a read that spreads over the cores,
+           as ours does)
   slice    one ``copy_`` per target shard from its torch slice of the whole
            weight (a view: a shard split along dim 1 reads short rows at a
            stride, the access pattern a re-shard along that dim cannot avoid)
-  dcp      ``torch.distributed.checkpoint``: one process ``dcp.save``s the
-           whole state dict to ``/dev/shm`` and ``dcp.load``s it into
-           preallocated whole tensors (no process group: the bytes every
-           target rank together needs, without DCP's resharding)
+  dcp      ``torch.distributed.checkpoint`` re-sharding in the same layouts,
+           processes and world sizes: 8 processes of a gloo group
+           ``dcp.save`` the writer layout to ``/dev/shm`` (dense weights as
+           DTensors sharded over the TP mesh of their PP stage, expert
+           weights sharded over all 8), then, per target, as many processes
+           as it has ranks ``dcp.load`` into DTensors of the target layout
+           (tp8: 8, a mesh of 8; pp4tp2: 8, a 4 x 2 mesh; ep4: 4; full: one
+           process, no group); each load's time is the slowest rank's,
+           between barriers, with the target tensors allocated inside it as
+           ours allocates its results. Every rank's shards are checked
+           against torch slicing once.
+  dcp-whole one process ``dcp.load``s the whole state dict into whole tensors
+           (no process group, no re-sharding: the least DCP can do for the
+           same bytes)
 
 ``rpc/call`` is master RPCs per batched read call, for a batch of every
 weight and for a batch of one (they must be equal: constant in the number
@@ -121,6 +134,114 @@ def writer_main(args: argparse.Namespace) -> int:
     sys.stdin.read()
     s.close()
     return 0
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return int(so.getsockname()[1])
+
+
+def dcp_layout(torch: Any, target: str, rank: int, world: int, full: dict[str, Any]) -> Any:
+    """This rank's state dict of empty DTensors in ``target``'s layout (or
+    ``"writer"``: the writer layout, filled from ``full``), and the torch
+    slice each shard must equal."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    dense = [k for k in full if k.startswith("dense.")]
+    expert = [k for k in full if k.startswith("expert.")]
+    sd: dict[str, Any] = {}
+    want: dict[str, Any] = {}
+
+    def add(name: str, mesh: Any, dim: int, rank_in: int, size: int, fill: bool) -> None:
+        w = full[name].chunk(size, dim)[rank_in]
+        local = w.contiguous() if fill else torch.empty(w.shape, dtype=w.dtype)
+        sd[name] = DTensor.from_local(local, mesh, [Shard(dim)], run_check=False)
+        want[name] = w
+
+    if target == "writer":
+        mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("pp", "tp"))
+        flat = init_device_mesh("cpu", (world,))
+        for k in dense:
+            if stage_of(k, 2) == rank // 4:
+                add(k, mesh["tp"], split_dim(k), rank % 4, 4, True)
+        for k in expert:
+            add(k, flat, 0, rank, world, True)
+    elif target == "tp8":
+        mesh = init_device_mesh("cpu", (world,))
+        for k in dense:
+            add(k, mesh, split_dim(k), rank, world, False)
+    elif target == "pp4tp2":
+        mesh = init_device_mesh("cpu", (4, 2), mesh_dim_names=("pp", "tp"))
+        for k in dense:
+            if stage_of(k, 4) == rank // 2:
+                add(k, mesh["tp"], split_dim(k), rank % 2, 2, False)
+    elif target == "ep4":
+        mesh = init_device_mesh("cpu", (world,))
+        for k in expert:
+            add(k, mesh, 0, rank, world, False)
+    else:
+        raise ValueError(target)
+    return sd, want
+
+
+def dcp_rank(
+    rank: int, world: int, port: int, target: str, ckpt: str, repeats: int,
+    full: dict[str, Any], out: Any,
+) -> None:  # fmt: skip
+    """One rank of a DCP save (``target == "writer"``) or re-sharding load;
+    puts (rank, seconds per repeat) on ``out``."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        sd, want = dcp_layout(torch, target, rank, world, full)
+        if target == "writer":
+            dcp.save(sd, checkpoint_id=ckpt)
+            dist.barrier()
+            out.put((rank, []))
+            return
+        dcp.load(sd, checkpoint_id=ckpt)
+        for k, w in want.items():
+            if not torch.equal(sd[k].to_local(), w):
+                raise RuntimeError(f"dcp {target} rank {rank}: {k} loaded wrong")
+        secs = []
+        for _ in range(repeats):
+            dist.barrier()
+            t0 = time.perf_counter()
+            sd, _ = dcp_layout(torch, target, rank, world, full)
+            dcp.load(sd, checkpoint_id=ckpt)
+            dist.barrier()
+            secs.append(time.perf_counter() - t0)
+        out.put((rank, secs))
+    finally:
+        dist.destroy_process_group()
+
+
+def dcp_spawn(target: str, world: int, ckpt: str, repeats: int, full: dict[str, Any]) -> float:
+    """Run ``dcp_rank`` on ``world`` processes; the median over repeats of
+    the slowest rank's seconds."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = ctx.SimpleQueue()
+    port = free_port()
+    mp.spawn(
+        dcp_rank, args=(world, port, target, ckpt, repeats, full, out), nprocs=world, join=True
+    )
+    per_rank = [out.get()[1] for _ in range(world)]
+    if target == "writer":
+        return 0.0
+    return statistics.median(max(r[i] for r in per_rank) for i in range(repeats))
 
 
 def median_secs(fn: Callable[[], Any], repeats: int) -> float:
@@ -223,12 +344,18 @@ def measure(
     r2 = s.get_client_stats()["master_rpcs"]
     t_ours = median_secs(ours, repeats)
     t_mem = median_secs(memcpy, repeats)
+    # The machine's copy ceiling: the same copies with torch's intra-op
+    # threads on every core (ours spreads a batch's copies over the cores).
+    torch.set_num_threads(os.cpu_count() or 1)
+    t_mem_mt = median_secs(memcpy, repeats)
+    torch.set_num_threads(1)
     t_slice = median_secs(slice_copy, repeats)
     return {
         "bytes": nbytes,
         "calls": len(batches),
         "ours_gbs": nbytes / t_ours / 1e9,
         "memcpy_gbs": nbytes / t_mem / 1e9,
+        "memcpy_mt_gbs": nbytes / t_mem_mt / 1e9,
         "slice_gbs": nbytes / t_slice / 1e9,
         "rpc_per_call": r1 - r0,
         "rpc_per_call_1": r2 - r1,
@@ -301,6 +428,23 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         res["dcp_load_gbs"] = total / t_dcp / 1e9
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)
+    # DCP's own re-sharding: the writer layout saved by 8 ranks, each target
+    # loaded by its own ranks.
+    for t in full.values():
+        t.share_memory_()
+    ckpt = tempfile.mkdtemp(
+        prefix="dcp-reshard-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
+    )
+    try:
+        t0 = time.perf_counter()
+        dcp_spawn("writer", 8, ckpt, args.repeats, full)
+        res["dcp_reshard_save_s"] = round(time.perf_counter() - t0, 2)
+        for name, world in (("tp8", 8), ("pp4tp2", 8), ("ep4", 4)):
+            secs = dcp_spawn(name, world, ckpt, args.repeats, full)
+            res["rows"][name]["dcp_gbs"] = res["rows"][name]["bytes"] / secs / 1e9
+        res["rows"]["full"]["dcp_gbs"] = res["dcp_load_gbs"]
+    finally:
+        shutil.rmtree(ckpt, ignore_errors=True)
     return res
 
 
@@ -321,21 +465,23 @@ def main() -> int:
     t0 = time.time()
     warnings.filterwarnings("ignore", message="torch.distributed is disabled")
     res = bench(args)
-    dcp_gbs = res["dcp_load_gbs"]
+    whole_gbs = res["dcp_load_gbs"]
     print(
         f"state dict {res['mib']} MiB bf16, {res['tensors']} weights, written by 8 processes in {res['write_s']} s"
     )
     print(
-        f"{'target':8} {'calls':>5} {'ours GB/s':>10} {'memcpy GB/s':>12} {'slice GB/s':>11} {'ours/memcpy':>12} {'ours/slice':>11} {'ours/dcp':>9} {'rpc/call':>9} {'rpc/call(1)':>11}"
+        f"{'target':8} {'calls':>5} {'ours GB/s':>10} {'memcpy GB/s':>12} {'memcpy-mt':>10} {'slice GB/s':>11} {'ours/memcpy':>12} {'ours/slice':>11} {'dcp GB/s':>9} {'ours/dcp':>9} {'ours/dcp-whole':>15} {'rpc/call':>9} {'rpc/call(1)':>11}"
     )
     for name, r in res["rows"].items():
         print(
-            f"{name:8} {r['calls']:>5} {r['ours_gbs']:>10.2f} {r['memcpy_gbs']:>12.2f} {r['slice_gbs']:>11.2f} "
-            f"{r['ours_gbs'] / r['memcpy_gbs']:>12.2f} {r['ours_gbs'] / r['slice_gbs']:>11.2f} {r['ours_gbs'] / dcp_gbs:>9.1f} "
+            f"{name:8} {r['calls']:>5} {r['ours_gbs']:>10.2f} {r['memcpy_gbs']:>12.2f} {r['memcpy_mt_gbs']:>10.2f} {r['slice_gbs']:>11.2f} "
+            f"{r['ours_gbs'] / r['memcpy_gbs']:>12.2f} {r['ours_gbs'] / r['slice_gbs']:>11.2f} {r['dcp_gbs']:>9.2f} "
+            f"{r['ours_gbs'] / r['dcp_gbs']:>9.1f} {r['ours_gbs'] / whole_gbs:>15.1f} "
             f"{r['rpc_per_call']:>9} {r['rpc_per_call_1']:>11}"
         )
     print(
-        f"dcp: save {res['dcp_save_s']} s, load {dcp_gbs:.2f} GB/s (whole state dict, one process)"
+        f"dcp-whole: save {res['dcp_save_s']} s, load {whole_gbs:.2f} GB/s (whole state dict, one process); "
+        f"dcp re-sharding: save by 8 ranks {res['dcp_reshard_save_s']} s (full row: dcp-whole)"
     )
     print(f"({time.time() - t0:.0f} s)")
     write_json(args.json, res)
