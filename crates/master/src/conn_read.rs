@@ -12,10 +12,14 @@
 //! parks in between must be woken for the next request, and on a VM whose
 //! idle vCPU halted that wakeup costs the request hundreds of microseconds
 //! whenever the host is busy. So a connection thread polls for its next
-//! request up to [`wait_spin`] (`MC_MASTER_SPIN_US`), while it holds one of
-//! the process's poll slots (half the cores, at least one; [`PollSlots`]),
-//! yielding its core between polls; without a slot it polls only
-//! `MC_RPC_SPIN_US`. A connection whose last [`SLOW_WAITS`] waits each
+//! request `MC_RPC_SPIN_US` first, and when nothing came by then, on up to
+//! [`wait_spin`] (`MC_MASTER_SPIN_US`) in all if it gets one of the
+//! process's poll slots (half the cores, at least one; [`PollSlots`]),
+//! yielding its core between polls. The slots thus go to the connections
+//! that need them: a client that sends back to back (a writer storing pages
+//! in a loop) is served by the short poll and never holds one, and a client
+//! that pauses a few hundred microseconds between lookups finds one free.
+//! A connection whose last [`SLOW_WAITS`] waits each
 //! outlasted that budget (a client that calls rarely) polls only
 //! `MC_RPC_SPIN_US` too, until a request comes sooner again: polling for it
 //! would only burn the core.
@@ -105,6 +109,8 @@ pub(crate) struct ConnReader {
     wait_spin: Duration,
     /// Consecutive reads that waited longer than `wait_spin`.
     slow_waits: u8,
+    /// Where the long poll's slot comes from (the process's slots).
+    slots: &'static PollSlots,
     timeout: Option<Duration>,
     tick: Duration,
     on_tick: fn(),
@@ -124,6 +130,7 @@ impl ConnReader {
             spin: mooncake_common::spin_read::spin_budget(),
             wait_spin: wait_spin(),
             slow_waits: 0,
+            slots: PollSlots::process(),
             timeout,
             tick: tick.max(Duration::from_millis(1)),
             on_tick,
@@ -165,22 +172,27 @@ impl Read for ConnReader {
         let fd = self.sock.as_raw_fd();
         let start = Instant::now();
         let deadline = self.timeout.map(|t| start + t);
-        let mut slot = (self.wait_spin > self.spin && self.slow_waits < SLOW_WAITS)
-            .then(|| PollSlots::process().take())
-            .flatten();
-        let mut spin = if slot.is_some() {
-            self.wait_spin
-        } else {
-            self.spin
-        };
+        // The short poll first, without a slot: a client whose requests
+        // follow each other closely is served by it and leaves the slots to
+        // the connections whose client pauses longer between requests.
+        if let Some(n) = recv_spin(fd, buf, self.spin)? {
+            self.slow_waits = slow_waits(self.slow_waits, start.elapsed(), self.wait_spin);
+            return Ok(n);
+        }
+        if self.wait_spin > self.spin && self.slow_waits < SLOW_WAITS {
+            if let Some(_slot) = self.slots.take() {
+                if let Some(n) = recv_spin(fd, buf, self.wait_spin - self.spin)? {
+                    self.slow_waits = slow_waits(self.slow_waits, start.elapsed(), self.wait_spin);
+                    return Ok(n);
+                }
+            }
+        }
+        // Then wait in poll(2), one tick at a time.
         loop {
-            if let Some(n) = recv_spin(fd, buf, spin)? {
+            if let Some(n) = recv_spin(fd, buf, Duration::ZERO)? {
                 self.slow_waits = slow_waits(self.slow_waits, start.elapsed(), self.wait_spin);
                 return Ok(n);
             }
-            drop(slot.take());
-            // After a wait, one non-blocking look is enough.
-            spin = Duration::ZERO;
             let now = Instant::now();
             let mut wait = self.tick;
             if let Some(d) = deadline {
@@ -273,6 +285,34 @@ mod tests {
         a.write_all(b"ok").expect("write");
         assert_eq!(r.read(&mut buf).expect("read"), 2);
         assert_eq!(&buf[..2], b"ok");
+    }
+
+    #[test]
+    fn the_long_poll_takes_a_slot_only_after_the_short_poll_found_nothing() {
+        static SLOTS: PollSlots = PollSlots::new(1);
+        let (mut a, b) = pair();
+        let mut r = ConnReader::new(b, None, Duration::from_millis(5), nothing);
+        r.slots = &SLOTS;
+        r.spin = Duration::from_micros(50);
+        r.wait_spin = Duration::from_secs(30);
+        // Bytes already there: served by the short poll, no slot taken.
+        a.write_all(b"now").expect("write");
+        let mut buf = [0u8; 8];
+        assert_eq!(r.read(&mut buf).expect("read"), 3);
+        assert_eq!(SLOTS.used.load(Ordering::Acquire), 0);
+        // Nothing there: after the short poll the reader holds the slot
+        // while it polls on, and gives it back once the bytes come.
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 8];
+            let n = r.read(&mut buf).expect("read");
+            buf[..n].to_vec()
+        });
+        while SLOTS.used.load(Ordering::Acquire) == 0 {
+            std::thread::yield_now();
+        }
+        a.write_all(b"later").expect("write");
+        assert_eq!(reader.join().expect("join"), b"later");
+        assert_eq!(SLOTS.used.load(Ordering::Acquire), 0);
     }
 
     #[test]
