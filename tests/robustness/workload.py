@@ -32,6 +32,9 @@ DEFINITE = {-200, -600, -704, -705, -706, -1012}
 NOT_FOUND = -704
 TORN = 0
 READ_BUFFER = 4096
+# Seconds a client waits after an operation that failed for want of the
+# master (not for a documented "not done" answer) before its next one.
+BACKOFF = 0.02
 
 
 def value(client: int, seq: int) -> bytes:
@@ -117,6 +120,10 @@ def main() -> None:
             if outcome in ("failed", "unknown"):
                 op["code"] = code  # for the reader of a history
             out.write(json.dumps(op) + "\n")
+            if outcome in ("failed", "unknown") and code not in DEFINITE:
+                # An unreachable master (a failover) is retried after a pause,
+                # as a serving engine's next request would, not in a tight loop.
+                time.sleep(BACKOFF)
     store.unregister_buffer(ptr)
     store.close()
 

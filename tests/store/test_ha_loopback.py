@@ -7,18 +7,17 @@ standbys. Needs the ``etcd`` binary (Debian ``etcd-server``); skips without it.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import free_port, http_request, master_bin, port_open, wait_until
+from conftest import wait_until
 from helpers.etcd import running_etcd
+from helpers.ha import HaMaster
+from helpers.ha import leader as find_leader
 from helpers.waits import assert_reads_converge
 
 pytestmark = pytest.mark.slow
@@ -30,47 +29,6 @@ def etcd() -> Iterator[str]:
         yield addr
 
 
-class HaMaster:
-    def __init__(self, etcd: str, cluster: str, tmp: Path) -> None:
-        self.rpc, self.metrics = free_port(), free_port()
-        self.log = tmp / f"ha-master-{self.rpc}.log"
-        with open(self.log, "wb") as f:
-            self.proc = subprocess.Popen(
-                [
-                    master_bin(),
-                    "--enable_ha=true",
-                    "--ha_backend_type=etcd",
-                    f"--ha_backend_connstring={etcd}",
-                    f"--cluster_id={cluster}",
-                    "--rpc_address=127.0.0.1",
-                    f"--rpc_port={self.rpc}",
-                    f"--metrics_port={self.metrics}",
-                    "--default_kv_lease_ttl=500",
-                ],
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        assert wait_until(lambda: port_open(self.metrics), 20.0), self.log.read_text()
-
-    def health(self) -> dict[str, Any]:
-        status, body, _ = http_request(f"http://127.0.0.1:{self.metrics}/health", timeout=2)
-        return json.loads(body) if status == 200 else {}
-
-    def metric(self, name: str) -> float | None:
-        _, body, _ = http_request(f"http://127.0.0.1:{self.metrics}/metrics", timeout=2)
-        for line in body.decode().splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[0] == name:
-                return float(parts[1])
-        return None
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
-        self.proc.wait()
-
-
 @pytest.fixture
 def trio(etcd: str, tmp_path: Path) -> Iterator[tuple[str, list[HaMaster]]]:
     cluster = f"loop-{os.getpid()}-{time.monotonic_ns()}"
@@ -80,16 +38,6 @@ def trio(etcd: str, tmp_path: Path) -> Iterator[tuple[str, list[HaMaster]]]:
     finally:
         for m in ms:
             m.kill()
-
-
-def _leader(ms: list[HaMaster]) -> HaMaster:
-    def one() -> Any:
-        ls = [m for m in ms if m.proc.poll() is None and m.health().get("role") == "leader"]
-        return ls[0] if len(ls) == 1 else None
-
-    got = wait_until(one, 20.0, 0.1)
-    assert got is not None, [m.health() for m in ms]
-    return got
 
 
 def _store() -> Any:
@@ -119,7 +67,7 @@ def joined(trio: tuple[str, list[HaMaster]], monkeypatch: pytest.MonkeyPatch) ->
 
 def test_health_and_metrics_of_leader_and_standbys(trio: tuple[str, list[HaMaster]]) -> None:
     cluster, ms = trio
-    leader = _leader(ms)
+    leader = find_leader(ms)
     addr = f"127.0.0.1:{leader.rpc}"
     for m in ms:
         h = m.health()
@@ -149,7 +97,7 @@ def test_etcd_address_in_setup_dict_and_mooncake_config(
     from mooncake.mooncake_config import MooncakeConfig
 
     cluster, ms = trio
-    _leader(ms)
+    find_leader(ms)
     monkeypatch.setenv("MC_STORE_CLUSTER_ID", cluster)
     monkeypatch.setenv("MOONCAKE_MASTER", f"etcd://{etcd}")
     monkeypatch.setenv("MOONCAKE_LOCAL_HOSTNAME", "127.0.0.1")
@@ -180,7 +128,7 @@ def test_etcd_address_in_setup_dict_and_mooncake_config(
 
 def test_clients_follow_the_leader_across_two_failovers(joined: list[HaMaster], etcd: str) -> None:
     ms = joined
-    first = _leader(ms)
+    first = find_leader(ms)
     s = _etcd_store(etcd)
     try:
         expect = {}
@@ -189,7 +137,7 @@ def test_clients_follow_the_leader_across_two_failovers(joined: list[HaMaster], 
                 k = f"r{round_}-{i}"
                 assert s.put(k, f"value-{k}".encode()) == 0
                 expect[k] = f"value-{k}".encode()
-            leader = _leader(ms)
+            leader = find_leader(ms)
             leader.kill()
             t0 = time.monotonic()
             after = f"after{round_}"
@@ -198,7 +146,7 @@ def test_clients_follow_the_leader_across_two_failovers(joined: list[HaMaster], 
             # Nothing acknowledged is lost, and every value is the right one.
             assert wait_until(lambda: all(s.get(k) == v for k, v in expect.items()), 10.0, 0.1)
         assert first.proc.poll() is not None
-        last = _leader([m for m in ms if m.proc.poll() is None])
+        last = find_leader([m for m in ms if m.proc.poll() is None])
         assert (last.metric("master_recovered_objects_total") or 0) >= len(expect)
     finally:
         s.close()
@@ -208,7 +156,7 @@ def test_upserts_over_held_reads_survive_a_failover_as_the_new_version(
     joined: list[HaMaster], etcd: str
 ) -> None:
     ms = joined
-    _leader(ms)
+    find_leader(ms)
     s, r = _etcd_store(etcd), _etcd_store(etcd, 0)
     try:
         keys = [f"v{i}" for i in range(10)]
@@ -218,7 +166,7 @@ def test_upserts_over_held_reads_survive_a_failover_as_the_new_version(
         new = {k: f"new-{k}".encode() * 120 for k in keys}
         for k, v in new.items():
             assert s.upsert(k, v) == 0
-        _leader(ms).kill()
+        find_leader(ms).kill()
         assert wait_until(lambda: s.put("after", b"x") == 0, 15.0, 0.05)
         assert_reads_converge(s.get, new, "failover")
     finally:
