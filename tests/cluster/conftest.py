@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,7 +33,7 @@ from helpers.fixtures import started_by, stopped_after
 from helpers.json_child import JsonLineChild
 from helpers.logged import LoggedProcess
 from helpers.ss import ss_sockets
-from helpers.waits import wait_until
+from helpers.waits import http_get, wait_until
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -235,15 +234,7 @@ class NsMaster(LoggedProcess):
         self.start()
 
     def admin(self, path: str, timeout: float = 2.0) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(
-                f"http://{self.ip}:{METRICS_PORT}{path}", timeout=timeout
-            ) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-        except OSError:
-            return 0, b""
+        return http_get(f"http://{self.ip}:{METRICS_PORT}{path}", timeout)
 
     def health(self) -> dict[str, Any]:
         status, body = self.admin("/health")

@@ -6,13 +6,11 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from helpers.bins import console_script
-from helpers.waits import free_port, port_open, wait_until
+from helpers.waits import free_port, http_get, port_open, wait_until
 
 
 class HaMaster:
@@ -43,13 +41,7 @@ class HaMaster:
         assert wait_until(lambda: port_open(self.metrics), 20.0), self.log.read_text()
 
     def _get(self, path: str) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics}{path}", timeout=2) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-        except OSError:
-            return 0, b""
+        return http_get(f"http://127.0.0.1:{self.metrics}{path}")
 
     def health(self) -> dict[str, Any]:
         status, body = self._get("/health")

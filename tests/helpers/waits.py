@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -54,3 +56,15 @@ def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
             return True
     except OSError:
         return False
+
+
+def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    """Status and body of a GET of ``url``: an HTTP error's own status and
+    body, ``(0, b"")`` when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except OSError:
+        return 0, b""
