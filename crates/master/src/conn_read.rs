@@ -175,21 +175,15 @@ impl Read for ConnReader {
         // The short poll first, without a slot: a client whose requests
         // follow each other closely is served by it and leaves the slots to
         // the connections whose client pauses longer between requests.
-        if let Some(n) = recv_spin(fd, buf, self.spin)? {
-            self.slow_waits = slow_waits(self.slow_waits, start.elapsed(), self.wait_spin);
-            return Ok(n);
-        }
-        if self.wait_spin > self.spin && self.slow_waits < SLOW_WAITS {
+        let mut got = recv_spin(fd, buf, self.spin)?;
+        if got.is_none() && self.wait_spin > self.spin && self.slow_waits < SLOW_WAITS {
             if let Some(_slot) = self.slots.take() {
-                if let Some(n) = recv_spin(fd, buf, self.wait_spin - self.spin)? {
-                    self.slow_waits = slow_waits(self.slow_waits, start.elapsed(), self.wait_spin);
-                    return Ok(n);
-                }
+                got = recv_spin(fd, buf, self.wait_spin - self.spin)?;
             }
         }
         // Then wait in poll(2), one tick at a time.
         loop {
-            if let Some(n) = recv_spin(fd, buf, Duration::ZERO)? {
+            if let Some(n) = got {
                 self.slow_waits = slow_waits(self.slow_waits, start.elapsed(), self.wait_spin);
                 return Ok(n);
             }
@@ -208,6 +202,7 @@ impl Read for ConnReader {
             if !wait_readable(fd, wait)? {
                 (self.on_tick)();
             }
+            got = recv_spin(fd, buf, Duration::ZERO)?;
         }
     }
 }
