@@ -262,7 +262,14 @@ def test_unmount_local_disk_segment_drains_the_tier(
     to its tier, and the call returns 0 after the grace period."""
     s, d = owner_on()
     keys = fill(s, "k")  # three segments' worth: most live on disk only
-    mem_keys = [k for k in keys if any(r.is_memory_replica() for r in s.get_replica_desc(k))]
+    # The last puts leave the segment above the high watermark (0.9 by
+    # default): wait, through a count that grants no lease, for that
+    # eviction pass to finish, so that the objects found in memory below
+    # (whose lookups lease them) stay there while the tier is drained.
+    below = int(0.9 * SEG) // MiB
+    assert wait_until(lambda: s.get_client_stats()["ledger_entries"] <= below, 10.0)
+    descs = s.batch_get_replica_desc(keys)
+    mem_keys = [k for k in keys if any(r.is_memory_replica() for r in descs[k])]
     disk_only = [k for k in keys if k not in mem_keys]
     assert mem_keys and disk_only
     files = buckets(d)
