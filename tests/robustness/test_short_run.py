@@ -169,11 +169,6 @@ def check_run(
     assert f"checked: {len(lines)} ops, 4 keys, 0 anomalies" in out.stdout
 
 
-@pytest.mark.skipif(
-    os.environ.get("MC_ROBUSTNESS_HA") != "1",
-    reason="opt-in (MC_ROBUSTNESS_HA=1): a new leader answers lookups before the "
-    "owners have remounted, which this run reports as an anomaly (see README, HA)",
-)
 def test_history_across_a_leader_kill_is_linearizable(
     child_factory: Callable[..., Child],
     workloads: list[subprocess.Popen[bytes]],
@@ -184,10 +179,10 @@ def test_history_across_a_leader_kill_is_linearizable(
     while the clients run, and the clients and holders follow the standby
     that takes over. The new leader learns the objects from their holders,
     so the history is checked without eviction: nothing acknowledged may be
-    lost. Opt-in until a new leader holds its answers for the owners'
-    remounts: some runs read keys as not found in the few hundred
-    milliseconds before the owners remount, and then read their old values
-    again."""
+    lost. A new leader that answered before the owners remounted read keys
+    as not found and then their old values again (this run with
+    ``MC_HA_TAKEOVER_HOLD_MS=0`` shows it); it now holds requests about
+    unknown keys until they did."""
     with running_etcd() as etcd:
         cluster = f"robust-{os.getpid()}-{time.monotonic_ns()}"
         env = {"MC_STORE_CLUSTER_ID": cluster}

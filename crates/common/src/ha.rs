@@ -118,6 +118,13 @@ pub fn member_key(cluster_id: &str, rpc_addr: &str) -> String {
     format!("mooncake-store/{cluster_id}/masters/{rpc_addr}")
 }
 
+/// Key under which the leader of `cluster_id` publishes the names of its
+/// mounted segments (a JSON array of strings), so that the next leader
+/// knows whose remounts to wait for.
+pub fn owners_key(cluster_id: &str) -> String {
+    format!("mooncake-store/{cluster_id}/owners")
+}
+
 /// The cluster id a client follows: `MC_STORE_CLUSTER_ID`, else upstream's default.
 pub fn client_cluster_id() -> String {
     std::env::var(CLUSTER_ID_ENV)

@@ -32,6 +32,8 @@ pub struct Gate {
     cfg: MasterConfig,
     term: RwLock<Option<Term>>,
     make: Factory,
+    /// The takeover hold's quiet window (see `takeover`).
+    takeover_quiet: std::time::Duration,
 }
 
 impl Gate {
@@ -46,6 +48,7 @@ impl Gate {
             cfg,
             term: RwLock::new(None),
             make: Box::new(make),
+            takeover_quiet: crate::takeover::quiet_from_env(),
         })
     }
 
@@ -84,8 +87,9 @@ impl Gate {
 }
 
 impl Terms for Gate {
-    fn start_term(&self, epoch: u64) {
+    fn start_term(&self, epoch: u64, owners: Option<Vec<String>>) {
         let state = (self.make)();
+        state.hold_after_takeover(self.takeover_quiet, owners);
         state.start_background();
         let old = self.term.write().replace(Term { epoch, state });
         if let Some(t) = old {
@@ -98,6 +102,17 @@ impl Terms for Gate {
             tracing::warn!(epoch = t.epoch, reason, "term ended; metadata dropped");
             t.state.stop();
         }
+    }
+
+    fn owners(&self) -> Option<Vec<String>> {
+        let state = self.state()?;
+        // While the term holds for the previous owners, their list stands.
+        if !state.takeover_over() {
+            return None;
+        }
+        let mut names = state.all_segments();
+        names.sort();
+        Some(names)
     }
 }
 

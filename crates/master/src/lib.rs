@@ -34,6 +34,7 @@ pub mod rpc;
 mod segments;
 pub mod server;
 pub mod state;
+mod takeover;
 mod tasks;
 pub mod tenants;
 mod versions;

@@ -20,10 +20,12 @@
 use crate::durable::Waits;
 use crate::segments::SegmentEntry;
 use crate::state::{ClientEntry, Inner, MasterState, ObjStatus, Object, PendingMount, Replica};
+use crate::takeover::Hold;
 use mooncake_common::auth::unix_ms;
 use mooncake_common::ledger::{alloc_len, LedgerEntry};
 use mooncake_common::proto::SegmentDesc;
 use mooncake_common::ErrorCode;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// What adopting one report did.
@@ -235,6 +237,9 @@ impl MasterState {
         let Some(pending) = g.pending_mounts.remove(&desc.name) else {
             return Err(ErrorCode::InternalError);
         };
+        // Requests held by a takeover re-check once this lock is released,
+        // when the report is adopted.
+        self.remounted.notify_all();
         let name = desc.name.clone();
         g.segments.insert(SegmentEntry::new(&desc, client_id));
         if let Some(c) = g.clients.get_mut(client_id) {
@@ -274,6 +279,73 @@ impl MasterState {
             stale: adoption.stale,
             discard_all: false,
         })
+    }
+}
+
+/// The hold of a term that took over (the rule is in `takeover`): requests
+/// about unknown keys wait for the previous owners' remounts.
+impl MasterState {
+    /// Hold requests about unknown keys as a term that took over does
+    /// (see the module documentation), from now: until `owners` (the
+    /// segments the previous leader published; None: unknown, then for
+    /// `quiet`) have remounted. A zero `quiet` turns the hold off.
+    pub(crate) fn hold_after_takeover(&self, quiet: Duration, owners: Option<Vec<String>>) {
+        if quiet.is_zero() {
+            return;
+        }
+        let cap = Duration::from_secs(self.cfg.client_ttl_sec.max(1) as u64);
+        let hold = Hold::new(self.clock.now(), quiet, cap, owners);
+        *self.takeover.lock() = Some(hold);
+        self.takeover_settled.store(false, Ordering::Release);
+    }
+
+    /// Whether the takeover hold (if any) is over; logs once when it ends.
+    pub(crate) fn takeover_over(&self) -> bool {
+        if self.takeover_settled.load(Ordering::Acquire) {
+            return true;
+        }
+        let hold = self.takeover.lock().clone();
+        let g = self.inner.lock();
+        self.hold_over_locked(hold.as_ref(), &g)
+    }
+
+    fn hold_over_locked(&self, hold: Option<&Hold>, g: &Inner) -> bool {
+        let now = self.clock.now();
+        let over = hold.is_none_or(|h| {
+            !h.holds(now, !g.pending_mounts.is_empty(), |n| {
+                g.segments.get(n).is_some()
+            })
+        });
+        if over && !self.takeover_settled.swap(true, Ordering::AcqRel) {
+            if let Some(h) = hold {
+                tracing::warn!(
+                    after_ms = h.age(now).as_millis() as u64,
+                    segments = g.segments.len(),
+                    objects = g.objects.len(),
+                    "takeover hold over: requests about unknown keys are answered"
+                );
+            }
+        }
+        over
+    }
+
+    /// Wait, while the takeover hold lasts, until every one of `keys` is
+    /// known (`None`: a request about every key, which waits out the hold).
+    pub(crate) fn await_known(&self, keys: Option<&[String]>) {
+        if self.takeover_settled.load(Ordering::Acquire) {
+            return;
+        }
+        let hold = self.takeover.lock().clone();
+        let mut g = self.inner.lock();
+        loop {
+            if self.hold_over_locked(hold.as_ref(), &g) || self.is_stopped() {
+                return;
+            }
+            if keys.is_some_and(|ks| ks.iter().all(|k| g.objects.contains_key(k.as_str()))) {
+                return;
+            }
+            self.remounted.wait_for(&mut g, crate::takeover::RECHECK);
+        }
     }
 }
 
@@ -464,5 +536,171 @@ mod tests {
             ),
             Err(ErrorCode::InvalidParams)
         );
+    }
+}
+
+#[cfg(test)]
+mod takeover_tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::config::MasterConfig;
+    use crate::metrics::MasterMetrics;
+    use std::sync::Arc;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn state(clock: &Arc<ManualClock>) -> Arc<MasterState> {
+        MasterState::with_clock(
+            MasterConfig::default(),
+            Arc::new(MasterMetrics::default()),
+            None,
+            Arc::clone(clock) as Arc<dyn crate::clock::Clock>,
+        )
+    }
+
+    fn desc(name: &str) -> SegmentDesc {
+        SegmentDesc {
+            name: name.into(),
+            uuid: format!("{name}-uuid"),
+            size: 1 << 20,
+            base_addr: 0,
+            host_id: "h".into(),
+            pid: 1,
+            endpoint: name.into(),
+            socket_name: String::new(),
+        }
+    }
+
+    fn entry(key: &str) -> LedgerEntry {
+        LedgerEntry::unpinned(key, 1, 0, 4096)
+    }
+
+    fn keys(ks: &[&str]) -> Vec<String> {
+        ks.iter().map(|k| k.to_string()).collect()
+    }
+
+    /// Runs `f` on a thread; true when it returned within `within`.
+    fn returns_within(f: impl FnOnce() + Send + 'static, within: Duration) -> bool {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(within).is_ok()
+    }
+
+    #[test]
+    fn an_unknown_key_waits_until_its_owner_remounts() {
+        let clock = Arc::new(ManualClock::default());
+        let st = state(&clock);
+        st.hold_after_takeover(S, None);
+        let st2 = Arc::clone(&st);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            st2.await_known(Some(&keys(&["k"])));
+            let _ = tx.send(());
+        });
+        // Held: the clock does not move, the key is unknown.
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        // Its owner remounts with it: the request goes on at once.
+        st.remount_segment("c1", desc("seg"), vec![entry("k")], true)
+            .expect("remount");
+        assert!(rx.recv_timeout(Duration::from_secs(5)).is_ok());
+        // A known key is never held; an unknown one still is.
+        let st3 = Arc::clone(&st);
+        assert!(returns_within(
+            move || st3.await_known(Some(&keys(&["k"]))),
+            Duration::from_secs(5)
+        ));
+        let st4 = Arc::clone(&st);
+        assert!(!returns_within(
+            move || st4.await_known(Some(&keys(&["k", "other"]))),
+            Duration::from_millis(100)
+        ));
+        // Past the quiet window the held request goes on.
+        clock.advance(S);
+    }
+
+    #[test]
+    fn the_hold_ends_with_the_quiet_window_and_a_request_about_every_key_waits_for_it() {
+        let clock = Arc::new(ManualClock::default());
+        let st = state(&clock);
+        st.hold_after_takeover(S, None);
+        let st2 = Arc::clone(&st);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            st2.await_known(None);
+            let _ = tx.send(());
+        });
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        clock.advance(S);
+        assert!(rx.recv_timeout(Duration::from_secs(5)).is_ok());
+        // Settled: nothing waits any more.
+        let st3 = Arc::clone(&st);
+        assert!(returns_within(
+            move || st3.await_known(Some(&keys(&["never"]))),
+            Duration::from_secs(5)
+        ));
+    }
+
+    #[test]
+    fn a_remount_in_progress_extends_the_hold_until_it_ends_or_the_client_ttl() {
+        let clock = Arc::new(ManualClock::default());
+        let st = state(&clock);
+        st.hold_after_takeover(S, None);
+        // The first chunk of a ledger arrived; the rest has not.
+        st.remount_segment("c1", desc("seg"), vec![entry("k")], false)
+            .expect("partial remount");
+        clock.advance(2 * S);
+        let st2 = Arc::clone(&st);
+        assert!(!returns_within(
+            move || st2.await_known(Some(&keys(&["x"]))),
+            Duration::from_millis(100)
+        ));
+        let ttl = Duration::from_secs(st.config().client_ttl_sec as u64);
+        clock.advance(ttl);
+        let st3 = Arc::clone(&st);
+        assert!(returns_within(
+            move || st3.await_known(Some(&keys(&["x"]))),
+            Duration::from_secs(5)
+        ));
+    }
+
+    #[test]
+    fn past_the_quiet_window_a_listed_owner_is_still_waited_for() {
+        let clock = Arc::new(ManualClock::default());
+        let st = state(&clock);
+        st.hold_after_takeover(S, Some(vec!["seg".into()]));
+        clock.advance(2 * S);
+        assert!(!st.takeover_over());
+        let st2 = Arc::clone(&st);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            st2.await_known(Some(&keys(&["absent"])));
+            let _ = tx.send(());
+        });
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        st.remount_segment("c1", desc("seg"), vec![entry("k")], true)
+            .expect("remount");
+        // The owner is back: the absent key is answered (as absent).
+        assert!(rx.recv_timeout(Duration::from_secs(5)).is_ok());
+        assert!(st.takeover_over());
+    }
+
+    #[test]
+    fn a_state_that_did_not_take_over_never_holds() {
+        let clock = Arc::new(ManualClock::default());
+        let st = state(&clock);
+        let st2 = Arc::clone(&st);
+        assert!(returns_within(
+            move || st2.await_known(None),
+            Duration::from_secs(5)
+        ));
+        st.hold_after_takeover(Duration::ZERO, None);
+        let st3 = Arc::clone(&st);
+        assert!(returns_within(
+            move || st3.await_known(Some(&keys(&["k"]))),
+            Duration::from_secs(5)
+        ));
     }
 }

@@ -352,6 +352,21 @@ pub(crate) fn dispatch_in(
         Scope::Shared => req,
         _ => scoped(req, scope),
     };
+    // A term that took over answers for a key only once it knows whether
+    // the key exists (see `takeover`).
+    match &req {
+        MasterRequest::PutStart { keys, .. }
+        | MasterRequest::GetReplicaList { keys, .. }
+        | MasterRequest::Exist { keys }
+        | MasterRequest::Remove { keys, .. } => state.await_known(Some(keys)),
+        MasterRequest::CreateCopyTask { key, .. } | MasterRequest::CreateMoveTask { key, .. } => {
+            state.await_known(Some(std::slice::from_ref(key)))
+        }
+        MasterRequest::RemoveByRegex { .. } | MasterRequest::RemoveAll { .. } => {
+            state.await_known(None)
+        }
+        _ => {}
+    }
     match req {
         MasterRequest::Ping { client_id } => MasterResponse::Pong {
             need_remount: state.ping(&client_id),

@@ -179,7 +179,6 @@ impl Segments {
     }
 
     /// Number of mounted segments.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.by_name.len()
     }

@@ -520,6 +520,12 @@ pub struct MasterState {
     pub(crate) space_gen: std::sync::atomic::AtomicU64,
     /// Time for leases, pins, TTLs and delays.
     pub(crate) clock: Arc<dyn Clock>,
+    /// The hold of a term that took over (see `takeover`), if any.
+    pub(crate) takeover: Mutex<Option<crate::takeover::Hold>>,
+    /// Set once no request needs to look at `takeover` again.
+    pub(crate) takeover_settled: AtomicBool,
+    /// Signalled (with `inner` held) whenever a remount completes.
+    pub(crate) remounted: Condvar,
 }
 
 impl MasterState {
@@ -567,6 +573,9 @@ impl MasterState {
             space_freed: Condvar::new(),
             space_gen: std::sync::atomic::AtomicU64::new(0),
             clock,
+            takeover: Mutex::new(None),
+            takeover_settled: AtomicBool::new(true),
+            remounted: Condvar::new(),
         })
     }
 

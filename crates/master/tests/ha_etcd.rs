@@ -89,17 +89,24 @@ fn etcd_healthy(port: u16) -> bool {
     body.contains("\"health\":\"true\"")
 }
 
-/// Records term starts and ends.
+/// Records term starts (with the owner list they were given) and ends;
+/// reports `mounted` as its segments.
 #[derive(Default)]
 struct Recorder {
     events: Mutex<Vec<(String, Instant)>>,
+    given: Mutex<Vec<Option<Vec<String>>>>,
+    mounted: Mutex<Option<Vec<String>>>,
 }
 
 impl Terms for Recorder {
-    fn start_term(&self, epoch: u64) {
+    fn start_term(&self, epoch: u64, owners: Option<Vec<String>>) {
         self.events
             .lock()
             .push((format!("start {epoch}"), Instant::now()));
+        self.given.lock().push(owners);
+    }
+    fn owners(&self) -> Option<Vec<String>> {
+        self.mounted.lock().clone()
     }
     fn end_term(&self, reason: &str) {
         self.events
@@ -229,6 +236,33 @@ fn one_leader_then_failover_without_overlap() {
     let ev = b.terms.events.lock().clone();
     assert_eq!(ev.len(), 1, "{ev:?}");
     assert!(ev[0].0.starts_with("start "));
+}
+
+#[test]
+fn the_next_leader_is_given_the_segments_the_last_one_published() {
+    let Some(etcd) = start_etcd() else {
+        eprintln!("SKIP: etcd not installed (apt-get install etcd-server)");
+        return;
+    };
+    let cluster = "owners";
+    let mut a = Node::start(&etcd.endpoint, cluster, "10.0.0.1:50051").expect("a");
+    wait_for("a to lead", Duration::from_secs(10), || {
+        a.status.may_serve()
+    });
+    // The first leader of a cluster finds an empty list.
+    assert_eq!(a.terms.given.lock().clone(), vec![Some(Vec::new())]);
+    *a.terms.mounted.lock() = Some(vec!["h1:1".to_string(), "h2:2".to_string()]);
+    let b = Node::start(&etcd.endpoint, cluster, "10.0.0.2:50051").expect("b");
+    // Published within a few publication periods.
+    std::thread::sleep(Duration::from_millis(600));
+    a.kill();
+    wait_for("b to lead", Duration::from_secs(10), || {
+        b.status.may_serve()
+    });
+    assert_eq!(
+        b.terms.given.lock().clone(),
+        vec![Some(vec!["h1:1".to_string(), "h2:2".to_string()])]
+    );
 }
 
 #[test]

@@ -15,7 +15,7 @@
 use super::status::{HaStatus, Role};
 use super::HaConfig;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
-use mooncake_common::ha::{election_name, member_key};
+use mooncake_common::ha::{election_name, member_key, owners_key};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -53,10 +53,17 @@ pub enum HaError {
 
 /// What the master does when a term starts or ends.
 pub trait Terms: Send + Sync {
-    /// This process was elected for term `epoch`: start serving with fresh state.
-    fn start_term(&self, epoch: u64);
+    /// This process was elected for term `epoch`: start serving with fresh
+    /// state. `owners`: the segments the previous leader last published as
+    /// mounted (None when they could not be read).
+    fn start_term(&self, epoch: u64, owners: Option<Vec<String>>);
     /// The term ended (`reason` is logged): stop serving and drop the state.
     fn end_term(&self, reason: &str);
+    /// The segments this term has mounted, to publish for the next leader;
+    /// None while there is nothing new to publish.
+    fn owners(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// Startup timeout for reaching etcd: an unreachable etcd is a clear error
@@ -230,24 +237,38 @@ impl HaRuntime {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        // Read after winning: the old leader's key is gone, so its list is
+        // final (its publisher writes only while that key stands).
+        let key = owners_key(&self.cfg.cluster_id);
+        let owners = read_owners(&self.client, &key).await;
         let epoch = leader.rev().max(1) as u64;
         self.status.become_leader(epoch);
         self.status.observe_leader(Some((
             self.cfg.advertise.clone(),
             leader.rev().max(0) as u64,
         )));
-        terms.start_term(epoch);
+        terms.start_term(epoch, owners.clone());
         tracing::warn!(
             epoch,
             address = %self.cfg.advertise,
             cluster = %self.cfg.cluster_id,
+            owners = owners.as_ref().map_or(-1, |o| o.len() as i64),
             "elected leader; serving"
         );
+        let publisher = tokio::spawn(publish_owners(
+            self.client.clone(),
+            key,
+            leader.key().to_vec(),
+            leader.rev(),
+            Arc::clone(terms),
+            owners,
+        ));
         let reason = tokio::select! {
             _ = self.stop.notified() => None,
             r = wait_lease_lost(&self.status, self.cfg.lease_ttl) => Some(r),
             r = wait_leader_replaced(&self.status, epoch) => Some(r),
         };
+        publisher.abort();
         self.status.become_standby();
         let why = reason.unwrap_or("shutting down");
         terms.end_term(why);
@@ -321,6 +342,66 @@ async fn wait_leader_replaced(status: &HaStatus, epoch: u64) -> &'static str {
         tokio::time::sleep(Duration::from_millis(50)).await;
         if status.leader_rev() > epoch {
             return "etcd shows another leader";
+        }
+    }
+}
+
+/// The segment names the previous leader published under `key` (an
+/// absent key: none), or None when etcd did not answer or the value is not
+/// a JSON array of strings.
+async fn read_owners(client: &Client, key: &str) -> Option<Vec<String>> {
+    let mut c = client.clone();
+    let resp = match timed("read owners", REQUEST_TIMEOUT, c.get(key, None)).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, "the previous leader's segment list is unreadable; holding for the quiet window");
+            return None;
+        }
+    };
+    let Some(kv) = resp.kvs().first() else {
+        return Some(Vec::new());
+    };
+    match serde_json::from_slice::<Vec<String>>(kv.value()) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::warn!(error = %e, key, "the previous leader's segment list is malformed; holding for the quiet window");
+            None
+        }
+    }
+}
+
+/// Publish the term's segment list under `key` whenever it changed, while
+/// this master's election key (`leader_key`, created at `leader_rev`) still
+/// stands: a deposed leader cannot overwrite its successor's list.
+async fn publish_owners(
+    client: Client,
+    key: String,
+    leader_key: Vec<u8>,
+    leader_rev: i64,
+    terms: Arc<dyn Terms>,
+    mut published: Option<Vec<String>>,
+) {
+    loop {
+        tokio::time::sleep(crate::takeover::PUBLISH_EVERY).await;
+        let Some(now) = terms.owners() else { continue };
+        if published.as_ref() == Some(&now) {
+            continue;
+        }
+        let Ok(value) = serde_json::to_vec(&now) else {
+            continue;
+        };
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                leader_key.clone(),
+                CompareOp::Equal,
+                leader_rev,
+            )])
+            .and_then([TxnOp::put(key.clone(), value, None)]);
+        let mut c = client.clone();
+        match timed("publish owners", REQUEST_TIMEOUT, c.txn(txn)).await {
+            Ok(r) if r.succeeded() => published = Some(now),
+            Ok(_) => return,
+            Err(e) => tracing::debug!(error = %e, "publishing the segment list failed; retrying"),
         }
     }
 }
