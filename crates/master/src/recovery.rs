@@ -365,7 +365,7 @@ mod tests {
         )
     }
 
-    fn desc(name: &str, uuid: &str) -> SegmentDesc {
+    pub(super) fn desc(name: &str, uuid: &str) -> SegmentDesc {
         SegmentDesc {
             name: name.into(),
             uuid: uuid.into(),
@@ -378,7 +378,7 @@ mod tests {
         }
     }
 
-    fn entry(key: &str, version: u64, offset: u64, size: u64) -> LedgerEntry {
+    pub(super) fn entry(key: &str, version: u64, offset: u64, size: u64) -> LedgerEntry {
         LedgerEntry::unpinned(key, version, offset, size)
     }
 
@@ -541,13 +541,18 @@ mod tests {
 
 #[cfg(test)]
 mod takeover_tests {
-    use super::*;
+    use super::tests::{desc, entry};
     use crate::clock::ManualClock;
     use crate::config::MasterConfig;
     use crate::metrics::MasterMetrics;
+    use crate::state::MasterState;
+    use std::sync::mpsc::Receiver;
     use std::sync::Arc;
+    use std::time::Duration;
 
     const S: Duration = Duration::from_secs(1);
+    const HELD: Duration = Duration::from_millis(100);
+    const GOES_ON: Duration = Duration::from_secs(5);
 
     fn state(clock: &Arc<ManualClock>) -> Arc<MasterState> {
         MasterState::with_clock(
@@ -558,35 +563,22 @@ mod takeover_tests {
         )
     }
 
-    fn desc(name: &str) -> SegmentDesc {
-        SegmentDesc {
-            name: name.into(),
-            uuid: format!("{name}-uuid"),
-            size: 1 << 20,
-            base_addr: 0,
-            host_id: "h".into(),
-            pid: 1,
-            endpoint: name.into(),
-            socket_name: String::new(),
-        }
-    }
-
-    fn entry(key: &str) -> LedgerEntry {
-        LedgerEntry::unpinned(key, 1, 0, 4096)
-    }
-
-    fn keys(ks: &[&str]) -> Vec<String> {
-        ks.iter().map(|k| k.to_string()).collect()
-    }
-
-    /// Runs `f` on a thread; true when it returned within `within`.
-    fn returns_within(f: impl FnOnce() + Send + 'static, within: Duration) -> bool {
+    /// A request about `keys` (None: every key) on its own thread; the
+    /// receiver hears when it goes on.
+    fn request(st: &Arc<MasterState>, keys: Option<&[&str]>) -> Receiver<()> {
+        let st = Arc::clone(st);
+        let keys: Option<Vec<String>> = keys.map(|ks| ks.iter().map(|k| k.to_string()).collect());
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            f();
+            st.await_known(keys.as_deref());
             let _ = tx.send(());
         });
-        rx.recv_timeout(within).is_ok()
+        rx
+    }
+
+    fn remount(st: &MasterState, key: &str, done: bool) {
+        st.remount_segment("c1", desc("seg", "u1"), vec![entry(key, 1, 0, 4096)], done)
+            .expect("remount");
     }
 
     #[test]
@@ -594,31 +586,19 @@ mod takeover_tests {
         let clock = Arc::new(ManualClock::default());
         let st = state(&clock);
         st.hold_after_takeover(S, None);
-        let st2 = Arc::clone(&st);
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            st2.await_known(Some(&keys(&["k"])));
-            let _ = tx.send(());
-        });
+        let held = request(&st, Some(&["k"]));
         // Held: the clock does not move, the key is unknown.
-        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        assert!(held.recv_timeout(HELD).is_err());
         // Its owner remounts with it: the request goes on at once.
-        st.remount_segment("c1", desc("seg"), vec![entry("k")], true)
-            .expect("remount");
-        assert!(rx.recv_timeout(Duration::from_secs(5)).is_ok());
+        remount(&st, "k", true);
+        assert!(held.recv_timeout(GOES_ON).is_ok());
         // A known key is never held; an unknown one still is.
-        let st3 = Arc::clone(&st);
-        assert!(returns_within(
-            move || st3.await_known(Some(&keys(&["k"]))),
-            Duration::from_secs(5)
-        ));
-        let st4 = Arc::clone(&st);
-        assert!(!returns_within(
-            move || st4.await_known(Some(&keys(&["k", "other"]))),
-            Duration::from_millis(100)
-        ));
-        // Past the quiet window the held request goes on.
+        assert!(request(&st, Some(&["k"])).recv_timeout(GOES_ON).is_ok());
+        let other = request(&st, Some(&["k", "other"]));
+        assert!(other.recv_timeout(HELD).is_err());
+        // Past the quiet window it goes on.
         clock.advance(S);
+        assert!(other.recv_timeout(GOES_ON).is_ok());
     }
 
     #[test]
@@ -626,21 +606,12 @@ mod takeover_tests {
         let clock = Arc::new(ManualClock::default());
         let st = state(&clock);
         st.hold_after_takeover(S, None);
-        let st2 = Arc::clone(&st);
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            st2.await_known(None);
-            let _ = tx.send(());
-        });
-        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        let all = request(&st, None);
+        assert!(all.recv_timeout(HELD).is_err());
         clock.advance(S);
-        assert!(rx.recv_timeout(Duration::from_secs(5)).is_ok());
-        // Settled: nothing waits any more.
-        let st3 = Arc::clone(&st);
-        assert!(returns_within(
-            move || st3.await_known(Some(&keys(&["never"]))),
-            Duration::from_secs(5)
-        ));
+        assert!(all.recv_timeout(GOES_ON).is_ok());
+        // Over: nothing waits any more.
+        assert!(request(&st, Some(&["never"])).recv_timeout(GOES_ON).is_ok());
     }
 
     #[test]
@@ -649,21 +620,12 @@ mod takeover_tests {
         let st = state(&clock);
         st.hold_after_takeover(S, None);
         // The first chunk of a ledger arrived; the rest has not.
-        st.remount_segment("c1", desc("seg"), vec![entry("k")], false)
-            .expect("partial remount");
+        remount(&st, "k", false);
         clock.advance(2 * S);
-        let st2 = Arc::clone(&st);
-        assert!(!returns_within(
-            move || st2.await_known(Some(&keys(&["x"]))),
-            Duration::from_millis(100)
-        ));
-        let ttl = Duration::from_secs(st.config().client_ttl_sec as u64);
-        clock.advance(ttl);
-        let st3 = Arc::clone(&st);
-        assert!(returns_within(
-            move || st3.await_known(Some(&keys(&["x"]))),
-            Duration::from_secs(5)
-        ));
+        let held = request(&st, Some(&["x"]));
+        assert!(held.recv_timeout(HELD).is_err());
+        clock.advance(Duration::from_secs(st.config().client_ttl_sec as u64));
+        assert!(held.recv_timeout(GOES_ON).is_ok());
     }
 
     #[test]
@@ -673,17 +635,11 @@ mod takeover_tests {
         st.hold_after_takeover(S, Some(vec!["seg".into()]));
         clock.advance(2 * S);
         assert!(!st.takeover_over());
-        let st2 = Arc::clone(&st);
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            st2.await_known(Some(&keys(&["absent"])));
-            let _ = tx.send(());
-        });
-        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
-        st.remount_segment("c1", desc("seg"), vec![entry("k")], true)
-            .expect("remount");
+        let held = request(&st, Some(&["absent"]));
+        assert!(held.recv_timeout(HELD).is_err());
+        remount(&st, "k", true);
         // The owner is back: the absent key is answered (as absent).
-        assert!(rx.recv_timeout(Duration::from_secs(5)).is_ok());
+        assert!(held.recv_timeout(GOES_ON).is_ok());
         assert!(st.takeover_over());
     }
 
@@ -691,16 +647,8 @@ mod takeover_tests {
     fn a_state_that_did_not_take_over_never_holds() {
         let clock = Arc::new(ManualClock::default());
         let st = state(&clock);
-        let st2 = Arc::clone(&st);
-        assert!(returns_within(
-            move || st2.await_known(None),
-            Duration::from_secs(5)
-        ));
+        assert!(request(&st, None).recv_timeout(GOES_ON).is_ok());
         st.hold_after_takeover(Duration::ZERO, None);
-        let st3 = Arc::clone(&st);
-        assert!(returns_within(
-            move || st3.await_known(Some(&keys(&["k"]))),
-            Duration::from_secs(5)
-        ));
+        assert!(request(&st, Some(&["k"])).recv_timeout(GOES_ON).is_ok());
     }
 }

@@ -171,6 +171,20 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// A real etcd and master `a` (10.0.0.1:50051) leading `cluster` on it;
+/// None (after saying so) when etcd is not installed.
+fn first_leader(cluster: &str) -> Option<(Etcd, Node)> {
+    let Some(etcd) = start_etcd() else {
+        eprintln!("SKIP: etcd not installed (apt-get install etcd-server)");
+        return None;
+    };
+    let a = Node::start(&etcd.endpoint, cluster, "10.0.0.1:50051").expect("a");
+    wait_for("a to lead", Duration::from_secs(10), || {
+        a.status.may_serve()
+    });
+    Some((etcd, a))
+}
+
 #[test]
 fn unreachable_etcd_fails_fast_with_the_reason() {
     let port = free_port(); // nothing listens there
@@ -190,15 +204,10 @@ fn unreachable_etcd_fails_fast_with_the_reason() {
 
 #[test]
 fn one_leader_then_failover_without_overlap() {
-    let Some(etcd) = start_etcd() else {
-        eprintln!("SKIP: etcd not installed (apt-get install etcd-server)");
+    let Some((etcd, mut a)) = first_leader("failover") else {
         return;
     };
     let cluster = "failover";
-    let mut a = Node::start(&etcd.endpoint, cluster, "10.0.0.1:50051").expect("a");
-    wait_for("a to lead", Duration::from_secs(10), || {
-        a.status.may_serve()
-    });
     let b = Node::start(&etcd.endpoint, cluster, "10.0.0.2:50051").expect("b");
     std::thread::sleep(Duration::from_millis(500));
     assert!(a.status.may_serve());
@@ -240,15 +249,10 @@ fn one_leader_then_failover_without_overlap() {
 
 #[test]
 fn the_next_leader_is_given_the_segments_the_last_one_published() {
-    let Some(etcd) = start_etcd() else {
-        eprintln!("SKIP: etcd not installed (apt-get install etcd-server)");
+    let Some((etcd, mut a)) = first_leader("owners") else {
         return;
     };
     let cluster = "owners";
-    let mut a = Node::start(&etcd.endpoint, cluster, "10.0.0.1:50051").expect("a");
-    wait_for("a to lead", Duration::from_secs(10), || {
-        a.status.may_serve()
-    });
     // The first leader of a cluster finds an empty list.
     assert_eq!(a.terms.given.lock().clone(), vec![Some(Vec::new())]);
     *a.terms.mounted.lock() = Some(vec!["h1:1".to_string(), "h2:2".to_string()]);
