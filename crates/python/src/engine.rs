@@ -9,6 +9,7 @@
 //! same logger through the sink installed by [`register`].
 
 use crate::args::UInt;
+use crate::family::method_family;
 use mooncake_engine::log::Level;
 use mooncake_engine::{
     build_conn_string, items, split_conn_string, BatchState, EngineError, ErrorKind, Item, Opcode,
@@ -323,50 +324,6 @@ impl TransferEngine {
         }
     }
 
-    #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint=""))]
-    fn transfer_sync_write(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffer: UInt,
-        peer_buffer_address: UInt,
-        length: UInt,
-        transport_hint: &str,
-    ) -> i64 {
-        let _ = transport_hint;
-        let it = vec![(buffer.0, peer_buffer_address.0, length.0)];
-        self.sync(
-            py,
-            "transfer_sync_write",
-            target_hostname,
-            Opcode::Write,
-            it,
-            None,
-        )
-    }
-
-    #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint=""))]
-    fn transfer_sync_read(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffer: UInt,
-        peer_buffer_address: UInt,
-        length: UInt,
-        transport_hint: &str,
-    ) -> i64 {
-        let _ = transport_hint;
-        let it = vec![(buffer.0, peer_buffer_address.0, length.0)];
-        self.sync(
-            py,
-            "transfer_sync_read",
-            target_hostname,
-            Opcode::Read,
-            it,
-            None,
-        )
-    }
-
     #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, opcode, notify=None, transport_hint=""))]
     #[allow(clippy::too_many_arguments)]
     fn transfer_sync(
@@ -431,98 +388,6 @@ impl TransferEngine {
         }
     }
 
-    #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, stream_ptr=0, transport_hint=""))]
-    #[allow(clippy::too_many_arguments)]
-    fn transfer_write_on_cuda(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffer: UInt,
-        peer_buffer_address: UInt,
-        length: UInt,
-        stream_ptr: u64,
-        transport_hint: &str,
-    ) -> PyResult<()> {
-        let _ = transport_hint;
-        let it = Ok(vec![(buffer.0, peer_buffer_address.0, length.0)]);
-        self.on_cuda(
-            py,
-            "transfer_write_on_cuda",
-            target_hostname,
-            Opcode::Write,
-            it,
-            stream_ptr,
-        )
-    }
-
-    #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, stream_ptr=0, transport_hint=""))]
-    #[allow(clippy::too_many_arguments)]
-    fn transfer_read_on_cuda(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffer: UInt,
-        peer_buffer_address: UInt,
-        length: UInt,
-        stream_ptr: u64,
-        transport_hint: &str,
-    ) -> PyResult<()> {
-        let _ = transport_hint;
-        let it = Ok(vec![(buffer.0, peer_buffer_address.0, length.0)]);
-        self.on_cuda(
-            py,
-            "transfer_read_on_cuda",
-            target_hostname,
-            Opcode::Read,
-            it,
-            stream_ptr,
-        )
-    }
-
-    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
-    fn batch_transfer_sync_write(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffers: Vec<UInt>,
-        peer_buffer_addresses: Vec<UInt>,
-        lengths: Vec<UInt>,
-        transport_hint: &str,
-    ) -> i64 {
-        let _ = transport_hint;
-        let lists = (buffers, peer_buffer_addresses, lengths);
-        self.batch(
-            py,
-            "batch_transfer_sync_write",
-            target_hostname,
-            Opcode::Write,
-            lists,
-            None,
-        )
-    }
-
-    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
-    fn batch_transfer_sync_read(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffers: Vec<UInt>,
-        peer_buffer_addresses: Vec<UInt>,
-        lengths: Vec<UInt>,
-        transport_hint: &str,
-    ) -> i64 {
-        let _ = transport_hint;
-        let lists = (buffers, peer_buffer_addresses, lengths);
-        self.batch(
-            py,
-            "batch_transfer_sync_read",
-            target_hostname,
-            Opcode::Read,
-            lists,
-            None,
-        )
-    }
-
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, notify=None, transport_hint=""))]
     #[allow(clippy::too_many_arguments)]
     fn batch_transfer_sync(
@@ -546,48 +411,6 @@ impl TransferEngine {
             lists,
             notify,
         )
-    }
-
-    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
-    fn batch_transfer_async_write(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffers: Vec<UInt>,
-        peer_buffer_addresses: Vec<UInt>,
-        lengths: Vec<UInt>,
-        transport_hint: &str,
-    ) -> u64 {
-        let _ = transport_hint;
-        let method = "batch_transfer_async_write";
-        match items(&u64s(buffers), &u64s(peer_buffer_addresses), &u64s(lengths)) {
-            Ok(it) => self.submit(py, method, target_hostname, Opcode::Write, it),
-            Err(e) => {
-                fail(py, method, &e, Call::Transfer);
-                0
-            }
-        }
-    }
-
-    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
-    fn batch_transfer_async_read(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffers: Vec<UInt>,
-        peer_buffer_addresses: Vec<UInt>,
-        lengths: Vec<UInt>,
-        transport_hint: &str,
-    ) -> u64 {
-        let _ = transport_hint;
-        let method = "batch_transfer_async_read";
-        match items(&u64s(buffers), &u64s(peer_buffer_addresses), &u64s(lengths)) {
-            Ok(it) => self.submit(py, method, target_hostname, Opcode::Read, it),
-            Err(e) => {
-                fail(py, method, &e, Call::Transfer);
-                0
-            }
-        }
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, transport_hint=""))]
@@ -620,42 +443,6 @@ impl TransferEngine {
         let e = Arc::clone(&self.inner);
         let r = py.allow_threads(|| e.wait_batches(&ids));
         ret(py, "get_batch_transfer_status", r, Call::Transfer)
-    }
-
-    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr=0, transport_hint=""))]
-    #[allow(clippy::too_many_arguments)]
-    fn batch_transfer_write_on_cuda(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffers: Vec<UInt>,
-        peer_buffer_addresses: Vec<UInt>,
-        lengths: Vec<UInt>,
-        stream_ptr: u64,
-        transport_hint: &str,
-    ) -> PyResult<()> {
-        let _ = transport_hint;
-        let it = items(&u64s(buffers), &u64s(peer_buffer_addresses), &u64s(lengths));
-        let m = "batch_transfer_write_on_cuda";
-        self.on_cuda(py, m, target_hostname, Opcode::Write, it, stream_ptr)
-    }
-
-    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr=0, transport_hint=""))]
-    #[allow(clippy::too_many_arguments)]
-    fn batch_transfer_read_on_cuda(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffers: Vec<UInt>,
-        peer_buffer_addresses: Vec<UInt>,
-        lengths: Vec<UInt>,
-        stream_ptr: u64,
-        transport_hint: &str,
-    ) -> PyResult<()> {
-        let _ = transport_hint;
-        let it = items(&u64s(buffers), &u64s(peer_buffer_addresses), &u64s(lengths));
-        let m = "batch_transfer_read_on_cuda";
-        self.on_cuda(py, m, target_hostname, Opcode::Read, it, stream_ptr)
     }
 
     /// Copy `length` bytes of `src_ptr` (bytes-like or str) to
@@ -812,6 +599,140 @@ impl TransferEngine {
         let e = Arc::clone(&self.inner);
         let r = py.allow_threads(|| e.probe(segment_name));
         ret(py, "warmup_efa_segment", r, Call::Transfer)
+    }
+}
+
+// The write and read forms of each transfer call differ only in the
+// direction.
+method_family! {
+    #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint=""))]
+    fn method(
+        &self,
+        py: Python<'_>,
+        target_hostname: &str,
+        buffer: UInt,
+        peer_buffer_address: UInt,
+        length: UInt,
+        transport_hint: &str,
+    ) -> i64 {
+        let _ = transport_hint;
+        let it = vec![(buffer.0, peer_buffer_address.0, length.0)];
+        self.sync(py, method, target_hostname, op, it, None)
+    }
+    #[pymethods] for TransferEngine {
+        /// Write `length` bytes at `buffer` to the target's address: 0, or
+        /// a negative code.
+        transfer_sync_write { op: Opcode::Write }
+        /// Read `length` bytes at the target's address into `buffer`: 0,
+        /// or a negative code.
+        transfer_sync_read { op: Opcode::Read }
+    }
+}
+
+method_family! {
+    #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, stream_ptr=0, transport_hint=""))]
+    #[allow(clippy::too_many_arguments)]
+    fn method(
+        &self,
+        py: Python<'_>,
+        target_hostname: &str,
+        buffer: UInt,
+        peer_buffer_address: UInt,
+        length: UInt,
+        stream_ptr: u64,
+        transport_hint: &str,
+    ) -> PyResult<()> {
+        let _ = transport_hint;
+        let it = Ok(vec![(buffer.0, peer_buffer_address.0, length.0)]);
+        self.on_cuda(py, method, target_hostname, op, it, stream_ptr)
+    }
+    #[pymethods] for TransferEngine {
+        /// `transfer_sync_write` ordered on the CUDA stream `stream_ptr`;
+        /// raises on failure.
+        transfer_write_on_cuda { op: Opcode::Write }
+        /// `transfer_sync_read` ordered on the CUDA stream `stream_ptr`;
+        /// raises on failure.
+        transfer_read_on_cuda { op: Opcode::Read }
+    }
+}
+
+method_family! {
+    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
+    fn method(
+        &self,
+        py: Python<'_>,
+        target_hostname: &str,
+        buffers: Vec<UInt>,
+        peer_buffer_addresses: Vec<UInt>,
+        lengths: Vec<UInt>,
+        transport_hint: &str,
+    ) -> i64 {
+        let _ = transport_hint;
+        let lists = (buffers, peer_buffer_addresses, lengths);
+        self.batch(py, method, target_hostname, op, lists, None)
+    }
+    #[pymethods] for TransferEngine {
+        /// `transfer_sync_write` of several ranges as one batch.
+        batch_transfer_sync_write { op: Opcode::Write }
+        /// `transfer_sync_read` of several ranges as one batch.
+        batch_transfer_sync_read { op: Opcode::Read }
+    }
+}
+
+method_family! {
+    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
+    fn method(
+        &self,
+        py: Python<'_>,
+        target_hostname: &str,
+        buffers: Vec<UInt>,
+        peer_buffer_addresses: Vec<UInt>,
+        lengths: Vec<UInt>,
+        transport_hint: &str,
+    ) -> u64 {
+        let _ = transport_hint;
+        match items(&u64s(buffers), &u64s(peer_buffer_addresses), &u64s(lengths)) {
+            Ok(it) => self.submit(py, method, target_hostname, op, it),
+            Err(e) => {
+                fail(py, method, &e, Call::Transfer);
+                0
+            }
+        }
+    }
+    #[pymethods] for TransferEngine {
+        /// Start a batch write in the background: its batch id, or 0 on
+        /// failure.
+        batch_transfer_async_write { op: Opcode::Write }
+        /// Start a batch read in the background: its batch id, or 0 on
+        /// failure.
+        batch_transfer_async_read { op: Opcode::Read }
+    }
+}
+
+method_family! {
+    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr=0, transport_hint=""))]
+    #[allow(clippy::too_many_arguments)]
+    fn method(
+        &self,
+        py: Python<'_>,
+        target_hostname: &str,
+        buffers: Vec<UInt>,
+        peer_buffer_addresses: Vec<UInt>,
+        lengths: Vec<UInt>,
+        stream_ptr: u64,
+        transport_hint: &str,
+    ) -> PyResult<()> {
+        let _ = transport_hint;
+        let it = items(&u64s(buffers), &u64s(peer_buffer_addresses), &u64s(lengths));
+        self.on_cuda(py, method, target_hostname, op, it, stream_ptr)
+    }
+    #[pymethods] for TransferEngine {
+        /// `batch_transfer_sync_write` ordered on the CUDA stream
+        /// `stream_ptr`; raises on failure.
+        batch_transfer_write_on_cuda { op: Opcode::Write }
+        /// `batch_transfer_sync_read` ordered on the CUDA stream
+        /// `stream_ptr`; raises on failure.
+        batch_transfer_read_on_cuda { op: Opcode::Read }
     }
 }
 
