@@ -35,6 +35,10 @@ const IDLE_TICKS: u32 = 50;
 #[derive(Default)]
 pub(crate) struct DoneQueue {
     pending: Mutex<Vec<u64>>,
+    /// Held by the flusher from taking a batch until the master answered
+    /// its report: an RPC that piggybacks tickets waits for it, so the
+    /// master has seen every read this client finished before that RPC.
+    sending: Mutex<()>,
     /// The flusher is parked and must be woken by the next push.
     parked: AtomicBool,
     flusher: Mutex<Option<Thread>>,
@@ -55,8 +59,14 @@ impl DoneQueue {
         }
     }
 
-    /// Take everything queued (to piggyback on an RPC).
+    /// Take everything queued (to piggyback on an RPC), once a report the
+    /// flusher has in flight was answered.
     pub(crate) fn take(&self) -> Vec<u64> {
+        let _reported = self.sending.lock();
+        self.take_pending()
+    }
+
+    fn take_pending(&self) -> Vec<u64> {
         let mut g = self.pending.lock();
         if g.is_empty() {
             Vec::new()
@@ -101,8 +111,10 @@ fn flusher(q: Weak<DoneQueue>, m: Weak<MasterConn>) {
         if queue.closed.load(Ordering::Acquire) {
             return;
         }
-        let batch = queue.take();
+        let sending = queue.sending.lock();
+        let batch = queue.take_pending();
         if batch.is_empty() {
+            drop(sending);
             idle += 1;
             if idle >= IDLE_TICKS {
                 queue.parked.store(true, Ordering::Release);
@@ -130,5 +142,30 @@ fn flusher(q: Weak<DoneQueue>, m: Weak<MasterConn>) {
                 queue.restore(batch);
             }
         }
+        drop(sending);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_piggyback_waits_for_the_report_in_flight() {
+        let q = Arc::new(DoneQueue::default());
+        q.push(7);
+        // The flusher took the batch and is reporting it.
+        let reporting = q.sending.lock();
+        assert_eq!(q.take_pending(), vec![7]);
+        q.push(8);
+        let q2 = Arc::clone(&q);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(q2.take());
+        });
+        // The next RPC's take waits until the master answered the report.
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        drop(reporting);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(vec![8]));
     }
 }

@@ -370,9 +370,18 @@ async fn read_owners(client: &Client, key: &str) -> Option<Vec<String>> {
     }
 }
 
-/// Publish the term's segment list under `key` whenever it changed, while
-/// this master's election key (`leader_key`, created at `leader_rev`) still
-/// stands: a deposed leader cannot overwrite its successor's list.
+/// How long a published segment list outlives its last refresh: a list
+/// left by a cluster that was down longer than this names owners that will
+/// not come back, and a first leader after such an outage should not wait
+/// for them.
+const OWNERS_TTL_SECS: i64 = 30;
+
+/// Publish the term's segment list under `key` whenever it changed, and
+/// again every third of [`OWNERS_TTL_SECS`] under a fresh etcd lease of
+/// that TTL, while this master's election key (`leader_key`, created at
+/// `leader_rev`) still stands: a deposed leader cannot overwrite its
+/// successor's list. While the term still holds for the previous owners
+/// (`owners()` is None) their list is refreshed as it was read.
 async fn publish_owners(
     client: Client,
     key: String,
@@ -381,14 +390,31 @@ async fn publish_owners(
     terms: Arc<dyn Terms>,
     mut published: Option<Vec<String>>,
 ) {
+    let refresh = Duration::from_secs(OWNERS_TTL_SECS as u64 / 3);
+    let mut refreshed = Instant::now();
     loop {
         tokio::time::sleep(crate::takeover::PUBLISH_EVERY).await;
-        let Some(now) = terms.owners() else { continue };
-        if published.as_ref() == Some(&now) {
+        let now = terms.owners().or_else(|| published.clone());
+        let Some(now) = now else { continue };
+        if published.as_ref() == Some(&now) && refreshed.elapsed() < refresh {
             continue;
         }
         let Ok(value) = serde_json::to_vec(&now) else {
             continue;
+        };
+        let mut c = client.clone();
+        let lease = match timed(
+            "owners lease",
+            REQUEST_TIMEOUT,
+            c.lease_grant(OWNERS_TTL_SECS, None),
+        )
+        .await
+        {
+            Ok(l) => l.id(),
+            Err(e) => {
+                tracing::debug!(error = %e, "publishing the segment list failed; retrying");
+                continue;
+            }
         };
         let txn = Txn::new()
             .when([Compare::create_revision(
@@ -396,10 +422,16 @@ async fn publish_owners(
                 CompareOp::Equal,
                 leader_rev,
             )])
-            .and_then([TxnOp::put(key.clone(), value, None)]);
-        let mut c = client.clone();
+            .and_then([TxnOp::put(
+                key.clone(),
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
         match timed("publish owners", REQUEST_TIMEOUT, c.txn(txn)).await {
-            Ok(r) if r.succeeded() => published = Some(now),
+            Ok(r) if r.succeeded() => {
+                published = Some(now);
+                refreshed = Instant::now();
+            }
             Ok(_) => return,
             Err(e) => tracing::debug!(error = %e, "publishing the segment list failed; retrying"),
         }
