@@ -565,7 +565,7 @@ impl Client {
             d.tier.close();
         }
         self.done.stop();
-        let done = self.done.take();
+        let done = self.done.take(true);
         if !done.is_empty() {
             let _ = self
                 .master
@@ -645,7 +645,7 @@ impl Client {
     /// One master RPC, counted. Finished read tickets ride along.
     pub(crate) fn rpc(&self, req: MasterRequest) -> std::result::Result<MasterResponse, ErrorCode> {
         self.stats.master_rpcs.fetch_add(1, Ordering::Relaxed);
-        let done = self.done.take();
+        let done = self.done.take(req.changes_metadata());
         if done.is_empty() {
             return self.master.call(&req);
         }

@@ -435,6 +435,35 @@ pub enum MasterRequest {
     },
 }
 
+impl MasterRequest {
+    /// Whether the request changes metadata: what a deposed leader must
+    /// stop accepting, and what must reach the master after every read the
+    /// same client finished.
+    pub fn changes_metadata(&self) -> bool {
+        matches!(
+            self,
+            MasterRequest::PutStart { .. }
+                | MasterRequest::PutEnd { .. }
+                | MasterRequest::CommitEnd { .. }
+                | MasterRequest::PutRevoke { .. }
+                | MasterRequest::Remove { .. }
+                | MasterRequest::RemoveByRegex { .. }
+                | MasterRequest::RemoveAll { .. }
+                | MasterRequest::MountSegment { .. }
+                | MasterRequest::RemountSegment { .. }
+                | MasterRequest::UnmountSegment { .. }
+                | MasterRequest::DiskTier { .. }
+                | MasterRequest::DiskDropped { .. }
+                | MasterRequest::DiskTierDrain { .. }
+                | MasterRequest::Promoted { .. }
+                | MasterRequest::CreateCopyTask { .. }
+                | MasterRequest::BatchReplicaClear { .. }
+                | MasterRequest::CreateMoveTask { .. }
+                | MasterRequest::Fetched { .. }
+        )
+    }
+}
+
 /// Kind of an asynchronous replica task (numbered as upstream's `TaskType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TaskKind {

@@ -172,7 +172,7 @@ fn handle_conn(
             sock.write_all(&framing::encode_frame(&resp)?)?;
             continue;
         }
-        let mutation = is_mutation(&frame.req);
+        let mutation = frame.req.changes_metadata();
         if mutation {
             gate.status().note_write();
         }
@@ -185,31 +185,6 @@ fn handle_conn(
         sock.write_all(&framing::encode_frame(&resp)?)?;
         memory::collect_if_freed();
     }
-}
-
-/// Requests that change metadata (what a deposed leader must stop accepting).
-fn is_mutation(req: &MasterRequest) -> bool {
-    matches!(
-        req,
-        MasterRequest::PutStart { .. }
-            | MasterRequest::PutEnd { .. }
-            | MasterRequest::CommitEnd { .. }
-            | MasterRequest::PutRevoke { .. }
-            | MasterRequest::Remove { .. }
-            | MasterRequest::RemoveByRegex { .. }
-            | MasterRequest::RemoveAll { .. }
-            | MasterRequest::MountSegment { .. }
-            | MasterRequest::RemountSegment { .. }
-            | MasterRequest::UnmountSegment { .. }
-            | MasterRequest::DiskTier { .. }
-            | MasterRequest::DiskDropped { .. }
-            | MasterRequest::DiskTierDrain { .. }
-            | MasterRequest::Promoted { .. }
-            | MasterRequest::CreateCopyTask { .. }
-            | MasterRequest::BatchReplicaClear { .. }
-            | MasterRequest::CreateMoveTask { .. }
-            | MasterRequest::Fetched { .. }
-    )
 }
 
 /// Reads from the buffered reader, writes to the socket.

@@ -59,10 +59,12 @@ impl DoneQueue {
         }
     }
 
-    /// Take everything queued (to piggyback on an RPC), once a report the
-    /// flusher has in flight was answered.
-    pub(crate) fn take(&self) -> Vec<u64> {
-        let _reported = self.sending.lock();
+    /// Take everything queued (to piggyback on an RPC). With
+    /// `after_report`, first wait until a report the flusher has in flight
+    /// was answered: a request that changes metadata must reach the master
+    /// after every read this client finished (a lookup need not wait).
+    pub(crate) fn take(&self, after_report: bool) -> Vec<u64> {
+        let _reported = after_report.then(|| self.sending.lock());
         self.take_pending()
     }
 
@@ -151,7 +153,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_piggyback_waits_for_the_report_in_flight() {
+    fn a_change_waits_for_the_report_in_flight_and_a_lookup_does_not() {
         let q = Arc::new(DoneQueue::default());
         q.push(7);
         // The flusher took the batch and is reporting it.
@@ -161,11 +163,14 @@ mod tests {
         let q2 = Arc::clone(&q);
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let _ = tx.send(q2.take());
+            let _ = tx.send(q2.take(true));
         });
-        // The next RPC's take waits until the master answered the report.
+        // A lookup does not wait for it.
+        assert_eq!(q.take(false), vec![8]);
+        q.push(9);
+        // A change waits until the master answered the report.
         assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
         drop(reporting);
-        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(vec![8]));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(vec![9]));
     }
 }
