@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -123,6 +124,9 @@ def run_launch(steps: list[Step], nprocs: int, timeout: float = 400.0) -> Launch
             timed_out = now > deadline
             break
         time.sleep(0.05)
+    _dump_stacks(
+        [p for i, p in enumerate(procs) if p.poll() is None and i not in frozen], procs, logs
+    )
     for p in procs:
         if p.poll() is None:
             p.kill()
@@ -156,3 +160,26 @@ def run_launch(steps: list[Step], nprocs: int, timeout: float = 400.0) -> Launch
     if timed_out:
         report = f"launch timed out after {timeout}s\n{report}"
     return LaunchResult(ok, report)
+
+
+def _dump_stacks(
+    stuck: list[subprocess.Popen[str]], procs: list[subprocess.Popen[str]], logs: list[IO[str]]
+) -> None:
+    """Before the harness kills processes that are still running, each dumps
+    every thread's Python stack into its log (SIGUSR1, see ``pg_worker``);
+    with ``MCPG_TEST_GDB=1`` and gdb installed, the native stacks too."""
+    for p in stuck:
+        p.send_signal(signal.SIGUSR1)
+    if not stuck:
+        return
+    time.sleep(0.5)
+    if os.environ.get("MCPG_TEST_GDB") != "1":
+        return
+    for p in stuck:
+        subprocess.run(
+            ["gdb", "-p", str(p.pid), "-batch", "-ex", "thread apply all bt"],
+            stdout=logs[procs.index(p)],
+            stderr=subprocess.STDOUT,
+            timeout=60,
+            check=False,
+        )

@@ -880,6 +880,9 @@ def options_forms(rank: int, world: int, port: int) -> None:
     mask = torch.full((world + 1,), 7, dtype=torch.int32)
     init(rank, world, port, MooncakeBackendOptions(mask, False, world + 1))
     eq(mask, torch.tensor([1] * world + [0], dtype=torch.int32), "backend owns the mask")
+    # No rank leaves before every rank checked the view they all joined (a
+    # rank that destroys the group drops out of the others' view).
+    hub_barrier("checked", rank, world)
     expect(TypeError, lambda: mpg.get_active_ranks("nope"), "bad backend")
     expect(TypeError, lambda: mpg.set_transfer_engine(object()), "bad engine")
     mpg.set_transfer_engine(None)

@@ -11,8 +11,10 @@ process (its peers then fail or time out instead of hanging).
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -37,6 +39,9 @@ def free_port() -> int:
 
 def main() -> None:
     proc, hub_port, plan = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+    # The harness sends SIGUSR1 to a process it is about to kill: every
+    # thread's Python stack goes to the report.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     torch.set_num_threads(1)
     hub = dist.TCPStore(
         "127.0.0.1", hub_port, is_master=False, timeout=datetime.timedelta(seconds=300)

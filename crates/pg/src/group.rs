@@ -477,16 +477,25 @@ impl Group {
                 }
             }
         }
-        let linked = |r: &MemberRec| {
-            sh.live_link(r.slot)
+        // A peer has joined once a link from the member we expect was
+        // attached, even if that link is gone again: a peer may finish its
+        // own connect and leave (destroy the group, or die) before this
+        // thread looks, and its departure is then a failure of the running
+        // group, not a connect timeout.
+        let joined = |r: &MemberRec| {
+            sh.links
+                .read()
+                .get(r.slot)
+                .cloned()
+                .flatten()
                 .is_some_and(|l| l.member_id == r.member_id)
         };
         let mut ctrl = sh.ctrl.lock();
-        while !recs.iter().all(linked) && Instant::now() < deadline {
+        while !recs.iter().all(joined) && Instant::now() < deadline {
             sh.ctrl_cv.wait_until(&mut ctrl, deadline);
         }
         drop(ctrl);
-        let missing: Vec<usize> = recs.iter().filter(|r| !linked(r)).map(|r| r.slot).collect();
+        let missing: Vec<usize> = recs.iter().filter(|r| !joined(r)).map(|r| r.slot).collect();
         if !missing.is_empty() {
             let failures = sh.auth_failures.lock();
             let refused: Vec<String> = missing
@@ -1054,6 +1063,83 @@ mod tests {
             // ends after the owner freed the tensor (on_agent_lost).
             g.shared.write_mask();
             assert_eq!(mask, vec![7; 4], "shutdown={shut}: the tensor was written");
+        }
+    }
+
+    /// Polls `cond` until it holds (a socket test: the acceptor runs on its
+    /// own thread).
+    fn until(what: &str, cond: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A founding peer that linked to us and left again before our own
+    /// connect looked (it finished its connect and destroyed the group at
+    /// once, or it died) has joined: our connect returns, and the peer's
+    /// departure is the running group's failure, not a connect timeout.
+    #[test]
+    fn a_founding_peer_that_linked_and_left_has_joined() {
+        let g = Group::new(GroupParams {
+            rank: 0,
+            size: 2,
+            capacity: 2,
+            is_extension: false,
+            key: format!("linked-and-left-{}", std::process::id()),
+            auto_deactivate: true,
+            auto_sync: true,
+            host: String::new(),
+        })
+        .expect("group");
+        let peer_member = 0x5eed;
+        let hello = LinkHello {
+            key: g.shared.key,
+            slot: 1,
+            member_id: peer_member,
+        };
+        let endpoint = format!("127.0.0.1:{}", g.port());
+        let s = engine::dial(&endpoint, &hello, g.member_id(), None, Duration::from_secs(5))
+            .expect("dial")
+            .expect("a founding peer is admitted before its record is known");
+        until("the link is attached", || g.shared.links.read()[1].is_some());
+        drop(s);
+        until("the link is dead", || g.shared.live_link(1).is_none());
+        let started = Instant::now();
+        let peer = PeerInfo {
+            slot: 1,
+            endpoint: endpoint.clone(),
+            member_id: peer_member,
+            same_host: true,
+            shm_name: String::new(),
+        };
+        g.connect(vec![peer], Duration::from_secs(5))
+            .expect("a peer that linked and left has joined");
+        assert!(started.elapsed() < Duration::from_secs(4), "connect waited for its deadline");
+        assert!(g.shared.live_link(1).is_none(), "the departed peer has no live link");
+        // A peer that never linked still times out, naming it.
+        let g2 = Group::new(GroupParams {
+            rank: 0,
+            size: 2,
+            capacity: 2,
+            is_extension: false,
+            key: format!("never-linked-{}", std::process::id()),
+            auto_deactivate: true,
+            auto_sync: true,
+            host: String::new(),
+        })
+        .expect("group");
+        let absent = PeerInfo {
+            slot: 1,
+            endpoint,
+            member_id: 0xabc,
+            same_host: true,
+            shm_name: String::new(),
+        };
+        match g2.connect(vec![absent], Duration::from_millis(300)) {
+            Err(PgError::ConnectTimeout { missing, .. }) => assert_eq!(missing, vec![1]),
+            other => panic!("expected a connect timeout naming rank 1, got {other:?}"),
         }
     }
 }
