@@ -1100,10 +1100,18 @@ mod tests {
             member_id: peer_member,
         };
         let endpoint = format!("127.0.0.1:{}", g.port());
-        let s = engine::dial(&endpoint, &hello, g.member_id(), None, Duration::from_secs(5))
-            .expect("dial")
-            .expect("a founding peer is admitted before its record is known");
-        until("the link is attached", || g.shared.links.read()[1].is_some());
+        let s = engine::dial(
+            &endpoint,
+            &hello,
+            g.member_id(),
+            None,
+            Duration::from_secs(5),
+        )
+        .expect("dial")
+        .expect("a founding peer is admitted before its record is known");
+        until("the link is attached", || {
+            g.shared.links.read()[1].is_some()
+        });
         drop(s);
         until("the link is dead", || g.shared.live_link(1).is_none());
         let started = Instant::now();
@@ -1116,8 +1124,14 @@ mod tests {
         };
         g.connect(vec![peer], Duration::from_secs(5))
             .expect("a peer that linked and left has joined");
-        assert!(started.elapsed() < Duration::from_secs(4), "connect waited for its deadline");
-        assert!(g.shared.live_link(1).is_none(), "the departed peer has no live link");
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "connect waited for its deadline"
+        );
+        assert!(
+            g.shared.live_link(1).is_none(),
+            "the departed peer has no live link"
+        );
         // A peer that never linked still times out, naming it.
         let g2 = Group::new(GroupParams {
             rank: 0,

@@ -137,10 +137,14 @@ pub(crate) fn link_accept(
     let Some((_, auth)) = admitted else {
         return Ok(Accepted::Refused);
     };
-    Ok(match server_handshake(s, Service::PgRank, auth.as_ref()) {
-        Ok(()) => Accepted::Admitted(hello),
-        Err(e) => Accepted::AuthFailed(hello, e),
-    })
+    match server_handshake(s, Service::PgRank, auth.as_ref()) {
+        Ok(()) => Ok(Accepted::Admitted(hello)),
+        Err(e) if is_auth_refusal(&e) => Ok(Accepted::AuthFailed(hello, e)),
+        // The dialer went away or broke off mid-handshake (it found another
+        // member at this address, or gave up): not an authentication
+        // failure, so nothing is reported against its slot.
+        Err(e) => Err(e),
+    }
 }
 
 /// Dialer side of a control session, authenticated with `auth` (see the
@@ -297,6 +301,32 @@ mod tests {
         let e = dialed.expect_err("dialer must refuse");
         assert!(is_auth_refusal(&e), "{e}");
         assert!(e.to_string().contains("no cluster token"), "{e}");
+    }
+
+    /// A dialer that expected another member at this address drops the
+    /// connection after the acknowledgement: the acceptor sees an I/O
+    /// error, not an authentication failure of that slot.
+    #[test]
+    fn a_dialer_that_expected_another_member_is_no_auth_failure() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let t = std::thread::spawn(move || {
+            let (mut a, _) = l.accept().expect("accept");
+            link_accept(&mut a, |_| Some((42, Some(key("cluster")))))
+        });
+        let hello = LinkHello {
+            key: 5,
+            slot: 1,
+            member_id: 8,
+        };
+        let mut s = TcpStream::connect(addr).expect("dial");
+        let dialed = link_dial(&mut s, &hello, 43, Some(&key("cluster"))).expect("io");
+        assert!(!dialed, "the acceptor is not the member the dialer expects");
+        drop(s);
+        match t.join().expect("join") {
+            Err(e) => assert!(!is_auth_refusal(&e), "{e}"),
+            Ok(other) => panic!("expected an I/O error, got {other:?}"),
+        }
     }
 
     #[test]
