@@ -1076,23 +1076,28 @@ mod tests {
         }
     }
 
+    /// Rank 0 of a founding group of two, on its own key.
+    fn founding_rank0(name: &str) -> Group {
+        Group::new(GroupParams {
+            rank: 0,
+            size: 2,
+            capacity: 2,
+            is_extension: false,
+            key: format!("{name}-{}", std::process::id()),
+            auto_deactivate: true,
+            auto_sync: true,
+            host: String::new(),
+        })
+        .expect("group")
+    }
+
     /// A founding peer that linked to us and left again before our own
     /// connect looked (it finished its connect and destroyed the group at
     /// once, or it died) has joined: our connect returns, and the peer's
     /// departure is the running group's failure, not a connect timeout.
     #[test]
     fn a_founding_peer_that_linked_and_left_has_joined() {
-        let g = Group::new(GroupParams {
-            rank: 0,
-            size: 2,
-            capacity: 2,
-            is_extension: false,
-            key: format!("linked-and-left-{}", std::process::id()),
-            auto_deactivate: true,
-            auto_sync: true,
-            host: String::new(),
-        })
-        .expect("group");
+        let g = founding_rank0("linked-and-left");
         let peer_member = 0x5eed;
         let hello = LinkHello {
             key: g.shared.key,
@@ -1133,17 +1138,7 @@ mod tests {
             "the departed peer has no live link"
         );
         // A peer that never linked still times out, naming it.
-        let g2 = Group::new(GroupParams {
-            rank: 0,
-            size: 2,
-            capacity: 2,
-            is_extension: false,
-            key: format!("never-linked-{}", std::process::id()),
-            auto_deactivate: true,
-            auto_sync: true,
-            host: String::new(),
-        })
-        .expect("group");
+        let g2 = founding_rank0("never-linked");
         let absent = PeerInfo {
             slot: 1,
             endpoint,
