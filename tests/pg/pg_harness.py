@@ -125,7 +125,11 @@ def run_launch(steps: list[Step], nprocs: int, timeout: float = 400.0) -> Launch
             break
         time.sleep(0.05)
     _dump_stacks(
-        [p for i, p in enumerate(procs) if p.poll() is None and i not in frozen], procs, logs
+        [
+            (p, log)
+            for i, (p, log) in enumerate(zip(procs, logs, strict=True))
+            if p.poll() is None and i not in frozen
+        ]
     )
     for p in procs:
         if p.poll() is None:
@@ -162,23 +166,21 @@ def run_launch(steps: list[Step], nprocs: int, timeout: float = 400.0) -> Launch
     return LaunchResult(ok, report)
 
 
-def _dump_stacks(
-    stuck: list[subprocess.Popen[str]], procs: list[subprocess.Popen[str]], logs: list[IO[str]]
-) -> None:
+def _dump_stacks(stuck: list[tuple[subprocess.Popen[str], IO[str]]]) -> None:
     """Before the harness kills processes that are still running, each dumps
     every thread's Python stack into its log (SIGUSR1, see ``pg_worker``);
     with ``MCPG_TEST_GDB=1`` and gdb installed, the native stacks too."""
-    for p in stuck:
+    for p, _ in stuck:
         p.send_signal(signal.SIGUSR1)
     if not stuck:
         return
     time.sleep(0.5)
     if os.environ.get("MCPG_TEST_GDB") != "1":
         return
-    for p in stuck:
+    for p, log in stuck:
         subprocess.run(
             ["gdb", "-p", str(p.pid), "-batch", "-ex", "thread apply all bt"],
-            stdout=logs[procs.index(p)],
+            stdout=log,
             stderr=subprocess.STDOUT,
             timeout=60,
             check=False,

@@ -486,8 +486,7 @@ impl Group {
             sh.links
                 .read()
                 .get(r.slot)
-                .cloned()
-                .flatten()
+                .and_then(Option::as_ref)
                 .is_some_and(|l| l.member_id == r.member_id)
         };
         let mut ctrl = sh.ctrl.lock();

@@ -241,17 +241,28 @@ mod tests {
     }
 
     /// One data link between a dialer holding `dialer` and an acceptor
-    /// holding `acceptor`: what each side concluded.
+    /// holding `acceptor` (member 42): what each side concluded.
     fn link_with(
         dialer: Option<&str>,
         acceptor: Option<&str>,
     ) -> (std::io::Result<bool>, Accepted) {
+        let (dialed, accepted) = link_expecting(42, dialer, acceptor);
+        (dialed, accepted.expect("io"))
+    }
+
+    /// [`link_with`] with a dialer that expects member `expect` at the
+    /// acceptor's address.
+    fn link_expecting(
+        expect: u64,
+        dialer: Option<&str>,
+        acceptor: Option<&str>,
+    ) -> (std::io::Result<bool>, std::io::Result<Accepted>) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = l.local_addr().expect("addr");
         let acc = acceptor.map(key);
         let t = std::thread::spawn(move || {
             let (mut a, _) = l.accept().expect("accept");
-            link_accept(&mut a, |_| Some((42, acc))).expect("io")
+            link_accept(&mut a, |_| Some((42, acc)))
         });
         let hello = LinkHello {
             key: 5,
@@ -259,7 +270,7 @@ mod tests {
             member_id: 8,
         };
         let mut s = TcpStream::connect(addr).expect("dial");
-        let dialed = link_dial(&mut s, &hello, 42, dialer.map(key).as_ref());
+        let dialed = link_dial(&mut s, &hello, expect, dialer.map(key).as_ref());
         drop(s);
         (dialed, t.join().expect("join"))
     }
@@ -308,22 +319,12 @@ mod tests {
     /// error, not an authentication failure of that slot.
     #[test]
     fn a_dialer_that_expected_another_member_is_no_auth_failure() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = l.local_addr().expect("addr");
-        let t = std::thread::spawn(move || {
-            let (mut a, _) = l.accept().expect("accept");
-            link_accept(&mut a, |_| Some((42, Some(key("cluster")))))
-        });
-        let hello = LinkHello {
-            key: 5,
-            slot: 1,
-            member_id: 8,
-        };
-        let mut s = TcpStream::connect(addr).expect("dial");
-        let dialed = link_dial(&mut s, &hello, 43, Some(&key("cluster"))).expect("io");
-        assert!(!dialed, "the acceptor is not the member the dialer expects");
-        drop(s);
-        match t.join().expect("join") {
+        let (dialed, accepted) = link_expecting(43, Some("cluster"), Some("cluster"));
+        assert!(
+            !dialed.expect("io"),
+            "the acceptor is not the member the dialer expects"
+        );
+        match accepted {
             Err(e) => assert!(!is_auth_refusal(&e), "{e}"),
             Ok(other) => panic!("expected an I/O error, got {other:?}"),
         }
