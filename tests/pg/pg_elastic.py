@@ -762,6 +762,9 @@ def partial_activation(rank: int, world: int, port: int) -> None:
         pg = WORLD()
         hub_set(f"primary/{rank}")
         hub_get("joined/2")
+        # Rank 3 must be registered (its init returned) before the proposal:
+        # a rank with no registered process is Rejected, not dropped.
+        hub_get("registered/3")
         # Readiness is local: rank 2 links to us in join_group; rank 3, which
         # has not called it, is registered but not ready.
         wait_until(lambda: mpg.get_peer_state(pg, [2])[0], "rank 2 ready")
@@ -778,6 +781,8 @@ def partial_activation(rank: int, world: int, port: int) -> None:
         hub_get("primary/1")
         init(rank, 4, port, MooncakeBackendOptions(4, True))
         pg = WORLD()
+        if rank == 3:
+            hub_set("registered/3")
         if rank == 2:
             hub_set("joined/2")  # just before it blocks in join_group
             mpg.join_group(pg)
