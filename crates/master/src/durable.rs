@@ -29,8 +29,7 @@ pub(crate) fn soft_pin_until_ms(
     }
 }
 
-/// Ops to wait for: each owner queue and the sequence number to reach.
-pub(crate) type Waits = Vec<(Arc<OwnerQueue>, u64)>;
+pub(crate) use crate::forgets::Waits;
 /// Waits of commits, each tagged with its replica's segment.
 pub(crate) type TaggedWaits = Vec<(String, Arc<OwnerQueue>, u64)>;
 /// Ledger commits handed back to the writer, with their segments.
@@ -43,12 +42,7 @@ impl Inner {
     /// acknowledged only after them.
     pub(crate) fn forget_replicas(&mut self, key: Box<str>, o: &Object) -> Waits {
         let waits = self.push_forgets(o);
-        if !waits.is_empty() {
-            self.key_forgets
-                .entry(key)
-                .or_default()
-                .extend(waits.iter().cloned());
-        }
+        self.forgets.remember(&key, &waits);
         waits
     }
 
@@ -61,13 +55,13 @@ impl Inner {
             .collect()
     }
 
-    /// [`Inner::push_forgets`] for a bulk removal: the forgets are recorded
-    /// in `bulk_forgets` instead of being returned, so removing a million
-    /// objects allocates nothing per object.
+    /// [`Inner::push_forgets`] for a bulk removal: the forgets are
+    /// remembered as the removal's (see `forgets`) instead of being
+    /// returned, so removing a million objects allocates nothing per object.
     pub(crate) fn push_forgets_bulk(&mut self, o: &Object) {
         for r in &o.replicas {
             if let Some((q, seq)) = self.push_forget(r, o) {
-                self.note_bulk_forget(q, seq);
+                self.forgets.note_bulk(q, seq);
             }
         }
     }
@@ -82,26 +76,6 @@ impl Inner {
         };
         let seq = q.push_forget_then_free(op, r.offset, o.size);
         Some((q, seq))
-    }
-
-    /// Remember the forgets of a bulk removal.
-    pub(crate) fn remember_bulk_forgets(&mut self, waits: &Waits) {
-        for (q, seq) in waits {
-            self.note_bulk_forget(Arc::clone(q), *seq);
-        }
-    }
-
-    /// Keep the last op per owner queue in `bulk_forgets` (acks are
-    /// cumulative per queue).
-    fn note_bulk_forget(&mut self, q: Arc<OwnerQueue>, seq: u64) {
-        match self
-            .bulk_forgets
-            .iter_mut()
-            .find(|(b, _)| Arc::ptr_eq(b, &q))
-        {
-            Some((_, s)) => *s = (*s).max(seq),
-            None => self.bulk_forgets.push((q, seq)),
-        }
     }
 
     /// Record `replicas` of `key` at `version` (about to become the
@@ -212,20 +186,6 @@ impl Inner {
             o.replicas = keep.into_iter().collect();
         }
     }
-
-    /// Forgets of `key`'s earlier replicas that may not be acknowledged yet.
-    /// Those of a bulk removal in flight are included, whatever its keys.
-    pub(crate) fn take_key_forgets(&mut self, key: &str) -> Waits {
-        let mut waits: Waits = match self.key_forgets.remove(key) {
-            Some(v) => v.into_iter().filter(|(q, s)| q.acked() < *s).collect(),
-            None => Vec::new(),
-        };
-        if !self.bulk_forgets.is_empty() {
-            self.bulk_forgets.retain(|(q, s)| q.acked() < *s);
-            waits.extend(self.bulk_forgets.iter().cloned());
-        }
-        waits
-    }
 }
 
 impl MasterState {
@@ -294,32 +254,12 @@ impl MasterState {
         // Remembered forgets are pruned when their key is written again;
         // acks sweep the acknowledged ones only when the map doubled since
         // its last sweep (amortised constant work per forget).
-        if g.key_forgets.len() > KEY_FORGETS_SWEEP.max(2 * g.key_forgets_swept) {
-            let shrunk = g.sweep_key_forgets();
+        if g.forgets.sweep_due() {
+            let shrunk = g.forgets.sweep();
             drop(g);
             if shrunk {
                 crate::memory::return_free_memory();
             }
-        }
-    }
-}
-
-impl Inner {
-    /// Drop the remembered forgets their owners acknowledged; returns
-    /// whether the map gave memory back.
-    pub(crate) fn sweep_key_forgets(&mut self) -> bool {
-        self.key_forgets.retain(|_, v| {
-            v.retain(|(q, s)| q.acked() < *s);
-            !v.is_empty()
-        });
-        self.key_forgets_swept = self.key_forgets.len();
-        if self.key_forgets.capacity() > KEY_FORGETS_SWEEP
-            && self.key_forgets.len() * 4 < self.key_forgets.capacity()
-        {
-            self.key_forgets.shrink_to_fit();
-            true
-        } else {
-            false
         }
     }
 }
@@ -340,50 +280,9 @@ fn merge_runs(sorted: &[(u64, u64)]) -> Vec<(u64, u64)> {
     out
 }
 
-/// Number of keys with remembered forgets above which acks sweep them.
-const KEY_FORGETS_SWEEP: usize = 4096;
-
 #[cfg(test)]
 mod tests {
     use super::merge_runs;
-    use crate::ledger_push::OwnerQueue;
-    use crate::state::Inner;
-    use mooncake_common::ledger::LedgerOp;
-    use std::sync::Arc;
-
-    fn forget() -> LedgerOp {
-        LedgerOp::Forget {
-            offset: 0,
-            version: 1,
-        }
-    }
-
-    #[test]
-    fn a_bulk_removal_holds_back_writes_of_any_key_until_its_owners_ack() {
-        let mut g = Inner::default();
-        let (a, b) = (
-            Arc::new(OwnerQueue::default()),
-            Arc::new(OwnerQueue::default()),
-        );
-        let waits: Vec<_> = (0..3)
-            .map(|_| (Arc::clone(&a), a.push(forget())))
-            .chain([(Arc::clone(&b), b.push(forget()))])
-            .collect();
-        g.remember_bulk_forgets(&waits);
-        // One entry per owner queue, at its last op.
-        assert_eq!(g.bulk_forgets.len(), 2);
-        assert_eq!(g.bulk_forgets[0].1, 3);
-        assert_eq!(g.bulk_forgets[1].1, 1);
-        // No key was remembered one by one...
-        assert!(g.key_forgets.is_empty());
-        // ...yet a write of any key waits for both queues while unacked.
-        let w = g.take_key_forgets("some-key");
-        assert_eq!(w.len(), 2);
-        assert!(Arc::ptr_eq(&w[0].0, &a) && w[0].1 == 3);
-        assert!(Arc::ptr_eq(&w[1].0, &b) && w[1].1 == 1);
-        // Taking them for one write leaves them for the next.
-        assert_eq!(g.take_key_forgets("other-key").len(), 2);
-    }
 
     #[test]
     fn runs_join_only_ranges_that_follow_one_another() {

@@ -14,6 +14,7 @@ pub mod embedded;
 pub mod error;
 mod eviction;
 pub mod flags;
+mod forgets;
 pub mod gate;
 mod groups;
 pub mod ha;

@@ -448,7 +448,7 @@ impl MasterState {
                 waits: w,
             });
             if own {
-                forgets.extend(g.take_key_forgets(k));
+                forgets.extend(g.forgets.take(k));
             }
         }
         drop(g);
@@ -964,16 +964,17 @@ impl MasterState {
             }
         }
         g.objects = keep;
-        g.remember_bulk_forgets(&waits);
-        waits.extend(g.bulk_forgets.iter().cloned());
+        g.forgets.remember_bulk(&waits);
+        waits.extend(g.forgets.bulk_pending().iter().cloned());
         g.shrink_after_removals();
         drop(g);
         self.await_owners(&waits);
         drop(waits);
         // The owners acknowledged: what was remembered for them can go.
         let mut g = self.inner.lock();
-        g.bulk_forgets.retain(|(q, s)| q.acked() < *s);
-        g.sweep_key_forgets();
+        // (bulk_pending drops the acknowledged bulk forgets.)
+        let _ = g.forgets.bulk_pending();
+        g.forgets.sweep();
         drop(g);
         if count >= TRIM_AFTER_REMOVING {
             crate::memory::return_free_memory();

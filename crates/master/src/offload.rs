@@ -212,12 +212,7 @@ impl Inner {
             let seq = q.push_forget_then_free(op, r.offset, size);
             waits.push((q, seq));
         }
-        if !waits.is_empty() {
-            self.key_forgets
-                .entry(key.into())
-                .or_default()
-                .extend(waits);
-        }
+        self.forgets.remember(key, &waits);
         if let Some(o) = self.objects.get_mut(key) {
             o.replicas.clear();
         }

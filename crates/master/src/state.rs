@@ -6,7 +6,6 @@
 use crate::admin::{AdminView, GaugeSnapshot, ReplicaView};
 use crate::clock::{Clock, SystemClock};
 use crate::config::MasterConfig;
-use crate::ledger_push::OwnerQueue;
 use crate::metadata_kv::MetadataKv;
 use crate::metrics::MasterMetrics;
 use crate::segments::{SegId, SegmentEntry, Segments};
@@ -431,17 +430,8 @@ pub(crate) struct Inner {
     /// Memory ids of segments this master expired (their owners' ledgers
     /// are discarded if they come back), with when.
     pub expired_uuids: HashMap<String, Instant>,
-    /// Forgets of a key's earlier replicas not yet known to be acked: a new
-    /// write of the key is acknowledged only after them.
-    pub key_forgets: HashMap<Box<str>, Vec<(Arc<OwnerQueue>, u64)>>,
-    /// Entries `key_forgets` kept at its last sweep.
-    pub key_forgets_swept: usize,
-    /// Forgets of a bulk removal (`remove_all`, `remove_by_regex`) not yet
-    /// known to be acked: the last op per owner queue, not per key. While
-    /// any is pending, a write of any key is acknowledged only after them
-    /// (remembering each of a million removed keys cost more than the
-    /// removal itself).
-    pub bulk_forgets: Vec<(Arc<OwnerQueue>, u64)>,
+    /// Forgets not yet known to be acknowledged, which later writes wait for.
+    pub forgets: crate::forgets::Forgets,
     /// Replaced versions still being read, per key, oldest first.
     pub retired: HashMap<String, Vec<Retired>>,
     /// Where the next sweep for stale in-flight writes resumes in `objects`

@@ -124,10 +124,7 @@ impl Inner {
         }
         if !pushed.is_empty() {
             // A later write of the key is acknowledged only after these.
-            self.key_forgets
-                .entry(key.into())
-                .or_default()
-                .extend(pushed.iter().cloned());
+            self.forgets.remember(key, &pushed);
             waits.extend(pushed);
         }
         readers.retain(|(_, exp)| *exp > now);
@@ -222,8 +219,9 @@ impl Inner {
     }
 
     /// [`Inner::remove_object`] for an object already taken out of the map.
-    /// With `bulk`, the forgets of an unread object go to `bulk_forgets`
-    /// (per owner queue), not under its key, and none is returned.
+    /// With `bulk`, the forgets of an unread object are remembered as a
+    /// bulk removal's (per owner queue, see `forgets`), not under its key,
+    /// and none is returned.
     pub(crate) fn drop_object(
         &mut self,
         key: Box<str>,
