@@ -181,7 +181,10 @@ mod tests {
         let w = f.take("k");
         assert_eq!(w.len(), 1, "the acknowledged forget is not waited for");
         assert!(Arc::ptr_eq(&w[0].0, &b) && w[0].1 == 1);
-        assert!(f.take("k").is_empty(), "a write supersedes the key's forgets");
+        assert!(
+            f.take("k").is_empty(),
+            "a write supersedes the key's forgets"
+        );
         assert_eq!(f.take("other").len(), 1);
         assert!(f.take("never-removed").is_empty());
     }
