@@ -177,7 +177,7 @@ impl MasterState {
         self.metrics.put_space_waits.inc();
         let mut g = self.inner.lock();
         loop {
-            let first = g.space_waiters.front() == Some(&ticket);
+            let first = g.space_queue.is_first(ticket);
             let freed = seen.is_none_or(|s| self.space_gen.load(Ordering::Acquire) != s);
             if first && freed {
                 return true;
@@ -186,7 +186,7 @@ impl MasterState {
                 return false;
             }
             if self.space_freed.wait_until(&mut g, deadline).timed_out() {
-                let first = g.space_waiters.front() == Some(&ticket);
+                let first = g.space_queue.is_first(ticket);
                 return first && seen.is_none_or(|s| self.space_gen.load(Ordering::Acquire) != s);
             }
         }
@@ -195,17 +195,14 @@ impl MasterState {
     /// A put starts waiting for room: its ticket, last in the queue.
     pub(crate) fn queue_for_space(&self) -> u64 {
         let mut g = self.inner.lock();
-        g.next_space_ticket = g.next_space_ticket.wrapping_add(1);
-        let t = g.next_space_ticket;
-        g.space_waiters.push_back(t);
-        t
+        g.space_queue.join()
     }
 
     /// The put of `ticket` is done waiting: the next one in the queue
     /// looks at the room.
     pub(crate) fn leave_space_queue(&self, ticket: u64) {
         let mut g = self.inner.lock();
-        g.space_waiters.retain(|&t| t != ticket);
+        g.space_queue.leave(ticket);
         self.space_freed.notify_all();
     }
 

@@ -33,6 +33,7 @@ pub mod recovery;
 mod replicate;
 pub mod rpc;
 mod segments;
+mod space_queue;
 pub mod server;
 pub mod state;
 mod takeover;

@@ -289,7 +289,7 @@ impl MasterState {
                 continue;
             }
             // Room freed while puts wait goes to the first of them.
-            let behind = g.space_waiters.front().is_some_and(|&h| Some(h) != ticket);
+            let behind = g.space_queue.behind(ticket);
             let replicas = if behind {
                 Replicas::new()
             } else {

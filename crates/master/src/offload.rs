@@ -244,7 +244,7 @@ impl Inner {
         }
         let (version, size) = (o.version, o.size);
         if self.promotions.len() >= cfg.promotion_queue_limit as usize
-            || !self.space_waiters.is_empty()
+            || !self.space_queue.is_empty()
         {
             return false;
         }

@@ -443,11 +443,9 @@ pub(crate) struct Inner {
     /// Eviction kept objects in memory for want of disk and said so (once
     /// until an offload succeeds again).
     pub disk_full_warned: bool,
-    /// Puts waiting for room, by ticket, in arrival order: freed room goes
-    /// to the first, and no other put takes room while any waits.
-    pub space_waiters: std::collections::VecDeque<u64>,
-    /// Source of `space_waiters` tickets.
-    pub next_space_ticket: u64,
+    /// Puts waiting for room: freed room goes to the first, and no other
+    /// put takes room while any waits.
+    pub space_queue: crate::space_queue::SpaceQueue,
     /// Promotions in flight, by the space allocated for them.
     pub promotions: HashMap<(SegId, u64), Promotion>,
     /// Copy and move tasks.
