@@ -19,7 +19,7 @@
 
 use crate::durable::Waits;
 use crate::segments::SegmentEntry;
-use crate::state::{ClientEntry, Inner, MasterState, ObjStatus, Object, PendingMount, Replica};
+use crate::state::{ClientEntry, Inner, MasterState, ObjStatus, Object, Replica};
 use crate::takeover::Hold;
 use mooncake_common::auth::unix_ms;
 use mooncake_common::ledger::{alloc_len, LedgerEntry};
@@ -202,8 +202,8 @@ impl MasterState {
             }
             None => {}
         }
-        if let Some(p) = g.pending_mounts.get(&desc.name) {
-            if p.client_id != client_id && g.clients.contains_key(&p.client_id) {
+        if let Some(other) = g.segments.remounting(&desc.name) {
+            if other != client_id && g.clients.contains_key(other) {
                 return Err(ErrorCode::SegmentAlreadyExists);
             }
         }
@@ -215,26 +215,11 @@ impl MasterState {
                 segments: Vec::new(),
             });
         client.last_ping = now;
-        let pending = g
-            .pending_mounts
-            .entry(desc.name.clone())
-            .or_insert_with(|| PendingMount {
-                client_id: client_id.to_string(),
-                desc: desc.clone(),
-                entries: Vec::new(),
-            });
-        if pending.client_id != client_id || pending.desc.uuid != desc.uuid {
-            *pending = PendingMount {
-                client_id: client_id.to_string(),
-                desc: desc.clone(),
-                entries: Vec::new(),
-            };
-        }
-        pending.entries.extend(entries);
+        g.segments.report_part(client_id, &desc, entries);
         if !done {
             return Ok(Remount::Partial);
         }
-        let Some(pending) = g.pending_mounts.remove(&desc.name) else {
+        let Some(pending) = g.segments.take_report(&desc.name) else {
             return Err(ErrorCode::InternalError);
         };
         // Requests held by a takeover re-check once this lock is released,
@@ -247,7 +232,7 @@ impl MasterState {
                 c.segments.push(name.clone());
             }
         }
-        if g.expired_uuids.remove(&desc.uuid).is_some() {
+        if g.segments.take_expired(&desc.uuid) {
             tracing::warn!(segment = %name, entries = pending.entries.len(), "an expired segment came back; its objects stay dropped");
             return Ok(Remount::Done {
                 stale: Vec::new(),
@@ -312,7 +297,7 @@ impl MasterState {
     fn hold_over_locked(&self, hold: Option<&Hold>, g: &Inner) -> bool {
         let now = self.clock.now();
         let over = hold.is_none_or(|h| {
-            !h.holds(now, !g.pending_mounts.is_empty(), |n| {
+            !h.holds(now, g.segments.remounts_pending(), |n| {
                 g.segments.get(n).is_some()
             })
         });
@@ -350,7 +335,7 @@ impl MasterState {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::MasterConfig;
     use crate::metrics::MasterMetrics;
@@ -365,7 +350,7 @@ mod tests {
         )
     }
 
-    pub(super) fn desc(name: &str, uuid: &str) -> SegmentDesc {
+    pub(crate) fn desc(name: &str, uuid: &str) -> SegmentDesc {
         SegmentDesc {
             name: name.into(),
             uuid: uuid.into(),
@@ -378,7 +363,7 @@ mod tests {
         }
     }
 
-    pub(super) fn entry(key: &str, version: u64, offset: u64, size: u64) -> LedgerEntry {
+    pub(crate) fn entry(key: &str, version: u64, offset: u64, size: u64) -> LedgerEntry {
         LedgerEntry::unpinned(key, version, offset, size)
     }
 
@@ -512,10 +497,7 @@ mod tests {
             Err(ErrorCode::SegmentAlreadyExists)
         );
         // An expired segment comes back empty.
-        st.inner
-            .lock()
-            .expired_uuids
-            .insert("ue".into(), Instant::now());
+        st.inner.lock().segments.note_expired("ue", Instant::now());
         assert_eq!(
             st.remount_segment("c3", desc("e:1", "ue"), vec![entry("x", 9, 0, 64)], true),
             Ok(Remount::Done {

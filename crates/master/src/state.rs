@@ -21,17 +21,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A remount whose report is still arriving.
-#[derive(Debug)]
-pub(crate) struct PendingMount {
-    /// The owning client.
-    pub client_id: String,
-    /// The segment.
-    pub desc: SegmentDesc,
-    /// Entries received so far.
-    pub entries: Vec<mooncake_common::ledger::LedgerEntry>,
-}
-
 /// A client silent this long has missed a heartbeat: its segments are
 /// suspect (placement avoids them while others fit).
 pub(crate) const SUSPECT_AFTER: Duration = Duration::from_millis(HEARTBEAT_INTERVAL_MS * 3 / 2);
@@ -425,11 +414,6 @@ pub(crate) struct Inner {
     pub tickets: HashMap<u64, ReadTicket>,
     /// Highest object version assigned or adopted.
     pub last_version: u64,
-    /// Segments being remounted with a ledger report, not yet usable.
-    pub pending_mounts: HashMap<String, PendingMount>,
-    /// Memory ids of segments this master expired (their owners' ledgers
-    /// are discarded if they come back), with when.
-    pub expired_uuids: HashMap<String, Instant>,
     /// Forgets not yet known to be acknowledged, which later writes wait for.
     pub forgets: crate::forgets::Forgets,
     /// Replaced versions still being read, per key, oldest first.
@@ -738,22 +722,16 @@ impl MasterState {
                 if let Some(c) = g.clients.remove(&id) {
                     tracing::warn!(client = %id, segments = ?c.segments, "client expired after missing heartbeats");
                     for s in c.segments {
-                        if let Some(seg) = g.segments.get(&s) {
-                            let uuid = seg.desc.uuid.clone();
-                            g.expired_uuids.insert(uuid, now);
-                        }
-                        g.drop_segment(&s);
+                        g.expire_segment(&s, now);
                         expired_segments.push(s);
                     }
-                    g.pending_mounts.retain(|_, p| p.client_id != id);
+                    g.segments.drop_remounts_of(&id);
                 }
             }
             if !expired_segments.is_empty() {
                 self.space_freed.notify_all();
             }
-            // Remember expired segments for a day at most.
-            g.expired_uuids
-                .retain(|_, at| now.duration_since(*at) < Duration::from_secs(86_400));
+            g.segments.forget_old_expired(now);
         }
         if self.cfg.enable_metadata_cleanup_on_timeout {
             if let Some(kv) = &self.metadata {
@@ -937,8 +915,21 @@ impl Inner {
 
     /// Remove a segment: drop its replicas, erase objects left without one.
     pub(crate) fn drop_segment(&mut self, name: &str) {
-        self.pending_mounts.remove(name);
-        let Some((id, seg)) = self.segments.remove(name) else {
+        let gone = self.segments.unmount(name);
+        self.dropped_segment(gone);
+    }
+
+    /// [`Inner::drop_segment`] for a segment that expired at `now` (its
+    /// memory id is remembered: see `segments`).
+    pub(crate) fn expire_segment(&mut self, name: &str, now: Instant) {
+        let gone = self.segments.expire(name, now);
+        self.dropped_segment(gone);
+    }
+
+    /// Drop the replicas of an unmounted segment, erase objects left
+    /// without one.
+    fn dropped_segment(&mut self, gone: Option<(SegId, SegmentEntry)>) {
+        let Some((id, seg)) = gone else {
             return;
         };
         seg.ledger.close();
