@@ -21,6 +21,7 @@
 //! want of disk) it fails at once with NO_AVAILABLE_HANDLE, with nothing
 //! dropped.
 
+use crate::disk_usage::DiskNote;
 use crate::offload::Offload;
 use crate::state::{flag_eviction, lease_expired, Inner, MasterState, ObjStatus};
 use std::collections::HashSet;
@@ -144,11 +145,8 @@ impl MasterState {
             evicted += 1;
             bytes = bytes.saturating_add(held);
         }
-        if kept > 0 && !g.disk_full_warned {
-            g.disk_full_warned = true;
-            tracing::warn!(kept, disk_bytes = g.disk_bytes, cap = file_cap, "memory eviction keeps objects in memory that it cannot queue for disk (--global_file_segment_size, --offloading_queue_limit, or with --offload_on_evict the pass's share of it, --offload_cap_ratio); puts that need their space fail with NO_AVAILABLE_HANDLE");
-        } else if offloaded > 0 && kept == 0 {
-            g.disk_full_warned = false;
+        if g.disk.after_pass(kept, offloaded) == DiskNote::Full {
+            tracing::warn!(kept, disk_bytes = g.disk.bytes(), cap = file_cap, "memory eviction keeps objects in memory that it cannot queue for disk (--global_file_segment_size, --offloading_queue_limit, or with --offload_on_evict the pass's share of it, --offload_cap_ratio); puts that need their space fail with NO_AVAILABLE_HANDLE");
         }
         if evicted > 0 {
             self.metrics.successful_evictions.inc();

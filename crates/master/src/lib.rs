@@ -9,6 +9,7 @@ pub mod allocator;
 pub mod clock;
 pub mod config;
 mod conn_read;
+mod disk_usage;
 mod durable;
 pub mod embedded;
 pub mod error;

@@ -63,7 +63,7 @@ impl Inner {
         let Some(seg) = disk else {
             return;
         };
-        self.disk_bytes = self.disk_bytes.saturating_sub(size);
+        self.disk.release(size);
         if let Some(s) = self.segments.by_id(seg) {
             s.ledger.push(LedgerOp::DiskForget {
                 key: key.to_string(),
@@ -133,8 +133,7 @@ impl Inner {
         if refuse_busy && !o.upserts().is_empty() {
             return Err(Offload::Busy);
         }
-        if self.disk_bytes.saturating_add(o.size) > cap || self.queue_full(chosen.seg, queue_limit)
-        {
+        if !self.disk.fits(o.size, cap) || self.queue_full(chosen.seg, queue_limit) {
             return Err(Offload::Full);
         }
         Ok((chosen, o.version, o.size))
@@ -146,7 +145,7 @@ impl Inner {
         if let Some(o) = self.objects.get_mut(key) {
             o.disk = Some(seg);
         }
-        self.disk_bytes = self.disk_bytes.saturating_add(size);
+        self.disk.add(size);
     }
 
     /// Eviction selected `key`, which has a disk copy: its memory replicas
@@ -351,13 +350,13 @@ impl MasterState {
                         return 0;
                     }
                     o.disk = Some(seg);
-                    g.disk_bytes = g.disk_bytes.saturating_add(d.size);
+                    g.disk.add(d.size);
                     return 1;
                 }
                 let mut o = Object::complete(d.size, d.version, Replicas::new(), now, None, false);
                 o.disk = Some(seg);
                 g.last_version = g.last_version.max(d.version);
-                g.disk_bytes = g.disk_bytes.saturating_add(d.size);
+                g.disk.add(d.size);
                 g.objects.insert(d.key.into_boxed_str(), o);
                 1
             })
@@ -435,7 +434,7 @@ impl MasterState {
             }
             o.disk = None;
             let (size, gone) = (o.size, o.replicas.is_empty());
-            g.disk_bytes = g.disk_bytes.saturating_sub(size);
+            g.disk.release(size);
             if gone {
                 g.objects.swap_remove(key.as_str());
                 lost += 1;
@@ -473,7 +472,7 @@ impl MasterState {
                 }
             }
         }
-        g.disk_bytes = g.disk_bytes.saturating_sub(freed);
+        g.disk.release(freed);
         for k in &gone {
             g.objects.swap_remove(k);
         }

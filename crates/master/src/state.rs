@@ -423,10 +423,7 @@ pub(crate) struct Inner {
     /// time it holds the lock do not grow with the number of objects).
     pub sweep_cursor: usize,
     /// Bytes of all disk copies (see `Object::disk`).
-    pub disk_bytes: u64,
-    /// Eviction kept objects in memory for want of disk and said so (once
-    /// until an offload succeeds again).
-    pub disk_full_warned: bool,
+    pub disk: crate::disk_usage::DiskUsage,
     /// Puts waiting for room: freed room goes to the first, and no other
     /// put takes room while any waits.
     pub space_queue: crate::space_queue::SpaceQueue,
@@ -956,7 +953,7 @@ impl Inner {
                 empty.push(k.clone());
             }
         }
-        self.disk_bytes = self.disk_bytes.saturating_sub(disk_freed);
+        self.disk.release(disk_freed);
         for k in empty {
             self.objects.swap_remove(&k);
         }
