@@ -32,6 +32,7 @@ mod placement;
 mod quotas;
 pub mod recovery;
 mod replicate;
+mod retired;
 pub mod rpc;
 mod segments;
 pub mod server;

@@ -240,7 +240,7 @@ impl MasterState {
                         g.discard_processing(key, release);
                     }
                     (ObjStatus::Complete, true) => {
-                        if g.retired_count(key) >= limit {
+                        if g.retired.count(key) >= limit {
                             self.metrics.put_start_failures.inc();
                             tracing::warn!(key = %key, pending = limit, "upsert refused: the key's replaced versions are all still being read");
                             out.push(PutStartItem::Err(ErrorCode::ObjectReplicaBusy));
@@ -775,7 +775,7 @@ impl MasterState {
                 if let Some(o) = o {
                     o.remove_reader(*t);
                 }
-                if g.retired.contains_key(k) {
+                if g.retired.holds(k) {
                     freed += g.release_retired(k, now, Some(*t));
                 }
             }
@@ -1108,12 +1108,12 @@ mod tests {
         assert_eq!(lookup(&st, "k", false).replicas[0].offset, b);
         // The old version stays allocated for the reader in flight...
         assert_eq!(used(&st), 256);
-        assert_eq!(st.inner.lock().retired_count("k"), 1);
+        assert_eq!(st.inner.lock().retired.count("k"), 1);
         // ...and is freed once its read is reported done.
         st.reads_done(&[t]);
         st.reads_done(&[t]); // repeated reports are harmless
         assert_eq!(used(&st), 128);
-        assert_eq!(st.inner.lock().retired_count("k"), 0);
+        assert_eq!(st.inner.lock().retired.count("k"), 0);
         assert_eq!(st.metrics.retired_versions_freed.get(), 1);
         assert_eq!(st.metrics.upsert_versions.get(), 1);
         // A different size is a new version like any other.
@@ -1139,7 +1139,7 @@ mod tests {
         // No reader is left on "k": an upsert frees the replaced version
         // at once instead of keeping it for a read in flight.
         put_ok(&st, "k", 64, true);
-        assert_eq!(st.inner.lock().retired_count("k"), 0);
+        assert_eq!(st.inner.lock().retired.count("k"), 0);
     }
 
     #[test]
@@ -1151,12 +1151,12 @@ mod tests {
         let t = lookup(&st, "k", true).read_ticket;
         st.reads_done(&[t]);
         put_ok(&st, "k", 64, true);
-        assert_eq!(st.inner.lock().retired_count("k"), 0);
+        assert_eq!(st.inner.lock().retired.count("k"), 0);
         // Without the report the replaced version waits for the read.
         let t = lookup(&st, "k", true).read_ticket;
         assert_ne!(t, 0);
         put_ok(&st, "k", 64, true);
-        assert_eq!(st.inner.lock().retired_count("k"), 1);
+        assert_eq!(st.inner.lock().retired.count("k"), 1);
     }
 
     #[test]
@@ -1183,7 +1183,7 @@ mod tests {
             tickets.push(lookup(&st, "k", true).read_ticket);
             put_ok(&st, "k", 64, true);
         }
-        assert_eq!(st.inner.lock().retired_count("k"), 2);
+        assert_eq!(st.inner.lock().retired.count("k"), 2);
         tickets.push(lookup(&st, "k", true).read_ticket);
         assert_eq!(
             put(&st, "k", 64, true),
@@ -1218,7 +1218,7 @@ mod tests {
         st.reads_done(&[t]);
         assert!(matches!(writer.join().unwrap(), PutStartItem::Write { .. }));
         st.reads_done(&[t2]);
-        assert_eq!(st.inner.lock().retired_count("k"), 0);
+        assert_eq!(st.inner.lock().retired.count("k"), 0);
     }
 
     #[test]
@@ -1292,7 +1292,7 @@ mod tests {
         st.reads_done(&[t]);
         // The retired space now waits only for its owner to forget it.
         let g = st.inner.lock();
-        assert_eq!(g.retired_count("k"), 0);
+        assert_eq!(g.retired.count("k"), 0);
         assert_eq!(g.segments["h:1"].ledger.pending_free_bytes(), 64);
     }
 

@@ -356,22 +356,6 @@ pub(crate) struct PendingWrite {
     pub pending_pin: PendingPin,
 }
 
-/// A version replaced by an upsert (or removed) while reads of it were in
-/// flight: its replicas stay allocated, and their bytes unchanged, until
-/// every such read has finished or its lease ran out. The owners' ledgers
-/// already forgot it, so no master ever serves it again.
-#[derive(Debug)]
-pub(crate) struct Retired {
-    pub size: u64,
-    /// Each replica with the sequence number of its ledger forget at the
-    /// owner's queue (0: handed to the writer); the space is released only
-    /// once that forget is acknowledged.
-    pub replicas: Vec<(Replica, u64)>,
-    /// The reads that may still copy from the replicas (as
-    /// [`Object::readers`]).
-    pub readers: Vec<(u64, Instant)>,
-}
-
 /// Space of discarded writes, released at `at`.
 #[derive(Debug)]
 pub(crate) struct DeferredFree {
@@ -417,7 +401,7 @@ pub(crate) struct Inner {
     /// Forgets not yet known to be acknowledged, which later writes wait for.
     pub forgets: crate::forgets::Forgets,
     /// Replaced versions still being read, per key, oldest first.
-    pub retired: HashMap<String, Vec<Retired>>,
+    pub retired: crate::retired::RetiredVersions,
     /// Where the next sweep for stale in-flight writes resumes in `objects`
     /// (each sweep looks at [`SWEEP_CHUNK`] entries, so its cost and the
     /// time it holds the lock do not grow with the number of objects).
@@ -937,7 +921,7 @@ impl Inner {
         let lost: Vec<u128> = lost.map(|(_, j)| j.task).collect();
         self.fetches.retain(|(s, _), _| *s != id);
         self.lost_fetches.extend(lost);
-        self.drop_segment_versions(id);
+        self.retired.drop_segment(id);
         let mut empty = Vec::new();
         let mut disk_freed = 0u64;
         for (k, o) in self.objects.iter_mut() {
@@ -1120,13 +1104,8 @@ impl AdminView for MasterState {
                 .filter(|o| o.soft_pin_deadline.is_some_and(|d| d > now))
                 .count() as u64,
             active_clients: g.clients.len() as u64,
-            retired_versions: g.retired.values().map(|v| v.len() as u64).sum(),
-            retired_bytes: g
-                .retired
-                .values()
-                .flatten()
-                .map(|r| r.size.saturating_mul(r.replicas.len() as u64))
-                .sum(),
+            retired_versions: g.retired.totals().0,
+            retired_bytes: g.retired.totals().1,
             tenants: if g.tenants.enabled {
                 g.tenant_quotas(None)
             } else {

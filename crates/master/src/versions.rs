@@ -33,8 +33,8 @@
 //! for one to be freed, then fails with OBJECT_REPLICA_BUSY.
 
 use crate::durable::{Handed, Waits};
-use crate::segments::SegId;
-use crate::state::{Inner, MasterState, ObjStatus, Object, Replica, Retired};
+use crate::retired::Retired;
+use crate::state::{Inner, MasterState, ObjStatus, Object, Replica};
 use mooncake_common::ledger::LedgerOp;
 use mooncake_common::proto::WriteConfig;
 use parking_lot::MutexGuard;
@@ -95,7 +95,7 @@ impl Inner {
         version: u64,
         size: u64,
         replicas: &[Replica],
-        mut readers: Vec<(u64, Instant)>,
+        readers: Vec<(u64, Instant)>,
         local: &[String],
         now: Instant,
         waits: &mut Waits,
@@ -127,18 +127,17 @@ impl Inner {
             self.forgets.remember(key, &pushed);
             waits.extend(pushed);
         }
-        readers.retain(|(_, exp)| *exp > now);
         let r = Retired {
             size,
             replicas: kept,
             readers,
         };
-        if r.readers.is_empty() {
-            self.free_retired(r);
-            true
-        } else {
-            self.retired.entry(key.to_string()).or_default().push(r);
-            false
+        match self.retired.hold(key, r, now) {
+            Some(r) => {
+                self.free_retired(r);
+                true
+            }
+            None => false,
         }
     }
 
@@ -159,44 +158,12 @@ impl Inner {
     /// reported, or the lease expired at `now`) and free the versions no
     /// read is left on. Returns how many were freed.
     pub(crate) fn release_retired(&mut self, key: &str, now: Instant, ticket: Option<u64>) -> u64 {
-        let Some(list) = self.retired.get_mut(key) else {
-            return 0;
-        };
-        for r in list.iter_mut() {
-            r.readers
-                .retain(|(t, exp)| Some(*t) != ticket && *exp > now);
-        }
-        if list.iter().all(|r| !r.readers.is_empty()) {
-            return 0;
-        }
-        let (free, keep): (Vec<_>, Vec<_>) = std::mem::take(list)
-            .into_iter()
-            .partition(|r| r.readers.is_empty());
-        if keep.is_empty() {
-            self.retired.remove(key);
-        } else if let Some(list) = self.retired.get_mut(key) {
-            *list = keep;
-        }
+        let free = self.retired.release(key, now, ticket);
         let n = free.len() as u64;
         for r in free {
             self.free_retired(r);
         }
         n
-    }
-
-    /// Retired versions of `key` still held.
-    pub(crate) fn retired_count(&self, key: &str) -> usize {
-        self.retired.get(key).map_or(0, Vec::len)
-    }
-
-    /// The earliest instant one of `key`'s retired versions is sure to be
-    /// freeable: the soonest among the versions of their last lease expiry.
-    pub(crate) fn retired_free_by(&self, key: &str) -> Option<Instant> {
-        self.retired
-            .get(key)?
-            .iter()
-            .filter_map(|r| r.readers.iter().map(|(_, e)| *e).max())
-            .min()
     }
 
     /// Drop an object's upserts in flight. Their writers may still be
@@ -255,18 +222,6 @@ impl Inner {
             self.forget_replicas(key, &o)
         }
     }
-
-    /// Segment `seg` is gone: forget what retired versions had there (its
-    /// allocator went with it).
-    pub(crate) fn drop_segment_versions(&mut self, seg: SegId) {
-        self.retired.retain(|_, list| {
-            for r in list.iter_mut() {
-                r.replicas.retain(|(rep, _)| rep.seg != seg);
-            }
-            list.retain(|r| !r.replicas.is_empty());
-            !list.is_empty()
-        });
-    }
 }
 
 impl MasterState {
@@ -307,7 +262,7 @@ impl MasterState {
         keys: &[String],
     ) -> (MutexGuard<'a, Inner>, bool) {
         let limit = self.cfg.max_pending_versions_per_key.max(1) as usize;
-        if !keys.iter().any(|k| g.retired_count(k) >= limit) {
+        if !keys.iter().any(|k| g.retired.count(k) >= limit) {
             return (g, false);
         }
         self.metrics.upsert_version_waits.inc();
@@ -318,7 +273,7 @@ impl MasterState {
             let mut wake = deadline;
             let mut full = false;
             for k in keys {
-                if g.retired_count(k) < limit {
+                if g.retired.count(k) < limit {
                     continue;
                 }
                 let freed = g.release_retired(k, now, None);
@@ -326,9 +281,9 @@ impl MasterState {
                     self.metrics.retired_versions_freed.inc_by(freed);
                     self.version_freed.notify_all();
                 }
-                if g.retired_count(k) >= limit {
+                if g.retired.count(k) >= limit {
                     full = true;
-                    if let Some(t) = g.retired_free_by(k) {
+                    if let Some(t) = g.retired.free_by(k) {
                         wake = wake.min(Instant::now() + t.saturating_duration_since(now));
                     }
                 }
@@ -344,10 +299,10 @@ impl MasterState {
 
     /// Free the retired versions whose reads all ended (periodic sweep).
     pub(crate) fn sweep_retired(&self, g: &mut Inner, now: Instant) {
-        let keys: Vec<String> = g.retired.keys().cloned().collect();
-        let mut freed = 0;
-        for k in keys {
-            freed += g.release_retired(&k, now, None);
+        let free = g.retired.release_all(now);
+        let freed = free.len() as u64;
+        for r in free {
+            g.free_retired(r);
         }
         if freed > 0 {
             self.metrics.retired_versions_freed.inc_by(freed);
