@@ -4,9 +4,10 @@
 use crate::durable::{soft_pin_until_ms, Handed, TaggedWaits};
 use crate::ledger_push::{AckWait, ACK_TIMEOUT};
 use crate::placement;
+use crate::read_tickets::ReadTicket;
 use crate::state::{
     flag_eviction, is_non_ecmascript, pending_pin, Inner, MasterState, ObjStatus, Object,
-    PendingPin, PendingWrite, ReadTicket, Replica, Replicas,
+    PendingPin, PendingWrite, Replica, Replicas,
 };
 use crate::tenants::Scope;
 use mooncake_common::auth::unix_ms;
@@ -644,7 +645,7 @@ impl MasterState {
         loop {
             match self.replica_pass(&mut g, &keys, ticket) {
                 Ok((out, Some(expiry), at)) => {
-                    g.tickets.insert(ticket, ReadTicket { keys, at, expiry });
+                    g.tickets.open(ticket, ReadTicket { keys, at, expiry });
                     return out;
                 }
                 Ok((out, None, _)) => return out,
@@ -761,7 +762,7 @@ impl MasterState {
         let mut g = self.inner.lock();
         let mut freed = 0;
         for t in tickets {
-            let Some(rt) = g.tickets.remove(t) else {
+            let Some(rt) = g.tickets.close(*t) else {
                 continue;
             };
             for (i, k) in rt.keys.iter().enumerate() {

@@ -356,25 +356,6 @@ pub(crate) struct PendingWrite {
     pub pending_pin: PendingPin,
 }
 
-/// Space of discarded writes, released at `at`.
-#[derive(Debug)]
-pub(crate) struct DeferredFree {
-    pub at: Instant,
-    pub seg: SegId,
-    pub offset: u64,
-    pub size: u64,
-}
-
-/// An open read ticket: the keys its lookup marked as being read, where in
-/// the object index each was found then (`usize::MAX`: not found), and
-/// when the ticket expires.
-#[derive(Debug)]
-pub(crate) struct ReadTicket {
-    pub keys: Vec<String>,
-    pub at: Vec<usize>,
-    pub expiry: Instant,
-}
-
 /// A gap between two client TTL checks longer than this means the master
 /// itself did not run meanwhile (stopped, paused with its VM, starved of
 /// CPU), so it did not serve the clients' heartbeats either: that time is
@@ -393,9 +374,10 @@ pub(crate) struct Inner {
     /// Objects by key: entries in one dense vector with a table of
     /// indices, so each key is stored once and no slot is left empty.
     pub objects: IndexMap<Box<str>, Object>,
-    pub deferred: Vec<DeferredFree>,
+    /// Space of discarded writes, freed after the discard delay.
+    pub deferred: crate::deferred_frees::DeferredFrees,
     /// Open read tickets: the keys each marked and when it expires.
-    pub tickets: HashMap<u64, ReadTicket>,
+    pub tickets: crate::read_tickets::ReadTickets,
     /// Highest object version assigned or adopted.
     pub last_version: u64,
     /// Forgets not yet known to be acknowledged, which later writes wait for.
@@ -771,14 +753,8 @@ impl MasterState {
         }
         self.sweep_retired(&mut g, now);
         g.sweep_groups();
-        g.tickets.retain(|_, t| t.expiry > now);
-        let due: Vec<DeferredFree> = {
-            let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut g.deferred)
-                .into_iter()
-                .partition(|d| d.at <= now);
-            g.deferred = keep;
-            due
-        };
+        g.tickets.expire(now);
+        let due = g.deferred.take_due(now);
         let freed = !due.is_empty();
         for d in due {
             if let Some(seg) = g.segments.by_id_mut(d.seg) {
@@ -914,7 +890,7 @@ impl Inner {
             return;
         };
         seg.ledger.close();
-        self.deferred.retain(|d| d.seg != id);
+        self.deferred.drop_segment(id);
         self.promotions.retain(|(s, _), _| *s != id);
         // Copies in flight to it fail their tasks at the next sweep.
         let lost = self.fetches.iter().filter(|((s, _), _)| *s == id);
@@ -969,12 +945,7 @@ impl Inner {
     /// into them until then).
     pub(crate) fn defer_free(&mut self, replicas: &[Replica], size: u64, at: Instant) {
         for r in replicas {
-            self.deferred.push(DeferredFree {
-                at,
-                seg: r.seg,
-                offset: r.offset,
-                size,
-            });
+            self.deferred.defer(r.seg, r.offset, size, at);
         }
     }
 
