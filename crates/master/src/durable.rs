@@ -181,7 +181,7 @@ impl Inner {
         let (version, size) = (o.version, o.size);
         self.forget_committed(version, size, &gone);
         if keep.is_empty() {
-            self.objects.swap_remove(key);
+            self.objects.remove(key);
         } else if let Some(o) = self.objects.get_mut(key) {
             o.replicas = keep.into_iter().collect();
         }

@@ -104,7 +104,7 @@ impl MasterState {
         for k in &victims {
             let held = g
                 .objects
-                .get(&**k)
+                .get(k)
                 .map_or(0, |o| o.size.saturating_mul(o.replicas.len() as u64));
             // The space returns when the owners acknowledge the forget
             // (or the move to disk).
@@ -145,8 +145,8 @@ impl MasterState {
             evicted += 1;
             bytes = bytes.saturating_add(held);
         }
-        if g.disk.after_pass(kept, offloaded) == DiskNote::Full {
-            tracing::warn!(kept, disk_bytes = g.disk.bytes(), cap = file_cap, "memory eviction keeps objects in memory that it cannot queue for disk (--global_file_segment_size, --offloading_queue_limit, or with --offload_on_evict the pass's share of it, --offload_cap_ratio); puts that need their space fail with NO_AVAILABLE_HANDLE");
+        if g.objects.note_eviction_pass(kept, offloaded) == DiskNote::Full {
+            tracing::warn!(kept, disk_bytes = g.objects.disk().bytes(), cap = file_cap, "memory eviction keeps objects in memory that it cannot queue for disk (--global_file_segment_size, --offloading_queue_limit, or with --offload_on_evict the pass's share of it, --offload_cap_ratio); puts that need their space fail with NO_AVAILABLE_HANDLE");
         }
         if evicted > 0 {
             self.metrics.successful_evictions.inc();
@@ -228,7 +228,7 @@ impl Inner {
     fn whole_groups(&mut self, victims: Vec<Box<str>>, now: Instant) -> Vec<Box<str>> {
         let grouped = victims
             .iter()
-            .any(|k| self.objects.get(&**k).is_some_and(|o| o.group != 0));
+            .any(|k| self.objects.get(k).is_some_and(|o| o.group != 0));
         if !grouped {
             return victims;
         }
@@ -236,7 +236,7 @@ impl Inner {
         let mut done_groups = HashSet::new();
         let mut out = Vec::with_capacity(victims.len());
         for k in victims {
-            let group = self.objects.get(&*k).map_or(0, |o| o.group);
+            let group = self.objects.get(&k).map_or(0, |o| o.group);
             if group == 0 {
                 if seen.insert(k.clone()) {
                     out.push(k);

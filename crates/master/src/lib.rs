@@ -27,6 +27,7 @@ mod memory;
 pub mod meta_server;
 pub mod metadata_kv;
 pub mod metrics;
+mod object_table;
 mod objects;
 mod offload;
 mod placement;

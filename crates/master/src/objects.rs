@@ -541,18 +541,19 @@ impl MasterState {
                 g.forget_committed(c.version, p.size, &remote);
                 continue;
             }
+            // The old version's disk copy goes before the size changes.
+            let old_disk = g.objects.take_disk(k);
             let Some(o) = g.objects.get_mut(k) else {
                 continue;
             };
             let old_version = std::mem::replace(&mut o.version, c.version);
             let old_size = std::mem::replace(&mut o.size, p.size);
             let old_replicas = std::mem::replace(&mut o.replicas, keep.into_iter().collect());
-            let old_disk = o.disk.take();
             let readers = o.take_readers();
             o.hard_pin |= p.hard_pin;
             apply_pin(o, p.pending_pin, now);
             self.metrics.upsert_versions.inc();
-            g.forget_disk_copy(k, old_version, old_size, old_disk);
+            g.forget_disk_copy(k, old_version, old_disk);
             if g.retire(
                 k,
                 old_version,
@@ -598,7 +599,7 @@ impl MasterState {
             if o.status == ObjStatus::Processing && (want == 0 || want == o.version) {
                 // A revoked in-place rewrite leaves no whole version: the
                 // key goes with it.
-                if let Some(o) = g.objects.swap_remove(k.as_str()) {
+                if let Some(o) = g.objects.remove(k.as_str()) {
                     g.free_replicas(&o.replicas, o.size);
                 }
                 continue;
@@ -728,7 +729,7 @@ impl MasterState {
                         o.add_reader(ticket, d, now);
                         any = true;
                     }
-                    Ok((o.size, o.replicas.clone(), o.version, o.disk))
+                    Ok((o.size, o.replicas.clone(), o.version, o.disk()))
                 }
             };
             if promotes && matches!(&info, Ok((_, reps, _, Some(_))) if reps.is_empty()) {
@@ -770,7 +771,7 @@ impl MasterState {
                 // since (a removal swaps the last entry into its place).
                 let at = rt.at.get(i).copied().unwrap_or(usize::MAX);
                 let o = match g.objects.get_index_mut(at) {
-                    Some((key, o)) if **key == **k => Some(o),
+                    Some((key, o)) if key == k.as_str() => Some(o),
                     _ => g.objects.get_mut(k.as_str()),
                 };
                 if let Some(o) = o {
@@ -894,12 +895,12 @@ impl MasterState {
                     continue;
                 };
                 let in_memory = o.replicas.iter().any(|r| r.seg == seg);
-                let on_disk = o.disk == Some(seg);
+                let on_disk = o.disk() == Some(seg);
                 if !in_memory && !on_disk {
                     continue;
                 }
                 let others = o.replicas.iter().filter(|r| r.seg != seg).count();
-                let disk_elsewhere = o.disk.is_some() && !on_disk;
+                let disk_elsewhere = o.disk().is_some() && !on_disk;
                 if others == 0 && !disk_elsewhere {
                     whole.push(key.clone());
                     continue;
@@ -954,7 +955,7 @@ impl MasterState {
         }
         // One pass that moves entries out (no key is copied); the survivors
         // go into a map sized for them.
-        let all = std::mem::take(&mut g.objects);
+        let all = g.objects.take_all();
         let mut keep = indexmap::IndexMap::with_capacity(all.len() - count);
         let mut waits = Vec::new();
         for (k, o) in all {
@@ -964,7 +965,7 @@ impl MasterState {
                 keep.insert(k, o);
             }
         }
-        g.objects = keep;
+        g.objects.restore(keep);
         g.forgets.remember_bulk(&waits);
         waits.extend(g.forgets.bulk_pending().iter().cloned());
         g.shrink_after_removals();

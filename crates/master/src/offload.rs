@@ -46,24 +46,18 @@ impl Inner {
         })
     }
 
-    /// `o` (the object `key`) is going away: its owner deletes the disk copy.
-    pub(crate) fn forget_disk(&mut self, key: &str, o: &mut Object) {
-        let disk = o.disk.take();
-        self.forget_disk_copy(key, o.version, o.size, disk);
+    /// `o` (the object `key`, taken out of the table) is going away: its
+    /// owner deletes the disk copy.
+    pub(crate) fn forget_disk(&self, key: &str, o: &Object) {
+        self.forget_disk_copy(key, o.version, o.disk());
     }
 
-    /// The disk copy of `key` at `version` on `disk` is no longer wanted.
-    pub(crate) fn forget_disk_copy(
-        &mut self,
-        key: &str,
-        version: u64,
-        size: u64,
-        disk: Option<SegId>,
-    ) {
+    /// The disk copy of `key` at `version` on `disk` is no longer wanted
+    /// (the table no longer records it): its owner deletes it.
+    pub(crate) fn forget_disk_copy(&self, key: &str, version: u64, disk: Option<SegId>) {
         let Some(seg) = disk else {
             return;
         };
-        self.disk.release(size);
         if let Some(s) = self.segments.by_id(seg) {
             s.ledger.push(LedgerOp::DiskForget {
                 key: key.to_string(),
@@ -105,7 +99,8 @@ impl Inner {
             key: key.to_string(),
             size,
         });
-        self.mark_on_disk(key, chosen.seg, size);
+        // Its bytes now count against the tier's capacity.
+        self.objects.set_disk(key, chosen.seg);
         Offload::Moved
     }
 
@@ -124,7 +119,7 @@ impl Inner {
         let Some(o) = self.objects.get(key) else {
             return Err(Offload::NoTier);
         };
-        if o.status != ObjStatus::Complete || o.disk.is_some() || o.replicas.is_empty() {
+        if o.status != ObjStatus::Complete || o.disk().is_some() || o.replicas.is_empty() {
             return Err(Offload::NoTier);
         }
         let Some(chosen) = self.tier_replica(o) else {
@@ -133,19 +128,10 @@ impl Inner {
         if refuse_busy && !o.upserts().is_empty() {
             return Err(Offload::Busy);
         }
-        if !self.disk.fits(o.size, cap) || self.queue_full(chosen.seg, queue_limit) {
+        if !self.objects.disk().fits(o.size, cap) || self.queue_full(chosen.seg, queue_limit) {
             return Err(Offload::Full);
         }
         Ok((chosen, o.version, o.size))
-    }
-
-    /// `key`'s disk copy is (being made) on `seg`'s tier; its bytes count
-    /// against the tier's capacity.
-    fn mark_on_disk(&mut self, key: &str, seg: SegId, size: u64) {
-        if let Some(o) = self.objects.get_mut(key) {
-            o.disk = Some(seg);
-        }
-        self.disk.add(size);
     }
 
     /// Eviction selected `key`, which has a disk copy: its memory replicas
@@ -156,7 +142,7 @@ impl Inner {
         let Some(o) = self.objects.get(key) else {
             return Offload::NoTier;
         };
-        if o.status != ObjStatus::Complete || o.disk.is_none() || o.replicas.is_empty() {
+        if o.status != ObjStatus::Complete || o.disk().is_none() || o.replicas.is_empty() {
             return Offload::NoTier;
         }
         if !o.upserts().is_empty() {
@@ -172,12 +158,13 @@ impl Inner {
     /// space returns on its owner's ack. Nothing is done unless the answer
     /// is [`Offload::Moved`].
     pub(crate) fn offload_object(&mut self, key: &str, cap: u64, queue_limit: u64) -> Offload {
-        let (chosen, _, size) = match self.disk_target(key, cap, queue_limit, true) {
+        let (chosen, _, _) = match self.disk_target(key, cap, queue_limit, true) {
             Ok(t) => t,
             Err(why) => return why,
         };
         self.release_replicas(key, Some(chosen));
-        self.mark_on_disk(key, chosen.seg, size);
+        // Its bytes now count against the tier's capacity.
+        self.objects.set_disk(key, chosen.seg);
         Offload::Moved
     }
 
@@ -234,7 +221,7 @@ impl Inner {
         if o.status != ObjStatus::Complete || !o.replicas.is_empty() || o.promoting {
             return false;
         }
-        let Some(seg) = o.disk else {
+        let Some(seg) = o.disk() else {
             return false;
         };
         o.disk_hits = o.disk_hits.saturating_add(1);
@@ -339,24 +326,18 @@ impl MasterState {
                 if d.key.is_empty() {
                     return 0;
                 }
-                if let Some(o) = g.objects.get_mut(d.key.as_str()) {
+                if let Some(o) = g.objects.get(d.key.as_str()) {
                     // The copy of a version known in memory (written through
                     // before this master took over) is its disk copy.
                     let same = o.version == d.version
                         && o.size == d.size
                         && o.status == ObjStatus::Complete
-                        && o.disk.is_none();
-                    if !same {
-                        return 0;
-                    }
-                    o.disk = Some(seg);
-                    g.disk.add(d.size);
-                    return 1;
+                        && o.disk().is_none();
+                    return i32::from(same && g.objects.set_disk(d.key.as_str(), seg));
                 }
-                let mut o = Object::complete(d.size, d.version, Replicas::new(), now, None, false);
-                o.disk = Some(seg);
+                let o = Object::complete(d.size, d.version, Replicas::new(), now, None, false)
+                    .on_disk(seg);
                 g.last_version = g.last_version.max(d.version);
-                g.disk.add(d.size);
                 g.objects.insert(d.key.into_boxed_str(), o);
                 1
             })
@@ -383,7 +364,7 @@ impl MasterState {
                 continue;
             };
             let mut installed = false;
-            if let Some(o) = g.objects.get_mut(&*p.key) {
+            if let Some(o) = g.objects.get_mut(&p.key) {
                 o.promoting = false;
                 if *copied
                     && *p.key == **key
@@ -391,7 +372,7 @@ impl MasterState {
                     && o.version == p.version
                     && o.status == ObjStatus::Complete
                     && o.replicas.is_empty()
-                    && o.disk == Some(seg)
+                    && o.disk() == Some(seg)
                 {
                     o.replicas.push(Replica {
                         seg,
@@ -426,17 +407,16 @@ impl MasterState {
         let seg = g.segments.owned_id(client_id, segment_name)?;
         let mut lost = 0u64;
         for (key, version) in objects {
-            let Some(o) = g.objects.get_mut(key.as_str()) else {
+            let Some(o) = g.objects.get(key.as_str()) else {
                 continue;
             };
-            if o.disk != Some(seg) || o.version != *version {
+            if o.disk() != Some(seg) || o.version != *version {
                 continue;
             }
-            o.disk = None;
-            let (size, gone) = (o.size, o.replicas.is_empty());
-            g.disk.release(size);
+            let gone = o.replicas.is_empty();
+            g.objects.take_disk(key.as_str());
             if gone {
-                g.objects.swap_remove(key.as_str());
+                g.objects.remove(key.as_str());
                 lost += 1;
             }
         }
@@ -461,20 +441,9 @@ impl MasterState {
         if let Some(s) = g.segments.by_id_mut(seg) {
             s.disk_tier = false;
         }
-        let mut freed = 0u64;
-        let mut gone = Vec::new();
-        for (k, o) in g.objects.iter_mut() {
-            if o.disk == Some(seg) {
-                o.disk = None;
-                freed = freed.saturating_add(o.size);
-                if o.replicas.is_empty() {
-                    gone.push(k.clone());
-                }
-            }
-        }
-        g.disk.release(freed);
+        let gone = g.objects.drop_disk_copies_on(seg);
         for k in &gone {
-            g.objects.swap_remove(k);
+            g.objects.remove(k);
         }
         tracing::info!(
             segment = segment_name,

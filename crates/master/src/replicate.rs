@@ -235,7 +235,7 @@ impl Inner {
     }
 
     fn start_task(&mut self, id: u128, spec: &TaskSpec) -> Start {
-        let Some(o) = self.objects.get(&*spec.key) else {
+        let Some(o) = self.objects.get(&spec.key) else {
             return Start::Failed("OBJECT_NOT_FOUND: the object is gone".into());
         };
         if o.status != ObjStatus::Complete || o.replicas.is_empty() {
@@ -331,7 +331,7 @@ impl Inner {
         offset: u64,
         now: Instant,
     ) -> Option<&'static str> {
-        let Some(o) = self.objects.get_mut(&*job.key) else {
+        let Some(o) = self.objects.get_mut(&job.key) else {
             return Some("the object was removed during the copy");
         };
         if o.version != job.version || o.status != ObjStatus::Complete {
@@ -363,7 +363,7 @@ impl Inner {
         };
         let keeps_another = self
             .objects
-            .get(&*spec.key)
+            .get(&spec.key)
             .is_some_and(|o| o.replicas.iter().any(|r| r.seg != src));
         if keeps_another {
             self.drop_replica_on(&spec.key, src, now);
@@ -375,15 +375,15 @@ impl Inner {
     /// something elsewhere).
     pub(crate) fn clear_on_segment(&mut self, key: &str, seg: SegId, now: Instant) {
         self.drop_replica_on(key, seg, now);
-        let Some(o) = self.objects.get_mut(key) else {
+        let Some(o) = self.objects.get(key) else {
             return;
         };
-        if o.disk != Some(seg) {
+        if o.disk() != Some(seg) {
             return;
         }
-        o.disk = None;
-        let (version, size) = (o.version, o.size);
-        self.forget_disk_copy(key, version, size, Some(seg));
+        let version = o.version;
+        let disk = self.objects.take_disk(key);
+        self.forget_disk_copy(key, version, disk);
     }
 
     /// The object `key` drops its memory replica on segment `seg`, if it

@@ -9,13 +9,11 @@ use crate::config::MasterConfig;
 use crate::metadata_kv::MetadataKv;
 use crate::metrics::MasterMetrics;
 use crate::segments::{SegId, SegmentEntry, Segments};
-use indexmap::IndexMap;
 use mooncake_common::proto::{
     ReplicaLoc, SegmentDesc, SoftPin, HEARTBEAT_INTERVAL_MS, MAX_SEGMENT_SIZE,
 };
 use mooncake_common::ErrorCode;
 use parking_lot::{Condvar, Mutex};
-use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -39,322 +37,9 @@ impl ClientEntry {
     }
 }
 
-/// Lifecycle of an object's replicas.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ObjStatus {
-    Processing,
-    Complete,
-}
-
-/// One replica: a range in a segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Replica {
-    pub seg: SegId,
-    pub offset: u64,
-}
-
-/// An object's replicas, inline for the usual one.
-pub(crate) type Replicas = SmallVec<[Replica; 1]>;
-
-/// Pin change to apply when a write commits.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) enum PendingPin {
-    #[default]
-    Keep,
-    Set(u64),
-    Clear,
-}
-
-/// An object's metadata. What only a write or read in flight needs lives
-/// in [`Extra`], allocated while one is, so an object at rest is a fixed
-/// layout with its replicas inline.
-#[derive(Debug)]
-pub(crate) struct Object {
-    pub size: u64,
-    /// Master-assigned version (see `mooncake_common::ledger`).
-    pub version: u64,
-    pub replicas: Replicas,
-    pub lease_deadline: Instant,
-    pub soft_pin_deadline: Option<Instant>,
-    pub status: ObjStatus,
-    pub hard_pin: bool,
-    /// The segment whose owner holds this version in its disk tier.
-    pub disk: Option<SegId>,
-    /// Reads of this version while it had no memory replica (promotion
-    /// admission), saturating.
-    pub disk_hits: u8,
-    /// A promotion of it back to memory is in flight.
-    pub promoting: bool,
-    /// The number of the group the key joined (see `groups`), 0 for none.
-    pub group: u32,
-    /// The client that created the key, as [`Inner::writer_id`] numbers
-    /// it (0: not known, as for objects recovered from the owners'
-    /// ledgers).
-    pub writer: u32,
-    extra: Option<Box<Extra>>,
-}
-
-/// The parts of an object's state that exist only while a write or a read
-/// of it is in flight.
-#[derive(Debug, Default)]
-struct Extra {
-    /// When the first write started (set while PROCESSING).
-    put_start: Option<Instant>,
-    /// Pin change the first write applies when it commits.
-    pending_pin: PendingPin,
-    /// Reads in flight: `(read ticket, expiry)`. An entry goes away when
-    /// its client reports the ticket done; until then it counts while
-    /// unexpired. It expires with the lease its lookup granted: a client
-    /// discards any copy that finishes after that lease (LEASE_EXPIRED),
-    /// so an expired entry can no longer protect a read that matters.
-    readers: Vec<(u64, Instant)>,
-    /// Upserts in flight over the committed version, each writing into its
-    /// own fresh replicas while readers keep reading the committed ones.
-    upserts: Vec<PendingWrite>,
-    /// The write in flight (PROCESSING) rewrites a committed value in
-    /// place: the key exists, and lookups wait for the write to end
-    /// instead of failing.
-    rewrite: bool,
-    /// A lookup waited for an in-place rewrite and has not read yet: the
-    /// next upsert writes a new version beside the value instead of
-    /// rewriting it again, so a writer in a loop cannot keep a reader
-    /// waiting.
-    reader_waiting: bool,
-}
-
-impl Extra {
-    fn is_idle(&self) -> bool {
-        self.put_start.is_none()
-            && self.readers.is_empty()
-            && self.upserts.is_empty()
-            && !self.rewrite
-            && !self.reader_waiting
-    }
-}
-
-impl Object {
-    /// A first write in flight (PROCESSING) started at `now`.
-    pub(crate) fn processing(
-        size: u64,
-        version: u64,
-        replicas: Replicas,
-        now: Instant,
-        hard_pin: bool,
-        pending_pin: PendingPin,
-    ) -> Object {
-        Object {
-            size,
-            version,
-            replicas,
-            lease_deadline: now,
-            soft_pin_deadline: None,
-            status: ObjStatus::Processing,
-            hard_pin,
-            disk: None,
-            disk_hits: 0,
-            promoting: false,
-            group: 0,
-            writer: 0,
-            extra: Some(Box::new(Extra {
-                put_start: Some(now),
-                pending_pin,
-                ..Extra::default()
-            })),
-        }
-    }
-
-    /// A committed object (adopted from an owner's report).
-    pub(crate) fn complete(
-        size: u64,
-        version: u64,
-        replicas: Replicas,
-        lease_deadline: Instant,
-        soft_pin_deadline: Option<Instant>,
-        hard_pin: bool,
-    ) -> Object {
-        Object {
-            size,
-            version,
-            replicas,
-            lease_deadline,
-            soft_pin_deadline,
-            status: ObjStatus::Complete,
-            hard_pin,
-            disk: None,
-            disk_hits: 0,
-            promoting: false,
-            group: 0,
-            writer: 0,
-            extra: None,
-        }
-    }
-
-    fn extra_mut(&mut self) -> &mut Extra {
-        self.extra.get_or_insert_with(Box::default)
-    }
-
-    /// Drop the in-flight part once nothing is in flight.
-    fn tidy(&mut self) {
-        if self.extra.as_ref().is_some_and(|e| e.is_idle()) {
-            self.extra = None;
-        }
-    }
-
-    /// When the first write started (PROCESSING objects).
-    pub(crate) fn put_start(&self) -> Option<Instant> {
-        self.extra.as_ref().and_then(|e| e.put_start)
-    }
-
-    /// The pin change the first write applies when it commits.
-    pub(crate) fn pending_pin(&self) -> PendingPin {
-        self.extra
-            .as_ref()
-            .map_or(PendingPin::Keep, |e| e.pending_pin)
-    }
-
-    /// The first write (or in-place rewrite) committed: the object is COMPLETE.
-    pub(crate) fn mark_complete(&mut self) {
-        self.status = ObjStatus::Complete;
-        if let Some(e) = self.extra.as_mut() {
-            e.put_start = None;
-            e.pending_pin = PendingPin::Keep;
-            e.rewrite = false;
-        }
-        self.tidy();
-    }
-
-    /// Start rewriting this committed object's replicas in place as
-    /// `version`: it is PROCESSING until the write commits (then COMPLETE
-    /// at `version`) or is revoked or discarded (then gone: its bytes are
-    /// no longer a whole version).
-    pub(crate) fn begin_rewrite(
-        &mut self,
-        version: u64,
-        now: Instant,
-        hard_pin: bool,
-        pending_pin: PendingPin,
-    ) {
-        self.status = ObjStatus::Processing;
-        self.version = version;
-        self.hard_pin |= hard_pin;
-        let e = self.extra_mut();
-        e.put_start = Some(now);
-        e.pending_pin = pending_pin;
-        e.rewrite = true;
-    }
-
-    /// When the in-place rewrite in flight started (None: no rewrite).
-    pub(crate) fn rewrite_start(&self) -> Option<Instant> {
-        self.extra
-            .as_ref()
-            .filter(|e| e.rewrite)
-            .and_then(|e| e.put_start)
-    }
-
-    /// Reads that may be in flight.
-    pub(crate) fn readers(&self) -> &[(u64, Instant)] {
-        self.extra.as_ref().map_or(&[], |e| e.readers.as_slice())
-    }
-
-    /// Count a read under `ticket` until `expiry` (expired ones are dropped).
-    pub(crate) fn add_reader(&mut self, ticket: u64, expiry: Instant, now: Instant) {
-        let e = self.extra_mut();
-        e.readers.retain(|(_, exp)| *exp > now);
-        e.readers.push((ticket, expiry));
-        e.reader_waiting = false;
-    }
-
-    /// A lookup is waiting for the in-place rewrite in flight.
-    pub(crate) fn note_waiting_reader(&mut self) {
-        self.extra_mut().reader_waiting = true;
-    }
-
-    /// Whether a lookup waited for a rewrite and has not read since.
-    pub(crate) fn reader_waiting(&self) -> bool {
-        self.extra.as_ref().is_some_and(|e| e.reader_waiting)
-    }
-
-    /// The read of `ticket` ended.
-    pub(crate) fn remove_reader(&mut self, ticket: u64) {
-        if let Some(e) = self.extra.as_mut() {
-            e.readers.retain(|(t, _)| *t != ticket);
-        }
-        self.tidy();
-    }
-
-    /// Hand over the reads in flight (the version they read is replaced).
-    pub(crate) fn take_readers(&mut self) -> Vec<(u64, Instant)> {
-        let r = self
-            .extra
-            .as_mut()
-            .map(|e| std::mem::take(&mut e.readers))
-            .unwrap_or_default();
-        self.tidy();
-        r
-    }
-
-    /// Whether a read of this object may be in flight at `now`.
-    pub(crate) fn being_read(&self, now: Instant) -> bool {
-        self.readers().iter().any(|(_, exp)| *exp > now)
-    }
-
-    /// Upserts in flight.
-    pub(crate) fn upserts(&self) -> &[PendingWrite] {
-        self.extra.as_ref().map_or(&[], |e| e.upserts.as_slice())
-    }
-
-    /// Start an upsert.
-    pub(crate) fn push_upsert(&mut self, w: PendingWrite) {
-        self.extra_mut().upserts.push(w);
-    }
-
-    /// Take the upsert of `version` out of the object.
-    pub(crate) fn take_upsert(&mut self, version: u64) -> Option<PendingWrite> {
-        let e = self.extra.as_mut()?;
-        let i = e.upserts.iter().position(|p| p.version == version)?;
-        let p = e.upserts.remove(i);
-        self.tidy();
-        Some(p)
-    }
-
-    /// Take the upserts for which `stale` holds.
-    pub(crate) fn take_upserts_where(
-        &mut self,
-        stale: impl Fn(&PendingWrite) -> bool,
-    ) -> Vec<PendingWrite> {
-        let Some(e) = self.extra.as_mut() else {
-            return Vec::new();
-        };
-        let (out, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut e.upserts)
-            .into_iter()
-            .partition(|p| stale(p));
-        e.upserts = keep;
-        self.tidy();
-        out
-    }
-
-    /// Drop the replicas in segment `seg` from the object's upserts.
-    pub(crate) fn drop_upsert_replicas(&mut self, seg: SegId) {
-        if let Some(e) = self.extra.as_mut() {
-            for p in e.upserts.iter_mut() {
-                p.replicas.retain(|r| r.seg != seg);
-            }
-        }
-    }
-}
-
-/// An upsert in flight over a committed object: the new version's replicas
-/// and what its commit applies.
-#[derive(Debug)]
-pub(crate) struct PendingWrite {
-    pub version: u64,
-    pub size: u64,
-    pub replicas: Vec<Replica>,
-    pub put_start: Instant,
-    /// Hard pin of the new version (the write's, OR-ed with the object's).
-    pub hard_pin: bool,
-    pub pending_pin: PendingPin,
-}
+pub(crate) use crate::object_table::{
+    ObjStatus, Object, ObjectTable, PendingPin, PendingWrite, Replica, Replicas,
+};
 
 /// A gap between two client TTL checks longer than this means the master
 /// itself did not run meanwhile (stopped, paused with its VM, starved of
@@ -371,9 +56,8 @@ pub(crate) const SWEEP_CHUNK: usize = 65_536;
 pub(crate) struct Inner {
     pub clients: HashMap<String, ClientEntry>,
     pub segments: Segments,
-    /// Objects by key: entries in one dense vector with a table of
-    /// indices, so each key is stored once and no slot is left empty.
-    pub objects: IndexMap<Box<str>, Object>,
+    /// Objects by key, with the disk usage of their disk copies.
+    pub objects: ObjectTable,
     /// Space of discarded writes, freed after the discard delay.
     pub deferred: crate::deferred_frees::DeferredFrees,
     /// Open read tickets: the keys each marked and when it expires.
@@ -388,8 +72,6 @@ pub(crate) struct Inner {
     /// (each sweep looks at [`SWEEP_CHUNK`] entries, so its cost and the
     /// time it holds the lock do not grow with the number of objects).
     pub sweep_cursor: usize,
-    /// Bytes of all disk copies (see `Object::disk`).
-    pub disk: crate::disk_usage::DiskUsage,
     /// Puts waiting for room: freed room goes to the first, and no other
     /// put takes room while any waits.
     pub space_queue: crate::space_queue::SpaceQueue,
@@ -733,7 +415,7 @@ impl MasterState {
                 break;
             };
             if o.status == ObjStatus::Processing && stale_start(o.put_start()) {
-                stale.push(k.clone());
+                stale.push(Box::<str>::from(k));
             }
             // Upserts whose writer went silent: their space returns later.
             if o.upserts().iter().any(|p| stale_start(Some(p.put_start))) {
@@ -784,7 +466,7 @@ impl Inner {
             } = self;
             let members = groups.live_members(n, |k| objects.get(k).is_some_and(|o| o.group == n));
             for k in members {
-                if let Some(o) = objects.get_mut(&*k) {
+                if let Some(o) = objects.get_mut(&k) {
                     if until > o.lease_deadline {
                         o.lease_deadline = until;
                     }
@@ -802,7 +484,7 @@ impl Inner {
         let members = groups.live_members(n, |k| objects.get(k).is_some_and(|o| o.group == n));
         let mut out = Vec::with_capacity(members.len());
         for k in members {
-            let Some(o) = objects.get(&*k) else {
+            let Some(o) = objects.get(&k) else {
                 continue;
             };
             if !lease_expired(o, now) {
@@ -898,24 +580,21 @@ impl Inner {
         self.fetches.retain(|(s, _), _| *s != id);
         self.lost_fetches.extend(lost);
         self.retired.drop_segment(id);
+        // Objects left with nothing: those that lost their last memory
+        // replica here and have no disk copy, and those whose disk copy was
+        // here and have no memory replica.
         let mut empty = Vec::new();
-        let mut disk_freed = 0u64;
         for (k, o) in self.objects.iter_mut() {
             o.drop_upsert_replicas(id);
             let before = o.replicas.len();
             o.replicas.retain(|r| r.seg != id);
-            let had_disk = o.disk.is_some();
-            if o.disk == Some(id) {
-                o.disk = None;
-                disk_freed = disk_freed.saturating_add(o.size);
-            }
-            if o.replicas.is_empty() && o.disk.is_none() && (before > 0 || had_disk) {
+            if before > 0 && o.replicas.is_empty() && o.disk().is_none() {
                 empty.push(k.clone());
             }
         }
-        self.disk.release(disk_freed);
+        empty.extend(self.objects.drop_disk_copies_on(id));
         for k in empty {
-            self.objects.swap_remove(&k);
+            self.objects.remove(&k);
         }
     }
 
@@ -951,7 +630,7 @@ impl Inner {
 
     /// Discard a stale PROCESSING object; its space is released later.
     pub(crate) fn discard_processing(&mut self, key: &str, release: Duration) {
-        if let Some(mut o) = self.objects.swap_remove(key) {
+        if let Some(mut o) = self.objects.remove(key) {
             self.discard_upserts(&mut o, release);
             if let Some(start) = o.put_start() {
                 self.defer_free(&o.replicas, o.size, start + release);

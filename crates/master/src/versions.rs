@@ -63,7 +63,7 @@ impl Inner {
     ) -> bool {
         o.status == ObjStatus::Complete
             && o.size == size
-            && o.disk.is_none()
+            && o.disk().is_none()
             && !o.replicas.is_empty()
             && o.replicas.len() == cfg.replica_num.max(1) as usize
             && o.upserts().is_empty()
@@ -179,7 +179,7 @@ impl Inner {
     /// space returns on their acks, or, while reads of it are in flight,
     /// once those reads ended. Returns the forgets to wait for.
     pub(crate) fn remove_object(&mut self, key: &str, now: Instant, release: Duration) -> Waits {
-        match self.objects.swap_remove_entry(key) {
+        match self.objects.remove_entry(key) {
             Some((k, o)) => self.drop_object(k, o, now, release, false),
             None => Vec::new(),
         }
@@ -197,7 +197,7 @@ impl Inner {
         release: Duration,
         bulk: bool,
     ) -> Waits {
-        self.forget_disk(&key, &mut o);
+        self.forget_disk(&key, &o);
         self.discard_upserts(&mut o, release);
         if o.status == ObjStatus::Complete && o.being_read(now) {
             let mut waits = Vec::new();

@@ -227,7 +227,7 @@ fn with_the_disk_full_too_a_put_fails_at_once_and_nothing_is_dropped() {
     for info in st.get_replica_list(&keys, false) {
         assert_eq!(info.expect("found").replicas.len(), 1);
     }
-    assert_eq!(st.inner.lock().disk.bytes(), 0);
+    assert_eq!(st.inner.lock().objects.disk().bytes(), 0);
     // A periodic pass keeps them too.
     st.eviction_pass();
     assert_eq!(st.exist(&keys), vec![1; 4]);
@@ -314,7 +314,7 @@ fn an_evicted_object_becomes_a_disk_copy_read_from_its_owner() {
         .pending_ops()
         .iter()
         .any(|op| matches!(op, LedgerOp::DiskForget { key, .. } if key == "k")));
-    assert_eq!(st.inner.lock().disk.bytes(), 0);
+    assert_eq!(st.inner.lock().objects.disk().bytes(), 0);
 }
 
 #[test]
@@ -380,7 +380,7 @@ fn a_gone_segment_takes_its_disk_copies_with_it() {
     st.disk_tier("c1", "a:1", objs, true).expect("tier");
     st.unmount_segment("c1", "a:1").expect("unmount");
     assert_eq!(st.exist(&["d".to_string()]), vec![0]);
-    assert_eq!(st.inner.lock().disk.bytes(), 0);
+    assert_eq!(st.inner.lock().objects.disk().bytes(), 0);
 }
 
 /// An offloading master configured by `cfg`, its segment "a:1" (1 MiB)
@@ -433,7 +433,7 @@ fn has_disk_copy(st: &MasterState, key: &str) -> bool {
         .lock()
         .objects
         .get(key)
-        .is_some_and(|o| o.disk.is_some())
+        .is_some_and(|o| o.disk().is_some())
 }
 
 fn fill4(st: &MasterState) -> Vec<String> {
@@ -452,7 +452,7 @@ fn by_default_a_committed_object_is_queued_for_disk_and_stays_in_memory() {
     assert!(offloads(&queued(&st)).is_empty());
     assert_eq!(memory_replicas(&st, "k"), 1);
     assert!(has_disk_copy(&st, "k"));
-    assert_eq!(st.inner.lock().disk.bytes(), 1000);
+    assert_eq!(st.inner.lock().objects.disk().bytes(), 1000);
     // Reads go to memory while it holds a replica.
     let info = st
         .get_replica_list(&["k".to_string()], false)
@@ -464,7 +464,7 @@ fn by_default_a_committed_object_is_queued_for_disk_and_stays_in_memory() {
     assert!(queued(&st)
         .iter()
         .any(|op| matches!(op, LedgerOp::DiskForget { key, .. } if key == "k")));
-    assert_eq!(st.inner.lock().disk.bytes(), 0);
+    assert_eq!(st.inner.lock().objects.disk().bytes(), 0);
 }
 
 #[test]
@@ -510,7 +510,7 @@ fn a_written_through_copy_the_owner_loses_leaves_the_memory_replica() {
     assert_eq!(st.exist(&["k".to_string()]), vec![1]);
     assert!(!has_disk_copy(&st, "k"));
     assert_eq!(memory_replicas(&st, "k"), 1);
-    assert_eq!(st.inner.lock().disk.bytes(), 0);
+    assert_eq!(st.inner.lock().objects.disk().bytes(), 0);
 }
 
 #[test]
@@ -528,7 +528,7 @@ fn an_upsert_queues_its_new_version_and_forgets_the_old_copy() {
     assert!(ops.iter().any(
         |op| matches!(op, LedgerOp::DiskForget { key, version: v } if key == "k" && *v < version)
     ));
-    assert_eq!(st.inner.lock().disk.bytes(), 2000);
+    assert_eq!(st.inner.lock().objects.disk().bytes(), 2000);
 }
 
 #[test]
@@ -540,7 +540,7 @@ fn with_offload_on_evict_nothing_is_queued_for_disk_until_eviction() {
     let keys = fill4(&st);
     assert!(persists(&queued(&st)).is_empty());
     assert!(keys.iter().all(|k| !has_disk_copy(&st, k)));
-    assert_eq!(st.inner.lock().disk.bytes(), 0);
+    assert_eq!(st.inner.lock().objects.disk().bytes(), 0);
     st.eviction_pass();
     let moved = offloads(&queued(&st));
     assert!(!moved.is_empty(), "eviction moved nothing");
@@ -808,7 +808,7 @@ fn a_reported_copy_of_the_version_in_memory_becomes_its_disk_copy() {
     );
     assert!(has_disk_copy(&st, "k") && memory_replicas(&st, "k") == 1);
     assert!(!has_disk_copy(&st, "other"));
-    assert_eq!(st.inner.lock().disk.bytes(), 10);
+    assert_eq!(st.inner.lock().objects.disk().bytes(), 10);
 }
 
 #[test]
@@ -840,7 +840,7 @@ fn a_drained_disk_tier_loses_its_copies_and_gets_no_more() {
     assert_eq!(st.exist(&keys), vec![0, 1], "a had no other copy");
     assert!(!has_disk_copy(&st, "b"));
     assert_eq!(memory_replicas(&st, "b"), 1);
-    assert_eq!(st.inner.lock().disk.bytes(), 0);
+    assert_eq!(st.inner.lock().objects.disk().bytes(), 0);
     // Nothing is written through to the drained tier, and eviction
     // drops instead of moving.
     put(&st, "c", 1000);
