@@ -3,7 +3,7 @@
 //! which serialises access with one lock; RPC handlers and background tasks
 //! (eviction, client TTL, discard sweep) call into it.
 //!
-//! What the lock guards, [`Inner`], is a set of tables, each a plain struct
+//! What the lock guards, `Inner`, is a set of tables, each a plain struct
 //! with private fields that keeps its own invariant and has unit tests on
 //! explicit times: the objects and their disk usage (`object_table`), the
 //! segments with their remounts in progress and expired ids (`segments`),
@@ -11,7 +11,7 @@
 //! frees (`deferred_frees`), the forgets later writes wait for
 //! (`forgets`) and the puts waiting for room (`space_queue`). The steps that
 //! span tables (put start, commit, removal, a segment going) are methods
-//! of [`Inner`] and [`MasterState`].
+//! of `Inner` and [`MasterState`].
 
 use crate::admin::{AdminView, GaugeSnapshot, ReplicaView};
 use crate::clock::{Clock, SystemClock};
