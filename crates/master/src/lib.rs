@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod allocator;
+mod clients;
 pub mod clock;
 pub mod config;
 mod conn_read;

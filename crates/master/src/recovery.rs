@@ -19,7 +19,7 @@
 
 use crate::durable::Waits;
 use crate::segments::SegmentEntry;
-use crate::state::{ClientEntry, Inner, MasterState, ObjStatus, Object, Replica};
+use crate::state::{Inner, MasterState, ObjStatus, Object, Replica};
 use crate::takeover::Hold;
 use mooncake_common::auth::unix_ms;
 use mooncake_common::ledger::{alloc_len, LedgerEntry};
@@ -203,18 +203,11 @@ impl MasterState {
             None => {}
         }
         if let Some(other) = g.segments.remounting(&desc.name) {
-            if other != client_id && g.clients.contains_key(other) {
+            if other != client_id && g.clients.contains(other) {
                 return Err(ErrorCode::SegmentAlreadyExists);
             }
         }
-        let client = g
-            .clients
-            .entry(client_id.to_string())
-            .or_insert_with(|| ClientEntry {
-                last_ping: now,
-                segments: Vec::new(),
-            });
-        client.last_ping = now;
+        g.clients.register(client_id, now);
         g.segments.report_part(client_id, &desc, entries);
         if !done {
             return Ok(Remount::Partial);
@@ -227,11 +220,7 @@ impl MasterState {
         self.remounted.notify_all();
         let name = desc.name.clone();
         g.segments.insert(SegmentEntry::new(&desc, client_id));
-        if let Some(c) = g.clients.get_mut(client_id) {
-            if !c.segments.contains(&name) {
-                c.segments.push(name.clone());
-            }
-        }
+        g.clients.add_segment(client_id, &name);
         if g.segments.take_expired(&desc.uuid) {
             tracing::warn!(segment = %name, entries = pending.entries.len(), "an expired segment came back; its objects stay dropped");
             return Ok(Remount::Done {

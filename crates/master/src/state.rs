@@ -5,13 +5,14 @@
 //!
 //! What the lock guards, `Inner`, is a set of tables, each a plain struct
 //! with private fields that keeps its own invariant and has unit tests on
-//! explicit times: the objects and their disk usage (`object_table`), the
-//! segments with their remounts in progress and expired ids (`segments`),
-//! retired versions (`retired`), read tickets (`read_tickets`), deferred
-//! frees (`deferred_frees`), the forgets later writes wait for
-//! (`forgets`) and the puts waiting for room (`space_queue`). The steps that
-//! span tables (put start, commit, removal, a segment going) are methods
-//! of `Inner` and [`MasterState`].
+//! explicit times: the clients and their heartbeats (`clients`), the
+//! objects and their disk usage (`object_table`), the segments with their
+//! remounts in progress and expired ids (`segments`), retired versions
+//! (`retired`), read tickets (`read_tickets`), deferred frees
+//! (`deferred_frees`), the forgets later writes wait for (`forgets`) and
+//! the puts waiting for room (`space_queue`). The steps that span tables
+//! (put start, commit, removal, a segment going) are methods of `Inner`
+//! and [`MasterState`].
 
 use crate::admin::{AdminView, GaugeSnapshot, ReplicaView};
 use crate::clock::{Clock, SystemClock};
@@ -19,9 +20,7 @@ use crate::config::MasterConfig;
 use crate::metadata_kv::MetadataKv;
 use crate::metrics::MasterMetrics;
 use crate::segments::{SegId, SegmentEntry, Segments};
-use mooncake_common::proto::{
-    ReplicaLoc, SegmentDesc, SoftPin, HEARTBEAT_INTERVAL_MS, MAX_SEGMENT_SIZE,
-};
+use mooncake_common::proto::{ReplicaLoc, SegmentDesc, SoftPin, MAX_SEGMENT_SIZE};
 use mooncake_common::ErrorCode;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
@@ -29,33 +28,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A client silent this long has missed a heartbeat: its segments are
-/// suspect (placement avoids them while others fit).
-pub(crate) const SUSPECT_AFTER: Duration = Duration::from_millis(HEARTBEAT_INTERVAL_MS * 3 / 2);
-
-/// A registered client.
-#[derive(Debug)]
-pub(crate) struct ClientEntry {
-    pub last_ping: Instant,
-    pub segments: Vec<String>,
-}
-
-impl ClientEntry {
-    /// Whether the client has missed a heartbeat at `now`.
-    pub(crate) fn is_suspect(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.last_ping) > SUSPECT_AFTER
-    }
-}
-
 pub(crate) use crate::object_table::{
     ObjStatus, Object, ObjectTable, PendingPin, PendingWrite, Replica, Replicas,
 };
-
-/// A gap between two client TTL checks longer than this means the master
-/// itself did not run meanwhile (stopped, paused with its VM, starved of
-/// CPU), so it did not serve the clients' heartbeats either: that time is
-/// not counted as their silence. The checks run every 200 ms.
-pub(crate) const TTL_CHECK_STALL: Duration = Duration::from_secs(1);
 
 /// Objects one sweep for stale in-flight writes looks at (about a
 /// millisecond of work under the lock).
@@ -64,7 +39,8 @@ pub(crate) const SWEEP_CHUNK: usize = 65_536;
 /// Everything under the master lock.
 #[derive(Debug, Default)]
 pub(crate) struct Inner {
-    pub clients: HashMap<String, ClientEntry>,
+    /// Registered clients, their heartbeats and segments.
+    pub clients: crate::clients::Clients,
     pub segments: Segments,
     /// Objects by key, with the disk usage of their disk copies.
     pub objects: ObjectTable,
@@ -101,8 +77,6 @@ pub(crate) struct Inner {
     pub groups: crate::groups::Groups,
     /// Tenant quota policies and allocation tags.
     pub tenants: crate::tenants::Tenants,
-    /// When the client TTLs were last checked ([`MasterState::expire_clients`]).
-    pub ttl_checked: Option<Instant>,
 }
 
 /// A promotion in flight: the owner of the disk copy reads it back into
@@ -256,13 +230,8 @@ impl MasterState {
     pub fn ping(&self, client_id: &str) -> bool {
         self.metrics.ping_requests.inc();
         let mut g = self.inner.lock();
-        match g.clients.get_mut(client_id) {
-            Some(c) => {
-                c.last_ping = self.clock.now();
-                false
-            }
-            None => true,
-        }
+        let now = self.clock.now();
+        !g.clients.ping(client_id, now)
     }
 
     /// Mount (or remount) a segment for a client. A size no client can
@@ -300,16 +269,9 @@ impl MasterState {
         if desc.size > 0 {
             g.segments.insert(SegmentEntry::new(&desc, client_id));
         }
-        let client = g
-            .clients
-            .entry(client_id.to_string())
-            .or_insert_with(|| ClientEntry {
-                last_ping: self.clock.now(),
-                segments: Vec::new(),
-            });
-        client.last_ping = self.clock.now();
-        if desc.size > 0 && !client.segments.contains(&desc.name) {
-            client.segments.push(desc.name);
+        g.clients.register(client_id, self.clock.now());
+        if desc.size > 0 {
+            g.clients.add_segment(client_id, &desc.name);
         }
         // New capacity: puts waiting for room look again.
         self.note_space_freed();
@@ -322,9 +284,7 @@ impl MasterState {
         let mut g = self.inner.lock();
         g.segments.owned_id(client_id, name)?;
         g.drop_segment(name);
-        if let Some(c) = g.clients.get_mut(client_id) {
-            c.segments.retain(|s| s != name);
-        }
+        g.clients.remove_segment(client_id, name);
         // Room on its way back from that segment no longer comes.
         self.space_freed.notify_all();
         Ok(())
@@ -341,47 +301,29 @@ impl MasterState {
         }
     }
 
-    /// Expire clients that missed their TTL. A gap in these checks longer
-    /// than [`TTL_CHECK_STALL`] (the master did not run) is not counted as
-    /// any client's silence: each last heartbeat moves forward by the gap
-    /// (to now at most), so a paused master does not drop every segment,
-    /// and with them every object, for heartbeats it could not read.
+    /// Expire clients that missed their TTL, with their segments; a time
+    /// the master itself did not run is not counted (see `clients`).
     pub(crate) fn expire_clients(&self) {
         let ttl = Duration::from_secs(self.cfg.client_ttl_sec.max(0) as u64);
         let now = self.clock.now();
         let mut expired_segments = Vec::new();
         {
             let mut g = self.inner.lock();
-            if let Some(gap) = g
-                .ttl_checked
-                .replace(now)
-                .map(|t| now.saturating_duration_since(t))
-                .filter(|gap| *gap > TTL_CHECK_STALL)
-            {
+            let check = g.clients.check_ttl(now, ttl);
+            if let Some(gap) = check.stalled {
                 tracing::warn!(
                     ?gap,
                     clients = g.clients.len(),
                     "the master did not run for a while: that time is not counted against client TTLs"
                 );
-                for c in g.clients.values_mut() {
-                    c.last_ping = c.last_ping.checked_add(gap).map_or(now, |t| t.min(now));
-                }
             }
-            let dead: Vec<String> = g
-                .clients
-                .iter()
-                .filter(|(_, c)| now.duration_since(c.last_ping) > ttl)
-                .map(|(id, _)| id.clone())
-                .collect();
-            for id in dead {
-                if let Some(c) = g.clients.remove(&id) {
-                    tracing::warn!(client = %id, segments = ?c.segments, "client expired after missing heartbeats");
-                    for s in c.segments {
-                        g.expire_segment(&s, now);
-                        expired_segments.push(s);
-                    }
-                    g.segments.drop_remounts_of(&id);
+            for (id, c) in check.expired {
+                tracing::warn!(client = %id, segments = ?c.segments, "client expired after missing heartbeats");
+                for s in c.segments {
+                    g.expire_segment(&s, now);
+                    expired_segments.push(s);
                 }
+                g.segments.drop_remounts_of(&id);
             }
             if !expired_segments.is_empty() {
                 self.space_freed.notify_all();
