@@ -125,23 +125,13 @@ impl Object {
         pending_pin: PendingPin,
     ) -> Object {
         Object {
-            size,
-            version,
-            replicas,
-            lease_deadline: now,
-            soft_pin_deadline: None,
             status: ObjStatus::Processing,
-            hard_pin,
-            disk: None,
-            disk_hits: 0,
-            promoting: false,
-            group: 0,
-            writer: 0,
             extra: Some(Box::new(Extra {
                 put_start: Some(now),
                 pending_pin,
                 ..Extra::default()
             })),
+            ..Object::complete(size, version, replicas, now, None, hard_pin)
         }
     }
 
