@@ -261,6 +261,48 @@ def masters(net: Net, tmp_path: Path) -> Iterator[Any]:
     )
 
 
+def ha_flags(etcd: Any, cluster_id: str) -> dict[str, Any]:
+    """The flags of an HA master of cluster ``cluster_id`` on ``etcd``."""
+    return {
+        "enable_ha": True,
+        "ha_backend_type": "etcd",
+        "ha_backend_connstring": etcd.endpoint,
+        "cluster_id": cluster_id,
+    }
+
+
+def etcd_addr(etcd: Any) -> str:
+    """The master address clients give to follow the leader through etcd."""
+    return f"etcd://{etcd.endpoint}"
+
+
+def cluster_env(cluster_id: str) -> dict[str, str]:
+    """The environment of a client of cluster ``cluster_id``."""
+    return {"MC_STORE_CLUSTER_ID": cluster_id}
+
+
+def leaders(ms: list[Any]) -> list[Any]:
+    """The masters of ``ms`` that say they lead."""
+    return [m for m in ms if m.alive() and m.health().get("role") == "leader"]
+
+
+def wait_one_leader(ms: list[Any], timeout: float = 20.0) -> Any:
+    """The one leader among ``ms``, once there is exactly one."""
+    got = wait_until(lambda: len(leaders(ms)) == 1 and leaders(ms), timeout, 0.1)
+    assert got, [m.health() for m in ms]
+    return got[0]
+
+
+def trio_with_leader(
+    masters: Any, etcd: Any, cluster_id: str, **flags: Any
+) -> tuple[list[Any], Any, list[Any]]:
+    """HA masters on m1, m2 and m3 (with ``flags``), once one of them leads:
+    (all three, the leader, the other two)."""
+    ms = [masters(h, **ha_flags(etcd, cluster_id), **flags) for h in ("m1", "m2", "m3")]
+    leader = wait_one_leader(ms)
+    return ms, leader, [m for m in ms if m is not leader]
+
+
 # ---------------------------------------------------------------- clients
 
 

@@ -13,59 +13,35 @@ import time
 from typing import Any
 
 import pytest
-from conftest import ETCD_PORT, RPC_PORT, master_bin, wait_until
+from conftest import (
+    ETCD_PORT,
+    RPC_PORT,
+    cluster_env,
+    etcd_addr,
+    ha_flags,
+    leaders,
+    master_bin,
+    trio_with_leader,
+    wait_one_leader,
+    wait_until,
+)
 
 MiB = 1 << 20
-
-
-def _ha_flags(etcd: Any, cluster_id: str) -> dict[str, Any]:
-    return {
-        "enable_ha": True,
-        "ha_backend_type": "etcd",
-        "ha_backend_connstring": etcd.endpoint,
-        "cluster_id": cluster_id,
-    }
-
-
-def _etcd_addr(etcd: Any) -> str:
-    return f"etcd://{etcd.endpoint}"
-
-
-def _leaders(ms: list[Any]) -> list[Any]:
-    return [m for m in ms if m.alive() and m.health().get("role") == "leader"]
-
-
-def _wait_one_leader(ms: list[Any], timeout: float = 20.0) -> Any:
-    got = wait_until(lambda: len(_leaders(ms)) == 1 and _leaders(ms), timeout, 0.1)
-    assert got, [m.health() for m in ms]
-    return got[0]
-
-
-def _trio_with_leader(masters: Any, etcd: Any, cluster_id: str) -> tuple[list[Any], Any, list[Any]]:
-    """HA masters on m1, m2 and m3, once one of them leads: (all three, the
-    leader, the other two)."""
-    ms = [masters(h, **_ha_flags(etcd, cluster_id)) for h in ("m1", "m2", "m3")]
-    leader = _wait_one_leader(ms)
-    return ms, leader, [m for m in ms if m is not leader]
-
-
-def _env(cluster_id: str) -> dict[str, str]:
-    return {"MC_STORE_CLUSTER_ID": cluster_id}
 
 
 @pytest.mark.slow
 def test_three_masters_one_leader_and_failover_loses_nothing(
     net: Any, etcd: Any, masters: Any, clients: Any, cluster_id: str
 ) -> None:
-    _, leader, others = _trio_with_leader(masters, etcd, cluster_id)
+    _, leader, others = trio_with_leader(masters, etcd, cluster_id)
     for m in others:
         h = m.health()
         assert h["role"] == "standby" and h["leader_address"] == leader.rpc_addr, h
     assert leader.health()["leader_address"] == leader.rpc_addr
 
-    a, b = clients("c1", _env(cluster_id)), clients("c2", _env(cluster_id))
-    assert a.setup(_etcd_addr(etcd))["rc"] == 0
-    assert b.setup(_etcd_addr(etcd))["rc"] == 0
+    a, b = clients("c1", cluster_env(cluster_id)), clients("c2", cluster_env(cluster_id))
+    assert a.setup(etcd_addr(etcd))["rc"] == 0
+    assert b.setup(etcd_addr(etcd))["rc"] == 0
     seg_a, seg_b = a.call("hostname"), b.call("hostname")
     acked = {}
     for i in range(40):
@@ -79,7 +55,7 @@ def test_three_masters_one_leader_and_failover_loses_nothing(
     time.sleep(1.0)
     killed_at = time.time()
     leader.kill()
-    new = _wait_one_leader(others, 15.0)
+    new = wait_one_leader(others, 15.0)
     assert new.health()["view_version"] > 0
     # Clients follow without help: their writes succeed on the new leader.
     assert wait_until(lambda: a.call("put", key="after-a", size=100, seed=1)["rc"] == 0, 10.0, 0.1)
@@ -105,16 +81,16 @@ def test_three_masters_one_leader_and_failover_loses_nothing(
 def test_leader_cut_off_from_etcd_steps_down_before_a_new_leader_serves(
     net: Any, etcd: Any, masters: Any, clients: Any, faults: Any, cluster_id: str
 ) -> None:
-    _, old, others = _trio_with_leader(masters, etcd, cluster_id)
+    _, old, others = trio_with_leader(masters, etcd, cluster_id)
     # c1 talks to the old leader directly; c2 follows etcd.
-    direct = clients("c1", _env(cluster_id))
-    follower = clients("c2", _env(cluster_id))
+    direct = clients("c1", cluster_env(cluster_id))
+    follower = clients("c2", cluster_env(cluster_id))
     assert direct.setup(old.rpc_addr)["rc"] == 0
-    assert follower.setup(_etcd_addr(etcd))["rc"] == 0
+    assert follower.setup(etcd_addr(etcd))["rc"] == 0
     direct.call("workload_start", prefix="direct", size=1024)
     time.sleep(0.5)
     faults.cut(old.host, "ctl")  # the old leader loses etcd, nothing else
-    new = _wait_one_leader(others, 20.0)
+    new = wait_one_leader(others, 20.0)
     assert wait_until(lambda: follower.call("put", key="x", size=100, seed=1)["rc"] == 0, 15.0, 0.1)
     time.sleep(1.0)
     w = direct.call("workload_stop", with_calls=True)
@@ -138,21 +114,21 @@ def test_leader_cut_off_from_etcd_steps_down_before_a_new_leader_serves(
 def test_leader_host_cut_off_clients_fail_over_and_never_hang(
     net: Any, etcd: Any, masters: Any, clients: Any, faults: Any, cluster_id: str
 ) -> None:
-    ms, old, others = _trio_with_leader(masters, etcd, cluster_id)
-    a, b = clients("c1", _env(cluster_id)), clients("c2", _env(cluster_id))
-    assert a.setup(_etcd_addr(etcd))["rc"] == 0
-    assert b.setup(_etcd_addr(etcd))["rc"] == 0
+    ms, old, others = trio_with_leader(masters, etcd, cluster_id)
+    a, b = clients("c1", cluster_env(cluster_id)), clients("c2", cluster_env(cluster_id))
+    assert a.setup(etcd_addr(etcd))["rc"] == 0
+    assert b.setup(etcd_addr(etcd))["rc"] == 0
     a.call("workload_start", prefix="ca", size=4096)
     b.call("workload_start", prefix="cb", size=4096)
     time.sleep(0.5)
     faults.partition(old.host)
-    _wait_one_leader(others, 20.0)
+    wait_one_leader(others, 20.0)
     assert wait_until(lambda: a.call("put", key="p1", size=100, seed=1)["rc"] == 0, 15.0, 0.1)
     time.sleep(1.0)
     faults.heal(old.host)
     # The healed old leader rejoins as a standby; there is one leader.
     time.sleep(1.0)
-    assert len(_leaders(ms)) == 1
+    assert len(leaders(ms)) == 1
     wa, wb = a.call("workload_stop"), b.call("workload_stop")
     for w in (wa, wb):
         assert w["wrong"] == 0
@@ -209,14 +185,16 @@ def test_client_with_unreachable_etcd_fails_within_the_connect_timeout(
 def test_client_with_no_master_registered(
     net: Any, etcd: Any, clients: Any, cluster_id: str
 ) -> None:
-    _setup_fails_fast(clients("c1", _env(cluster_id)), _etcd_addr(etcd), "no master is registered")
+    _setup_fails_fast(
+        clients("c1", cluster_env(cluster_id)), etcd_addr(etcd), "no master is registered"
+    )
 
 
 def test_two_masters_with_the_same_rpc_address(
     net: Any, etcd: Any, masters: Any, cluster_id: str
 ) -> None:
-    first = masters("m1", **_ha_flags(etcd, cluster_id))
-    _wait_one_leader([first])
+    first = masters("m1", **ha_flags(etcd, cluster_id))
+    wait_one_leader([first])
     r = subprocess.run(
         net.wrap(
             "m1",

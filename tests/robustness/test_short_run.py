@@ -11,22 +11,20 @@ operations stuck past the bound.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO, Child, Master
+from conftest import Child, Master
 from helpers.etcd import running_etcd
 from helpers.ha import HaMaster, leader
+from helpers.lincheck import check_histories, lincheck_binary, start_workload
 
-HERE = Path(__file__).resolve().parent
 CLIENTS = 3
 SECONDS = 8.0
 CLIENT_TTL = 2
@@ -38,17 +36,7 @@ STUCK_NS = 15 * 10**9
 
 @pytest.fixture(scope="module")
 def lincheck() -> str:
-    """The checker binary (scripts/test.sh builds it first); built here when
-    it is missing."""
-    binary = REPO / "target" / "release" / "mooncake-lincheck"
-    if not binary.exists():
-        subprocess.run(
-            ["cargo", "build", "--release", "-q", "-p", "mooncake-lincheck"],
-            cwd=REPO,
-            check=True,
-            timeout=900,
-        )
-    return str(binary)
+    return lincheck_binary()
 
 
 @pytest.fixture
@@ -61,7 +49,7 @@ def workloads(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
         p.wait(timeout=10)
 
 
-def start_workload(
+def workload(
     m: Master | str,
     client: int,
     history: Path,
@@ -81,16 +69,7 @@ def start_workload(
         "history": str(history),
         "segment": 0,
     }
-    p = subprocess.Popen(
-        [sys.executable, str(HERE / "workload.py"), json.dumps(cfg)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=None if env is None else dict(os.environ, **env),
-    )
-    assert p.stdout is not None
-    line = p.stdout.readline()
-    assert json.loads(line) == {"ready": True}, line
-    return p
+    return start_workload(cfg, env)
 
 
 def pause(pid: int, seconds: float) -> None:
@@ -121,7 +100,7 @@ def test_history_under_a_fault_is_linearizable(
         assert h.setup(m) == 0
     histories = [tmp_path / f"h{c}.jsonl" for c in range(CLIENTS)]
     for c, path in enumerate(histories):
-        workloads.append(start_workload(m, c + 1, path, seed * 100 + c))
+        workloads.append(workload(m, c + 1, path, seed * 100 + c))
     started = time.monotonic()
     time.sleep(SECONDS / 3)
     if nemesis == "holder-kill":
@@ -153,20 +132,7 @@ def check_run(
     for p in workloads:
         assert p.wait(timeout=SECONDS + 60) == 0
     assert time.monotonic() - started >= SECONDS
-    merged = tmp_path / "history.jsonl"
-    lines = [ln for path in histories for ln in path.read_text().splitlines() if ln]
-    merged.write_text("\n".join(lines) + "\n")
-    assert len(lines) > 100, f"only {len(lines)} operations were recorded"
-    model = ["--eviction"] if eviction else []
-    out = subprocess.run(
-        [lincheck, *model, "--stuck-after", str(STUCK_NS), str(merged)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert f"checked: {len(lines)} ops, 4 keys, 0 anomalies" in out.stdout
+    check_histories(lincheck, histories, tmp_path / "history.jsonl", 4, eviction, STUCK_NS)
 
 
 def test_history_across_a_leader_kill_is_linearizable(
@@ -196,7 +162,7 @@ def test_history_across_a_leader_kill_is_linearizable(
                 assert h.setup(ha) == 0
             histories = [tmp_path / f"h{c}.jsonl" for c in range(CLIENTS)]
             for c, path in enumerate(histories):
-                workloads.append(start_workload(addr, c + 1, path, 500 + c, env))
+                workloads.append(workload(addr, c + 1, path, 500 + c, env))
             started = time.monotonic()
             time.sleep(SECONDS / 3)
             first.kill()

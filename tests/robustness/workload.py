@@ -4,7 +4,9 @@ each recorded as one JSON line (the checker's ``Op``) in the history file.
 usage: python workload.py CONFIG_JSON
 
 CONFIG_JSON: ``{"client": n, "master": "host:port", "metadata": url,
-"keys": k, "seconds": s, "seed": x, "history": path, "segment": bytes}``.
+"keys": k, "seconds": s, "seed": x, "history": path, "segment": bytes}``,
+and optionally ``"hostname"``: the address the client is reached at
+(default 127.0.0.1; a client in a network namespace gives its host's).
 
 Every written value is unique and self-describing: ``<client>:<seq>:`` then
 bytes that depend on both, so a read names the write it saw (its id
@@ -59,7 +61,7 @@ def main() -> None:
     rng = random.Random(cfg["seed"])
     store = MooncakeDistributedStore()
     rc = store.setup(
-        "127.0.0.1",
+        str(cfg.get("hostname", "127.0.0.1")),
         cfg["metadata"],
         int(cfg.get("segment", 0)),
         16 << 20,

@@ -521,6 +521,13 @@ impl Client {
     /// (in chunks) so that the master adopts the objects the segment holds.
     fn remount(&self, conn: &mut TcpStream) {
         tracing::warn!(segment = %self.desc.name, entries = self.ledger.len(), "master asked for remount (restarted or new leader); remounting");
+        // Writes granted before the master lost track of this client may
+        // still be on their way (across a partition that just healed);
+        // once remounted, their ranges may be another object's. Fence them
+        // off first: only writes on connections made from now on land.
+        if let Some(ds) = self.data_server.lock().as_ref() {
+            ds.fence_writes();
+        }
         if self.segment.is_none() {
             let r = MasterConn::call_on(
                 conn,

@@ -150,7 +150,8 @@ impl OffsetAllocator {
     }
 
     /// Free an allocation made with `alloc(size)` at `off` (a range outside
-    /// the managed space is ignored).
+    /// the managed space, or one that is already free in part or whole, is
+    /// ignored).
     pub fn free(&mut self, off: u64, size: u64) {
         let Some(need) = round_up(size) else {
             return;
@@ -163,10 +164,27 @@ impl OffsetAllocator {
         let Some(end) = off.checked_add(need).filter(|e| *e <= self.capacity) else {
             return;
         };
+        // A range that overlaps free space is free already (a second free,
+        // or never allocated): freeing it again would let two objects share
+        // bytes, so it is refused.
+        let before = self
+            .by_offset
+            .range(..=off)
+            .next_back()
+            .map(|(&p, &l)| (p, l));
+        let overlaps_before = before.is_some_and(|(p, l)| p.saturating_add(l) > off);
+        if overlaps_before || self.by_offset.range(off..end).next().is_some() {
+            tracing::error!(
+                offset = off,
+                size,
+                "refused to free a range that is already free (in part or whole)"
+            );
+            return;
+        }
         let mut len = need;
         let mut start = off;
         self.used = self.used.saturating_sub(need);
-        if let Some((&poff, &plen)) = self.by_offset.range(..off).next_back() {
+        if let Some((poff, plen)) = before {
             if poff.checked_add(plen) == Some(off) {
                 self.remove_free(poff, plen);
                 start = poff;
@@ -184,6 +202,26 @@ impl OffsetAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_range_freed_twice_is_not_handed_out_twice() {
+        let mut a = OffsetAllocator::new(1 << 12);
+        let x = a.alloc(1024).unwrap();
+        let y = a.alloc(1024).unwrap();
+        a.free(x, 1024);
+        let used = a.used();
+        // Freed again, or overlapping free space from either side: refused.
+        a.free(x, 1024);
+        a.free(x + 512, 1024);
+        a.free(y - 64, 128);
+        assert_eq!(a.used(), used);
+        let z = a.alloc(1024).unwrap();
+        assert_eq!(z, x, "the freed range comes back once");
+        // Everything is allocated but the tail: no second copy of x's range.
+        let w = a.alloc(2048).unwrap();
+        assert!(w >= y + 1024, "{w} overlaps a live allocation");
+        assert!(a.alloc(64).is_none(), "more handed out than there is");
+    }
 
     #[test]
     fn alloc_free_coalesce() {

@@ -12,6 +12,17 @@
 //! writes land only inside ranges the master granted ([`WriteTicket`]).
 //! Settings: `MC_DATA_MAX_CONNS`, `MC_DATA_MAX_CONNS_PER_PEER`,
 //! `MC_DATA_IDLE_TIMEOUT_S`.
+//!
+//! Write fence ([`DataServer::fence_writes`]): a write carries no proof that
+//! the master's allocation it fills is still current. A write sent before a
+//! network partition can reach the owner seconds after the partition
+//! heals (TCP retransmits it), when the master may have expired the owner's
+//! segment, taken it back and allocated the same range to another object.
+//! So before the owner remounts its segment (whenever the master has lost
+//! its registration), it fences: every connection accepted until then is
+//! shut down and refused further writes, and the fence returns only once no
+//! write that started before it is still copying. Writes allocated after
+//! the remount come on new connections.
 
 use crate::data_proto::{DiskRead, RequestHeader, OP_DISK_READ, OP_READ, OP_WRITE_TICKET};
 use crate::segment::Segment;
@@ -26,7 +37,7 @@ use parking_lot::RwLock;
 use std::io::{self, BufRead, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,6 +81,12 @@ struct Shared {
     key: Option<AuthKey>,
     idle: Option<Duration>,
     disk: RwLock<Option<Arc<dyn DiskSource>>>,
+    /// Write fences raised so far; a connection may write only while this
+    /// is what it was when the connection was accepted.
+    fence: AtomicU64,
+    /// Held for reading by each write while it checks the fence and copies
+    /// its payload; a fence takes it for writing to wait for those.
+    writing: RwLock<()>,
 }
 
 impl DataServer {
@@ -103,6 +120,8 @@ impl DataServer {
             key,
             idle: limits.idle_timeout,
             disk: RwLock::new(None),
+            fence: AtomicU64::new(0),
+            writing: RwLock::new(()),
         });
         std::thread::Builder::new()
             .name("mc-data-accept".into())
@@ -126,6 +145,17 @@ impl DataServer {
     /// The bound address.
     pub fn addr(&self) -> std::net::SocketAddr {
         self.addr
+    }
+
+    /// Fence off every write sent before now (see the module docs): the
+    /// connections accepted so far are shut down and may write no more;
+    /// returns once no write that started before the fence is still
+    /// copying its payload.
+    pub fn fence_writes(&self) {
+        self.shared.fence.fetch_add(1, Ordering::AcqRel);
+        // Wakes the connections blocked on a payload (or the next request).
+        self.conns.shutdown_all();
+        drop(self.shared.writing.write());
     }
 
     /// Stop accepting and close all open connections.
@@ -159,12 +189,13 @@ fn accept_loop(
         |peer, why| tracing::info!(%peer, reason = %why, "refusing data connection"),
         |sock, peer, permit| {
             let sock = Arc::new(sock);
+            let epoch = shared.fence.load(Ordering::Acquire);
             conns.track(&sock);
             let sh = Arc::clone(&shared);
             let _ = std::thread::Builder::new()
                 .name("mc-data-conn".into())
                 .spawn(move || {
-                    let r = serve_conn(&sock, &sh, permit);
+                    let r = serve_conn(&sock, &sh, epoch, permit);
                     // stop() may hold a reference; shut the socket down so the
                     // peer sees the drop now.
                     let _ = sock.shutdown(Shutdown::Both);
@@ -337,7 +368,13 @@ fn serve_disk_read(s: &mut &TcpStream, sh: &Shared, d: &DiskRead) -> io::Result<
     }
 }
 
-fn serve_conn(sock: &Arc<TcpStream>, sh: &Shared, _permit: ConnPermit) -> io::Result<()> {
+/// Serve one connection, accepted when [`Shared::fence`] was `epoch`.
+fn serve_conn(
+    sock: &Arc<TcpStream>,
+    sh: &Shared,
+    epoch: u64,
+    _permit: ConnPermit,
+) -> io::Result<()> {
     let mut s: &TcpStream = sock;
     let hs = sh
         .idle
@@ -393,6 +430,16 @@ fn serve_conn(sock: &Arc<TcpStream>, sh: &Shared, _permit: ConnPermit) -> io::Re
                 let _ = s.write_all(&ErrorCode::IllegalClient.code().to_le_bytes());
                 return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
             }
+        }
+        // A fence raised since this connection was accepted refuses the
+        // write; one raised from here on waits until the payload is in.
+        let _writing = sh.writing.read();
+        if sh.fence.load(Ordering::Acquire) != epoch {
+            let _ = s.write_all(&ErrorCode::SegmentNotFound.code().to_le_bytes());
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "write on a connection from before the write fence",
+            ));
         }
         for (o, l) in &h.ranges {
             let (Ok(at), Ok(len)) = (usize::try_from(*o), usize::try_from(*l)) else {

@@ -151,3 +151,70 @@ fn connections_are_capped_per_peer_and_closed_when_idle() {
     client_handshake(&mut d, Service::Data, None).expect("handshake d");
     ds.stop();
 }
+
+/// A raw data connection: handshake done, ready for requests.
+fn raw_conn(ep: &str) -> TcpStream {
+    let mut s = TcpStream::connect(ep).expect("connect");
+    client_handshake(&mut s, Service::Data, None).expect("handshake");
+    s
+}
+
+#[test]
+fn a_write_fence_refuses_what_connections_from_before_it_still_carry() {
+    use mooncake_transfer::data_proto::{encode_header, OP_WRITE};
+    use std::io::Write;
+    let (seg, ds, ep) = server(None, roomy());
+    // A write whose header and first half arrived before the fence (its
+    // second half is still on the network, as across a partition).
+    let mut stale = raw_conn(&ep);
+    let mut queued = raw_conn(&ep);
+    let n = 8192usize;
+    let hdr = encode_header(OP_WRITE, seg.uuid(), None, [(0u64, n as u64)].into_iter());
+    stale.write_all(&hdr).expect("header");
+    stale.write_all(&vec![0x11u8; n / 2]).expect("first half");
+    // Let the server take the first half in.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while seg_bytes(&seg, 0, n / 2) != vec![0x11u8; n / 2] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "first half never landed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The fence shuts the connection down at once (the write would
+    // otherwise hold it until the idle timeout, a minute here).
+    let ds = Arc::new(ds);
+    let fencer = std::thread::spawn({
+        let ds = Arc::clone(&ds);
+        move || ds.fence_writes()
+    });
+    assert!(
+        closed_within(&mut stale, 10),
+        "the fence left the connection open"
+    );
+    fencer.join().expect("fence");
+    // The rest arrives after the fence: it must not land.
+    let _ = stale.write_all(&vec![0x11u8; n / 2]);
+    // A whole request on another connection from before the fence: refused.
+    let hdr2 = encode_header(OP_WRITE, seg.uuid(), None, [(n as u64, 64u64)].into_iter());
+    let _ = queued.write_all(&hdr2);
+    let _ = queued.write_all(&[0x22u8; 64]);
+    assert!(
+        closed_within(&mut queued, 10),
+        "a connection from before the fence wrote"
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        seg_bytes(&seg, n / 2, n / 2),
+        vec![0u8; n / 2],
+        "bytes after the fence landed"
+    );
+    assert_eq!(seg_bytes(&seg, n, 64), vec![0u8; 64]);
+    // Writes on connections made after the fence go through.
+    let data = vec![0x33u8; 256];
+    // SAFETY: `data` is readable for the call.
+    let r = unsafe { TcpPool::global().write(&ep, seg.uuid(), &op(&data, 1 << 16), None, None) };
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(seg_bytes(&seg, 1 << 16, 256), data);
+    ds.stop();
+}

@@ -284,6 +284,12 @@ impl Client {
             .iter()
             .map(|e| (e.desc.clone(), Arc::clone(&e.ledger)))
             .collect();
+        for e in self.extras.lock().iter() {
+            // As for the client's own segment (see `Client::remount`).
+            if let Some(ds) = &e.data_server {
+                ds.fence_writes();
+            }
+        }
         for (desc, ledger) in list {
             self.remount_with_ledger(conn, &desc, &ledger);
             self.publish(&desc);

@@ -1,0 +1,84 @@
+"""Running robustness workloads and checking their histories with
+``mooncake-lincheck`` (the checker crate's binary).
+
+A workload process (``tests/robustness/workload.py``) runs random operations
+on a few contended keys and records each one (invoke, completion, outcome)
+as a JSON line; :func:`check_histories` merges the histories of a run and
+asserts the checker finds zero anomalies: the history is linearizable for a
+register-with-delete per key (with ``eviction``, a key may also read as not
+found, but never as an older or a foreign value), no read saw bytes no
+write made, and no operation stayed open past ``stuck_ns``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+WORKLOAD = REPO / "tests" / "robustness" / "workload.py"
+
+
+def lincheck_binary() -> str:
+    """The checker binary (scripts/test.sh builds it first); built here when
+    it is missing."""
+    binary = REPO / "target" / "release" / "mooncake-lincheck"
+    if not binary.exists():
+        subprocess.run(
+            ["cargo", "build", "--release", "-q", "-p", "mooncake-lincheck"],
+            cwd=REPO,
+            check=True,
+            timeout=900,
+        )
+    return str(binary)
+
+
+def start_workload(
+    cfg: dict[str, Any],
+    env: dict[str, str] | None = None,
+    popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
+) -> subprocess.Popen[bytes]:
+    """A workload process for ``cfg`` (see workload.py), once it is set up;
+    ``popen`` starts it (in a network namespace, for example)."""
+    p = popen(
+        [sys.executable, str(WORKLOAD), json.dumps(cfg)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env=None if env is None else dict(os.environ, **env),
+    )
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    assert json.loads(line) == {"ready": True}, line
+    return p
+
+
+def check_histories(
+    lincheck: str,
+    histories: list[Path],
+    merged: Path,
+    keys: int,
+    eviction: bool,
+    stuck_ns: int,
+) -> str:
+    """Merge ``histories`` into ``merged`` and check it: zero anomalies.
+    Returns the checker's report."""
+    lines = [ln for path in histories for ln in path.read_text().splitlines() if ln]
+    merged.write_text("\n".join(lines) + "\n")
+    assert len(lines) > 100, f"only {len(lines)} operations were recorded"
+    model = ["--eviction"] if eviction else []
+    out = subprocess.run(
+        [lincheck, *model, "--stuck-after", str(stuck_ns), str(merged)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert f"checked: {len(lines)} ops, {keys} keys, 0 anomalies" in out.stdout, out.stdout
+    return out.stdout
