@@ -32,14 +32,24 @@ from replicate import replicate_config as _cfg
 WRONG = -99999
 
 
-class Workload:
-    """Puts and reads in a loop on one thread, recording every call."""
+# Puts a workload starts per second at most: the same load on a fast machine
+# as on a slow one, so a run of several seconds never fills the segments
+# (an eviction would take acknowledged keys the tests check for).
+PUTS_PER_SECOND = 500
 
-    def __init__(self, store: Any, prefix: str, size: int, replica_num: int) -> None:
+
+class Workload:
+    """Puts (paced, at most ``rate`` a second) and reads in a loop on one
+    thread, recording every call."""
+
+    def __init__(
+        self, store: Any, prefix: str, size: int, replica_num: int, rate: float = PUTS_PER_SECOND
+    ) -> None:
         self.store = store
         self.prefix = prefix
         self.size = size
         self.replica_num = replica_num
+        self.rate = rate
         self.stop = threading.Event()
         self.acked: dict[str, int] = {}  # key -> seed of puts that returned 0
         self.calls: list[tuple[float, float, str, int]] = []  # (unix start, seconds, op, rc)
@@ -50,7 +60,11 @@ class Workload:
         src = np.empty(self.size, np.uint8)
         dst = np.empty(self.size, np.uint8)
         i = 0
+        start = time.perf_counter()
         while not self.stop.is_set():
+            ahead = start + i / self.rate - time.perf_counter()
+            if ahead > 0 and self.stop.wait(ahead):
+                break
             key = f"{self.prefix}/{i}"
             seed = i + 1
             src[:] = pattern_array(self.size, seed)
