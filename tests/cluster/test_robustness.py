@@ -29,7 +29,12 @@ from typing import Any
 
 import pytest
 from conftest import cluster_env, etcd_addr, trio_with_leader, wait_one_leader
-from helpers.lincheck import check_histories, lincheck_binary, start_workload
+from helpers.lincheck import (
+    check_histories,
+    lincheck_binary,
+    longest_unavailability,
+    start_workload,
+)
 
 CLIENT_TTL = 2
 SECONDS = 10.0
@@ -122,4 +127,5 @@ def test_history_under_a_network_fault_is_linearizable(
         eviction=nemesis == "holder-partition",
         stuck_ns=STUCK_NS,
     )
-    print(f"{nemesis} ({faults.mechanism}):\n{report}")
+    gap = longest_unavailability(tmp_path / "history.jsonl")
+    print(f"{nemesis} ({faults.mechanism}): longest unavailability {gap:.2f} s\n{report}")

@@ -12,6 +12,7 @@ write made, and no operation stayed open past ``stuck_ns``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -56,6 +57,18 @@ def start_workload(
     line = p.stdout.readline()
     assert json.loads(line) == {"ready": True}, line
     return p
+
+
+def longest_unavailability(merged: Path) -> float:
+    """Seconds of the longest stretch in the history ``merged`` with no
+    operation completing successfully (a definite "not found" or "exists"
+    answer counts as service; failures and timeouts do not)."""
+    done = sorted(
+        op["complete"]
+        for op in map(json.loads, merged.read_text().splitlines())
+        if op.get("complete") is not None and isinstance(op.get("outcome"), dict)
+    )
+    return max((b - a for a, b in itertools.pairwise(done)), default=0) / 1e9
 
 
 def check_histories(
