@@ -7,8 +7,8 @@
 //! only decides *when* a version is free; returning its space (which needs
 //! the segments) is the caller's step with the versions it hands back.
 
+use crate::object_table::Replica;
 use crate::segments::SegId;
-use crate::state::Replica;
 use std::collections::HashMap;
 use std::time::Instant;
 
