@@ -15,6 +15,10 @@ The faults, each in its own run:
   is cut off for longer than the client TTL, then healed. The master
   expires the holder and its objects, as an eviction would: a key may read
   as not found, but never as an older or a foreign value.
+- ``holder-loss``: 10 % of the packets c2 sends are dropped (netem, or
+  iptables where the kernel has no netem); nothing may be lost.
+- ``leader-delay``: every packet the leader sends waits 20 ms (netem, or an
+  NFQUEUE delayer); nothing may be lost.
 """
 
 from __future__ import annotations
@@ -66,7 +70,13 @@ def workloads() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 @pytest.mark.parametrize(
     ("nemesis", "seed"),
-    [("leader-partition", 11), ("leader-etcd-cut", 12), ("holder-partition", 13)],
+    [
+        ("leader-partition", 11),
+        ("leader-etcd-cut", 12),
+        ("holder-partition", 13),
+        ("holder-loss", 14),
+        ("leader-delay", 15),
+    ],
 )
 def test_history_under_a_network_fault_is_linearizable(
     net: Any,
@@ -112,10 +122,18 @@ def test_history_under_a_network_fault_is_linearizable(
         wait_one_leader(others)
         time.sleep(FAULT_FOR)
         faults.clear(leader.host)
-    else:
+    elif nemesis == "holder-partition":
         faults.partition("c2")
         time.sleep(FAULT_FOR)
         faults.heal("c2")
+    elif nemesis == "holder-loss":
+        faults.loss("c2", 10.0)
+        time.sleep(FAULT_FOR)
+        faults.clear("c2")
+    else:
+        faults.delay(leader.host, 20)
+        time.sleep(FAULT_FOR)
+        faults.clear(leader.host)
     for p in workloads:
         assert p.wait(timeout=SECONDS + 90) == 0
     assert time.monotonic() - started >= SECONDS
