@@ -84,10 +84,15 @@ impl Forgets {
     /// The bulk forgets not yet acknowledged (the acknowledged ones are
     /// dropped).
     pub(crate) fn bulk_pending(&mut self) -> &[(Arc<OwnerQueue>, u64)] {
+        self.prune_bulk();
+        &self.bulk
+    }
+
+    /// Drop the bulk forgets their owners acknowledged.
+    pub(crate) fn prune_bulk(&mut self) {
         if !self.bulk.is_empty() {
             self.bulk.retain(|(q, s)| q.acked() < *s);
         }
-        &self.bulk
     }
 
     /// Whether enough keys were remembered since the last sweep that an

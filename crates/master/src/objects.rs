@@ -974,8 +974,7 @@ impl MasterState {
         drop(waits);
         // The owners acknowledged: what was remembered for them can go.
         let mut g = self.inner.lock();
-        // (bulk_pending drops the acknowledged bulk forgets.)
-        let _ = g.forgets.bulk_pending();
+        g.forgets.prune_bulk();
         g.forgets.sweep();
         drop(g);
         if count >= TRIM_AFTER_REMOVING {
