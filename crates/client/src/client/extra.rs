@@ -278,17 +278,14 @@ impl Client {
     /// reporting its ledger (the master restarted or a new leader took
     /// over).
     pub(super) fn remount_extras(&self, conn: &mut TcpStream) {
-        let list: Vec<(SegmentDesc, Arc<Ledger>)> = self
-            .extras
-            .lock()
-            .iter()
-            .map(|e| (e.desc.clone(), Arc::clone(&e.ledger)))
-            .collect();
+        let mut list: Vec<(SegmentDesc, Arc<Ledger>)> = Vec::new();
         for e in self.extras.lock().iter() {
-            // As for the client's own segment (see `Client::remount`).
+            // Fenced before it remounts, as the client's own segment (see
+            // `Client::remount`).
             if let Some(ds) = &e.data_server {
                 ds.fence_writes();
             }
+            list.push((e.desc.clone(), Arc::clone(&e.ledger)));
         }
         for (desc, ledger) in list {
             self.remount_with_ledger(conn, &desc, &ledger);
