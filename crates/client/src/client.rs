@@ -31,7 +31,7 @@ use mooncake_common::{AuthKey, ErrorCode};
 use mooncake_transfer::data_server::DataServer;
 use mooncake_transfer::same_host::{socket_name, MappingServer};
 use mooncake_transfer::segment::{register_local, unregister_local, Segment};
-use mooncake_transfer::TransferEngine;
+use mooncake_transfer::DataPath;
 use parking_lot::Mutex;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -60,7 +60,7 @@ impl StagedValue {
 pub struct Client {
     pub(crate) stats: Arc<ClientStats>,
     pub(crate) master: Arc<MasterConn>,
-    pub(crate) engine: TransferEngine,
+    pub(crate) data_path: DataPath,
     pub(crate) staging: Arc<StagingArea>,
     pub(crate) regions: Regions,
     pub(crate) client_id: String,
@@ -227,7 +227,7 @@ impl Client {
         } else {
             None
         };
-        let engine = TransferEngine::new().with_auth(auth.clone());
+        let data_path = DataPath::new().with_auth(auth.clone());
         let desc = SegmentDesc {
             name: name.clone(),
             uuid: segment
@@ -236,7 +236,7 @@ impl Client {
                 .unwrap_or_default(),
             size: gs,
             base_addr: segment.as_ref().map(|s| s.base() as u64).unwrap_or(0),
-            host_id: engine.host_id().to_string(),
+            host_id: data_path.host_id().to_string(),
             pid: std::process::id(),
             endpoint,
             socket_name: segment
@@ -289,7 +289,7 @@ impl Client {
         let client = Arc::new(Client {
             stats: Arc::new(ClientStats::default()),
             master,
-            engine,
+            data_path,
             staging: StagingArea::new(lb),
             regions: shared.map_or_else(Regions::default, |e| {
                 Regions::shared(std::sync::Arc::clone(e.registry()))
@@ -625,7 +625,7 @@ impl Client {
         let mut v = self.stats.snapshot();
         for e in v.iter_mut() {
             if e.0 == "same_host_mappings" {
-                e.1 = self.engine.mappings_created.load(Ordering::Relaxed);
+                e.1 = self.data_path.mappings_created.load(Ordering::Relaxed);
             }
         }
         v.push(("ledger_entries", self.ledger.len() as u64));

@@ -26,7 +26,7 @@ use crate::server::{bind_unix, Server, Shared};
 use crate::vm::{self, Direction};
 use crate::wire::{self, Descriptor, Request};
 use mooncake_common::AuthKey;
-use mooncake_transfer::engine::{local_tcp_streams, tcp_parts, tcp_streams};
+use mooncake_transfer::data_path::{local_tcp_streams, tcp_parts, tcp_streams};
 use mooncake_transfer::Op;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
@@ -491,7 +491,7 @@ impl TransferEngine {
             .map_err(|e| connect_error(peer, e))?;
         match c.call(&Request::Probe) {
             Ok(_) => {
-                run.pool.give(&endpoint, c);
+                run.pool.give(&endpoint, run.key.as_ref(), c);
                 Ok(())
             }
             Err(e) => {
@@ -527,7 +527,7 @@ impl TransferEngine {
         let d = c
             .describe()
             .map_err(|e| EngineError::io(segment, "describe failed", e))?;
-        run.pool.give(&endpoint, c);
+        run.pool.give(&endpoint, run.key.as_ref(), c);
         Ok(d.buffers)
     }
 
@@ -703,7 +703,7 @@ impl TransferEngine {
                 let d = c
                     .describe()
                     .map_err(|e| EngineError::io(target, "describe failed", e))?;
-                run.pool.give(target, c);
+                run.pool.give(target, run.key.as_ref(), c);
                 Some(d)
             } else {
                 None
@@ -831,7 +831,7 @@ impl TransferEngine {
                 ));
             }
         };
-        run.pool.give(unix, c);
+        run.pool.give(unix, run.key.as_ref(), c);
         match st {
             wire::STATUS_OK => Ok(true),
             wire::STATUS_IPC_REFUSED => {
@@ -911,7 +911,7 @@ impl TransferEngine {
                 return Err(EngineError::io(target, "same-host transfer failed", e));
             }
         };
-        run.pool.give(unix, c);
+        run.pool.give(unix, run.key.as_ref(), c);
         match st {
             wire::STATUS_OK => Ok(Local::Done),
             wire::STATUS_VM_DENIED => Ok(Local::Denied),
@@ -960,7 +960,7 @@ impl TransferEngine {
                 return Err(EngineError::io(target, "same-host transfer failed", e));
             }
         };
-        run.pool.give(unix, c);
+        run.pool.give(unix, run.key.as_ref(), c);
         let own = match outcome {
             SharedOutcome::Refused(wire::STATUS_VM_DENIED)
             | SharedOutcome::Done {
@@ -1025,11 +1025,11 @@ impl TransferEngine {
             };
             match r {
                 Ok(0) => {
-                    run.pool.give(endpoint, c);
+                    run.pool.give(endpoint, run.key.as_ref(), c);
                     Ok(())
                 }
                 Ok(st) => {
-                    run.pool.give(endpoint, c);
+                    run.pool.give(endpoint, run.key.as_ref(), c);
                     Err(status_error(target, st))
                 }
                 Err(e) => {
@@ -1088,7 +1088,7 @@ impl TransferEngine {
         };
         match c.call(&req) {
             Ok(0) => {
-                run.pool.give(key, c);
+                run.pool.give(key, run.key.as_ref(), c);
                 Ok(())
             }
             Ok(st) => Err(status_error(target, st)),

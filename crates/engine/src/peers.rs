@@ -3,34 +3,25 @@
 //! host) and the requests made on them, one request per batch and
 //! connection.
 //!
-//! Connections are pooled per endpoint; an idle one is reused only while
-//! young and not closed by the peer ([`reusable`]). A connection that fails
-//! is dropped together with the endpoint's idle ones.
+//! Connections are pooled per endpoint ([`ConnPool`]); a connection that
+//! fails is dropped together with the endpoint's idle ones.
 
 use crate::wire::{self, Descriptor, Request};
 use mooncake_common::framing::{
     client_handshake, decode, encode_frame, read_frame, Service, MAX_CONTROL_FRAME,
 };
-use mooncake_common::limits::reusable;
 use mooncake_common::spin_read::{spin_budget, spin_until_readable};
-use mooncake_common::tcp_tune::{congestion_of, connect_data, over_loopback, paces};
 use mooncake_common::AuthKey;
-use mooncake_transfer::sockio::{iov, recv_all, send_all};
-use parking_lot::Mutex;
-use std::collections::HashMap;
+use mooncake_transfer::net::pool::{ConnPool, Link};
+use mooncake_transfer::net::sockio::{iov, recv_all, send_all};
 use std::io::{self, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Idle connections kept per endpoint.
 const MAX_IDLE: usize = 16;
-/// A pooled connection idle longer than this is closed, not reused (well
-/// inside the server's idle timeout).
-const POOL_IDLE_MAX: Duration = Duration::from_secs(30);
-/// Longest wait for a TCP connection to be accepted.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A connection to a peer.
 pub(crate) enum Conn {
@@ -182,24 +173,20 @@ fn push_local(iovs: &mut Vec<libc::iovec>, items: &[(u64, u64, u64)]) {
     crate::server::push_iovs(iovs, items.iter().map(|&(l, _, n)| (l, n)));
 }
 
-/// What a peer's TCP connections run over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Path {
-    /// Their congestion control paces the sender.
-    pub(crate) paced: bool,
-    /// They run over the loopback device (the peer is on this host).
-    pub(crate) loopback: bool,
+/// Idle connections by endpoint: TCP to peers' RPC ports, Unix sockets to
+/// engines of this host.
+pub(crate) struct Pool {
+    tcp: ConnPool<TcpStream>,
+    unix: ConnPool<UnixStream>,
 }
 
-/// Idle connections by endpoint.
-#[derive(Default)]
-pub(crate) struct Pool {
-    tcp: Mutex<HashMap<String, Vec<(TcpStream, Instant)>>>,
-    unix: Mutex<HashMap<String, Vec<(UnixStream, Instant)>>>,
-    /// Per TCP endpoint, from its newest connection: whether its congestion
-    /// control paces, and whether it runs over the loopback device (both
-    /// decide how a transfer is split).
-    paths: Mutex<HashMap<String, Path>>,
+impl Default for Pool {
+    fn default() -> Self {
+        Pool {
+            tcp: ConnPool::new(MAX_IDLE),
+            unix: ConnPool::new(MAX_IDLE),
+        }
+    }
 }
 
 impl Pool {
@@ -210,32 +197,9 @@ impl Pool {
         key: Option<&AuthKey>,
         timeout: Duration,
     ) -> io::Result<Conn> {
-        loop {
-            let found = self.tcp.lock().get_mut(endpoint).and_then(Vec::pop);
-            let Some((s, since)) = found else { break };
-            if reusable(&s, since, POOL_IDLE_MAX) {
-                return Ok(Conn::Tcp(s));
-            }
-        }
-        let mut last = io::Error::new(io::ErrorKind::NotFound, "the name resolves to no address");
-        for addr in endpoint.to_socket_addrs()? {
-            match connect_data(&addr, CONNECT_TIMEOUT.min(timeout)) {
-                Ok(mut s) => {
-                    s.set_nodelay(true)?;
-                    let path = Path {
-                        paced: congestion_of(&s).is_none_or(|cc| paces(&cc)),
-                        loopback: over_loopback(&s),
-                    };
-                    self.paths.lock().insert(endpoint.to_string(), path);
-                    s.set_read_timeout(Some(timeout))?;
-                    s.set_write_timeout(Some(timeout))?;
-                    client_handshake(&mut s, Service::Engine, key)?;
-                    return Ok(Conn::Tcp(s));
-                }
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
+        self.tcp
+            .tcp(endpoint, Service::Engine, key, timeout)
+            .map(Conn::Tcp)
     }
 
     /// A connection to the abstract Unix socket `name`.
@@ -246,12 +210,8 @@ impl Pool {
         timeout: Duration,
     ) -> io::Result<Conn> {
         use std::os::linux::net::SocketAddrExt;
-        loop {
-            let found = self.unix.lock().get_mut(name).and_then(Vec::pop);
-            let Some((s, since)) = found else { break };
-            if reusable(&s, since, POOL_IDLE_MAX) {
-                return Ok(Conn::Unix(s));
-            }
+        if let Some(s) = self.unix.take(name, key) {
+            return Ok(Conn::Unix(s));
         }
         let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
         let mut s = UnixStream::connect_addr(&addr)?;
@@ -261,36 +221,24 @@ impl Pool {
         Ok(Conn::Unix(s))
     }
 
-    /// Return a healthy connection for reuse.
-    pub(crate) fn give(&self, endpoint: &str, c: Conn) {
+    /// Return a healthy connection, made with `key`, for reuse.
+    pub(crate) fn give(&self, endpoint: &str, key: Option<&AuthKey>, c: Conn) {
         match c {
-            Conn::Tcp(s) => {
-                let mut g = self.tcp.lock();
-                let v = g.entry(endpoint.to_string()).or_default();
-                if v.len() < MAX_IDLE {
-                    v.push((s, Instant::now()));
-                }
-            }
-            Conn::Unix(s) => {
-                let mut g = self.unix.lock();
-                let v = g.entry(endpoint.to_string()).or_default();
-                if v.len() < MAX_IDLE {
-                    v.push((s, Instant::now()));
-                }
-            }
+            Conn::Tcp(s) => self.tcp.give(endpoint, key, s),
+            Conn::Unix(s) => self.unix.give(endpoint, key, s),
         }
     }
 
     /// Drop the idle connections to `endpoint` (it failed).
     pub(crate) fn forget(&self, endpoint: &str) {
-        self.tcp.lock().remove(endpoint);
-        self.unix.lock().remove(endpoint);
+        self.tcp.forget(endpoint);
+        self.unix.forget(endpoint);
     }
 
     /// What connections to `endpoint` run over (paced and not loopback
     /// before the first).
-    pub(crate) fn path(&self, endpoint: &str) -> Path {
-        self.paths.lock().get(endpoint).copied().unwrap_or(Path {
+    pub(crate) fn path(&self, endpoint: &str) -> Link {
+        self.tcp.link(endpoint).unwrap_or(Link {
             paced: true,
             loopback: false,
         })

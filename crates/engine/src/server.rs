@@ -23,7 +23,7 @@ use mooncake_common::limits::{
 };
 use mooncake_common::spin_read::SpinReader;
 use mooncake_common::AuthKey;
-use mooncake_transfer::sockio::{iov, recv_all, send_all};
+use mooncake_transfer::net::sockio::{iov, recv_all, send_all};
 use parking_lot::Mutex;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -25,8 +25,8 @@
 //! the remount come on new connections.
 
 use crate::data_proto::{DiskRead, RequestHeader, OP_DISK_READ, OP_READ, OP_WRITE_TICKET};
+use crate::net::sockio::{iov, send_all, sendfile_all, IOV_MAX};
 use crate::segment::Segment;
-use crate::sockio::{iov, send_all, sendfile_all, IOV_MAX};
 use mooncake_common::auth::unix_ms;
 use mooncake_common::framing::{server_handshake, Service};
 use mooncake_common::limits::{accept_data_conns, ConnLimits, ConnPermit, ConnTracker, OpenConns};

@@ -1,4 +1,4 @@
-//! The transfer engine's error: the upstream code a caller returns, what
+//! The data path's error: the upstream code a caller returns, what
 //! failed, with which peer, and the OS error underneath (kept as the
 //! `source`, so a log line several layers up still says why).
 

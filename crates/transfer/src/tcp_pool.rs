@@ -1,98 +1,45 @@
 //! Client side of the data protocol: pooled TCP connections per peer and
 //! scatter/gather read/write batches, one round trip per batch.
 //!
-//! Connections are pooled per peer and per cluster token; an idle pooled
-//! connection is reused only while younger than [`POOL_IDLE_MAX`] and not
-//! closed by the peer (data servers close connections idle for 60 s).
+//! Connections are pooled per peer and per cluster token
+//! ([`ConnPool`]).
 
 use crate::data_proto::{encode_header, DiskRead, OP_READ, OP_WRITE};
 use crate::error::{Error, Result};
+use crate::net::pool::ConnPool;
+use crate::net::sockio::{iov, recv_status_then, send_all};
 use crate::op::{Op, Stores};
-use crate::sockio::{iov, recv_status_then, send_all};
-use mooncake_common::framing::{client_handshake, Service};
-use mooncake_common::limits::reusable;
+use mooncake_common::framing::Service;
 use mooncake_common::spin_read::{spin_budget, spin_until_readable};
-use mooncake_common::tcp_tune::{congestion_of, connect_data, paces};
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
-use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Idle connections kept per peer.
 const MAX_IDLE: usize = 8;
 /// Socket IO timeout: a peer that stops answering fails the transfer.
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// A pooled connection idle longer than this is closed rather than
-/// reused (well inside the data servers' idle timeout).
-pub const POOL_IDLE_MAX: Duration = Duration::from_secs(30);
 
-/// The fingerprint of the token a connection authenticated with (0: none).
-fn token_id(key: Option<&AuthKey>) -> u64 {
-    key.map_or(0, |k| k.fingerprint())
-}
-
-/// An idle connection: the stream, when it went idle, its token's id.
-type Idle = (TcpStream, Instant, u64);
-
-/// Pool of data connections keyed by `host:port` (and cluster token).
-#[derive(Default)]
+/// Data connections to the peers' data servers, by `host:port` and
+/// cluster token.
 pub struct TcpPool {
-    idle: Mutex<HashMap<String, Vec<Idle>>>,
-    /// Per peer: whether its newest connection's congestion control paces.
-    paced: Mutex<HashMap<String, bool>>,
+    conns: ConnPool<TcpStream>,
 }
 
 impl TcpPool {
     /// The process-wide pool.
     pub fn global() -> &'static TcpPool {
         static P: OnceLock<TcpPool> = OnceLock::new();
-        P.get_or_init(TcpPool::default)
-    }
-
-    fn take(&self, endpoint: &str, key: Option<&AuthKey>) -> io::Result<TcpStream> {
-        let id = token_id(key);
-        loop {
-            let found = self.idle.lock().get_mut(endpoint).and_then(|v| {
-                let at = v.iter().rposition(|c| c.2 == id)?;
-                Some(v.swap_remove(at))
-            });
-            let Some((s, since, _)) = found else {
-                break;
-            };
-            if reusable(&s, since, POOL_IDLE_MAX) {
-                return Ok(s);
-            }
-        }
-        let addr = endpoint
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "bad endpoint"))?;
-        let mut s = connect_data(&addr, CONNECT_TIMEOUT)?;
-        s.set_nodelay(true)?;
-        let paced = congestion_of(&s).is_none_or(|cc| paces(&cc));
-        if self.paced.lock().insert(endpoint.to_string(), paced) != Some(paced) {
-            tracing::debug!(peer = endpoint, paced, "data connection congestion control");
-        }
-        s.set_read_timeout(Some(IO_TIMEOUT))?;
-        s.set_write_timeout(Some(IO_TIMEOUT))?;
-        client_handshake(&mut s, Service::Data, key)?;
-        Ok(s)
+        P.get_or_init(|| TcpPool {
+            conns: ConnPool::new(MAX_IDLE),
+        })
     }
 
     fn give(&self, endpoint: &str, key: Option<&AuthKey>, s: TcpStream) {
-        let mut g = self.idle.lock();
-        let entry = match g.get_mut(endpoint) {
-            Some(v) => v,
-            None => g.entry(endpoint.to_string()).or_default(),
-        };
-        if entry.len() < MAX_IDLE {
-            entry.push((s, Instant::now(), token_id(key)));
-        }
+        self.conns.give(endpoint, key, s);
     }
 
     /// Whether connections to `endpoint` are paced by their congestion
@@ -100,21 +47,23 @@ impl TcpPool {
     /// transfer to it is split. Before the first connection: not paced, as
     /// under the default congestion rule no data connection is.
     pub fn paced(&self, endpoint: &str) -> bool {
-        self.paced.lock().get(endpoint).copied().unwrap_or(false)
+        self.conns.link(endpoint).is_some_and(|l| l.paced)
     }
 
     /// Forget idle connections to a peer (it went away).
     pub fn forget(&self, endpoint: &str) {
-        self.idle.lock().remove(endpoint);
+        self.conns.forget(endpoint);
     }
 
     fn connect(&self, endpoint: &str, key: Option<&AuthKey>) -> Result<TcpStream> {
-        self.take(endpoint, key).map_err(|e| {
-            if e.kind() == io::ErrorKind::PermissionDenied {
-                tracing::warn!(peer = endpoint, error = %e, "data peer refused");
-            }
-            Error::io("data connection", endpoint, e)
-        })
+        self.conns
+            .tcp(endpoint, Service::Data, key, IO_TIMEOUT)
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::PermissionDenied {
+                    tracing::warn!(peer = endpoint, error = %e, "data peer refused");
+                }
+                Error::io("data connection", endpoint, e)
+            })
     }
 
     /// Read the ranges of `ops` from the peer's segment into local memory,

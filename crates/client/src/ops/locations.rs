@@ -53,7 +53,7 @@ impl Client {
                     .first()
                     .map(|r| (*r).clone())
                     .ok_or_else(|| Error::from(ErrorCode::InvalidReplica))?;
-                let path = self.engine.preferred_path(&seg_ref(&rep));
+                let path = self.data_path.preferred_path(&seg_ref(&rep));
                 Ok(ObjectLocation {
                     size: info.size,
                     replica: rep,
@@ -78,7 +78,7 @@ impl Client {
         let total: u64 = ops.iter().map(|o| o.len).sum();
         let stores = Stores::for_bytes(total);
         // SAFETY: the caller vouches for every destination.
-        let path = unsafe { self.engine.read(&seg_ref(replica), ops, stores)? };
+        let path = unsafe { self.data_path.read(&seg_ref(replica), ops, stores)? };
         self.count_read(path, total);
         Ok(path)
     }

@@ -372,13 +372,13 @@ impl Client {
             }
         }
         let (tasks, workers) = group_tasks(groups.iter().map(|g| {
-            let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
+            let local = self.data_path.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
             (g.ops.as_slice(), local)
         }));
         let results = run_all(&tasks, workers, |t| -> Result<()> {
             let g = &groups[t.group];
             // SAFETY: destinations vouched for by our caller.
-            let path = unsafe { self.engine.read_rows(&seg_ref(g.rep), &t.ops, t.stores) }?;
+            let path = unsafe { self.data_path.read_rows(&seg_ref(g.rep), &t.ops, t.stores) }?;
             self.count_read(path, t.ops.iter().map(|o| o.len * o.count).sum());
             Ok(())
         });
@@ -403,7 +403,7 @@ impl Client {
                     }
                     let one = [op.rows_at(r.offset)];
                     // SAFETY: as above.
-                    match unsafe { self.engine.read_rows(&seg_ref(r), &one, Stores::Cached) } {
+                    match unsafe { self.data_path.read_rows(&seg_ref(r), &one, Stores::Cached) } {
                         Ok(path) => {
                             self.count_read(path, op.bytes());
                             ok = true;

@@ -117,7 +117,7 @@ impl Client {
     /// Replicas in preference order: own process, same host, remote.
     pub(crate) fn ordered<'a>(&self, info: &'a ObjectInfo) -> Vec<&'a ReplicaLoc> {
         let mut v: Vec<&ReplicaLoc> = info.replicas.iter().collect();
-        v.sort_by_key(|r| match self.engine.preferred_path(&seg_ref(r)) {
+        v.sort_by_key(|r| match self.data_path.preferred_path(&seg_ref(r)) {
             Path::Local => 0,
             Path::SameHost => 1,
             Path::Tcp => 2,

@@ -566,8 +566,8 @@ impl Client {
     /// placement) and which segments it copies into through memory (the
     /// master may then let an upsert of an unread key write in place).
     pub(crate) fn describe_writer(&self, cfg: &mut WriteConfig) {
-        cfg.writer_host_id = self.engine.host_id().to_string();
-        cfg.writer_maps_host = self.engine.maps_same_host();
+        cfg.writer_host_id = self.data_path.host_id().to_string();
+        cfg.writer_maps_host = self.data_path.maps_same_host();
         cfg.writer_own_segments = crate::durability::ledger::local_names();
         cfg.writer_client_id = self.client_id.clone();
     }
@@ -683,14 +683,14 @@ impl Client {
             }
         }
         let (tasks, workers) = group_tasks(groups.iter().map(|g| {
-            let local = self.engine.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
+            let local = self.data_path.preferred_path(&seg_ref(g.rep)) != Path::Tcp;
             (g.ops.as_slice(), local)
         }));
         let results = run_all(&tasks, workers, |t| -> std::result::Result<(), ErrorCode> {
             let g = &groups[t.group];
             // SAFETY: sources vouched for by our caller; the master allocated
             // the destination ranges for these objects.
-            let path = unsafe { self.engine.write(&seg_ref(g.rep), &t.ops, t.stores) }?;
+            let path = unsafe { self.data_path.write(&seg_ref(g.rep), &t.ops, t.stores) }?;
             self.count_write(path, t.ops.iter().map(|o| o.len).sum());
             Ok(())
         });

@@ -63,8 +63,8 @@ const TCP_PART_MIN_PACED: u64 = 256 << 10;
 /// Bytes above which a memcpy uses two threads.
 const PAR_COPY: u64 = 8 << 20;
 
-/// Executes transfers for one client.
-pub struct TransferEngine {
+/// The store's data path: executes one client's transfers.
+pub struct DataPath {
     host_id: String,
     same_host: bool,
     auth: Option<AuthKey>,
@@ -72,7 +72,7 @@ pub struct TransferEngine {
     pub mappings_created: AtomicU64,
 }
 
-impl Default for TransferEngine {
+impl Default for DataPath {
     fn default() -> Self {
         Self::new()
     }
@@ -84,11 +84,11 @@ fn env_is(name: &str, val: &str) -> bool {
         .unwrap_or(false)
 }
 
-impl TransferEngine {
+impl DataPath {
     /// Reads `MC_STORE_SAME_HOST` (auto|off) and `MC_FORCE_TCP` (1 disables the mapped path).
     pub fn new() -> Self {
         let same_host = !(env_is("MC_STORE_SAME_HOST", "off") || env_is("MC_FORCE_TCP", "1"));
-        TransferEngine {
+        DataPath {
             host_id: mooncake_common::hostid::host_id(),
             same_host,
             auth: None,
@@ -335,7 +335,7 @@ pub fn local_tcp_streams() -> u64 {
 }
 
 /// How many connections a TCP transfer of `total` bytes is split over,
-/// given whether the peer's connections are paced (the transfer engine of
+/// given whether the peer's connections are paced (the upstream-compatible engine of
 /// `crates/engine` splits its TCP transfers by the same rule).
 pub fn tcp_parts(total: u64, paced: bool, streams: u64) -> u64 {
     let part_min = if paced {
