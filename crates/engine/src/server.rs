@@ -19,10 +19,11 @@ use mooncake_common::framing::{
     decode, encode, read_frame, server_handshake, write_frame, Service, MAX_REQUEST_FRAME,
 };
 use mooncake_common::limits::{
-    accept_data_conns, accept_until, ConnLimits, ConnTracker, OpenConns, ShutdownBoth,
+    accept_data_conns, accept_until, ConnLimits, ConnTracker, OpenConns,
 };
 use mooncake_common::spin_read::SpinReader;
 use mooncake_common::AuthKey;
+use mooncake_transfer::net::server::{peer_gone, spawn_conn};
 use mooncake_transfer::net::sockio::{iov, recv_all, send_all};
 use parking_lot::Mutex;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -161,17 +162,6 @@ impl Drop for Server {
     }
 }
 
-fn quiet(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::UnexpectedEof
-            | io::ErrorKind::WouldBlock
-            | io::ErrorKind::TimedOut
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::BrokenPipe
-    )
-}
-
 fn tcp_accept_loop(
     listener: TcpListener,
     stopped: Arc<AtomicBool>,
@@ -190,32 +180,13 @@ fn tcp_accept_loop(
             emit(Level::Warning, &msg);
         },
         |sock, peer, permit| {
-            spawn_conn("mc-engine-conn", &conns, sock, &shared, move |sock, sh| {
+            let sh = Arc::clone(&shared);
+            spawn_conn("mc-engine-conn", &conns, sock, move |sock| {
                 let _permit = permit;
-                serve_logged(sock, sh, None, &peer.to_string(), idle);
+                serve_logged(&**sock, &sh, None, &peer.to_string(), idle);
             });
         },
     );
-}
-
-/// Serve `sock` on a thread of its own named `name`, tracked in `conns`
-/// while it is open; the socket is shut down when `serve` returns.
-fn spawn_conn<S: ShutdownBoth + Send + Sync + 'static>(
-    name: &str,
-    conns: &OpenConns<S>,
-    sock: S,
-    shared: &Arc<Shared>,
-    serve: impl FnOnce(&S, &Shared) + Send + 'static,
-) {
-    let sock = Arc::new(sock);
-    conns.track(&sock);
-    let sh = Arc::clone(shared);
-    let _ = std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            serve(&sock, &sh);
-            sock.shutdown_both();
-        });
 }
 
 /// [`serve`], logging why the connection from `label` dropped unless the
@@ -226,7 +197,7 @@ where
     for<'a> &'a S: Read + Write,
 {
     if let Err(e) = serve(sock, sh, pid, label, idle) {
-        if !quiet(&e) {
+        if !peer_gone(&e) {
             emit(
                 Level::Info,
                 &format!("transfer engine: connection from {label} dropped: {e}"),
@@ -271,16 +242,11 @@ fn unix_accept_loop(
         || listener.accept(),
         |(sock, _)| {
             let pid = peer_pid(&sock);
-            spawn_conn(
-                "mc-engine-local-conn",
-                &conns,
-                sock,
-                &shared,
-                move |sock, sh| {
-                    let label = format!("local process {}", pid.unwrap_or(0));
-                    serve_logged(sock, sh, pid, &label, idle);
-                },
-            );
+            let sh = Arc::clone(&shared);
+            spawn_conn("mc-engine-local-conn", &conns, sock, move |sock| {
+                let label = format!("local process {}", pid.unwrap_or(0));
+                serve_logged(&**sock, &sh, pid, &label, idle);
+            });
         },
     );
 }

@@ -25,6 +25,7 @@
 //! the remount come on new connections.
 
 use crate::data_proto::{DiskRead, RequestHeader, OP_DISK_READ, OP_READ, OP_WRITE_TICKET};
+use crate::net::server::{peer_gone, spawn_conn};
 use crate::net::sockio::{iov, send_all, sendfile_all, IOV_MAX};
 use crate::segment::Segment;
 use mooncake_common::auth::unix_ms;
@@ -35,7 +36,7 @@ use mooncake_common::tcp_tune::tune_data_listener;
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use parking_lot::RwLock;
 use std::io::{self, BufRead, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -188,26 +189,15 @@ fn accept_loop(
         &tracker,
         |peer, why| tracing::info!(%peer, reason = %why, "refusing data connection"),
         |sock, peer, permit| {
-            let sock = Arc::new(sock);
             let epoch = shared.fence.load(Ordering::Acquire);
-            conns.track(&sock);
             let sh = Arc::clone(&shared);
-            let _ = std::thread::Builder::new()
-                .name("mc-data-conn".into())
-                .spawn(move || {
-                    let r = serve_conn(&sock, &sh, epoch, permit);
-                    // stop() may hold a reference; shut the socket down so the
-                    // peer sees the drop now.
-                    let _ = sock.shutdown(Shutdown::Both);
-                    if let Err(e) = r {
-                        match e.kind() {
-                            io::ErrorKind::UnexpectedEof
-                            | io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut => {}
-                            _ => tracing::info!(%peer, error = %e, "data connection dropped"),
-                        }
+            spawn_conn("mc-data-conn", &conns, sock, move |sock| {
+                if let Err(e) = serve_conn(sock, &sh, epoch, permit) {
+                    if !peer_gone(&e) {
+                        tracing::info!(%peer, error = %e, "data connection dropped");
                     }
-                });
+                }
+            });
         },
     );
 }
