@@ -277,6 +277,13 @@ class Faults:
         self.net.exec(host, ["iptables", "-A", "INPUT", "-s", ip, "-j", "DROP"])
         self._note(f"iptables DROP between {host} and {other}")
 
+    def one_way(self, host: str, other: str) -> None:
+        """Drop what ``host`` sends to ``other``; ``other``'s packets still
+        arrive (rules inside ``host``)."""
+        self._dirty.add(host)
+        self.net.exec(host, ["iptables", "-A", "OUTPUT", "-d", self.net.ip(other), "-j", "DROP"])
+        self._note(f"iptables DROP from {host} to {other} (one way)")
+
     # ------------------------------------------------------------ undo
     def clear(self, host: str) -> None:
         dev = self.net.hosts[host]["dev"]

@@ -19,12 +19,29 @@ The faults, each in its own run:
   iptables where the kernel has no netem); nothing may be lost.
 - ``leader-delay``: every packet the leader sends waits 20 ms (netem, or an
   NFQUEUE delayer); nothing may be lost.
+
+The long run keeps one cluster through a seeded sequence of every fault
+kind above and five more: the leader killed (SIGKILL, restarted as a
+standby once another leads), a standby killed and restarted, the leader
+paused (SIGSTOP, then SIGCONT), the leader's packets to one client host
+dropped in one direction only (the holder there falls silent to the leader
+past the client TTL: an eviction, like the holder partition), and holder c2
+paused past the client TTL (an eviction too). Each fault gets a segment of its
+own with fresh keys, checked on its own. CI runs every kind once; a longer
+run repeats the sequence until the time is up, and prints per kind the
+segments, operations checked and longest unavailability:
+
+    MC_ROBUSTNESS_MINUTES=30 MC_ROBUSTNESS_SEED=7 \
+        pytest -s tests/cluster/test_robustness.py -k long_run
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import random
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -50,6 +67,25 @@ FAULT_FOR = CLIENT_TTL + 2.0
 # a partition returns, success or error, well within it).
 STUCK_NS = 15 * 10**9
 WORKLOAD_HOSTS = ("c1", "c2", "c1", "c2")
+# Every fault kind of the long run, and whether its history is checked with
+# eviction (a holder the master expired took its keys with it).
+LONG_KINDS = {
+    "leader-partition": False,
+    "leader-etcd-cut": False,
+    "holder-partition": True,
+    "holder-loss": False,
+    "leader-delay": False,
+    "leader-kill": False,
+    "standby-kill": False,
+    "leader-pause": False,
+    # The leader's answers to c1 are lost: the holder there cannot open a
+    # new connection to it (its SYN-ACKs are dropped), falls silent past the
+    # TTL and is expired.
+    "leader-one-way": True,
+    "holder-pause": True,
+}
+LONG_MINUTES = float(os.environ.get("MC_ROBUSTNESS_MINUTES", "0"))
+LONG_SEED = int(os.environ.get("MC_ROBUSTNESS_SEED", "7"))
 
 
 @pytest.fixture(scope="module")
@@ -147,3 +183,122 @@ def test_history_under_a_network_fault_is_linearizable(
     )
     gap = longest_unavailability(tmp_path / "history.jsonl")
     print(f"{nemesis} ({faults.mechanism}): longest unavailability {gap:.2f} s\n{report}")
+
+
+def signal_for(pid: int, seconds: float) -> None:
+    """Pause process ``pid`` for ``seconds`` (SIGSTOP, then SIGCONT)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def inject(kind: str, faults: Any, ms: list[Any], holder: Any) -> None:
+    """Apply fault ``kind`` to the cluster for ``FAULT_FOR`` seconds and
+    undo it (a killed master is started again, as a standby)."""
+    leader = wait_one_leader(ms)
+    others = [m for m in ms if m is not leader]
+    if kind == "leader-partition":
+        faults.partition(leader.host)
+        wait_one_leader(others)
+        time.sleep(FAULT_FOR)
+        faults.heal(leader.host)
+    elif kind == "leader-etcd-cut":
+        faults.cut(leader.host, "ctl")
+        wait_one_leader(others)
+        time.sleep(FAULT_FOR)
+        faults.clear(leader.host)
+    elif kind == "holder-partition":
+        faults.partition("c2")
+        time.sleep(FAULT_FOR)
+        faults.heal("c2")
+    elif kind == "holder-loss":
+        faults.loss("c2", 10.0)
+        time.sleep(FAULT_FOR)
+        faults.clear("c2")
+    elif kind == "leader-delay":
+        faults.delay(leader.host, 20)
+        time.sleep(FAULT_FOR)
+        faults.clear(leader.host)
+    elif kind == "leader-kill":
+        leader.kill()
+        wait_one_leader(others)
+        time.sleep(FAULT_FOR)
+        leader.start()
+    elif kind == "standby-kill":
+        others[0].kill()
+        time.sleep(FAULT_FOR)
+        others[0].start()
+    elif kind == "leader-pause":
+        signal_for(leader.proc.pid, FAULT_FOR)
+    elif kind == "leader-one-way":
+        faults.one_way(leader.host, "c1")
+        time.sleep(FAULT_FOR)
+        faults.clear(leader.host)
+    else:
+        assert kind == "holder-pause", kind
+        signal_for(holder.proc.pid, FAULT_FOR)
+
+
+def test_long_run_through_every_fault_is_linearizable(
+    net: Any,
+    etcd: Any,
+    masters: Any,
+    clients: Any,
+    faults: Any,
+    cluster_id: str,
+    workloads: list[subprocess.Popen[bytes]],
+    lincheck: str,
+    tmp_path: Path,
+) -> None:
+    ms, _, _ = trio_with_leader(masters, etcd, cluster_id, client_ttl=CLIENT_TTL)
+    env = cluster_env(cluster_id)
+    addr = etcd_addr(etcd)
+    holders = {host: clients(host, env) for host in ("c1", "c2")}
+    for h in holders.values():
+        assert h.setup(addr)["rc"] == 0
+    rng = random.Random(LONG_SEED)
+    deadline = time.monotonic() + LONG_MINUTES * 60
+    stats: dict[str, dict[str, float]] = {}
+    segment = 0
+    while segment == 0 or segment % len(LONG_KINDS) or time.monotonic() < deadline:
+        if segment % len(LONG_KINDS) == 0:
+            order = list(LONG_KINDS)
+            rng.shuffle(order)
+        kind = order[segment % len(LONG_KINDS)]
+        histories = [tmp_path / f"s{segment}-h{i}.jsonl" for i in range(len(WORKLOAD_HOSTS))]
+        procs = []
+        for i, (host, path) in enumerate(zip(WORKLOAD_HOSTS, histories, strict=True)):
+            cfg = {
+                "client": i + 1,
+                "master": addr,
+                "metadata": "P2PHANDSHAKE",
+                "keys": KEYS,
+                "seconds": SECONDS,
+                "seed": LONG_SEED * 10**6 + segment * 10 + i,
+                "history": str(path),
+                "segment": 0,
+                "hostname": net.ip(host),
+                "prefix": f"s{segment}-",
+            }
+            procs.append(start_workload(cfg, env, functools.partial(net.popen, host)))
+        workloads.extend(procs)
+        time.sleep(FAULT_AT)
+        inject(kind, faults, ms, holders["c2"])
+        for p in procs:
+            assert p.wait(timeout=SECONDS + 90) == 0, f"segment {segment} ({kind})"
+        merged = tmp_path / f"s{segment}-history.jsonl"
+        check_histories(
+            lincheck, histories, merged, KEYS, eviction=LONG_KINDS[kind], stuck_ns=STUCK_NS
+        )
+        st = stats.setdefault(kind, {"segments": 0, "ops": 0, "gap": 0.0})
+        st["segments"] += 1
+        st["ops"] += len(merged.read_text().splitlines())
+        st["gap"] = max(st["gap"], longest_unavailability(merged))
+        segment += 1
+    print(f"\nlong run: seed {LONG_SEED}, {segment} segments")
+    print(f"{'fault':<18} {'segments':>8} {'ops':>8} {'anomalies':>9} {'longest gap s':>13}")
+    for kind, st in sorted(stats.items()):
+        print(f"{kind:<18} {st['segments']:>8.0f} {st['ops']:>8.0f} {0:>9} {st['gap']:>13.2f}")
+    assert set(stats) == set(LONG_KINDS)

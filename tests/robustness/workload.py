@@ -6,7 +6,9 @@ usage: python workload.py CONFIG_JSON
 CONFIG_JSON: ``{"client": n, "master": "host:port", "metadata": url,
 "keys": k, "seconds": s, "seed": x, "history": path, "segment": bytes}``,
 and optionally ``"hostname"``: the address the client is reached at
-(default 127.0.0.1; a client in a network namespace gives its host's).
+(default 127.0.0.1; a client in a network namespace gives its host's), and
+``"prefix"``: put before every key name (so runs on one cluster, one after
+another, do not share keys).
 
 Every written value is unique and self-describing: ``<client>:<seq>:`` then
 bytes that depend on both, so a read names the write it saw (its id
@@ -75,7 +77,7 @@ def main() -> None:
     ptr = ctypes.addressof(buf)
     if store.register_buffer(ptr, READ_BUFFER) != 0:
         raise SystemExit("register_buffer failed")
-    keys = [f"rk{i}" for i in range(int(cfg["keys"]))]
+    keys = [f"{cfg.get('prefix', '')}rk{i}" for i in range(int(cfg["keys"]))]
     deadline = time.monotonic() + float(cfg["seconds"])
     seq = 0
     with open(cfg["history"], "w") as out:

@@ -10,7 +10,7 @@
 //! reference VM's 2 cores loaded), and was slower than one thread; now the
 //! calling thread takes whatever the helper has not claimed yet.
 
-pub(crate) use mooncake_common::workers::run_all;
+pub(crate) use mooncake_transfer::workers::run_all;
 use mooncake_transfer::{Op, Rows, Stores};
 
 /// Total bytes of one local or same-host group above which it is split

@@ -3,8 +3,7 @@
 //! own processes, the client<->master protocol messages, the optional
 //! cluster-secret authentication, connection admission limits, the
 //! congestion-control rule for data connections, bulk copies that bypass
-//! the cache, the process's helper threads for work one call spreads over
-//! threads, the gflags-compatible command line of our binaries, and small
+//! the cache, the gflags-compatible command line of our binaries, and small
 //! parsing helpers.
 
 pub mod alloc;
@@ -18,7 +17,6 @@ pub mod fuzz;
 mod fuzz_targets;
 pub mod gflags;
 pub mod ha;
-pub mod hostid;
 pub mod ledger;
 pub mod limits;
 pub mod memcopy;
@@ -26,7 +24,6 @@ pub mod proto;
 pub mod size;
 pub mod spin_read;
 pub mod tcp_tune;
-pub mod workers;
 
 pub use auth::{AuthKey, WriteTicket};
 pub use error::{ErrorCode, McResult};

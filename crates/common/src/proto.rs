@@ -35,7 +35,7 @@ pub struct SegmentDesc {
     pub size: u64,
     /// Address of the segment in its owner's address space (reported by `/query_key`).
     pub base_addr: u64,
-    /// Same-host identity of the owner (see `hostid`).
+    /// Same-host identity of the owner (`mooncake_transfer::hostid`).
     pub host_id: String,
     /// Owner process id.
     pub pid: u32,

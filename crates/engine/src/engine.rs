@@ -297,7 +297,7 @@ impl TransferEngine {
                 }
             }
         };
-        let host_id = mooncake_common::hostid::host_id();
+        let host_id = mooncake_transfer::hostid::host_id();
         let desc = Descriptor {
             name: name.clone(),
             rpc_host: if bind_host == "0.0.0.0" || bind_host == "::" {
@@ -1058,7 +1058,7 @@ impl TransferEngine {
             })
             .collect();
         let workers = parts.len();
-        mooncake_common::workers::run_all(&parts, workers, |p| one(p))
+        mooncake_transfer::workers::run_all(&parts, workers, |p| one(p))
             .into_iter()
             .collect()
     }

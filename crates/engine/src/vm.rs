@@ -63,7 +63,7 @@ pub(crate) unsafe fn copy(pid: i32, dir: Direction, pairs: &[(u64, u64, u64)]) -
         })
         .collect();
     let workers = parts.len();
-    mooncake_common::workers::run_all(&parts, workers, |p| {
+    mooncake_transfer::workers::run_all(&parts, workers, |p| {
         // SAFETY: disjoint pieces of the caller's valid ranges.
         unsafe { copy_serial(pid, dir, p) }
     })

@@ -7,7 +7,7 @@ pub use crate::op::{Op, Rows, Stores};
 use crate::same_host::{MapLookup, MappingCache};
 use crate::segment::{local_segment, FreshWrite, Segment};
 use crate::tcp_pool::TcpPool;
-use mooncake_common::workers;
+use crate::workers;
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -89,7 +89,7 @@ impl DataPath {
     pub fn new() -> Self {
         let same_host = !(env_is("MC_STORE_SAME_HOST", "off") || env_is("MC_FORCE_TCP", "1"));
         DataPath {
-            host_id: mooncake_common::hostid::host_id(),
+            host_id: crate::hostid::host_id(),
             same_host,
             auth: None,
             mappings_created: AtomicU64::new(0),

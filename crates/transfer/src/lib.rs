@@ -10,11 +10,13 @@ pub mod data_proto;
 pub mod data_server;
 mod error;
 mod fresh_gate;
+pub mod hostid;
 pub mod net;
 mod op;
 pub mod same_host;
 pub mod segment;
 pub mod tcp_pool;
+pub mod workers;
 
 pub use data_path::{DataPath, Op, Path, Rows, SegmentRef, Stores};
 pub use error::{Error, Result};
