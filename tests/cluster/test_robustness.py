@@ -41,7 +41,6 @@ import contextlib
 import functools
 import os
 import random
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -54,6 +53,7 @@ from helpers.lincheck import (
     check_histories,
     lincheck_binary,
     longest_unavailability,
+    pause,
     start_workload,
 )
 
@@ -104,94 +104,18 @@ def workloads() -> Iterator[list[subprocess.Popen[bytes]]]:
             p.wait(timeout=10)
 
 
-@pytest.mark.parametrize(
-    ("nemesis", "seed"),
-    [
-        ("leader-partition", 11),
-        ("leader-etcd-cut", 12),
-        ("holder-partition", 13),
-        ("holder-loss", 14),
-        ("leader-delay", 15),
-    ],
-)
-def test_history_under_a_network_fault_is_linearizable(
-    net: Any,
-    etcd: Any,
-    masters: Any,
-    clients: Any,
-    faults: Any,
-    cluster_id: str,
-    workloads: list[subprocess.Popen[bytes]],
-    lincheck: str,
-    tmp_path: Path,
-    nemesis: str,
-    seed: int,
-) -> None:
-    _, leader, others = trio_with_leader(masters, etcd, cluster_id, client_ttl=CLIENT_TTL)
+def start_cluster(
+    masters: Any, etcd: Any, clients: Any, cluster_id: str
+) -> tuple[list[Any], dict[str, Any], dict[str, str], str]:
+    """Three HA masters once one leads, and holders on c1 and c2 set up on
+    them: (masters, holders by host, client environment, master address)."""
+    ms, _, _ = trio_with_leader(masters, etcd, cluster_id, client_ttl=CLIENT_TTL)
     env = cluster_env(cluster_id)
     addr = etcd_addr(etcd)
-    for host in ("c1", "c2"):
-        assert clients(host, env).setup(addr)["rc"] == 0
-    histories = [tmp_path / f"h{i}.jsonl" for i in range(len(WORKLOAD_HOSTS))]
-    for i, (host, path) in enumerate(zip(WORKLOAD_HOSTS, histories, strict=True)):
-        cfg = {
-            "client": i + 1,
-            "master": addr,
-            "metadata": "P2PHANDSHAKE",
-            "keys": KEYS,
-            "seconds": SECONDS,
-            "seed": seed * 100 + i,
-            "history": str(path),
-            "segment": 0,
-            "hostname": net.ip(host),
-        }
-        workloads.append(start_workload(cfg, env, functools.partial(net.popen, host)))
-    started = time.monotonic()
-    time.sleep(FAULT_AT)
-    if nemesis == "leader-partition":
-        faults.partition(leader.host)
-        wait_one_leader(others)
-        time.sleep(FAULT_FOR)
-        faults.heal(leader.host)
-    elif nemesis == "leader-etcd-cut":
-        faults.cut(leader.host, "ctl")
-        wait_one_leader(others)
-        time.sleep(FAULT_FOR)
-        faults.clear(leader.host)
-    elif nemesis == "holder-partition":
-        faults.partition("c2")
-        time.sleep(FAULT_FOR)
-        faults.heal("c2")
-    elif nemesis == "holder-loss":
-        faults.loss("c2", 10.0)
-        time.sleep(FAULT_FOR)
-        faults.clear("c2")
-    else:
-        faults.delay(leader.host, 20)
-        time.sleep(FAULT_FOR)
-        faults.clear(leader.host)
-    for p in workloads:
-        assert p.wait(timeout=SECONDS + 90) == 0
-    assert time.monotonic() - started >= SECONDS
-    report = check_histories(
-        lincheck,
-        histories,
-        tmp_path / "history.jsonl",
-        KEYS,
-        eviction=nemesis == "holder-partition",
-        stuck_ns=STUCK_NS,
-    )
-    gap = longest_unavailability(tmp_path / "history.jsonl")
-    print(f"{nemesis} ({faults.mechanism}): longest unavailability {gap:.2f} s\n{report}")
-
-
-def signal_for(pid: int, seconds: float) -> None:
-    """Pause process ``pid`` for ``seconds`` (SIGSTOP, then SIGCONT)."""
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        time.sleep(seconds)
-    finally:
-        os.kill(pid, signal.SIGCONT)
+    holders = {host: clients(host, env) for host in ("c1", "c2")}
+    for h in holders.values():
+        assert h.setup(addr)["rc"] == 0
+    return ms, holders, env, addr
 
 
 def inject(kind: str, faults: Any, ms: list[Any], holder: Any) -> None:
@@ -231,14 +155,89 @@ def inject(kind: str, faults: Any, ms: list[Any], holder: Any) -> None:
         time.sleep(FAULT_FOR)
         others[0].start()
     elif kind == "leader-pause":
-        signal_for(leader.proc.pid, FAULT_FOR)
+        pause(leader.proc.pid, FAULT_FOR)
     elif kind == "leader-one-way":
         faults.one_way(leader.host, "c1")
         time.sleep(FAULT_FOR)
         faults.clear(leader.host)
     else:
         assert kind == "holder-pause", kind
-        signal_for(holder.proc.pid, FAULT_FOR)
+        pause(holder.proc.pid, FAULT_FOR)
+
+
+def run_segment(
+    kind: str,
+    seed: int,
+    prefix: str,
+    cluster: tuple[list[Any], dict[str, Any], dict[str, str], str],
+    net: Any,
+    faults: Any,
+    workloads: list[subprocess.Popen[bytes]],
+    lincheck: str,
+    tmp_path: Path,
+) -> tuple[int, float]:
+    """One run of the workload on keys named ``prefix...`` for ``SECONDS``
+    (client ``i``'s operations drawn with seed ``seed + i``),
+    with fault ``kind`` injected ``FAULT_AT`` in; its history checked (with
+    eviction where ``LONG_KINDS`` says so). Returns the operations checked
+    and the longest unavailability (s)."""
+    ms, holders, env, addr = cluster
+    histories = [tmp_path / f"{prefix}h{i}.jsonl" for i in range(len(WORKLOAD_HOSTS))]
+    procs = []
+    for i, (host, path) in enumerate(zip(WORKLOAD_HOSTS, histories, strict=True)):
+        cfg = {
+            "client": i + 1,
+            "master": addr,
+            "metadata": "P2PHANDSHAKE",
+            "keys": KEYS,
+            "seconds": SECONDS,
+            "seed": seed + i,
+            "history": str(path),
+            "segment": 0,
+            "hostname": net.ip(host),
+            "prefix": prefix,
+        }
+        procs.append(start_workload(cfg, env, functools.partial(net.popen, host)))
+    workloads.extend(procs)
+    started = time.monotonic()
+    time.sleep(FAULT_AT)
+    inject(kind, faults, ms, holders["c2"])
+    for p in procs:
+        assert p.wait(timeout=SECONDS + 90) == 0, f"{prefix} ({kind})"
+    assert time.monotonic() - started >= SECONDS
+    merged = tmp_path / f"{prefix}history.jsonl"
+    check_histories(lincheck, histories, merged, KEYS, LONG_KINDS[kind], STUCK_NS)
+    return len(merged.read_text().splitlines()), longest_unavailability(merged)
+
+
+@pytest.mark.parametrize(
+    ("nemesis", "seed"),
+    [
+        ("leader-partition", 11),
+        ("leader-etcd-cut", 12),
+        ("holder-partition", 13),
+        ("holder-loss", 14),
+        ("leader-delay", 15),
+    ],
+)
+def test_history_under_a_network_fault_is_linearizable(
+    net: Any,
+    etcd: Any,
+    masters: Any,
+    clients: Any,
+    faults: Any,
+    cluster_id: str,
+    workloads: list[subprocess.Popen[bytes]],
+    lincheck: str,
+    tmp_path: Path,
+    nemesis: str,
+    seed: int,
+) -> None:
+    cluster = start_cluster(masters, etcd, clients, cluster_id)
+    ops, gap = run_segment(
+        nemesis, seed * 100, "", cluster, net, faults, workloads, lincheck, tmp_path
+    )
+    print(f"{nemesis} ({faults.mechanism}): {ops} ops, longest unavailability {gap:.2f} s")
 
 
 def test_long_run_through_every_fault_is_linearizable(
@@ -252,50 +251,32 @@ def test_long_run_through_every_fault_is_linearizable(
     lincheck: str,
     tmp_path: Path,
 ) -> None:
-    ms, _, _ = trio_with_leader(masters, etcd, cluster_id, client_ttl=CLIENT_TTL)
-    env = cluster_env(cluster_id)
-    addr = etcd_addr(etcd)
-    holders = {host: clients(host, env) for host in ("c1", "c2")}
-    for h in holders.values():
-        assert h.setup(addr)["rc"] == 0
+    cluster = start_cluster(masters, etcd, clients, cluster_id)
     rng = random.Random(LONG_SEED)
     deadline = time.monotonic() + LONG_MINUTES * 60
     stats: dict[str, dict[str, float]] = {}
+    order: list[str] = []
     segment = 0
     while segment == 0 or segment % len(LONG_KINDS) or time.monotonic() < deadline:
         if segment % len(LONG_KINDS) == 0:
             order = list(LONG_KINDS)
             rng.shuffle(order)
         kind = order[segment % len(LONG_KINDS)]
-        histories = [tmp_path / f"s{segment}-h{i}.jsonl" for i in range(len(WORKLOAD_HOSTS))]
-        procs = []
-        for i, (host, path) in enumerate(zip(WORKLOAD_HOSTS, histories, strict=True)):
-            cfg = {
-                "client": i + 1,
-                "master": addr,
-                "metadata": "P2PHANDSHAKE",
-                "keys": KEYS,
-                "seconds": SECONDS,
-                "seed": LONG_SEED * 10**6 + segment * 10 + i,
-                "history": str(path),
-                "segment": 0,
-                "hostname": net.ip(host),
-                "prefix": f"s{segment}-",
-            }
-            procs.append(start_workload(cfg, env, functools.partial(net.popen, host)))
-        workloads.extend(procs)
-        time.sleep(FAULT_AT)
-        inject(kind, faults, ms, holders["c2"])
-        for p in procs:
-            assert p.wait(timeout=SECONDS + 90) == 0, f"segment {segment} ({kind})"
-        merged = tmp_path / f"s{segment}-history.jsonl"
-        check_histories(
-            lincheck, histories, merged, KEYS, eviction=LONG_KINDS[kind], stuck_ns=STUCK_NS
+        ops, gap = run_segment(
+            kind,
+            LONG_SEED * 10**6 + segment * 10,
+            f"s{segment}-",
+            cluster,
+            net,
+            faults,
+            workloads,
+            lincheck,
+            tmp_path,
         )
         st = stats.setdefault(kind, {"segments": 0, "ops": 0, "gap": 0.0})
         st["segments"] += 1
-        st["ops"] += len(merged.read_text().splitlines())
-        st["gap"] = max(st["gap"], longest_unavailability(merged))
+        st["ops"] += ops
+        st["gap"] = max(st["gap"], gap)
         segment += 1
     print(f"\nlong run: seed {LONG_SEED}, {segment} segments")
     print(f"{'fault':<18} {'segments':>8} {'ops':>8} {'anomalies':>9} {'longest gap s':>13}")

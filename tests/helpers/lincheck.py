@@ -15,8 +15,10 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,16 @@ def start_workload(
     line = p.stdout.readline()
     assert json.loads(line) == {"ready": True}, line
     return p
+
+
+def pause(pid: int, seconds: float) -> None:
+    """The pause nemesis: SIGSTOP ``pid`` for ``seconds``, then SIGCONT
+    (also when interrupted)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def longest_unavailability(merged: Path) -> float:

@@ -12,7 +12,6 @@ operations stuck past the bound.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +22,7 @@ import pytest
 from conftest import Child, Master
 from helpers.etcd import running_etcd
 from helpers.ha import HaMaster, leader
-from helpers.lincheck import check_histories, lincheck_binary, start_workload
+from helpers.lincheck import check_histories, lincheck_binary, pause, start_workload
 
 CLIENTS = 3
 SECONDS = 8.0
@@ -70,15 +69,6 @@ def workload(
         "segment": 0,
     }
     return start_workload(cfg, env)
-
-
-def pause(pid: int, seconds: float) -> None:
-    """SIGSTOP ``pid`` for ``seconds``, then SIGCONT (also when interrupted)."""
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        time.sleep(seconds)
-    finally:
-        os.kill(pid, signal.SIGCONT)
 
 
 @pytest.mark.parametrize(
