@@ -240,6 +240,9 @@ def test_history_under_a_network_fault_is_linearizable(
     print(f"{nemesis} ({faults.mechanism}): {ops} ops, longest unavailability {gap:.2f} s")
 
 
+# The run ends with the cycle of faults under way at the deadline (about
+# three minutes a cycle).
+@pytest.mark.timeout(LONG_MINUTES * 60 + 900)
 def test_long_run_through_every_fault_is_linearizable(
     net: Any,
     etcd: Any,
