@@ -45,6 +45,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -104,18 +105,38 @@ def workloads() -> Iterator[list[subprocess.Popen[bytes]]]:
             p.wait(timeout=10)
 
 
-def start_cluster(
-    masters: Any, etcd: Any, clients: Any, cluster_id: str
-) -> tuple[list[Any], dict[str, Any], dict[str, str], str]:
-    """Three HA masters once one leads, and holders on c1 and c2 set up on
-    them: (masters, holders by host, client environment, master address)."""
+@pytest.fixture
+def robust(
+    net: Any,
+    etcd: Any,
+    masters: Any,
+    clients: Any,
+    faults: Any,
+    cluster_id: str,
+    workloads: list[subprocess.Popen[bytes]],
+    lincheck: str,
+    tmp_path: Path,
+) -> SimpleNamespace:
+    """Three HA masters once one leads and holders on c1 and c2 set up on
+    them, with what a segment needs: the hosts, the faults, the workload
+    list, the checker and a directory for the histories."""
     ms, _, _ = trio_with_leader(masters, etcd, cluster_id, client_ttl=CLIENT_TTL)
     env = cluster_env(cluster_id)
     addr = etcd_addr(etcd)
     holders = {host: clients(host, env) for host in ("c1", "c2")}
     for h in holders.values():
         assert h.setup(addr)["rc"] == 0
-    return ms, holders, env, addr
+    return SimpleNamespace(
+        ms=ms,
+        holders=holders,
+        env=env,
+        addr=addr,
+        net=net,
+        faults=faults,
+        workloads=workloads,
+        lincheck=lincheck,
+        dir=tmp_path,
+    )
 
 
 def inject(kind: str, faults: Any, ms: list[Any], holder: Any) -> None:
@@ -165,48 +186,37 @@ def inject(kind: str, faults: Any, ms: list[Any], holder: Any) -> None:
         pause(holder.proc.pid, FAULT_FOR)
 
 
-def run_segment(
-    kind: str,
-    seed: int,
-    prefix: str,
-    cluster: tuple[list[Any], dict[str, Any], dict[str, str], str],
-    net: Any,
-    faults: Any,
-    workloads: list[subprocess.Popen[bytes]],
-    lincheck: str,
-    tmp_path: Path,
-) -> tuple[int, float]:
+def run_segment(kind: str, seed: int, prefix: str, r: SimpleNamespace) -> tuple[int, float]:
     """One run of the workload on keys named ``prefix...`` for ``SECONDS``
     (client ``i``'s operations drawn with seed ``seed + i``),
     with fault ``kind`` injected ``FAULT_AT`` in; its history checked (with
     eviction where ``LONG_KINDS`` says so). Returns the operations checked
     and the longest unavailability (s)."""
-    ms, holders, env, addr = cluster
-    histories = [tmp_path / f"{prefix}h{i}.jsonl" for i in range(len(WORKLOAD_HOSTS))]
+    histories = [r.dir / f"{prefix}h{i}.jsonl" for i in range(len(WORKLOAD_HOSTS))]
     procs = []
     for i, (host, path) in enumerate(zip(WORKLOAD_HOSTS, histories, strict=True)):
         cfg = {
             "client": i + 1,
-            "master": addr,
+            "master": r.addr,
             "metadata": "P2PHANDSHAKE",
             "keys": KEYS,
             "seconds": SECONDS,
             "seed": seed + i,
             "history": str(path),
             "segment": 0,
-            "hostname": net.ip(host),
+            "hostname": r.net.ip(host),
             "prefix": prefix,
         }
-        procs.append(start_workload(cfg, env, functools.partial(net.popen, host)))
-    workloads.extend(procs)
+        procs.append(start_workload(cfg, r.env, functools.partial(r.net.popen, host)))
+    r.workloads.extend(procs)
     started = time.monotonic()
     time.sleep(FAULT_AT)
-    inject(kind, faults, ms, holders["c2"])
+    inject(kind, r.faults, r.ms, r.holders["c2"])
     for p in procs:
         assert p.wait(timeout=SECONDS + 90) == 0, f"{prefix} ({kind})"
     assert time.monotonic() - started >= SECONDS
-    merged = tmp_path / f"{prefix}history.jsonl"
-    check_histories(lincheck, histories, merged, KEYS, LONG_KINDS[kind], STUCK_NS)
+    merged = r.dir / f"{prefix}history.jsonl"
+    check_histories(r.lincheck, histories, merged, KEYS, LONG_KINDS[kind], STUCK_NS)
     return len(merged.read_text().splitlines()), longest_unavailability(merged)
 
 
@@ -221,40 +231,16 @@ def run_segment(
     ],
 )
 def test_history_under_a_network_fault_is_linearizable(
-    net: Any,
-    etcd: Any,
-    masters: Any,
-    clients: Any,
-    faults: Any,
-    cluster_id: str,
-    workloads: list[subprocess.Popen[bytes]],
-    lincheck: str,
-    tmp_path: Path,
-    nemesis: str,
-    seed: int,
+    robust: SimpleNamespace, nemesis: str, seed: int
 ) -> None:
-    cluster = start_cluster(masters, etcd, clients, cluster_id)
-    ops, gap = run_segment(
-        nemesis, seed * 100, "", cluster, net, faults, workloads, lincheck, tmp_path
-    )
-    print(f"{nemesis} ({faults.mechanism}): {ops} ops, longest unavailability {gap:.2f} s")
+    ops, gap = run_segment(nemesis, seed * 100, "", robust)
+    print(f"{nemesis} ({robust.faults.mechanism}): {ops} ops, longest unavailability {gap:.2f} s")
 
 
 # The run ends with the cycle of faults under way at the deadline (about
 # three minutes a cycle).
 @pytest.mark.timeout(LONG_MINUTES * 60 + 900)
-def test_long_run_through_every_fault_is_linearizable(
-    net: Any,
-    etcd: Any,
-    masters: Any,
-    clients: Any,
-    faults: Any,
-    cluster_id: str,
-    workloads: list[subprocess.Popen[bytes]],
-    lincheck: str,
-    tmp_path: Path,
-) -> None:
-    cluster = start_cluster(masters, etcd, clients, cluster_id)
+def test_long_run_through_every_fault_is_linearizable(robust: SimpleNamespace) -> None:
     rng = random.Random(LONG_SEED)
     deadline = time.monotonic() + LONG_MINUTES * 60
     stats: dict[str, dict[str, float]] = {}
@@ -265,17 +251,7 @@ def test_long_run_through_every_fault_is_linearizable(
             order = list(LONG_KINDS)
             rng.shuffle(order)
         kind = order[segment % len(LONG_KINDS)]
-        ops, gap = run_segment(
-            kind,
-            LONG_SEED * 10**6 + segment * 10,
-            f"s{segment}-",
-            cluster,
-            net,
-            faults,
-            workloads,
-            lincheck,
-            tmp_path,
-        )
+        ops, gap = run_segment(kind, LONG_SEED * 10**6 + segment * 10, f"s{segment}-", robust)
         st = stats.setdefault(kind, {"segments": 0, "ops": 0, "gap": 0.0})
         st["segments"] += 1
         st["ops"] += ops

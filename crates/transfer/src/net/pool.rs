@@ -156,23 +156,16 @@ impl ConnPool<TcpStream> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::tcp_pair;
     use std::net::TcpListener;
-
-    fn pair(l: &TcpListener) -> (TcpStream, TcpStream) {
-        let c = TcpStream::connect(l.local_addr().unwrap_or_else(|e| panic!("{e}")))
-            .unwrap_or_else(|e| panic!("connect: {e}"));
-        let (s, _) = l.accept().unwrap_or_else(|e| panic!("accept: {e}"));
-        (c, s)
-    }
 
     #[test]
     fn idle_connections_are_kept_per_endpoint_and_token_up_to_the_cap() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
         let key = AuthKey::new("a cluster token").unwrap_or_else(|e| panic!("key: {e}"));
         let pool = ConnPool::new(2);
         let mut servers = Vec::new();
         for _ in 0..3 {
-            let (c, s) = pair(&l);
+            let (c, s) = tcp_pair();
             servers.push(s);
             pool.give("a:1", None, c);
         }
@@ -181,14 +174,14 @@ mod tests {
         assert!(pool.take("a:1", None).is_some());
         assert!(pool.take("a:1", None).is_none());
         // A connection made with one token never serves another.
-        let (c, s) = pair(&l);
+        let (c, s) = tcp_pair();
         servers.push(s);
         pool.give("a:1", Some(&key), c);
         assert!(pool.take("a:1", None).is_none());
         assert!(pool.take("b:1", Some(&key)).is_none());
         assert!(pool.take("a:1", Some(&key)).is_some());
         // Forgetting an endpoint closes its idle connections.
-        let (c, s) = pair(&l);
+        let (c, s) = tcp_pair();
         servers.push(s);
         pool.give("a:1", None, c);
         pool.forget("a:1");
@@ -197,9 +190,8 @@ mod tests {
 
     #[test]
     fn a_connection_its_peer_closed_is_not_reused_once_it_was_idle_a_while() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
         let pool = ConnPool::new(4);
-        let (c, s) = pair(&l);
+        let (c, s) = tcp_pair();
         drop(s);
         // Idle long enough that the pool checks the peer before reuse.
         pool.idle

@@ -48,15 +48,13 @@ pub fn spawn_conn<S: ShutdownBoth + Send + Sync + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::tcp_pair;
     use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
+    use std::net::TcpStream;
 
     #[test]
     fn a_served_connection_is_closed_when_its_handler_returns() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-        let mut c = TcpStream::connect(l.local_addr().unwrap_or_else(|e| panic!("{e}")))
-            .unwrap_or_else(|e| panic!("connect: {e}"));
-        let (s, _) = l.accept().unwrap_or_else(|e| panic!("accept: {e}"));
+        let (mut c, s) = tcp_pair();
         let conns = OpenConns::default();
         spawn_conn("test-conn", &conns, s, |s: &Arc<TcpStream>| {
             let _ = (&**s).write_all(b"hi");
@@ -70,10 +68,7 @@ mod tests {
 
     #[test]
     fn stopping_the_server_closes_a_connection_still_being_served() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-        let mut c = TcpStream::connect(l.local_addr().unwrap_or_else(|e| panic!("{e}")))
-            .unwrap_or_else(|e| panic!("connect: {e}"));
-        let (s, _) = l.accept().unwrap_or_else(|e| panic!("accept: {e}"));
+        let (mut c, s) = tcp_pair();
         let conns = OpenConns::default();
         let (tx, rx) = std::sync::mpsc::channel();
         spawn_conn("test-conn", &conns, s, move |s: &Arc<TcpStream>| {
