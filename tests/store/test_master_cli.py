@@ -127,7 +127,9 @@ def test_single_dash_space_separated_flags(tmp_path: Path) -> None:
         "-enable_http_metadata_server",
         "-http_metadata_server_port",
         str(http),
-        f"-metrics_port={free_port()}",
+        # A kernel-chosen port: a port picked free beforehand can be taken as
+        # an outgoing connection's local port before the master binds it.
+        "-metrics_port=0",
     ]
     # Upstream's literal default ports: wait for a moment when both are free to
     # bind. An earlier connection may hold one as its ephemeral local port,
