@@ -143,6 +143,20 @@ pub(crate) fn program() -> &'static Program {
     })
 }
 
+/// What `value` names among the two `choices`, or the message that `what`
+/// must be one of them.
+fn one_of<T>(value: &str, what: &str, choices: [(&str, T); 2]) -> Result<T, String> {
+    let msg = format!(
+        "Unsupported {what}: must be '{}' or '{}'",
+        choices[0].0, choices[1].0
+    );
+    choices
+        .into_iter()
+        .find(|(name, _)| *name == value)
+        .map(|(_, v)| v)
+        .ok_or(msg)
+}
+
 /// Parse and check the command line: the configuration and the warnings
 /// to log, or the exit status and message (`ERROR: ...` for a bad one).
 pub fn parse_bench_args(args: &[String]) -> Result<(BenchConfig, Vec<String>), (i32, String)> {
@@ -165,24 +179,18 @@ pub fn parse_bench_args(args: &[String]) -> Result<(BenchConfig, Vec<String>), (
             ))
         }
     }
-    let mode = match fl.string("mode").as_str() {
-        "initiator" => Mode::Initiator,
-        "target" => Mode::Target,
-        _ => {
-            return Err(bad(
-                "Unsupported mode: must be 'initiator' or 'target'".into()
-            ))
-        }
-    };
-    let operation = match fl.string("operation").as_str() {
-        "read" => Opcode::Read,
-        "write" => Opcode::Write,
-        _ => {
-            return Err(bad(
-                "Unsupported operation: must be 'read' or 'write'".into()
-            ))
-        }
-    };
+    let mode = one_of(
+        &fl.string("mode"),
+        "mode",
+        [("initiator", Mode::Initiator), ("target", Mode::Target)],
+    )
+    .map_err(bad)?;
+    let operation = one_of(
+        &fl.string("operation"),
+        "operation",
+        [("read", Opcode::Read), ("write", Opcode::Write)],
+    )
+    .map_err(bad)?;
     let protocol = fl.string("protocol");
     if DEVICE_PROTOCOLS.contains(&protocol.as_str()) {
         return Err(bad(format!(

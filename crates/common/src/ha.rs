@@ -156,18 +156,12 @@ mod tests {
             parse_etcd_endpoints(" ; "),
             Err(HaAddrError::Empty(" ; ".into()))
         );
-        assert!(matches!(
-            parse_etcd_endpoints("h1"),
-            Err(HaAddrError::BadEndpoint(_))
-        ));
-        assert!(matches!(
-            parse_etcd_endpoints("h1:0"),
-            Err(HaAddrError::BadEndpoint(_))
-        ));
-        assert!(matches!(
-            parse_etcd_endpoints("h1:99999"),
-            Err(HaAddrError::BadEndpoint(_))
-        ));
+        for bad in ["h1", "h1:0", "h1:99999"] {
+            assert!(
+                matches!(parse_etcd_endpoints(bad), Err(HaAddrError::BadEndpoint(_))),
+                "{bad}"
+            );
+        }
         assert!(matches!(
             parse_etcd_endpoints("https://h:1"),
             Err(HaAddrError::Tls(_))

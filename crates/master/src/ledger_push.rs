@@ -408,6 +408,14 @@ mod tests {
         LedgerOp::Commit(LedgerEntry::unpinned(key, 1, offset, 10))
     }
 
+    /// A forget of version 1 at offset `i`.
+    fn forget(i: u64) -> LedgerOp {
+        LedgerOp::Forget {
+            offset: i,
+            version: 1,
+        }
+    }
+
     /// An owner that applies pushes into a Vec and acks them.
     fn owner(mut s: TcpStream, seen: Arc<Mutex<Vec<LedgerOp>>>, stop_after: usize) {
         let mut n = 0;
@@ -425,29 +433,34 @@ mod tests {
         }
     }
 
+    type Seen = Arc<Mutex<Vec<LedgerOp>>>;
+
+    /// An [`owner`] connected to `l` on its own thread: the master's side
+    /// of its stream, what it applied, and its thread.
+    fn connect_owner(
+        l: &TcpListener,
+        stop_after: usize,
+    ) -> (TcpStream, Seen, std::thread::JoinHandle<()>) {
+        let addr = l.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = Arc::clone(&seen);
+        let t = std::thread::spawn(move || owner(TcpStream::connect(addr).unwrap(), s, stop_after));
+        let (sock, _) = l.accept().unwrap();
+        (sock, seen, t)
+    }
+
     #[test]
     fn ops_are_delivered_in_order_and_frees_released_on_ack() {
         let q = Arc::new(OwnerQueue::default());
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let s2 = Arc::clone(&seen);
-        let t = std::thread::spawn(move || owner(TcpStream::connect(addr).unwrap(), s2, 1000));
-        let (mut sock, _) = l.accept().unwrap();
+        let (mut sock, seen, t) = connect_owner(&l, 1000);
         let released = Arc::new(Mutex::new(Vec::new()));
         let (q2, r2) = (Arc::clone(&q), Arc::clone(&released));
         let server = std::thread::spawn(move || {
             let _ = q2.serve(&mut sock, 1, &|f| r2.lock().extend(f));
         });
         let s1 = q.push(commit("a", 0));
-        let s2 = q.push_forget_then_free(
-            LedgerOp::Forget {
-                offset: 0,
-                version: 1,
-            },
-            0,
-            64,
-        );
+        let s2 = q.push_forget_then_free(forget(0), 0, 64);
         assert_eq!((s1, s2), (1, 2));
         assert_eq!(
             q.wait(s2, Instant::now() + Duration::from_secs(5)),
@@ -461,16 +474,7 @@ mod tests {
         }
         assert_eq!(*released.lock(), vec![(0, 64)]);
         assert_eq!(q.pending_free_bytes(), 0);
-        assert_eq!(
-            *seen.lock(),
-            vec![
-                commit("a", 0),
-                LedgerOp::Forget {
-                    offset: 0,
-                    version: 1
-                }
-            ]
-        );
+        assert_eq!(*seen.lock(), vec![commit("a", 0), forget(0)]);
         q.close();
         assert_eq!(
             q.wait(99, Instant::now() + Duration::from_secs(5)),
@@ -484,12 +488,8 @@ mod tests {
     fn unacked_ops_are_resent_on_a_new_stream() {
         let q = Arc::new(OwnerQueue::default());
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
         // First owner connection reads one push and hangs up without acking.
-        let seen1 = Arc::new(Mutex::new(Vec::new()));
-        let s1 = Arc::clone(&seen1);
-        let t1 = std::thread::spawn(move || owner(TcpStream::connect(addr).unwrap(), s1, 0));
-        let (mut sock, _) = l.accept().unwrap();
+        let (mut sock, _seen1, t1) = connect_owner(&l, 0);
         q.push(commit("a", 0));
         let q1 = Arc::clone(&q);
         assert!(q1.serve(&mut sock, 1, &|_| {}).is_err());
@@ -499,10 +499,7 @@ mod tests {
         let q2 = Arc::clone(&q);
         let waiter =
             std::thread::spawn(move || q2.wait(1, Instant::now() + Duration::from_secs(10)));
-        let seen2 = Arc::new(Mutex::new(Vec::new()));
-        let s2 = Arc::clone(&seen2);
-        let t2 = std::thread::spawn(move || owner(TcpStream::connect(addr).unwrap(), s2, 1000));
-        let (mut sock, _) = l.accept().unwrap();
+        let (mut sock, seen2, t2) = connect_owner(&l, 1000);
         let q3 = Arc::clone(&q);
         let server = std::thread::spawn(move || {
             let _ = q3.serve(&mut sock, 1, &|_| {});
@@ -521,10 +518,6 @@ mod tests {
             version: 1,
             key: format!("k{i}"),
             size: 1 << 18,
-        };
-        let forget = |i: u64| LedgerOp::Forget {
-            offset: i,
-            version: 1,
         };
         let ops: Vec<LedgerOp> = (0..10).map(offload).collect();
         assert_eq!(batch_len(ops.iter(), 1), 4);
@@ -548,10 +541,6 @@ mod tests {
             version: 1,
             key: format!("p{i}"),
             size: 1 << 10,
-        };
-        let forget = |i: u64| LedgerOp::Forget {
-            offset: i,
-            version: 1,
         };
         let ops: Vec<LedgerOp> = (0..2)
             .map(forget)

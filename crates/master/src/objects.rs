@@ -1045,6 +1045,42 @@ mod tests {
         vec![k.to_string()]
     }
 
+    /// A state whose upserts keep at most `max` replaced versions of a key
+    /// for their readers and wait up to `wait_ms` for one to be freed.
+    fn state_with_pending_versions(max: u32, wait_ms: u64) -> Arc<MasterState> {
+        state_with(MasterConfig {
+            max_pending_versions_per_key: max,
+            pending_version_wait_ms: wait_ms,
+            ..MasterConfig::default()
+        })
+    }
+
+    /// The item `put_start` answers for one write of `key` under `cfg`.
+    fn start_item(
+        st: &MasterState,
+        key: &str,
+        size: u64,
+        cfg: &WriteConfig,
+        upsert: bool,
+    ) -> PutStartItem {
+        st.put_start(&keys(key), &[size], cfg, upsert).remove(0)
+    }
+
+    /// Start a write of `key` under `cfg`: its version and replica offset,
+    /// or the item.
+    fn start_cfg(
+        st: &MasterState,
+        key: &str,
+        size: u64,
+        cfg: &WriteConfig,
+        upsert: bool,
+    ) -> Result<(u64, u64), PutStartItem> {
+        match start_item(st, key, size, cfg, upsert) {
+            PutStartItem::Write { replicas, version } => Ok((version, replicas[0].offset)),
+            other => Err(other),
+        }
+    }
+
     /// Start a write of `key`: its version and replica offset, or the item.
     fn start(
         st: &MasterState,
@@ -1052,11 +1088,7 @@ mod tests {
         size: u64,
         upsert: bool,
     ) -> Result<(u64, u64), PutStartItem> {
-        let mut items = st.put_start(&keys(key), &[size], &WriteConfig::default(), upsert);
-        match items.remove(0) {
-            PutStartItem::Write { replicas, version } => Ok((version, replicas[0].offset)),
-            other => Err(other),
-        }
+        start_cfg(st, key, size, &WriteConfig::default(), upsert)
     }
 
     /// End a write as the owner of "h:1" (its ledger ops come back here).
@@ -1066,11 +1098,11 @@ mod tests {
     }
 
     fn put(st: &MasterState, key: &str, size: u64, upsert: bool) -> PutStartItem {
-        let mut items = st.put_start(&keys(key), &[size], &WriteConfig::default(), upsert);
-        if let PutStartItem::Write { version, .. } = items[0] {
+        let item = start_item(st, key, size, &WriteConfig::default(), upsert);
+        if let PutStartItem::Write { version, .. } = item {
             commit(st, key, version);
         }
-        items.remove(0)
+        item
     }
 
     /// `put`, which must be granted a write.
@@ -1172,12 +1204,7 @@ mod tests {
 
     #[test]
     fn pending_versions_per_key_are_bounded() {
-        let cfg = MasterConfig {
-            max_pending_versions_per_key: 2,
-            pending_version_wait_ms: 0,
-            ..MasterConfig::default()
-        };
-        let st = state_with(cfg);
+        let st = state_with_pending_versions(2, 0);
         put_ok(&st, "k", 64, false);
         let mut tickets = Vec::new();
         for _ in 0..2 {
@@ -1200,12 +1227,7 @@ mod tests {
 
     #[test]
     fn a_waiting_upsert_proceeds_when_a_read_ends() {
-        let cfg = MasterConfig {
-            max_pending_versions_per_key: 1,
-            pending_version_wait_ms: 60_000,
-            ..MasterConfig::default()
-        };
-        let st = state_with(cfg);
+        let st = state_with_pending_versions(1, 60_000);
         put_ok(&st, "k", 64, false);
         let t = lookup(&st, "k", true).read_ticket;
         put_ok(&st, "k", 64, true);
@@ -1386,26 +1408,45 @@ mod tests {
         st
     }
 
+    /// Start an upsert of `key` under `cfg`.
     fn start_with(
         st: &MasterState,
         key: &str,
         size: u64,
         cfg: &WriteConfig,
     ) -> Result<(u64, u64), PutStartItem> {
-        let mut items = st.put_start(&keys(key), &[size], cfg, true);
-        match items.remove(0) {
-            PutStartItem::Write { replicas, version } => Ok((version, replicas[0].offset)),
-            other => Err(other),
-        }
+        start_cfg(st, key, size, cfg, true)
+    }
+
+    /// A same-host write of "k" (100 bytes), committed, then a same-host
+    /// upsert of it started: the two versions and their offsets.
+    fn rewrite_started(st: &MasterState) -> ((u64, u64), (u64, u64)) {
+        let (v1, a) = start_with(st, "k", 100, &same_host()).unwrap();
+        commit(st, "k", v1);
+        ((v1, a), start_with(st, "k", 100, &same_host()).unwrap())
+    }
+
+    type Lookup = Vec<Result<ObjectInfo, ErrorCode>>;
+
+    /// A tracked lookup of "k" on its own thread: its answer comes on the
+    /// channel.
+    fn spawn_lookup(
+        st: &Arc<MasterState>,
+    ) -> (
+        std::sync::mpsc::Receiver<Lookup>,
+        std::thread::JoinHandle<Result<(), std::sync::mpsc::SendError<Lookup>>>,
+    ) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let st = Arc::clone(st);
+        let reader = std::thread::spawn(move || tx.send(st.get_replica_list(&keys("k"), true)));
+        (rx, reader)
     }
 
     #[test]
     fn an_unread_key_is_rewritten_in_place_and_lookups_wait_for_the_new_version() {
         let st = state_unreachable_owner();
-        let (v1, a) = start_with(&st, "k", 100, &same_host()).unwrap();
-        commit(&st, "k", v1);
         // Nobody reads it: the upsert gets the committed replica itself.
-        let (v2, b) = start_with(&st, "k", 100, &same_host()).unwrap();
+        let ((v1, a), (v2, b)) = rewrite_started(&st);
         assert!(v2 > v1);
         assert_eq!(a, b);
         assert_eq!(used(&st), 128);
@@ -1414,11 +1455,7 @@ mod tests {
         // The key exists throughout the rewrite.
         assert_eq!(st.exist(&keys("k")), vec![1]);
         // A lookup during the rewrite is held until the write commits.
-        let (tx, rx) = std::sync::mpsc::channel();
-        let reader = {
-            let st = Arc::clone(&st);
-            std::thread::spawn(move || tx.send(st.get_replica_list(&keys("k"), true)))
-        };
+        let (rx, reader) = spawn_lookup(&st);
         assert!(rx
             .recv_timeout(std::time::Duration::from_millis(50))
             .is_err());
@@ -1437,14 +1474,8 @@ mod tests {
     #[test]
     fn a_reader_held_by_a_rewrite_is_not_held_again_by_the_next_one() {
         let st = state_unreachable_owner();
-        let (v1, a) = start_with(&st, "k", 100, &same_host()).unwrap();
-        commit(&st, "k", v1);
-        let (v2, _) = start_with(&st, "k", 100, &same_host()).unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let reader = {
-            let st = Arc::clone(&st);
-            std::thread::spawn(move || tx.send(st.get_replica_list(&keys("k"), true)))
-        };
+        let ((_, a), (v2, _)) = rewrite_started(&st);
+        let (rx, reader) = spawn_lookup(&st);
         // Once the lookup is waiting, the rewrite commits and the writer
         // starts again before the reader gets the lock: that upsert must
         // not rewrite in place a second time.
@@ -1509,9 +1540,7 @@ mod tests {
     #[test]
     fn a_revoked_rewrite_takes_the_key_with_it() {
         let st = state_unreachable_owner();
-        let (v1, _) = start_with(&st, "k", 100, &same_host()).unwrap();
-        commit(&st, "k", v1);
-        let (v2, _) = start_with(&st, "k", 100, &same_host()).unwrap();
+        let (_, (v2, _)) = rewrite_started(&st);
         st.put_revoke(&keys("k"), &[v2]);
         // Half-written bytes are never served: the key is gone.
         assert_eq!(

@@ -513,9 +513,7 @@ pub(crate) mod tests {
 #[cfg(test)]
 mod takeover_tests {
     use super::tests::{desc, entry};
-    use crate::clock::ManualClock;
     use crate::config::MasterConfig;
-    use crate::metrics::MasterMetrics;
     use crate::state::MasterState;
     use std::sync::mpsc::Receiver;
     use std::sync::Arc;
@@ -524,15 +522,6 @@ mod takeover_tests {
     const S: Duration = Duration::from_secs(1);
     const HELD: Duration = Duration::from_millis(100);
     const GOES_ON: Duration = Duration::from_secs(5);
-
-    fn state(clock: &Arc<ManualClock>) -> Arc<MasterState> {
-        MasterState::with_clock(
-            MasterConfig::default(),
-            Arc::new(MasterMetrics::default()),
-            None,
-            Arc::clone(clock) as Arc<dyn crate::clock::Clock>,
-        )
-    }
 
     /// A request about `keys` (None: every key) on its own thread; the
     /// receiver hears when it goes on.
@@ -554,8 +543,7 @@ mod takeover_tests {
 
     #[test]
     fn an_unknown_key_waits_until_its_owner_remounts() {
-        let clock = Arc::new(ManualClock::default());
-        let st = state(&clock);
+        let (st, clock) = MasterState::on_manual_clock(MasterConfig::default());
         st.hold_after_takeover(S, None);
         let held = request(&st, Some(&["k"]));
         // Held: the clock does not move, the key is unknown.
@@ -574,8 +562,7 @@ mod takeover_tests {
 
     #[test]
     fn the_hold_ends_with_the_quiet_window_and_a_request_about_every_key_waits_for_it() {
-        let clock = Arc::new(ManualClock::default());
-        let st = state(&clock);
+        let (st, clock) = MasterState::on_manual_clock(MasterConfig::default());
         st.hold_after_takeover(S, None);
         let all = request(&st, None);
         assert!(all.recv_timeout(HELD).is_err());
@@ -587,8 +574,7 @@ mod takeover_tests {
 
     #[test]
     fn a_remount_in_progress_extends_the_hold_until_it_ends_or_the_client_ttl() {
-        let clock = Arc::new(ManualClock::default());
-        let st = state(&clock);
+        let (st, clock) = MasterState::on_manual_clock(MasterConfig::default());
         st.hold_after_takeover(S, None);
         // The first chunk of a ledger arrived; the rest has not.
         remount(&st, "k", false);
@@ -601,8 +587,7 @@ mod takeover_tests {
 
     #[test]
     fn past_the_quiet_window_a_listed_owner_is_still_waited_for() {
-        let clock = Arc::new(ManualClock::default());
-        let st = state(&clock);
+        let (st, clock) = MasterState::on_manual_clock(MasterConfig::default());
         st.hold_after_takeover(S, Some(vec!["seg".into()]));
         clock.advance(2 * S);
         assert!(!st.takeover_over());
@@ -616,8 +601,7 @@ mod takeover_tests {
 
     #[test]
     fn a_state_that_did_not_take_over_never_holds() {
-        let clock = Arc::new(ManualClock::default());
-        let st = state(&clock);
+        let (st, _) = MasterState::on_manual_clock(MasterConfig::default());
         assert!(request(&st, None).recv_timeout(GOES_ON).is_ok());
         st.hold_after_takeover(Duration::ZERO, None);
         assert!(request(&st, Some(&["k"])).recv_timeout(GOES_ON).is_ok());

@@ -419,7 +419,6 @@ impl Inner {
 mod tests {
     use crate::clock::ManualClock;
     use crate::config::MasterConfig;
-    use crate::metrics::MasterMetrics;
     use crate::state::MasterState;
     use mooncake_common::ledger::LedgerOp;
     use mooncake_common::proto::{PutStartItem, SegmentDesc, TaskState, WriteConfig};
@@ -443,15 +442,15 @@ mod tests {
     /// A master with segments "a" (client ca) and "b" (client cb) and the
     /// object "k" of 4096 bytes on "a".
     fn setup(cfg: MasterConfig) -> (Arc<MasterState>, Arc<ManualClock>, u64) {
-        let clock = Arc::new(ManualClock::default());
-        let st = MasterState::with_clock(
-            cfg,
-            Arc::new(MasterMetrics::default()),
-            None,
-            Arc::clone(&clock) as _,
-        );
+        let (st, clock) = MasterState::on_manual_clock(cfg);
         st.mount_segment("ca", desc("a")).unwrap();
         st.mount_segment("cb", desc("b")).unwrap();
+        let version = write_k_on_a(&st);
+        (st, clock, version)
+    }
+
+    /// Write and commit the object "k" of 4096 bytes on "a": its version.
+    fn write_k_on_a(st: &MasterState) -> u64 {
         let wc = WriteConfig {
             preferred_segments: vec!["a".into()],
             ..WriteConfig::default()
@@ -463,7 +462,7 @@ mod tests {
         };
         st.commit_end(&keys, &[version], &["a".to_string()])
             .unwrap();
-        (st, clock, version)
+        version
     }
 
     /// The fetch ops queued for segment `seg`'s owner.
@@ -523,16 +522,7 @@ mod tests {
         assert!(used_before >= 4096);
         // The object is removed and written again meanwhile.
         assert_eq!(st.remove(&["k".to_string()], true), vec![0]);
-        let wc = WriteConfig {
-            preferred_segments: vec!["a".into()],
-            ..WriteConfig::default()
-        };
-        let keys = vec!["k".to_string()];
-        let v2 = match st.put_start(&keys, &[4096], &wc, false).remove(0) {
-            PutStartItem::Write { version, .. } => version,
-            other => panic!("{other:?}"),
-        };
-        st.commit_end(&keys, &[v2], &["a".to_string()]).unwrap();
+        write_k_on_a(&st);
         st.fetched("cb", "b", &[("k".into(), version, f[0].0, true)])
             .unwrap();
         let info = st.query_task(id).unwrap();

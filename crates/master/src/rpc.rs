@@ -317,6 +317,16 @@ fn scoped(req: MasterRequest, scope: &Scope) -> MasterRequest {
     }
 }
 
+/// The answer to a request whose result is success or an error.
+fn ok_or_err(r: Result<(), ErrorCode>) -> MasterResponse {
+    reply(r, |()| MasterResponse::Ok)
+}
+
+/// The answer to a request: `ok` of its result, or its error.
+fn reply<T>(r: Result<T, ErrorCode>, ok: impl FnOnce(T) -> MasterResponse) -> MasterResponse {
+    r.map_or_else(MasterResponse::Err, ok)
+}
+
 /// Serve one request for a connection acting in `scope`.
 pub(crate) fn dispatch_in(
     state: &MasterState,
@@ -347,18 +357,12 @@ pub(crate) fn dispatch_in(
             need_remount: state.ping(&client_id),
         },
         MasterRequest::MountSegment { client_id, segment } => {
-            match state.mount_segment(&client_id, segment) {
-                Ok(()) => MasterResponse::Ok,
-                Err(e) => MasterResponse::Err(e),
-            }
+            ok_or_err(state.mount_segment(&client_id, segment))
         }
         MasterRequest::UnmountSegment {
             client_id,
             segment_name,
-        } => match state.unmount_segment(&client_id, &segment_name) {
-            Ok(()) => MasterResponse::Ok,
-            Err(e) => MasterResponse::Err(e),
-        },
+        } => ok_or_err(state.unmount_segment(&client_id, &segment_name)),
         MasterRequest::Disconnect { client_id } => {
             state.disconnect(&client_id);
             MasterResponse::Ok
@@ -372,18 +376,14 @@ pub(crate) fn dispatch_in(
         } => MasterResponse::PutStart(
             state.put_start_excluding(&keys, &sizes, &config, upsert, &exclude),
         ),
-        MasterRequest::PutEnd { keys, versions } => match state.put_end(&keys, &versions) {
-            Ok(()) => MasterResponse::Ok,
-            Err(e) => MasterResponse::Err(e),
-        },
+        MasterRequest::PutEnd { keys, versions } => ok_or_err(state.put_end(&keys, &versions)),
         MasterRequest::CommitEnd {
             keys,
             versions,
             local_segments,
-        } => match state.commit_end(&keys, &versions, &local_segments) {
-            Ok(ops) => MasterResponse::Committed { ops },
-            Err(e) => MasterResponse::Err(e),
-        },
+        } => reply(state.commit_end(&keys, &versions, &local_segments), |ops| {
+            MasterResponse::Committed { ops }
+        }),
         MasterRequest::PutRevoke { keys, versions } => {
             state.put_revoke(&keys, &versions);
             MasterResponse::Ok
@@ -418,33 +418,24 @@ pub(crate) fn dispatch_in(
             segment_name,
             objects,
             done,
-        } => match state.disk_tier(&client_id, &segment_name, objects, done) {
-            Ok(codes) => MasterResponse::Codes(codes),
-            Err(e) => MasterResponse::Err(e),
-        },
+        } => reply(
+            state.disk_tier(&client_id, &segment_name, objects, done),
+            MasterResponse::Codes,
+        ),
         MasterRequest::DiskDropped {
             client_id,
             segment_name,
             objects,
-        } => match state.disk_dropped(&client_id, &segment_name, &objects) {
-            Ok(()) => MasterResponse::Ok,
-            Err(e) => MasterResponse::Err(e),
-        },
+        } => ok_or_err(state.disk_dropped(&client_id, &segment_name, &objects)),
         MasterRequest::DiskTierDrain {
             client_id,
             segment_name,
-        } => match state.drain_disk_tier(&client_id, &segment_name) {
-            Ok(()) => MasterResponse::Ok,
-            Err(e) => MasterResponse::Err(e),
-        },
+        } => ok_or_err(state.drain_disk_tier(&client_id, &segment_name)),
         MasterRequest::Promoted {
             client_id,
             segment_name,
             done,
-        } => match state.promoted(&client_id, &segment_name, &done) {
-            Ok(()) => MasterResponse::Ok,
-            Err(e) => MasterResponse::Err(e),
-        },
+        } => ok_or_err(state.promoted(&client_id, &segment_name, &done)),
         MasterRequest::BatchReplicaClear {
             client_id,
             keys,
@@ -456,32 +447,24 @@ pub(crate) fn dispatch_in(
                 .filter_map(|k| scope.user_key(k).map(str::to_string))
                 .collect(),
         ),
-        MasterRequest::CreateCopyTask { key, targets } => {
-            match state.create_copy_task(&key, &targets) {
-                Ok(id) => MasterResponse::TaskId(id),
-                Err(e) => MasterResponse::Err(e),
-            }
-        }
+        MasterRequest::CreateCopyTask { key, targets } => reply(
+            state.create_copy_task(&key, &targets),
+            MasterResponse::TaskId,
+        ),
         MasterRequest::CreateMoveTask {
             key,
             source,
             target,
-        } => match state.create_move_task(&key, &source, &target) {
-            Ok(id) => MasterResponse::TaskId(id),
-            Err(e) => MasterResponse::Err(e),
-        },
-        MasterRequest::QueryTask { id } => match state.query_task(id) {
-            Ok(info) => MasterResponse::Task(info),
-            Err(e) => MasterResponse::Err(e),
-        },
+        } => reply(
+            state.create_move_task(&key, &source, &target),
+            MasterResponse::TaskId,
+        ),
+        MasterRequest::QueryTask { id } => reply(state.query_task(id), MasterResponse::Task),
         MasterRequest::Fetched {
             client_id,
             segment_name,
             done,
-        } => match state.fetched(&client_id, &segment_name, &done) {
-            Ok(()) => MasterResponse::Ok,
-            Err(e) => MasterResponse::Err(e),
-        },
+        } => ok_or_err(state.fetched(&client_id, &segment_name, &done)),
         MasterRequest::StorageConfig => MasterResponse::StorageConfig {
             fsdir: state.config().fsdir(),
             offload: state.config().offloads(),

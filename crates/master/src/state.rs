@@ -139,6 +139,23 @@ impl MasterState {
         Self::with_clock(cfg, metrics, metadata, Arc::new(SystemClock))
     }
 
+    /// A state with fresh metrics and no metadata store whose time is a
+    /// [`crate::clock::ManualClock`]: it moves only when its caller
+    /// advances it.
+    #[cfg(test)]
+    pub(crate) fn on_manual_clock(
+        cfg: MasterConfig,
+    ) -> (Arc<Self>, Arc<crate::clock::ManualClock>) {
+        let clock = Arc::new(crate::clock::ManualClock::default());
+        let st = Self::with_clock(
+            cfg,
+            Arc::new(MasterMetrics::default()),
+            None,
+            Arc::clone(&clock) as _,
+        );
+        (st, clock)
+    }
+
     /// [`MasterState::new`] reading time from `clock`.
     pub fn with_clock(
         cfg: MasterConfig,

@@ -5,7 +5,6 @@
 
 use crate::clock::ManualClock;
 use crate::config::MasterConfig;
-use crate::metrics::MasterMetrics;
 use crate::state::MasterState;
 use mooncake_common::proto::{PutStartItem, SegmentDesc, SoftPin, WriteConfig};
 use mooncake_common::ErrorCode;
@@ -26,15 +25,38 @@ fn desc(name: &str, uuid: &str, size: u64) -> SegmentDesc {
 }
 
 fn state(cfg: MasterConfig) -> (Arc<MasterState>, Arc<ManualClock>) {
-    let clock = Arc::new(ManualClock::default());
-    let st = MasterState::with_clock(
-        cfg,
-        Arc::new(MasterMetrics::default()),
-        None,
-        Arc::clone(&clock) as _,
-    );
+    let (st, clock) = MasterState::on_manual_clock(cfg);
     st.mount_segment("c1", desc("h:1", "u1", 1 << 20)).unwrap();
     (st, clock)
+}
+
+/// A state whose read leases last `ms`.
+fn state_with_lease(ms: u64) -> (Arc<MasterState>, Arc<ManualClock>) {
+    state(MasterConfig {
+        default_kv_lease_ttl_ms: ms,
+        ..MasterConfig::default()
+    })
+}
+
+/// A state whose clients expire after `sec` without a ping.
+fn state_with_client_ttl(sec: i64) -> (Arc<MasterState>, Arc<ManualClock>) {
+    state(MasterConfig {
+        client_ttl_sec: sec,
+        ..MasterConfig::default()
+    })
+}
+
+/// A state that discards a write left in flight after `discard_sec` and
+/// releases its space after `release_sec`.
+fn state_with_put_timeouts(
+    discard_sec: u64,
+    release_sec: u64,
+) -> (Arc<MasterState>, Arc<ManualClock>) {
+    state(MasterConfig {
+        put_start_discard_timeout_sec: discard_sec,
+        put_start_release_timeout_sec: release_sec,
+        ..MasterConfig::default()
+    })
 }
 
 fn keys(k: &str) -> Vec<String> {
@@ -51,12 +73,35 @@ fn put(st: &MasterState, key: &str, size: u64, cfg: &WriteConfig, upsert: bool) 
     items.remove(0)
 }
 
+/// [`put`], which must be granted a write.
+fn put_ok(st: &MasterState, key: &str, size: u64, cfg: &WriteConfig, upsert: bool) {
+    let item = put(st, key, size, cfg, upsert);
+    assert!(
+        matches!(item, PutStartItem::Write { .. }),
+        "{key}: {item:?}"
+    );
+}
+
 /// Write `key` (64 bytes, default config) and check it was stored.
 fn stored(st: &MasterState, key: &str) {
-    assert!(matches!(
-        put(st, key, 64, &WriteConfig::default(), false),
-        PutStartItem::Write { .. }
-    ));
+    put_ok(st, key, 64, &WriteConfig::default(), false);
+}
+
+/// A removal of `key` is refused: a lease holds it.
+fn assert_leased(st: &MasterState, key: &str) {
+    assert_eq!(
+        st.remove(&keys(key), false),
+        vec![ErrorCode::ObjectHasLease.code()],
+        "{key}"
+    );
+}
+
+/// The segment the first replica of a granted write was placed on.
+fn placed_on(item: &PutStartItem) -> &str {
+    match item {
+        PutStartItem::Write { replicas, .. } => &replicas[0].segment_name,
+        other => panic!("{other:?}"),
+    }
 }
 
 fn used(st: &MasterState) -> u64 {
@@ -65,40 +110,23 @@ fn used(st: &MasterState) -> u64 {
 
 #[test]
 fn a_lease_blocks_removal_until_it_runs_out() {
-    let cfg = MasterConfig {
-        default_kv_lease_ttl_ms: 5000,
-        ..MasterConfig::default()
-    };
-    let (st, clock) = state(cfg);
+    let (st, clock) = state_with_lease(5000);
     stored(&st, "k");
     assert!(st.get_replica_list(&keys("k"), false)[0].is_ok());
-    assert_eq!(
-        st.remove(&keys("k"), false),
-        vec![ErrorCode::ObjectHasLease.code()]
-    );
+    assert_leased(&st, "k");
     clock.advance(Duration::from_millis(4999));
-    assert_eq!(
-        st.remove(&keys("k"), false),
-        vec![ErrorCode::ObjectHasLease.code()]
-    );
+    assert_leased(&st, "k");
     // is_exist renews the lease like a read.
     assert_eq!(st.exist(&keys("k")), vec![1]);
     clock.advance(Duration::from_millis(4999));
-    assert_eq!(
-        st.remove(&keys("k"), false),
-        vec![ErrorCode::ObjectHasLease.code()]
-    );
+    assert_leased(&st, "k");
     clock.advance(Duration::from_millis(2));
     assert_eq!(st.remove(&keys("k"), false), vec![0]);
 }
 
 #[test]
 fn a_silent_client_expires_after_its_ttl_and_takes_its_objects() {
-    let cfg = MasterConfig {
-        client_ttl_sec: 10,
-        ..MasterConfig::default()
-    };
-    let (st, clock) = state(cfg);
+    let (st, clock) = state_with_client_ttl(10);
     stored(&st, "k");
     clock.advance(Duration::from_secs(9));
     assert!(!st.ping("c1"), "a known client needs no remount");
@@ -117,11 +145,7 @@ fn a_silent_client_expires_after_its_ttl_and_takes_its_objects() {
 
 #[test]
 fn a_master_that_did_not_run_gives_its_clients_a_full_ttl_after_it_resumes() {
-    let cfg = MasterConfig {
-        client_ttl_sec: 2,
-        ..MasterConfig::default()
-    };
-    let (st, clock) = state(cfg);
+    let (st, clock) = state_with_client_ttl(2);
     stored(&st, "k");
     let tick = Duration::from_millis(200);
     st.expire_clients();
@@ -152,11 +176,7 @@ fn a_master_that_did_not_run_gives_its_clients_a_full_ttl_after_it_resumes() {
 
 #[test]
 fn a_client_that_pings_through_a_master_stall_is_kept() {
-    let cfg = MasterConfig {
-        client_ttl_sec: 2,
-        ..MasterConfig::default()
-    };
-    let (st, clock) = state(cfg);
+    let (st, clock) = state_with_client_ttl(2);
     stored(&st, "k");
     st.expire_clients();
     clock.advance(Duration::from_secs(5));
@@ -173,12 +193,7 @@ fn a_client_that_pings_through_a_master_stall_is_kept() {
 
 #[test]
 fn a_write_left_in_flight_is_discarded_then_its_space_released() {
-    let cfg = MasterConfig {
-        put_start_discard_timeout_sec: 30,
-        put_start_release_timeout_sec: 600,
-        ..MasterConfig::default()
-    };
-    let (st, clock) = state(cfg);
+    let (st, clock) = state_with_put_timeouts(30, 600);
     let items = st.put_start(&keys("stuck"), &[1000], &WriteConfig::default(), false);
     assert!(matches!(items[0], PutStartItem::Write { .. }));
     // Young: a second write of the key waits for it (write-once).
@@ -200,12 +215,7 @@ fn a_write_left_in_flight_is_discarded_then_its_space_released() {
 
 #[test]
 fn a_stale_upsert_is_dropped_and_the_committed_version_stays() {
-    let cfg = MasterConfig {
-        put_start_discard_timeout_sec: 30,
-        put_start_release_timeout_sec: 60,
-        ..MasterConfig::default()
-    };
-    let (st, clock) = state(cfg);
+    let (st, clock) = state_with_put_timeouts(30, 60);
     stored(&st, "k");
     let v = match st.put_start(&keys("k"), &[64], &WriteConfig::default(), true)[0] {
         PutStartItem::Write { version, .. } => version,
@@ -237,25 +247,16 @@ fn a_soft_pin_protects_from_eviction_only_while_it_lasts() {
         soft_pin_ttl_ms: Some(60_000),
         ..WriteConfig::default()
     };
-    assert!(matches!(
-        put(&st, "pinned", 1 << 19, &pinned, false),
-        PutStartItem::Write { .. }
-    ));
-    assert!(matches!(
-        put(&st, "plain", 1 << 18, &WriteConfig::default(), false),
-        PutStartItem::Write { .. }
-    ));
+    put_ok(&st, "pinned", 1 << 19, &pinned, false);
+    put_ok(&st, "plain", 1 << 18, &WriteConfig::default(), false);
     // Full past the watermark; leases long over.
-    assert!(matches!(
-        put(
-            &st,
-            "fill",
-            (1 << 18) - 1024,
-            &WriteConfig::default(),
-            false
-        ),
-        PutStartItem::Write { .. }
-    ));
+    put_ok(
+        &st,
+        "fill",
+        (1 << 18) - 1024,
+        &WriteConfig::default(),
+        false,
+    );
     clock.advance(Duration::from_secs(1));
     for _ in 0..4 {
         st.eviction_pass();
@@ -271,22 +272,12 @@ fn a_soft_pin_protects_from_eviction_only_while_it_lasts() {
 
 #[test]
 fn a_read_holds_a_replaced_version_until_its_lease_runs_out() {
-    let cfg = MasterConfig {
-        default_kv_lease_ttl_ms: 2000,
-        ..MasterConfig::default()
-    };
-    let (st, clock) = state(cfg);
+    let (st, clock) = state_with_lease(2000);
     let w = WriteConfig::default();
-    assert!(matches!(
-        put(&st, "k", 64, &w, false),
-        PutStartItem::Write { .. }
-    ));
+    put_ok(&st, "k", 64, &w, false);
     // A read whose done report never comes.
     assert!(st.get_replica_list(&keys("k"), true)[0].is_ok());
-    assert!(matches!(
-        put(&st, "k", 64, &w, true),
-        PutStartItem::Write { .. }
-    ));
+    put_ok(&st, "k", 64, &w, true);
     assert_eq!(used(&st), 128);
     clock.advance(Duration::from_millis(1999));
     st.sweep_discarded();
@@ -311,28 +302,17 @@ fn a_suspect_owner_gets_new_replicas_only_when_nothing_else_fits() {
             &WriteConfig::default(),
             false,
         );
-        match &items[0] {
-            PutStartItem::Write { replicas, .. } => assert_eq!(&*replicas[0].segment_name, "h:2"),
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(placed_on(&items[0]), "h:2");
     }
     // With h:2 full, the suspect h:1 is still used rather than failing.
     let items = st.put_start(&keys("big"), &[1 << 20], &WriteConfig::default(), false);
-    match &items[0] {
-        PutStartItem::Write { replicas, .. } => assert_eq!(&*replicas[0].segment_name, "h:1"),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(placed_on(&items[0]), "h:1");
 }
 
 #[test]
 fn stale_writes_among_many_objects_are_found_a_chunk_at_a_time() {
     use crate::state::SWEEP_CHUNK;
-    let cfg = MasterConfig {
-        put_start_discard_timeout_sec: 30,
-        put_start_release_timeout_sec: 600,
-        ..MasterConfig::default()
-    };
-    let (st, clock) = state(cfg);
+    let (st, clock) = state_with_put_timeouts(30, 600);
     st.mount_segment("c1", desc("h:2", "u2", 64 << 20)).unwrap();
     // More writes left in flight than one sweep looks at.
     let n = SWEEP_CHUNK + SWEEP_CHUNK / 2;
@@ -351,11 +331,7 @@ fn stale_writes_among_many_objects_are_found_a_chunk_at_a_time() {
 
 #[test]
 fn a_stale_rewrite_in_place_is_discarded_and_no_longer_holds_lookups() {
-    let cfg = MasterConfig {
-        put_start_discard_timeout_sec: 30,
-        ..MasterConfig::default()
-    };
-    let (st, clock) = state(cfg);
+    let (st, clock) = state_with_put_timeouts(30, 600);
     st.inner.lock().segments["h:1"].ledger.mark_unreachable();
     let same_host = WriteConfig {
         writer_host_id: "host".into(),
@@ -396,11 +372,7 @@ fn put_in_group(st: &MasterState, key: &str, size: u64, group: &str) -> PutStart
 
 #[test]
 fn reading_one_member_of_a_group_leases_every_member() {
-    let cfg = MasterConfig {
-        default_kv_lease_ttl_ms: 5000,
-        ..MasterConfig::default()
-    };
-    let (st, clock) = state(cfg);
+    let (st, clock) = state_with_lease(5000);
     for k in ["a1", "a2"] {
         assert!(matches!(
             put_in_group(&st, k, 64, "g"),
@@ -409,18 +381,12 @@ fn reading_one_member_of_a_group_leases_every_member() {
     }
     stored(&st, "b");
     assert!(st.get_replica_list(&keys("a1"), false)[0].is_ok());
-    assert_eq!(
-        st.remove(&keys("a2"), false),
-        vec![ErrorCode::ObjectHasLease.code()]
-    );
+    assert_leased(&st, "a2");
     assert_eq!(st.remove(&keys("b"), false), vec![0], "not in the group");
     clock.advance(Duration::from_millis(5001));
     // is_exist leases the group too.
     assert_eq!(st.exist(&keys("a2")), vec![1]);
-    assert_eq!(
-        st.remove(&keys("a1"), false),
-        vec![ErrorCode::ObjectHasLease.code()]
-    );
+    assert_leased(&st, "a1");
     clock.advance(Duration::from_millis(5001));
     assert_eq!(st.remove(&keys("a1"), false), vec![0]);
     assert_eq!(st.remove(&keys("a2"), false), vec![0]);
@@ -472,10 +438,7 @@ fn eviction_takes_a_group_whole_and_never_while_a_member_is_leased() {
             PutStartItem::Write { .. }
         ));
     }
-    assert!(matches!(
-        put(&st, "b", 150 * kib, &WriteConfig::default(), false),
-        PutStartItem::Write { .. }
-    ));
+    put_ok(&st, "b", 150 * kib, &WriteConfig::default(), false);
     // 600 KiB of 1 MiB used: above the watermark. a1 is leased, so the
     // group stays; only b can go.
     assert!(st.get_replica_list(&keys("a1"), false)[0].is_ok());
@@ -485,10 +448,7 @@ fn eviction_takes_a_group_whole_and_never_while_a_member_is_leased() {
     assert_eq!(live("b"), 0, "the ungrouped object is evicted");
     clock.advance(Duration::from_millis(10_000));
     // Leases over: the next pass that picks any member takes all three.
-    assert!(matches!(
-        put(&st, "c", 150 * kib, &WriteConfig::default(), false),
-        PutStartItem::Write { .. }
-    ));
+    put_ok(&st, "c", 150 * kib, &WriteConfig::default(), false);
     st.eviction_pass();
     let members: Vec<i32> = ["a1", "a2", "a3"].iter().map(|k| live(k)).collect();
     assert!(

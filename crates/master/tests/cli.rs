@@ -17,6 +17,12 @@ fn run(args: &[&str]) -> Output {
         .expect("run mooncake_master")
 }
 
+/// What a run that must fail with status 1 said on stderr.
+fn failure_message(o: &Output) -> String {
+    assert_eq!(o.status.code(), Some(1));
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
 fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
@@ -81,24 +87,18 @@ fn wait_tcp(port: u16, deadline: Instant) {
 
 #[test]
 fn unknown_flag_fails() {
-    let o = run(&["--bogus=1"]);
-    assert_eq!(o.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = failure_message(&run(&["--bogus=1"]));
     assert!(err.contains("unknown command line flag 'bogus'"), "{err}");
 }
 
 #[test]
 fn bad_int_fails() {
-    let o = run(&["--rpc_port=abc"]);
-    assert_eq!(o.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = failure_message(&run(&["--rpc_port=abc"]));
     assert!(
         err.contains("ERROR: illegal value 'abc' specified for int32 flag 'rpc_port'"),
         "{err}"
     );
-    let o = run(&["--default_kv_lease_ttl=abc"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr)
+    assert!(failure_message(&run(&["--default_kv_lease_ttl=abc"]))
         .contains("failed validation of new value 'abc' for flag 'default_kv_lease_ttl'"));
 }
 
@@ -109,22 +109,16 @@ fn fromenv_reads_flags_env() {
         .env("FLAGS_rpc_port", "abc")
         .output()
         .expect("run mooncake_master");
-    assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr)
-        .contains("illegal value 'abc' specified for int32 flag 'rpc_port'"));
+    assert!(failure_message(&o).contains("illegal value 'abc' specified for int32 flag 'rpc_port'"));
 }
 
 #[test]
 fn unimplemented_feature_fails() {
-    let o = run(&["--enable_cxl=true"]);
-    assert_eq!(o.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = failure_message(&run(&["--enable_cxl=true"]));
     assert!(err.contains("--enable_cxl"), "{err}");
     assert!(err.contains("does not implement"), "{err}");
     // HA is implemented, but needs its backend.
-    let o = run(&["--enable_ha=true"]);
-    assert_eq!(o.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = failure_message(&run(&["--enable_ha=true"]));
     assert!(
         err.contains("--enable_ha needs --ha_backend_connstring"),
         "{err}"
@@ -151,8 +145,7 @@ fn bind_failure_names_the_address() {
         &port,
         "--metrics_port=0",
     ]);
-    assert_eq!(o.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = failure_message(&o);
     assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
 }
 

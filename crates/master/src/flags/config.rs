@@ -9,6 +9,11 @@ use crate::error::MasterError;
 use mooncake_common::gflags::{failed_validation, Flags};
 use mooncake_common::AuthKey;
 
+/// The message for `--name`, whose raw value is refused because of `why`.
+fn invalid(fl: &Flags, name: &str, why: impl std::fmt::Display) -> String {
+    format!("{}: {why}", failed_validation(name, &fl.raw(name)))
+}
+
 /// Translate the merged flags into the effective configuration.
 pub(super) fn build_config(
     fl: &Flags,
@@ -102,12 +107,8 @@ pub(super) fn build_config(
     cfg.enable_metadata_cleanup_on_timeout = fl.bool("enable_metadata_cleanup_on_timeout");
     cfg.auth_token_file = fl.string("auth_token_file");
     if !cfg.auth_token_file.is_empty() {
-        let key = AuthKey::from_file(std::path::Path::new(&cfg.auth_token_file)).map_err(|e| {
-            format!(
-                "{}: {e}",
-                failed_validation("auth_token_file", &fl.raw("auth_token_file"))
-            )
-        })?;
+        let key = AuthKey::from_file(std::path::Path::new(&cfg.auth_token_file))
+            .map_err(|e| invalid(fl, "auth_token_file", e))?;
         cfg.auth = Some(key);
     }
     cfg.max_connections = u32::try_from(fl.uint("max_connections").max(1)).unwrap_or(u32::MAX);
@@ -119,9 +120,10 @@ pub(super) fn build_config(
     cfg.enable_offload = fl.bool("enable_offload");
     cfg.root_fs_dir = fl.string("root_fs_dir");
     if !cfg.root_fs_dir.is_empty() && !cfg.root_fs_dir.starts_with('/') {
-        return Err(format!(
-            "{}: the root directory must be an absolute path",
-            failed_validation("root_fs_dir", &fl.raw("root_fs_dir"))
+        return Err(invalid(
+            fl,
+            "root_fs_dir",
+            "the root directory must be an absolute path",
         )
         .into());
     }
@@ -206,17 +208,19 @@ fn offload_config(
     cfg.offload_force_evict = fl.bool("offload_force_evict");
     cfg.offload_cap_ratio = fl.double("offload_cap_ratio");
     if !(0.0..=1.0).contains(&cfg.offload_cap_ratio) {
-        return Err(format!(
-            "{}: offload_cap_ratio must be between 0.0 and 1.0",
-            failed_validation("offload_cap_ratio", &fl.raw("offload_cap_ratio"))
+        return Err(invalid(
+            fl,
+            "offload_cap_ratio",
+            "offload_cap_ratio must be between 0.0 and 1.0",
         )
         .into());
     }
     cfg.offloading_queue_limit = fl.uint("offloading_queue_limit");
     if !(1..=100_000_000).contains(&cfg.offloading_queue_limit) {
-        return Err(format!(
-            "{}: offloading_queue_limit must be between 1 and 100000000",
-            failed_validation("offloading_queue_limit", &fl.raw("offloading_queue_limit"))
+        return Err(invalid(
+            fl,
+            "offloading_queue_limit",
+            "offloading_queue_limit must be between 1 and 100000000",
         )
         .into());
     }
@@ -230,56 +234,52 @@ fn offload_config(
     // Upstream clamps 0 to 1.
     cfg.promotion_max_per_heartbeat =
         u32::try_from(fl.uint("promotion_max_per_heartbeat").max(1)).unwrap_or(u32::MAX);
-    let changed = |name: &str| {
-        let default = find_flag(name).map(|d| d.default).unwrap_or_default();
-        fl.is_set(name) && fl.raw(name) != default
+    // Each of `names` set to other than its default is said to change
+    // nothing without `needed`.
+    let mut no_effect_without = |names: &[&str], needed: &str| {
+        for name in names {
+            let default = find_flag(name).map(|d| d.default).unwrap_or_default();
+            if fl.is_set(name) && fl.raw(name) != default {
+                warnings.push(format!("flag --{name} has no effect without {needed}"));
+            }
+        }
     };
     if !cfg.offloads() {
-        for name in [
-            "offload_on_evict",
-            "offload_force_evict",
-            "offload_cap_ratio",
-            "offloading_queue_limit",
-            "promotion_on_hit",
-            "promotion_admission_threshold",
-            "promotion_queue_limit",
-            "promotion_max_per_heartbeat",
-        ] {
-            if changed(name) {
-                warnings.push(format!(
-                    "flag --{name} has no effect without --enable_offload or --root_fs_dir"
-                ));
-            }
-        }
+        no_effect_without(
+            &[
+                "offload_on_evict",
+                "offload_force_evict",
+                "offload_cap_ratio",
+                "offloading_queue_limit",
+                "promotion_on_hit",
+                "promotion_admission_threshold",
+                "promotion_queue_limit",
+                "promotion_max_per_heartbeat",
+            ],
+            "--enable_offload or --root_fs_dir",
+        );
     } else if !cfg.promotion_on_hit {
-        for name in [
-            "promotion_admission_threshold",
-            "promotion_queue_limit",
-            "promotion_max_per_heartbeat",
-        ] {
-            if changed(name) {
-                warnings.push(format!(
-                    "flag --{name} has no effect without --promotion_on_hit"
-                ));
-            }
-        }
+        no_effect_without(
+            &[
+                "promotion_admission_threshold",
+                "promotion_queue_limit",
+                "promotion_max_per_heartbeat",
+            ],
+            "--promotion_on_hit",
+        );
     }
     if cfg.offloads() && !cfg.offload_on_evict {
-        for name in ["offload_force_evict", "offload_cap_ratio"] {
-            if changed(name) {
-                warnings.push(format!(
-                    "flag --{name} has no effect without --offload_on_evict"
-                ));
-            }
-        }
+        no_effect_without(
+            &["offload_force_evict", "offload_cap_ratio"],
+            "--offload_on_evict",
+        );
     }
-    for name in ["enable_disk_eviction", "quota_bytes"] {
-        if changed(name) && cfg.root_fs_dir.is_empty() {
-            warnings.push(format!(
-                "flag --{name} has no effect without --root_fs_dir (owners set up with their own \
-                 disk tier follow MOONCAKE_OFFLOAD_* settings)"
-            ));
-        }
+    if cfg.root_fs_dir.is_empty() {
+        no_effect_without(
+            &["enable_disk_eviction", "quota_bytes"],
+            "--root_fs_dir (owners set up with their own disk tier follow \
+             MOONCAKE_OFFLOAD_* settings)",
+        );
     }
     Ok(())
 }

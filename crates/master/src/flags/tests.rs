@@ -36,6 +36,11 @@ fn exit(list: &[&str]) -> (i32, String) {
     }
 }
 
+/// One of the warnings `w` says `needle`.
+fn assert_warns(w: &[String], needle: &str) {
+    assert!(w.iter().any(|w| w.contains(needle)), "{needle}: {w:?}");
+}
+
 fn tmp(name: &str, content: &str) -> String {
     let path = std::env::temp_dir().join(format!(
         "mc-flags-{}-{}-{name}",
@@ -177,33 +182,22 @@ fn undefok_suppresses_unknown() {
 
 #[test]
 fn bad_numbers() {
-    assert_eq!(
-        exit(&["--rpc_port=abc"]),
-        (
-            1,
-            "ERROR: illegal value 'abc' specified for int32 flag 'rpc_port'".into()
-        )
-    );
-    assert_eq!(
-        exit(&["--client_ttl=1.5"]).1,
-        "ERROR: illegal value '1.5' specified for int64 flag 'client_ttl'"
-    );
-    assert_eq!(
-        exit(&["--put_start_release_timeout_sec=-1"]).1,
-        "ERROR: illegal value '-1' specified for uint64 flag 'put_start_release_timeout_sec'"
-    );
-    assert_eq!(
-        exit(&["--eviction_ratio=x"]).1,
-        "ERROR: illegal value 'x' specified for double flag 'eviction_ratio'"
-    );
-    assert_eq!(
-        exit(&["--kv_events_block_size=4294967296"]).1,
-        "ERROR: illegal value '4294967296' specified for uint32 flag 'kv_events_block_size'"
-    );
-    assert_eq!(
-        exit(&["--rpc_port=99999999999"]).1,
-        "ERROR: illegal value '99999999999' specified for int32 flag 'rpc_port'"
-    );
+    for (flag, value, ty) in [
+        ("rpc_port", "abc", "int32"),
+        ("client_ttl", "1.5", "int64"),
+        ("put_start_release_timeout_sec", "-1", "uint64"),
+        ("eviction_ratio", "x", "double"),
+        ("kv_events_block_size", "4294967296", "uint32"),
+        ("rpc_port", "99999999999", "int32"),
+    ] {
+        assert_eq!(
+            exit(&[&format!("--{flag}={value}")]),
+            (
+                1,
+                format!("ERROR: illegal value '{value}' specified for {ty} flag '{flag}'")
+            )
+        );
+    }
     assert_eq!(exit(&["--rpc_port="]).0, 1);
     // Hex is accepted, like strtol.
     assert_eq!(run(&["--rpc_port=0x10"]).rpc_port, 16);
@@ -428,11 +422,7 @@ fn ha_flags() {
     // Without --enable_ha the HA flags only warn.
     let (c, w) = run_w(&["--etcd_endpoints=a:1"]);
     assert!(!c.enable_ha);
-    assert!(
-        w.iter()
-            .any(|w| w.contains("--etcd_endpoints has no effect")),
-        "{w:?}"
-    );
+    assert_warns(&w, "--etcd_endpoints has no effect");
 }
 
 #[test]
@@ -459,12 +449,12 @@ fn unimplemented_flags_are_refused_when_non_default() {
 fn deprecated_port_and_threads() {
     let (c, w) = run_w(&["--port=6000"]);
     assert_eq!(c.rpc_port, 6000);
-    assert!(w.iter().any(|w| w.contains("--port is deprecated")));
+    assert_warns(&w, "--port is deprecated");
     let (c, _) = run_w(&["--port=6000", "--rpc_port=6001"]);
     assert_eq!(c.rpc_port, 6001);
     let (c, w) = run_w(&["--max_threads=8"]);
     assert_eq!(c.rpc_thread_num, 8);
-    assert!(w.iter().any(|w| w.contains("max_threads")));
+    assert_warns(&w, "max_threads");
     let (c, _) = run_w(&["--max_threads=8", "--rpc_thread_num=3"]);
     assert_eq!(c.rpc_thread_num, 3);
 }
@@ -605,7 +595,7 @@ fn config_json() {
     assert!(c.enable_http_metadata_server);
     assert_eq!(c.eviction_ratio, 0.1);
     assert_eq!(c.metrics_port, 9200);
-    assert!(w.iter().any(|w| w.contains("some_unknown_key")));
+    assert_warns(&w, "some_unknown_key");
     // Explicit command-line flags override the file, wherever they appear.
     let c = run(&["--rpc_port=1", &format!("--config_path={path}")]);
     assert_eq!(c.rpc_port, 1);
@@ -851,28 +841,24 @@ fn offload_tuning_flags() {
     }
     // Set where they cannot act, they say so.
     let (_, w) = run_w(&["--offload_on_evict"]);
-    assert!(
-        w.iter()
-            .any(|w| w.contains("--offload_on_evict has no effect without --enable_offload")),
-        "{w:?}"
+    assert_warns(
+        &w,
+        "--offload_on_evict has no effect without --enable_offload",
     );
     let (_, w) = run_w(&["--enable_offload", "--offload_force_evict"]);
-    assert!(
-        w.iter()
-            .any(|w| w.contains("--offload_force_evict has no effect without --offload_on_evict")),
-        "{w:?}"
+    assert_warns(
+        &w,
+        "--offload_force_evict has no effect without --offload_on_evict",
     );
     let (_, w) = run_w(&["--enable_offload", "--enable_disk_eviction=false"]);
-    assert!(
-        w.iter()
-            .any(|w| w.contains("--enable_disk_eviction has no effect without --root_fs_dir")),
-        "{w:?}"
+    assert_warns(
+        &w,
+        "--enable_disk_eviction has no effect without --root_fs_dir",
     );
     let (_, w) = run_w(&["--tenant_quota_connector_uri=/x.yaml"]);
-    assert!(
-        w.iter().any(|w| w
-            .contains("--tenant_quota_connector_uri has no effect without --enable_multi_tenants")),
-        "{w:?}"
+    assert_warns(
+        &w,
+        "--tenant_quota_connector_uri has no effect without --enable_multi_tenants",
     );
     let policy = tmp(
         "tq.yaml",
@@ -914,9 +900,5 @@ fn offload_tuning_flags() {
         assert!(msg.contains(needle), "{bad:?}: {msg}");
     }
     let (_, w) = run_w(&["--quota_bytes=1048576"]);
-    assert!(
-        w.iter()
-            .any(|w| w.contains("--quota_bytes has no effect without --root_fs_dir")),
-        "{w:?}"
-    );
+    assert_warns(&w, "--quota_bytes has no effect without --root_fs_dir");
 }

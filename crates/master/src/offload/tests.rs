@@ -50,32 +50,53 @@ const QUARTER: u64 = 1 << 18;
 fn full_with_tier(cap: u64, wait_ms: u64) -> Arc<MasterState> {
     let st = state_waiting(true, cap, wait_ms);
     st.disk_tier("c1", "a:1", Vec::new(), true).expect("tier");
+    connect_and_fill(&st);
+    st
+}
+
+/// The owner of "a:1" connects its ledger stream; four committed objects
+/// `f0`..`f3` then fill the segment.
+fn connect_and_fill(st: &MasterState) {
     st.ledger_queue("c1", "a:1")
         .expect("queue")
         .0
         .mark_connected();
     for i in 0..4 {
-        put(&st, &format!("f{i}"), QUARTER);
+        put(st, &format!("f{i}"), QUARTER);
     }
-    st
 }
 
-/// The owner of "a:1" applies and acknowledges what is queued; the
-/// offloads among it.
-fn owner_acks(st: &Arc<MasterState>) -> usize {
+/// The owner of "a:1" applies and acknowledges what is queued: the ops it
+/// got.
+fn owner_ack_ops(st: &Arc<MasterState>) -> Vec<LedgerOp> {
     let q = st.ledger_queue("c1", "a:1").expect("queue").0;
-    let ops = q.ack_all(&|r| st.release_forgotten("a:1", "u-a:1", r));
-    ops.iter()
+    q.ack_all(&|r| st.release_forgotten("a:1", "u-a:1", r))
+}
+
+/// [`owner_ack_ops`]: the offloads among them.
+fn owner_acks(st: &Arc<MasterState>) -> usize {
+    owner_ack_ops(st)
+        .iter()
         .filter(|op| matches!(op, LedgerOp::Offload { .. }))
         .count()
 }
 
+/// The one item `put_start` answers for a write of `key` (a quarter of the
+/// segment, default config).
+fn put_quarter(st: &MasterState, key: &str) -> PutStartItem {
+    let items = st.put_start(
+        &[key.to_string()],
+        &[QUARTER],
+        &WriteConfig::default(),
+        false,
+    );
+    let [item]: [PutStartItem; 1] = items.try_into().expect("one item");
+    item
+}
+
 fn start_put(st: &Arc<MasterState>, key: &str) -> std::thread::JoinHandle<PutStartItem> {
     let (st, key) = (Arc::clone(st), key.to_string());
-    std::thread::spawn(move || {
-        let items = st.put_start(&[key], &[QUARTER], &WriteConfig::default(), false);
-        items.into_iter().next().expect("one item")
-    })
+    std::thread::spawn(move || put_quarter(&st, &key))
 }
 
 /// Until `n` puts have started waiting for room.
@@ -169,19 +190,13 @@ fn a_put_that_waited_behind_another_looks_at_the_room_once_it_is_first() {
         ..WriteConfig::default()
     };
     for i in 0..3 {
-        let key = format!("p{i}");
-        let items = st.put_start(std::slice::from_ref(&key), &[QUARTER], &pinned, false);
-        let Some(PutStartItem::Write { version, .. }) = items.into_iter().next() else {
-            panic!("no write");
-        };
-        st.commit_end(&[key], &[version], &["a:1".to_string()])
-            .expect("end");
+        put_with(&st, &format!("p{i}"), QUARTER, &pinned, false);
     }
     put(&st, "f", QUARTER);
     // Another put waits for room first; then room is freed.
     let front = st.queue_for_space();
     assert_eq!(st.remove(&["f".to_string()], false), vec![0]);
-    q.ack_all(&|r| st.release_forgotten("a:1", "u-a:1", r));
+    owner_ack_ops(&st);
     // This put finds the room kept for the first one and waits behind it;
     // nothing is on its way back (the rest is pinned).
     let writer = start_put(&st, "new");
@@ -211,15 +226,9 @@ fn a_put_waiting_for_room_from_an_owner_that_goes_away_fails_at_once() {
 fn with_the_disk_full_too_a_put_fails_at_once_and_nothing_is_dropped() {
     // Room on disk for nothing: eviction keeps every object in memory.
     let st = full_with_tier(0, 600_000);
-    let items = st.put_start(
-        &["new".to_string()],
-        &[QUARTER],
-        &WriteConfig::default(),
-        false,
-    );
     assert!(matches!(
-        items[..],
-        [PutStartItem::Err(ErrorCode::NoAvailableHandle)]
+        put_quarter(&st, "new"),
+        PutStartItem::Err(ErrorCode::NoAvailableHandle)
     ));
     assert_eq!(owner_acks(&st), 0, "nothing was moved");
     let keys: Vec<String> = (0..4).map(|i| format!("f{i}")).collect();
@@ -237,15 +246,9 @@ fn with_the_disk_full_too_a_put_fails_at_once_and_nothing_is_dropped() {
 fn a_put_whose_room_does_not_come_back_in_time_fails_and_the_room_comes_later() {
     let st = full_with_tier(u64::MAX, 20);
     // The owner never acknowledges within the wait.
-    let items = st.put_start(
-        &["late".to_string()],
-        &[QUARTER],
-        &WriteConfig::default(),
-        false,
-    );
     assert!(matches!(
-        items[..],
-        [PutStartItem::Err(ErrorCode::NoAvailableHandle)]
+        put_quarter(&st, "late"),
+        PutStartItem::Err(ErrorCode::NoAvailableHandle)
     ));
     assert!(owner_acks(&st) >= 1);
     put(&st, "late", QUARTER);
@@ -255,17 +258,10 @@ fn a_put_whose_room_does_not_come_back_in_time_fails_and_the_room_comes_later() 
 #[test]
 fn without_offload_a_put_waits_for_evicted_objects_to_be_forgotten() {
     let st = state_waiting(false, u64::MAX, 600_000);
-    st.ledger_queue("c1", "a:1")
-        .expect("queue")
-        .0
-        .mark_connected();
-    for i in 0..4 {
-        put(&st, &format!("f{i}"), QUARTER);
-    }
+    connect_and_fill(&st);
     let writer = start_put(&st, "new");
     until_waiting(&st, 1);
-    let q = st.ledger_queue("c1", "a:1").expect("queue").0;
-    let ops = q.ack_all(&|r| st.release_forgotten("a:1", "u-a:1", r));
+    let ops = owner_ack_ops(&st);
     assert!(ops.iter().any(|op| matches!(op, LedgerOp::Forget { .. })));
     assert!(matches!(
         writer.join().expect("writer"),
@@ -275,13 +271,19 @@ fn without_offload_a_put_waits_for_evicted_objects_to_be_forgotten() {
 }
 
 fn put(st: &MasterState, key: &str, size: u64) {
-    let items = st.put_start(&[key.to_string()], &[size], &WriteConfig::default(), false);
+    put_with(st, key, size, &WriteConfig::default(), false);
+}
+
+/// Start and end a write of `key` under `cfg`: its version.
+fn put_with(st: &MasterState, key: &str, size: u64, cfg: &WriteConfig, upsert: bool) -> u64 {
+    let items = st.put_start(&[key.to_string()], &[size], cfg, upsert);
     let Some(PutStartItem::Write { version, .. }) = items.into_iter().next() else {
-        panic!("no write");
+        panic!("no write of {key}");
     };
     // Ended as the owner of "a:1" (its ledger ops come back here).
     st.commit_end(&[key.to_string()], &[version], &["a:1".to_string()])
         .expect("end");
+    version
 }
 
 #[test]
@@ -517,12 +519,7 @@ fn a_written_through_copy_the_owner_loses_leaves_the_memory_replica() {
 fn an_upsert_queues_its_new_version_and_forgets_the_old_copy() {
     let st = offloading(MasterConfig::default());
     put(&st, "k", 1000);
-    let items = st.put_start(&["k".to_string()], &[2000], &WriteConfig::default(), true);
-    let Some(PutStartItem::Write { version, .. }) = items.into_iter().next() else {
-        panic!("no upsert");
-    };
-    st.commit_end(&["k".to_string()], &[version], &["a:1".to_string()])
-        .expect("end");
+    let version = put_with(&st, "k", 2000, &WriteConfig::default(), true);
     let ops = queued(&st);
     assert_eq!(persists(&ops), vec!["k".to_string(), "k".to_string()]);
     assert!(ops.iter().any(
