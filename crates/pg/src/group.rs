@@ -1027,13 +1027,15 @@ impl Drop for Group {
 mod tests {
     use super::*;
 
-    fn group() -> Group {
+    /// Rank 0 of a founding group of `size` with `capacity` slots, on its
+    /// own key.
+    fn rank0(name: &str, size: usize, capacity: usize) -> Group {
         Group::new(GroupParams {
             rank: 0,
-            size: 1,
-            capacity: 4,
+            size,
+            capacity,
             is_extension: false,
-            key: format!("mask-test-{}", std::process::id()),
+            key: format!("{name}-{}", std::process::id()),
             auto_deactivate: true,
             auto_sync: true,
             host: String::new(),
@@ -1044,7 +1046,7 @@ mod tests {
     #[test]
     fn no_mask_write_reaches_a_tensor_after_clear_or_shutdown() {
         for shut in [false, true] {
-            let g = group();
+            let g = rank0("mask-test", 1, 4);
             let mut mask = vec![-1i32; 4];
             // SAFETY: `mask` outlives the registration (cleared below
             // before it is read or dropped).
@@ -1077,17 +1079,7 @@ mod tests {
 
     /// Rank 0 of a founding group of two, on its own key.
     fn founding_rank0(name: &str) -> Group {
-        Group::new(GroupParams {
-            rank: 0,
-            size: 2,
-            capacity: 2,
-            is_extension: false,
-            key: format!("{name}-{}", std::process::id()),
-            auto_deactivate: true,
-            auto_sync: true,
-            host: String::new(),
-        })
-        .expect("group")
+        rank0(name, 2, 2)
     }
 
     /// A founding peer that linked to us and left again before our own

@@ -5,6 +5,7 @@
 //! both expressed as these runs, so the executor gathers and scatters
 //! directly between user memory and store objects without a staging copy.
 
+use crate::axis::Parallelism;
 use crate::error::{TensorError, TensorResult};
 
 /// A box in a tensor's global index space: `origin[i] .. origin[i] + extent[i]`.
@@ -207,9 +208,31 @@ pub fn copy_runs(itemsize: u64, src: &Region, dst: &Region, out: &mut Vec<CopyRu
     n
 }
 
+/// The box of a tensor of `global` shape that the layout axes of `p` select.
+pub(crate) fn narrow(global: &[u64], p: &Parallelism) -> TensorResult<Region> {
+    let mut b = Region::whole(global);
+    for a in p.axes() {
+        if let Some(d) = a.split_dim {
+            b = b.split(d, a.rank, a.size)?;
+        }
+    }
+    Ok(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run(src: u64, dst: u64, len: u64) -> CopyRun {
+        CopyRun { src, dst, len }
+    }
+
+    /// A 4x6 tensor's whole box and the uniform shard `rank` of `size` along `dim`.
+    fn split_4x6(dim: usize, rank: u32, size: u32) -> (Region, Region) {
+        let full = Region::whole(&[4, 6]);
+        let shard = full.split(dim, rank, size).expect("uniform");
+        (full, shard)
+    }
 
     /// Apply runs to byte buffers.
     fn apply(runs: &[CopyRun], src: &[u8], dst: &mut [u8]) {
@@ -221,43 +244,20 @@ mod tests {
 
     #[test]
     fn narrow_along_dim0_is_one_run() {
-        let full = Region::whole(&[4, 6]);
-        let shard = full.split(0, 1, 2).expect("uniform");
+        let (full, shard) = split_4x6(0, 1, 2);
         let mut runs = Vec::new();
         assert_eq!(copy_runs(4, &full, &shard, &mut runs), 12);
-        assert_eq!(
-            runs,
-            vec![CopyRun {
-                src: 48,
-                dst: 0,
-                len: 48
-            }]
-        );
+        assert_eq!(runs, vec![run(48, 0, 48)]);
     }
 
     #[test]
     fn narrow_along_dim1_is_strided_rows() {
-        let full = Region::whole(&[4, 6]);
-        let shard = full.split(1, 1, 3).expect("uniform");
+        let (full, shard) = split_4x6(1, 1, 3);
         let mut runs = Vec::new();
         copy_runs(1, &full, &shard, &mut runs);
         assert_eq!(runs.len(), 4);
-        assert_eq!(
-            runs[0],
-            CopyRun {
-                src: 2,
-                dst: 0,
-                len: 2
-            }
-        );
-        assert_eq!(
-            runs[3],
-            CopyRun {
-                src: 20,
-                dst: 6,
-                len: 2
-            }
-        );
+        assert_eq!(runs[0], run(2, 0, 2));
+        assert_eq!(runs[3], run(20, 6, 2));
         let src: Vec<u8> = (0..24).collect();
         let mut dst = vec![0u8; 8];
         apply(&runs, &src, &mut dst);
@@ -278,14 +278,7 @@ mod tests {
             copy_runs(8, &Region::whole(&[]), &Region::whole(&[]), &mut runs),
             1
         );
-        assert_eq!(
-            runs,
-            vec![CopyRun {
-                src: 0,
-                dst: 0,
-                len: 8
-            }]
-        );
+        assert_eq!(runs, vec![run(0, 0, 8)]);
         runs.clear();
         assert_eq!(
             copy_runs(
@@ -301,8 +294,7 @@ mod tests {
 
     #[test]
     fn rows_of_a_dim1_narrowing_are_one_strided_set() {
-        let full = Region::whole(&[4, 6]);
-        let shard = full.split(1, 1, 3).expect("uniform");
+        let (full, shard) = split_4x6(1, 1, 3);
         let mut rows = Vec::new();
         assert_eq!(copy_rows(1, &full, &shard, &mut rows), 8);
         assert_eq!(

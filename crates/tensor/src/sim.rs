@@ -55,6 +55,18 @@ impl MemStore {
         self.objs.keys().cloned().collect()
     }
 
+    /// What a probe of `key` observes: its size and prefix, or missing.
+    pub(crate) fn observe(&self, key: &str) -> Observed {
+        match self.objs.get(key) {
+            Some(v) => Observed::Found {
+                size: v.len() as u64,
+                prefix: v[..v.len().min(PROBE_PREFIX)].to_vec(),
+                local: true,
+            },
+            None => Observed::Missing(TensorError::not_found("missing")),
+        }
+    }
+
     /// Run the read loop for one request.
     pub(crate) fn read(&self, req: &ReadRequest) -> TensorResult<ReadBack> {
         let mut obs = Observations::new();
@@ -68,14 +80,7 @@ impl MemStore {
                         "more than two probe rounds for {req:?}: {keys:?}"
                     );
                     for k in keys {
-                        let o = match self.objs.get(&k) {
-                            Some(v) => Observed::Found {
-                                size: v.len() as u64,
-                                prefix: v[..v.len().min(PROBE_PREFIX)].to_vec(),
-                                local: true,
-                            },
-                            None => Observed::Missing(TensorError::not_found("missing")),
-                        };
+                        let o = self.observe(&k);
                         obs.insert(k, o);
                     }
                 }

@@ -8,7 +8,7 @@
 use crate::axis::{AxisKind, Parallelism, WriterPartition};
 use crate::dtype::DType;
 use crate::error::{TensorError, TensorResult};
-use crate::geometry::{copy_runs, CopyRun, Region};
+use crate::geometry::{copy_runs, narrow, CopyRun, Region};
 use crate::header::{payload_bytes, Layout, TensorHeader, HEADER_SIZE, MAX_NDIM};
 use crate::keys;
 use crate::manifest::Manifest;
@@ -168,17 +168,6 @@ fn manifest_object(
     }
 }
 
-/// The box of a full tensor of `shape` that the layout axes of `p` select.
-fn narrowed(shape: &[u64], p: &Parallelism) -> TensorResult<Region> {
-    let mut b = Region::whole(shape);
-    for a in p.axes() {
-        if let Some(d) = a.split_dim {
-            b = b.split(d, a.rank, a.size)?;
-        }
-    }
-    Ok(b)
-}
-
 /// Plan one write item: which objects `key` + `route` produce from `src`.
 /// Every rule failure is an INVALID_PARAMS error with its reason, and
 /// nothing is planned (so nothing is written).
@@ -274,7 +263,7 @@ pub fn plan_write(key: &str, src: &WriteSource, route: &WriteRoute) -> TensorRes
                 ));
             } else {
                 // Full input narrowed along every layout axis (none for scope tags).
-                let shard = narrowed(&src.shape, p)?;
+                let shard = narrow(&src.shape, p)?;
                 objects.push(shard_object(
                     keys::shard_key(key, p),
                     src,
@@ -306,7 +295,7 @@ pub fn plan_write(key: &str, src: &WriteSource, route: &WriteRoute) -> TensorRes
             };
             for t in 0..tp.size {
                 let q = p.replace(tp.at_rank(t));
-                let shard = narrowed(&src.shape, &q)?;
+                let shard = narrow(&src.shape, &q)?;
                 objects.push(shard_object(
                     keys::shard_key(key, &q),
                     src,

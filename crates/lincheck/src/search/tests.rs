@@ -13,6 +13,14 @@ fn op(client: u32, call: Call, invoke: u64, complete: u64, outcome: Outcome) -> 
     }
 }
 
+/// An indeterminate op still pending when the history ends.
+fn pending(client: u32, call: Call, invoke: u64) -> Op {
+    Op {
+        complete: None,
+        ..op(client, call, invoke, 0, Outcome::Unknown)
+    }
+}
+
 fn ok() -> Outcome {
     Outcome::Ok(None)
 }
@@ -182,11 +190,7 @@ fn removes_report_what_they_found() {
 #[test]
 fn stuck_operations_are_reported() {
     let mut h = vec![op(0, Call::Get, 0, 1, read(None))];
-    h.push(Op {
-        complete: None,
-        outcome: Outcome::Unknown,
-        ..op(1, Call::Upsert(1), 5, 0, ok())
-    });
+    h.push(pending(1, Call::Upsert(1), 5));
     let r = check(&h, STRICT, 2_000, 1_000);
     assert!(matches!(r.anomalies.as_slice(), [Anomaly::Stuck { op }] if op.client == 1));
     assert_eq!(check(&h, STRICT, 900, 1_000).anomalies, vec![]);
@@ -221,10 +225,7 @@ fn many_unread_indeterminate_writes_check_quickly_and_stay_optional() {
     // after the last upsert (the reads keep seeing value 1).
     let mut h = vec![op(0, Call::Upsert(1), 0, 1, ok())];
     for i in 0..40u64 {
-        h.push(Op {
-            complete: None,
-            ..op(1, Call::Upsert(1_000 + i), 2 + i, 0, Outcome::Unknown)
-        });
+        h.push(pending(1, Call::Upsert(1_000 + i), 2 + i));
     }
     for i in 0..4_000u64 {
         h.push(op(2, Call::Get, 100 + 2 * i, 101 + 2 * i, read(Some(1))));
@@ -237,10 +238,7 @@ fn many_unread_indeterminate_writes_check_quickly_and_stay_optional() {
 fn an_indeterminate_write_that_was_read_still_explains_the_read() {
     let h = [
         op(0, Call::Upsert(1), 0, 1, ok()),
-        Op {
-            complete: None,
-            ..op(1, Call::Upsert(2), 2, 0, Outcome::Unknown)
-        },
+        pending(1, Call::Upsert(2), 2),
         op(2, Call::Get, 10, 11, read(Some(2))),
         op(2, Call::Get, 12, 13, read(Some(2))),
     ];
@@ -257,10 +255,7 @@ fn unread_indeterminate_writes_do_not_hide_a_stale_read() {
         op(1, Call::Get, 10, 11, read(Some(1))),
     ];
     for i in 0..3u64 {
-        h.push(Op {
-            complete: None,
-            ..op(2, Call::Upsert(100 + i), 4 + i, 0, Outcome::Unknown)
-        });
+        h.push(pending(2, Call::Upsert(100 + i), 4 + i));
     }
     let found = check(&h, STRICT, 100, 1_000).anomalies;
     assert!(
@@ -276,16 +271,10 @@ fn an_indeterminate_remove_that_took_effect_explains_a_miss_among_many_unread_wr
     // without searching where each of the 40 writes might have landed.
     let mut h = vec![
         op(0, Call::Upsert(1), 0, 1, ok()),
-        Op {
-            complete: None,
-            ..op(1, Call::Remove, 2, 0, Outcome::Unknown)
-        },
+        pending(1, Call::Remove, 2),
     ];
     for i in 0..40u64 {
-        h.push(Op {
-            complete: None,
-            ..op(3, Call::Upsert(1_000 + i), 3 + i, 0, Outcome::Unknown)
-        });
+        h.push(pending(3, Call::Upsert(1_000 + i), 3 + i));
     }
     for i in 0..2_000u64 {
         h.push(op(2, Call::Get, 100 + 2 * i, 101 + 2 * i, read(None)));

@@ -376,6 +376,17 @@ impl OpKind {
         })
     }
 
+    /// Root slot of a rooted op.
+    fn root(&self) -> Option<usize> {
+        match self {
+            OpKind::Broadcast { root, .. }
+            | OpKind::Reduce { root, .. }
+            | OpKind::Gather { root, .. }
+            | OpKind::Scatter { root, .. } => Some(*root),
+            _ => None,
+        }
+    }
+
     /// Element type and operator of a reduction, `None` for data movement.
     pub fn reduction(&self) -> Option<(DType, ReduceOp)> {
         match self {
@@ -601,6 +612,9 @@ pub(crate) fn plan(
     active: &[usize],
     small: usize,
 ) -> Result<Plan, PgError> {
+    if let Some(root) = kind.root() {
+        check_root(active, root)?;
+    }
     let peers: Vec<usize> = active.iter().copied().filter(|&q| q != me).collect();
     let mut ph = Phase::default();
     let mut unslotted = Unslotted::default();
@@ -644,7 +658,6 @@ pub(crate) fn plan(
             }
         }
         OpKind::Broadcast { buf, nbytes, root } => {
-            check_root(active, *root)?;
             if *root == me {
                 ph.sends = to_all(&peers, *buf, *nbytes);
             } else {
@@ -700,34 +713,30 @@ pub(crate) fn plan(
                 ph.recvs.push(Xfer::new(q, 0, 0));
             }
         }
+        // Away from the root, reduce and gather only send the input there.
+        OpKind::Reduce {
+            src, nbytes, root, ..
+        }
+        | OpKind::Gather {
+            src, nbytes, root, ..
+        } if *root != me => {
+            ph.sends.push(Xfer::new(*root, *src, *nbytes));
+        }
         OpKind::Reduce {
             src,
             dst,
             nbytes,
             dtype,
             op,
-            root,
+            ..
         } => {
-            check_root(active, *root)?;
-            if *root == me {
-                ph.reduce = reduction(active, me, *src, *dst, *nbytes, *dtype, *op);
-            } else {
-                ph.sends.push(Xfer::new(*root, *src, *nbytes));
-            }
+            ph.reduce = reduction(active, me, *src, *dst, *nbytes, *dtype, *op);
         }
         OpKind::Gather {
-            src,
-            nbytes,
-            dsts,
-            root,
+            src, nbytes, dsts, ..
         } => {
-            check_root(active, *root)?;
-            if *root == me {
-                unslotted = defer_slots(active, me, dsts.len(), "gather list")?;
-                gather_into(&mut ph, me, active, *src, *nbytes, dsts);
-            } else {
-                ph.sends.push(Xfer::new(*root, *src, *nbytes));
-            }
+            unslotted = defer_slots(active, me, dsts.len(), "gather list")?;
+            gather_into(&mut ph, me, active, *src, *nbytes, dsts);
         }
         OpKind::Scatter {
             srcs,
@@ -735,7 +744,6 @@ pub(crate) fn plan(
             nbytes,
             root,
         } => {
-            check_root(active, *root)?;
             if *root == me {
                 check_slots(active, srcs.len(), "scatter list")?;
                 if srcs[me] != *dst {

@@ -191,6 +191,27 @@ pub(crate) fn control_accept(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::{SocketAddr, TcpListener};
+    use std::thread::JoinHandle;
+
+    /// A loopback listener handed to `serve` on its own thread, and its
+    /// address.
+    fn serve<T: Send + 'static>(
+        serve: impl FnOnce(TcpListener) -> T + Send + 'static,
+    ) -> (SocketAddr, JoinHandle<T>) {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        (addr, std::thread::spawn(move || serve(l)))
+    }
+
+    /// The dialer's hello in the loopback tests.
+    fn hello() -> LinkHello {
+        LinkHello {
+            key: 5,
+            slot: 1,
+            member_id: 8,
+        }
+    }
 
     #[test]
     fn link_preamble_round_trips_and_rejects_garbage() {
@@ -208,9 +229,7 @@ mod tests {
 
     #[test]
     fn handshakes_over_loopback() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = l.local_addr().expect("addr");
-        let t = std::thread::spawn(move || {
+        let (addr, t) = serve(|l| {
             let (mut a, _) = l.accept().expect("accept");
             let got = link_accept(&mut a, |h| (h.slot == 1).then_some((42, None))).expect("io");
             let (mut b, _) = l.accept().expect("accept");
@@ -219,11 +238,7 @@ mod tests {
             let inst = control_accept(&mut c, None).expect("io");
             (got, refused, inst)
         });
-        let hello = LinkHello {
-            key: 5,
-            slot: 1,
-            member_id: 8,
-        };
+        let hello = hello();
         let mut s = TcpStream::connect(addr).expect("dial");
         assert!(link_dial(&mut s, &hello, 42, None).expect("io"));
         let mut s = TcpStream::connect(addr).expect("dial");
@@ -257,18 +272,12 @@ mod tests {
         dialer: Option<&str>,
         acceptor: Option<&str>,
     ) -> (std::io::Result<bool>, std::io::Result<Accepted>) {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = l.local_addr().expect("addr");
         let acc = acceptor.map(key);
-        let t = std::thread::spawn(move || {
+        let (addr, t) = serve(move |l| {
             let (mut a, _) = l.accept().expect("accept");
             link_accept(&mut a, |_| Some((42, acc)))
         });
-        let hello = LinkHello {
-            key: 5,
-            slot: 1,
-            member_id: 8,
-        };
+        let hello = hello();
         let mut s = TcpStream::connect(addr).expect("dial");
         let dialed = link_dial(&mut s, &hello, expect, dialer.map(key).as_ref());
         drop(s);
@@ -335,9 +344,7 @@ mod tests {
         // Record every byte the dialer sends and receives on a link and a
         // control session with a token: the token's text is in neither.
         let token = "very-secret-cluster-token";
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = l.local_addr().expect("addr");
-        let t = std::thread::spawn(move || {
+        let (addr, t) = serve(|l| {
             let (mut a, _) = l.accept().expect("accept");
             let mut seen = Vec::new();
             let mut tee = Tee(&mut a, &mut seen);
@@ -350,11 +357,7 @@ mod tests {
             server_handshake(&mut tee, Service::PgRank, Some(&key(token))).expect("auth");
             seen
         });
-        let hello = LinkHello {
-            key: 5,
-            slot: 1,
-            member_id: 8,
-        };
+        let hello = hello();
         let mut s = TcpStream::connect(addr).expect("dial");
         assert!(link_dial(&mut s, &hello, 42, Some(&key(token))).expect("dial"));
         let seen = t.join().expect("join");
@@ -365,10 +368,8 @@ mod tests {
     #[test]
     fn control_sessions_authenticate_too() {
         let run = |dialer: Option<&str>, acceptor: Option<&str>| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-            let addr = l.local_addr().expect("addr");
             let acc = acceptor.map(key);
-            let t = std::thread::spawn(move || {
+            let (addr, t) = serve(move |l| {
                 let (mut a, _) = l.accept().expect("accept");
                 control_accept(&mut a, acc.as_ref())
             });

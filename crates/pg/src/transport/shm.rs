@@ -298,12 +298,18 @@ mod tests {
     use super::*;
     use crate::transport::wire::KIND_COLL;
 
-    #[test]
-    fn ring_push_peek_pop_and_full() {
-        let name = unique_name(0xfeed_0001);
+    /// A two-slot segment `(created, opened by a peer)`, already unlinked.
+    fn pair(tag: u64) -> (Segment, Segment) {
+        let name = unique_name(tag);
         let own = Segment::create(&name, 2).expect("create");
         let peer = Segment::open(&name).expect("open");
         own.unlink();
+        (own, peer)
+    }
+
+    #[test]
+    fn ring_push_peek_pop_and_full() {
+        let (own, peer) = pair(0xfeed_0001);
         let tx = peer.ring(1).expect("ring");
         let rx = own.ring(1).expect("ring");
         assert!(rx.peek().is_none());
@@ -332,10 +338,7 @@ mod tests {
 
     #[test]
     fn streamed_pushes_deliver_every_byte() {
-        let name = unique_name(0xfeed_0003);
-        let own = Segment::create(&name, 2).expect("create");
-        let peer = Segment::open(&name).expect("open");
-        own.unlink();
+        let (own, peer) = pair(0xfeed_0003);
         let tx = peer.ring(0).expect("ring");
         let rx = own.ring(0).expect("ring");
         // Every slot first holds other bytes, so a byte the streamed copy

@@ -28,7 +28,7 @@
 use crate::axis::{Axis, AxisKind, Parallelism, RawAxis};
 use crate::dtype::DType;
 use crate::error::{TensorError, TensorResult};
-use crate::geometry::{copy_rows, CopyRows, Region};
+use crate::geometry::{copy_rows, narrow, CopyRows, Region};
 use crate::header::StoredAxis;
 use crate::header::{Layout, TensorHeader, HEADER_SIZE};
 use crate::keys;
@@ -249,6 +249,18 @@ struct Obj<'a> {
     header: TensorHeader,
 }
 
+impl<'a> Obj<'a> {
+    /// The object at `key` of `size` bytes, whose header is in `prefix`.
+    fn decode(key: &str, size: u64, prefix: &'a [u8]) -> TensorResult<Obj<'a>> {
+        Ok(Obj {
+            key: key.to_string(),
+            size,
+            prefix,
+            header: TensorHeader::decode(prefix, size)?,
+        })
+    }
+}
+
 impl<'a> Cx<'a> {
     /// Mark `key` as needed if it has not been observed.
     fn declare(&mut self, key: &str) {
@@ -280,14 +292,7 @@ impl<'a> Cx<'a> {
                 Err(TensorError::store(e.code, format!("{key:?}: {}", e.reason)))
             }
             Some(Observed::Found { size, prefix, .. }) => {
-                let header = TensorHeader::decode(prefix, *size)
-                    .map_err(|e| e.context(format!("{key:?}")))?;
-                Ok(Obj {
-                    key: key.to_string(),
-                    size: *size,
-                    prefix,
-                    header,
-                })
+                Obj::decode(key, *size, prefix).map_err(|e| e.context(format!("{key:?}")))
             }
         }
     }
@@ -425,17 +430,6 @@ fn shard_box(h: &TensorHeader) -> TensorResult<Region> {
                 "dim {d} is not split but its local extent {} differs from the global {}",
                 h.local_shape[d], h.global_shape[d]
             )));
-        }
-    }
-    Ok(b)
-}
-
-/// The box of a tensor of `global` shape that the layout axes of `p` select.
-fn narrow(global: &[u64], p: &Parallelism) -> TensorResult<Region> {
-    let mut b = Region::whole(global);
-    for a in p.axes() {
-        if let Some(d) = a.split_dim {
-            b = b.split(d, a.rank, a.size)?;
         }
     }
     Ok(b)
@@ -591,15 +585,7 @@ struct Hint {
 /// declares).
 fn peek<'a>(cx: &Cx<'a>, key: &str) -> Option<Obj<'a>> {
     match cx.obs.get(key) {
-        Some(Observed::Found { size, prefix, .. }) => {
-            let header = TensorHeader::decode(prefix, *size).ok()?;
-            Some(Obj {
-                key: key.to_string(),
-                size: *size,
-                prefix,
-                header,
-            })
-        }
+        Some(Observed::Found { size, prefix, .. }) => Obj::decode(key, *size, prefix).ok(),
         _ => None,
     }
 }

@@ -78,9 +78,14 @@ fn req(key: &str, mode: ReadMode, par: Option<Parallelism>) -> ReadRequest {
     }
 }
 
+/// Write the whole of `full` along `route`, write-once.
+fn write_full(s: &mut MemStore, key: &str, route: &WriteRoute) -> TensorResult<()> {
+    let (src, bytes) = full();
+    s.write(key, &src, &bytes, route, false)
+}
+
 /// Write the shard of `full` that `par` (single TP: shard input) selects.
 fn put_par(s: &mut MemStore, key: &str, par: Parallelism) {
-    let (src, bytes) = full();
     if par.is_single_tp() {
         let a = par.axes()[0];
         let d = a.split_dim.unwrap_or(0);
@@ -95,8 +100,7 @@ fn put_par(s: &mut MemStore, key: &str, par: Parallelism) {
         s.write(key, &src, &shard, &WriteRoute::Parallelism(par), false)
             .expect("write");
     } else {
-        s.write(key, &src, &bytes, &WriteRoute::Parallelism(par), false)
-            .expect("write");
+        write_full(s, key, &WriteRoute::Parallelism(par)).expect("write");
     }
 }
 
@@ -209,41 +213,28 @@ fn multi_axis_b_scenarios() {
     assert_eq!(m.layout, Some(p(&[tp(1, 3, 1), dp(1, 2)])));
     put_par(&mut s, "B", p(&[tp(0, 3, 1), dp(1, 2)]));
     put_par(&mut s, "B", p(&[tp(2, 3, 1), dp(1, 2)]));
+    let read = |mode, axes: &[RawAxis]| read_vals(&s, &req("B", mode, Some(p(axes))));
+    let whole: Vec<u32> = (0..24).collect();
     assert_eq!(
-        read_vals(
-            &s,
-            &req("B", ReadMode::Shard, Some(p(&[dp(1, 2), tp(1, 3, 1)])))
-        ),
+        read(ReadMode::Shard, &[dp(1, 2), tp(1, 3, 1)]),
         Some((vec![4, 2], rows(&SHAPE, 1, 2, 4)))
     );
     // DP replicas hold the same tensor: replica 0's read is served by replica 1
     assert_eq!(
-        read_vals(
-            &s,
-            &req("B", ReadMode::Shard, Some(p(&[dp(0, 2), tp(1, 3, 1)])))
-        ),
+        read(ReadMode::Shard, &[dp(0, 2), tp(1, 3, 1)]),
         Some((vec![4, 2], rows(&SHAPE, 1, 2, 4)))
     );
     assert_eq!(
-        read_vals(
-            &s,
-            &req("B", ReadMode::Shard, Some(p(&[dp(1, 2), tp(1, 2, 1)])))
-        ),
+        read(ReadMode::Shard, &[dp(1, 2), tp(1, 2, 1)]),
         Some((vec![4, 3], rows(&SHAPE, 1, 3, 6)))
     );
     assert_eq!(
-        read_vals(
-            &s,
-            &req("B", ReadMode::Full, Some(p(&[dp(1, 2), tp(0, 3, 1)])))
-        ),
-        Some((vec![4, 6], (0..24).collect()))
+        read(ReadMode::Full, &[dp(1, 2), tp(0, 3, 1)]),
+        Some((vec![4, 6], whole.clone()))
     );
     assert_eq!(
-        read_vals(
-            &s,
-            &req("B", ReadMode::Full, Some(p(&[dp(0, 2), tp(0, 3, 1)])))
-        ),
-        Some((vec![4, 6], (0..24).collect()))
+        read(ReadMode::Full, &[dp(0, 2), tp(0, 3, 1)]),
+        Some((vec![4, 6], whole))
     );
     // shard input with multi-axis TP is narrowed as a full tensor: non-uniform
     let shard_in = WriteSource::tensor(DType::Int32, &[4, 2]);
@@ -371,28 +362,13 @@ fn writer(rank: i64, size: i64, split_dim: i64) -> WriterPartition {
 #[test]
 fn writer_partitions() {
     let mut s = MemStore::default();
-    let (src, bytes) = full();
-    s.write(
-        "W",
-        &src,
-        &bytes,
-        &WriteRoute::Writer(writer(1, 2, 1)),
-        false,
-    )
-    .expect("write");
+    write_full(&mut s, "W", &WriteRoute::Writer(writer(1, 2, 1))).expect("write");
     assert_eq!(s.keys(), vec!["W__writer_1of2_sd1", "W__writer_manifest"]);
     assert!(
         s.read(&req("W", ReadMode::Full, None)).is_err(),
         "rank 0 is missing"
     );
-    s.write(
-        "W",
-        &src,
-        &bytes,
-        &WriteRoute::Writer(writer(0, 2, 1)),
-        false,
-    )
-    .expect("write");
+    write_full(&mut s, "W", &WriteRoute::Writer(writer(0, 2, 1))).expect("write");
     assert_eq!(
         read_vals(&s, &req("W", ReadMode::Full, None)),
         Some((vec![4, 6], (0..24).collect()))
@@ -406,25 +382,9 @@ fn writer_partitions() {
         read_vals(&s, &req("W", ReadMode::Shard, Some(p(&[tp(0, 3, 1)])))),
         Some((vec![4, 2], rows(&SHAPE, 1, 0, 2)))
     );
-    let e = s
-        .write(
-            "W3",
-            &src,
-            &bytes,
-            &WriteRoute::Writer(writer(0, 4, 1)),
-            false,
-        )
-        .unwrap_err();
+    let e = write_full(&mut s, "W3", &WriteRoute::Writer(writer(0, 4, 1))).unwrap_err();
     assert!(e.reason.contains("uniform"));
-    let e = s
-        .write(
-            "W3",
-            &src,
-            &bytes,
-            &WriteRoute::Writer(writer(0, 2, 2)),
-            false,
-        )
-        .unwrap_err();
+    let e = write_full(&mut s, "W3", &WriteRoute::Writer(writer(0, 2, 2))).unwrap_err();
     assert!(e.reason.contains("outside"));
     let e =
         crate::write_plan::route_for(Some(p(&[tp(0, 2, 0)])), Some(writer(0, 2, 1))).unwrap_err();
@@ -434,15 +394,7 @@ fn writer_partitions() {
 #[test]
 fn legacy_tp_g_scenarios() {
     let mut s = MemStore::default();
-    let (src, bytes) = full();
-    s.write(
-        "G",
-        &src,
-        &bytes,
-        &route_for_tp(3, 1).expect("route"),
-        false,
-    )
-    .expect("write");
+    write_full(&mut s, "G", &route_for_tp(3, 1).expect("route")).expect("write");
     assert_eq!(s.keys(), vec!["G_tp_0", "G_tp_1", "G_tp_2"]);
     for i in 0..3 {
         let h = TensorHeader::decode(&s.objs[&format!("G_tp_{i}")], 304 + 32).expect("header");
@@ -459,14 +411,7 @@ fn legacy_tp_g_scenarios() {
     // tp_size 1 is a plain FULL write
     assert_eq!(route_for_tp(1, 0).expect("route"), WriteRoute::Full);
     assert!(
-        s.write(
-            "H",
-            &src,
-            &bytes,
-            &route_for_tp(4, 1).expect("route"),
-            false
-        )
-        .is_err(),
+        write_full(&mut s, "H", &route_for_tp(4, 1).expect("route")).is_err(),
         "non-uniform"
     );
     let zero_d = WriteSource::tensor(DType::Int32, &[]);
@@ -488,9 +433,7 @@ fn legacy_tp_g_scenarios() {
 #[test]
 fn s4_slices_a_full_object() {
     let mut s = MemStore::default();
-    let (src, bytes) = full();
-    s.write("F", &src, &bytes, &WriteRoute::Full, false)
-        .expect("write");
+    write_full(&mut s, "F", &WriteRoute::Full).expect("write");
     assert_eq!(
         read_vals(&s, &req("F", ReadMode::Shard, Some(p(&[tp(1, 2, 1)])))),
         Some((vec![4, 3], rows(&SHAPE, 1, 3, 6)))
@@ -904,9 +847,7 @@ fn many_dp_replicas_use_the_named_ones() {
 fn preferences_scope_then_fewest_pieces() {
     let mut s = MemStore::default();
     // a full object beside a TP=2 set: a TP=4 shard reads the one object
-    let (src, bytes) = full();
-    s.write("F", &src, &bytes, &WriteRoute::Full, false)
-        .expect("write");
+    write_full(&mut s, "F", &WriteRoute::Full).expect("write");
     put_par(&mut s, "F", p(&[tp(0, 2, 0)]));
     put_par(&mut s, "F", p(&[tp(1, 2, 0)]));
     let b = s
@@ -949,14 +890,7 @@ fn resolve_all(s: &MemStore, r: &ReadRequest) -> Step {
         match resolve(r, &obs) {
             Step::Probe(keys) => {
                 for k in keys {
-                    let o = match s.objs.get(&k) {
-                        Some(v) => Observed::Found {
-                            size: v.len() as u64,
-                            prefix: v[..v.len().min(PROBE_PREFIX)].to_vec(),
-                            local: true,
-                        },
-                        None => Observed::Missing(TensorError::not_found("missing")),
-                    };
+                    let o = s.observe(&k);
                     obs.insert(k, o);
                 }
             }

@@ -353,8 +353,9 @@ mod tests {
         r as u64 + 1
     }
 
-    fn register(st: &mut State, r: usize, size: usize, cap: usize, t: Instant) -> Out {
-        let msg = ToCoord::Register {
+    /// Rank `r`'s registration in a group of `size` with `cap` slots.
+    fn registration(r: usize, size: usize, cap: usize, auto_deactivate: bool) -> ToCoord {
+        ToCoord::Register {
             req: 10 + r as u64,
             group: G,
             label: "g".into(),
@@ -362,9 +363,12 @@ mod tests {
             capacity: cap,
             size,
             extension: r >= size,
-            auto_deactivate: true,
-        };
-        st.handle(Input::Msg(sess(r), msg), t)
+            auto_deactivate,
+        }
+    }
+
+    fn register(st: &mut State, r: usize, size: usize, cap: usize, t: Instant) -> Out {
+        msg(st, r, registration(r, size, cap, true), t)
     }
 
     /// A group founded by ranks `0..size` at `t`.
@@ -390,6 +394,26 @@ mod tests {
 
     fn msg(st: &mut State, r: usize, m: ToCoord, t: Instant) -> Out {
         st.handle(Input::Msg(sess(r), m), t)
+    }
+
+    /// Rank `r`'s report of its dead links.
+    fn links(r: usize, dead: RankSet) -> ToCoord {
+        ToCoord::Links {
+            group: G,
+            slot: r,
+            dead: dead.bits(),
+        }
+    }
+
+    /// Rank `r`'s `sync_after_failure` (request `req`) with its dead links.
+    fn sync(r: usize, req: u64, dead: RankSet) -> ToCoord {
+        ToCoord::Sync {
+            req,
+            group: G,
+            slot: r,
+            member_id: 1000 + r as u64,
+            dead: dead.bits(),
+        }
     }
 
     /// The prepare every rank of `ranks` got, as `(txn, active mask)`.
@@ -472,16 +496,12 @@ mod tests {
         assert_eq!(st.next_wake(), Some(t0 + window));
         // One report: nothing is decided before the window closes.
         let t1 = t0 + Duration::from_millis(5);
-        let links = |r: usize| ToCoord::Links {
-            group: G,
-            slot: r,
-            dead: RankSet::one(2).bits(),
-        };
-        assert!(msg(&mut st, 0, links(0), t1).is_empty());
+        let report = |r: usize| links(r, RankSet::one(2));
+        assert!(msg(&mut st, 0, report(0), t1).is_empty());
         assert!(st.tick(t1).is_empty());
         // Every unsuspected member reported: decided at once, well inside
         // the window; the view without rank 2 is prepared.
-        assert!(msg(&mut st, 1, links(1), t1).is_empty());
+        assert!(msg(&mut st, 1, report(1), t1).is_empty());
         let out = st.tick(t1);
         let (txn, active) = prepared(&out, &[0, 1]);
         assert_eq!(active, 0b011);
@@ -516,12 +536,7 @@ mod tests {
         let t0 = Instant::now();
         let mut st = founded(3, 3, t0);
         st.handle(Input::Closed(sess(2)), t0);
-        let m = ToCoord::Links {
-            group: G,
-            slot: 0,
-            dead: RankSet::one(2).bits(),
-        };
-        msg(&mut st, 0, m, t0);
+        msg(&mut st, 0, links(0, RankSet::one(2)), t0);
         let window = config::reconciliation_window();
         let almost = t0 + window - Duration::from_millis(1);
         assert!(st.tick(almost).is_empty());
@@ -534,30 +549,8 @@ mod tests {
         let t0 = Instant::now();
         let mut st = State::default();
         for r in 0..4 {
-            let m = ToCoord::Register {
-                req: 10 + r as u64,
-                group: G,
-                label: "g".into(),
-                rec: rec(r),
-                capacity: 4,
-                size: 4,
-                extension: false,
-                auto_deactivate: false,
-            };
-            msg(&mut st, r, m, t0);
+            msg(&mut st, r, registration(r, 4, 4, false), t0);
         }
-        let sync = |r: usize, req: u64, dead: RankSet| ToCoord::Sync {
-            req,
-            group: G,
-            slot: r,
-            member_id: 1000 + r as u64,
-            dead: dead.bits(),
-        };
-        let links = |r: usize, dead: RankSet| ToCoord::Links {
-            group: G,
-            slot: r,
-            dead: dead.bits(),
-        };
         // Rank 1's process ends; rank 3's failed op reports it, and rank 3
         // asks for the decision. Ranks 0 and 2 answer the query before they
         // noticed anything.
@@ -605,18 +598,12 @@ mod tests {
         let t0 = Instant::now();
         let mut st = founded(2, 2, t0);
         // Both alive, each reports the other dead (with a wait, req != 0).
-        let sync = |r: usize, other: usize| ToCoord::Sync {
-            req: 50 + r as u64,
-            group: G,
-            slot: r,
-            member_id: 1000 + r as u64,
-            dead: RankSet::one(other).bits(),
-        };
-        let out = msg(&mut st, 0, sync(0, 1), t0);
+        let lost = |r: usize, other: usize| sync(r, 50 + r as u64, RankSet::one(other));
+        let out = msg(&mut st, 0, lost(0, 1), t0);
         assert!(to(&out, 1)
             .iter()
             .any(|m| matches!(m, ToAgent::Query { .. })));
-        msg(&mut st, 1, sync(1, 0), t0);
+        msg(&mut st, 1, lost(1, 0), t0);
         let out = st.tick(t0);
         let (txn, active) = prepared(&out, &[0]);
         assert_eq!(active, 0b01);
@@ -753,21 +740,10 @@ mod tests {
         let t0 = Instant::now();
         let mut st = founded(3, 3, t0);
         // A reconciliation waiting for rank 1's links.
-        let report = ToCoord::Sync {
-            req: 0,
-            group: G,
-            slot: 0,
-            member_id: 1000,
-            dead: RankSet::one(2).bits(),
-        };
-        msg(&mut st, 0, report, t0);
+        msg(&mut st, 0, sync(0, 0, RankSet::one(2)), t0);
         assert!(st.tick(t0).is_empty());
         let bad = [
-            ToCoord::Links {
-                group: G,
-                slot: 99,
-                dead: u64::MAX,
-            },
+            links(99, RankSet::from_bits(u64::MAX)),
             ToCoord::PrepareAck {
                 group: G,
                 txn: 1,
@@ -790,21 +766,12 @@ mod tests {
             assert!(msg(&mut st, 0, m, t0).is_empty());
         }
         // Rank 1's links reported from another member's session.
-        let forged = ToCoord::Links {
-            group: G,
-            slot: 1,
-            dead: 0,
-        };
+        let forged = links(1, RankSet::EMPTY);
         assert!(msg(&mut st, 0, forged, t0).is_empty());
         assert!(st.tick(t0).is_empty(), "still waiting for rank 1");
         assert_eq!(st.groups[&G].active, RankSet::from_bits(0b111));
         // Its own report decides.
-        let own = ToCoord::Links {
-            group: G,
-            slot: 1,
-            dead: RankSet::one(2).bits(),
-        };
-        msg(&mut st, 1, own, t0);
+        msg(&mut st, 1, links(1, RankSet::one(2)), t0);
         assert_eq!(prepared(&st.tick(t0), &[0, 1]).1, 0b011);
     }
 }
