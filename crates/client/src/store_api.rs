@@ -234,11 +234,15 @@ macro_rules! declare {
 }
 
 /// The `StoreApi` methods of a listed group, each forwarded to the
-/// client's inherent method of the same name and signature.
-macro_rules! forward_to_inherent {
+/// implementing type's inherent method of the same name and signature (a
+/// type's inherent method is found before its trait's). Every kind of
+/// store implements its `store_calls!` this way.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! store_forward_to_inherent {
     ($($(#[$m:meta])* fn $n:ident(&self $(, $a:ident: $t:ty)* $(,)?) $(-> $r:ty)?;)*) => {
         $(fn $n(&self $(, $a: $t)*) $(-> $r)? {
-            Client::$n(self $(, $a)*)
+            Self::$n(self $(, $a)*)
         })*
     };
     (
@@ -246,12 +250,12 @@ macro_rules! forward_to_inherent {
         unsafe { $($(#[$um:meta])* fn $un:ident(&self $(, $ua:ident: $ut:ty)* $(,)?) $(-> $ur:ty)?;)* }
     ) => {
         $(fn $sn(&self $(, $sa: $st)*) $(-> $sr)? {
-            Client::$sn(self $(, $sa)*)
+            Self::$sn(self $(, $sa)*)
         })*
         $(unsafe fn $un(&self $(, $ua: $ut)*) $(-> $ur)? {
             // SAFETY: the caller's contract is the trait method's, which is
             // the inherent method's.
-            unsafe { Client::$un(self $(, $ua)*) }
+            unsafe { Self::$un(self $(, $ua)*) }
         })*
     };
 }
@@ -321,8 +325,8 @@ pub trait StoreApi: Send + Sync {
 }
 
 impl StoreApi for Client {
-    store_queries!(forward_to_inherent);
-    store_calls!(forward_to_inherent);
+    store_queries!(store_forward_to_inherent);
+    store_calls!(store_forward_to_inherent);
 
     fn stats(&self) -> Vec<(String, u64)> {
         Client::stats(self)

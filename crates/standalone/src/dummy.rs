@@ -29,8 +29,8 @@ use crate::wire::{
     WireRead, WireRoute, WireWrite,
 };
 use mooncake_client::{
-    Error, ErrorCode, OwnedValues, Ranges, ReplicateConfig, Result, StagedValue, StoreApi,
-    TensorDest, TensorWrite, WriteMode, HEALTH_CLOSED, HEALTH_PING_FAILED,
+    store_forward_to_inherent, Error, ErrorCode, OwnedValues, Ranges, ReplicateConfig, Result,
+    StagedValue, StoreApi, TensorDest, TensorWrite, WriteMode, HEALTH_CLOSED, HEALTH_PING_FAILED,
 };
 use mooncake_common::framing::{client_handshake, encode};
 use mooncake_common::AuthKey;
@@ -924,30 +924,12 @@ impl DummyClient {
     }
 }
 
-/// The `StoreApi` methods of a listed group, each forwarded to the dummy's
-/// inherent method of the same name and signature.
-macro_rules! forward_to_inherent {
-    (
-        safe { $($(#[$sm:meta])* fn $sn:ident(&self $(, $sa:ident: $st:ty)* $(,)?) $(-> $sr:ty)?;)* }
-        unsafe { $($(#[$um:meta])* fn $un:ident(&self $(, $ua:ident: $ut:ty)* $(,)?) $(-> $ur:ty)?;)* }
-    ) => {
-        $(fn $sn(&self $(, $sa: $st)*) $(-> $sr)? {
-            DummyClient::$sn(self $(, $sa)*)
-        })*
-        $(unsafe fn $un(&self $(, $ua: $ut)*) $(-> $ur)? {
-            // SAFETY: the caller's contract is the trait method's, which is
-            // the inherent method's.
-            unsafe { DummyClient::$un(self $(, $ua)*) }
-        })*
-    };
-}
-
 /// A dummy client is a store: a query is sent to the daemon as it is
 /// (`queries`); every other method is its inherent method of the same
 /// name, one request to the daemon.
 impl StoreApi for DummyClient {
     mooncake_client::store_queries!(dummy_queries);
-    mooncake_client::store_calls!(forward_to_inherent);
+    mooncake_client::store_calls!(store_forward_to_inherent);
 
     fn stats(&self) -> Vec<(String, u64)> {
         DummyClient::stats(self)

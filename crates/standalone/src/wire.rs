@@ -29,11 +29,11 @@ use mooncake_tensor::{
     DType, Parallelism, RawAxis, RawWriterPartition, ReadMode, ReadOutput, ReadRequest, WriteRoute,
     WriteSource, WriterPartition, HEADER_SIZE,
 };
-use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use mooncake_transfer::net::sockio::{recv_with_fds, send_with_fds};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -562,43 +562,15 @@ fn poll_then_block(fd: RawFd, buf: &mut [u8], spin: Duration) -> io::Result<usiz
 
 /// Send `fd` (with one marker byte) after a frame.
 pub(crate) fn send_fd(s: &UnixStream, fd: RawFd) -> io::Result<()> {
-    let fds = [fd];
-    let cmsg = [ControlMessage::ScmRights(&fds)];
-    sendmsg::<()>(
-        s.as_raw_fd(),
-        &[IoSlice::new(&[1u8])],
-        &cmsg,
-        MsgFlags::empty(),
-        None,
-    )
-    .map_err(io::Error::from)?;
-    Ok(())
+    send_with_fds(s, &[1u8], &[fd])
 }
 
 /// Receive the descriptor [`send_fd`] sent.
 pub(crate) fn recv_fd(s: &UnixStream) -> io::Result<OwnedFd> {
     let mut byte = [0u8; 1];
-    let mut cmsg_buf = nix::cmsg_space!([RawFd; 1]);
-    let mut iov = [IoSliceMut::new(&mut byte)];
-    let msg = recvmsg::<()>(
-        s.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg_buf),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .map_err(io::Error::from)?;
-    if msg.bytes == 0 {
+    let (got, mut fds) = recv_with_fds::<1>(s, &mut byte)?;
+    if got == 0 {
         return Err(io::ErrorKind::UnexpectedEof.into());
-    }
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    for cm in msg.cmsgs().map_err(io::Error::from)? {
-        if let ControlMessageOwned::ScmRights(v) = cm {
-            for fd in v {
-                // SAFETY: each descriptor was just received with SCM_RIGHTS
-                // and is owned by nobody else.
-                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
-            }
-        }
     }
     let n = fds.len();
     match fds.pop() {

@@ -22,16 +22,16 @@
 //!
 //! A reader holding a token refuses an owner that does not ask for it.
 
+use crate::net::sockio::{recv_with_fds, send_with_fds};
 use crate::segment::Segment;
 use mooncake_common::auth::{self, AuthKey, Nonce, TAG_LEN};
 use mooncake_common::limits::{accept_until, ConnLimits, ConnTracker};
-use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -180,17 +180,7 @@ fn answer(
         }
         final_msg[8..].copy_from_slice(&k.mac(auth::DOMAIN_MAP_OWNER, &[uuid, &nonce_r, &nonce_o]));
     }
-    let fds = [seg.fd().as_raw_fd(), alive_r.as_raw_fd()];
-    let cmsg = [ControlMessage::ScmRights(&fds)];
-    sendmsg::<()>(
-        c.as_raw_fd(),
-        &[IoSlice::new(&final_msg)],
-        &cmsg,
-        MsgFlags::empty(),
-        None,
-    )
-    .map_err(io::Error::from)?;
-    Ok(())
+    send_with_fds(c, &final_msg, &[seg.fd().as_raw_fd(), alive_r.as_raw_fd()])
 }
 
 /// Reader side: connect to the owner and map its segment (proving the
@@ -239,29 +229,7 @@ pub fn map_remote(
         }
     }
     let mut final_msg = [0u8; 8 + TAG_LEN];
-    let mut cmsg_buf = nix::cmsg_space!([RawFd; 2]);
-    let got = {
-        let mut iov = [IoSliceMut::new(&mut final_msg)];
-        let msg = recvmsg::<()>(
-            c.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg_buf),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(io::Error::from)?;
-        let mut fds: Vec<OwnedFd> = Vec::new();
-        for cm in msg.cmsgs().map_err(io::Error::from)? {
-            if let ControlMessageOwned::ScmRights(v) = cm {
-                for fd in v {
-                    // SAFETY: each descriptor was just received with
-                    // SCM_RIGHTS and is owned by nobody else.
-                    fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
-                }
-            }
-        }
-        (msg.bytes, fds)
-    };
-    let (n, mut fds) = got;
+    let (n, mut fds) = recv_with_fds::<2>(&c, &mut final_msg)?;
     if n == 0 {
         return Err(io::ErrorKind::UnexpectedEof.into());
     }

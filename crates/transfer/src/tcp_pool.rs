@@ -23,6 +23,35 @@ const MAX_IDLE: usize = 8;
 /// Socket IO timeout: a peer that stops answering fails the transfer.
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// One kind of request, as its outcome is reported.
+struct Request {
+    /// What it is, for an I/O failure's error and log line.
+    what: &'static str,
+    /// The error's text when the owner refuses it.
+    refused: &'static str,
+    /// Whether the connection goes back to the pool after the owner
+    /// refuses the request.
+    reuse_refused: bool,
+}
+
+const DATA_READ: Request = Request {
+    what: "data read",
+    refused: "data read refused by the owner",
+    reuse_refused: true,
+};
+
+const DISK_READ: Request = Request {
+    what: "disk read",
+    refused: "disk read refused by the owner",
+    reuse_refused: true,
+};
+
+const DATA_WRITE: Request = Request {
+    what: "data write",
+    refused: "data write refused by the owner",
+    reuse_refused: false,
+};
+
 /// Data connections to the peers' data servers, by `host:port` and
 /// cluster token.
 pub struct TcpPool {
@@ -83,21 +112,8 @@ impl TcpPool {
     ) -> Result<()> {
         let mut s = self.connect(endpoint, key)?;
         // SAFETY: the caller guarantees the destinations are writable.
-        match unsafe { read_on(&mut s, uuid, ops, stores) } {
-            Ok(Ok(())) => {
-                self.give(endpoint, key, s);
-                Ok(())
-            }
-            Ok(Err(code)) => {
-                self.give(endpoint, key, s);
-                Err(Error::new(code, "data read refused by the owner").with_peer(endpoint))
-            }
-            Err(e) => {
-                tracing::warn!(peer = endpoint, error = %e, "data read failed");
-                self.forget(endpoint);
-                Err(Error::io("data read", endpoint, e))
-            }
-        }
+        let r = unsafe { read_on(&mut s, uuid, ops, stores) };
+        self.finish(endpoint, key, s, r, &DATA_READ)
     }
 
     /// Read `dst.len()` bytes of `key`'s value at `version` (from byte
@@ -118,32 +134,14 @@ impl TcpPool {
             offset,
             len: dst.len() as u64,
         };
-        let r = s.write_all(&req.encode()).and_then(|_| read_status(&mut s));
-        match r {
-            Ok(0) => match s.read_exact(dst) {
-                Ok(()) => {
-                    self.give(endpoint, key_auth, s);
-                    Ok(())
-                }
-                Err(e) => {
-                    tracing::warn!(peer = endpoint, error = %e, "disk read failed");
-                    self.forget(endpoint);
-                    Err(Error::io("disk read", endpoint, e))
-                }
-            },
-            Ok(code) => {
-                self.give(endpoint, key_auth, s);
-                Err(
-                    Error::new(ErrorCode::from_code(code), "disk read refused by the owner")
-                        .with_peer(endpoint),
-                )
-            }
-            Err(e) => {
-                tracing::warn!(peer = endpoint, error = %e, "disk read failed");
-                self.forget(endpoint);
-                Err(Error::io("disk read", endpoint, e))
-            }
-        }
+        let r = s
+            .write_all(&req.encode())
+            .and_then(|_| read_status(&mut s))
+            .and_then(|code| match code {
+                0 => s.read_exact(dst).map(Ok),
+                code => Ok(Err(ErrorCode::from_code(code))),
+            });
+        self.finish(endpoint, key_auth, s, r, &DISK_READ)
     }
 
     /// Write local memory into the ranges of the peer's segment, under the
@@ -161,18 +159,37 @@ impl TcpPool {
     ) -> Result<()> {
         let mut s = self.connect(endpoint, key)?;
         // SAFETY: the caller guarantees the sources are readable.
-        match unsafe { write_on(&mut s, uuid, ops, ticket) } {
+        let r = unsafe { write_on(&mut s, uuid, ops, ticket) };
+        self.finish(endpoint, key, s, r, &DATA_WRITE)
+    }
+
+    /// The end of one `req` on `s`: done, or refused by the owner (the
+    /// connection goes back to the pool, after a refusal only when
+    /// `req.reuse_refused`), or an I/O failure (the connection is dropped
+    /// with the peer's idle ones).
+    fn finish(
+        &self,
+        endpoint: &str,
+        key: Option<&AuthKey>,
+        s: TcpStream,
+        r: io::Result<std::result::Result<(), ErrorCode>>,
+        req: &Request,
+    ) -> Result<()> {
+        match r {
             Ok(Ok(())) => {
                 self.give(endpoint, key, s);
                 Ok(())
             }
             Ok(Err(code)) => {
-                Err(Error::new(code, "data write refused by the owner").with_peer(endpoint))
+                if req.reuse_refused {
+                    self.give(endpoint, key, s);
+                }
+                Err(Error::new(code, req.refused).with_peer(endpoint))
             }
             Err(e) => {
-                tracing::warn!(peer = endpoint, error = %e, "data write failed");
+                tracing::warn!(peer = endpoint, error = %e, "{} failed", req.what);
                 self.forget(endpoint);
-                Err(Error::io("data write", endpoint, e))
+                Err(Error::io(req.what, endpoint, e))
             }
         }
     }

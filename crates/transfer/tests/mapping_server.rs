@@ -8,11 +8,24 @@ use mooncake_transfer::same_host::{map_remote, socket_name, MappingServer};
 use mooncake_transfer::segment::Segment;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The tests count this process's descriptors: run them one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Hold for the whole test (see [`SERIAL`]).
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A new 1 MiB segment and a mapping server for it (with the cluster
+/// token `key`).
+fn served(key: Option<AuthKey>) -> (Arc<Segment>, MappingServer) {
+    let seg = Segment::create(1 << 20).expect("segment");
+    let server = MappingServer::start(seg.clone(), key).expect("mapping server");
+    (seg, server)
+}
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
@@ -22,9 +35,8 @@ fn open_fds() -> usize {
 /// descriptors open in the owner.
 #[test]
 fn answered_mapping_connections_are_closed() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let seg = Segment::create(1 << 20).expect("segment");
-    let server = MappingServer::start(seg.clone(), None).expect("mapping server");
+    let _g = serial();
+    let (seg, server) = served(None);
     let name = socket_name(seg.uuid());
     // One mapping first, so lazily created process state is not counted.
     drop(map_remote(&name, seg.uuid(), seg.size(), None).expect("map"));
@@ -50,9 +62,8 @@ fn answered_mapping_connections_are_closed() {
 /// each (one connection served at a time), so its own 2 s wait ran out.
 #[test]
 fn idle_connections_do_not_stall_a_mapping_reader() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let seg = Segment::create(1 << 20).expect("segment");
-    let server = MappingServer::start(seg.clone(), None).expect("mapping server");
+    let _g = serial();
+    let (seg, server) = served(None);
     let name = socket_name(seg.uuid());
     let addr = SocketAddr::from_abstract_name(name.as_bytes()).expect("addr");
     let idle: Vec<UnixStream> = (0..3)
@@ -70,12 +81,11 @@ fn idle_connections_do_not_stall_a_mapping_reader() {
 
 #[test]
 fn mapping_needs_the_token_when_the_owner_has_one() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let key = AuthKey::new("cluster").expect("key");
-    let seg = Segment::create(1 << 20).expect("segment");
+    let (seg, server) = served(Some(key.clone()));
     // SAFETY: a fresh 1 MiB mapping; one byte written at its start.
     unsafe { *seg.base() = 42 };
-    let server = MappingServer::start(seg.clone(), Some(key.clone())).expect("server");
     let name = socket_name(seg.uuid());
     let m = map_remote(&name, seg.uuid(), seg.size(), Some(&key)).expect("with the token");
     // SAFETY: the mapping is 1 MiB long.
@@ -90,8 +100,7 @@ fn mapping_needs_the_token_when_the_owner_has_one() {
     assert!(map_remote(&name, "not-the-uuid", seg.size(), Some(&key)).is_err());
     server.stop();
     // An owner without a token is refused by a reader that has one.
-    let open_seg = Segment::create(1 << 20).expect("segment");
-    let open = MappingServer::start(open_seg.clone(), None).expect("server");
+    let (open_seg, open) = served(None);
     let e = map_remote(
         &socket_name(open_seg.uuid()),
         open_seg.uuid(),
@@ -106,16 +115,14 @@ fn mapping_needs_the_token_when_the_owner_has_one() {
 
 #[test]
 fn readers_see_the_owner_stop() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let seg = Segment::create(1 << 20).expect("segment");
-    let server = MappingServer::start(seg.clone(), None).expect("server");
+    let _g = serial();
+    let (seg, server) = served(None);
     let m = map_remote(&socket_name(seg.uuid()), seg.uuid(), seg.size(), None).expect("map");
     assert!(m.owner_alive());
     server.stop();
     assert!(!m.owner_alive());
     // A size that disagrees with the master's is refused.
-    let seg = Segment::create(1 << 20).expect("segment");
-    let server = MappingServer::start(seg.clone(), None).expect("server");
+    let (seg, server) = served(None);
     assert!(map_remote(&socket_name(seg.uuid()), seg.uuid(), 4096, None).is_err());
     server.stop();
 }
@@ -127,13 +134,13 @@ fn readers_see_the_owner_stop() {
 #[test]
 fn dead_segments_are_unmapped_when_a_new_one_is_mapped() {
     use mooncake_transfer::same_host::{MapLookup, MappingCache};
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = serial();
     let cache = MappingCache::default();
     let mut servers = Vec::new();
     let mut segs = Vec::new();
     for _ in 0..3 {
-        let seg = Segment::create(1 << 20).expect("segment");
-        servers.push(MappingServer::start(seg.clone(), None).expect("mapping server"));
+        let (seg, server) = served(None);
+        servers.push(server);
         let name = socket_name(seg.uuid());
         let got = cache.get(seg.uuid(), &name, seg.size(), None, || {});
         assert!(matches!(got, MapLookup::Mapped(_)));
@@ -153,8 +160,7 @@ fn dead_segments_are_unmapped_when_a_new_one_is_mapped() {
         || panic!("a cached live mapping was mapped again"),
     );
     assert!(matches!(again, MapLookup::Mapped(_)));
-    let seg = Segment::create(1 << 20).expect("segment");
-    let server = MappingServer::start(seg.clone(), None).expect("mapping server");
+    let (seg, server) = served(None);
     let got = cache.get(
         seg.uuid(),
         &socket_name(seg.uuid()),

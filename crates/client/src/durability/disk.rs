@@ -230,6 +230,17 @@ impl Disk {
         true
     }
 
+    /// The start of `len` bytes at `offset` of this client's segment, when
+    /// it has one and the range lies inside its mapping.
+    fn segment_at(&self, offset: u64, len: u64) -> Option<*mut u8> {
+        let seg = self
+            .segment
+            .as_ref()
+            .filter(|s| s.check_range(offset, len))?;
+        // SAFETY: `offset` lies inside the mapping (checked).
+        Some(unsafe { seg.base().add(offset as usize) })
+    }
+
     /// Apply the disk side of pushed ledger ops (before they are
     /// acknowledged): copy offloaded and written-through replicas from the
     /// segment to disk, read promoted ones back into the segment, delete
@@ -252,23 +263,15 @@ impl Disk {
                     key,
                     size,
                 } => {
-                    let ok = match &self.segment {
-                        Some(seg) if seg.check_range(*offset, *size) => {
-                            // SAFETY: the range lies inside the segment's
-                            // mapping (checked), which lives as long as
-                            // `seg`; the master frees the range only on the
-                            // ack of this op or of a forget queued after
-                            // it, so nobody writes it meanwhile.
-                            let bytes = unsafe {
-                                std::slice::from_raw_parts(
-                                    seg.base().add(*offset as usize),
-                                    *size as usize,
-                                )
-                            };
-                            self.tier.put(key, *version, bytes).is_ok()
-                        }
-                        _ => false,
-                    };
+                    let ok = self.segment_at(*offset, *size).is_some_and(|p| {
+                        // SAFETY: the range lies inside the segment's
+                        // mapping (checked), which lives as long as `self`;
+                        // the master frees the range only on the ack of this
+                        // op or of a forget queued after it, so nobody
+                        // writes it meanwhile.
+                        let bytes = unsafe { std::slice::from_raw_parts(p, *size as usize) };
+                        self.tier.put(key, *version, bytes).is_ok()
+                    });
                     if !ok {
                         failed.push((key.clone(), *version));
                     }
@@ -279,24 +282,16 @@ impl Disk {
                     key,
                     size,
                 } => {
-                    let copied = match &self.segment {
-                        Some(seg) if seg.check_range(*offset, *size) => {
-                            // SAFETY: the range lies inside the segment's
-                            // mapping (checked), which lives as long as
-                            // `seg`; the master allocated it to this
-                            // promotion and hands it to nobody else until
-                            // the result is reported, so nobody else reads
-                            // or writes it meanwhile.
-                            let dst = unsafe {
-                                std::slice::from_raw_parts_mut(
-                                    seg.base().add(*offset as usize),
-                                    *size as usize,
-                                )
-                            };
-                            self.tier.read(key, *version, 0, dst).is_ok()
-                        }
-                        _ => false,
-                    };
+                    let copied = self.segment_at(*offset, *size).is_some_and(|p| {
+                        // SAFETY: the range lies inside the segment's
+                        // mapping (checked), which lives as long as `self`;
+                        // the master allocated it to this promotion and
+                        // hands it to nobody else until the result is
+                        // reported, so nobody else reads or writes it
+                        // meanwhile.
+                        let dst = unsafe { std::slice::from_raw_parts_mut(p, *size as usize) };
+                        self.tier.read(key, *version, 0, dst).is_ok()
+                    });
                     promoted.push((key.clone(), *version, *offset, copied));
                 }
                 LedgerOp::DiskForget { key, version } => {

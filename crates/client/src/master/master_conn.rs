@@ -166,7 +166,12 @@ impl MasterConn {
     /// Open a new connection (handshake included).
     pub(crate) fn connect(&self) -> io::Result<TcpStream> {
         let addr = self.resolve()?;
-        let mut s = TcpStream::connect_timeout(&addr, self.connect_timeout)?;
+        self.open(TcpStream::connect_timeout(&addr, self.connect_timeout)?)
+    }
+
+    /// Make a freshly connected `s` a master connection: socket options,
+    /// handshake, tenant.
+    fn open(&self, mut s: TcpStream) -> io::Result<TcpStream> {
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(RPC_TIMEOUT))?;
         s.set_write_timeout(Some(RPC_TIMEOUT))?;
@@ -192,13 +197,7 @@ impl MasterConn {
     pub(crate) fn connect_spare(&self, sock: socket2::Socket) -> io::Result<TcpStream> {
         let addr = self.resolve()?;
         sock.connect_timeout(&addr.into(), self.connect_timeout)?;
-        let mut s: TcpStream = sock.into();
-        s.set_nodelay(true)?;
-        s.set_read_timeout(Some(RPC_TIMEOUT))?;
-        s.set_write_timeout(Some(RPC_TIMEOUT))?;
-        client_handshake(&mut s, Service::Master, self.key.as_ref())?;
-        self.name_tenant(&mut s)?;
-        Ok(s)
+        self.open(sock.into())
     }
 
     /// Try to connect until `deadline`, retrying refused connections.

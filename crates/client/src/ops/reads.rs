@@ -15,7 +15,6 @@ use crate::ops::writes::{check_key, seg_ref};
 use mooncake_common::proto::{MasterRequest, MasterResponse, ObjectInfo, ReplicaLoc};
 use mooncake_common::ErrorCode;
 use mooncake_transfer::Path;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Replica lookups with the instant the lease runs out.
@@ -71,15 +70,7 @@ fn from_codes<T>(codes: Vec<i32>, ok: impl Fn(i32) -> T) -> Vec<Result<T>> {
 impl Client {
     /// Counts one engine read of `n` bytes (one request when over TCP).
     pub(crate) fn count_read(&self, path: Path, n: u64) {
-        let c = match path {
-            Path::Local => &self.stats.bytes_read_local,
-            Path::SameHost => &self.stats.bytes_read_same_host,
-            Path::Tcp => {
-                self.stats.tcp_read_requests.fetch_add(1, Ordering::Relaxed);
-                &self.stats.bytes_read_tcp
-            }
-        };
-        c.fetch_add(n, Ordering::Relaxed);
+        self.stats.read.count(path, n);
     }
 
     /// One GetReplicaList RPC for the non-empty `keys` (an empty key is
@@ -149,6 +140,30 @@ impl Client {
         // SAFETY: the caller vouches for every destination.
         let errs = unsafe { self.read_ranges(&infos, &ops) };
         errs.into_iter().map(|e| e.map_or(Ok(()), Err)).collect()
+    }
+
+    /// [`Client::read_objects`] of objects `lk` found, then the end of
+    /// `lk`'s lease: item `j`'s read failure, or the lease having run out
+    /// meanwhile, replaces `out[slot[j]]`.
+    ///
+    /// # Safety
+    /// As [`Client::read_objects`].
+    unsafe fn read_leased(
+        &self,
+        lk: &Lookup,
+        items: &[(&ObjectInfo, usize)],
+        slot: Vec<usize>,
+        out: &mut [Result<u64>],
+    ) {
+        // SAFETY: forwarded from the caller.
+        let res = unsafe { self.read_objects(items) };
+        let lease = Self::check_lease(lk.deadline);
+        self.read_finished(lk.ticket);
+        for (r, i) in res.into_iter().zip(slot) {
+            if let Err(e) = r.and(lease.clone()) {
+                out[i] = Err(e);
+            }
+        }
     }
 
     fn check_lease(deadline: Instant) -> Result<()> {
@@ -266,14 +281,7 @@ impl Client {
             }
         }
         // SAFETY: `alloc` vouches for each destination.
-        let res = unsafe { self.read_objects(&items) };
-        let lease = Self::check_lease(lk.deadline);
-        self.read_finished(lk.ticket);
-        for (r, i) in res.into_iter().zip(slot) {
-            if let Err(e) = r.and(lease.clone()) {
-                out[i] = Err(e);
-            }
-        }
+        unsafe { self.read_leased(&lk, &items, slot, &mut out) };
         for (o, r) in out.iter().zip(reservations.iter_mut()) {
             if o.is_err() {
                 *r = None;
@@ -333,14 +341,7 @@ impl Client {
             }
         }
         // SAFETY: the caller vouches for every destination.
-        let res = unsafe { self.read_objects(&items) };
-        let lease = Self::check_lease(lk.deadline);
-        self.read_finished(lk.ticket);
-        for (r, i) in res.into_iter().zip(slot) {
-            if let Err(e) = r.and(lease.clone()) {
-                out[i] = Err(e);
-            }
-        }
+        unsafe { self.read_leased(&lk, &items, slot, &mut out) };
         Ok(out)
     }
 

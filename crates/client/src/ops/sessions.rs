@@ -87,7 +87,14 @@ fn ranges_of(
 }
 
 /// INVALID_PARAMS unless the four lists have one entry per key.
-fn check_lists(keys: usize, ptrs: usize, sizes: usize, offsets: usize, what: &str) -> Result<()> {
+fn check_lists(
+    keys: &[String],
+    ptrs: &[Vec<usize>],
+    sizes: &[Vec<usize>],
+    offsets: &[Vec<usize>],
+    what: &str,
+) -> Result<()> {
+    let (keys, ptrs, sizes, offsets) = (keys.len(), ptrs.len(), sizes.len(), offsets.len());
     if keys != ptrs || keys != sizes || keys != offsets {
         return Err(Error::invalid(format!(
             "keys ({keys}), all_buffer_ptrs ({ptrs}), all_sizes ({sizes}) and {what} \
@@ -261,13 +268,7 @@ impl Client {
         all_sizes: &[Vec<usize>],
         all_offsets: &[Vec<usize>],
     ) -> Result<Vec<Result<u64>>> {
-        check_lists(
-            keys.len(),
-            all_ptrs.len(),
-            all_sizes.len(),
-            all_offsets.len(),
-            "all_dst_offsets",
-        )?;
+        check_lists(keys, all_ptrs, all_sizes, all_offsets, "all_dst_offsets")?;
         let mut out: Vec<Result<u64>> = Vec::with_capacity(keys.len());
         // Per range: its source piece, where it lands, the key's session.
         let mut pieces: Vec<Pieces> = Vec::new();
@@ -447,13 +448,7 @@ impl Client {
         all_sizes: &[Vec<usize>],
         all_offsets: &[Vec<usize>],
     ) -> Result<Vec<Result<u64>>> {
-        check_lists(
-            keys.len(),
-            all_ptrs.len(),
-            all_sizes.len(),
-            all_offsets.len(),
-            "all_src_offsets",
-        )?;
+        check_lists(keys, all_ptrs, all_sizes, all_offsets, "all_src_offsets")?;
         let now = Instant::now();
         let mut out: Vec<Result<u64>> = Vec::with_capacity(keys.len());
         let mut sessions: Vec<Arc<GetSession>> = Vec::new();

@@ -26,7 +26,6 @@ use mooncake_common::proto::{
 use mooncake_common::ErrorCode;
 use mooncake_transfer::{Op, Path, SegmentRef};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// How many times a put whose replica write failed is placed again, on
@@ -35,6 +34,14 @@ pub(crate) const PLACEMENT_RETRIES: usize = 2;
 
 /// Source of one value: (pointer, length) pieces, concatenated.
 pub(crate) type Pieces = Vec<(usize, u64)>;
+
+/// Each slice as a piece, `(address, length)`.
+fn pieces_of_slices(slices: &[&[u8]]) -> Pieces {
+    slices
+        .iter()
+        .map(|v| (v.as_ptr() as usize, v.len() as u64))
+        .collect()
+}
 
 pub(crate) fn seg_ref(l: &ReplicaLoc) -> SegmentRef<'_> {
     SegmentRef {
@@ -71,17 +78,7 @@ fn first_failure(keys: &[String], results: Vec<Result<()>>) -> Result<()> {
 impl Client {
     /// Counts one engine write of `n` bytes (one request when over TCP).
     pub(crate) fn count_write(&self, path: Path, n: u64) {
-        let c = match path {
-            Path::Local => &self.stats.bytes_written_local,
-            Path::SameHost => &self.stats.bytes_written_same_host,
-            Path::Tcp => {
-                self.stats
-                    .tcp_write_requests
-                    .fetch_add(1, Ordering::Relaxed);
-                &self.stats.bytes_written_tcp
-            }
-        };
-        c.fetch_add(n, Ordering::Relaxed);
+        self.stats.written.count(path, n);
     }
 
     /// PutStart + writes + PutEnd/PutRevoke for a batch; one result per
@@ -270,12 +267,8 @@ impl Client {
         cfg: &ReplicateConfig,
         upsert: bool,
     ) -> Result<u64> {
-        let pieces: Pieces = parts
-            .iter()
-            .map(|p| (p.as_ptr() as usize, p.len() as u64))
-            .collect();
         // SAFETY: the slices are borrowed for the duration of the call.
-        unsafe { self.write_parts(key, &pieces, cfg, upsert, true) }
+        unsafe { self.write_parts(key, &pieces_of_slices(parts), cfg, upsert, true) }
     }
 
     /// [`Client::put_parts`] of pieces the caller already staged in memory
@@ -337,12 +330,8 @@ impl Client {
         cfg: &ReplicateConfig,
         upsert: bool,
     ) -> Result<()> {
-        let values: Vec<(usize, u64)> = values
-            .iter()
-            .map(|v| (v.as_ptr() as usize, v.len() as u64))
-            .collect();
         // SAFETY: the slices are borrowed for the duration of the call.
-        unsafe { self.write_batch(keys, &values, cfg, upsert, true) }
+        unsafe { self.write_batch(keys, &pieces_of_slices(values), cfg, upsert, true) }
     }
 
     /// [`Client::put_batch`] of values the caller already staged in memory

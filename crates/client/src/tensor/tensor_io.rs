@@ -26,6 +26,7 @@ use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
 use crate::ops::ranges::RangeOp;
+use crate::ops::reads::Lookup;
 use crate::ops::writes::Pieces;
 use mooncake_common::proto::{MasterRequest, MasterResponse, ObjectInfo, PutStartItem, ReplicaLoc};
 use mooncake_common::ErrorCode;
@@ -548,15 +549,7 @@ impl Client {
 
     /// One lookup + one prefix data round for `keys`.
     fn probe(&self, keys: &[String], obs: &mut Observations, reads: &mut TensorReads<'_>) {
-        let t0 = Instant::now();
-        let lk = self.lookup(keys, true);
-        let lease = reads.leases.len();
-        reads.leases.push(LeaseRec {
-            deadline: lk.deadline,
-            ttl: lk.deadline.saturating_duration_since(t0),
-            ticket: lk.ticket,
-            reported: false,
-        });
+        let (lk, lease) = reads.lookup(keys);
         let mut bufs: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
         let mut infos: Vec<&ObjectInfo> = Vec::new();
         let mut ops: Vec<RangeOp> = Vec::new();
@@ -617,6 +610,21 @@ impl Client {
 }
 
 impl TensorReads<'_> {
+    /// One tracked lookup of `keys` (one RPC), its lease recorded: the
+    /// lookup and its lease's index in `leases`.
+    fn lookup(&mut self, keys: &[String]) -> (Lookup, usize) {
+        let t0 = Instant::now();
+        let lk = self.client.lookup(keys, true);
+        let lease = self.leases.len();
+        self.leases.push(LeaseRec {
+            deadline: lk.deadline,
+            ttl: lk.deadline.saturating_duration_since(t0),
+            ticket: lk.ticket,
+            reported: false,
+        });
+        (lk, lease)
+    }
+
     /// Number of items.
     pub(crate) fn len(&self) -> usize {
         self.items.len()
@@ -774,15 +782,7 @@ impl TensorReads<'_> {
         if keys.is_empty() {
             return;
         }
-        let t0 = Instant::now();
-        let lk = self.client.lookup(&keys, true);
-        let lease = self.leases.len();
-        self.leases.push(LeaseRec {
-            deadline: lk.deadline,
-            ttl: lk.deadline.saturating_duration_since(t0),
-            ticket: lk.ticket,
-            reported: false,
-        });
+        let (lk, lease) = self.lookup(&keys);
         let mut changed: Vec<&str> = Vec::new();
         for (k, info) in keys.iter().zip(lk.infos) {
             match info {

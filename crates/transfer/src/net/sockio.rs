@@ -1,10 +1,13 @@
 //! Vectored socket IO on raw descriptors: gather sends (`sendmsg` with up
 //! to `IOV_MAX` slices), `sendfile` from a segment's memfd, and scatter
 //! receives straight into many destinations (`recvmsg`), each looping over
-//! partial transfers and `EINTR`.
+//! partial transfers and `EINTR`; and bytes with descriptors attached
+//! (`SCM_RIGHTS`) over a Unix socket.
 
-use std::io;
-use std::os::fd::RawFd;
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
 
 /// Most iovecs one syscall takes (Linux `IOV_MAX`).
 pub const IOV_MAX: usize = 1024;
@@ -252,6 +255,50 @@ pub unsafe fn recv_status_then(
     // SAFETY: the rest of the caller's writable iovecs.
     unsafe { recv_all(fd, &mut data[start..])? };
     Ok(0)
+}
+
+/// Send `bytes` (one `sendmsg`, at least one byte) on `s` with the
+/// descriptors `fds` attached (`SCM_RIGHTS`).
+pub fn send_with_fds(s: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    sendmsg::<()>(
+        s.as_raw_fd(),
+        &[IoSlice::new(bytes)],
+        &cmsg,
+        MsgFlags::empty(),
+        None,
+    )
+    .map_err(io::Error::from)?;
+    Ok(())
+}
+
+/// One `recvmsg` on `s` into `buf`, with room for `N` descriptors sent
+/// along (`SCM_RIGHTS`, received close-on-exec): the bytes received (0 at
+/// the end of the stream) and the descriptors, now owned by the caller.
+pub fn recv_with_fds<const N: usize>(
+    s: &UnixStream,
+    buf: &mut [u8],
+) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut cmsg_buf = nix::cmsg_space!([RawFd; N]);
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(
+        s.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg_buf),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(io::Error::from)?;
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    for cm in msg.cmsgs().map_err(io::Error::from)? {
+        if let ControlMessageOwned::ScmRights(v) = cm {
+            for fd in v {
+                // SAFETY: each descriptor was just received with SCM_RIGHTS
+                // and is owned by nobody else.
+                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+    }
+    Ok((msg.bytes, fds))
 }
 
 #[cfg(test)]
