@@ -127,6 +127,12 @@ pub(crate) unsafe fn copy_serial(
     dir: Direction,
     pairs: &[(u64, u64, u64)],
 ) -> io::Result<()> {
+    // The two calls take the same arguments: the local iovecs, then the
+    // other process's.
+    let syscall = match dir {
+        Direction::FromPeer => libc::process_vm_readv,
+        Direction::ToPeer => libc::process_vm_writev,
+    };
     let mut own: Vec<libc::iovec> = Vec::with_capacity(pairs.len().min(IOV_MAX));
     let mut peer: Vec<libc::iovec> = Vec::with_capacity(pairs.len().min(IOV_MAX));
     let mut i = 0usize;
@@ -152,24 +158,14 @@ pub(crate) unsafe fn copy_serial(
         // contract) and ranges of the other process, which the kernel
         // checks itself.
         let n = unsafe {
-            match dir {
-                Direction::FromPeer => libc::process_vm_readv(
-                    pid,
-                    own.as_ptr(),
-                    own.len() as libc::c_ulong,
-                    peer.as_ptr(),
-                    peer.len() as libc::c_ulong,
-                    0,
-                ),
-                Direction::ToPeer => libc::process_vm_writev(
-                    pid,
-                    own.as_ptr(),
-                    own.len() as libc::c_ulong,
-                    peer.as_ptr(),
-                    peer.len() as libc::c_ulong,
-                    0,
-                ),
-            }
+            syscall(
+                pid,
+                own.as_ptr(),
+                own.len() as libc::c_ulong,
+                peer.as_ptr(),
+                peer.len() as libc::c_ulong,
+                0,
+            )
         };
         if n < 0 {
             let e = io::Error::last_os_error();

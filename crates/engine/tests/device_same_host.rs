@@ -14,11 +14,7 @@ fn device_memory_moves_between_engines_of_one_host() {
     let f = fake();
     let (a, b) = (engine(), engine());
     let n = 3 * CHUNK + 4097;
-    let (ad, bd) = (device_buf(&vec![0; n], 0), device_buf(&vec![0; n], 1));
-    let (ah, bh) = (host_buf(&vec![0; n]), host_buf(&vec![0; n]));
-    for (e, x) in [(&a, ad), (&a, ah), (&b, bd), (&b, bh)] {
-        register(e, x, n);
-    }
+    let (ad, bd, ah, bh) = buffers(&a, &b, n, 1);
     // Device memory is registered at its device.
     let locs: Vec<String> = b.registry().regions().into_iter().map(|r| r.2).collect();
     assert_eq!(locs, vec!["cuda:1".to_string(), "*".to_string()]);

@@ -13,11 +13,7 @@ fn device_memory_moves_over_tcp_through_pinned_staging() {
     let f = fake();
     let (a, b) = (engine(), engine());
     let n = 5 * CHUNK + 123;
-    let (ad, bd) = (device_buf(&vec![0; n], 0), device_buf(&vec![0; n], 0));
-    let (ah, bh) = (host_buf(&vec![0; n]), host_buf(&vec![0; n]));
-    for (e, x) in [(&a, ad), (&a, ah), (&b, bd), (&b, bh)] {
-        register(e, x, n);
-    }
+    let (ad, bd, ah, bh) = buffers(&a, &b, n, 0);
     round_trip(&a, &b, ad, bd, n);
     round_trip(&a, &b, ad, bh, n);
     round_trip(&a, &b, ah, bd, n);

@@ -324,31 +324,6 @@ impl TransferEngine {
         }
     }
 
-    #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, opcode, notify=None, transport_hint=""))]
-    #[allow(clippy::too_many_arguments)]
-    fn transfer_sync(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffer: UInt,
-        peer_buffer_address: UInt,
-        length: UInt,
-        opcode: TransferOpcode,
-        notify: Option<TransferNotify>,
-        transport_hint: &str,
-    ) -> i64 {
-        let _ = transport_hint;
-        let it = vec![(buffer.0, peer_buffer_address.0, length.0)];
-        self.sync(
-            py,
-            "transfer_sync",
-            target_hostname,
-            opcode.into(),
-            it,
-            notify,
-        )
-    }
-
     /// A batch id, or 0 on failure.
     #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint=""))]
     fn transfer_submit_write(
@@ -385,54 +360,6 @@ impl TransferEngine {
                 -1
             }
             Err(e) => fail(py, "transfer_check_status", &e, Call::Transfer),
-        }
-    }
-
-    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, notify=None, transport_hint=""))]
-    #[allow(clippy::too_many_arguments)]
-    fn batch_transfer_sync(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffers: Vec<UInt>,
-        peer_buffer_addresses: Vec<UInt>,
-        lengths: Vec<UInt>,
-        opcode: TransferOpcode,
-        notify: Option<TransferNotify>,
-        transport_hint: &str,
-    ) -> i64 {
-        let _ = transport_hint;
-        let lists = (buffers, peer_buffer_addresses, lengths);
-        self.batch(
-            py,
-            "batch_transfer_sync",
-            target_hostname,
-            opcode.into(),
-            lists,
-            notify,
-        )
-    }
-
-    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, transport_hint=""))]
-    #[allow(clippy::too_many_arguments)]
-    fn batch_transfer_async(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffers: Vec<UInt>,
-        peer_buffer_addresses: Vec<UInt>,
-        lengths: Vec<UInt>,
-        opcode: TransferOpcode,
-        transport_hint: &str,
-    ) -> u64 {
-        let _ = transport_hint;
-        let method = "batch_transfer_async";
-        match items(&u64s(buffers), &u64s(peer_buffer_addresses), &u64s(lengths)) {
-            Ok(it) => self.submit(py, method, target_hostname, opcode.into(), it),
-            Err(e) => {
-                fail(py, method, &e, Call::Transfer);
-                0
-            }
         }
     }
 
@@ -602,10 +529,10 @@ impl TransferEngine {
     }
 }
 
-// The write and read forms of each transfer call differ only in the
-// direction.
+// Each transfer call comes in forms that differ only in the direction:
+// the generic one takes it as `opcode` (the synchronous ones may also
+// notify the target), the `*_write` and `*_read` ones fix it.
 method_family! {
-    #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint=""))]
     fn method(
         &self,
         py: Python<'_>,
@@ -613,19 +540,24 @@ method_family! {
         buffer: UInt,
         peer_buffer_address: UInt,
         length: UInt,
-        transport_hint: &str,
     ) -> i64 {
         let _ = transport_hint;
         let it = vec![(buffer.0, peer_buffer_address.0, length.0)];
-        self.sync(py, method, target_hostname, op, it, None)
+        self.sync(py, method, target_hostname, op, it, notify)
     }
     #[pymethods] for TransferEngine {
+        #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, opcode, notify=None, transport_hint=""))]
+        transfer_sync(opcode: TransferOpcode, notify: Option<TransferNotify>, transport_hint: &str) {
+            op: Opcode::from(opcode),
+        }
         /// Write `length` bytes at `buffer` to the target's address: 0, or
         /// a negative code.
-        transfer_sync_write { op: Opcode::Write }
+        #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint=""))]
+        transfer_sync_write(transport_hint: &str) { op: Opcode::Write, notify: None }
         /// Read `length` bytes at the target's address into `buffer`: 0,
         /// or a negative code.
-        transfer_sync_read { op: Opcode::Read }
+        #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint=""))]
+        transfer_sync_read(transport_hint: &str) { op: Opcode::Read, notify: None }
     }
 }
 
@@ -657,7 +589,6 @@ method_family! {
 }
 
 method_family! {
-    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
     fn method(
         &self,
         py: Python<'_>,
@@ -665,22 +596,26 @@ method_family! {
         buffers: Vec<UInt>,
         peer_buffer_addresses: Vec<UInt>,
         lengths: Vec<UInt>,
-        transport_hint: &str,
     ) -> i64 {
         let _ = transport_hint;
         let lists = (buffers, peer_buffer_addresses, lengths);
-        self.batch(py, method, target_hostname, op, lists, None)
+        self.batch(py, method, target_hostname, op, lists, notify)
     }
     #[pymethods] for TransferEngine {
+        #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, notify=None, transport_hint=""))]
+        batch_transfer_sync(opcode: TransferOpcode, notify: Option<TransferNotify>, transport_hint: &str) {
+            op: Opcode::from(opcode),
+        }
         /// `transfer_sync_write` of several ranges as one batch.
-        batch_transfer_sync_write { op: Opcode::Write }
+        #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
+        batch_transfer_sync_write(transport_hint: &str) { op: Opcode::Write, notify: None }
         /// `transfer_sync_read` of several ranges as one batch.
-        batch_transfer_sync_read { op: Opcode::Read }
+        #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
+        batch_transfer_sync_read(transport_hint: &str) { op: Opcode::Read, notify: None }
     }
 }
 
 method_family! {
-    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
     fn method(
         &self,
         py: Python<'_>,
@@ -688,7 +623,6 @@ method_family! {
         buffers: Vec<UInt>,
         peer_buffer_addresses: Vec<UInt>,
         lengths: Vec<UInt>,
-        transport_hint: &str,
     ) -> u64 {
         let _ = transport_hint;
         match items(&u64s(buffers), &u64s(peer_buffer_addresses), &u64s(lengths)) {
@@ -700,12 +634,18 @@ method_family! {
         }
     }
     #[pymethods] for TransferEngine {
+        #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, transport_hint=""))]
+        batch_transfer_async(opcode: TransferOpcode, transport_hint: &str) {
+            op: Opcode::from(opcode),
+        }
         /// Start a batch write in the background: its batch id, or 0 on
         /// failure.
-        batch_transfer_async_write { op: Opcode::Write }
+        #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
+        batch_transfer_async_write(transport_hint: &str) { op: Opcode::Write }
         /// Start a batch read in the background: its batch id, or 0 on
         /// failure.
-        batch_transfer_async_read { op: Opcode::Read }
+        #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
+        batch_transfer_async_read(transport_hint: &str) { op: Opcode::Read }
     }
 }
 

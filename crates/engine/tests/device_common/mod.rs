@@ -52,30 +52,49 @@ pub fn register(e: &TransferEngine, addr: u64, n: usize) {
     unsafe { e.register_memory(addr, n as u64, "*") }.unwrap();
 }
 
+/// Zeroed buffers of `n` bytes, each registered at its engine: device
+/// memory (ordinal 0 at `a`, `b_ordinal` at `b`) and host memory at both;
+/// `(ad, bd, ah, bh)`.
+pub fn buffers(
+    a: &TransferEngine,
+    b: &TransferEngine,
+    n: usize,
+    b_ordinal: i32,
+) -> (u64, u64, u64, u64) {
+    let (ad, bd) = (
+        device_buf(&vec![0; n], 0),
+        device_buf(&vec![0; n], b_ordinal),
+    );
+    let (ah, bh) = (host_buf(&vec![0; n]), host_buf(&vec![0; n]));
+    for (e, x) in [(a, ad), (a, ah), (b, bd), (b, bh)] {
+        register(e, x, n);
+    }
+    (ad, bd, ah, bh)
+}
+
+/// Copy `bytes` to `addr` (device or host memory) through the device.
+fn put(addr: u64, bytes: &[u8]) {
+    // SAFETY: `addr` is one of the tests' leaked buffers, holding the
+    // `bytes.len()` bytes that `round_trip` moves.
+    unsafe {
+        device::current()
+            .unwrap()
+            .copy(addr, bytes.as_ptr() as u64, bytes.len() as u64)
+    }
+    .unwrap();
+}
+
 /// Move `n` bytes between `local` of `a` and `remote` of `b` both ways and
 /// check the bytes each time.
 pub fn round_trip(a: &TransferEngine, b: &TransferEngine, local: u64, remote: u64, n: usize) {
     let name = b.name().unwrap();
+    let range = [(local, remote, n as u64)];
     let want = pattern(n, 7);
-    // SAFETY: `local` holds n writable bytes.
-    unsafe {
-        device::current()
-            .unwrap()
-            .copy(local, want.as_ptr() as u64, n as u64)
-    }
-    .unwrap();
-    a.transfer(&name, Opcode::Write, &[(local, remote, n as u64)], None)
-        .unwrap();
+    put(local, &want);
+    a.transfer(&name, Opcode::Write, &range, None).unwrap();
     assert_eq!(read(remote, n), want, "write of {n} bytes");
     let back = pattern(n, 99);
-    // SAFETY: `remote` holds n writable bytes.
-    unsafe {
-        device::current()
-            .unwrap()
-            .copy(remote, back.as_ptr() as u64, n as u64)
-    }
-    .unwrap();
-    a.transfer(&name, Opcode::Read, &[(local, remote, n as u64)], None)
-        .unwrap();
+    put(remote, &back);
+    a.transfer(&name, Opcode::Read, &range, None).unwrap();
     assert_eq!(read(local, n), back, "read of {n} bytes");
 }

@@ -15,28 +15,6 @@ use mooncake_tensor::DType;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-/// The dict `mount_segment` / `allocate_and_mount_segment` return:
-/// `ret` (0 or the failure's code), `segment_ids` (the new segment's id, or
-/// none) and, when `allocated`, `allocated_size`.
-fn mount_result<'py>(
-    py: Python<'py>,
-    call: Call<'py>,
-    r: Result<(String, u64)>,
-    allocated: bool,
-) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    let (ret, ids, size) = match r {
-        Ok((id, size)) => (0, vec![id], size),
-        Err(e) => (call.code::<()>(None, Err(e)), Vec::new(), 0),
-    };
-    d.set_item("ret", ret)?;
-    d.set_item("segment_ids", ids)?;
-    if allocated {
-        d.set_item("allocated_size", size)?;
-    }
-    Ok(d)
-}
-
 /// A protocol or location the added segment cannot use is noted: data
 /// moves over TCP and same-host mappings in this build.
 fn note_transport(call: Call<'_>, protocol: &str, location: &str) {
@@ -49,6 +27,38 @@ fn note_transport(call: Call<'_>, protocol: &str, location: &str) {
         call.note(&format!(
             "location {location:?}: this build places segments in host memory only"
         ));
+    }
+}
+
+impl MooncakeDistributedStore {
+    /// Mount `src` as a segment of this client for `method`
+    /// (`mount_segment` / `allocate_and_mount_segment`), noting the
+    /// transport arguments first; the dict both return: `ret` (0 or the
+    /// failure's code), `segment_ids` (the new segment's id, or none) and,
+    /// for an allocated segment, `allocated_size`.
+    fn mount<'py>(
+        &self,
+        py: Python<'py>,
+        method: &'static str,
+        src: MountSource,
+        protocol: &str,
+        location: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let call = Call::new(py, method);
+        note_transport(call, protocol, location);
+        let allocated = matches!(src, MountSource::Allocate { .. });
+        let r = self.run(py, |s| s.mount_segment(method, &src));
+        let d = PyDict::new(py);
+        let (ret, ids, size) = match r {
+            Ok((id, size)) => (0, vec![id], size),
+            Err(e) => (call.code::<()>(None, Err(e)), Vec::new(), 0),
+        };
+        d.set_item("ret", ret)?;
+        d.set_item("segment_ids", ids)?;
+        if allocated {
+            d.set_item("allocated_size", size)?;
+        }
+        Ok(d)
     }
 }
 
@@ -67,15 +77,12 @@ impl MooncakeDistributedStore {
         protocol: String,
         location: String,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let call = Call::new(py, "mount_segment");
-        note_transport(call, &protocol, &location);
         let src = MountSource::File {
             path,
             size: size.0,
             offset: offset.0,
         };
-        let r = self.run(py, |s| s.mount_segment("mount_segment", &src));
-        mount_result(py, call, r, false)
+        self.mount(py, "mount_segment", src, &protocol, &location)
     }
 
     /// Allocate `size` bytes (rounded up to whole pages) and mount them as
@@ -89,11 +96,8 @@ impl MooncakeDistributedStore {
         protocol: String,
         location: String,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let call = Call::new(py, "allocate_and_mount_segment");
-        note_transport(call, &protocol, &location);
         let src = MountSource::Allocate { size: size.0 };
-        let r = self.run(py, |s| s.mount_segment("allocate_and_mount_segment", &src));
-        mount_result(py, call, r, true)
+        self.mount(py, "allocate_and_mount_segment", src, &protocol, &location)
     }
 }
 
