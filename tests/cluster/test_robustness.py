@@ -1,7 +1,8 @@
 """Robustness across hosts: workload clients run random operations on a few
-contended keys against three HA masters (m1..m3, etcd on ``ctl``) and two
-holders (c1, c2), while a network fault hits the cluster; every recorded
-history is then checked by ``mooncake-lincheck`` (see helpers/lincheck.py).
+contended keys against three HA masters (m1..m3, etcd on ``ctl``) and four
+holders (two on each of the hosts c1 and c2), while a network fault hits the
+cluster; every recorded history is then checked by ``mooncake-lincheck``
+(see helpers/lincheck.py).
 
 The faults, each in its own run:
 - ``leader-partition``: the leader's host is cut off from every other host
@@ -11,24 +12,27 @@ The faults, each in its own run:
 - ``leader-etcd-cut``: the leader loses etcd only; clients still reach it.
   It must step down before another master serves, so no client sees two
   leaders' answers out of order (checked without eviction).
-- ``holder-partition``: holder c2's host, with two of the workload clients,
-  is cut off for longer than the client TTL, then healed. The master
-  expires the holder and its objects, as an eviction would: a key may read
-  as not found, but never as an older or a foreign value.
+- ``holder-partition``: host c2, with its two holders and two of the
+  workload clients, is cut off for longer than the client TTL, then healed.
+  The master expires the holders and their objects, as an eviction would: a
+  key may read as not found, but never as an older or a foreign value.
 - ``holder-loss``: 10 % of the packets c2 sends are dropped (netem, or
   iptables where the kernel has no netem); nothing may be lost.
 - ``leader-delay``: every packet the leader sends waits 20 ms (netem, or an
   NFQUEUE delayer); nothing may be lost.
 
 The long run keeps one cluster through a seeded sequence of every fault
-kind above and five more: the leader killed (SIGKILL, restarted as a
+kind above and six more: the leader killed (SIGKILL, restarted as a
 standby once another leads), a standby killed and restarted, the leader
 paused (SIGSTOP, then SIGCONT), the leader's packets to one client host
-dropped in one direction only (the holder there falls silent to the leader
-past the client TTL: an eviction, like the holder partition), and holder c2
-paused past the client TTL (an eviction too). Each fault gets a segment of its
-own with fresh keys, checked on its own. CI runs every kind once; a longer
-run repeats the sequence until the time is up, and prints per kind the
+dropped in one direction only (the holders there fall silent to the leader
+past the client TTL: an eviction, like the holder partition), holder c2
+(one of the two on host c2) paused past the client TTL (an eviction too),
+and a workload client killed (SIGKILL) in the middle of its calls and
+replaced by another (a request it left open may take effect after it died;
+nothing acknowledged may be lost). Each fault gets a segment of its own
+with fresh keys, checked on its own. CI runs every kind once; a longer run
+repeats the sequence until the time is up, and prints per kind the
 segments, operations checked and longest unavailability:
 
     MC_ROBUSTNESS_MINUTES=30 MC_ROBUSTNESS_SEED=7 \
@@ -84,6 +88,7 @@ LONG_KINDS = {
     # TTL and is expired.
     "leader-one-way": True,
     "holder-pause": True,
+    "client-kill": False,
 }
 LONG_MINUTES = float(os.environ.get("MC_ROBUSTNESS_MINUTES", "0"))
 LONG_SEED = int(os.environ.get("MC_ROBUSTNESS_SEED", "7"))
@@ -117,13 +122,13 @@ def robust(
     lincheck: str,
     tmp_path: Path,
 ) -> SimpleNamespace:
-    """Three HA masters once one leads and holders on c1 and c2 set up on
-    them, with what a segment needs: the hosts, the faults, the workload
+    """Three HA masters once one leads and four holders, two on c1 and two
+    on c2, set up on them, with what a segment needs: the hosts, the faults, the workload
     list, the checker and a directory for the histories."""
     ms, _, _ = trio_with_leader(masters, etcd, cluster_id, client_ttl=CLIENT_TTL)
     env = cluster_env(cluster_id)
     addr = etcd_addr(etcd)
-    holders = {host: clients(host, env) for host in ("c1", "c2")}
+    holders = {name: clients(name[:2], env) for name in ("c1", "c2", "c1b", "c2b")}
     for h in holders.values():
         assert h.setup(addr)["rc"] == 0
     return SimpleNamespace(
@@ -188,35 +193,49 @@ def inject(kind: str, faults: Any, ms: list[Any], holder: Any) -> None:
 
 def run_segment(kind: str, seed: int, prefix: str, r: SimpleNamespace) -> tuple[int, float]:
     """One run of the workload on keys named ``prefix...`` for ``SECONDS``
-    (client ``i``'s operations drawn with seed ``seed + i``),
+    (client ``c``'s operations drawn with seed ``seed + c``),
     with fault ``kind`` injected ``FAULT_AT`` in; its history checked (with
     eviction where ``LONG_KINDS`` says so). Returns the operations checked
     and the longest unavailability (s)."""
-    histories = [r.dir / f"{prefix}h{i}.jsonl" for i in range(len(WORKLOAD_HOSTS))]
-    procs = []
-    for i, (host, path) in enumerate(zip(WORKLOAD_HOSTS, histories, strict=True)):
+    histories = []
+
+    def start(client: int, host: str, seconds: float) -> subprocess.Popen[bytes]:
+        path = r.dir / f"{prefix}h{client}.jsonl"
+        histories.append(path)
         cfg = {
-            "client": i + 1,
+            "client": client,
             "master": r.addr,
             "metadata": "P2PHANDSHAKE",
             "keys": KEYS,
-            "seconds": SECONDS,
-            "seed": seed + i,
+            "seconds": seconds,
+            "seed": seed + client,
             "history": str(path),
             "segment": 0,
             "hostname": r.net.ip(host),
             "prefix": prefix,
+            "tensors": client == 1,
         }
-        procs.append(start_workload(cfg, r.env, functools.partial(r.net.popen, host)))
-    r.workloads.extend(procs)
+        p = start_workload(cfg, r.env, functools.partial(r.net.popen, host))
+        r.workloads.append(p)
+        return p
+
+    procs = [start(i + 1, host, SECONDS) for i, host in enumerate(WORKLOAD_HOSTS)]
     started = time.monotonic()
     time.sleep(FAULT_AT)
-    inject(kind, r.faults, r.ms, r.holders["c2"])
+    killed = None
+    if kind == "client-kill":
+        killed = procs[0]
+        killed.kill()
+        procs.append(start(len(WORKLOAD_HOSTS) + 1, WORKLOAD_HOSTS[0], SECONDS - FAULT_AT))
+    else:
+        inject(kind, r.faults, r.ms, r.holders["c2"])
     for p in procs:
-        assert p.wait(timeout=SECONDS + 90) == 0, f"{prefix} ({kind})"
+        expected = -9 if p is killed else 0
+        assert p.wait(timeout=SECONDS + 90) == expected, f"{prefix} ({kind})"
     assert time.monotonic() - started >= SECONDS
     merged = r.dir / f"{prefix}history.jsonl"
-    check_histories(r.lincheck, histories, merged, KEYS, LONG_KINDS[kind], STUCK_NS)
+    # The byte keys, and the tensor keys of client 1.
+    check_histories(r.lincheck, histories, merged, 2 * KEYS, LONG_KINDS[kind], STUCK_NS)
     return len(merged.read_text().splitlines()), longest_unavailability(merged)
 
 

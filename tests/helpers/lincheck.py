@@ -2,12 +2,15 @@
 ``mooncake-lincheck`` (the checker crate's binary).
 
 A workload process (``tests/robustness/workload.py``) runs random operations
-on a few contended keys and records each one (invoke, completion, outcome)
-as a JSON line; :func:`check_histories` merges the histories of a run and
-asserts the checker finds zero anomalies: the history is linearizable for a
-register-with-delete per key (with ``eviction``, a key may also read as not
-found, but never as an older or a foreign value), no read saw bytes no
-write made, and no operation stayed open past ``stuck_ns``.
+on a few contended keys and records each one as JSON lines: a pending line
+before the call, then its invocation, completion and outcome.
+:func:`check_histories` merges the histories of a run (an operation a
+killed process left pending counts as crashed: it may or may not have taken
+effect, at any time after its invocation) and asserts the checker finds
+zero anomalies: the history is linearizable for a register-with-delete per
+key (with ``eviction``, a key may also read as not found, but never as an
+older or a foreign value), no read saw bytes no write made, and no
+operation stayed open past ``stuck_ns``.
 """
 
 from __future__ import annotations
@@ -83,6 +86,28 @@ def longest_unavailability(merged: Path) -> float:
     return max((b - a for a, b in itertools.pairwise(done)), default=0) / 1e9
 
 
+def merge(histories: list[Path]) -> list[str]:
+    """The operations of ``histories`` as the checker's JSON lines: each
+    completed one, and each ``pending`` one that no completion of the same
+    client and sequence number follows (its process was killed during the
+    call) as crashed."""
+    done: list[dict[str, Any]] = []
+    pending: dict[tuple[int, int], dict[str, Any]] = {}
+    for path in histories:
+        for line in path.read_text().splitlines():
+            if not line:
+                continue
+            op = json.loads(line)
+            if op.pop("pending", False):
+                pending[op["client"], op["seq"]] = op
+            else:
+                done.append(op)
+    for op in done:
+        pending.pop((op["client"], op["seq"]), None)
+    crashed = [dict(op, complete=None, outcome="crashed") for op in pending.values()]
+    return [json.dumps(op) for op in done + crashed]
+
+
 def check_histories(
     lincheck: str,
     histories: list[Path],
@@ -93,7 +118,7 @@ def check_histories(
 ) -> str:
     """Merge ``histories`` into ``merged`` and check it: zero anomalies.
     Returns the checker's report."""
-    lines = [ln for path in histories for ln in path.read_text().splitlines() if ln]
+    lines = merge(histories)
     merged.write_text("\n".join(lines) + "\n")
     assert len(lines) > 100, f"only {len(lines)} operations were recorded"
     model = ["--eviction"] if eviction else []

@@ -1,12 +1,14 @@
 """A short robustness run: client processes run random operations on a few
-contended keys against a real master while one fault is injected: a holder
-of the data is killed (SIGKILL) and replaced, a holder is paused (SIGSTOP)
-for longer than the client TTL and resumed, or the master is paused for
-longer than the client TTL and resumed. The whole recorded history is then
+contended keys (one of them the tensor calls too) against a real master
+while one fault is injected: a holder of the data is killed (SIGKILL) and
+replaced, a holder is paused (SIGSTOP) for longer than the client TTL and
+resumed, the master is paused for longer than the client TTL and resumed,
+or a workload client is killed (SIGKILL) in the middle of its calls and
+another takes its place. The whole recorded history is then
 checked by ``mooncake-lincheck`` for linearizability (a lost holder's keys
 may read as not found, as after an eviction, but never as an older or a
-foreign value; through a master pause nothing may be lost), torn reads and
-operations stuck past the bound.
+foreign value; through a master pause or a client kill nothing may be lost),
+torn reads and operations stuck past the bound.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from helpers.ha import HaMaster, leader
 from helpers.lincheck import check_histories, lincheck_binary, pause, start_workload
 
 CLIENTS = 3
+KEYS = 4
 SECONDS = 8.0
 CLIENT_TTL = 2
 # A pause outlasts the client TTL: the master expires the paused party's
@@ -54,26 +57,35 @@ def workload(
     history: Path,
     seed: int,
     env: dict[str, str] | None = None,
+    seconds: float = SECONDS,
 ) -> subprocess.Popen[bytes]:
     """A workload client of master ``m``, or (a string) of the HA masters
-    that ``etcd://`` address lists."""
+    that ``etcd://`` address lists, running for ``seconds``; client 1 runs
+    the tensor calls too."""
     master, metadata = (m, "P2PHANDSHAKE") if isinstance(m, str) else (m.rpc_addr, m.metadata_url)
     cfg = {
         "client": client,
         "master": master,
         "metadata": metadata,
-        "keys": 4,
-        "seconds": SECONDS,
+        "keys": KEYS,
+        "seconds": seconds,
         "seed": seed,
         "history": str(history),
         "segment": 0,
+        "tensors": client == 1,
     }
     return start_workload(cfg, env)
 
 
 @pytest.mark.parametrize(
     ("nemesis", "seed"),
-    [("holder-kill", 1), ("holder-kill", 2), ("holder-pause", 3), ("master-pause", 4)],
+    [
+        ("holder-kill", 1),
+        ("holder-kill", 2),
+        ("holder-pause", 3),
+        ("master-pause", 4),
+        ("client-kill", 5),
+    ],
 )
 def test_history_under_a_fault_is_linearizable(
     master_factory: Callable[..., Master],
@@ -93,7 +105,16 @@ def test_history_under_a_fault_is_linearizable(
         workloads.append(workload(m, c + 1, path, seed * 100 + c))
     started = time.monotonic()
     time.sleep(SECONDS / 3)
-    if nemesis == "holder-kill":
+    killed = set()
+    if nemesis == "client-kill":
+        # In the middle of a call, as often as not: its pending line is then
+        # the only record of a request that may still take effect.
+        workloads[0].kill()
+        killed.add(workloads[0].pid)
+        replacement = tmp_path / "h10.jsonl"
+        histories.append(replacement)
+        workloads.append(workload(m, 11, replacement, seed * 100 + 10, seconds=SECONDS / 2))
+    elif nemesis == "holder-kill":
         holders[0].kill()  # SIGKILL: its replicas are gone with it
         time.sleep(1.0)
         replacement = child_factory()
@@ -105,8 +126,10 @@ def test_history_under_a_fault_is_linearizable(
         pause(m.proc.pid, PAUSE)
     # A lost or expired holder takes its keys with it, as an eviction would;
     # a paused master loses nothing (its clients' TTLs restart when it
-    # resumes), so that history is checked without eviction.
-    check_run(workloads, histories, started, lincheck, tmp_path, nemesis != "master-pause")
+    # resumes), nor does a killed client (it holds no data), so those
+    # histories are checked without eviction.
+    eviction = nemesis in ("holder-kill", "holder-pause")
+    check_run(workloads, histories, started, lincheck, tmp_path, eviction, killed)
 
 
 def check_run(
@@ -116,13 +139,17 @@ def check_run(
     lincheck: str,
     tmp_path: Path,
     eviction: bool,
+    killed: frozenset[int] | set[int] = frozenset(),
 ) -> None:
-    """Wait for the workloads, merge their histories and check them: zero
-    anomalies (with ``eviction``, a key may also read as not found)."""
+    """Wait for the workloads (those whose pid is in ``killed`` died of
+    SIGKILL), merge their histories and check them: zero anomalies (with
+    ``eviction``, a key may also read as not found)."""
     for p in workloads:
-        assert p.wait(timeout=SECONDS + 60) == 0
+        assert p.wait(timeout=SECONDS + 60) == (-9 if p.pid in killed else 0)
     assert time.monotonic() - started >= SECONDS
-    check_histories(lincheck, histories, tmp_path / "history.jsonl", 4, eviction, STUCK_NS)
+    # The byte keys, and the tensor keys of client 1.
+    keys = 2 * KEYS
+    check_histories(lincheck, histories, tmp_path / "history.jsonl", keys, eviction, STUCK_NS)
 
 
 def test_history_across_a_leader_kill_is_linearizable(

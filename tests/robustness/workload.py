@@ -1,32 +1,47 @@
 """One client of a robustness run: random operations on a small key set,
-each recorded as one JSON line (the checker's ``Op``) in the history file.
+each recorded as JSON lines in the history file.
 
 usage: python workload.py CONFIG_JSON
 
 CONFIG_JSON: ``{"client": n, "master": "host:port", "metadata": url,
 "keys": k, "seconds": s, "seed": x, "history": path, "segment": bytes}``,
 and optionally ``"hostname"``: the address the client is reached at
-(default 127.0.0.1; a client in a network namespace gives its host's), and
+(default 127.0.0.1; a client in a network namespace gives its host's),
 ``"prefix"``: put before every key name (so runs on one cluster, one after
-another, do not share keys).
+another, do not share keys), and ``"tensors": true``: also run the tensor
+calls on ``k`` keys of their own (a tensor object is not read as bytes).
+
+The operations: ``put``, ``upsert``, ``remove``, ``get_into``,
+``batch_put_from``, ``batch_get_into``, ``batch_remove``, ``is_exist`` and
+``batch_is_exist`` on the byte keys (half of the removes forced past read
+leases); ``put_tensor``, ``upsert_tensor``, ``get_tensor``,
+``remove`` and ``is_exist`` on the tensor keys. A batch is recorded as one
+operation per key, each with the batch's interval and its own result.
 
 Every written value is unique and self-describing: ``<client>:<seq>:`` then
 bytes that depend on both, so a read names the write it saw (its id
 ``client * 10**9 + seq``) or, when the bytes do not match that write, is
 recorded as a read of value id 0, which no write makes (torn). Codes that
 say nothing was done are definite failures; a lost connection or a timeout
-is indeterminate. Reads go through ``get_into``, whose code tells "not
+is indeterminate. Byte reads go through ``get_into``, whose code tells "not
 found" (an observation) from a read that failed (none: ``get`` answers
-empty bytes for both).
+empty bytes for both); ``get_tensor`` answers None for both, so a None is
+recorded as a failed read.
+
+Before each call the client writes a ``"pending"`` line per key (one write,
+so a SIGKILL leaves it whole); the checker's merge (helpers/lincheck.py)
+turns a pending line that no completion follows into a crashed operation.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from mooncake.store import MooncakeDistributedStore
@@ -35,10 +50,28 @@ from mooncake.store import MooncakeDistributedStore
 DEFINITE = {-200, -600, -704, -705, -706, -1012}
 NOT_FOUND = -704
 TORN = 0
-READ_BUFFER = 4096
+# The registered buffer: BATCH read slots, then BATCH write slots, each
+# larger than any value.
+SLOT = 1024
+BATCH = 3
 # Seconds a client waits after an operation that failed for want of the
 # master (not for a documented "not done" answer) before its next one.
 BACKOFF = 0.02
+# Operation kinds and their weights, per kind of key.
+BYTE_OPS = {
+    "put": 2,
+    "upsert": 3,
+    "remove": 1,
+    "get": 6,
+    "batch_put_from": 1,
+    "batch_remove": 1,
+    "batch_get_into": 2,
+    "is_exist": 1,
+    "batch_is_exist": 1,
+}
+TENSOR_OPS = {"put_tensor": 2, "upsert_tensor": 3, "remove": 1, "get_tensor": 4, "is_exist": 1}
+# The share of operations on the tensor keys, when there are any.
+TENSOR_SHARE = 0.3
 
 
 def value(client: int, seq: int) -> bytes:
@@ -57,79 +90,189 @@ def decode(raw: bytes) -> int:
     return client * 10**9 + seq if raw == value(client, seq) else TORN
 
 
+def write_outcome(rc: int) -> Any:
+    return {"ok": None} if rc == 0 else ("failed" if rc in DEFINITE else "unknown")
+
+
+def read_outcome(n: int, raw: Callable[[], bytes]) -> Any:
+    """A byte read's outcome: what it saw, "not found", or nothing (failed)."""
+    if n > 0:
+        return {"ok": decode(raw())}
+    return {"ok": None} if n == NOT_FOUND else "failed"
+
+
+def remove_outcome(rc: int) -> Any:
+    if rc == 0:
+        return {"ok": 1}
+    return {"ok": None} if rc == NOT_FOUND else write_outcome(rc)
+
+
+def exist_outcome(rc: int) -> Any:
+    if rc in (0, 1):
+        return {"ok": 1 if rc == 1 else None}
+    return "failed" if rc in DEFINITE else "unknown"
+
+
+class Client:
+    """The store client of one workload process and its history file."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.id = int(cfg["client"])
+        self.rng = random.Random(cfg["seed"])
+        self.store = MooncakeDistributedStore()
+        rc = self.store.setup(
+            str(cfg.get("hostname", "127.0.0.1")),
+            cfg["metadata"],
+            int(cfg.get("segment", 0)),
+            16 << 20,
+            "tcp",
+            "",
+            cfg["master"],
+        )
+        if rc != 0:
+            raise SystemExit(f"setup failed: {rc}")
+        self.buf = ctypes.create_string_buffer(2 * BATCH * SLOT)
+        self.ptr = ctypes.addressof(self.buf)
+        if self.store.register_buffer(self.ptr, 2 * BATCH * SLOT) != 0:
+            raise SystemExit("register_buffer failed")
+        prefix = cfg.get("prefix", "")
+        n = int(cfg["keys"])
+        self.byte_keys = [f"{prefix}rk{i}" for i in range(n)]
+        self.tensor_keys = [f"{prefix}tk{i}" for i in range(n)] if cfg.get("tensors") else []
+        self.seq = 0
+        self.fd = os.open(cfg["history"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def close(self) -> None:
+        os.close(self.fd)
+        self.store.unregister_buffer(self.ptr)
+        self.store.close()
+
+    def next_vid(self) -> tuple[int, int]:
+        self.seq += 1
+        return self.seq, self.id * 10**9 + self.seq
+
+    def read_slot(self, i: int) -> int:
+        return self.ptr + i * SLOT
+
+    def write_slot(self, i: int, data: bytes) -> int:
+        at = self.ptr + (BATCH + i) * SLOT
+        ctypes.memmove(at, data, len(data))
+        return at
+
+    def run_one(self) -> list[int]:
+        """Runs one random operation and records it; returns its codes."""
+        tensors = self.tensor_keys and self.rng.random() < TENSOR_SHARE
+        ops = TENSOR_OPS if tensors else BYTE_OPS
+        kind = self.rng.choices(list(ops), list(ops.values()))[0]
+        keys = self.tensor_keys if tensors else self.byte_keys
+        batch = kind.startswith("batch_")
+        chosen = (
+            self.rng.sample(keys, self.rng.randint(2, min(BATCH, len(keys))))
+            if batch
+            else [self.rng.choice(keys)]
+        )
+        calls: list[Any] = []
+        seqs: list[int] = []
+        values: list[bytes] = []
+        for _ in chosen:
+            seq, vid = self.next_vid()
+            seqs.append(seq)
+            if kind in ("put", "upsert", "batch_put_from", "put_tensor", "upsert_tensor"):
+                model = "upsert" if kind.startswith("upsert") else "put"
+                calls.append({model: vid})
+                values.append(value(self.id, seq))
+            elif kind in ("remove", "batch_remove"):
+                calls.append("remove")
+            elif kind in ("is_exist", "batch_is_exist"):
+                calls.append("exists")
+            else:
+                calls.append("get")
+        records = [
+            {"client": self.id, "seq": seq, "key": key, "call": call}
+            for seq, key, call in zip(seqs, chosen, calls, strict=True)
+        ]
+        invoke = time.monotonic_ns()
+        for r in records:
+            r["invoke"] = invoke
+        os.write(
+            self.fd, "".join(json.dumps({"pending": True, **r}) + "\n" for r in records).encode()
+        )
+        codes, outcomes = self.call(kind, chosen, values)
+        complete = time.monotonic_ns()
+        lines = []
+        for r, code, outcome in zip(records, codes, outcomes, strict=True):
+            r.update(complete=complete, outcome=outcome)
+            if outcome in ("failed", "unknown"):
+                r["code"] = code  # for the reader of a history
+            lines.append(json.dumps(r) + "\n")
+        os.write(self.fd, "".join(lines).encode())
+        return codes
+
+    def call(self, kind: str, keys: list[str], values: list[bytes]) -> tuple[list[int], list[Any]]:
+        """Makes the call; per key its code and outcome."""
+        s = self.store
+        if kind in ("put", "upsert"):
+            rc = (s.put if kind == "put" else s.upsert)(keys[0], values[0])
+            return [rc], [write_outcome(rc)]
+        if kind == "batch_put_from":
+            ptrs = [self.write_slot(i, v) for i, v in enumerate(values)]
+            rcs = list(s.batch_put_from(keys, ptrs, [len(v) for v in values]))
+            return rcs, [write_outcome(rc) for rc in rcs]
+        if kind in ("remove", "batch_remove"):
+            # Half of them forced: a read's lease does not hold them back.
+            force = self.rng.random() < 0.5
+            rcs = (
+                [s.remove(keys[0], force)]
+                if kind == "remove"
+                else list(s.batch_remove(keys, force))
+            )
+            return rcs, [remove_outcome(rc) for rc in rcs]
+        if kind == "get":
+            n = s.get_into(keys[0], self.ptr, SLOT)
+            return [n], [read_outcome(n, lambda: ctypes.string_at(self.ptr, n))]
+        if kind == "batch_get_into":
+            ptrs = [self.read_slot(i) for i in range(len(keys))]
+            ns = list(s.batch_get_into(keys, ptrs, [SLOT] * len(keys)))
+            outcomes = [
+                read_outcome(n, lambda p=p, n=n: ctypes.string_at(p, n))
+                for p, n in zip(ptrs, ns, strict=True)
+            ]
+            return ns, outcomes
+        if kind == "is_exist":
+            rc = s.is_exist(keys[0])
+            return [rc], [exist_outcome(rc)]
+        if kind == "batch_is_exist":
+            rcs = list(s.batch_is_exist(keys))
+            return rcs, [exist_outcome(rc) for rc in rcs]
+        return self.tensor_call(kind, keys[0], values)
+
+    def tensor_call(self, kind: str, key: str, values: list[bytes]) -> tuple[list[int], list[Any]]:
+        import torch
+
+        if kind == "get_tensor":
+            t = self.store.get_tensor(key)
+            if t is None:
+                return [-1], ["failed"]
+            return [0], [{"ok": decode(t.numpy().tobytes())}]
+        fn = self.store.put_tensor if kind == "put_tensor" else self.store.upsert_tensor
+        rc = fn(key, torch.frombuffer(bytearray(values[0]), dtype=torch.uint8))
+        return [rc], [write_outcome(rc)]
+
+
 def main() -> None:
     cfg: dict[str, Any] = json.loads(sys.argv[1])
-    client = int(cfg["client"])
-    rng = random.Random(cfg["seed"])
-    store = MooncakeDistributedStore()
-    rc = store.setup(
-        str(cfg.get("hostname", "127.0.0.1")),
-        cfg["metadata"],
-        int(cfg.get("segment", 0)),
-        16 << 20,
-        "tcp",
-        "",
-        cfg["master"],
-    )
-    if rc != 0:
-        raise SystemExit(f"setup failed: {rc}")
-    buf = ctypes.create_string_buffer(READ_BUFFER)
-    ptr = ctypes.addressof(buf)
-    if store.register_buffer(ptr, READ_BUFFER) != 0:
-        raise SystemExit("register_buffer failed")
-    keys = [f"{cfg.get('prefix', '')}rk{i}" for i in range(int(cfg["keys"]))]
+    client = Client(cfg)
+    if client.tensor_keys:
+        import torch  # noqa: F401  (imported before the clock starts)
     deadline = time.monotonic() + float(cfg["seconds"])
-    seq = 0
-    with open(cfg["history"], "w") as out:
-        print(json.dumps({"ready": True}), flush=True)
-        while time.monotonic() < deadline:
-            key = rng.choice(keys)
-            kind = rng.choices(["put", "upsert", "remove", "get"], [2, 3, 1, 6])[0]
-            seq += 1
-            vid = client * 10**9 + seq
-            invoke = time.monotonic_ns()
-            outcome: Any
-            if kind == "get":
-                n = code = store.get_into(key, ptr, READ_BUFFER)
-                call: Any = "get"
-                if n > 0:
-                    outcome = {"ok": decode(ctypes.string_at(ptr, n))}
-                elif n == NOT_FOUND:
-                    outcome = {"ok": None}
-                else:
-                    outcome = "failed"  # a failed read observed nothing
-            elif kind == "remove":
-                rc = code = store.remove(key)
-                call = "remove"
-                if rc == 0:
-                    outcome = {"ok": 1}
-                elif rc == -704:
-                    outcome = {"ok": None}
-                else:
-                    outcome = "failed" if rc in DEFINITE else "unknown"
-            else:
-                fn = store.put if kind == "put" else store.upsert
-                rc = code = fn(key, value(client, seq))
-                call = {kind: vid}
-                outcome = {"ok": None} if rc == 0 else ("failed" if rc in DEFINITE else "unknown")
-            complete = time.monotonic_ns()
-            op: dict[str, Any] = {
-                "client": client,
-                "key": key,
-                "call": call,
-                "invoke": invoke,
-                "complete": complete,
-                "outcome": outcome,
-            }
-            if outcome in ("failed", "unknown"):
-                op["code"] = code  # for the reader of a history
-            out.write(json.dumps(op) + "\n")
-            if outcome in ("failed", "unknown") and code not in DEFINITE:
-                # An unreachable master (a failover) is retried after a pause,
-                # as a serving engine's next request would, not in a tight loop.
-                time.sleep(BACKOFF)
-    store.unregister_buffer(ptr)
-    store.close()
+    print(json.dumps({"ready": True}), flush=True)
+    while time.monotonic() < deadline:
+        codes = client.run_one()
+        if any(rc < 0 and rc not in DEFINITE for rc in codes):
+            # An unreachable master (a failover) is retried after a pause,
+            # as a serving engine's next request would, not in a tight loop.
+            time.sleep(BACKOFF)
+    client.close()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ pub enum Call {
     Remove,
     /// Reads the key.
     Get,
+    /// Asks whether the key is present: `Ok(Some(_))` present (whatever
+    /// its value), `Ok(None)` absent.
+    Exists,
 }
 
 /// How an operation ended.
@@ -31,6 +34,10 @@ pub enum Outcome {
     Failed,
     /// It may or may not have taken effect (timeout, connection lost).
     Unknown,
+    /// Its process was killed before it completed: like `Unknown` (the
+    /// request may still take effect after the process is gone), but never
+    /// stuck, since nobody was left to see it complete.
+    Crashed,
 }
 
 /// One recorded operation.
@@ -54,9 +61,14 @@ impl Op {
     /// The instant by which it must have taken effect, if it did.
     pub(crate) fn deadline(&self) -> u64 {
         match (self.outcome, self.complete) {
-            (Outcome::Unknown, _) | (_, None) => u64::MAX,
+            (Outcome::Unknown | Outcome::Crashed, _) | (_, None) => u64::MAX,
             (_, Some(t)) => t,
         }
+    }
+
+    /// Whether it may or may not have taken effect.
+    pub(crate) fn indeterminate(&self) -> bool {
+        matches!(self.outcome, Outcome::Unknown | Outcome::Crashed)
     }
 
     /// The value this op writes, if it is a write.

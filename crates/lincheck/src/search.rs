@@ -49,15 +49,50 @@ pub struct Report {
 /// The register of one key.
 type State = Option<ValueId>;
 
+/// The puts of one key (by client and invocation) that overlap another
+/// write of the key in time.
+type Contended = HashSet<(u32, u64)>;
+
+/// The puts of `ops` (one key's, failed ones included) that another put or
+/// upsert of the key was in flight with. Such a put may answer success
+/// without taking effect: the store reports a key whose write has started
+/// as present ("already exists" is success for a put) before that write
+/// completes, and that write may still fail.
+fn contended(ops: &[&Op]) -> Contended {
+    let mut writes: Vec<&Op> = ops
+        .iter()
+        .copied()
+        .filter(|o| o.written().is_some())
+        .collect();
+    writes.sort_by_key(|o| o.invoke);
+    let mut out = Contended::new();
+    for (i, a) in writes.iter().enumerate() {
+        let end = a.deadline();
+        // Writes invoked later than `a` that began before it ended; each
+        // overlapping pair is found from its earlier member.
+        for b in writes[i + 1..].iter().take_while(|b| b.invoke <= end) {
+            for o in [a, b] {
+                if matches!(o.call, Call::Put(_)) {
+                    out.insert((o.client, o.invoke));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The registers `op` may leave when it takes effect on `state` (none when
-/// its result contradicts `state`).
-fn steps(state: State, op: &Op, model: Model) -> Vec<State> {
-    let unknown = op.outcome == Outcome::Unknown;
+/// its result contradicts `state`); `contended`: see [`contended`].
+fn steps(state: State, op: &Op, model: Model, contended: bool) -> Vec<State> {
+    let unknown = op.indeterminate();
     let mut out = match (op.call, op.outcome) {
         (Call::Put(v), _) => {
             let mut s = vec![state.or(Some(v))];
             if model.eviction {
                 s.push(Some(v));
+            }
+            if contended {
+                s.push(state);
             }
             s
         }
@@ -80,6 +115,12 @@ fn steps(state: State, op: &Op, model: Model) -> Vec<State> {
             }
         }
         (Call::Get, _) => vec![state],
+        (Call::Exists, Outcome::Ok(present)) => match (present, state) {
+            (Some(_), Some(_)) | (None, None) => vec![state],
+            (None, Some(_)) if model.eviction => vec![None],
+            _ => vec![],
+        },
+        (Call::Exists, _) => vec![state],
     };
     out.sort_unstable();
     out.dedup();
@@ -106,7 +147,13 @@ fn flip(bits: &mut [u64], i: usize) {
 /// The operations that may take effect next: those not yet placed that
 /// were invoked before every other unplaced operation had to complete,
 /// each with the registers it may leave.
-fn candidates(ops: &[&Op], bits: &[u64], state: State, model: Model) -> Vec<(usize, State)> {
+fn candidates(
+    ops: &[&Op],
+    bits: &[u64],
+    state: State,
+    model: Model,
+    contended: &Contended,
+) -> Vec<(usize, State)> {
     let horizon = (0..ops.len())
         .filter(|&i| !bit(bits, i))
         .map(|i| ops[i].deadline())
@@ -120,7 +167,8 @@ fn candidates(ops: &[&Op], bits: &[u64], state: State, model: Model) -> Vec<(usi
         if op.invoke > horizon {
             break;
         }
-        out.extend(steps(state, op, model).into_iter().map(|s| (i, s)));
+        let c = contended.contains(&(op.client, op.invoke));
+        out.extend(steps(state, op, model, c).into_iter().map(|s| (i, s)));
     }
     out
 }
@@ -136,6 +184,11 @@ struct Frame {
 /// left out, starting from an absent key) are linearizable; on failure the
 /// operation the longest explained prefix could not be extended with.
 pub fn check_key(ops: &[&Op], model: Model) -> Result<(), Op> {
+    search(ops, model, &contended(ops))
+}
+
+/// [`check_key`] with the contended puts given.
+fn search(ops: &[&Op], model: Model, contended: &Contended) -> Result<(), Op> {
     let mut ops: Vec<&Op> = ops.to_vec();
     ops.sort_by_key(|o| o.invoke);
     let n = ops.len();
@@ -145,7 +198,7 @@ pub fn check_key(ops: &[&Op], model: Model) -> Result<(), Op> {
     let mut best = (0usize, bits.clone());
     seen.insert((bits.clone(), None));
     let mut stack = vec![Frame {
-        cands: candidates(&ops, &bits, None, model),
+        cands: candidates(&ops, &bits, None, model, contended),
         next: 0,
         via: None,
     }];
@@ -162,7 +215,7 @@ pub fn check_key(ops: &[&Op], model: Model) -> Result<(), Op> {
                     best = (placed, bits.clone());
                 }
                 stack.push(Frame {
-                    cands: candidates(&ops, &bits, next, model),
+                    cands: candidates(&ops, &bits, next, model, contended),
                     next: 0,
                     via: Some(i),
                 });
@@ -201,7 +254,7 @@ pub fn check_key(ops: &[&Op], model: Model) -> Result<(), Op> {
 /// exponential. A remove that took effect without its client learning so
 /// shows only as a later read of "not found": the second pass explains it
 /// while still leaving out the (many more) unread writes.
-fn check_live(live: &[&Op], model: Model) -> Result<(), Op> {
+fn check_live(live: &[&Op], model: Model, contended: &Contended) -> Result<(), Op> {
     let read: HashSet<ValueId> = live
         .iter()
         .filter_map(|o| match (o.call, o.outcome) {
@@ -210,17 +263,21 @@ fn check_live(live: &[&Op], model: Model) -> Result<(), Op> {
         })
         .collect();
     let unread_write =
-        |o: &Op| o.outcome == Outcome::Unknown && o.written().is_some_and(|v| !read.contains(&v));
-    let unknown_remove = |o: &Op| o.outcome == Outcome::Unknown && o.call == Call::Remove;
+        |o: &Op| o.indeterminate() && o.written().is_some_and(|v| !read.contains(&v));
+    let unknown_remove = |o: &Op| o.indeterminate() && o.call == Call::Remove;
     if !live.iter().any(|o| unread_write(o) || unknown_remove(o)) {
-        return check_key(live, model);
+        return search(live, model, contended);
     }
     let without = |drop: &dyn Fn(&Op) -> bool| -> Vec<&Op> {
         live.iter().copied().filter(|o| !drop(o)).collect()
     };
-    check_key(&without(&|o| unread_write(o) || unknown_remove(o)), model)
-        .or_else(|_| check_key(&without(&unread_write), model))
-        .or_else(|_| check_key(live, model))
+    search(
+        &without(&|o| unread_write(o) || unknown_remove(o)),
+        model,
+        contended,
+    )
+    .or_else(|_| search(&without(&unread_write), model, contended))
+    .or_else(|_| search(live, model, contended))
 }
 
 /// Checks a whole history: each key for linearizability under `model`,
@@ -233,7 +290,7 @@ pub fn check(history: &[Op], model: Model, end: u64, stuck_after: u64) -> Report
         by_key.entry(op.key.as_str()).or_default().push(op);
     }
     let mut anomalies = Vec::new();
-    for op in history {
+    for op in history.iter().filter(|o| o.outcome != Outcome::Crashed) {
         let waited = op.complete.unwrap_or(end).saturating_sub(op.invoke);
         if waited > stuck_after {
             anomalies.push(Anomaly::Stuck { op: op.clone() });
@@ -253,7 +310,9 @@ pub fn check(history: &[Op], model: Model, end: u64, stuck_after: u64) -> Report
             .copied()
             .filter(|o| o.outcome != Outcome::Failed)
             .collect();
-        if let Err(blocked) = check_live(&live, model) {
+        // Failed writes count: one in flight makes a concurrent put's
+        // success say nothing.
+        if let Err(blocked) = check_live(&live, model, &contended(ops)) {
             anomalies.push(Anomaly::NotLinearizable {
                 key: (*key).to_string(),
                 ops: live.len(),
