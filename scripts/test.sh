@@ -59,9 +59,11 @@ python -m pytest tests/standalone -q -p no:cacheprovider --timeout=300 "$@"
 cargo build --release -q -p mooncake-netfault
 python -m pytest tests/cluster -q -p no:cacheprovider --timeout=300 "$@"
 python -m pytest tests/engram -q -p no:cacheprovider --timeout=300 "$@"
-# Robustness: client processes on contended keys while a data holder is
-# SIGKILLed and replaced; the recorded history is checked for
-# linearizability by mooncake-lincheck. About 30 s.
+# Robustness: client processes (some of them dummies of a mooncake_client
+# daemon) on contended keys while one fault hits: a data holder, a client,
+# the HA leader or the daemon SIGKILLed and replaced, a holder or the
+# master paused; the recorded history is checked for linearizability by
+# mooncake-lincheck. About 20 s per fault.
 cargo build --release -q -p mooncake-lincheck
 python -m pytest tests/robustness -q -p no:cacheprovider --timeout=600 "$@"
 # The transfer engine (mooncake.engine): target and initiator processes, over

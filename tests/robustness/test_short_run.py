@@ -3,16 +3,20 @@ contended keys (one of them the tensor calls too) against a real master
 while one fault is injected: a holder of the data is killed (SIGKILL) and
 replaced, a holder is paused (SIGSTOP) for longer than the client TTL and
 resumed, the master is paused for longer than the client TTL and resumed,
-or a workload client is killed (SIGKILL) in the middle of its calls and
-another takes its place. The whole recorded history is then
-checked by ``mooncake-lincheck`` for linearizability (a lost holder's keys
-may read as not found, as after an eviction, but never as an older or a
-foreign value; through a master pause or a client kill nothing may be lost),
-torn reads and operations stuck past the bound.
+a workload client is killed (SIGKILL) in the middle of its calls and
+another takes its place, or the standalone ``mooncake_client`` daemon that
+some of the clients reach the store through (as dummy clients) is killed
+(SIGKILL) and another is started at its address. The whole recorded
+history is then checked by ``mooncake-lincheck`` for linearizability (a
+lost holder's keys may read as not found, as after an eviction, but never
+as an older or a foreign value; through a master pause, a client kill or
+the kill of a daemon without a segment nothing may be lost), torn reads and
+operations stuck past the bound.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -22,6 +26,7 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import Child, Master
+from helpers.daemon import Daemon
 from helpers.etcd import running_etcd
 from helpers.ha import HaMaster, leader
 from helpers.lincheck import check_histories, lincheck_binary, pause, start_workload
@@ -34,6 +39,12 @@ CLIENT_TTL = 2
 # leases (or, paused itself, finds every client's heartbeat stale).
 PAUSE = CLIENT_TTL + 1.0
 STUCK_NS = 15 * 10**9
+# The daemon-kill runs: clients 1 and 2 are the master's, 3 and 4 the
+# daemon's dummies; 1 and 3 run the tensor calls too.
+DUMMIES = (3, 4)
+RPC_FAIL = -900
+# How long the daemon stays dead before a new one is started.
+DAEMON_DOWN = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +69,15 @@ def workload(
     seed: int,
     env: dict[str, str] | None = None,
     seconds: float = SECONDS,
+    dummy: str | None = None,
+    tensors: bool | None = None,
 ) -> subprocess.Popen[bytes]:
     """A workload client of master ``m``, or (a string) of the HA masters
-    that ``etcd://`` address lists, running for ``seconds``; client 1 runs
-    the tensor calls too."""
+    that ``etcd://`` address lists, running for ``seconds``; with ``dummy``,
+    a dummy client of the daemon at that address instead. It runs the
+    tensor calls too when ``tensors`` says so (by default client 1 does)."""
     master, metadata = (m, "P2PHANDSHAKE") if isinstance(m, str) else (m.rpc_addr, m.metadata_url)
-    cfg = {
+    cfg: dict[str, object] = {
         "client": client,
         "master": master,
         "metadata": metadata,
@@ -72,8 +86,10 @@ def workload(
         "seed": seed,
         "history": str(history),
         "segment": 0,
-        "tensors": client == 1,
+        "tensors": client == 1 if tensors is None else tensors,
     }
+    if dummy is not None:
+        cfg["dummy"] = dummy
     return start_workload(cfg, env)
 
 
@@ -130,6 +146,86 @@ def test_history_under_a_fault_is_linearizable(
     # histories are checked without eviction.
     eviction = nemesis in ("holder-kill", "holder-pause")
     check_run(workloads, histories, started, lincheck, tmp_path, eviction, killed)
+
+
+@pytest.mark.parametrize(
+    ("segment", "seed"),
+    [("64MB", 6), ("0", 7)],
+    ids=["daemon-kill", "segmentless-daemon-kill"],
+)
+def test_history_across_a_daemon_kill_is_linearizable(
+    master_factory: Callable[..., Master],
+    child_factory: Callable[..., Child],
+    workloads: list[subprocess.Popen[bytes]],
+    lincheck: str,
+    tmp_path: Path,
+    segment: str,
+    seed: int,
+) -> None:
+    """Clients 1 and 2 are clients of the master; clients 3 and 4 are dummy
+    clients (``setup_dummy``) of a ``mooncake_client`` daemon mounted on it,
+    on the same keys. The daemon is killed (SIGKILL) in the middle of the
+    run and, a second later, a new one is started at the same address.
+
+    What a dummy sees: every call it makes while no daemon runs fails at
+    once with RPC_FAIL (-900; ``get_tensor`` answers None), and so do its
+    calls to the new daemon, which does not know it, until it calls
+    ``setup_dummy`` again (the workload does once a daemon serves its
+    address again); then its calls work again. A call the dummy had in
+    flight at the kill fails with RPC_FAIL too, indeterminate: the daemon
+    may have done it before it died; the calls after it are recorded as
+    definite failures (they reached no daemon that knows the dummy, so
+    none of them may take effect). No call waits for a dead daemon, so
+    none comes near the stuck bound.
+
+    A daemon with a segment takes the objects placed in it with it, as a
+    killed holder does: that history is checked with eviction. A daemon
+    without a segment holds no data: nothing acknowledged may be lost, and
+    that history is checked without eviction.
+    """
+    m = master_factory(default_kv_lease_ttl=200, client_ttl=CLIENT_TTL)
+    holders = [child_factory() for _ in range(2)]
+    for h in holders:
+        assert h.setup(m) == 0
+    daemon = Daemon(m, tmp_path, segment=segment)
+    try:
+        histories = [tmp_path / f"h{c}.jsonl" for c in range(1, 5)]
+        for c, path in enumerate(histories, 1):
+            dummy = daemon.address if c in DUMMIES else None
+            workloads.append(
+                workload(m, c, path, seed * 100 + c, dummy=dummy, tensors=c in (1, DUMMIES[0]))
+            )
+        started = time.monotonic()
+        time.sleep(SECONDS / 3)
+        daemon.kill()  # SIGKILL, and reaped: from here on no daemon runs
+        dead = time.monotonic_ns()
+        time.sleep(DAEMON_DOWN)
+        restarting = time.monotonic_ns()
+        daemon.restart()  # same port; returns once it serves dummy clients
+        serving = time.monotonic_ns()
+        check_run(workloads, histories, started, lincheck, tmp_path, eviction=segment != "0")
+    finally:
+        daemon.kill()
+    ops = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    for c in DUMMIES:
+        mine = [op for op in ops if op["client"] == c]
+        down = [op for op in mine if op["invoke"] > dead and op["complete"] < restarting]
+        assert down, f"dummy {c} made no call while its daemon was dead"
+        # Answered before the kill, or RPC_FAIL; a get_tensor that found
+        # nothing is recorded as a failed read.
+        at_kill = [op for op in mine if op["invoke"] < dead < op["complete"]]
+        wrong = [
+            op
+            for op in down + at_kill
+            if op.get("code") != RPC_FAIL
+            and not (op in at_kill and isinstance(op["outcome"], dict))
+            and not (op["key"].startswith("tk") and op["call"] == "get")
+        ]
+        assert not wrong, f"dummy {c}, daemon dead: {wrong[:5]}"
+        slow = [op for op in down if op["complete"] - op["invoke"] > 10**9]
+        assert not slow, f"dummy {c}, daemon dead, calls did not fail at once: {slow[:5]}"
+        again = [op for op in mine if op["invoke"] > serving and isinstance(op["outcome"], dict)]
+        assert again, f"dummy {c} did not work again through the new daemon"
 
 
 def check_run(

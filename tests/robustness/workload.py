@@ -8,8 +8,26 @@ CONFIG_JSON: ``{"client": n, "master": "host:port", "metadata": url,
 and optionally ``"hostname"``: the address the client is reached at
 (default 127.0.0.1; a client in a network namespace gives its host's),
 ``"prefix"``: put before every key name (so runs on one cluster, one after
-another, do not share keys), and ``"tensors": true``: also run the tensor
-calls on ``k`` keys of their own (a tensor object is not read as bytes).
+another, do not share keys), ``"tensors": true``: also run the tensor
+calls on ``k`` keys of their own (a tensor object is not read as bytes),
+and ``"dummy": "host:port"``: be a dummy client of the ``mooncake_client``
+daemon at that address (``setup_dummy``; ``"master"``, ``"metadata"``,
+``"hostname"`` and ``"segment"`` are then unused) instead of a client of
+the master itself.
+
+A dummy runs every operation below: the daemon serves them all. Its buffer
+is shared memory from ``MooncakeHostMemAllocator`` (the only memory a
+dummy can register). A call that answers RPC_FAIL (-900) tells a dummy
+that its daemon died, or restarted and does not know it any more. The
+dummy goes on with its operations (each answers RPC_FAIL at once) and
+after each one tries a throwaway dummy on the same address (a
+``setup_dummy`` that fails leaves the store it was called on not set up,
+answering INVALID_PARAMS); once that attaches, a daemon serves again, and
+the dummy calls ``setup_dummy`` again and registers its buffer again, as a
+serving engine would. The call that first answered RPC_FAIL is
+indeterminate (its daemon may have done it before it died); the calls
+after it, until the dummy attached again, reached no daemon that knows the
+dummy, and their RPC_FAIL is a definite failure.
 
 The operations: ``put``, ``upsert``, ``remove``, ``get_into``,
 ``batch_put_from``, ``batch_get_into``, ``batch_remove``, ``is_exist`` and
@@ -44,18 +62,25 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mooncake.store import MooncakeDistributedStore
+from mooncake.store import MooncakeDistributedStore, MooncakeHostMemAllocator
 
 # Codes after which the operation certainly did not take effect.
 DEFINITE = {-200, -600, -704, -705, -706, -1012}
 NOT_FOUND = -704
+RPC_FAIL = -900
 TORN = 0
 # The registered buffer: BATCH read slots, then BATCH write slots, each
 # larger than any value.
 SLOT = 1024
 BATCH = 3
+BUFFER = 2 * BATCH * SLOT
+# A dummy's memory pool and local buffer (a bytes value or a tensor is
+# copied through the local buffer).
+DUMMY_POOL = 16 << 20
+DUMMY_LOCAL = 16 << 20
 # Seconds a client waits after an operation that failed for want of the
-# master (not for a documented "not done" answer) before its next one.
+# master or, for a dummy, of its daemon (not for a documented "not done"
+# answer) before its next one.
 BACKOFF = 0.02
 # Operation kinds and their weights, per kind of key.
 BYTE_OPS = {
@@ -120,21 +145,32 @@ class Client:
         self.id = int(cfg["client"])
         self.rng = random.Random(cfg["seed"])
         self.store = MooncakeDistributedStore()
-        rc = self.store.setup(
-            str(cfg.get("hostname", "127.0.0.1")),
-            cfg["metadata"],
-            int(cfg.get("segment", 0)),
-            16 << 20,
-            "tcp",
-            "",
-            cfg["master"],
-        )
-        if rc != 0:
-            raise SystemExit(f"setup failed: {rc}")
-        self.buf = ctypes.create_string_buffer(2 * BATCH * SLOT)
-        self.ptr = ctypes.addressof(self.buf)
-        if self.store.register_buffer(self.ptr, 2 * BATCH * SLOT) != 0:
-            raise SystemExit("register_buffer failed")
+        self.dummy: str | None = cfg.get("dummy")
+        # A dummy whose daemon answered RPC_FAIL, until it attached again.
+        self.lost = False
+        if self.dummy:
+            self.alloc = MooncakeHostMemAllocator()
+            self.ptr = self.alloc.alloc(BUFFER)
+            if not self.ptr:
+                raise SystemExit("MooncakeHostMemAllocator.alloc failed")
+            if not self.attach():
+                raise SystemExit(f"setup_dummy or register_buffer failed ({self.dummy})")
+        else:
+            rc = self.store.setup(
+                str(cfg.get("hostname", "127.0.0.1")),
+                cfg["metadata"],
+                int(cfg.get("segment", 0)),
+                16 << 20,
+                "tcp",
+                "",
+                cfg["master"],
+            )
+            if rc != 0:
+                raise SystemExit(f"setup failed: {rc}")
+            self.buf = ctypes.create_string_buffer(BUFFER)
+            self.ptr = ctypes.addressof(self.buf)
+            if self.store.register_buffer(self.ptr, BUFFER) != 0:
+                raise SystemExit("register_buffer failed")
         prefix = cfg.get("prefix", "")
         n = int(cfg["keys"])
         self.byte_keys = [f"{prefix}rk{i}" for i in range(n)]
@@ -142,10 +178,30 @@ class Client:
         self.seq = 0
         self.fd = os.open(cfg["history"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
+    def attach(self) -> bool:
+        """Attaches a dummy to its daemon (again) and registers its buffer
+        there; whether both succeeded."""
+        assert self.dummy is not None
+        return (
+            self.store.setup_dummy(DUMMY_POOL, DUMMY_LOCAL, self.dummy) == 0
+            and self.store.register_buffer(self.ptr, BUFFER) == 0
+        )
+
+    def daemon_serves(self) -> bool:
+        """Whether a daemon serves the dummy's address: a throwaway dummy
+        attaches there."""
+        assert self.dummy is not None
+        probe = MooncakeDistributedStore()
+        ok = probe.setup_dummy(0, 0, self.dummy) == 0
+        probe.close()
+        return ok
+
     def close(self) -> None:
         os.close(self.fd)
         self.store.unregister_buffer(self.ptr)
         self.store.close()
+        if self.dummy:
+            self.alloc.free(self.ptr)
 
     def next_vid(self) -> tuple[int, int]:
         self.seq += 1
@@ -199,6 +255,10 @@ class Client:
         )
         codes, outcomes = self.call(kind, chosen, values)
         complete = time.monotonic_ns()
+        if self.lost:
+            outcomes = [
+                "failed" if rc == RPC_FAIL else o for rc, o in zip(codes, outcomes, strict=True)
+            ]
         lines = []
         for r, code, outcome in zip(records, codes, outcomes, strict=True):
             r.update(complete=complete, outcome=outcome)
@@ -268,8 +328,12 @@ def main() -> None:
     print(json.dumps({"ready": True}), flush=True)
     while time.monotonic() < deadline:
         codes = client.run_one()
-        if any(rc < 0 and rc not in DEFINITE for rc in codes):
-            # An unreachable master (a failover) is retried after a pause,
+        if client.dummy and RPC_FAIL in codes:
+            client.lost = True
+        if client.lost and client.daemon_serves():
+            client.lost = not client.attach()
+        if client.lost or any(rc < 0 and rc not in DEFINITE for rc in codes):
+            # An unreachable master (a failover) or daemon is retried after a pause,
             # as a serving engine's next request would, not in a tight loop.
             time.sleep(BACKOFF)
     client.close()
