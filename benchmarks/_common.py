@@ -141,6 +141,18 @@ def import_torch(site: str) -> Any:
     return torch
 
 
+def new_store(rpc: str, meta: str, segment: int, local_buffer: int) -> Any:
+    """A ``MooncakeDistributedStore`` (of whichever ``mooncake`` this interpreter
+    imports) set up over TCP on 127.0.0.1; raises ``RuntimeError`` when setup fails."""
+    from mooncake.store import MooncakeDistributedStore
+
+    s = MooncakeDistributedStore()
+    rc = s.setup("127.0.0.1", meta, segment, local_buffer, "tcp", "", rpc)
+    if rc != 0:
+        raise RuntimeError(f"setup returned {rc}")
+    return s
+
+
 # ------------------------------------------------------------------ finding the masters
 
 

@@ -67,7 +67,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import find_ours_master, json_child, running_master, stop_child, write_json
+from _common import (
+    find_ours_master,
+    json_child,
+    new_store,
+    running_master,
+    stop_child,
+    write_json,
+)
 
 MiB = 1 << 20
 COLS = 1024
@@ -96,16 +103,6 @@ def split_dim(name: str) -> int:
 
 def stage_of(name: str, stages: int) -> int:
     return int(name.split(".")[1]) * stages // N_DENSE
-
-
-def new_store(rpc: str, meta: str, segment: int, local: int) -> Any:
-    from mooncake.store import MooncakeDistributedStore
-
-    s = MooncakeDistributedStore()
-    rc = s.setup("127.0.0.1", meta, segment, local, "tcp", "", rpc)
-    if rc != 0:
-        raise RuntimeError(f"setup returned {rc}")
-    return s
 
 
 def writer_main(args: argparse.Namespace) -> int:
