@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -151,6 +152,16 @@ def new_store(rpc: str, meta: str, segment: int, local_buffer: int) -> Any:
     if rc != 0:
         raise RuntimeError(f"setup returned {rc}")
     return s
+
+
+def median_time(fn: Callable[[], Any], repeats: int) -> float:
+    """Median seconds of ``repeats`` timed calls of ``fn``."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 # ------------------------------------------------------------------ finding the masters
