@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -139,6 +140,28 @@ def import_torch(site: str) -> Any:
         sys.path.append(site)
         import torch
     return torch
+
+
+def new_store(rpc: str, meta: str, segment: int, local_buffer: int) -> Any:
+    """A ``MooncakeDistributedStore`` (of whichever ``mooncake`` this interpreter
+    imports) set up over TCP on 127.0.0.1; raises ``RuntimeError`` when setup fails."""
+    from mooncake.store import MooncakeDistributedStore
+
+    s = MooncakeDistributedStore()
+    rc = s.setup("127.0.0.1", meta, segment, local_buffer, "tcp", "", rpc)
+    if rc != 0:
+        raise RuntimeError(f"setup returned {rc}")
+    return s
+
+
+def median_time(fn: Callable[[], Any], repeats: int) -> float:
+    """Median seconds of ``repeats`` timed calls of ``fn``."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 # ------------------------------------------------------------------ finding the masters

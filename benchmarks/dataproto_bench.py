@@ -59,6 +59,7 @@ from _common import (
     comparison_parser,
     find_sides,
     import_torch,
+    median_time,
     running_master,
     write_json,
 )
@@ -146,15 +147,6 @@ def same(got: dict[str, Any], want: dict[str, Any], rows: list[int] | None = Non
                 if len(value) != len(expect):
                     return False
     return True
-
-
-def median_time(fn: Any, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def shape_argv(args: argparse.Namespace) -> list[str]:

@@ -52,7 +52,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import env_overrides, find_ours_master, free_port, start_master, write_json
+from _common import (
+    env_overrides,
+    find_ours_master,
+    free_port,
+    json_child,
+    start_master,
+    stop_child,
+    write_json,
+)
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -133,29 +141,15 @@ def peer_main() -> int:
 
 @contextlib.contextmanager
 def peer(max_bytes: int, env: dict[str, str]) -> Iterator[dict[str, Any]]:
-    full = dict(os.environ)
-    full.update(env)
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--peer", str(max_bytes)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=full,
+    proc, info = json_child(
+        [sys.executable, __file__, "--peer", str(max_bytes)], env={**os.environ, **env}
     )
-    assert proc.stdout is not None and proc.stdin is not None
-    info = json.loads(proc.stdout.readline() or "{}")
     try:
         if info.get("rc") != [0, 0, 0]:
             raise RuntimeError(f"the peer did not start: {info}")
         yield info
     finally:
-        with contextlib.suppress(Exception):
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_child(proc)
 
 
 # ------------------------------------------------------------------ engine

@@ -206,6 +206,16 @@ def writers_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def side_result(name: str, cmd: list[str]) -> Any:
+    """Run one side's child ``cmd``: the last JSON line it printed, or a
+    failure line naming ``name`` when it failed or printed none."""
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    if r.returncode != 0 or not lines:
+        return f"{name} failed (rc {r.returncode}): {r.stderr[-800:]}"
+    return json.loads(lines[-1])
+
+
 def run_writers_side(
     name: str, python: str, master: str, args: argparse.Namespace, d: Path, threads: int
 ) -> Any:
@@ -219,11 +229,7 @@ def run_writers_side(
         f"--segment-mib={args.segment_mib}",
         f"--threads={threads}",
     ]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-    if r.returncode != 0 or not lines:
-        return f"{name} failed (rc {r.returncode}): {r.stderr[-800:]}"
-    return json.loads(lines[-1])
+    return side_result(name, cmd)
 
 
 def print_writers(rows: list[tuple[int, int, str, Any]], seg: int) -> None:
@@ -316,11 +322,7 @@ def run_side(name: str, python: str, master: str, args: argparse.Namespace, d: P
         f"--segment-mib={args.segment_mib}",
         f"--settle={args.settle}",
     ]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-    if r.returncode != 0 or not lines:
-        return f"{name} failed (rc {r.returncode}): {r.stderr[-800:]}"
-    return json.loads(lines[-1])
+    return side_result(name, cmd)
 
 
 def main() -> int:

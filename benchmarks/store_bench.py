@@ -42,6 +42,7 @@ from _common import (
     env_overrides,
     find_ours_master,
     find_upstream_master,
+    new_store,
     print_footer,
     print_table_head,
     rows_by_key,
@@ -77,16 +78,6 @@ class Params:
 
     def count(self, size: int) -> int:
         return max(2, min(self.max_ops, self.total // size))
-
-
-def new_store(rpc: str, meta: str, segment: int, local_buffer: int) -> Any:
-    from mooncake.store import MooncakeDistributedStore
-
-    s = MooncakeDistributedStore()
-    rc = s.setup("127.0.0.1", meta, segment, local_buffer, "tcp", "", rpc)
-    if rc != 0:
-        raise RuntimeError(f"setup returned {rc}")
-    return s
 
 
 def batch_slices(n: int, size: int) -> list[tuple[int, int]]:

@@ -62,12 +62,19 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import find_ours_master, json_child, running_master, stop_child, write_json
+from _common import (
+    find_ours_master,
+    json_child,
+    median_time,
+    new_store,
+    running_master,
+    stop_child,
+    write_json,
+)
 
 MiB = 1 << 20
 COLS = 1024
@@ -96,16 +103,6 @@ def split_dim(name: str) -> int:
 
 def stage_of(name: str, stages: int) -> int:
     return int(name.split(".")[1]) * stages // N_DENSE
-
-
-def new_store(rpc: str, meta: str, segment: int, local: int) -> Any:
-    from mooncake.store import MooncakeDistributedStore
-
-    s = MooncakeDistributedStore()
-    rc = s.setup("127.0.0.1", meta, segment, local, "tcp", "", rpc)
-    if rc != 0:
-        raise RuntimeError(f"setup returned {rc}")
-    return s
 
 
 def writer_main(args: argparse.Namespace) -> int:
@@ -244,15 +241,6 @@ def dcp_spawn(target: str, world: int, ckpt: str, repeats: int, full: dict[str, 
     return statistics.median(max(r[i] for r in per_rank) for i in range(repeats))
 
 
-def median_secs(fn: Callable[[], Any], repeats: int) -> float:
-    xs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        xs.append(time.perf_counter() - t0)
-    return statistics.median(xs)
-
-
 def box(t: Any, axes: list[Any]) -> Any:
     for a in axes:
         if a.split_dim is not None:
@@ -342,14 +330,14 @@ def measure(
     r1 = s.get_client_stats()["master_rpcs"]
     s.batch_get_tensor_with_parallelism(keys[:1], tgts[:1])
     r2 = s.get_client_stats()["master_rpcs"]
-    t_ours = median_secs(ours, repeats)
-    t_mem = median_secs(memcpy, repeats)
+    t_ours = median_time(ours, repeats)
+    t_mem = median_time(memcpy, repeats)
     # The machine's copy ceiling: the same copies with torch's intra-op
     # threads on every core (ours spreads a batch's copies over the cores).
     torch.set_num_threads(os.cpu_count() or 1)
-    t_mem_mt = median_secs(memcpy, repeats)
+    t_mem_mt = median_time(memcpy, repeats)
     torch.set_num_threads(1)
-    t_slice = median_secs(slice_copy, repeats)
+    t_slice = median_time(slice_copy, repeats)
     return {
         "bytes": nbytes,
         "calls": len(batches),
@@ -424,7 +412,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             d = {k: torch.empty_like(v) for k, v in full.items()}
             dcp.load(d, checkpoint_id=ckpt, no_dist=True)
 
-        t_dcp = median_secs(dcp_load, args.repeats)
+        t_dcp = median_time(dcp_load, args.repeats)
         res["dcp_load_gbs"] = total / t_dcp / 1e9
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)

@@ -42,6 +42,7 @@ from _common import (
     comparison_parser,
     env_overrides,
     find_sides,
+    new_store,
     print_footer,
     run_noted,
     run_sides,
@@ -49,7 +50,6 @@ from _common import (
     side_rows,
     write_json,
 )
-from store_bench import new_store
 
 MiB = 1 << 20
 SIZES = [1 * MiB, 16 * MiB]

@@ -9,7 +9,6 @@ driver was found ..." on machines without a driver)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 from helpers.bins import console_script
 from helpers.fixtures import default_timeouts, started_by
+from helpers.json_child import PipedJsonChild
 from helpers.waits import free_port, wait_until
 
 HERE = Path(__file__).resolve().parent
@@ -85,35 +85,19 @@ def dummy(daemon: Daemon) -> Iterator[Any]:
     s.close()
 
 
-class GpuPeer:
+class GpuPeer(PipedJsonChild):
     """An engine with CUDA buffers in a child process (see gpu_peer.py)."""
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
-        full = dict(os.environ)
-        full.update(env or {})
-        self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "gpu_peer.py")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=full,
-        )
+        super().__init__([sys.executable, str(HERE / "gpu_peer.py")], env)
 
     def call(self, **req: Any) -> Any:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
         deadline = time.monotonic() + 60
-        line = self.proc.stdout.readline()
+        line = self._send(req)
         assert line and time.monotonic() < deadline, "the GPU peer died"
         reply = json.loads(line)
         assert "error" not in reply, reply["error"]
         return reply
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -43,3 +44,14 @@ def write_config(
         fields["master_server_address"] = master_server_address
     path.write_text(json.dumps({**fields, **more}))
     return path
+
+
+def sglang_warmup(store: Any) -> bytes:
+    """SGLang's ``MooncakeStore.warmup()``: a 4 KiB value put under a fresh
+    warm-up key must exist and read back unchanged; returns that value."""
+    warmup_key = "sglang_mooncake_store_warmup_key" + uuid.uuid4().hex
+    warmup_value = bytes(4 * 1024)
+    assert store.put(warmup_key, warmup_value) == 0
+    assert store.is_exist(warmup_key) == 1
+    assert store.get(warmup_key) == warmup_value
+    return warmup_value

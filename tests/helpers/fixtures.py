@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +35,17 @@ def stopped_after(obj: T, stop: Callable[[T], Any]) -> Iterator[T]:
         yield obj
     finally:
         stop(obj)
+
+
+def closed_at_teardown() -> Iterator[list[Any]]:
+    """For a fixture (``yield from closed_at_teardown()``): yields a list the
+    test appends stores to; at teardown each is closed, the last added
+    first, an error from ``close`` ignored."""
+    stores: list[Any] = []
+    yield stores
+    for s in reversed(stores):
+        with contextlib.suppress(Exception):
+            s.close()
 
 
 def store_fixture(segment_mib: int, local_mib: int) -> Any:

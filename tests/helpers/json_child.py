@@ -18,6 +18,33 @@ from pathlib import Path
 from typing import Any
 
 
+class PipedJsonChild:
+    """A child process started with this process's environment plus ``env``,
+    sent one JSON request a line on its stdin and answering with one JSON line
+    on its stdout (text mode). Subclasses decode and check the replies."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+
+    def _send(self, req: dict[str, Any]) -> str:
+        """Writes ``req`` as one line; the reply line ("" when the child exited)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
 class JsonLineChild:
     """Subclasses set ``log_path`` and start the process with ``_spawn``, and
     name themselves in error messages with ``name``."""

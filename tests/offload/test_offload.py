@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from conftest import Child, Master, ptr, wait_until
 from helpers.common import pattern, pattern_array
+from helpers.fixtures import closed_at_teardown
 from mooncake.store import MooncakeDistributedStore
 
 MiB = 1 << 20
@@ -96,11 +97,7 @@ def filled(owner: Callable[..., tuple[Any, int]], d: Path, prefix: str) -> tuple
 
 @pytest.fixture
 def owners() -> Iterator[list[Any]]:
-    made: list[Any] = []
-    yield made
-    for s in reversed(made):
-        with contextlib.suppress(Exception):
-            s.close()
+    yield from closed_at_teardown()
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ against real masters and real owners:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 from conftest import Master, wait_until
 from helpers.common import pattern
+from helpers.fixtures import closed_at_teardown
 from test_offload import LEASE_MS, SEG, MiB, N, allocated, buckets, fill, put_retry, setup_owner
 
 NO_AVAILABLE_HANDLE = -200
@@ -31,11 +31,7 @@ NO_AVAILABLE_HANDLE = -200
 
 @pytest.fixture
 def made() -> Iterator[list[Any]]:
-    stores: list[Any] = []
-    yield stores
-    for s in reversed(stores):
-        with contextlib.suppress(Exception):
-            s.close()
+    yield from closed_at_teardown()
 
 
 @pytest.fixture

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import Any
 import pytest
 from helpers.daemon import READY, Daemon, client_bin  # noqa: F401  (re-exported for tests)
 from helpers.fixtures import default_timeouts, started_by
+from helpers.json_child import PipedJsonChild
 from helpers.waits import free_port, wait_until  # noqa: F401  (re-exported for tests)
 
 HERE = Path(__file__).resolve().parent
@@ -77,35 +76,20 @@ def dummies() -> Iterator[Dummies]:
     d.close_all()
 
 
-class DummyProc:
+class DummyProc(PipedJsonChild):
     """A dummy client in a child process (dummy_proc.py), driven by JSON lines."""
 
     def __init__(self, address: str, env: dict[str, str] | None = None) -> None:
-        full = dict(os.environ)
-        full.update(env or {})
-        full["PYTHONUNBUFFERED"] = "1"
-        self.proc = subprocess.Popen(
-            [sys.executable, str(DUMMY_PROC), address],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=full,
-            text=True,
+        super().__init__(
+            [sys.executable, str(DUMMY_PROC), address], {**(env or {}), "PYTHONUNBUFFERED": "1"}
         )
 
     def call(self, **req: Any) -> Any:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        line = self._send(req)
         assert line, f"dummy process exited (rc={self.proc.poll()}) during {req}"
         out = json.loads(line)
         assert "error" not in out, out
         return out["result"]
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@
 from __future__ import annotations
 
 import ctypes
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from conftest import Daemon, MiB
+from helpers.common import sglang_warmup
 
 K = Callable[[str], str]
 torch = pytest.importorskip("torch")
@@ -73,11 +73,7 @@ def test_sglang_standalone_storage(daemon: Daemon, key: K) -> None:
     assert ret_code == 0
 
     # warmup()
-    warmup_key = "sglang_mooncake_store_warmup_key" + uuid.uuid4().hex
-    warmup_value = bytes(4 * 1024)
-    assert store.put(warmup_key, warmup_value) == 0
-    assert store.is_exist(warmup_key) == 1
-    assert store.get(warmup_key) == warmup_value
+    warmup_value = sglang_warmup(store)
 
     # register_mem_pool_host() -> register_buffer(ptr, numel * element_size)
     ptr = kv.data_ptr()

@@ -31,6 +31,7 @@ from conftest import (
     free_port,
     store_records,
 )
+from helpers.common import sglang_warmup
 from helpers.etcd import etcd_get, running_etcd
 
 MiB = 1 << 20
@@ -232,8 +233,6 @@ def test_sglang_hicache_default_configuration(
     ``MOONCAKE_TE_META_DATA_SERVER`` unset (``P2PHANDSHAKE``),
     ``MOONCAKE_LOCAL_HOSTNAME`` unset (``localhost``); only the master is
     named, and the segment made small."""
-    import uuid
-
     env = {
         "MOONCAKE_MASTER": shared_master.rpc_addr,
         "MOONCAKE_GLOBAL_SEGMENT_SIZE": str(32 * MiB),
@@ -258,11 +257,7 @@ def test_sglang_hicache_default_configuration(
     )
     assert ret_code == 0
     # warmup()
-    warmup_key = "sglang_mooncake_store_warmup_key" + uuid.uuid4().hex
-    warmup_value = bytes(4 * 1024)
-    assert store.put(warmup_key, warmup_value) == 0
-    assert store.is_exist(warmup_key) == 1
-    assert store.get(warmup_key) == warmup_value
+    sglang_warmup(store)
 
 
 def test_vllm_store_connector_default_configuration(

@@ -17,16 +17,12 @@ from typing import Any
 import pytest
 from conftest import rpcs
 from helpers.tensor_dtypes import tensor_dtypes
+from helpers.tensor_layouts import Spec, box, sample, writer_input, writers
 from mooncake.store import DP, EP, PP, TP, ParallelAxis, ReadTarget, TensorParallelism
 
 torch = pytest.importorskip("torch")
 
 SHAPES = {1: (32,), 2: (16, 8), 3: (8, 4, 8)}
-
-# A layout is a list of axis specs; every combination of the ranks of its
-# ("tp", size, dim), ("ep", size, dim) and ("dp", size) entries is one
-# writer, ("pp", rank, size, stage) is a fixed scope.
-Spec = tuple[Any, ...]
 
 
 def sources(ndim: int) -> dict[str, list[Spec]]:
@@ -68,50 +64,6 @@ def targets(ndim: int) -> dict[str, ReadTarget]:
     return out
 
 
-def writers(layout: list[Spec]) -> list[list[ParallelAxis]]:
-    """The axis list of every writer of ``layout``."""
-    lists: list[list[ParallelAxis]] = [[]]
-    for s in layout:
-        if s[0] == "pp":
-            lists = [x + [PP(s[1], s[2], stage_id=s[3])] for x in lists]
-            continue
-        size = s[1]
-        nxt = []
-        for x in lists:
-            for r in range(size):
-                if s[0] == "tp":
-                    a = TP(r, size, s[2])
-                elif s[0] == "ep":
-                    a = EP(r, size, expert_id=r, split_dim=s[2])
-                else:
-                    a = DP(r, size)
-                nxt.append(x + [a])
-        lists = nxt
-    return lists
-
-
-def box(t: Any, axes: list[Any]) -> Any:
-    """The torch slice of ``t`` that the layout axes of ``axes`` select."""
-    for a in axes:
-        if a.split_dim is not None:
-            step = t.shape[a.split_dim] // a.size
-            t = t.narrow(a.split_dim, a.rank * step, step)
-    return t.contiguous()
-
-
-def sample(shape: tuple[int, ...], dtype: Any, seed: int) -> Any:
-    """A tensor of ``shape`` and ``dtype`` with distinct-looking random bytes."""
-    g = torch.Generator().manual_seed(seed)
-    n = 1
-    for d in shape:
-        n *= d
-    item = torch.empty((), dtype=dtype).element_size()
-    raw = torch.randint(0, 256, (n * item,), dtype=torch.uint8, generator=g)
-    if dtype == torch.bool:
-        raw = raw % 2
-    return raw.view(dtype).reshape(shape)
-
-
 def as_bytes(t: Any) -> bytes:
     return bytes(t.contiguous().view(torch.uint8).reshape(-1).tolist()) if t.numel() else b""
 
@@ -119,11 +71,17 @@ def as_bytes(t: Any) -> bytes:
 def store_layout(store: Any, key: str, t: Any, layout: list[Spec]) -> list[list[ParallelAxis]]:
     ws = writers(layout)
     for axes in ws:
-        single_tp = len(axes) == 1 and axes[0].kind == "tp"
-        inp = box(t, axes) if single_tp else t
-        rc = store.put_tensor_with_parallelism(key, inp, TensorParallelism(axes))
+        rc = store.put_tensor_with_parallelism(key, writer_input(t, axes), TensorParallelism(axes))
         assert rc == 0, (key, axes, rc)
     return ws
+
+
+def put_row_shards(store: Any, key: str, t: Any, n: int) -> None:
+    """Store ``t`` as ``n`` TP shards along dim 0, each writer putting its own rows."""
+    rows = t.shape[0] // n
+    for r in range(n):
+        shard = t[r * rows : (r + 1) * rows]
+        assert store.put_tensor_with_parallelism(key, shard, TensorParallelism([TP(r, n, 0)])) == 0
 
 
 def expected(t: Any, target: ReadTarget) -> Any:
@@ -190,13 +148,7 @@ def test_wrong_split_dim_reads_the_requested_box(tstore, key):
     """A set stored as TP=4 on dim 0 read as TP(1, 2, 1) is the 64x24 slice, not a stored shard."""
     t = torch.arange(64 * 48, dtype=torch.float32).reshape(64, 48)
     k = key("wrong")
-    for r in range(4):
-        assert (
-            tstore.put_tensor_with_parallelism(
-                k, t[r * 16 : (r + 1) * 16], TensorParallelism([TP(r, 4, 0)])
-            )
-            == 0
-        )
+    put_row_shards(tstore, k, t, 4)
     got = tstore.get_tensor_with_parallelism(k, ReadTarget("shard", [TP(1, 2, 1)]))
     assert got.shape == (64, 24)
     assert torch.equal(got, t[:, 24:48])
@@ -240,13 +192,7 @@ def test_full_object_beside_shards_is_preferred(tstore, key):
 def test_bad_targets_fail_with_reason_and_write_nothing(tstore, key, logs):
     t = torch.arange(16 * 8, dtype=torch.float32).reshape(16, 8)
     k = key("bad")
-    for r in range(2):
-        assert (
-            tstore.put_tensor_with_parallelism(
-                k, t[r * 8 : (r + 1) * 8], TensorParallelism([TP(r, 2, 0)])
-            )
-            == 0
-        )
+    put_row_shards(tstore, k, t, 2)
     size = 304 + t.numel() * 4
     buf = torch.full((size,), 0xAB, dtype=torch.uint8)
     # a split the extent does not divide

@@ -13,6 +13,7 @@ import itertools
 from typing import Any
 
 import pytest
+from helpers.tensor_layouts import box, sample, writer_input, writers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mooncake.store import DP, EP, PP, TP, ParallelAxis, ReadTarget, TensorParallelism
@@ -42,26 +43,6 @@ def layouts(draw: Any, ndim: int, pp_stage: int) -> list[tuple[Any, ...]]:
     return draw(st.permutations(axes))
 
 
-def writer_axes(layout: list[tuple[Any, ...]]) -> list[list[ParallelAxis]]:
-    lists: list[list[ParallelAxis]] = [[]]
-    for s in layout:
-        if s[0] == "pp":
-            lists = [x + [PP(s[1], s[2], stage_id=s[3])] for x in lists]
-            continue
-        nxt = []
-        for x in lists:
-            for r in range(s[1]):
-                if s[0] == "tp":
-                    a = TP(r, s[1], s[2])
-                elif s[0] == "ep":
-                    a = EP(r, s[1], expert_id=r, split_dim=s[2])
-                else:
-                    a = DP(r, s[1])
-                nxt.append(x + [a])
-        lists = nxt
-    return lists
-
-
 def target_axes(layout: list[tuple[Any, ...]], ranks: list[int]) -> list[ParallelAxis]:
     out = []
     for s, r in zip(layout, ranks, strict=False):
@@ -74,14 +55,6 @@ def target_axes(layout: list[tuple[Any, ...]], ranks: list[int]) -> list[Paralle
         else:
             out.append(DP(r % s[1], s[1]))
     return out
-
-
-def box(t: Any, axes: list[ParallelAxis]) -> Any:
-    for a in axes:
-        if a.split_dim is not None:
-            step = t.shape[a.split_dim] // a.size
-            t = t.narrow(a.split_dim, a.rank * step, step)
-    return t.contiguous()
 
 
 def as_bytes(t: Any) -> bytes:
@@ -115,22 +88,11 @@ def cases(draw: Any) -> dict[str, Any]:
 @given(case=cases())
 def test_any_layout_reads_any_target(tstore, case):
     dtype = getattr(torch, case["dtype"])
-    g = torch.Generator().manual_seed(case["seed"])
-    n = 1
-    for d in case["shape"]:
-        n *= d
-    item = torch.empty((), dtype=dtype).element_size()
-    raw = torch.randint(0, 256, (n * item,), dtype=torch.uint8, generator=g)
-    if dtype == torch.bool:
-        raw = raw % 2
-    t = raw.view(dtype).reshape(case["shape"])
+    t = sample(case["shape"], dtype, case["seed"])
     k = f"prop/{next(_counter)}"
-    ws = writer_axes(case["src"])
+    ws = writers(case["src"])
     case["order"].shuffle(ws)
-    inputs = []
-    for axes in ws:
-        single_tp = len(axes) == 1 and axes[0].kind == "tp"
-        inputs.append(box(t, axes) if single_tp else t)
+    inputs = [writer_input(t, axes) for axes in ws]
     if case["batch"]:
         rcs = tstore.batch_put_tensor_with_parallelism(
             [k] * len(ws), inputs, [TensorParallelism(a) for a in ws]

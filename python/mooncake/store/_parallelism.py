@@ -22,6 +22,12 @@ def _check_int(name: str, value: Any) -> int:
     return value
 
 
+def _check_str(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be str, not {type(value).__name__}")
+    return value
+
+
 def _check_opt_int(name: str, value: Any) -> int | None:
     if value is None:
         return None
@@ -59,9 +65,7 @@ class ParallelAxis:
 
     @kind.setter
     def kind(self, value: str) -> None:
-        if not isinstance(value, str):
-            raise TypeError(f"kind must be str, not {type(value).__name__}")
-        self._kind = value
+        self._kind = _check_str("kind", value)
 
     @property
     def rank(self) -> int:
@@ -194,9 +198,7 @@ class ReadTarget:
 
     @mode.setter
     def mode(self, value: str) -> None:
-        if not isinstance(value, str):
-            raise TypeError(f"mode must be str, not {type(value).__name__}")
-        lowered = value.lower()
+        lowered = _check_str("mode", value).lower()
         if lowered not in _READ_MODES:
             raise RuntimeError("Unsupported ReadTarget mode")
         self._mode = lowered
