@@ -568,10 +568,7 @@ pub(crate) fn send_fd(s: &UnixStream, fd: RawFd) -> io::Result<()> {
 /// Receive the descriptor [`send_fd`] sent.
 pub(crate) fn recv_fd(s: &UnixStream) -> io::Result<OwnedFd> {
     let mut byte = [0u8; 1];
-    let (got, mut fds) = recv_with_fds::<1>(s, &mut byte)?;
-    if got == 0 {
-        return Err(io::ErrorKind::UnexpectedEof.into());
-    }
+    let (_, mut fds) = recv_with_fds::<1>(s, &mut byte)?;
     let n = fds.len();
     match fds.pop() {
         Some(fd) if n == 1 => Ok(fd),

@@ -230,9 +230,6 @@ pub fn map_remote(
     }
     let mut final_msg = [0u8; 8 + TAG_LEN];
     let (n, mut fds) = recv_with_fds::<2>(&c, &mut final_msg)?;
-    if n == 0 {
-        return Err(io::ErrorKind::UnexpectedEof.into());
-    }
     if n < final_msg.len() {
         c.read_exact(&mut final_msg[n..])?;
     }

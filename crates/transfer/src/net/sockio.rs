@@ -273,8 +273,9 @@ pub fn send_with_fds(s: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> io::Result<
 }
 
 /// One `recvmsg` on `s` into `buf`, with room for `N` descriptors sent
-/// along (`SCM_RIGHTS`, received close-on-exec): the bytes received (0 at
-/// the end of the stream) and the descriptors, now owned by the caller.
+/// along (`SCM_RIGHTS`, received close-on-exec): the bytes received (at
+/// least one; the end of the stream is `UnexpectedEof`) and the
+/// descriptors, now owned by the caller.
 pub fn recv_with_fds<const N: usize>(
     s: &UnixStream,
     buf: &mut [u8],
@@ -297,6 +298,9 @@ pub fn recv_with_fds<const N: usize>(
                 fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
             }
         }
+    }
+    if msg.bytes == 0 {
+        return Err(io::ErrorKind::UnexpectedEof.into());
     }
     Ok((msg.bytes, fds))
 }
