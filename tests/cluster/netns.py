@@ -14,6 +14,9 @@ Faults (``Faults``):
   kernel has ``sch_netem``; otherwise the host's outgoing packets go to an
   NFQUEUE (``iptables -j NFQUEUE --queue-bypass``) served by
   ``mc_nfq_delay`` (crates/netfault), which holds each packet for the delay.
+- reordering: ``netem delay ... reorder`` when available, else the same
+  NFQUEUE with ``mc_nfq_delay --hold-pct``: a random share of the packets is
+  held, the rest pass at once.
 - loss: ``netem loss`` when available, else ``iptables -m statistic --mode
   random --probability p -j DROP`` on the host's outgoing packets.
 - partition of a host: its interface's bridge port goes down (and back up).
@@ -164,6 +167,18 @@ class Net:
     def popen(self, host: str, argv: list[str], **kw: Any) -> subprocess.Popen[Any]:
         return subprocess.Popen(self.wrap(host, argv), **kw)
 
+    def tcp_ext(self, host: str, name: str) -> int:
+        """The kernel's ``TcpExt`` counter ``name`` in ``host``'s namespace
+        (``/proc/net/netstat``), e.g. ``TCPOFOQueue``: segments that arrived
+        ahead of a gap and were queued out of order."""
+        lines = [
+            ln.split() for ln in self.exec(host, ["cat", "/proc/net/netstat"]).stdout.splitlines()
+        ]
+        for names, values in zip(lines[::2], lines[1::2], strict=False):
+            if names and names[0] == "TcpExt:" and name in names:
+                return int(values[names.index(name)])
+        raise KeyError(f"TcpExt {name} not in {host}'s /proc/net/netstat")
+
 
 class Faults:
     """Fault injection on a ``Net``; ``clear_all()`` undoes everything."""
@@ -223,13 +238,30 @@ class Faults:
         """Add ``ms`` of latency to every packet ``host`` sends. Returns the mechanism."""
         if self._try_netem(host, ["delay", f"{ms}ms"], f"{ms} ms delay on {host}"):
             return "netem"
+        return self._hold(host, ms, 100, f"{ms} ms delay on {host}")
+
+    def reorder(self, host: str, percent: int, ms: int, seed: int) -> str:
+        """Hold ``percent`` % of the packets ``host`` sends, drawn at random
+        (``seed``), for ``ms`` while the others pass at once: packets arrive
+        out of the order they were sent in. Returns the mechanism."""
+        what = f"{percent} % of {host}'s packets held {ms} ms (reordered)"
+        # netem's `reorder R%` sends R % at once and delays the rest.
+        args = ["delay", f"{ms}ms", "reorder", f"{100 - percent}%"]
+        if self._try_netem(host, args, what):
+            return "netem"
+        return self._hold(host, ms, percent, what, ["--seed", str(seed)])
+
+    def _hold(
+        self, host: str, ms: int, percent: int, what: str, extra: list[str] | None = None
+    ) -> str:
+        """Send ``host``'s outgoing packets to an NFQUEUE served by
+        ``mc_nfq_delay``, which holds ``percent`` % of them for ``ms`` (the
+        fallback without sch_netem)."""
         queue = 100 + list(self.net.hosts).index(host)
+        cmd = [str(delayer_bin()), "--queue", str(queue), "--delay-ms", str(ms)]
+        cmd += ["--hold-pct", str(percent), *(extra or [])]
         proc = self.net.popen(
-            host,
-            [str(delayer_bin()), "--queue", str(queue), "--delay-ms", str(ms)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
+            host, cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
         )
         assert proc.stdout is not None
         line = proc.stdout.readline().decode().strip()
@@ -241,7 +273,7 @@ class Faults:
         self._output_rule(
             host,
             ["-j", "NFQUEUE", "--queue-num", str(queue), "--queue-bypass"],
-            f"iptables NFQUEUE + mc_nfq_delay (no sch_netem in this kernel): {ms} ms delay on {host}",
+            f"iptables NFQUEUE + mc_nfq_delay (no sch_netem in this kernel): {what}",
         )
         return "nfqueue"
 

@@ -20,6 +20,10 @@ The faults, each in its own run:
   iptables where the kernel has no netem); nothing may be lost.
 - ``leader-delay``: every packet the leader sends waits 20 ms (netem, or an
   NFQUEUE delayer); nothing may be lost.
+- ``holder-reorder``: a quarter of the packets c2 sends, drawn at random,
+  wait 10 ms while the rest pass at once, so they arrive out of order
+  (netem's reorder, or the NFQUEUE delayer holding a share); nothing may
+  be lost.
 
 The long run keeps one cluster through a seeded sequence of every fault
 kind above and six more: the leader killed (SIGKILL, restarted as a
@@ -80,6 +84,7 @@ LONG_KINDS = {
     "holder-partition": True,
     "holder-loss": False,
     "leader-delay": False,
+    "holder-reorder": False,
     "leader-kill": False,
     "standby-kill": False,
     "leader-pause": False,
@@ -144,9 +149,10 @@ def robust(
     )
 
 
-def inject(kind: str, faults: Any, ms: list[Any], holder: Any) -> None:
+def inject(kind: str, faults: Any, ms: list[Any], holder: Any, seed: int) -> None:
     """Apply fault ``kind`` to the cluster for ``FAULT_FOR`` seconds and
-    undo it (a killed master is started again, as a standby)."""
+    undo it (a killed master is started again, as a standby); ``seed``
+    draws the packets a reordering holds."""
     leader = wait_one_leader(ms)
     others = [m for m in ms if m is not leader]
     if kind == "leader-partition":
@@ -171,6 +177,17 @@ def inject(kind: str, faults: Any, ms: list[Any], holder: Any) -> None:
         faults.delay(leader.host, 20)
         time.sleep(FAULT_FOR)
         faults.clear(leader.host)
+    elif kind == "holder-reorder":
+        # The hosts c2 talks to: they see the reordering as segments queued
+        # out of order (a run that reordered nothing would prove nothing).
+        peers = [h for h in faults.net.hosts if h != "c2"]
+        before = sum(faults.net.tcp_ext(h, "TCPOFOQueue") for h in peers)
+        faults.reorder("c2", 25, 10, seed)
+        time.sleep(FAULT_FOR)
+        faults.clear("c2")
+        reordered = sum(faults.net.tcp_ext(h, "TCPOFOQueue") for h in peers) - before
+        assert reordered > 0, "no segment from c2 arrived out of order"
+        print(f"holder-reorder: {reordered} segments queued out of order")
     elif kind == "leader-kill":
         leader.kill()
         wait_one_leader(others)
@@ -228,7 +245,7 @@ def run_segment(kind: str, seed: int, prefix: str, r: SimpleNamespace) -> tuple[
         killed.kill()
         procs.append(start(len(WORKLOAD_HOSTS) + 1, WORKLOAD_HOSTS[0], SECONDS - FAULT_AT))
     else:
-        inject(kind, r.faults, r.ms, r.holders["c2"])
+        inject(kind, r.faults, r.ms, r.holders["c2"], seed)
     for p in procs:
         expected = -9 if p is killed else 0
         assert p.wait(timeout=SECONDS + 90) == expected, f"{prefix} ({kind})"
@@ -247,6 +264,7 @@ def run_segment(kind: str, seed: int, prefix: str, r: SimpleNamespace) -> tuple[
         ("holder-partition", 13),
         ("holder-loss", 14),
         ("leader-delay", 15),
+        ("holder-reorder", 16),
     ],
 )
 def test_history_under_a_network_fault_is_linearizable(

@@ -1,5 +1,5 @@
-//! `mc_nfq_delay`: hold every packet of one NFQUEUE queue for a fixed time,
-//! then accept it. The multi-host tests (tests/cluster) add latency with
+//! `mc_nfq_delay`: hold the packets of one NFQUEUE queue for a fixed time,
+//! then accept them. The multi-host tests (tests/cluster) add latency with
 //! `tc qdisc ... netem delay` when the kernel has `sch_netem`; where it has
 //! not, they send a namespace's outgoing packets to an NFQUEUE
 //! (`iptables -j NFQUEUE --queue-bypass`) and run this program in that
@@ -7,10 +7,14 @@
 //!
 //! ```text
 //! mc_nfq_delay --queue 7 --delay-ms 10
+//! mc_nfq_delay --queue 7 --delay-ms 10 --hold-pct 25 --seed 3
 //! ```
 //!
-//! Packets leave in arrival order, each `delay` after it arrived, so the
-//! delay adds latency without reordering or throttling. The queue is opened
+//! By default every packet is held: packets leave in arrival order, each
+//! `delay` after it arrived, so the delay adds latency without reordering or
+//! throttling. With `--hold-pct P` only P % of the packets, drawn at random
+//! (`--seed` makes the draw repeatable), are held and the rest pass at once,
+//! so a held packet arrives after packets sent behind it: reordering. The queue is opened
 //! fail-open: when the kernel queue is full, packets pass undelayed instead
 //! of being dropped. The program prints `ready` on stdout once it is bound,
 //! and exits on SIGTERM/SIGINT (the kernel then drops what it still holds,
@@ -34,11 +38,16 @@ extern "C" fn on_signal(_sig: libc::c_int) {
 struct Args {
     queue: u16,
     delay: Duration,
+    /// Share of the packets held, in percent (100: all of them).
+    hold_pct: u32,
+    seed: u64,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut queue = None;
     let mut delay_ms = None;
+    let mut hold_pct = 100;
+    let mut seed = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let (name, inline) = match a.split_once('=') {
@@ -58,13 +67,51 @@ fn parse_args() -> Result<Args, String> {
                         .map_err(|e| format!("--delay-ms {v}: {e}"))?,
                 );
             }
+            "--hold-pct" => {
+                let v = value().ok_or("--hold-pct needs a value")?;
+                hold_pct = v
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|p| *p <= 100)
+                    .ok_or(format!("--hold-pct {v}: a whole percentage 0-100"))?;
+            }
+            "--seed" => {
+                let v = value().ok_or("--seed needs a value")?;
+                seed = Some(v.parse::<u64>().map_err(|e| format!("--seed {v}: {e}"))?);
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
     Ok(Args {
         queue: queue.ok_or("--queue is required")?,
         delay: Duration::from_millis(delay_ms.ok_or("--delay-ms is required")?),
+        hold_pct,
+        seed: seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        }),
     })
+}
+
+/// The draw of which packets are held: xorshift64*, enough for spreading
+/// packets over two paths (not for anything that needs real randomness).
+struct Draw(u64);
+
+impl Draw {
+    fn new(seed: u64) -> Self {
+        // xorshift has one fixed point, zero.
+        Draw(seed.max(1))
+    }
+
+    /// Whether the next packet is held, with probability `pct` %.
+    fn hold(&mut self, pct: u32) -> bool {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let r = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        (r >> 32) % 100 < u64::from(pct)
+    }
 }
 
 fn install_signal_handlers() {
@@ -92,12 +139,21 @@ fn run(args: &Args) -> std::io::Result<()> {
     println!("ready");
     std::io::stdout().flush()?;
 
+    // Every held packet waits the same time, so the queue stays in due order.
     let mut held: VecDeque<(Instant, nfq::Message)> = VecDeque::new();
+    let mut draw = Draw::new(args.seed);
     let poll = Duration::from_micros(200);
     while !STOP.load(Ordering::SeqCst) {
         loop {
             match q.recv() {
-                Ok(msg) => held.push_back((Instant::now() + args.delay, msg)),
+                Ok(mut msg) => {
+                    if draw.hold(args.hold_pct) {
+                        held.push_back((Instant::now() + args.delay, msg));
+                    } else {
+                        msg.set_verdict(Verdict::Accept);
+                        q.verdict(msg)?;
+                    }
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => break,
                 Err(e) => return Err(e),
@@ -128,7 +184,7 @@ fn main() {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("mc_nfq_delay: {e}\nusage: mc_nfq_delay --queue N --delay-ms MS");
+            eprintln!("mc_nfq_delay: {e}\nusage: mc_nfq_delay --queue N --delay-ms MS [--hold-pct P] [--seed S]");
             std::process::exit(2);
         }
     };
@@ -136,5 +192,32 @@ fn main() {
     if let Err(e) = run(&args) {
         eprintln!("mc_nfq_delay: {e}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Draw;
+
+    #[test]
+    fn the_draw_holds_about_the_share_asked_and_none_or_all_at_the_ends() {
+        let mut d = Draw::new(7);
+        let held = (0..100_000).filter(|_| d.hold(25)).count();
+        assert!(
+            (23_000..27_000).contains(&held),
+            "{held} of 100000 held at 25 %"
+        );
+        assert!((0..1000).all(|_| !d.hold(0)));
+        assert!((0..1000).all(|_| d.hold(100)));
+    }
+
+    #[test]
+    fn the_same_seed_draws_the_same_packets() {
+        let (mut a, mut b) = (Draw::new(11), Draw::new(11));
+        let xs: Vec<bool> = (0..500).map(|_| a.hold(40)).collect();
+        let ys: Vec<bool> = (0..500).map(|_| b.hold(40)).collect();
+        assert_eq!(xs, ys);
+        let mut zero = Draw::new(0);
+        assert!((0..1000).any(|_| zero.hold(50)), "seed 0 must not stick");
     }
 }
