@@ -1,5 +1,6 @@
-//! Time-boxed property fuzzing of the decoders of untrusted bytes (issue
-//! 10), for the test suites of the crates that own those decoders.
+//! Time-boxed property fuzzing of the decoders of untrusted bytes, for the
+//! test suites of the crates that own those decoders, and hostile inputs
+//! they share.
 //!
 //! Each fuzz target runs random cases from a proptest strategy until its
 //! time budget is spent: `MC_FUZZ_SECS` seconds (default 2, so a plain
@@ -122,4 +123,19 @@ pub fn mutated(seeds: Vec<Vec<u8>>) -> impl Strategy<Value = Vec<u8>> {
 /// Raw bytes or mutated seeds, half and half.
 pub fn inputs(seeds: Vec<Vec<u8>>, max: usize) -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![bytes(max), mutated(seeds)]
+}
+
+/// The body of a request frame (after an empty list of finished read
+/// tickets) in which the old `WithDone` envelope (variant 9, with an empty
+/// list) wraps itself `depth` times around `RemoveAll { force: false }`
+/// (variant 13): a decoder must refuse it without recursing.
+pub fn nested_request_body(depth: usize) -> Vec<u8> {
+    let mut body = 0u64.to_le_bytes().to_vec();
+    for _ in 0..depth {
+        body.extend_from_slice(&9u32.to_le_bytes());
+        body.extend_from_slice(&0u64.to_le_bytes());
+    }
+    body.extend_from_slice(&13u32.to_le_bytes());
+    body.push(0);
+    body
 }

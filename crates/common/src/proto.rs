@@ -627,13 +627,7 @@ mod tests {
     #[test]
     fn old_nested_envelope_is_refused_not_recursed() {
         // Protocol 2's WithDone (variant 9) nested 100 000 deep.
-        let mut body = 0u64.to_le_bytes().to_vec();
-        for _ in 0..100_000 {
-            body.extend_from_slice(&9u32.to_le_bytes());
-            body.extend_from_slice(&0u64.to_le_bytes());
-        }
-        body.extend_from_slice(&13u32.to_le_bytes());
-        body.push(0);
+        let body = crate::fuzz::nested_request_body(100_000);
         assert!(framing::decode::<RequestFrame>(&body).is_err());
     }
 }

@@ -17,7 +17,6 @@ use mooncake_common::ErrorCode;
 use serde::Deserialize;
 use serde::Serialize;
 
-use crate::listener::LimitedListener;
 pub use crate::metrics::GaugeSnapshot;
 use crate::metrics::{MasterMetrics, PROMETHEUS_CONTENT_TYPE};
 pub use crate::tenants::{QuotaAdminError, TenantQuota};
@@ -340,10 +339,7 @@ pub async fn serve_admin(
     metrics: Arc<MasterMetrics>,
     limits: ConnLimits,
 ) {
-    let listener = LimitedListener::new(listener, limits, "admin");
-    if let Err(e) = axum::serve(listener, admin_router(view, metrics)).await {
-        tracing::error!("admin HTTP server stopped: {e}");
-    }
+    crate::listener::serve(listener, limits, "admin", admin_router(view, metrics)).await
 }
 
 #[cfg(test)]

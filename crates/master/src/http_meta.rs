@@ -24,7 +24,6 @@ use mooncake_common::auth::{self, from_hex, to_hex, AuthKey, Nonce, HTTP_AUTH_HE
 use mooncake_common::limits::ConnLimits;
 use parking_lot::Mutex;
 
-use crate::listener::LimitedListener;
 use crate::metadata_kv::{MetadataKv, PutOutcome};
 
 /// Largest accepted PUT body (a segment descriptor is a few hundred bytes;
@@ -317,10 +316,7 @@ pub async fn serve_metadata(
     auth: Option<AuthKey>,
     limits: ConnLimits,
 ) {
-    let listener = LimitedListener::new(listener, limits, "metadata");
-    if let Err(e) = axum::serve(listener, metadata_router(kv, auth)).await {
-        tracing::error!("HTTP metadata server stopped: {e}");
-    }
+    crate::listener::serve(listener, limits, "metadata", metadata_router(kv, auth)).await
 }
 
 #[cfg(test)]

@@ -73,6 +73,21 @@ impl axum::serve::Listener for LimitedListener {
     }
 }
 
+/// Serves `app` on `listener`, admitting connections against `limits`,
+/// until the task is dropped (runtime shutdown) or the listener fails;
+/// `what` names the server in logs.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    limits: ConnLimits,
+    what: &'static str,
+    app: axum::Router,
+) {
+    let listener = LimitedListener::new(listener, limits, what);
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::error!("{what} HTTP server stopped: {e}");
+    }
+}
+
 /// An admitted connection: fails its pending read or write with
 /// `TimedOut` once it has moved no bytes for the idle timeout, and frees
 /// its admission slot when dropped.

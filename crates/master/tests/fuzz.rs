@@ -60,6 +60,20 @@ fn segment() -> impl Strategy<Value = SegmentDesc> {
     })
 }
 
+/// The 1 MiB segment `h:1` of host `h`, at `base_addr` in its owner.
+fn segment_at(base_addr: u64) -> SegmentDesc {
+    SegmentDesc {
+        name: "h:1".into(),
+        uuid: "u".into(),
+        size: 1 << 20,
+        base_addr,
+        host_id: "h".into(),
+        pid: 1,
+        endpoint: "h:1".into(),
+        socket_name: String::new(),
+    }
+}
+
 fn write_config() -> impl Strategy<Value = WriteConfig> {
     (
         0u32..4,
@@ -181,16 +195,7 @@ fn fuzz_rpc_frames() {
     let seeds: Vec<Vec<u8>> = [
         MasterRequest::MountSegment {
             client_id: "c".into(),
-            segment: SegmentDesc {
-                name: "h:1".into(),
-                uuid: "u".into(),
-                size: 1 << 20,
-                base_addr: 0,
-                host_id: "h".into(),
-                pid: 1,
-                endpoint: "h:1".into(),
-                socket_name: String::new(),
-            },
+            segment: segment_at(0),
         },
         MasterRequest::PutStart {
             keys: vec!["a".into()],
@@ -284,17 +289,8 @@ fn fuzz_admin_http() {
         .build()
         .expect("runtime");
     let st = state(None);
-    let seg = SegmentDesc {
-        name: "h:1".into(),
-        uuid: "u".into(),
-        size: 1 << 20,
-        base_addr: u64::MAX - 10,
-        host_id: "h".into(),
-        pid: 1,
-        endpoint: "h:1".into(),
-        socket_name: String::new(),
-    };
-    st.mount_segment("c", seg).expect("mount");
+    st.mount_segment("c", segment_at(u64::MAX - 10))
+        .expect("mount");
     let keys = vec!["a".to_string(), "b/c".to_string()];
     st.put_start(&keys, &[100, 1000], &WriteConfig::default(), false);
     // No owner process keeps this segment's ledger, so the commit is not

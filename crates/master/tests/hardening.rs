@@ -138,15 +138,8 @@ fn deeply_nested_request_frame_does_not_kill_the_master() {
     let m = start_master(&[]);
     let mut s = connect(m.rpc_port);
     // bincode of WithDone { done: [], req: WithDone { ... RemoveAll { force: false } } }
-    // in protocol 2: variant 9 = WithDone, then an empty u64-length vector
-    // (here after an empty list of finished read tickets).
-    let mut body = 0u64.to_le_bytes().to_vec();
-    for _ in 0..5000 {
-        body.extend_from_slice(&9u32.to_le_bytes());
-        body.extend_from_slice(&0u64.to_le_bytes());
-    }
-    body.extend_from_slice(&13u32.to_le_bytes());
-    body.push(0);
+    // in protocol 2, 5000 deep.
+    let body = mooncake_common::fuzz::nested_request_body(5000);
     let mut frame = (body.len() as u32).to_le_bytes().to_vec();
     frame.extend_from_slice(&body);
     s.write_all(&frame).expect("send nested frame");

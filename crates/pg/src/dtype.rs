@@ -60,31 +60,49 @@ const DTYPES: [(DType, &str); 14] = [
     (DType::Raw, "raw"),
 ];
 
+/// The wire-code methods of a fieldless enum `$ty` whose variants stand,
+/// in code order, in `$table` with their names: `from_code` (an unknown
+/// code is `PgError::$unknown`), `code`, `name` and `table`, documented by
+/// the two strings.
+macro_rules! wire_codes {
+    ($ty:ident, $table:ident, $unknown:ident, name: $name_doc:literal, table: $table_doc:literal) => {
+        impl $ty {
+            /// Decodes a wire code.
+            pub fn from_code(code: u32) -> Result<Self, PgError> {
+                $table
+                    .get(code as usize)
+                    .map(|(v, _)| *v)
+                    .ok_or(PgError::$unknown(code))
+            }
+
+            /// The wire code.
+            pub fn code(self) -> u32 {
+                self as u32
+            }
+
+            #[doc = $name_doc]
+            pub fn name(self) -> &'static str {
+                $table[self as usize].1
+            }
+
+            #[doc = $table_doc]
+            pub fn table() -> Vec<(&'static str, u32)> {
+                $table.iter().map(|(v, n)| (*n, v.code())).collect()
+            }
+        }
+    };
+}
+
+wire_codes!(
+    DType,
+    DTYPES,
+    UnknownDtype,
+    name: "The torch attribute name (`\"float32\"`), or `\"raw\"`.",
+    table: "Every `(torch name, code)` pair; `\"raw\"` is the code for any dtype \
+            that is moved but never reduced."
+);
+
 impl DType {
-    /// Decodes a wire code.
-    pub fn from_code(code: u32) -> Result<Self, PgError> {
-        DTYPES
-            .get(code as usize)
-            .map(|(d, _)| *d)
-            .ok_or(PgError::UnknownDtype(code))
-    }
-
-    /// The wire code.
-    pub fn code(self) -> u32 {
-        self as u32
-    }
-
-    /// The torch attribute name (`"float32"`), or `"raw"`.
-    pub fn name(self) -> &'static str {
-        DTYPES[self as usize].1
-    }
-
-    /// Every `(torch name, code)` pair; `"raw"` is the code for any dtype
-    /// that is moved but never reduced.
-    pub fn table() -> Vec<(&'static str, u32)> {
-        DTYPES.iter().map(|(d, n)| (*n, d.code())).collect()
-    }
-
     /// Size of one element in bytes (1 for `Raw`, which is counted in bytes).
     pub fn size(self) -> usize {
         use DType::*;
@@ -140,29 +158,13 @@ const OPS: [(ReduceOp, &str); 8] = [
     (ReduceOp::BXor, "BXOR"),
 ];
 
-impl ReduceOp {
-    /// Decodes a wire code.
-    pub fn from_code(code: u32) -> Result<Self, PgError> {
-        OPS.get(code as usize)
-            .map(|(o, _)| *o)
-            .ok_or(PgError::UnknownOp(code))
-    }
-
-    /// The wire code.
-    pub fn code(self) -> u32 {
-        self as u32
-    }
-
-    /// The `torch.distributed.ReduceOp` attribute name (`"SUM"`).
-    pub fn name(self) -> &'static str {
-        OPS[self as usize].1
-    }
-
-    /// Every `(ReduceOp name, code)` pair.
-    pub fn table() -> Vec<(&'static str, u32)> {
-        OPS.iter().map(|(o, n)| (*n, o.code())).collect()
-    }
-}
+wire_codes!(
+    ReduceOp,
+    OPS,
+    UnknownOp,
+    name: "The `torch.distributed.ReduceOp` attribute name (`\"SUM\"`).",
+    table: "Every `(ReduceOp name, code)` pair."
+);
 
 impl fmt::Display for ReduceOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

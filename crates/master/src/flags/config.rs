@@ -14,6 +14,17 @@ fn invalid(fl: &Flags, name: &str, why: impl std::fmt::Display) -> String {
     format!("{}: {why}", failed_validation(name, &fl.raw(name)))
 }
 
+/// Warns, for each of `names` set to other than its default, that it
+/// changes nothing without `needed`.
+fn no_effect_without(fl: &Flags, warnings: &mut Vec<String>, names: &[&str], needed: &str) {
+    for name in names {
+        let default = find_flag(name).map(|d| d.default).unwrap_or_default();
+        if fl.is_set(name) && fl.raw(name) != default {
+            warnings.push(format!("flag --{name} has no effect without {needed}"));
+        }
+    }
+}
+
 /// Translate the merged flags into the effective configuration.
 pub(super) fn build_config(
     fl: &Flags,
@@ -156,14 +167,12 @@ fn tenant_config(
     let kind = fl.string("tenant_quota_connector_type");
     cfg.tenant_quota_file = fl.string("tenant_quota_connector_uri");
     if !cfg.enable_multi_tenants {
-        for name in ["tenant_quota_connector_type", "tenant_quota_connector_uri"] {
-            let default = find_flag(name).map(|d| d.default).unwrap_or_default();
-            if fl.is_set(name) && fl.raw(name) != default {
-                warnings.push(format!(
-                    "flag --{name} has no effect without --enable_multi_tenants"
-                ));
-            }
-        }
+        no_effect_without(
+            fl,
+            warnings,
+            &["tenant_quota_connector_type", "tenant_quota_connector_uri"],
+            "--enable_multi_tenants",
+        );
         return Ok(());
     }
     if kind != "file" {
@@ -234,18 +243,10 @@ fn offload_config(
     // Upstream clamps 0 to 1.
     cfg.promotion_max_per_heartbeat =
         u32::try_from(fl.uint("promotion_max_per_heartbeat").max(1)).unwrap_or(u32::MAX);
-    // Each of `names` set to other than its default is said to change
-    // nothing without `needed`.
-    let mut no_effect_without = |names: &[&str], needed: &str| {
-        for name in names {
-            let default = find_flag(name).map(|d| d.default).unwrap_or_default();
-            if fl.is_set(name) && fl.raw(name) != default {
-                warnings.push(format!("flag --{name} has no effect without {needed}"));
-            }
-        }
-    };
     if !cfg.offloads() {
         no_effect_without(
+            fl,
+            warnings,
             &[
                 "offload_on_evict",
                 "offload_force_evict",
@@ -260,6 +261,8 @@ fn offload_config(
         );
     } else if !cfg.promotion_on_hit {
         no_effect_without(
+            fl,
+            warnings,
             &[
                 "promotion_admission_threshold",
                 "promotion_queue_limit",
@@ -270,12 +273,16 @@ fn offload_config(
     }
     if cfg.offloads() && !cfg.offload_on_evict {
         no_effect_without(
+            fl,
+            warnings,
             &["offload_force_evict", "offload_cap_ratio"],
             "--offload_on_evict",
         );
     }
     if cfg.root_fs_dir.is_empty() {
         no_effect_without(
+            fl,
+            warnings,
             &["enable_disk_eviction", "quota_bytes"],
             "--root_fs_dir (owners set up with their own disk tier follow \
              MOONCAKE_OFFLOAD_* settings)",
@@ -299,17 +306,17 @@ fn ha_config(
         c => c,
     };
     if !cfg.enable_ha {
-        for name in [
-            "ha_backend_connstring",
-            "etcd_endpoints",
-            "ha_backend_type",
-            "cluster_id",
-        ] {
-            let default = find_flag(name).map(|d| d.default).unwrap_or_default();
-            if fl.is_set(name) && fl.raw(name) != default {
-                warnings.push(format!("flag --{name} has no effect without --enable_ha"));
-            }
-        }
+        no_effect_without(
+            fl,
+            warnings,
+            &[
+                "ha_backend_connstring",
+                "etcd_endpoints",
+                "ha_backend_type",
+                "cluster_id",
+            ],
+            "--enable_ha",
+        );
         return Ok(());
     }
     let ty = fl.string("ha_backend_type");

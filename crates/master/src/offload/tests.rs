@@ -547,17 +547,28 @@ fn with_offload_on_evict_nothing_is_queued_for_disk_until_eviction() {
     assert_eq!(st.exist(&keys), vec![1; 4]);
 }
 
-/// Offload on evict with a pass cap of one object (a queue limit of 2 at
-/// ratio 0.5), `eviction_ratio` 1 (every object is a victim).
-fn capped(force: bool) -> Arc<MasterState> {
+/// Offload on evict (force-evicting with `force`) with `eviction_ratio` 1
+/// (every object is a victim), the rest of `cfg` as given.
+fn evicting_all(force: bool, cfg: MasterConfig) -> Arc<MasterState> {
     offloading(MasterConfig {
         offload_on_evict: true,
         offload_force_evict: force,
-        offloading_queue_limit: 2,
-        offload_cap_ratio: 0.5,
         eviction_ratio: 1.0,
-        ..MasterConfig::default()
+        ..cfg
     })
+}
+
+/// [`evicting_all`] with a pass cap of one object (a queue limit of 2 at
+/// ratio 0.5).
+fn capped(force: bool) -> Arc<MasterState> {
+    evicting_all(
+        force,
+        MasterConfig {
+            offloading_queue_limit: 2,
+            offload_cap_ratio: 0.5,
+            ..MasterConfig::default()
+        },
+    )
 }
 
 #[test]
@@ -585,13 +596,13 @@ fn with_force_evict_objects_past_the_pass_cap_are_dropped() {
 
 #[test]
 fn a_cap_ratio_of_zero_with_force_evict_drops_without_copying() {
-    let st = offloading(MasterConfig {
-        offload_on_evict: true,
-        offload_force_evict: true,
-        offload_cap_ratio: 0.0,
-        eviction_ratio: 1.0,
-        ..MasterConfig::default()
-    });
+    let st = evicting_all(
+        true,
+        MasterConfig {
+            offload_cap_ratio: 0.0,
+            ..MasterConfig::default()
+        },
+    );
     let keys = fill4(&st);
     st.eviction_pass();
     assert!(offloads(&queued(&st)).is_empty());
@@ -601,13 +612,13 @@ fn a_cap_ratio_of_zero_with_force_evict_drops_without_copying() {
 #[test]
 fn force_evict_drops_what_the_file_segment_cannot_take() {
     for force in [false, true] {
-        let st = offloading(MasterConfig {
-            offload_on_evict: true,
-            offload_force_evict: force,
-            global_file_segment_size: 0,
-            eviction_ratio: 1.0,
-            ..MasterConfig::default()
-        });
+        let st = evicting_all(
+            force,
+            MasterConfig {
+                global_file_segment_size: 0,
+                ..MasterConfig::default()
+            },
+        );
         let keys = fill4(&st);
         st.eviction_pass();
         let want = if force { 0 } else { 1 };

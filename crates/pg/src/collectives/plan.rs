@@ -540,61 +540,42 @@ pub(crate) fn redo(
     active: &[usize],
     small: usize,
 ) -> Option<Redo> {
-    // Alone, only a two-phase all_reduce with a member of its view absent
-    // has anything to recompute (over this rank's own input).
-    let alone = active.len() < 2;
-    match kind {
+    let (dtype, op) = kind.reduction()?;
+    // The inputs this rank retains, in this order, each `nbytes` long.
+    let (srcs, offset, nbytes, dst, two) = match kind {
         OpKind::AllReduce {
-            src,
-            dst,
-            nbytes,
-            dtype,
-            op,
+            src, dst, nbytes, ..
         } => {
             let two = two_phase(*nbytes, dtype.size(), view.len(), small);
-            (two || (!alone && *nbytes > PIECE)).then(|| Redo {
-                ranges: vec![(*src, *nbytes)],
-                offset: 0,
-                len: *nbytes,
-                dst: Some(*dst),
-                dtype: *dtype,
-                op: *op,
-                two_phase: two,
-            })
+            (std::slice::from_ref(src), 0, *nbytes, Some(*dst), two)
         }
         OpKind::ReduceScatter {
-            srcs,
-            dst,
-            nbytes,
-            dtype,
-            op,
-        } => (!alone && *nbytes > PIECE && me < srcs.len()).then(|| Redo {
-            ranges: srcs.iter().map(|&p| (p, *nbytes)).collect(),
-            offset: me * nbytes,
-            len: *nbytes,
-            dst: Some(*dst),
-            dtype: *dtype,
-            op: *op,
-            two_phase: false,
-        }),
+            srcs, dst, nbytes, ..
+        } if me < srcs.len() => (&srcs[..], me * nbytes, *nbytes, Some(*dst), false),
         OpKind::Reduce {
             src,
             dst,
             nbytes,
-            dtype,
-            op,
             root,
-        } => (!alone && *nbytes > PIECE).then(|| Redo {
-            ranges: vec![(*src, *nbytes)],
-            offset: 0,
-            len: *nbytes,
-            dst: (*root == me).then_some(*dst),
-            dtype: *dtype,
-            op: *op,
-            two_phase: false,
-        }),
-        _ => None,
-    }
+            ..
+        } => {
+            let dst = (*root == me).then_some(*dst);
+            (std::slice::from_ref(src), 0, *nbytes, dst, false)
+        }
+        _ => return None,
+    };
+    // Alone, only a two-phase all_reduce with a member of its view absent
+    // has anything to recompute (over this rank's own input).
+    let alone = active.len() < 2;
+    (two || (!alone && nbytes > PIECE)).then(|| Redo {
+        ranges: srcs.iter().map(|&p| (p, nbytes)).collect(),
+        offset,
+        len: nbytes,
+        dst,
+        dtype,
+        op,
+        two_phase: two,
+    })
 }
 
 /// Builds the phases of `kind` for slot `me` over the sorted `active` set.

@@ -31,15 +31,7 @@ pub(crate) trait GroupSink: Send + Sync {
     /// collectives at `next_seq` until the commit or abort.
     fn on_prepare(&self, txn: u64, active: u64, members: Vec<control::MemberRec>) -> (u64, bool);
     /// Phase two: apply the view to collectives from `from_seq` on.
-    fn on_commit(
-        &self,
-        txn: u64,
-        epoch: u64,
-        active: u64,
-        from_seq: u64,
-        capacity: usize,
-        fence: u64,
-    );
+    fn on_commit(&self, view: control::ViewCommit);
     /// The view change was abandoned.
     fn on_abort(&self, txn: u64);
     /// `(our slot, slots whose links are dead)`.
@@ -309,19 +301,15 @@ fn reader_loop(core: Arc<Core>, stream: TcpStream) {
                     });
                 }
             }
-            ToAgent::Commit {
-                group,
-                txn,
-                epoch,
-                active,
-                from_seq,
-                capacity,
-                fence,
-            } => {
+            ToAgent::Commit { group, view } => {
                 if let Some(s) = core.sink(group) {
-                    s.on_commit(txn, epoch, active, from_seq, capacity, fence);
+                    s.on_commit(view);
                     let (slot, _) = s.dead_links();
-                    core.send(&ToCoord::CommitAck { group, txn, slot });
+                    core.send(&ToCoord::CommitAck {
+                        group,
+                        txn: view.txn,
+                        slot,
+                    });
                 }
             }
             ToAgent::Abort { group, txn } => {

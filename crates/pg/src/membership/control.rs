@@ -172,6 +172,23 @@ pub(crate) enum ToCoord {
     },
 }
 
+/// Phase two of a view change, as a member applies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ViewCommit {
+    /// Transaction.
+    pub(crate) txn: u64,
+    /// New epoch.
+    pub(crate) epoch: u64,
+    /// New active mask.
+    pub(crate) active: u64,
+    /// First collective the view governs.
+    pub(crate) from_seq: u64,
+    /// The group's capacity.
+    pub(crate) capacity: usize,
+    /// Members dropped for failure: fence their links.
+    pub(crate) fence: u64,
+}
+
 /// Coordinator -> agent.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum ToAgent {
@@ -258,18 +275,9 @@ pub(crate) enum ToAgent {
     Commit {
         /// Group key hash.
         group: u64,
-        /// Transaction.
-        txn: u64,
-        /// New epoch.
-        epoch: u64,
-        /// New active mask.
-        active: u64,
-        /// First collective the view governs.
-        from_seq: u64,
-        /// The group's capacity.
-        capacity: usize,
-        /// Members dropped for failure: fence their links.
-        fence: u64,
+        /// The committed view (its fields sit beside `group` on the wire).
+        #[serde(flatten)]
+        view: ViewCommit,
     },
     /// The transaction was abandoned: lift the gate.
     Abort {
@@ -314,21 +322,31 @@ mod tests {
     fn messages_round_trip_and_garbage_is_rejected() {
         let m = ToAgent::Commit {
             group: 7,
-            txn: 3,
-            epoch: 2,
-            active: 0b1011,
-            from_seq: 41,
-            capacity: 4,
-            fence: 0b0100,
+            view: ViewCommit {
+                txn: 3,
+                epoch: 2,
+                active: 0b1011,
+                from_seq: 41,
+                capacity: 4,
+                fence: 0b0100,
+            },
         };
         let mut buf = Vec::new();
         write_msg(&mut buf, &m).expect("write");
+        // The view's fields sit beside `group`, as one flat object.
+        assert_eq!(
+            &buf[4..],
+            br#"{"Commit":{"group":7,"txn":3,"epoch":2,"active":11,"from_seq":41,"capacity":4,"fence":4}}"#
+        );
         let back: ToAgent = read_msg(&mut buf.as_slice()).expect("read");
         assert!(matches!(
             back,
             ToAgent::Commit {
-                from_seq: 41,
-                fence: 4,
+                view: ViewCommit {
+                    from_seq: 41,
+                    fence: 4,
+                    ..
+                },
                 ..
             }
         ));

@@ -7,7 +7,7 @@
 use crate::config;
 use crate::error::PgError;
 use crate::membership::agent::GroupSink;
-use crate::membership::control::MemberRec;
+use crate::membership::control::{MemberRec, ViewCommit};
 use crate::membership::engine::{Incoming, LinkHandler};
 use crate::runtime::reader::reader_loop;
 use crate::runtime::shared::{FencedBefore, Gate, Shared, View};
@@ -281,15 +281,15 @@ impl GroupSink for Shared {
         (next_seq, ready)
     }
 
-    fn on_commit(
-        &self,
-        txn: u64,
-        epoch: u64,
-        active: u64,
-        from_seq: u64,
-        capacity: usize,
-        fence: u64,
-    ) {
+    fn on_commit(&self, view: ViewCommit) {
+        let ViewCommit {
+            txn,
+            epoch,
+            active,
+            from_seq,
+            capacity,
+            fence,
+        } = view;
         self.grow(capacity);
         for s in (0..64).filter(|s| fence >> s & 1 == 1) {
             if let Some(l) = self.live_link(s) {

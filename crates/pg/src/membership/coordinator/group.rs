@@ -4,7 +4,7 @@
 
 use super::rankset::RankSet;
 use crate::config;
-use crate::membership::control::{MemberRec, ProposalStatus, SyncStatus, ToAgent};
+use crate::membership::control::{MemberRec, ProposalStatus, SyncStatus, ToAgent, ViewCommit};
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -252,6 +252,18 @@ pub(super) fn reply(
             ))
         }
     }
+}
+
+/// Answers `w` that its change was rejected for `reason` at `epoch`.
+pub(super) fn reject(out: &mut Out, w: Waiter, epoch: u64, reason: &str) {
+    reply(
+        out,
+        w,
+        ProposalStatus::Rejected,
+        epoch,
+        RankSet::EMPTY,
+        reason,
+    );
 }
 
 /// The largest set of candidates without a down link between any two of
@@ -597,18 +609,9 @@ pub(super) fn propose(
     now: Instant,
     out: &mut Out,
 ) {
-    let reject = |out: &mut Out, why: String| {
-        reply(
-            out,
-            w,
-            ProposalStatus::Rejected,
-            g.epoch,
-            RankSet::EMPTY,
-            &why,
-        )
-    };
+    let refuse = |out: &mut Out, why: String| reject(out, w, g.epoch, &why);
     if !g.member(slot).is_some_and(|m| m.alive) {
-        return reject(
+        return refuse(
             out,
             format!(
                 "rank {slot} is not a registered member of process group {}",
@@ -617,12 +620,12 @@ pub(super) fn propose(
         );
     }
     if ranks.is_empty() {
-        return reject(out, "no ranks given".into());
+        return refuse(out, "no ranks given".into());
     }
     let mut mask = RankSet::EMPTY;
     for &r in ranks {
         if r >= g.capacity {
-            return reject(
+            return refuse(
                 out,
                 format!(
                     "rank {r} is outside process group {} (capacity {})",
@@ -638,7 +641,7 @@ pub(super) fn propose(
             .filter(|&r| !g.member(r).is_some_and(|m| m.alive))
             .collect();
         if !absent.is_empty() {
-            return reject(
+            return refuse(
                 out,
                 format!(
                     "rank(s) {absent:?} of process group {} have no registered process (never \
@@ -648,7 +651,7 @@ pub(super) fn propose(
             );
         }
     } else if g.active.is_subset(mask) {
-        return reject(
+        return refuse(
             out,
             format!(
                 "deactivating rank(s) {:?} would leave process group {} without an active rank",
@@ -783,12 +786,14 @@ pub(super) fn step_txn(g: &mut CGroup, now: Instant, out: &mut Out) {
                 t.deadline = now + config::collective_timeout();
                 let msg = ToAgent::Commit {
                     group: g.key,
-                    txn: t.id,
-                    epoch: g.epoch + 1,
-                    active: t.new_active.bits(),
-                    from_seq: t.next_seq,
-                    capacity: g.capacity,
-                    fence: t.fence.bits(),
+                    view: ViewCommit {
+                        txn: t.id,
+                        epoch: g.epoch + 1,
+                        active: t.new_active.bits(),
+                        from_seq: t.next_seq,
+                        capacity: g.capacity,
+                        fence: t.fence.bits(),
+                    },
                 };
                 let parts = t.participants;
                 g.to(parts, &msg, out);
@@ -835,14 +840,7 @@ pub(super) fn step_txn(g: &mut CGroup, now: Instant, out: &mut Out) {
                             g.label
                         );
                         for w in c.waiters {
-                            reply(
-                                out,
-                                w,
-                                ProposalStatus::Rejected,
-                                g.epoch,
-                                RankSet::EMPTY,
-                                &why,
-                            );
+                            reject(out, w, g.epoch, &why);
                         }
                     }
                 }

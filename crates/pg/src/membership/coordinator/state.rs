@@ -3,11 +3,11 @@
 //! [`Input`]s and explicit times.
 
 use super::group::{
-    failed, member_gone, propose, register_founder, register_joiner, reply, sync, tick_group,
+    failed, member_gone, propose, register_founder, register_joiner, reject, sync, tick_group,
     CGroup, MState, Out, PendingReg, Phase, Waiter,
 };
 use super::rankset::RankSet;
-use crate::membership::control::{ProposalStatus, SyncStatus, ToAgent, ToCoord};
+use crate::membership::control::{SyncStatus, ToAgent, ToCoord};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -237,14 +237,7 @@ impl State {
             } => {
                 let w = Waiter::Propose(sess, req);
                 let Some(g) = self.groups.get_mut(&group) else {
-                    reply(
-                        out,
-                        w,
-                        ProposalStatus::Rejected,
-                        0,
-                        RankSet::EMPTY,
-                        "the group is unknown to the coordinator",
-                    );
+                    reject(out, w, 0, "the group is unknown to the coordinator");
                     return;
                 };
                 propose(g, slot, activate, &ranks, admission_ms, w, now, out);
@@ -334,7 +327,7 @@ mod tests {
 
     use super::*;
     use crate::config;
-    use crate::membership::control::MemberRec;
+    use crate::membership::control::{MemberRec, ProposalStatus, ViewCommit};
 
     const G: u64 = 77;
 
@@ -512,10 +505,14 @@ mod tests {
         for r in [0, 1] {
             match to(&out, r)[..] {
                 [ToAgent::Commit {
-                    epoch,
-                    active,
-                    from_seq,
-                    fence,
+                    view:
+                        ViewCommit {
+                            epoch,
+                            active,
+                            from_seq,
+                            fence,
+                            ..
+                        },
                     ..
                 }] => {
                     assert_eq!((*epoch, *active, *from_seq), (1, 0b011, 7));
@@ -612,7 +609,10 @@ mod tests {
         let out = st.tick(t0);
         assert!(matches!(
             to(&out, 0)[..],
-            [ToAgent::Commit { fence: 0b10, .. }]
+            [ToAgent::Commit {
+                view: ViewCommit { fence: 0b10, .. },
+                ..
+            }]
         ));
         ack_commit(&mut st, &[0], txn, t0);
         let out = st.tick(t0);
