@@ -26,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::tensor::safetensor_io::ObjectIo;
 use mooncake_tensor::ReadOutput;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What `get_batch_with` hands the sizes to: one destination per key
 /// (`None`: that key is skipped and fails with INVALID_PARAMS).
@@ -293,18 +294,13 @@ pub trait StoreApi: Send + Sync {
 
     /// `unmount_segment` / `unmount_and_free_segment` (named by `method`),
     /// after `grace`.
-    fn unmount_segments(
-        &self,
-        method: &str,
-        ids: &[String],
-        grace: std::time::Duration,
-    ) -> Result<()> {
+    fn unmount_segments(&self, method: &str, ids: &[String], grace: Duration) -> Result<()> {
         let _ = (ids, grace);
         Err(in_process_only(method))
     }
 
     /// `unmount_local_disk_segment`: whether there was a disk tier to drain.
-    fn drain_local_disk_segment(&self, _grace: std::time::Duration) -> Result<bool> {
+    fn drain_local_disk_segment(&self, _grace: Duration) -> Result<bool> {
         Err(in_process_only("unmount_local_disk_segment"))
     }
 
@@ -343,16 +339,11 @@ impl StoreApi for Client {
         Client::mount_extra(self, src)
     }
 
-    fn unmount_segments(
-        &self,
-        method: &str,
-        ids: &[String],
-        grace: std::time::Duration,
-    ) -> Result<()> {
+    fn unmount_segments(&self, method: &str, ids: &[String], grace: Duration) -> Result<()> {
         Client::unmount_segments(self, ids, method == "unmount_and_free_segment", grace)
     }
 
-    fn drain_local_disk_segment(&self, grace: std::time::Duration) -> Result<bool> {
+    fn drain_local_disk_segment(&self, grace: Duration) -> Result<bool> {
         Client::drain_local_disk_segment(self, grace)
     }
 

@@ -82,6 +82,25 @@ fn u64s(v: Vec<UInt>) -> Vec<u64> {
     v.into_iter().map(|u| u.0).collect()
 }
 
+/// The ranges argument of a transfer method: one range (`buffer`,
+/// `peer_buffer_address`, `length`) or a batch (the three lists, which
+/// must have one entry per range).
+trait Ranges {
+    fn items(self) -> Result<Vec<Item>, EngineError>;
+}
+
+impl Ranges for (UInt, UInt, UInt) {
+    fn items(self) -> Result<Vec<Item>, EngineError> {
+        Ok(vec![(self.0 .0, self.1 .0, self.2 .0)])
+    }
+}
+
+impl Ranges for (Vec<UInt>, Vec<UInt>, Vec<UInt>) {
+    fn items(self) -> Result<Vec<Item>, EngineError> {
+        items(&u64s(self.0), &u64s(self.1), &u64s(self.2))
+    }
+}
+
 /// The kind of a transfer (`TransferOpcode.Read` / `.Write`; `READ` and
 /// `WRITE` are the documented aliases).
 #[pyclass(
@@ -178,35 +197,32 @@ impl TransferEngine {
         method: &str,
         target: &str,
         op: Opcode,
-        it: Vec<Item>,
+        ranges: impl Ranges,
         notify: Option<TransferNotify>,
     ) -> i64 {
         let e = Arc::clone(&self.inner);
         let n = notify.map(|n| (n.name, n.msg));
-        let r = py.allow_threads(|| e.transfer(target, op, &it, n));
+        let r = ranges
+            .items()
+            .and_then(|it| py.allow_threads(|| e.transfer(target, op, &it, n)));
         ret(py, method, r, Call::Transfer)
     }
 
-    fn batch(
+    /// Submit in the background; the batch id, or 0 on failure (batch ids
+    /// are unsigned upstream, 0 its failure sentinel).
+    fn submit(
         &self,
         py: Python<'_>,
         method: &str,
         target: &str,
         op: Opcode,
-        lists: (Vec<UInt>, Vec<UInt>, Vec<UInt>),
-        notify: Option<TransferNotify>,
-    ) -> i64 {
-        match items(&u64s(lists.0), &u64s(lists.1), &u64s(lists.2)) {
-            Ok(it) => self.sync(py, method, target, op, it, notify),
-            Err(e) => fail(py, method, &e, Call::Transfer),
-        }
-    }
-
-    /// Submit in the background; the batch id, or 0 on failure (batch ids
-    /// are unsigned upstream, 0 its failure sentinel).
-    fn submit(&self, py: Python<'_>, method: &str, target: &str, op: Opcode, it: Vec<Item>) -> u64 {
+        ranges: impl Ranges,
+    ) -> u64 {
         let e = Arc::clone(&self.inner);
-        match py.allow_threads(|| e.submit(target, op, it, None)) {
+        let r = ranges
+            .items()
+            .and_then(|it| py.allow_threads(|| e.submit(target, op, it, None)));
+        match r {
             Ok(id) => id,
             Err(e) => {
                 fail(py, method, &e, Call::Transfer);
@@ -221,11 +237,13 @@ impl TransferEngine {
         method: &str,
         target: &str,
         op: Opcode,
-        it: Result<Vec<Item>, EngineError>,
+        ranges: impl Ranges,
         stream: u64,
     ) -> PyResult<()> {
         let e = Arc::clone(&self.inner);
-        let r = it.and_then(|it| py.allow_threads(|| e.transfer_on_cuda(target, op, &it, stream)));
+        let r = ranges
+            .items()
+            .and_then(|it| py.allow_threads(|| e.transfer_on_cuda(target, op, &it, stream)));
         r.map_err(|e| {
             emit(py, Level::Warning, &format!("{method}: {e}"));
             PyRuntimeError::new_err(format!("{method}: {e}"))
@@ -336,13 +354,13 @@ impl TransferEngine {
         transport_hint: &str,
     ) -> u64 {
         let _ = transport_hint;
-        let it = vec![(buffer.0, peer_buffer_address.0, length.0)];
+        let ranges = (buffer, peer_buffer_address, length);
         self.submit(
             py,
             "transfer_submit_write",
             target_hostname,
             Opcode::Write,
-            it,
+            ranges,
         )
     }
 
@@ -532,87 +550,101 @@ impl TransferEngine {
 // Each transfer call comes in forms that differ only in the direction:
 // the generic one takes it as `opcode` (the synchronous ones may also
 // notify the target), the `*_write` and `*_read` ones fix it.
-method_family! {
-    fn method(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffer: UInt,
-        peer_buffer_address: UInt,
-        length: UInt,
-    ) -> i64 {
-        let _ = transport_hint;
-        let it = vec![(buffer.0, peer_buffer_address.0, length.0)];
-        self.sync(py, method, target_hostname, op, it, notify)
-    }
-    #[pymethods] for TransferEngine {
-        #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, opcode, notify=None, transport_hint=""))]
-        transfer_sync(opcode: TransferOpcode, notify: Option<TransferNotify>, transport_hint: &str) {
-            op: Opcode::from(opcode),
+
+/// The synchronous and the CUDA-stream transfer methods over one form of
+/// the ranges argument ([`Ranges`]): one range, or a batch of them. The two
+/// forms differ only in their names and in those of the range parameters.
+macro_rules! transfer_methods {
+    (
+        ranges($buffer:ident, $peer:ident, $length:ident: $ty:ty);
+        sync: $sync:ident, $(#[$wm:meta])* $sync_write:ident, $(#[$rm:meta])* $sync_read:ident;
+        on_cuda: $(#[$cwm:meta])* $cuda_write:ident, $(#[$crm:meta])* $cuda_read:ident;
+    ) => {
+        method_family! {
+            fn method(
+                &self,
+                py: Python<'_>,
+                target_hostname: &str,
+                $buffer: $ty,
+                $peer: $ty,
+                $length: $ty,
+            ) -> i64 {
+                let _ = transport_hint;
+                let ranges = ($buffer, $peer, $length);
+                self.sync(py, method, target_hostname, op, ranges, notify)
+            }
+            #[pymethods] for TransferEngine {
+                #[pyo3(signature = (target_hostname, $buffer, $peer, $length, opcode, notify=None, transport_hint=""))]
+                $sync(opcode: TransferOpcode, notify: Option<TransferNotify>, transport_hint: &str) {
+                    op: Opcode::from(opcode),
+                }
+                $(#[$wm])*
+                #[pyo3(signature = (target_hostname, $buffer, $peer, $length, transport_hint=""))]
+                $sync_write(transport_hint: &str) { op: Opcode::Write, notify: None }
+                $(#[$rm])*
+                #[pyo3(signature = (target_hostname, $buffer, $peer, $length, transport_hint=""))]
+                $sync_read(transport_hint: &str) { op: Opcode::Read, notify: None }
+            }
         }
+
+        method_family! {
+            #[pyo3(signature = (target_hostname, $buffer, $peer, $length, stream_ptr=0, transport_hint=""))]
+            fn method(
+                &self,
+                py: Python<'_>,
+                target_hostname: &str,
+                $buffer: $ty,
+                $peer: $ty,
+                $length: $ty,
+                stream_ptr: u64,
+                transport_hint: &str,
+            ) -> PyResult<()> {
+                let _ = transport_hint;
+                let ranges = ($buffer, $peer, $length);
+                self.on_cuda(py, method, target_hostname, op, ranges, stream_ptr)
+            }
+            #[pymethods] for TransferEngine {
+                $(#[$cwm])*
+                $cuda_write { op: Opcode::Write }
+                $(#[$crm])*
+                $cuda_read { op: Opcode::Read }
+            }
+        }
+    };
+}
+
+transfer_methods! {
+    ranges(buffer, peer_buffer_address, length: UInt);
+    sync: transfer_sync,
         /// Write `length` bytes at `buffer` to the target's address: 0, or
         /// a negative code.
-        #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint=""))]
-        transfer_sync_write(transport_hint: &str) { op: Opcode::Write, notify: None }
+        transfer_sync_write,
         /// Read `length` bytes at the target's address into `buffer`: 0,
         /// or a negative code.
-        #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint=""))]
-        transfer_sync_read(transport_hint: &str) { op: Opcode::Read, notify: None }
-    }
-}
-
-method_family! {
-    #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, stream_ptr=0, transport_hint=""))]
-    #[allow(clippy::too_many_arguments)]
-    fn method(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffer: UInt,
-        peer_buffer_address: UInt,
-        length: UInt,
-        stream_ptr: u64,
-        transport_hint: &str,
-    ) -> PyResult<()> {
-        let _ = transport_hint;
-        let it = Ok(vec![(buffer.0, peer_buffer_address.0, length.0)]);
-        self.on_cuda(py, method, target_hostname, op, it, stream_ptr)
-    }
-    #[pymethods] for TransferEngine {
+        transfer_sync_read;
+    on_cuda:
         /// `transfer_sync_write` ordered on the CUDA stream `stream_ptr`;
         /// raises on failure.
-        transfer_write_on_cuda { op: Opcode::Write }
+        transfer_write_on_cuda,
         /// `transfer_sync_read` ordered on the CUDA stream `stream_ptr`;
         /// raises on failure.
-        transfer_read_on_cuda { op: Opcode::Read }
-    }
+        transfer_read_on_cuda;
 }
 
-method_family! {
-    fn method(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffers: Vec<UInt>,
-        peer_buffer_addresses: Vec<UInt>,
-        lengths: Vec<UInt>,
-    ) -> i64 {
-        let _ = transport_hint;
-        let lists = (buffers, peer_buffer_addresses, lengths);
-        self.batch(py, method, target_hostname, op, lists, notify)
-    }
-    #[pymethods] for TransferEngine {
-        #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, notify=None, transport_hint=""))]
-        batch_transfer_sync(opcode: TransferOpcode, notify: Option<TransferNotify>, transport_hint: &str) {
-            op: Opcode::from(opcode),
-        }
+transfer_methods! {
+    ranges(buffers, peer_buffer_addresses, lengths: Vec<UInt>);
+    sync: batch_transfer_sync,
         /// `transfer_sync_write` of several ranges as one batch.
-        #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
-        batch_transfer_sync_write(transport_hint: &str) { op: Opcode::Write, notify: None }
+        batch_transfer_sync_write,
         /// `transfer_sync_read` of several ranges as one batch.
-        #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
-        batch_transfer_sync_read(transport_hint: &str) { op: Opcode::Read, notify: None }
-    }
+        batch_transfer_sync_read;
+    on_cuda:
+        /// `batch_transfer_sync_write` ordered on the CUDA stream
+        /// `stream_ptr`; raises on failure.
+        batch_transfer_write_on_cuda,
+        /// `batch_transfer_sync_read` ordered on the CUDA stream
+        /// `stream_ptr`; raises on failure.
+        batch_transfer_read_on_cuda;
 }
 
 method_family! {
@@ -625,13 +657,8 @@ method_family! {
         lengths: Vec<UInt>,
     ) -> u64 {
         let _ = transport_hint;
-        match items(&u64s(buffers), &u64s(peer_buffer_addresses), &u64s(lengths)) {
-            Ok(it) => self.submit(py, method, target_hostname, op, it),
-            Err(e) => {
-                fail(py, method, &e, Call::Transfer);
-                0
-            }
-        }
+        let ranges = (buffers, peer_buffer_addresses, lengths);
+        self.submit(py, method, target_hostname, op, ranges)
     }
     #[pymethods] for TransferEngine {
         #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, transport_hint=""))]
@@ -646,33 +673,6 @@ method_family! {
         /// failure.
         #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint=""))]
         batch_transfer_async_read(transport_hint: &str) { op: Opcode::Read }
-    }
-}
-
-method_family! {
-    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr=0, transport_hint=""))]
-    #[allow(clippy::too_many_arguments)]
-    fn method(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffers: Vec<UInt>,
-        peer_buffer_addresses: Vec<UInt>,
-        lengths: Vec<UInt>,
-        stream_ptr: u64,
-        transport_hint: &str,
-    ) -> PyResult<()> {
-        let _ = transport_hint;
-        let it = items(&u64s(buffers), &u64s(peer_buffer_addresses), &u64s(lengths));
-        self.on_cuda(py, method, target_hostname, op, it, stream_ptr)
-    }
-    #[pymethods] for TransferEngine {
-        /// `batch_transfer_sync_write` ordered on the CUDA stream
-        /// `stream_ptr`; raises on failure.
-        batch_transfer_write_on_cuda { op: Opcode::Write }
-        /// `batch_transfer_sync_read` ordered on the CUDA stream
-        /// `stream_ptr`; raises on failure.
-        batch_transfer_read_on_cuda { op: Opcode::Read }
     }
 }
 

@@ -30,7 +30,8 @@ use crate::wire::{
 };
 use mooncake_client::{
     store_forward_to_inherent, Error, ErrorCode, OwnedValues, Ranges, ReplicateConfig, Result,
-    StagedValue, StoreApi, TensorDest, TensorWrite, WriteMode, HEALTH_CLOSED, HEALTH_PING_FAILED,
+    StagedValue, StoreApi, TensorAlloc, TensorDest, TensorWrite, WriteMode, HEALTH_CLOSED,
+    HEALTH_PING_FAILED,
 };
 use mooncake_common::framing::{client_handshake, encode};
 use mooncake_common::AuthKey;
@@ -842,14 +843,11 @@ impl DummyClient {
     /// # Safety
     /// Every destination `alloc` returns must be writable for its size
     /// (a payload's `nbytes`, an `_into` buffer's `size`) for the call.
-    pub(crate) unsafe fn read_tensors<A>(
+    pub(crate) unsafe fn read_tensors(
         &self,
         reqs: Vec<Result<ReadRequest>>,
-        alloc: A,
-    ) -> Vec<Result<ReadOutput>>
-    where
-        A: FnOnce(&[Result<ReadOutput>]) -> Vec<Option<TensorDest>>,
-    {
+        alloc: TensorAlloc<'_>,
+    ) -> Vec<Result<ReadOutput>> {
         let n = reqs.len();
         let wire_reqs: Vec<Result<WireRead>> = reqs
             .iter()

@@ -176,13 +176,16 @@ mod tests {
         LedgerEntry::unpinned(key, version, offset, size)
     }
 
+    /// A ledger with `entries` committed, in order, by one apply.
+    fn committed(entries: Vec<LedgerEntry>) -> Ledger {
+        let l = Ledger::default();
+        l.apply(entries.into_iter().map(LedgerOp::Commit).collect());
+        l
+    }
+
     #[test]
     fn commit_forget_and_version_match() {
-        let l = Ledger::default();
-        l.apply(vec![
-            LedgerOp::Commit(e("a", 1, 0, 100)),
-            LedgerOp::Commit(e("b", 2, 128, 10)),
-        ]);
+        let l = committed(vec![e("a", 1, 0, 100), e("b", 2, 128, 10)]);
         assert_eq!(l.len(), 2);
         // A forget of another version of the entry is ignored.
         l.apply(vec![LedgerOp::Forget {
@@ -201,11 +204,10 @@ mod tests {
 
     #[test]
     fn a_commit_replaces_what_it_overlaps() {
-        let l = Ledger::default();
-        l.apply(vec![
-            LedgerOp::Commit(e("a", 1, 0, 64)),   // [0, 64)
-            LedgerOp::Commit(e("b", 2, 64, 100)), // [64, 192)
-            LedgerOp::Commit(e("c", 3, 192, 1)),  // [192, 256)
+        let l = committed(vec![
+            e("a", 1, 0, 64),   // [0, 64)
+            e("b", 2, 64, 100), // [64, 192)
+            e("c", 3, 192, 1),  // [192, 256)
         ]);
         // [100, 200) overlaps b and c, not a.
         l.apply(vec![LedgerOp::Commit(e("d", 4, 100, 100))]);
@@ -220,10 +222,9 @@ mod tests {
 
     #[test]
     fn a_vacated_range_loses_the_entries_it_overlaps() {
-        let l = Ledger::default();
-        l.apply(vec![
-            LedgerOp::Commit(e("a", 1, 0, 64)),   // [0, 64)
-            LedgerOp::Commit(e("b", 2, 64, 100)), // [64, 192)
+        let l = committed(vec![
+            e("a", 1, 0, 64),   // [0, 64)
+            e("b", 2, 64, 100), // [64, 192)
         ]);
         // An in-place rewrite of "b" is about to copy into [64, 192).
         l.vacate(64, 100);

@@ -21,3 +21,14 @@ pub(crate) fn only<T>(mut results: Vec<Result<T>>) -> Result<T> {
         .pop()
         .unwrap_or_else(|| Err(Error::internal("no result")))
 }
+
+/// Check each of `n` items of a batch before any is sent: per item `Ok(())`
+/// or why it fails, and the indices of the items that passed, in order.
+pub(crate) fn screen(
+    n: usize,
+    check: impl FnMut(usize) -> Result<()>,
+) -> (Vec<Result<()>>, Vec<usize>) {
+    let results: Vec<Result<()>> = (0..n).map(check).collect();
+    let passed = (0..n).filter(|&i| results[i].is_ok()).collect();
+    (results, passed)
+}

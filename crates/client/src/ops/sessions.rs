@@ -43,11 +43,12 @@ use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
 use crate::ops::ranges::RangeOp;
-use crate::ops::writes::Pieces;
+use crate::ops::screen;
+use crate::ops::writes::{check_key, Pieces};
 use crate::session_table::{GetSession, PutSession};
 use mooncake_common::proto::{MasterRequest, MasterResponse, ObjectInfo, PutStartItem, ReplicaLoc};
 use mooncake_common::ErrorCode;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -168,30 +169,26 @@ impl Client {
             wire.writer_segment = Some(self.desc.name.clone());
         }
         self.describe_writer(&mut wire);
-        let mut results: Vec<Result<()>> = Vec::with_capacity(keys.len());
-        let mut send: Vec<usize> = Vec::new();
-        {
+        let (mut results, send) = {
             let puts = self.sessions.puts.lock();
-            let mut seen: HashMap<&str, ()> = HashMap::new();
-            for (i, (k, &size)) in keys.iter().zip(sizes).enumerate() {
-                let r = if k.is_empty() {
-                    Err(Error::invalid("empty key"))
-                } else if size == 0 {
+            let mut seen: HashSet<&str> = HashSet::new();
+            screen(keys.len(), |i| {
+                let k = &keys[i];
+                check_key(k)?;
+                if sizes[i] == 0 {
                     Err(Error::invalid("size 0"))
                 } else if puts.contains_key(k) {
                     Err(Error::invalid("a put session for this key already exists"))
-                } else if seen.insert(k.as_str(), ()).is_some() {
+                } else if !seen.insert(k.as_str()) {
                     Err(Error::new(
                         ErrorCode::ObjectAlreadyExists,
                         "key given twice in one batch_put_session_start",
                     ))
                 } else {
-                    send.push(i);
                     Ok(())
-                };
-                results.push(r);
-            }
-        }
+                }
+            })
+        };
         if send.is_empty() {
             return Ok(results);
         }

@@ -17,7 +17,7 @@
 use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
-use crate::ops::only;
+use crate::ops::{only, screen};
 use crate::parallel::{group_tasks, run_all};
 use mooncake_common::ledger::LedgerOp;
 use mooncake_common::proto::{
@@ -479,21 +479,14 @@ impl Client {
             ));
         }
         let wire = cfg.write_config(WriteKind::Bytes, keys)?;
-        let mut results: Vec<Result<()>> = Vec::with_capacity(keys.len());
-        let mut idx = Vec::new();
-        for i in 0..keys.len() {
-            let r = if keys[i].is_empty() {
-                Err(Error::invalid("empty key"))
-            } else if sizes[i] == 0 {
-                Err(Error::invalid("size 0"))
-            } else if ptrs[i] == 0 {
-                Err(Error::invalid("null buffer pointer"))
-            } else {
-                idx.push(i);
-                Ok(())
-            };
-            results.push(r);
-        }
+        let (mut results, idx) = screen(keys.len(), |i| {
+            check_key(&keys[i])?;
+            match (sizes[i], ptrs[i]) {
+                (0, _) => Err(Error::invalid("size 0")),
+                (_, 0) => Err(Error::invalid("null buffer pointer")),
+                _ => Ok(()),
+            }
+        });
         if idx.is_empty() {
             return Ok(results);
         }

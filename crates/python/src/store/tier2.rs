@@ -11,7 +11,7 @@ use crate::family::method_family;
 use crate::report::Call;
 use mooncake_client::device_staging::{check_cuda_dest, read_tensor_into_device, CudaTensorDest};
 use mooncake_client::{Client, ClientConfig, Error, MountSource, Result};
-use mooncake_tensor::DType;
+use mooncake_tensor::{DType, ReadOutput};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -309,16 +309,16 @@ fn cuda_dest(t: &Bound<'_, PyAny>) -> Result<CudaTensorDest> {
     })
 }
 
-/// A CUDA tensor of `dtype` and `shape` viewing `nbytes` of device memory at
-/// `ptr` (not owning it), made through `__cuda_array_interface__`.
+/// A CUDA tensor viewing the payload of the read output `out` (its
+/// `nbytes` bytes, as its `dtype` and `shape`) in device memory at `ptr`
+/// (not owning it), made through `__cuda_array_interface__`.
 pub(crate) fn cuda_view_of<'py>(
     py: Python<'py>,
     ptr: usize,
-    nbytes: u64,
-    dtype: DType,
-    shape: &[u64],
+    out: &ReadOutput,
 ) -> PyResult<Bound<'py, PyAny>> {
     use pyo3::types::{PyDict, PyTuple};
+    let (nbytes, dtype, shape) = (out.nbytes, out.dtype, &out.shape[..]);
     let torch = py.import("torch")?;
     let device = mooncake_engine::device::classify(ptr as u64).unwrap_or(0);
     let kw = PyDict::new(py);

@@ -321,13 +321,7 @@ impl MooncakeDistributedStore {
                     // least the object's size (checked by the read).
                     match stand.as_ref().map(|st| unsafe { st.deliver_one(i, total) }) {
                         Some(Err(e)) => Err(e),
-                        _ => Ok(crate::store::tier2::cuda_view_of(
-                            py,
-                            at + HEADER_SIZE,
-                            o.nbytes,
-                            o.dtype,
-                            &o.shape,
-                        )?),
+                        _ => Ok(crate::store::tier2::cuda_view_of(py, at + HEADER_SIZE, &o)?),
                     }
                 }
                 (Ok(o), Ok(_), Some(bufs)) => {
@@ -335,7 +329,7 @@ impl MooncakeDistributedStore {
                     // SAFETY: the payload was just written into the caller's
                     // buffer, which the caller keeps alive (an `_into` read
                     // returns a view of the caller's buffer).
-                    let v = unsafe { torch::view_of(py, payload, o.nbytes, o.dtype, &o.shape) }?;
+                    let v = unsafe { torch::view_of(py, payload, &o) }?;
                     Ok(v)
                 }
                 (Ok(_), Ok(Some(Fresh::Tensor(t))), None) => Ok(t),

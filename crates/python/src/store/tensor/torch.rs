@@ -3,7 +3,7 @@
 //! `ImportError`), tensors are read as `data_ptr()` + byte count, and result
 //! tensors are created with `torch.empty` or as views of caller memory.
 
-use mooncake_tensor::{DType, TensorError, TensorResult, WriteSource, MAX_NDIM};
+use mooncake_tensor::{DType, ReadOutput, TensorError, TensorResult, WriteSource, MAX_NDIM};
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -135,22 +135,22 @@ pub(crate) fn data_ptr(t: &Bound<'_, PyAny>) -> PyResult<usize> {
     t.call_method0("data_ptr")?.extract()
 }
 
-/// A tensor viewing `nbytes` bytes of caller memory at `ptr` as `dtype` with
-/// `shape` (the `_into` result; the caller keeps the memory alive).
+/// A tensor viewing the payload of the read output `out` (its `nbytes`
+/// bytes, as its `dtype` and `shape`) in caller memory at `ptr` (the
+/// `_into` result; the caller keeps the memory alive).
 ///
 /// # Safety
-/// `ptr..ptr+nbytes` must stay valid and writable while the tensor is used.
+/// `ptr..ptr+out.nbytes` must stay valid and writable while the tensor is used.
 pub(crate) unsafe fn view_of<'py>(
     py: Python<'py>,
     ptr: usize,
-    nbytes: u64,
-    dtype: DType,
-    shape: &[u64],
+    out: &ReadOutput,
 ) -> PyResult<Bound<'py, PyAny>> {
-    if nbytes == 0 {
+    let (dtype, shape) = (out.dtype, &out.shape[..]);
+    if out.nbytes == 0 {
         return empty(py, dtype, shape);
     }
-    let len = ffi::Py_ssize_t::try_from(nbytes)
+    let len = ffi::Py_ssize_t::try_from(out.nbytes)
         .map_err(|_| PyValueError::new_err("tensor is too large"))?;
     // SAFETY: the caller vouches for the memory; the memoryview does not own it.
     let mv =
