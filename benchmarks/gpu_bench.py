@@ -53,6 +53,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
+    KiB,
+    MiB,
     env_overrides,
     find_ours_master,
     free_port,
@@ -62,8 +64,6 @@ from _common import (
     write_json,
 )
 
-KiB = 1 << 10
-MiB = 1 << 20
 SIZES = [4 * KiB, 1 * MiB, 16 * MiB, 256 * MiB]
 HEADER = 304
 
