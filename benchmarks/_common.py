@@ -1,7 +1,8 @@
 """Helpers shared by the benchmark scripts: free ports, starting a master,
 finding ours and upstream's ``mooncake_master``, the options every comparison
 takes, running a side in a child process and collecting its rows, the
-machine-load note, and the lines printed around a table.
+machine-load note, the lines printed around a table, and the byte units
+``KiB``/``MiB``/``GiB``.
 
 Standard library only: scripts run under the upstream venv import it too.
 Scripts import it as a sibling module (``benchmarks/`` is on ``sys.path``).
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 UPSTREAM_VENV = Path(os.environ.get("UPSTREAM_VENV", "/work/venv-upstream"))
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 
 # ------------------------------------------------------------------ ports and processes

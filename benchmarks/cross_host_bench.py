@@ -37,6 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
+    KiB,
+    MiB,
     add_json,
     add_only,
     add_upstream_python,
@@ -48,7 +50,6 @@ from _common import (
 )
 from netns_hosts import cubic_allowed, free_port_in, run, set_default_cc, veth_pair
 
-KiB, MiB = 1 << 10, 1 << 20
 SIZES = [4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB]
 BATCH = 32
 HERE = Path(__file__).resolve()

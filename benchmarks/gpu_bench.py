@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import functools
 import json
 import os
@@ -53,6 +52,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
+    KiB,
+    MiB,
     env_overrides,
     find_ours_master,
     free_port,
@@ -62,25 +63,8 @@ from _common import (
     write_json,
 )
 
-KiB = 1 << 10
-MiB = 1 << 20
 SIZES = [4 * KiB, 1 * MiB, 16 * MiB, 256 * MiB]
 HEADER = 304
-
-
-def gpu_missing() -> str | None:
-    """Why this machine cannot run the benchmark, or None."""
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError as e:
-        return f"no CUDA driver was found (libcuda.so.1: {e})"
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device"
-    return None
 
 
 def rdma_devices() -> list[str]:
@@ -336,10 +320,13 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.monotonic()
     result: dict[str, Any] = {"rdma_devices": rdma_devices()}
-    why = gpu_missing()
-    if why is not None:
-        print(f"gpu_bench: no GPU here ({why}); nothing measured")
-        write_json(args.json, {"gpu": False, "reason": why, **result})
+    # Why this machine cannot run it (None when it can): the CUDA tests' check.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+    from cuda_env import SKIP_REASON
+
+    if SKIP_REASON is not None:
+        print(f"gpu_bench: no GPU here ({SKIP_REASON}); nothing measured")
+        write_json(args.json, {"gpu": False, "reason": SKIP_REASON, **result})
         return 0
     import torch
 

@@ -47,11 +47,10 @@ from typing import Any
 HERE = Path(__file__).resolve()
 REPO = HERE.parents[1]
 CLIENT = REPO / "tests" / "cluster" / "cluster_client.py"
-MiB = 1 << 20
 sys.path.insert(0, str(REPO / "tests" / "cluster"))
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(HERE.parent))
-from _common import UPSTREAM_VENV, add_only, free_port, port_open
+from _common import UPSTREAM_VENV, MiB, add_only, free_port, port_open
 from helpers.json_child import JsonLineChild
 
 # ------------------------------------------------------------------ processes

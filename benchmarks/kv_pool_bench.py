@@ -66,9 +66,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import store_bench as sb
-from _common import add_rounds, comparison_parser, json_child, running_master
+from _common import GiB, KiB, MiB, add_rounds, comparison_parser, json_child, running_master
 
-KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 POOL = 1 * GiB  # per pool (K and V): 2 GiB registered in all
 BATCH_PAGES = 128
 SEGMENT = 1 * GiB  # each backup pass writes at most 400 MiB

@@ -40,6 +40,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
+    KiB,
+    MiB,
     comparison_parser,
     find_sides,
     print_table_head,
@@ -50,7 +52,6 @@ from _common import (
 )
 from store_bench import new_store
 
-KiB, MiB = 1 << 10, 1 << 20
 PAGES = 200
 EXIST = 32
 HERE = Path(__file__).resolve()

@@ -45,13 +45,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     MachineLoad,
+    MiB,
     add_upstream_python,
     find_ours_master,
     find_upstream_master,
     running_master,
 )
-
-MiB = 1 << 20
 
 
 def drop_cache(root: Path) -> int:

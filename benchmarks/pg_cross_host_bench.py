@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_json, print_footer, print_header, write_json
+from _common import MiB, add_json, print_footer, print_header, write_json
 from netns_hosts import bridged, cubic_allowed, free_port_in, set_default_cc
 
-MiB = 1 << 20
 HERE = Path(__file__).resolve()
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
+    KiB,
     comparison_parser,
     find_sides,
     print_failures,
@@ -43,7 +44,6 @@ from _common import (
 )
 from store_bench import new_store
 
-KiB = 1 << 10
 OBJ = 1 * KiB
 BATCH = 512
 SAMPLES = 2000

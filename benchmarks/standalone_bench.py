@@ -40,9 +40,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import UPSTREAM_VENV, alternating, free_port, master_argv, port_open, write_json
+from _common import (
+    UPSTREAM_VENV,
+    KiB,
+    MiB,
+    alternating,
+    free_port,
+    master_argv,
+    port_open,
+    write_json,
+)
 
-KiB, MiB = 1 << 10, 1 << 20
 PAGES = 64
 CELLS = [
     ("batch_put_from", 64 * KiB),

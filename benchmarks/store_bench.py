@@ -37,6 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
+    KiB,
+    MiB,
     add_rounds,
     comparison_parser,
     env_overrides,
@@ -52,8 +54,6 @@ from _common import (
     write_json,
 )
 
-KiB = 1 << 10
-MiB = 1 << 20
 SIZES = [4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB]
 RANGE_COUNTS = [1, 16, 256, 4096]
 ROW = 64

@@ -43,10 +43,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_only, json_child, stop_child, write_json
+from _common import KiB, MiB, add_only, json_child, stop_child, write_json
 
-KiB = 1 << 10
-MiB = 1 << 20
 SIZES = [4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB]
 BLOCKS = 64
 UPSTREAM_PY = Path(os.environ.get("UPSTREAM_VENV", "/work/venv-upstream")) / "bin" / "python"

@@ -51,6 +51,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
+    MiB,
     comparison_parser,
     env_overrides,
     find_sides,
@@ -65,7 +66,6 @@ from _common import (
 )
 from store_bench import new_store, run_side
 
-MiB = 1 << 20
 COLS = 4096
 SIZES = [1, 16, 64]
 HERE = Path(__file__).resolve()

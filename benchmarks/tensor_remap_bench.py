@@ -67,6 +67,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
+    MiB,
     find_ours_master,
     json_child,
     median_time,
@@ -76,7 +77,6 @@ from _common import (
     write_json,
 )
 
-MiB = 1 << 20
 COLS = 1024
 N_DENSE = 24
 N_EXPERT = 8

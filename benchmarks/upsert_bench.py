@@ -39,6 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
+    MiB,
     comparison_parser,
     env_overrides,
     find_sides,
@@ -51,7 +52,6 @@ from _common import (
     write_json,
 )
 
-MiB = 1 << 20
 SIZES = [1 * MiB, 16 * MiB]
 READERS = [0, 1, 4]
 MODES = {"same_host": {}, "tcp": {"MC_FORCE_TCP": "1"}}

@@ -61,13 +61,26 @@ def _fill_until_full(s: Any, arr: np.ndarray, prefix: str, limit: int = 40) -> l
     raise AssertionError(f"store never filled after {limit} puts")
 
 
+def _full_store(
+    store_factory: StoreFactory,
+    master_factory: Callable[..., Master],
+    src: np.ndarray,
+    prefix: str,
+    **master_flags: Any,
+) -> tuple[Master, Any, list[str]]:
+    """A master with ``master_flags`` and one client of a ``SEG`` segment,
+    filled with MiB objects ``<prefix><i>`` until a put fails with -200."""
+    m = master_factory(eviction_high_watermark_ratio=1.0, **master_flags)
+    s = store_factory(m, global_segment_size=SEG)
+    keys = _fill_until_full(s, src, prefix)
+    assert len(keys) == SEG // MiB
+    return m, s, keys
+
+
 def test_full_store_without_eviction(
     store_factory: StoreFactory, master_factory: Callable[..., Master], src: np.ndarray
 ) -> None:
-    m = master_factory(eviction_high_watermark_ratio=1.0, eviction_ratio=0.0)
-    s = store_factory(m, global_segment_size=SEG)
-    keys = _fill_until_full(s, src, "f")
-    assert len(keys) == SEG // MiB
+    _, s, keys = _full_store(store_factory, master_factory, src, "f", eviction_ratio=0.0)
     time.sleep(0.2)
     assert _put(s, "extra", src) == -200
     assert s.batch_is_exist(keys) == [1] * len(keys)
@@ -87,11 +100,8 @@ def test_eviction_frees_space(
 ) -> None:
     # Puts that find no room fail at once (no wait for the space eviction
     # frees): the -200 itself sets the eviction going.
-    m = master_factory(eviction_high_watermark_ratio=1.0, put_space_wait_ms=0)
-    s = store_factory(m, global_segment_size=SEG)
-    keys = _fill_until_full(s, src, "e")
+    m, s, keys = _full_store(store_factory, master_factory, src, "e", put_space_wait_ms=0)
     full_at = time.monotonic()
-    assert len(keys) == SEG // MiB
     # The -200 sets the need-eviction flag; the eviction thread runs every
     # 10 ms, so unleased objects are gone within 100 ms. The
     # master's own counter is polled: is_exist would lease the objects.

@@ -52,6 +52,15 @@ def mt_master(master_factory: Callable[..., Master], policy: Path) -> Master:
     return master_factory(enable_multi_tenants=True, tenant_quota_connector_uri=str(policy))
 
 
+@pytest.fixture
+def tenants_ab(store_factory: StoreFactory, mt_master: Master) -> tuple[Any, Any]:
+    """Clients of ``tenant-a`` (quota 4 MB) and ``tenant-b`` (64 MB) on ``mt_master``."""
+    return (
+        tenant_store(store_factory, mt_master, "tenant-a"),
+        tenant_store(store_factory, mt_master, "tenant-b"),
+    )
+
+
 def api(
     m: Master, method: str, query: str = "", body: dict[str, Any] | None = None
 ) -> tuple[int, Any]:
@@ -60,9 +69,8 @@ def api(
     return status, json.loads(raw)
 
 
-def test_each_tenant_sees_only_its_own_keys(store_factory: StoreFactory, mt_master: Master) -> None:
-    a = tenant_store(store_factory, mt_master, "tenant-a")
-    b = tenant_store(store_factory, mt_master, "tenant-b")
+def test_each_tenant_sees_only_its_own_keys(tenants_ab: tuple[Any, Any]) -> None:
+    a, b = tenants_ab
     assert a.put("k", b"from a") == 0
     assert b.is_exist("k") == 0
     assert b.get("k") == b""
@@ -80,11 +88,8 @@ def test_each_tenant_sees_only_its_own_keys(store_factory: StoreFactory, mt_mast
     assert b.get("k") == b""
 
 
-def test_bulk_removals_stay_inside_the_tenant(
-    store_factory: StoreFactory, mt_master: Master
-) -> None:
-    a = tenant_store(store_factory, mt_master, "tenant-a")
-    b = tenant_store(store_factory, mt_master, "tenant-b")
+def test_bulk_removals_stay_inside_the_tenant(tenants_ab: tuple[Any, Any]) -> None:
+    a, b = tenants_ab
     for s, v in ((a, b"a"), (b, b"b")):
         for k in ("x1", "x2", "y1"):
             assert s.put(k, v) == 0
@@ -106,10 +111,9 @@ def test_writes_need_a_registered_tenant(store_factory: StoreFactory, mt_master:
 
 
 def test_quota_bounds_a_tenants_memory_and_frees_with_removal(
-    store_factory: StoreFactory, mt_master: Master
+    tenants_ab: tuple[Any, Any], mt_master: Master
 ) -> None:
-    a = tenant_store(store_factory, mt_master, "tenant-a")
-    b = tenant_store(store_factory, mt_master, "tenant-b")
+    a, b = tenants_ab
     for i in range(4):
         assert a.put(f"p{i}", bytes([i]) * MiB) == 0, i
     # Quota 4 MiB, 4 MiB charged: the next MiB is refused and not stored.

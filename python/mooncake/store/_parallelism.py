@@ -8,12 +8,14 @@ in Python. ``TP``/``DP``/``EP``/``PP`` build the common axes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar, overload
 
 __all__ = ["DP", "EP", "PP", "TP", "ParallelAxis", "ReadTarget", "TensorParallelism"]
 
 _READ_MODES = ("as_stored", "shard", "full")
+
+_T = TypeVar("_T")
 
 
 def _check_int(name: str, value: Any) -> int:
@@ -34,6 +36,33 @@ def _check_opt_int(name: str, value: Any) -> int | None:
     return _check_int(name, value)
 
 
+class _Checked(Generic[_T]):
+    """A read/write attribute kept in the slot ``_<name>``: an assignment
+    stores ``check(name, value)``, which raises ``TypeError`` for a value of
+    the wrong type."""
+
+    def __init__(self, check: Callable[[str, Any], _T], doc: str) -> None:
+        self._check = check
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+        self._slot = "_" + name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _Checked[_T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> _T: ...
+    def __get__(self, obj: object, owner: type | None = None) -> _Checked[_T] | _T:
+        if obj is None:
+            return self
+        value: _T = getattr(obj, self._slot)
+        return value
+
+    def __set__(self, obj: object, value: _T) -> None:
+        setattr(obj, self._slot, self._check(self._name, value))
+
+
 class ParallelAxis:
     """One axis of a tensor's parallel layout (tp, dp, ep or pp).
 
@@ -41,6 +70,13 @@ class ParallelAxis:
     """
 
     __slots__ = ("_expert_id", "_kind", "_rank", "_size", "_split_dim", "_stage_id")
+
+    kind = _Checked(_check_str, "Axis kind: ``tp``, ``dp``, ``ep`` or ``pp`` (any case).")
+    rank = _Checked(_check_int, "This shard's rank along the axis.")
+    size = _Checked(_check_int, "Number of ranks along the axis.")
+    split_dim = _Checked(_check_opt_int, "Tensor dimension the axis splits, or None.")
+    expert_id = _Checked(_check_opt_int, "Expert id of an ``ep`` axis, or None.")
+    stage_id = _Checked(_check_opt_int, "Pipeline stage id of a ``pp`` axis, or None.")
 
     def __init__(
         self,
@@ -58,69 +94,8 @@ class ParallelAxis:
         self.expert_id = expert_id
         self.stage_id = stage_id
 
-    @property
-    def kind(self) -> str:
-        """Axis kind: ``tp``, ``dp``, ``ep`` or ``pp`` (any case)."""
-        return self._kind
-
-    @kind.setter
-    def kind(self, value: str) -> None:
-        self._kind = _check_str("kind", value)
-
-    @property
-    def rank(self) -> int:
-        """This shard's rank along the axis."""
-        return self._rank
-
-    @rank.setter
-    def rank(self, value: int) -> None:
-        self._rank = _check_int("rank", value)
-
-    @property
-    def size(self) -> int:
-        """Number of ranks along the axis."""
-        return self._size
-
-    @size.setter
-    def size(self, value: int) -> None:
-        self._size = _check_int("size", value)
-
-    @property
-    def split_dim(self) -> int | None:
-        """Tensor dimension the axis splits, or None."""
-        return self._split_dim
-
-    @split_dim.setter
-    def split_dim(self, value: int | None) -> None:
-        self._split_dim = _check_opt_int("split_dim", value)
-
-    @property
-    def expert_id(self) -> int | None:
-        """Expert id of an ``ep`` axis, or None."""
-        return self._expert_id
-
-    @expert_id.setter
-    def expert_id(self, value: int | None) -> None:
-        self._expert_id = _check_opt_int("expert_id", value)
-
-    @property
-    def stage_id(self) -> int | None:
-        """Pipeline stage id of a ``pp`` axis, or None."""
-        return self._stage_id
-
-    @stage_id.setter
-    def stage_id(self, value: int | None) -> None:
-        self._stage_id = _check_opt_int("stage_id", value)
-
     def _key(self) -> tuple[Any, ...]:
-        return (
-            self._kind,
-            self._rank,
-            self._size,
-            self._split_dim,
-            self._expert_id,
-            self._stage_id,
-        )
+        return (self.kind, self.rank, self.size, self.split_dim, self.expert_id, self.stage_id)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ParallelAxis):
@@ -130,7 +105,7 @@ class ParallelAxis:
     __hash__ = None  # type: ignore[assignment]  # mutable value class
 
     def __repr__(self) -> str:
-        parts = [f"kind={self._kind!r}", f"rank={self._rank}", f"size={self._size}"]
+        parts = [f"kind={self.kind!r}", f"rank={self.rank}", f"size={self.size}"]
         for name in ("split_dim", "expert_id", "stage_id"):
             value = getattr(self, name)
             if value is not None:

@@ -8,6 +8,7 @@ the data ranges those offsets cover; media-list columns are read whole.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,37 +35,31 @@ from mooncake.structured.transport import (
 )
 
 
+@dataclass(eq=False)
 class _EncodedRead:
     """A ``non_tensor_batch`` column read: all payloads, or for selected rows
     the per-row parts first, then the data ranges those rows cover."""
 
-    def __init__(
-        self,
-        transport: _Transport,
-        name: str,
-        enc: Mapping[str, Any],
-        buffers: Mapping[str, Any],
-        fspecs: Mapping[str, Any],
-        rows: _Rows | None,
-        total: int,
-    ) -> None:
-        self.transport = transport
-        self.name = name
-        self.enc = enc
-        self.buffers = buffers
-        self.fspecs = fspecs
-        self.total = total
-        self.rows = rows
-        self.payload: dict[str, Any] = {}
-        self._after: list[Callable[[], None]] = []
-        self._second: list[_ReadGroup] = []
-        members = enc["payload_members"]
-        missing = [m for m in members.values() if m not in buffers]
+    transport: _Transport
+    name: str
+    enc: Mapping[str, Any]
+    buffers: Mapping[str, Any]
+    fspecs: Mapping[str, Any]
+    rows: _Rows | None
+    total: int
+    payload: dict[str, Any] = field(default_factory=dict, init=False)
+    _after: list[Callable[[], None]] = field(default_factory=list, init=False)
+    _second: list[_ReadGroup] = field(default_factory=list, init=False)
+    whole: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        members = self.enc["payload_members"]
+        missing = [m for m in members.values() if m not in self.buffers]
         if missing:
             raise StructuredObjectMissingError(
-                f"field {name!r}: payload members {missing} are not in its stage manifest"
+                f"field {self.name!r}: payload members {missing} are not in its stage manifest"
             )
-        self.whole = rows is None or _needs_whole(enc)
+        self.whole = self.rows is None or _needs_whole(self.enc)
 
     def _setter(self, pname: str, finish: Callable[[], Any]) -> Callable[[], None]:
         def step() -> None:
