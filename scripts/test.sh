@@ -41,7 +41,7 @@ command -v etcd >/dev/null 2>&1 \
 gpu_reason="$(python -c 'import sys; sys.path.insert(0, "tests/gpu"); from cuda_env import SKIP_REASON; print(SKIP_REASON or "")')"
 [ -n "$gpu_reason" ] && skipped+=("tests/gpu CUDA modules: $gpu_reason (scripts/gpu_check.sh runs them on a GPU machine)")
 
-cargo test -p mooncake-common -p mooncake-transfer -p mooncake-engine -p mooncake-master -p mooncake-client -p mooncake-engram -p mooncake-pg -p mooncake-tensor -p mooncake-standalone -p mooncake-bench -p mooncake-lincheck 2>&1
+cargo test -p mooncake-common -p mooncake-transfer -p mooncake-master -p mooncake-client -p mooncake-engram -p mooncake-pg -p mooncake-tensor -p mooncake-standalone -p mooncake-bench -p mooncake-lincheck 2>&1
 # Each suite has its own conftest helpers, so each runs in its own pytest process.
 python -m pytest tests/store tests/store_binding -q -p no:cacheprovider --timeout=300 "$@"
 # SSD offload: real masters and owners writing three times their memory,

@@ -67,7 +67,7 @@ def _closed_by_peer(sk: socket.socket, timeout: float) -> bool:
 
 
 # The wire format of our own protocol (crates/common/src/framing.rs, auth.rs,
-# crates/transfer/src/data_proto.rs), written out so that the test speaks it
+# crates/transfer/src/data_path/data_proto.rs), written out so that the test speaks it
 # like a foreign peer would.
 MAGIC = b"MCRS"
 PROTOCOL_VERSION = 4

@@ -3,7 +3,7 @@
 //! checked into a [`BenchConfig`].
 
 use mooncake_common::gflags::{f, failed_validation, FlagDef, FlagRole, FlagType, Parsed, Program};
-use mooncake_engine::Opcode;
+use mooncake_transfer::engine::Opcode;
 use std::sync::OnceLock;
 
 use FlagRole::{Core, Unsupported};

@@ -1,5 +1,5 @@
 //! `transfer_engine_bench`: upstream's transfer-engine benchmark over this
-//! stack's transfer engine (`mooncake-engine`). Upstream's gflags, defaults
+//! stack's transfer engine (`mooncake_transfer::engine`). Upstream's gflags, defaults
 //! and output: a `target` process registers one buffer of `--buffer_size`
 //! bytes per NUMA node and serves until SIGINT or SIGTERM; an `initiator`
 //! process reads from (or writes to) the target's buffers for `--duration`

@@ -1,9 +1,11 @@
-//! The two sides of the benchmark over [`mooncake_engine::TransferEngine`].
+//! The two sides of the benchmark over [`mooncake_transfer::engine::TransferEngine`].
 
 use crate::config::{unit_bytes, BenchConfig};
 use memmap2::MmapMut;
 use mooncake_common::binary::StopSignals;
-use mooncake_engine::{build_conn_string, split_conn_string, EngineError, Item, TransferEngine};
+use mooncake_transfer::engine::{
+    build_conn_string, split_conn_string, EngineError, Item, TransferEngine,
+};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,7 +21,7 @@ impl Buffers {
     fn register(engine: &TransferEngine, size: u64) -> Result<Buffers, String> {
         let len =
             usize::try_from(size).map_err(|_| format!("--buffer_size {size} is too large"))?;
-        let nodes = mooncake_engine::topology::numa_nodes();
+        let nodes = mooncake_transfer::engine::topology::numa_nodes();
         let mut maps = Vec::with_capacity(nodes.len());
         for n in nodes {
             let mut map = MmapMut::map_anon(len)

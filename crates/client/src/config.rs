@@ -25,7 +25,7 @@
 use crate::error::{Error, Result};
 use mooncake_common::proto::{SoftPin, WriteConfig, MAX_SEGMENT_SIZE};
 use mooncake_common::size::{parse_bool, parse_size};
-use mooncake_engine::protocol::{self, Choice};
+use mooncake_transfer::engine::protocol::{self, Choice};
 
 /// The metadata server schemes a client publishes to (besides
 /// `P2PHANDSHAKE`, and a bare `host:port`, which means etcd).
@@ -75,7 +75,7 @@ pub struct ClientConfig {
     pub global_segment_size: u64,
     /// Staging space for `put`/`get` (0: no staged calls).
     pub local_buffer_size: u64,
-    /// One of upstream's store protocols (`mooncake_engine::protocol`):
+    /// One of upstream's store protocols (`mooncake_transfer::engine::protocol`):
     /// `tcp`, or a device protocol (`rdma`, `efa`, ...), which runs over
     /// TCP with one warning. Any value with `MC_FORCE_TCP=1`.
     pub protocol: String,
@@ -187,7 +187,7 @@ impl Default for ClientConfig {
 /// A `mooncake.engine` transfer engine shared with a store (compared by
 /// identity).
 #[derive(Clone)]
-pub struct SharedEngine(pub std::sync::Arc<mooncake_engine::TransferEngine>);
+pub struct SharedEngine(pub std::sync::Arc<mooncake_transfer::engine::TransferEngine>);
 
 impl std::fmt::Debug for SharedEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -653,7 +653,7 @@ mod tests {
 
     #[test]
     fn device_protocols_run_over_tcp_with_one_warning() {
-        for p in mooncake_engine::protocol::STORE_PROTOCOLS {
+        for p in mooncake_transfer::engine::protocol::STORE_PROTOCOLS {
             let c = ClientConfig {
                 protocol: p.into(),
                 rdma_devices: "mlx5_0".into(),

@@ -4,7 +4,7 @@
 //!
 //! Rules:
 //! - A pointer is device memory when the CUDA driver says so
-//!   ([`mooncake_engine::device::classify`]; without a driver loaded by any
+//!   ([`mooncake_transfer::engine::device::classify`]; without a driver loaded by any
 //!   library of the process no pointer is, and nothing is loaded to ask).
 //! - A write (`put_from`, `batch_put_from`, ...) copies each device source
 //!   into host memory first; host sources are used as they are.
@@ -18,8 +18,8 @@
 //!   failure is INVALID_PARAMS (-600) for that item, as upstream.
 
 use crate::error::{Error, Result};
-use mooncake_engine::device;
 use mooncake_tensor::{DType, TensorHeader, HEADER_SIZE};
+use mooncake_transfer::engine::device;
 
 /// Whether `ptr` is CUDA device memory.
 pub fn is_device(ptr: usize) -> bool {
@@ -303,7 +303,7 @@ pub fn read_tensor_into_device(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mooncake_engine::device::HostDevice;
+    use mooncake_transfer::engine::device::HostDevice;
 
     /// The stand-in device is one per process: tests take turns.
     static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());

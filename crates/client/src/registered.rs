@@ -1,10 +1,10 @@
 //! Registered memory regions (`register_buffer`); `get_into_ranges`
 //! destinations must lie inside one. The regions live in a
-//! [`Registry`] of the transfer engine crate: the client's own, or, when
+//! [`Registry`] of the transfer engine: the client's own, or, when
 //! the store was set up on a `mooncake.engine` transfer engine, that
 //! engine's, so both see one set of registered memory.
 
-use mooncake_engine::Registry;
+use mooncake_transfer::engine::Registry;
 use std::sync::Arc;
 
 /// Non-overlapping registered regions.

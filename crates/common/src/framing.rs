@@ -54,8 +54,8 @@ pub enum Service {
     /// torch.distributed rank -> rank link (crates/pg), for ranks that
     /// share the cluster token
     PgRank,
-    /// transfer engine -> transfer engine RPC (crates/engine): descriptors,
-    /// probes, notifications and data
+    /// transfer engine -> transfer engine RPC (`mooncake_transfer::engine`):
+    /// descriptors, probes, notifications and data
     Engine,
     /// dummy client -> standalone `mooncake_client` daemon (crates/standalone)
     Standalone,

@@ -1,5 +1,6 @@
 //! `mooncake.engine`: `TransferEngine`, `TransferOpcode`, `TransferNotify`
-//! and `InnerTransferEngine` over the engine crate (`mooncake-engine`).
+//! and `InnerTransferEngine` over the transfer engine
+//! (`mooncake_transfer::engine`).
 //!
 //! Conversion only: arguments become the crate's calls (every transfer runs
 //! with the GIL released), and a failure becomes upstream's return value in
@@ -10,8 +11,8 @@
 
 use crate::args::UInt;
 use crate::family::method_family;
-use mooncake_engine::log::Level;
-use mooncake_engine::{
+use mooncake_transfer::engine::log::Level;
+use mooncake_transfer::engine::{
     build_conn_string, items, split_conn_string, BatchState, EngineError, ErrorKind, Item, Opcode,
     TransferEngine as Engine,
 };
@@ -683,8 +684,11 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TransferOpcode>()?;
     m.add_class::<TransferNotify>()?;
     m.add_class::<InnerTransferEngine>()?;
-    m.add("ENGINE_SUPPORT_CUDA", mooncake_engine::cuda_available())?;
-    mooncake_engine::log::set_sink(|level, msg| {
+    m.add(
+        "ENGINE_SUPPORT_CUDA",
+        mooncake_transfer::engine::cuda_available(),
+    )?;
+    mooncake_transfer::engine::log::set_sink(|level, msg| {
         // SAFETY: Py_IsInitialized has no preconditions; a line logged
         // while the interpreter is going away is dropped instead.
         if unsafe { pyo3::ffi::Py_IsInitialized() } == 0 {

@@ -5,8 +5,8 @@
 //! This crate converts only: Python arguments into the domain crates'
 //! types, and their results into upstream's return values, log lines and
 //! exceptions. Every rule (defaults, validation, config semantics, batch
-//! result shapes) lives once in `mooncake-client`, `mooncake-engine`,
-//! `mooncake-engram` or `mooncake-pg`. The shared helpers:
+//! result shapes) lives once in `mooncake-client`, `mooncake-transfer`
+//! (its `engine` module), `mooncake-engram` or `mooncake-pg`. The shared helpers:
 //!
 //! - `args`: argument types (`UInt`, `Flag`, `arg0`/`key` aliases);
 //! - `family`: one `#[pymethods]` body stamped out as several methods;

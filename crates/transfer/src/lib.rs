@@ -1,23 +1,37 @@
-//! The store's data path and the socket layer it shares with the
-//! upstream-compatible engine (`mooncake_engine`): shared-memory segments,
-//! the per-client data server that serves byte ranges of its segment over
-//! TCP, the same-host mapping handshake, the read/write paths that pick
-//! memcpy, mapped memcpy or TCP ([`DataPath`]), and the socket I/O and
-//! connection pool both faces use ([`net`]).
+//! Moving bytes between processes and hosts: the store's data path and the
+//! upstream-compatible transfer engine, two faces over shared layers.
+//!
+//! From the bottom up:
+//!
+//! - [`net`]: socket I/O on raw descriptors (scatter/gather, descriptor
+//!   passing over Unix sockets), the one pool of idle connections to peers,
+//!   the connection side of server loops, and the rule for splitting one
+//!   TCP transfer over several connections.
+//! - [`segment`]: this process's shared-memory segments (`memfd`, mapped
+//!   `MAP_SHARED`) and the registry of the ones it owns.
+//! - [`Op`] (one contiguous copy, the unit every path moves), [`workers`]
+//!   (the helper threads that spread one call over several cores) and
+//!   [`hostid`] (which processes share a host).
+//! - [`same_host`]: the two ways to copy to or from another process of the
+//!   same host without TCP: mapping the owner's segment (handed over a
+//!   Unix socket), and `process_vm_readv` / `process_vm_writev`.
+//! - The faces: [`data_path`], the store's ([`DataPath`], the per-client
+//!   data server, its wire format and TCP client), and [`engine`], the
+//!   transfer engine behind `mooncake.engine` ([`engine::TransferEngine`]).
+//!
+//! Each layer uses only layers listed before it; the two faces use the
+//! layers but not each other, and no layer uses a face.
 
 pub mod data_path;
-pub mod data_proto;
-pub mod data_server;
-mod error;
+pub mod engine;
 mod fresh_gate;
 pub mod hostid;
 pub mod net;
 mod op;
 pub mod same_host;
 pub mod segment;
-pub mod tcp_pool;
 pub mod workers;
 
+pub use data_path::error::{Error, Result};
 pub use data_path::{DataPath, Op, Path, Rows, SegmentRef, Stores};
-pub use error::{Error, Result};
 pub use segment::{Prefault, Segment};

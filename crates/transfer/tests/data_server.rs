@@ -7,9 +7,9 @@ use mooncake_common::auth::unix_ms;
 use mooncake_common::framing::{client_handshake, Service};
 use mooncake_common::limits::ConnLimits;
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
-use mooncake_transfer::data_server::DataServer;
+use mooncake_transfer::data_path::data_server::DataServer;
+use mooncake_transfer::data_path::tcp_pool::TcpPool;
 use mooncake_transfer::segment::Segment;
-use mooncake_transfer::tcp_pool::TcpPool;
 use mooncake_transfer::{Op, Stores};
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
@@ -161,7 +161,7 @@ fn raw_conn(ep: &str) -> TcpStream {
 
 #[test]
 fn a_write_fence_refuses_what_connections_from_before_it_still_carry() {
-    use mooncake_transfer::data_proto::{encode_header, OP_WRITE};
+    use mooncake_transfer::data_path::data_proto::{encode_header, OP_WRITE};
     use std::io::Write;
     let (seg, ds, ep) = server(None, roomy());
     // A write whose header and first half arrived before the fence (its

@@ -1,16 +1,18 @@
-//! Fuzz targets for the transfer crate's decoders of untrusted bytes (issue
-//! 10): the data-request header, whole data-server sessions against a live
+//! Fuzz targets for the transfer crate's decoders of untrusted bytes: the
+//! data-request header, whole data-server sessions against a live
 //! server, and mapping requests against a live mapping server. The budget
 //! per target is `MC_FUZZ_SECS` (see `mooncake_common::fuzz`).
 
 use mooncake_common::framing::{self, Hello, Service};
 use mooncake_common::fuzz;
 use mooncake_common::{AuthKey, WriteTicket};
-use mooncake_transfer::data_proto::{encode_header, RequestHeader, MAX_RANGES, OP_READ, OP_WRITE};
-use mooncake_transfer::data_server::DataServer;
-use mooncake_transfer::same_host::{map_remote, socket_name, MappingServer};
+use mooncake_transfer::data_path::data_proto::{
+    encode_header, RequestHeader, MAX_RANGES, OP_READ, OP_WRITE,
+};
+use mooncake_transfer::data_path::data_server::DataServer;
+use mooncake_transfer::data_path::tcp_pool::TcpPool;
+use mooncake_transfer::same_host::mapping::{map_remote, socket_name, MappingServer};
 use mooncake_transfer::segment::Segment;
-use mooncake_transfer::tcp_pool::TcpPool;
 use mooncake_transfer::{Op, Stores};
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use proptest::prelude::*;

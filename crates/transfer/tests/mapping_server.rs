@@ -4,7 +4,7 @@
 //! get the segment; readers see the owner go.
 
 use mooncake_common::AuthKey;
-use mooncake_transfer::same_host::{map_remote, socket_name, MappingServer};
+use mooncake_transfer::same_host::mapping::{map_remote, socket_name, MappingServer};
 use mooncake_transfer::segment::Segment;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
@@ -133,7 +133,7 @@ fn readers_see_the_owner_stop() {
 /// could never be freed.
 #[test]
 fn dead_segments_are_unmapped_when_a_new_one_is_mapped() {
-    use mooncake_transfer::same_host::{MapLookup, MappingCache};
+    use mooncake_transfer::same_host::mapping::{MapLookup, MappingCache};
     let _g = serial();
     let cache = MappingCache::default();
     let mut servers = Vec::new();

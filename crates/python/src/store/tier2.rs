@@ -254,7 +254,7 @@ impl MooncakeDistributedStore {
                 tensors.len()
             )));
         }
-        if let Err(e) = mooncake_engine::device::current() {
+        if let Err(e) = mooncake_transfer::engine::device::current() {
             return Err(Error::invalid(format!(
                 "reads into CUDA tensors need CUDA: {e} (no CUDA support in this process)"
             )));
@@ -320,7 +320,7 @@ pub(crate) fn cuda_view_of<'py>(
     use pyo3::types::{PyDict, PyTuple};
     let (nbytes, dtype, shape) = (out.nbytes, out.dtype, &out.shape[..]);
     let torch = py.import("torch")?;
-    let device = mooncake_engine::device::classify(ptr as u64).unwrap_or(0);
+    let device = mooncake_transfer::engine::device::classify(ptr as u64).unwrap_or(0);
     let kw = PyDict::new(py);
     kw.set_item("device", format!("cuda:{device}"))?;
     let typed = if nbytes == 0 {

@@ -1,11 +1,14 @@
 //! Socket I/O shared by the store's data path and the upstream-compatible
 //! engine: scatter/gather sends and receives on raw descriptors
 //! ([`sockio`]), the one pool of idle connections both keep to their peers
-//! ([`pool`]), and the connection side of their server loops ([`server`]).
+//! ([`pool`]), the connection side of their server loops ([`server`]), and
+//! the one rule both split a TCP transfer by over parallel connections
+//! (`streams`). Nothing here uses either face.
 
 pub mod pool;
 pub mod server;
 pub mod sockio;
+pub(crate) mod streams;
 
 /// A connected loopback pair for tests: (client side, server side).
 #[cfg(test)]

@@ -16,18 +16,18 @@
 //!
 //! Every method takes `&self` and may be called from many threads at once.
 
-use crate::batches::{BatchState, Batches};
-use crate::error::{EngineError, ErrorKind, Result};
-use crate::log::{emit, Level};
-use crate::metadata::{Metadata, P2PHANDSHAKE};
-use crate::peers::{refused, Pool, SharedOutcome};
-use crate::registry::{is_mapped, Registry};
-use crate::server::{bind_unix, Server, Shared};
-use crate::vm::{self, Direction};
-use crate::wire::{self, Descriptor, Request};
+use crate::engine::batches::{BatchState, Batches};
+use crate::engine::error::{EngineError, ErrorKind, Result};
+use crate::engine::log::{emit, Level};
+use crate::engine::metadata::{Metadata, P2PHANDSHAKE};
+use crate::engine::peers::{refused, Pool, SharedOutcome};
+use crate::engine::registry::{is_mapped, Registry};
+use crate::engine::server::{bind_unix, vm_status, Server, Shared};
+use crate::engine::wire::{self, Descriptor, Request};
+use crate::net::streams::{local_tcp_streams, tcp_parts, tcp_streams};
+use crate::op::Op;
+use crate::same_host::process_vm::{self as vm, Direction};
 use mooncake_common::AuthKey;
-use mooncake_transfer::data_path::{local_tcp_streams, tcp_parts, tcp_streams};
-use mooncake_transfer::Op;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::io;
@@ -204,7 +204,7 @@ impl TransferEngine {
 
     /// Start the engine: bind the RPC port (and the Unix socket), publish
     /// the descriptor to the metadata server `conn` (a connection string as
-    /// [`crate::metadata::build_conn_string`] makes it). `protocol` other
+    /// [`crate::engine::metadata::build_conn_string`] makes it). `protocol` other
     /// than `tcp` runs over this build's transports, logged once.
     pub fn initialize(
         &self,
@@ -230,13 +230,13 @@ impl TransferEngine {
         let metadata = Metadata::open(conn, key.clone())?;
         let force_tcp = env_set("MC_FORCE_TCP");
         static PROTOCOL_NOTED: AtomicBool = AtomicBool::new(false);
-        let choice = crate::protocol::choose(
+        let choice = crate::engine::protocol::choose(
             "transfer engine",
             protocol,
             force_tcp,
-            &crate::protocol::rdma_devices(),
+            &crate::engine::protocol::rdma_devices(),
         );
-        if let crate::protocol::Choice::Fallback { warning, .. } = choice {
+        if let crate::engine::protocol::Choice::Fallback { warning, .. } = choice {
             if !PROTOCOL_NOTED.swap(true, Ordering::Relaxed) {
                 emit(Level::Warning, &warning);
             }
@@ -297,7 +297,7 @@ impl TransferEngine {
                 }
             }
         };
-        let host_id = mooncake_transfer::hostid::host_id();
+        let host_id = crate::hostid::host_id();
         let desc = Descriptor {
             name: name.clone(),
             rpc_host: if bind_host == "0.0.0.0" || bind_host == "::" {
@@ -359,7 +359,7 @@ impl TransferEngine {
     /// process until it is unregistered: peers write into it at any time.
     pub unsafe fn register_memory(&self, addr: u64, len: u64, location: &str) -> Result<()> {
         let ordinal = if len > 0 {
-            crate::device::classify(addr)
+            crate::engine::device::classify(addr)
         } else {
             None
         };
@@ -372,7 +372,7 @@ impl TransferEngine {
             return self.registry.register_memory_of(addr, len, &loc, true);
         }
         if len > 0 && location.starts_with("cuda") {
-            crate::device::current()?;
+            crate::engine::device::current()?;
         }
         if len > 0 && !is_mapped(addr, len) {
             return Err(EngineError::new(
@@ -610,7 +610,11 @@ impl TransferEngine {
             // SAFETY: the range lies in registered device memory, pinned
             // meanwhile; the source is `bytes`.
             return unsafe {
-                crate::device::current()?.copy(dest, bytes.as_ptr() as u64, bytes.len() as u64)
+                crate::engine::device::current()?.copy(
+                    dest,
+                    bytes.as_ptr() as u64,
+                    bytes.len() as u64,
+                )
             };
         }
         // SAFETY: the range lies in registered memory, which the registrant
@@ -634,7 +638,7 @@ impl TransferEngine {
         if self.registry.is_device(src) {
             // SAFETY: the range lies in registered device memory, pinned
             // meanwhile; `v` holds `len` writable bytes.
-            unsafe { crate::device::current()?.copy(v.as_mut_ptr() as u64, src, len)? };
+            unsafe { crate::engine::device::current()?.copy(v.as_mut_ptr() as u64, src, len)? };
             return Ok(v);
         }
         // SAFETY: the range lies in registered (valid, readable) memory,
@@ -657,7 +661,7 @@ impl TransferEngine {
     ) -> Result<()> {
         self.running()?;
         check_items(items)?;
-        let dev = crate::device::current()?;
+        let dev = crate::engine::device::current()?;
         let near = items
             .iter()
             .map(|i| i.0)
@@ -668,11 +672,11 @@ impl TransferEngine {
         self.transfer(target, op, items, None)
     }
 
-    /// The local topology as upstream prints it ([`crate::topology`]);
+    /// The local topology as upstream prints it ([`crate::engine::topology`]);
     /// `device_name` lists the devices a caller wants, comma-separated
     /// (upstream's filter; empty: all).
     pub fn topology(&self, device_name: &str) -> String {
-        crate::topology::to_styled_json(&crate::topology::local(device_name))
+        crate::engine::topology::to_styled_json(&crate::engine::topology::local(device_name))
     }
 
     /// The RPC endpoint of `peer`.
@@ -756,9 +760,9 @@ impl TransferEngine {
         op: Opcode,
         (local, remote, len): Item,
     ) -> Result<()> {
-        let dev = crate::device::current()?;
+        let dev = crate::engine::device::current()?;
         if let Some(unix) = route.unix.as_deref() {
-            if !crate::device::ipc_denied()
+            if !crate::engine::device::ipc_denied()
                 && self.move_ipc(run, target, unix, op, (local, remote, len))?
             {
                 return Ok(());
@@ -797,11 +801,11 @@ impl TransferEngine {
         op: Opcode,
         (local, remote, len): Item,
     ) -> Result<bool> {
-        let dev = crate::device::current()?;
+        let dev = crate::engine::device::current()?;
         let x = match dev.ops().ipc_export(local) {
             Ok(x) => x,
             Err(e) => {
-                crate::device::deny_ipc(&e.to_string());
+                crate::engine::device::deny_ipc(&e.to_string());
                 return Ok(false);
             }
         };
@@ -835,7 +839,7 @@ impl TransferEngine {
         match st {
             wire::STATUS_OK => Ok(true),
             wire::STATUS_IPC_REFUSED => {
-                crate::device::deny_ipc(&format!(
+                crate::engine::device::deny_ipc(&format!(
                     "{target} cannot map this process's CUDA IPC handles"
                 ));
                 Ok(false)
@@ -929,7 +933,7 @@ impl TransferEngine {
         run: &Running,
         target: &str,
         unix: &str,
-        mut c: crate::peers::Conn,
+        mut c: crate::engine::peers::Conn,
         pid: i32,
         op: Opcode,
         items: &[Item],
@@ -951,7 +955,7 @@ impl TransferEngine {
             // by the caller) that the caller does not use meanwhile; the
             // target's ranges were checked and are pinned by the target
             // until this part's status is sent.
-            vm::status_of(unsafe { vm::copy_serial(pid, dir, &mine) }, &label)
+            vm_status(unsafe { vm::copy_serial(pid, dir, &mine) }, &label)
         });
         let outcome = match outcome {
             Ok(o) => o,
@@ -1058,7 +1062,7 @@ impl TransferEngine {
             })
             .collect();
         let workers = parts.len();
-        mooncake_transfer::workers::run_all(&parts, workers, |p| one(p))
+        crate::workers::run_all(&parts, workers, |p| one(p))
             .into_iter()
             .collect()
     }

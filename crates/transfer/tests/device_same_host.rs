@@ -5,8 +5,8 @@
 
 mod device_common;
 use device_common::*;
-use mooncake_engine::device;
-use mooncake_engine::{ErrorKind, Opcode};
+use mooncake_transfer::engine::device;
+use mooncake_transfer::engine::{ErrorKind, Opcode};
 use std::sync::atomic::Ordering;
 
 #[test]

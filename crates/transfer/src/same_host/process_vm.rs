@@ -4,8 +4,8 @@
 //! ptrace (same user, and no Yama or container policy against it); a
 //! refusal is `EPERM`, which callers answer by falling back to TCP.
 
-use crate::log::{emit, Level};
-use crate::wire;
+use crate::op::Op;
+use crate::workers;
 use std::io;
 
 /// Pairs per system call (the kernel's `IOV_MAX`).
@@ -42,10 +42,10 @@ pub(crate) unsafe fn copy(pid: i32, dir: Direction, pairs: &[(u64, u64, u64)]) -
         // SAFETY: the caller's contract.
         return unsafe { copy_serial(pid, dir, pairs) };
     }
-    let halves = mooncake_transfer::Op::split(
+    let halves = Op::split(
         &pairs
             .iter()
-            .map(|&(peer, own, len)| mooncake_transfer::Op {
+            .map(|&(peer, own, len)| Op {
                 seg_offset: peer,
                 local_ptr: own as usize,
                 len,
@@ -63,31 +63,12 @@ pub(crate) unsafe fn copy(pid: i32, dir: Direction, pairs: &[(u64, u64, u64)]) -
         })
         .collect();
     let workers = parts.len();
-    mooncake_transfer::workers::run_all(&parts, workers, |p| {
+    workers::run_all(&parts, workers, |p| {
         // SAFETY: disjoint pieces of the caller's valid ranges.
         unsafe { copy_serial(pid, dir, p) }
     })
     .into_iter()
     .collect()
-}
-
-/// The wire status of a cross-process copy's result: a kernel refusal
-/// (`EPERM`, or the process is gone) says to use TCP; any other failure is
-/// logged with `label` (the other process).
-pub(crate) fn status_of(r: io::Result<()>, label: &str) -> i32 {
-    match r {
-        Ok(()) => wire::STATUS_OK,
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ESRCH)) => {
-            wire::STATUS_VM_DENIED
-        }
-        Err(e) => {
-            emit(
-                Level::Warning,
-                &format!("transfer engine: cross-process copy with {label} failed: {e}"),
-            );
-            wire::STATUS_VM_FAILED
-        }
-    }
 }
 
 /// `(address, address, length)` pairs of a cross-process copy.

@@ -12,8 +12,8 @@
 //! An engine publishes its [`Descriptor`] under `mooncake/engine/<name>` at
 //! `initialize` and removes it when it shuts down.
 
-use crate::error::{EngineError, ErrorKind, Result};
-use crate::wire::Descriptor;
+use crate::engine::error::{EngineError, ErrorKind, Result};
+use crate::engine::wire::Descriptor;
 use mooncake_common::auth::{from_hex, http_write_proof, to_hex, HTTP_AUTH_HEADER};
 use mooncake_common::AuthKey;
 use std::io;

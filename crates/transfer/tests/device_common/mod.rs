@@ -3,8 +3,8 @@
 
 #![allow(dead_code, missing_docs, unreachable_pub)]
 
-use mooncake_engine::device::{self, HostDevice};
-use mooncake_engine::{Opcode, TransferEngine, P2PHANDSHAKE};
+use mooncake_transfer::engine::device::{self, HostDevice};
+use mooncake_transfer::engine::{Opcode, TransferEngine, P2PHANDSHAKE};
 
 pub const CHUNK: usize = 64 << 10;
 

@@ -5,11 +5,11 @@
 //! driver every CUDA entry point fails with [`no_driver`]'s message.
 //!
 //! Every call that needs a context first makes the context of the device
-//! pointer involved current on the calling thread (threads of this crate
+//! pointer involved current on the calling thread (threads of the engine
 //! have none of their own).
 
 use super::{DeviceOps, IpcExport, IPC_HANDLE_LEN};
-use crate::error::{EngineError, ErrorKind, Result};
+use crate::engine::error::{EngineError, ErrorKind, Result};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
@@ -41,7 +41,7 @@ type FnIpcOpen = unsafe extern "C" fn(*mut u64, [u8; IPC_HANDLE_LEN], c_uint) ->
 type FnIpcClose = unsafe extern "C" fn(u64) -> CuResult;
 type FnInit = unsafe extern "C" fn(c_uint) -> CuResult;
 
-/// The driver entry points this crate uses.
+/// The driver entry points the engine uses.
 pub(crate) struct Driver {
     pointer_get_attribute: FnAttr,
     ctx_set_current: FnCtx,

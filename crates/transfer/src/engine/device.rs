@@ -21,8 +21,8 @@
 
 mod cuda;
 
-use crate::error::{EngineError, ErrorKind, Result};
-use crate::log::{emit, Level};
+use crate::engine::error::{EngineError, ErrorKind, Result};
+use crate::engine::log::{emit, Level};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
@@ -417,7 +417,7 @@ pub use fake::HostDevice;
 mod fake {
     //! Host memory standing in for device memory.
     use super::{DeviceOps, IpcExport};
-    use crate::error::{EngineError, ErrorKind, Result};
+    use crate::engine::error::{EngineError, ErrorKind, Result};
     use parking_lot::{Condvar, Mutex};
     use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -7,7 +7,7 @@
 //! pinned region fails with [`ErrorKind::InUse`]. A store and an engine in
 //! one process share one registry.
 
-use crate::error::{EngineError, ErrorKind, Result};
+use crate::engine::error::{EngineError, ErrorKind, Result};
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ struct Region {
     settling: u64,
     /// Where the memory lives (`cpu:0`, `cuda:1`, `*`).
     location: String,
-    /// Device memory: moved through [`crate::device`], never touched by
+    /// Device memory: moved through [`crate::engine::device`], never touched by
     /// host copies.
     device: bool,
 }

@@ -6,14 +6,14 @@
 //! Connections are pooled per endpoint ([`ConnPool`]); a connection that
 //! fails is dropped together with the endpoint's idle ones.
 
-use crate::wire::{self, Descriptor, Request};
+use crate::engine::wire::{self, Descriptor, Request};
+use crate::net::pool::{ConnPool, Link};
+use crate::net::sockio::{iov, recv_all, send_all};
 use mooncake_common::framing::{
     client_handshake, decode, encode_frame, read_frame, Service, MAX_CONTROL_FRAME,
 };
 use mooncake_common::spin_read::{spin_budget, spin_until_readable};
 use mooncake_common::AuthKey;
-use mooncake_transfer::net::pool::{ConnPool, Link};
-use mooncake_transfer::net::sockio::{iov, recv_all, send_all};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -71,7 +71,7 @@ impl Conn {
     pub(crate) fn target_pid(&self) -> Option<i32> {
         match self {
             Conn::Tcp(_) => None,
-            Conn::Unix(s) => crate::server::peer_pid(s),
+            Conn::Unix(s) => crate::engine::server::peer_pid(s),
         }
     }
 
@@ -170,7 +170,7 @@ pub(crate) enum SharedOutcome {
 }
 
 fn push_local(iovs: &mut Vec<libc::iovec>, items: &[(u64, u64, u64)]) {
-    crate::server::push_iovs(iovs, items.iter().map(|&(l, _, n)| (l, n)));
+    crate::engine::server::push_iovs(iovs, items.iter().map(|&(l, _, n)| (l, n)));
 }
 
 /// Idle connections by endpoint: TCP to peers' RPC ports, Unix sockets to

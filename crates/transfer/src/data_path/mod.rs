@@ -1,16 +1,30 @@
-//! Path selection and execution of transfers: in-process memcpy, same-host
-//! mapped memcpy, or TCP to the owner's data server (large transfers split
-//! across parallel connections).
+//! The store's face: its data path. [`DataPath`] picks and runs the path of
+//! each transfer (in-process memcpy, same-host mapped memcpy, or TCP to the
+//! owner's data server, large transfers split across parallel
+//! connections); [`data_server`] serves this client's segment to the
+//! others, in the format of [`data_proto`]; [`tcp_pool`] is its client side.
+//!
+//! The store owns the memory it serves (its [`Segment`]s), so a reader on
+//! the same host maps the owner's segment once and copies with memcpy
+//! ([`crate::same_host::mapping`]). Everything here uses the layers below
+//! (`net`, `same_host`, `segment`, `op`, `workers`, `hostid`) and nothing
+//! of the upstream-compatible engine; nothing below uses this module.
 
-use crate::error::{Error, Result};
+pub mod data_proto;
+pub mod data_server;
+pub(crate) mod error;
+pub mod tcp_pool;
+
+use crate::net::streams::{tcp_parts, tcp_streams, TCP_PART_MIN_PACED};
 pub use crate::op::{Op, Rows, Stores};
-use crate::same_host::{MapLookup, MappingCache};
+use crate::same_host::mapping::{MapLookup, MappingCache};
 use crate::segment::{local_segment, FreshWrite, Segment};
-use crate::tcp_pool::TcpPool;
 use crate::workers;
+use error::{Error, Result};
 use mooncake_common::{AuthKey, ErrorCode, WriteTicket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use tcp_pool::TcpPool;
 
 /// Which data path a transfer took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,26 +54,6 @@ pub struct SegmentRef<'a> {
     pub ticket: Option<&'a WriteTicket>,
 }
 
-/// Bytes each connection of a split TCP transfer carries at least, when
-/// the peer's connections are not paced (every data connection under the
-/// default congestion rule: `reno` on one host, `cubic` or the system's
-/// non-pacing choice across hosts; see `mooncake_common::tcp_tune`). A
-/// transfer is split into
-/// `total / part_min` parts, at most [`tcp_streams`]. On the reference VM
-/// (two vCPUs) one unpaced loopback connection moves a 1 MiB response at
-/// 5.8–6.2 GB/s against 3.5–4.6 split four ways (the receiver copies on one
-/// core while the sender's stack runs on the other; more streams only
-/// contend for the two cores), while 4 and 16 MiB still gain from four
-/// 1 MiB+ parts.
-const TCP_PART_MIN: u64 = 1 << 20;
-/// The same for connections whose congestion control paces (`bbr`, kept
-/// only when `MC_TCP_CONGESTION` asks for it or leaves connections alone):
-/// one paced flow is held to its estimated rate, so smaller parts over
-/// more connections move more on average (in network namespaces on the
-/// reference VM a 1 MiB read moved at 3.2–3.8 GB/s in four parts against
-/// 1.9–3.3 in one), at the cost of the pacing stalls the congestion rule
-/// avoids by default.
-const TCP_PART_MIN_PACED: u64 = 256 << 10;
 /// Bytes above which a memcpy uses two threads.
 const PAR_COPY: u64 = 8 << 20;
 
@@ -305,47 +299,6 @@ unsafe fn copy(src: *const u8, dst: *mut u8, len: u64, stores: Stores) {
     });
 }
 
-/// Most parallel TCP streams for one transfer: `MC_TCP_STREAMS`, default 4
-/// (read once).
-pub fn tcp_streams() -> u64 {
-    static STREAMS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *STREAMS.get_or_init(|| {
-        std::env::var("MC_TCP_STREAMS")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(4)
-            .clamp(1, 16)
-    })
-}
-
-/// Most parallel TCP streams for one transfer to a peer on this host (over
-/// the loopback device): each stream keeps a sending and a receiving core
-/// of this host busy, so more streams than half its cores only take turns
-/// on them (on two cores one stream moved a single 16 MiB read at 4.9-5.3
-/// GB/s, four at 2.8-2.9). Never more than [`tcp_streams`].
-///
-/// Read once: the core count comes from the affinity mask and the cgroup's
-/// files, too slow to ask for on every transfer.
-pub fn local_tcp_streams() -> u64 {
-    static STREAMS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *STREAMS.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-        (cores / 2).clamp(1, tcp_streams())
-    })
-}
-
-/// How many connections a TCP transfer of `total` bytes is split over,
-/// given whether the peer's connections are paced (the upstream-compatible engine of
-/// `crates/engine` splits its TCP transfers by the same rule).
-pub fn tcp_parts(total: u64, paced: bool, streams: u64) -> u64 {
-    let part_min = if paced {
-        TCP_PART_MIN_PACED
-    } else {
-        TCP_PART_MIN
-    };
-    (total / part_min).clamp(1, streams.max(1))
-}
-
 /// Split a large batch to the peer at `endpoint` into up to
 /// `tcp_streams()` parts of similar byte size (see [`tcp_parts`]) and run
 /// them in parallel.
@@ -387,25 +340,6 @@ mod tests {
             local_ptr: 0,
             len,
         }
-    }
-
-    #[test]
-    fn tcp_parts_keep_each_part_at_least_the_minimum() {
-        const K: u64 = 1 << 10;
-        const M: u64 = 1 << 20;
-        // Unpaced (same-host reno): parts of at least 1 MiB.
-        assert_eq!(tcp_parts(0, false, 4), 1);
-        assert_eq!(tcp_parts(M, false, 4), 1);
-        assert_eq!(tcp_parts(2 * M - 1, false, 4), 1);
-        assert_eq!(tcp_parts(2 * M, false, 4), 2);
-        assert_eq!(tcp_parts(4 * M, false, 4), 4);
-        assert_eq!(tcp_parts(64 * M, false, 4), 4);
-        assert_eq!(tcp_parts(64 * M, false, 2), 2);
-        // Paced: parts of at least 256 KiB.
-        assert_eq!(tcp_parts(256 * K - 1, true, 4), 1);
-        assert_eq!(tcp_parts(512 * K, true, 4), 2);
-        assert_eq!(tcp_parts(M, true, 4), 4);
-        assert_eq!(tcp_parts(64 * M, true, 0), 1);
     }
 
     #[test]

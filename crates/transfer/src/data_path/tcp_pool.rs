@@ -4,8 +4,8 @@
 //! Connections are pooled per peer and per cluster token
 //! ([`ConnPool`]).
 
-use crate::data_proto::{encode_header, DiskRead, OP_READ, OP_WRITE};
-use crate::error::{Error, Result};
+use crate::data_path::data_proto::{encode_header, DiskRead, OP_READ, OP_WRITE};
+use crate::data_path::error::{Error, Result};
 use crate::net::pool::ConnPool;
 use crate::net::sockio::{iov, recv_status_then, send_all};
 use crate::op::{Op, Stores};

@@ -3,7 +3,7 @@
 //! (`transfer_check_status`) or waiting (`get_batch_transfer_status`).
 //! A batch's id is forgotten once its final state has been reported.
 
-use crate::error::{EngineError, ErrorKind, Result};
+use crate::engine::error::{EngineError, ErrorKind, Result};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

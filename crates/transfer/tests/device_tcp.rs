@@ -3,7 +3,7 @@
 
 mod device_common;
 use device_common::*;
-use mooncake_engine::Opcode;
+use mooncake_transfer::engine::Opcode;
 use std::sync::atomic::Ordering;
 
 #[test]

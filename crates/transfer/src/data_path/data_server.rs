@@ -24,7 +24,9 @@
 //! write that started before it is still copying. Writes allocated after
 //! the remount come on new connections.
 
-use crate::data_proto::{DiskRead, RequestHeader, OP_DISK_READ, OP_READ, OP_WRITE_TICKET};
+use crate::data_path::data_proto::{
+    DiskRead, RequestHeader, OP_DISK_READ, OP_READ, OP_WRITE_TICKET,
+};
 use crate::net::server::{peer_gone, spawn_conn};
 use crate::net::sockio::{iov, send_all, sendfile_all, IOV_MAX};
 use crate::segment::Segment;

@@ -11,10 +11,12 @@
 //! kernel (`SO_PEERCRED`), never from the request, and the target itself
 //! copies between that process and its own registered memory.
 
-use crate::log::{emit, Level};
-use crate::registry::Registry;
-use crate::vm::{self, Direction};
-use crate::wire::{self, Descriptor, Request};
+use crate::engine::log::{emit, Level};
+use crate::engine::registry::Registry;
+use crate::engine::wire::{self, Descriptor, Request};
+use crate::net::server::{peer_gone, spawn_conn};
+use crate::net::sockio::{iov, recv_all, send_all};
+use crate::same_host::process_vm::{self as vm, Direction};
 use mooncake_common::framing::{
     decode, encode, read_frame, server_handshake, write_frame, Service, MAX_REQUEST_FRAME,
 };
@@ -23,8 +25,6 @@ use mooncake_common::limits::{
 };
 use mooncake_common::spin_read::SpinReader;
 use mooncake_common::AuthKey;
-use mooncake_transfer::net::server::{peer_gone, spawn_conn};
-use mooncake_transfer::net::sockio::{iov, recv_all, send_all};
 use parking_lot::Mutex;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -309,7 +309,7 @@ where
                 };
                 match sh.registry.pin(
                     ranges.iter().copied(),
-                    crate::error::ErrorKind::OutOfBounds,
+                    crate::engine::error::ErrorKind::OutOfBounds,
                     "range",
                 ) {
                     Ok(pin) => {
@@ -338,7 +338,7 @@ where
             Request::Read { ranges } => {
                 match sh.registry.pin(
                     ranges.iter().copied(),
-                    crate::error::ErrorKind::OutOfBounds,
+                    crate::engine::error::ErrorKind::OutOfBounds,
                     "range",
                 ) {
                     Ok(pin) if sh.registry.any_device(ranges.iter().copied()) => {
@@ -402,7 +402,7 @@ fn vm_pin(
     pairs: &[(u64, u64, u64)],
     dir: Direction,
     label: &str,
-) -> Result<crate::registry::Pin, i32> {
+) -> Result<crate::engine::registry::Pin, i32> {
     if wire::total(pairs.iter().map(|p| p.2)).is_none() {
         return Err(wire::STATUS_BAD_REQUEST);
     }
@@ -415,7 +415,7 @@ fn vm_pin(
     sh.registry
         .pin(
             pairs.iter().map(|&(_, t, l)| (t, l)),
-            crate::error::ErrorKind::OutOfBounds,
+            crate::engine::error::ErrorKind::OutOfBounds,
             "range",
         )
         .map_err(|e| {
@@ -453,7 +453,26 @@ unsafe fn vm_copy(
             vm::copy_serial(pid, dir, pairs)
         }
     };
-    vm::status_of(r, label)
+    vm_status(r, label)
+}
+
+/// The wire status of a cross-process copy's result: a kernel refusal
+/// (`EPERM`, or the process is gone) says to use TCP; any other failure is
+/// logged with `label` (the other process).
+pub(crate) fn vm_status(r: io::Result<()>, label: &str) -> i32 {
+    match r {
+        Ok(()) => wire::STATUS_OK,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ESRCH)) => {
+            wire::STATUS_VM_DENIED
+        }
+        Err(e) => {
+            emit(
+                Level::Warning,
+                &format!("transfer engine: cross-process copy with {label} failed: {e}"),
+            );
+            wire::STATUS_VM_FAILED
+        }
+    }
 }
 
 /// Serve one cross-process copy: check the target ranges, then copy
@@ -598,7 +617,7 @@ unsafe fn recv_into<R: Read>(
     unsafe { recv_all(fd, &mut iovs[start..]) }
 }
 
-fn device_io(e: crate::error::EngineError) -> io::Error {
+fn device_io(e: crate::engine::error::EngineError) -> io::Error {
     io::Error::other(e.to_string())
 }
 
@@ -612,7 +631,7 @@ fn recv_staged<R: Read>(
     sh: &Shared,
     ranges: &[(u64, u64)],
 ) -> io::Result<()> {
-    let dev = crate::device::current().map_err(device_io)?;
+    let dev = crate::engine::device::current().map_err(device_io)?;
     for &(a, l) in ranges {
         if l == 0 {
             continue;
@@ -622,7 +641,7 @@ fn recv_staged<R: Read>(
                 // SAFETY: `b` is a pinned staging buffer the pipeline lent
                 // to this call alone.
                 unsafe { recv_into(rd, fd, &[(b.as_mut_ptr() as u64, b.len() as u64)]) }
-                    .map_err(|e| crate::error::EngineError::io("", "receive", e))
+                    .map_err(|e| crate::engine::error::EngineError::io("", "receive", e))
             };
             // SAFETY: the range lies in registered device memory, pinned by
             // the caller.
@@ -643,7 +662,7 @@ fn send_staged<S>(sock: &S, fd: RawFd, sh: &Shared, ranges: &[(u64, u64)]) -> io
 where
     for<'a> &'a S: Write,
 {
-    let dev = crate::device::current().map_err(device_io)?;
+    let dev = crate::engine::device::current().map_err(device_io)?;
     send_status(sock, wire::STATUS_OK)?;
     for &(a, l) in ranges {
         if l == 0 {
@@ -653,7 +672,7 @@ where
             let mut sink = |_: u64, b: &[u8]| {
                 let mut w: &S = sock;
                 w.write_all(b)
-                    .map_err(|e| crate::error::EngineError::io("", "send", e))
+                    .map_err(|e| crate::engine::error::EngineError::io("", "send", e))
             };
             // SAFETY: the range lies in registered device memory, pinned by
             // the caller.
@@ -682,12 +701,12 @@ fn ipc_request(
     if pid.is_none() || wire::total(pairs.iter().map(|p| p.2)).is_none() {
         return wire::STATUS_BAD_REQUEST;
     }
-    let Ok(dev) = crate::device::current() else {
+    let Ok(dev) = crate::engine::device::current() else {
         return wire::STATUS_IPC_REFUSED;
     };
     let pin = match sh.registry.pin(
         pairs.iter().map(|&(_, t, l)| (t, l)),
-        crate::error::ErrorKind::OutOfBounds,
+        crate::engine::error::ErrorKind::OutOfBounds,
         "range",
     ) {
         Ok(p) => p,
