@@ -20,6 +20,7 @@ use crate::config::MasterConfig;
 use crate::metadata_kv::MetadataKv;
 use crate::metrics::MasterMetrics;
 use crate::segments::{SegId, SegmentEntry, Segments};
+use mooncake_common::ledger::LedgerOp;
 use mooncake_common::proto::{ReplicaLoc, SegmentDesc, SoftPin, MAX_SEGMENT_SIZE};
 use mooncake_common::ErrorCode;
 use parking_lot::{Condvar, Mutex};
@@ -400,7 +401,7 @@ impl MasterState {
             self.rewrite_done.notify_all();
         }
         for p in stale_upserts {
-            g.defer_free(&p.replicas, p.size, p.put_start + release);
+            g.defer_free(&p.replicas, p.size, p.version, p.put_start + release);
         }
         self.sweep_retired(&mut g, now);
         g.sweep_groups();
@@ -589,12 +590,43 @@ impl Inner {
         }
     }
 
-    /// Free replicas of `size` bytes at `at` (a writer may still be copying
-    /// into them until then).
-    pub(crate) fn defer_free(&mut self, replicas: &[Replica], size: u64, at: Instant) {
+    /// Free replicas of `size` bytes, written by the write of `version`, at
+    /// `at` (its writer may still be copying into them until then), or
+    /// once that writer ends or revokes the write
+    /// ([`Inner::release_discarded`]).
+    pub(crate) fn defer_free(
+        &mut self,
+        replicas: &[Replica],
+        size: u64,
+        version: u64,
+        at: Instant,
+    ) {
         for r in replicas {
-            self.deferred.defer(r.seg, r.offset, size, at);
+            self.deferred.defer(r.seg, r.offset, size, version, at);
         }
+    }
+
+    /// The writer of `version` ended or revoked it, and its write had been
+    /// discarded (its object removed or evicted, or the write gone stale)
+    /// while it copied: it copies no more, so the space kept for it
+    /// returns now instead of after the discard delay. Each owner is told
+    /// to forget the version (it may have recorded its commit) and the
+    /// space returns on that ack. Returns whether the write had such space.
+    pub(crate) fn release_discarded(&mut self, version: u64) -> bool {
+        if version == 0 {
+            return false;
+        }
+        let mine = self.deferred.take_version(version);
+        for d in &mine {
+            if let Some(seg) = self.segments.by_id(d.seg) {
+                let op = LedgerOp::Forget {
+                    offset: d.offset,
+                    version,
+                };
+                seg.ledger.push_forget_then_free(op, d.offset, d.size);
+            }
+        }
+        !mine.is_empty()
     }
 
     /// Discard a stale PROCESSING object; its space is released later.
@@ -602,7 +634,7 @@ impl Inner {
         if let Some(mut o) = self.objects.remove(key) {
             self.discard_upserts(&mut o, release);
             if let Some(start) = o.put_start() {
-                self.defer_free(&o.replicas, o.size, start + release);
+                self.defer_free(&o.replicas, o.size, o.version, start + release);
             }
         }
     }

@@ -168,10 +168,11 @@ impl Inner {
 
     /// Drop an object's upserts in flight. Their writers may still be
     /// copying into the replicas, so the space is released only after the
-    /// discard delay (as for a stale first write).
+    /// discard delay (as for a stale first write), or once each writer
+    /// ends or revokes its write.
     pub(crate) fn discard_upserts(&mut self, o: &mut Object, release: Duration) {
         for p in o.take_upserts_where(|_| true) {
-            self.defer_free(&p.replicas, p.size, p.put_start + release);
+            self.defer_free(&p.replicas, p.size, p.version, p.put_start + release);
         }
     }
 
