@@ -1141,7 +1141,7 @@ mod tests {
     /// The owner of "h:1" applies and acknowledges what is queued for it.
     fn owner_acks(st: &Arc<MasterState>) {
         let q = st.ledger_queue("c1", "h:1").expect("queue").0;
-        q.ack_all(&|r| st.release_forgotten("h:1", "u1", r));
+        q.ack_all(&|r, settle| st.release_forgotten("h:1", "u1", r, settle));
     }
 
     /// Put "k", start an upsert of it (written beside it), and remove "k"
@@ -1240,7 +1240,7 @@ mod tests {
         assert_eq!(remover.join().unwrap(), vec![0]);
         // The owner forgets the upsert's commit, and its space returns on
         // that ack.
-        let ops = q.ack_all(&|r| st.release_forgotten("h:1", "u1", r));
+        let ops = q.ack_all(&|r, settle| st.release_forgotten("h:1", "u1", r, settle));
         assert!(
             ops.iter()
                 .any(|op| matches!(op, LedgerOp::Forget { version, .. } if *version == v2)),
@@ -1248,6 +1248,48 @@ mod tests {
         );
         assert_eq!(used(&st), 0);
         assert_eq!(st.exist(&keys("k")), vec![0]);
+    }
+
+    #[test]
+    fn acknowledged_space_stops_counting_as_on_its_way_back_once_it_is_free() {
+        let st = state_with_segment();
+        let q = st.ledger_queue("c1", "h:1").expect("queue").0;
+        q.mark_connected();
+        put_ok(&st, "k", 100, false);
+        owner_acks(&st);
+        // "k" goes: its space returns on the owner's ack of the forget.
+        let release = std::time::Duration::from_secs(600);
+        let _ = st
+            .inner
+            .lock()
+            .remove_object("k", std::time::Instant::now(), release);
+        assert_eq!(st.inner.lock().releasing_bytes(), 100);
+        // What a put waiting for room sees right after the space is back
+        // (it looks under the state lock): the space free, and nothing on
+        // its way back any more. Were the bytes still counted, it would
+        // wait for a wake-up that already happened, until its deadline.
+        let seen = std::cell::Cell::new(None);
+        q.ack_all(&|r, settle| {
+            st.release_forgotten("h:1", "u1", r, settle);
+            seen.set(Some((used(&st), st.inner.lock().releasing_bytes())));
+        });
+        assert_eq!(seen.get(), Some((0, 0)));
+    }
+
+    #[test]
+    fn a_release_that_does_not_settle_is_settled_when_it_returns() {
+        let st = state_with_segment();
+        let q = st.ledger_queue("c1", "h:1").expect("queue").0;
+        q.mark_connected();
+        put_ok(&st, "k", 100, false);
+        owner_acks(&st);
+        let release = std::time::Duration::from_secs(600);
+        let _ = st
+            .inner
+            .lock()
+            .remove_object("k", std::time::Instant::now(), release);
+        q.ack_all(&|_, _| {});
+        assert_eq!(q.releasing_bytes(), 0);
     }
 
     fn far_future() -> std::time::Instant {

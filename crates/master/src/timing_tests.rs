@@ -234,7 +234,7 @@ fn a_stale_upsert_is_dropped_and_the_committed_version_stays() {
     // The writer is done: the owner forgets the version, and the space
     // returns on that ack, well before the release delay.
     let q = st.ledger_queue("c1", "h:1").expect("queue").0;
-    q.ack_all(&|r| st.release_forgotten("h:1", "u1", r));
+    q.ack_all(&|r, settle| st.release_forgotten("h:1", "u1", r, settle));
     assert_eq!(used(&st), 64);
     clock.advance(Duration::from_secs(30));
     st.sweep_discarded();

@@ -70,7 +70,7 @@ fn connect_and_fill(st: &MasterState) {
 /// got.
 fn owner_ack_ops(st: &Arc<MasterState>) -> Vec<LedgerOp> {
     let q = st.ledger_queue("c1", "a:1").expect("queue").0;
-    q.ack_all(&|r| st.release_forgotten("a:1", "u-a:1", r))
+    q.ack_all(&|r, settle| st.release_forgotten("a:1", "u-a:1", r, settle))
 }
 
 /// [`owner_ack_ops`]: the offloads among them.
