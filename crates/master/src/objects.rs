@@ -1292,6 +1292,32 @@ mod tests {
         assert_eq!(q.releasing_bytes(), 0);
     }
 
+    #[test]
+    fn an_upsert_in_flight_keeps_no_space_once_its_object_went_with_another_segment() {
+        let st = state_with_segment();
+        st.mount_segment("c2", desc("h:2", "u2", 2)).unwrap();
+        let on = |seg: &str| WriteConfig {
+            preferred_segments: vec![seg.to_string()],
+            ..WriteConfig::default()
+        };
+        let (v1, _) = start_cfg(&st, "k", 100, &on("h:1"), false).unwrap();
+        commit(&st, "k", v1);
+        // An upsert of "k" is being written into h:2 when h:1, which holds
+        // the object's only replica, goes away: the object goes with it.
+        let (v2, _) = start_cfg(&st, "k", 100, &on("h:2"), true).unwrap();
+        let used2 = || st.inner.lock().segments["h:2"].alloc.used();
+        assert_eq!(used2(), 128);
+        st.unmount_segment("c1", "h:1").unwrap();
+        assert_eq!(st.exist(&keys("k")), vec![0]);
+        // The upsert's space on h:2 stays while its writer may copy, and
+        // returns when the writer ends the write.
+        assert_eq!(used2(), 128);
+        st.put_end(&keys("k"), &[v2]).unwrap();
+        let q = st.ledger_queue("c2", "h:2").expect("queue").0;
+        q.ack_all(&|r, settle| st.release_forgotten("h:2", "u2", r, settle));
+        assert_eq!(used2(), 0);
+    }
+
     fn far_future() -> std::time::Instant {
         std::time::Instant::now() + std::time::Duration::from_secs(100_000)
     }

@@ -78,6 +78,9 @@ pub(crate) struct Inner {
     pub groups: crate::groups::Groups,
     /// Tenant quota policies and allocation tags.
     pub tenants: crate::tenants::Tenants,
+    /// How long after its start a discarded write's space stays allocated
+    /// while its writer may still copy (`put_start_release_timeout_sec`).
+    pub discard_release: Duration,
 }
 
 /// A promotion in flight: the owner of the disk copy reads it back into
@@ -175,6 +178,7 @@ impl MasterState {
         } else {
             crate::tenants::Tenants::default()
         };
+        let discard_release = Duration::from_secs(cfg.put_start_release_timeout_sec);
         Arc::new(MasterState {
             cfg,
             metrics,
@@ -182,6 +186,7 @@ impl MasterState {
             inner: Mutex::new(Inner {
                 tasks,
                 tenants,
+                discard_release,
                 ..Inner::default()
             }),
             need_eviction: AtomicBool::new(false),
@@ -564,7 +569,7 @@ impl Inner {
         }
         empty.extend(self.objects.drop_disk_copies_on(id));
         for k in empty {
-            self.objects.remove(&k);
+            self.erase_bare(&k);
         }
     }
 

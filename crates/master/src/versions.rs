@@ -176,6 +176,18 @@ impl Inner {
         }
     }
 
+    /// Erase `key`'s object, left with no copy at all (its disk copy was
+    /// lost, or its last copy went with its segment or its drained disk
+    /// tier): its upserts in flight keep their space until their writers
+    /// end or revoke them (or the discard delay passes), as when a removal
+    /// drops the object; their space is not lost with it.
+    pub(crate) fn erase_bare(&mut self, key: &str) {
+        if let Some(mut o) = self.objects.remove(key) {
+            let release = self.discard_release;
+            self.discard_upserts(&mut o, release);
+        }
+    }
+
     /// Remove `key`'s object: its owners forget its committed replicas; the
     /// space returns on their acks, or, while reads of it are in flight,
     /// once those reads ended. Returns the forgets to wait for.
