@@ -237,8 +237,16 @@ impl MasterState {
     }
 
     /// The owner of `segment` (memory `uuid`) acknowledged forgets: return
-    /// their `(offset, size)` ranges to the segment's allocator.
-    pub(crate) fn release_forgotten(&self, segment: &str, uuid: &str, ranges: Vec<(u64, u64)>) {
+    /// their `(offset, size)` ranges to the segment's allocator. `settle`
+    /// (see [`crate::ledger_push::Release`]) is called with the state lock
+    /// held, once the ranges are back and before waiting puts are woken.
+    pub(crate) fn release_forgotten(
+        &self,
+        segment: &str,
+        uuid: &str,
+        ranges: Vec<(u64, u64)>,
+        settle: &dyn Fn(),
+    ) {
         let mut ranges = ranges;
         ranges.sort_unstable();
         let runs = merge_runs(&ranges);
@@ -250,6 +258,7 @@ impl MasterState {
                 }
             }
         }
+        settle();
         self.note_space_freed();
         // Remembered forgets are pruned when their key is written again;
         // acks sweep the acknowledged ones only when the map doubled since

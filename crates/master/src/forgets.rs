@@ -164,11 +164,11 @@ mod tests {
         // Taking them for one write leaves them for the next.
         assert_eq!(f.take("other-key").len(), 2);
         // Once a queue acknowledges, writes stop waiting for it.
-        a.ack_all(&|_| {});
+        a.ack_all(&|_, _| {});
         let w = f.take("third-key");
         assert_eq!(w.len(), 1);
         assert!(Arc::ptr_eq(&w[0].0, &b));
-        b.ack_all(&|_| {});
+        b.ack_all(&|_, _| {});
         assert!(f.take("fourth-key").is_empty());
         assert!(f.bulk_pending().is_empty());
     }
@@ -182,7 +182,7 @@ mod tests {
         f.remember("other", &[(Arc::clone(&b), b.push(forget()))]);
         f.remember("empty", &[]);
         assert_eq!(f.keys(), 2, "an empty list is not remembered");
-        a.ack_all(&|_| {});
+        a.ack_all(&|_, _| {});
         let w = f.take("k");
         assert_eq!(w.len(), 1, "the acknowledged forget is not waited for");
         assert!(Arc::ptr_eq(&w[0].0, &b) && w[0].1 == 1);
@@ -204,7 +204,7 @@ mod tests {
         assert!(!f.sweep_due(), "not above the floor yet");
         f.remember("b", &[(Arc::clone(&b), b.push(forget()))]);
         assert!(f.sweep_due());
-        a.ack_all(&|_| {});
+        a.ack_all(&|_, _| {});
         assert!(f.sweep(), "most entries went: memory is given back");
         assert_eq!(f.keys(), 1, "only the unacknowledged key stays");
         assert!(!f.sweep_due());

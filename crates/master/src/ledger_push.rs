@@ -42,6 +42,18 @@ const SHRINK_ABOVE: usize = 1 << 16;
 /// Largest ack frame accepted (an ack is a sequence number).
 const MAX_ACK_FRAME: usize = 64;
 
+/// Hands the `(offset, size)` ranges whose forgets were acknowledged back
+/// to the allocator. Until then their bytes count as on their way back
+/// ([`OwnerQueue::releasing_bytes`]); the second argument, `settle`, stops
+/// counting them. A release calls it under the lock that makes the freed
+/// space visible to puts waiting for room, before it wakes them: a put
+/// that looks at the room under that lock then sees either the bytes
+/// still on their way (and is woken when they arrive) or the space free,
+/// never the space free and the bytes still counted as on their way (it
+/// would wait for a wake-up that already happened). A release that does
+/// not call it has it called once it returns.
+pub(crate) type Release<'a> = dyn Fn(Vec<(u64, u64)>, &dyn Fn()) + 'a;
+
 /// Outcome of waiting for an ack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AckWait {
@@ -239,7 +251,7 @@ impl OwnerQueue {
         &self,
         sock: &mut S,
         max_promotes: usize,
-        release: &dyn Fn(Vec<(u64, u64)>),
+        release: &Release<'_>,
     ) -> io::Result<()> {
         let gen = {
             let mut g = self.st.lock();
@@ -264,7 +276,7 @@ impl OwnerQueue {
         sock: &mut S,
         gen: u64,
         max_promotes: usize,
-        release: &dyn Fn(Vec<(u64, u64)>),
+        release: &Release<'_>,
     ) -> io::Result<()> {
         loop {
             let push = {
@@ -296,7 +308,7 @@ impl OwnerQueue {
     /// The owner acknowledged every op up to `seq`: release the space of
     /// the acknowledged forgets first, then publish the ack, so a caller
     /// woken by it finds the space free already.
-    fn on_ack(&self, seq: u64, release: &dyn Fn(Vec<(u64, u64)>)) {
+    fn on_ack(&self, seq: u64, release: &Release<'_>) {
         let (freed, acked, bytes) = {
             let mut g = self.st.lock();
             let acked = if seq > g.acked && seq <= g.last_seq {
@@ -317,9 +329,15 @@ impl OwnerQueue {
             (freed, acked, bytes)
         };
         if !freed.is_empty() {
-            release(freed);
-            let mut g = self.st.lock();
-            g.releasing = g.releasing.saturating_sub(bytes);
+            let settled = std::cell::Cell::new(false);
+            let settle = || {
+                if !settled.replace(true) {
+                    let mut g = self.st.lock();
+                    g.releasing = g.releasing.saturating_sub(bytes);
+                }
+            };
+            release(freed, &settle);
+            settle();
         }
         let shrunk = {
             let mut g = self.st.lock();
@@ -348,7 +366,7 @@ impl OwnerQueue {
     /// Act as a connected owner that applied every op queued so far and
     /// acknowledged them (tests without sockets); returns the ops.
     #[cfg(test)]
-    pub(crate) fn ack_all(&self, release: &dyn Fn(Vec<(u64, u64)>)) -> Vec<LedgerOp> {
+    pub(crate) fn ack_all(&self, release: &Release<'_>) -> Vec<LedgerOp> {
         let (ops, seq) = {
             let mut g = self.st.lock();
             g.connected = true;
@@ -457,7 +475,7 @@ mod tests {
         let released = Arc::new(Mutex::new(Vec::new()));
         let (q2, r2) = (Arc::clone(&q), Arc::clone(&released));
         let server = std::thread::spawn(move || {
-            let _ = q2.serve(&mut sock, 1, &|f| r2.lock().extend(f));
+            let _ = q2.serve(&mut sock, 1, &|f, _| r2.lock().extend(f));
         });
         let s1 = q.push(commit("a", 0));
         let s2 = q.push_forget_then_free(forget(0), 0, 64);
@@ -492,7 +510,7 @@ mod tests {
         let (mut sock, _seen1, t1) = connect_owner(&l, 0);
         q.push(commit("a", 0));
         let q1 = Arc::clone(&q);
-        assert!(q1.serve(&mut sock, 1, &|_| {}).is_err());
+        assert!(q1.serve(&mut sock, 1, &|_, _| {}).is_err());
         t1.join().unwrap();
         assert_eq!(q.acked(), 0);
         // Not connected, but within the reconnect grace: a waiter waits.
@@ -502,7 +520,7 @@ mod tests {
         let (mut sock, seen2, t2) = connect_owner(&l, 1000);
         let q3 = Arc::clone(&q);
         let server = std::thread::spawn(move || {
-            let _ = q3.serve(&mut sock, 1, &|_| {});
+            let _ = q3.serve(&mut sock, 1, &|_, _| {});
         });
         assert_eq!(waiter.join().unwrap(), AckWait::Acked);
         assert_eq!(*seen2.lock(), vec![commit("a", 0)]);

@@ -403,6 +403,10 @@ impl MasterState {
         for (i, k) in keys.iter().enumerate() {
             let want = versions.get(i).copied().unwrap_or(0);
             let Some(o) = g.objects.get_mut(k.as_str()) else {
+                // Its object went away while it was written (removed,
+                // evicted, or discarded as stale): nothing to commit, and
+                // the writer is done with the space kept for it.
+                g.release_discarded(want);
                 continue;
             };
             // The version to commit: the object's own pending write, or one
@@ -421,6 +425,9 @@ impl MasterState {
                 } else {
                     let Some(p) = o.upserts().iter().find(|p| p.version == want && want != 0)
                     else {
+                        // Dropped with an earlier incarnation of the key,
+                        // or discarded as stale (see above).
+                        g.release_discarded(want);
                         continue;
                     };
                     if p.version < o.version {
@@ -509,11 +516,15 @@ impl MasterState {
             let pending = g.objects.get_mut(k).and_then(|o| o.take_upsert(c.version));
             let Some(p) = pending else {
                 // The object went away while the owners recorded the
-                // commit (removed, or its first write discarded): the
-                // replicas' space is released by whoever dropped it; the
-                // owners forget the entries again.
+                // commit (removed, evicted, or its first write discarded):
+                // the owners forget the entries again, and the space kept
+                // for the writer returns on their acks (the writer is
+                // done); without such space (the discard delay passed)
+                // they only forget.
                 unhand(&mut handed, k, c.version);
-                let _ = g.forget_entries(c.version, &c.replicas, local);
+                if !g.release_discarded(c.version) {
+                    let _ = g.forget_entries(c.version, &c.replicas, local);
+                }
                 continue;
             };
             let (gone, keep): (Vec<Replica>, Vec<Replica>) =
@@ -588,12 +599,15 @@ impl MasterState {
 
     /// Revoke failed writes (`versions[i]` as in [`MasterState::put_end`]):
     /// free their replicas; a first write's metadata is erased, an upsert
-    /// leaves the committed version as it was.
+    /// leaves the committed version as it was. A write that was discarded
+    /// while it was written (its object removed or evicted, or the write
+    /// gone stale) gets back the space kept for it.
     pub fn put_revoke(&self, keys: &[String], versions: &[u64]) {
         let mut g = self.inner.lock();
         for (i, k) in keys.iter().enumerate() {
             let want = versions.get(i).copied().unwrap_or(0);
             let Some(o) = g.objects.get_mut(k.as_str()) else {
+                g.release_discarded(want);
                 continue;
             };
             if o.status == ObjStatus::Processing && (want == 0 || want == o.version) {
@@ -609,6 +623,8 @@ impl MasterState {
             }
             if let Some(p) = o.take_upsert(want) {
                 g.free_replicas(&p.replicas, p.size);
+            } else {
+                g.release_discarded(want);
             }
         }
         self.note_space_freed();
@@ -1120,6 +1136,190 @@ mod tests {
 
     fn used(st: &MasterState) -> u64 {
         st.inner.lock().segments["h:1"].alloc.used()
+    }
+
+    /// The owner of "h:1" applies and acknowledges what is queued for it.
+    fn owner_acks(st: &Arc<MasterState>) {
+        let q = st.ledger_queue("c1", "h:1").expect("queue").0;
+        q.ack_all(&|r, settle| st.release_forgotten("h:1", "u1", r, settle));
+    }
+
+    /// Put "k", start an upsert of it (written beside it), and remove "k"
+    /// while the upsert is in flight: the upsert's version, once the
+    /// removed replica's space is back and only the upsert's is allocated.
+    fn upsert_dropped_with_its_object(st: &Arc<MasterState>) -> u64 {
+        st.ledger_queue("c1", "h:1")
+            .expect("queue")
+            .0
+            .mark_connected();
+        put_ok(st, "k", 100, false);
+        let (v2, _) = start(st, "k", 100, true).unwrap();
+        assert_eq!(used(st), 256);
+        assert_eq!(st.remove(&keys("k"), true), vec![0]);
+        owner_acks(st);
+        // The upsert's writer may still be copying: its space stays.
+        assert_eq!(used(st), 128);
+        assert_eq!(st.exist(&keys("k")), vec![0]);
+        v2
+    }
+
+    #[test]
+    fn an_upsert_dropped_with_its_object_frees_its_space_when_its_writer_ends_it() {
+        let st = state_with_segment();
+        let v2 = upsert_dropped_with_its_object(&st);
+        // The writer ends the write: nothing is committed, the owner
+        // forgets the version, and the space returns on that ack (not
+        // after --put_start_release_timeout_sec).
+        st.put_end(&keys("k"), &[v2]).unwrap();
+        assert_eq!(st.exist(&keys("k")), vec![0]);
+        owner_acks(&st);
+        assert_eq!(used(&st), 0);
+        assert!(st.inner.lock().deferred.take_due(far_future()).is_empty());
+        // A repeated end frees nothing twice.
+        st.put_end(&keys("k"), &[v2]).unwrap();
+        owner_acks(&st);
+        assert_eq!(used(&st), 0);
+    }
+
+    #[test]
+    fn an_upsert_dropped_with_its_object_frees_its_space_when_its_writer_revokes_it() {
+        let st = state_with_segment();
+        let v2 = upsert_dropped_with_its_object(&st);
+        st.put_revoke(&keys("k"), &[v2]);
+        owner_acks(&st);
+        assert_eq!(used(&st), 0);
+        assert!(st.inner.lock().deferred.take_due(far_future()).is_empty());
+    }
+
+    #[test]
+    fn an_upsert_of_a_key_written_again_after_a_removal_frees_only_its_own_space() {
+        let st = state_with_segment();
+        let v2 = upsert_dropped_with_its_object(&st);
+        // Another writer puts the key again before the upsert ends.
+        put_ok(&st, "k", 100, false);
+        assert_eq!(used(&st), 256);
+        st.put_end(&keys("k"), &[v2]).unwrap();
+        owner_acks(&st);
+        // The new object keeps its replica; only the upsert's space went.
+        assert_eq!(used(&st), 128);
+        assert_eq!(st.exist(&keys("k")), vec![1]);
+        assert_eq!(lookup(&st, "k", false).size, 100);
+    }
+
+    #[test]
+    fn an_upsert_whose_object_is_removed_while_its_commit_is_recorded_frees_its_space() {
+        use mooncake_common::ledger::LedgerOp;
+        let st = state_with_segment();
+        let q = st.ledger_queue("c1", "h:1").expect("queue").0;
+        q.mark_connected();
+        put_ok(&st, "k", 100, false);
+        owner_acks(&st);
+        let (v2, _) = start(&st, "k", 100, true).unwrap();
+        let queued = |pred: &dyn Fn(&LedgerOp) -> bool| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !q.pending_ops().iter().any(pred) {
+                assert!(std::time::Instant::now() < deadline, "never queued");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        };
+        // The writer (not the owner) ends the upsert: the commit is pushed
+        // to the owner and awaited...
+        let ender = {
+            let st = Arc::clone(&st);
+            std::thread::spawn(move || st.commit_end(&keys("k"), &[v2], &[]).map(|_| ()))
+        };
+        queued(&|op| matches!(op, LedgerOp::Commit(e) if e.version == v2));
+        // ...and a removal drops the object before the owner acknowledges.
+        let remover = {
+            let st = Arc::clone(&st);
+            std::thread::spawn(move || st.remove(&keys("k"), true))
+        };
+        queued(&|op| matches!(op, LedgerOp::Forget { version, .. } if *version != v2));
+        owner_acks(&st);
+        assert_eq!(ender.join().unwrap(), Ok(()));
+        assert_eq!(remover.join().unwrap(), vec![0]);
+        // The owner forgets the upsert's commit, and its space returns on
+        // that ack.
+        let ops = q.ack_all(&|r, settle| st.release_forgotten("h:1", "u1", r, settle));
+        assert!(
+            ops.iter()
+                .any(|op| matches!(op, LedgerOp::Forget { version, .. } if *version == v2)),
+            "{ops:?}"
+        );
+        assert_eq!(used(&st), 0);
+        assert_eq!(st.exist(&keys("k")), vec![0]);
+    }
+
+    #[test]
+    fn acknowledged_space_stops_counting_as_on_its_way_back_once_it_is_free() {
+        let st = state_with_segment();
+        let q = st.ledger_queue("c1", "h:1").expect("queue").0;
+        q.mark_connected();
+        put_ok(&st, "k", 100, false);
+        owner_acks(&st);
+        // "k" goes: its space returns on the owner's ack of the forget.
+        let release = std::time::Duration::from_secs(600);
+        let _ = st
+            .inner
+            .lock()
+            .remove_object("k", std::time::Instant::now(), release);
+        assert_eq!(st.inner.lock().releasing_bytes(), 100);
+        // What a put waiting for room sees right after the space is back
+        // (it looks under the state lock): the space free, and nothing on
+        // its way back any more. Were the bytes still counted, it would
+        // wait for a wake-up that already happened, until its deadline.
+        let seen = std::cell::Cell::new(None);
+        q.ack_all(&|r, settle| {
+            st.release_forgotten("h:1", "u1", r, settle);
+            seen.set(Some((used(&st), st.inner.lock().releasing_bytes())));
+        });
+        assert_eq!(seen.get(), Some((0, 0)));
+    }
+
+    #[test]
+    fn a_release_that_does_not_settle_is_settled_when_it_returns() {
+        let st = state_with_segment();
+        let q = st.ledger_queue("c1", "h:1").expect("queue").0;
+        q.mark_connected();
+        put_ok(&st, "k", 100, false);
+        owner_acks(&st);
+        let release = std::time::Duration::from_secs(600);
+        let _ = st
+            .inner
+            .lock()
+            .remove_object("k", std::time::Instant::now(), release);
+        q.ack_all(&|_, _| {});
+        assert_eq!(q.releasing_bytes(), 0);
+    }
+
+    #[test]
+    fn an_upsert_in_flight_keeps_no_space_once_its_object_went_with_another_segment() {
+        let st = state_with_segment();
+        st.mount_segment("c2", desc("h:2", "u2", 2)).unwrap();
+        let on = |seg: &str| WriteConfig {
+            preferred_segments: vec![seg.to_string()],
+            ..WriteConfig::default()
+        };
+        let (v1, _) = start_cfg(&st, "k", 100, &on("h:1"), false).unwrap();
+        commit(&st, "k", v1);
+        // An upsert of "k" is being written into h:2 when h:1, which holds
+        // the object's only replica, goes away: the object goes with it.
+        let (v2, _) = start_cfg(&st, "k", 100, &on("h:2"), true).unwrap();
+        let used2 = || st.inner.lock().segments["h:2"].alloc.used();
+        assert_eq!(used2(), 128);
+        st.unmount_segment("c1", "h:1").unwrap();
+        assert_eq!(st.exist(&keys("k")), vec![0]);
+        // The upsert's space on h:2 stays while its writer may copy, and
+        // returns when the writer ends the write.
+        assert_eq!(used2(), 128);
+        st.put_end(&keys("k"), &[v2]).unwrap();
+        let q = st.ledger_queue("c2", "h:2").expect("queue").0;
+        q.ack_all(&|r, settle| st.release_forgotten("h:2", "u2", r, settle));
+        assert_eq!(used2(), 0);
+    }
+
+    fn far_future() -> std::time::Instant {
+        std::time::Instant::now() + std::time::Duration::from_secs(100_000)
     }
 
     #[test]

@@ -416,7 +416,7 @@ impl MasterState {
             let gone = o.replicas.is_empty();
             g.objects.take_disk(key.as_str());
             if gone {
-                g.objects.remove(key.as_str());
+                g.erase_bare(key);
                 lost += 1;
             }
         }
@@ -443,7 +443,7 @@ impl MasterState {
         }
         let gone = g.objects.drop_disk_copies_on(seg);
         for k in &gone {
-            g.objects.remove(k);
+            g.erase_bare(k);
         }
         tracing::info!(
             segment = segment_name,

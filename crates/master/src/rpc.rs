@@ -230,8 +230,8 @@ fn serve_ledger(
     let st = Arc::clone(state);
     let (seg, id) = (segment.to_string(), uuid);
     let max_promotes = state.config().promotion_max_per_heartbeat.max(1) as usize;
-    queue.serve(&mut duplex, max_promotes, &move |ranges| {
-        st.release_forgotten(&seg, &id, ranges)
+    queue.serve(&mut duplex, max_promotes, &move |ranges, settle| {
+        st.release_forgotten(&seg, &id, ranges, settle)
     })
 }
 

@@ -20,6 +20,7 @@ use crate::config::MasterConfig;
 use crate::metadata_kv::MetadataKv;
 use crate::metrics::MasterMetrics;
 use crate::segments::{SegId, SegmentEntry, Segments};
+use mooncake_common::ledger::LedgerOp;
 use mooncake_common::proto::{ReplicaLoc, SegmentDesc, SoftPin, MAX_SEGMENT_SIZE};
 use mooncake_common::ErrorCode;
 use parking_lot::{Condvar, Mutex};
@@ -77,6 +78,9 @@ pub(crate) struct Inner {
     pub groups: crate::groups::Groups,
     /// Tenant quota policies and allocation tags.
     pub tenants: crate::tenants::Tenants,
+    /// How long after its start a discarded write's space stays allocated
+    /// while its writer may still copy (`put_start_release_timeout_sec`).
+    pub discard_release: Duration,
 }
 
 /// A promotion in flight: the owner of the disk copy reads it back into
@@ -174,6 +178,7 @@ impl MasterState {
         } else {
             crate::tenants::Tenants::default()
         };
+        let discard_release = Duration::from_secs(cfg.put_start_release_timeout_sec);
         Arc::new(MasterState {
             cfg,
             metrics,
@@ -181,6 +186,7 @@ impl MasterState {
             inner: Mutex::new(Inner {
                 tasks,
                 tenants,
+                discard_release,
                 ..Inner::default()
             }),
             need_eviction: AtomicBool::new(false),
@@ -400,7 +406,7 @@ impl MasterState {
             self.rewrite_done.notify_all();
         }
         for p in stale_upserts {
-            g.defer_free(&p.replicas, p.size, p.put_start + release);
+            g.defer_free(&p.replicas, p.size, p.version, p.put_start + release);
         }
         self.sweep_retired(&mut g, now);
         g.sweep_groups();
@@ -563,7 +569,7 @@ impl Inner {
         }
         empty.extend(self.objects.drop_disk_copies_on(id));
         for k in empty {
-            self.objects.remove(&k);
+            self.erase_bare(&k);
         }
     }
 
@@ -589,12 +595,43 @@ impl Inner {
         }
     }
 
-    /// Free replicas of `size` bytes at `at` (a writer may still be copying
-    /// into them until then).
-    pub(crate) fn defer_free(&mut self, replicas: &[Replica], size: u64, at: Instant) {
+    /// Free replicas of `size` bytes, written by the write of `version`, at
+    /// `at` (its writer may still be copying into them until then), or
+    /// once that writer ends or revokes the write
+    /// ([`Inner::release_discarded`]).
+    pub(crate) fn defer_free(
+        &mut self,
+        replicas: &[Replica],
+        size: u64,
+        version: u64,
+        at: Instant,
+    ) {
         for r in replicas {
-            self.deferred.defer(r.seg, r.offset, size, at);
+            self.deferred.defer(r.seg, r.offset, size, version, at);
         }
+    }
+
+    /// The writer of `version` ended or revoked it, and its write had been
+    /// discarded (its object removed or evicted, or the write gone stale)
+    /// while it copied: it copies no more, so the space kept for it
+    /// returns now instead of after the discard delay. Each owner is told
+    /// to forget the version (it may have recorded its commit) and the
+    /// space returns on that ack. Returns whether the write had such space.
+    pub(crate) fn release_discarded(&mut self, version: u64) -> bool {
+        if version == 0 {
+            return false;
+        }
+        let mine = self.deferred.take_version(version);
+        for d in &mine {
+            if let Some(seg) = self.segments.by_id(d.seg) {
+                let op = LedgerOp::Forget {
+                    offset: d.offset,
+                    version,
+                };
+                seg.ledger.push_forget_then_free(op, d.offset, d.size);
+            }
+        }
+        !mine.is_empty()
     }
 
     /// Discard a stale PROCESSING object; its space is released later.
@@ -602,7 +639,7 @@ impl Inner {
         if let Some(mut o) = self.objects.remove(key) {
             self.discard_upserts(&mut o, release);
             if let Some(start) = o.put_start() {
-                self.defer_free(&o.replicas, o.size, start + release);
+                self.defer_free(&o.replicas, o.size, o.version, start + release);
             }
         }
     }

@@ -224,11 +224,18 @@ fn a_stale_upsert_is_dropped_and_the_committed_version_stays() {
     clock.advance(Duration::from_secs(31));
     st.sweep_discarded();
     assert!(st.inner.lock().objects["k"].upserts().is_empty());
+    // The writer may still be copying: its space stays.
+    assert_eq!(used(&st), 128);
     // Its commit comes too late: the committed version is unchanged.
     let before = st.get_replica_list(&keys("k"), false)[0].clone().unwrap();
     st.commit_end(&keys("k"), &[v], &["h:1".to_string()])
         .unwrap();
     assert_eq!(st.get_replica_list(&keys("k"), false)[0], Ok(before));
+    // The writer is done: the owner forgets the version, and the space
+    // returns on that ack, well before the release delay.
+    let q = st.ledger_queue("c1", "h:1").expect("queue").0;
+    q.ack_all(&|r, settle| st.release_forgotten("h:1", "u1", r, settle));
+    assert_eq!(used(&st), 64);
     clock.advance(Duration::from_secs(30));
     st.sweep_discarded();
     assert_eq!(used(&st), 64);

@@ -168,10 +168,23 @@ impl Inner {
 
     /// Drop an object's upserts in flight. Their writers may still be
     /// copying into the replicas, so the space is released only after the
-    /// discard delay (as for a stale first write).
+    /// discard delay (as for a stale first write), or once each writer
+    /// ends or revokes its write.
     pub(crate) fn discard_upserts(&mut self, o: &mut Object, release: Duration) {
         for p in o.take_upserts_where(|_| true) {
-            self.defer_free(&p.replicas, p.size, p.put_start + release);
+            self.defer_free(&p.replicas, p.size, p.version, p.put_start + release);
+        }
+    }
+
+    /// Erase `key`'s object, left with no copy at all (its disk copy was
+    /// lost, or its last copy went with its segment or its drained disk
+    /// tier): its upserts in flight keep their space until their writers
+    /// end or revoke them (or the discard delay passes), as when a removal
+    /// drops the object; their space is not lost with it.
+    pub(crate) fn erase_bare(&mut self, key: &str) {
+        if let Some(mut o) = self.objects.remove(key) {
+            let release = self.discard_release;
+            self.discard_upserts(&mut o, release);
         }
     }
 

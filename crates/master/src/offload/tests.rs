@@ -70,7 +70,7 @@ fn connect_and_fill(st: &MasterState) {
 /// got.
 fn owner_ack_ops(st: &Arc<MasterState>) -> Vec<LedgerOp> {
     let q = st.ledger_queue("c1", "a:1").expect("queue").0;
-    q.ack_all(&|r| st.release_forgotten("a:1", "u-a:1", r))
+    q.ack_all(&|r, settle| st.release_forgotten("a:1", "u-a:1", r, settle))
 }
 
 /// [`owner_ack_ops`]: the offloads among them.
@@ -857,4 +857,35 @@ fn a_drained_disk_tier_loses_its_copies_and_gets_no_more() {
         st.inner.lock().offload_object("c", u64::MAX, u64::MAX),
         Offload::NoTier
     );
+}
+
+#[test]
+fn an_upsert_in_flight_when_the_disk_copy_it_replaces_is_lost_gets_its_space_back() {
+    let st = offloading(MasterConfig::default());
+    let k = ["k".to_string()];
+    let v1 = put_with(&st, "k", 1000, &WriteConfig::default(), false);
+    // Eviction leaves it on disk only (its memory replica forgotten after
+    // the copy).
+    assert_eq!(st.inner.lock().evict_to_disk_copy("k"), Offload::Moved);
+    owner_acks(&st);
+    let used = || st.inner.lock().usage().0;
+    assert_eq!(used(), 0);
+    // An upsert of it is being written...
+    let items = st.put_start(&k, &[1000], &WriteConfig::default(), true);
+    let Some(PutStartItem::Write { version: v2, .. }) = items.into_iter().next() else {
+        panic!("no write of the upsert");
+    };
+    assert_eq!(used(), 1024);
+    // ...when the owner reports the old version's disk copy lost (its
+    // write failed on a full disk): the object is gone, as if evicted.
+    st.disk_dropped("c1", "a:1", &[("k".to_string(), v1)])
+        .expect("drop");
+    assert_eq!(st.exist(&k), vec![0]);
+    // The writer may still be copying: the upsert's space stays until it
+    // ends the write, and then returns on the owner's ack.
+    assert_eq!(used(), 1024);
+    st.commit_end(&k, &[v2], &["a:1".to_string()]).expect("end");
+    owner_acks(&st);
+    assert_eq!(used(), 0);
+    assert_eq!(st.exist(&k), vec![0]);
 }
