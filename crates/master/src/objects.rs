@@ -1250,19 +1250,25 @@ mod tests {
         assert_eq!(st.exist(&keys("k")), vec![0]);
     }
 
-    #[test]
-    fn acknowledged_space_stops_counting_as_on_its_way_back_once_it_is_free() {
+    /// A state whose one object of 100 bytes, "k", was removed: its space
+    /// returns on the owner's ack of the forget still queued on `q`.
+    fn removed_before_the_owner_acks() -> (Arc<MasterState>, Arc<crate::ledger_push::OwnerQueue>) {
         let st = state_with_segment();
         let q = st.ledger_queue("c1", "h:1").expect("queue").0;
         q.mark_connected();
         put_ok(&st, "k", 100, false);
         owner_acks(&st);
-        // "k" goes: its space returns on the owner's ack of the forget.
         let release = std::time::Duration::from_secs(600);
         let _ = st
             .inner
             .lock()
             .remove_object("k", std::time::Instant::now(), release);
+        (st, q)
+    }
+
+    #[test]
+    fn acknowledged_space_stops_counting_as_on_its_way_back_once_it_is_free() {
+        let (st, q) = removed_before_the_owner_acks();
         assert_eq!(st.inner.lock().releasing_bytes(), 100);
         // What a put waiting for room sees right after the space is back
         // (it looks under the state lock): the space free, and nothing on
@@ -1278,16 +1284,7 @@ mod tests {
 
     #[test]
     fn a_release_that_does_not_settle_is_settled_when_it_returns() {
-        let st = state_with_segment();
-        let q = st.ledger_queue("c1", "h:1").expect("queue").0;
-        q.mark_connected();
-        put_ok(&st, "k", 100, false);
-        owner_acks(&st);
-        let release = std::time::Duration::from_secs(600);
-        let _ = st
-            .inner
-            .lock()
-            .remove_object("k", std::time::Instant::now(), release);
+        let (_st, q) = removed_before_the_owner_acks();
         q.ack_all(&|_, _| {});
         assert_eq!(q.releasing_bytes(), 0);
     }
