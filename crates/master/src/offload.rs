@@ -297,7 +297,8 @@ impl MasterState {
     /// on evicted replicas on that segment move to the owner's disk. A
     /// segment this master expired, come back, has none adopted: its disk
     /// copies were dropped with it (the owner deletes them), and its keys
-    /// may since have been written again or removed.
+    /// may since have been written again or removed. Nor is a copy of a
+    /// key whose object this master removed (see `gone_keys`).
     pub fn disk_tier(
         &self,
         client_id: &str,
@@ -348,6 +349,10 @@ impl MasterState {
                         && o.status == ObjStatus::Complete
                         && o.disk().is_none();
                     return i32::from(same && g.objects.set_disk(d.key.as_str(), seg));
+                }
+                if g.gone.contains(d.key.as_str()) {
+                    // A leftover of an object this master removed.
+                    return 0;
                 }
                 let o = Object::complete(d.size, d.version, Replicas::new(), now, None, false)
                     .on_disk(seg);
