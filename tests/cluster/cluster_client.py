@@ -123,6 +123,10 @@ class Client:
         return arr
 
     def op_setup(self, m: dict[str, Any]) -> Any:
+        extra: dict[str, Any] = {}
+        if "ssd_offload_path" in m:
+            # A disk tier (SSD offload) in that directory.
+            extra = {"enable_ssd_offload": True, "ssd_offload_path": str(m["ssd_offload_path"])}
         t0 = time.perf_counter()
         rc = self.store.setup(
             m["local_hostname"],
@@ -132,6 +136,7 @@ class Client:
             "tcp",
             "",
             m["master_server_addr"],
+            **extra,
         )
         return {"rc": rc, "s": time.perf_counter() - t0}
 

@@ -25,17 +25,25 @@ The faults, each in its own run:
   (netem's reorder, or the NFQUEUE delayer holding a share); nothing may
   be lost.
 
+The holders keep disk tiers (SSD offload) in directories of their own on
+one small tmpfs, and the masters write every committed object through to
+its holder's tier (the objects stay in memory: the segments have room).
+
 The long run keeps one cluster through a seeded sequence of every fault
-kind above and six more: the leader killed (SIGKILL, restarted as a
+kind above and seven more: the leader killed (SIGKILL, restarted as a
 standby once another leads), a standby killed and restarted, the leader
 paused (SIGSTOP, then SIGCONT), the leader's packets to one client host
 dropped in one direction only (the holders there fall silent to the leader
 past the client TTL: an eviction, like the holder partition), holder c2
 (one of the two on host c2) paused past the client TTL (an eviction too),
-and a workload client killed (SIGKILL) in the middle of its calls and
+a workload client killed (SIGKILL) in the middle of its calls and
 replaced by another (a request it left open may take effect after it died;
-nothing acknowledged may be lost). Each fault gets a segment of its own
-with fresh keys, checked on its own. CI runs every kind once; a longer run
+nothing acknowledged may be lost), and the holders' disk filled (a filler
+file takes every free page of the tmpfs while the fault lasts, so every
+copy to disk fails with ENOSPC; the objects keep their memory copies and
+nothing may be lost; the copies must fail meanwhile and succeed again
+after the file is deleted). Each fault gets a segment of its own with
+fresh keys, checked on its own. CI runs every kind once; a longer run
 repeats the sequence until the time is up, and prints per kind the
 segments, operations checked and longest unavailability:
 
@@ -65,6 +73,9 @@ from helpers.lincheck import (
     pause,
     start_workload,
 )
+from helpers.tmpfs import Filler, mounted_tmpfs
+from helpers.tmpfs import unavailable_reason as tmpfs_unavailable
+from helpers.waits import wait_until
 
 CLIENT_TTL = 2
 SECONDS = 10.0
@@ -94,7 +105,13 @@ LONG_KINDS = {
     "leader-one-way": True,
     "holder-pause": True,
     "client-kill": False,
+    "disk-full": False,
 }
+# The tmpfs the holders' disk tiers share.
+DISK_SIZE = 32 << 20
+# Seals each disk tier's open bucket (and deletes buckets with nothing live
+# left) every second instead of every 10 s.
+OFFLOAD_ENV = {"MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS": "1"}
 LONG_MINUTES = float(os.environ.get("MC_ROBUSTNESS_MINUTES", "0"))
 LONG_SEED = int(os.environ.get("MC_ROBUSTNESS_SEED", "7"))
 
@@ -116,7 +133,19 @@ def workloads() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 @pytest.fixture
+def holder_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of DISK_SIZE for the holders' disk tiers (every host sees
+    it: the namespaces share the file systems), unmounted at the end."""
+    reason = tmpfs_unavailable()
+    if reason is not None:
+        pytest.skip(f"robustness runs skipped: {reason}")
+    with mounted_tmpfs(tmp_path / "disk", DISK_SIZE) as d:
+        yield d
+
+
+@pytest.fixture
 def robust(
+    holder_disk: Path,
     net: Any,
     etcd: Any,
     masters: Any,
@@ -127,18 +156,26 @@ def robust(
     lincheck: str,
     tmp_path: Path,
 ) -> SimpleNamespace:
-    """Three HA masters once one leads and four holders, two on c1 and two
-    on c2, set up on them, with what a segment needs: the hosts, the faults, the workload
-    list, the checker and a directory for the histories."""
-    ms, _, _ = trio_with_leader(masters, etcd, cluster_id, client_ttl=CLIENT_TTL)
+    """Three HA masters once one leads (writing through to disk tiers) and
+    four holders, two on c1 and two on c2, set up on them, each with a disk
+    tier on ``holder_disk``, with what a segment needs: the hosts, the
+    faults, the workload list, the checker and a directory for the
+    histories."""
+    ms, _, _ = trio_with_leader(
+        masters, etcd, cluster_id, client_ttl=CLIENT_TTL, enable_offload=True
+    )
     env = cluster_env(cluster_id)
     addr = etcd_addr(etcd)
-    holders = {name: clients(name[:2], env) for name in ("c1", "c2", "c1b", "c2b")}
-    for h in holders.values():
-        assert h.setup(addr)["rc"] == 0
+    names = ("c1", "c2", "c1b", "c2b")
+    holders = {name: clients(name[:2], {**env, **OFFLOAD_ENV}) for name in names}
+    for name, h in holders.items():
+        tier = holder_disk / name
+        tier.mkdir()
+        assert h.setup(addr, ssd_offload_path=str(tier))["rc"] == 0
     return SimpleNamespace(
         ms=ms,
         holders=holders,
+        disk=holder_disk,
         env=env,
         addr=addr,
         net=net,
@@ -149,10 +186,45 @@ def robust(
     )
 
 
-def inject(kind: str, faults: Any, ms: list[Any], holder: Any, seed: int) -> None:
+def disk_stats(holders: dict[str, Any]) -> dict[str, int]:
+    """The holders' disk-tier counters, summed."""
+    out = {"disk_bytes_written": 0, "disk_failed_writes": 0}
+    for h in holders.values():
+        st = h.call("stats")
+        for k in out:
+            out[k] += int(st[k])
+    return out
+
+
+def fill_disk(r: SimpleNamespace) -> None:
+    """The disk-full fault: a filler file takes every free page of the
+    holders' tmpfs for FAULT_FOR seconds (and those the tiers free
+    meanwhile), then is deleted. Copies to disk must fail while it is there
+    and succeed again once it is gone."""
+    before = disk_stats(r.holders)
+    filler = Filler(r.disk)
+    try:
+        until = time.monotonic() + FAULT_FOR
+        while time.monotonic() < until:
+            time.sleep(0.05)
+            filler.top_up()
+        during = disk_stats(r.holders)
+    finally:
+        filler.remove()
+    assert during["disk_failed_writes"] > before["disk_failed_writes"], (before, during)
+    written = during["disk_bytes_written"]
+    again = wait_until(lambda: disk_stats(r.holders)["disk_bytes_written"] > written, 20.0)
+    assert again, "no copy reached the disk after the filler was deleted"
+
+
+def inject(kind: str, r: SimpleNamespace, seed: int) -> None:
     """Apply fault ``kind`` to the cluster for ``FAULT_FOR`` seconds and
     undo it (a killed master is started again, as a standby); ``seed``
     draws the packets a reordering holds."""
+    if kind == "disk-full":
+        fill_disk(r)
+        return
+    faults, ms, holder = r.faults, r.ms, r.holders["c2"]
     leader = wait_one_leader(ms)
     others = [m for m in ms if m is not leader]
     if kind == "leader-partition":
@@ -245,7 +317,7 @@ def run_segment(kind: str, seed: int, prefix: str, r: SimpleNamespace) -> tuple[
         killed.kill()
         procs.append(start(len(WORKLOAD_HOSTS) + 1, WORKLOAD_HOSTS[0], SECONDS - FAULT_AT))
     else:
-        inject(kind, r.faults, r.ms, r.holders["c2"], seed)
+        inject(kind, r, seed)
     for p in procs:
         expected = -9 if p is killed else 0
         assert p.wait(timeout=SECONDS + 90) == expected, f"{prefix} ({kind})"

@@ -461,6 +461,39 @@ def test_an_owner_restarted_with_its_old_directory_serves_it_again(
     assert os.path.isdir(d)
 
 
+def test_an_owner_expired_and_back_brings_none_of_its_disk_copies_back(
+    offload_master: Master, child_factory: Callable[..., Child], store_factory: Any, tier: Path
+) -> None:
+    """An owner paused (SIGSTOP) past the client TTL is expired: the master
+    drops its objects, disk copies included, and their keys are free to be
+    written again or to stay absent. When it resumes it remounts empty and
+    deletes its disk copies instead of announcing them: none of its old
+    objects comes back, neither over the newer value of a key written
+    meanwhile nor where the key stayed absent."""
+    a = child_factory()
+    args = {"global_segment_size": SEG, "enable_ssd_offload": True, "ssd_offload_path": str(tier)}
+    assert a.setup(offload_master, **args) == 0
+    for i in range(4):
+        assert a.call("put_pattern", key=f"x{i}", size=4096, seed=i) == 0
+    # Written through to its disk tier.
+    assert wait_until(lambda: a.call("stats")["disk_objects"] == 4, 15.0), a.call("stats")
+    b = store_factory(offload_master)
+    os.kill(a.pid, signal.SIGSTOP)
+    try:
+        expired = wait_until(lambda: len(offload_master.segments()) == 1, 15.0)
+        assert expired, offload_master.segments()
+        assert b.is_exist("x1") == 0
+        assert b.put("x0", b"newer") == 0
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    # It remounts, and empties its tier.
+    assert wait_until(lambda: len(offload_master.segments()) == 2, 15.0)
+    assert wait_until(lambda: a.call("stats")["disk_objects"] == 0, 15.0), a.call("stats")
+    assert b.get("x0") == b"newer"
+    assert [b.is_exist(f"x{i}") for i in range(1, 4)] == [0, 0, 0]
+    assert b.put("x1", b"again") == 0 and b.get("x1") == b"again"
+
+
 @pytest.mark.parametrize("form", ["keywords", "positional", "dict"])
 def test_upstreams_setup_call_forms_turn_offload_on(
     offload_master: Master, owners: list[Any], tmp_path: Path, form: str

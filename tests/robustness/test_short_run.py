@@ -4,14 +4,17 @@ while one fault is injected: a holder of the data is killed (SIGKILL) and
 replaced, a holder is paused (SIGSTOP) for longer than the client TTL and
 resumed, the master is paused for longer than the client TTL and resumed,
 a workload client is killed (SIGKILL) in the middle of its calls and
-another takes its place, or the standalone ``mooncake_client`` daemon that
+another takes its place, the standalone ``mooncake_client`` daemon that
 some of the clients reach the store through (as dummy clients) is killed
-(SIGKILL) and another is started at its address. The whole recorded
+(SIGKILL) and another is started at its address, or the disk the holders
+offload to (a small tmpfs) is filled for a few seconds. The whole recorded
 history is then checked by ``mooncake-lincheck`` for linearizability (a
 lost holder's keys may read as not found, as after an eviction, but never
-as an older or a foreign value; through a master pause, a client kill or
-the kill of a daemon without a segment nothing may be lost), torn reads and
-operations stuck past the bound.
+as an older or a foreign value, and so may keys whose memory copy eviction
+dropped while their disk copy failed on the full disk; through a master
+pause, a client kill, the kill of a daemon without a segment or a full disk
+while memory has room nothing may be lost), torn reads and operations stuck
+past the bound.
 """
 
 from __future__ import annotations
@@ -29,7 +32,15 @@ from conftest import Child, Master
 from helpers.daemon import Daemon
 from helpers.etcd import running_etcd
 from helpers.ha import HaMaster, leader
-from helpers.lincheck import check_histories, lincheck_binary, pause, start_workload
+from helpers.lincheck import (
+    check_histories,
+    lincheck_binary,
+    longest_unavailability,
+    pause,
+    start_workload,
+)
+from helpers.tmpfs import Filler, mounted_tmpfs, unavailable_reason
+from helpers.waits import wait_until
 
 CLIENTS = 3
 KEYS = 4
@@ -45,11 +56,37 @@ DUMMIES = (3, 4)
 RPC_FAIL = -900
 # How long the daemon stays dead before a new one is started.
 DAEMON_DOWN = 1.0
+# The disk-full runs: the tmpfs the holders' disk tiers share, and how long
+# the filler keeps it full.
+DISK_SIZE = 16 << 20
+DISK_FULL_FOR = 3.0
+# Seals each disk tier's open bucket (and deletes buckets with nothing live
+# left) every second instead of every 10 s.
+OFFLOAD_ENV = {"MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS": "1"}
+# The holders' segments in the tight-memory disk-full run: less than the
+# workload's live values (eight keys of up to 600 bytes, and the new
+# versions being written), so eviction runs all the time.
+TIGHT_SEGMENT = 2 << 10
+# A fresh object written after the filler went, which must reach a disk
+# tier (it fits a tight segment).
+PROBE_SIZE = 1 << 10
 
 
 @pytest.fixture(scope="module")
 def lincheck() -> str:
     return lincheck_binary()
+
+
+@pytest.fixture
+def offload_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of DISK_SIZE for the holders' disk tiers, unmounted at the
+    end (requested before the processes that write there, so they are gone
+    by then)."""
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"disk-full run skipped: {reason}")
+    with mounted_tmpfs(tmp_path / "disk", DISK_SIZE) as d:
+        yield d
 
 
 @pytest.fixture
@@ -228,6 +265,102 @@ def test_history_across_a_daemon_kill_is_linearizable(
         assert again, f"dummy {c} did not work again through the new daemon"
 
 
+def disk_stats(holders: list[Child]) -> dict[str, int]:
+    """The holders' disk-tier counters, summed."""
+    out: dict[str, int] = {}
+    for h in holders:
+        st = h.call("stats")
+        for k in ("disk_bytes_written", "disk_failed_writes", "disk_bytes_read"):
+            out[k] = out.get(k, 0) + int(st[k])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("segment", "seed"),
+    [(64 << 20, 8), (TIGHT_SEGMENT, 9)],
+    ids=["disk-full", "disk-full-tight-memory"],
+)
+def test_history_with_the_offload_disk_full_is_linearizable(
+    offload_disk: Path,
+    master_factory: Callable[..., Master],
+    child_factory: Callable[..., Child],
+    workloads: list[subprocess.Popen[bytes]],
+    lincheck: str,
+    tmp_path: Path,
+    segment: int,
+    seed: int,
+) -> None:
+    """The holders keep disk tiers (SSD offload) on one small tmpfs, and the
+    master writes every committed object through to its holder's tier. A
+    third into the run a filler file takes every free page of the tmpfs
+    and keeps taking those the tiers free, for DISK_FULL_FOR seconds; then
+    it is deleted. While the disk is full every copy to it fails with
+    ENOSPC, and the holder reports the copy lost.
+
+    ``disk-full``: memory has room for every object, so every object keeps
+    its memory copy and nothing may be lost: the history is checked without
+    eviction (no acknowledged write lost, no key read as not found while it
+    holds a value).
+
+    ``disk-full-tight-memory``: the holders' segments (TIGHT_SEGMENT each)
+    hold less than the workload's values, so eviction keeps dropping the
+    memory copies of objects whose disk copy is queued, and reads of those
+    go to the disk tier. A copy that fails on the full disk after eviction
+    dropped the memory copy leaves the object nowhere: it is gone, as
+    eviction without offload would drop it. The history is checked with
+    eviction: a key may read as not found, never as an older, a foreign or
+    a torn value.
+
+    So that the run cannot pass without the disk mattering, the tiers must
+    have written (and, with tight memory, served reads) before the fill,
+    failed writes during it, and written again after it; and once the run
+    is over a fresh object's copy reaches disk with no write failing."""
+    tight = segment == TIGHT_SEGMENT
+    m = master_factory(default_kv_lease_ttl=200, client_ttl=CLIENT_TTL, enable_offload=True)
+    holders = [child_factory(env=OFFLOAD_ENV) for _ in range(2)]
+    for i, h in enumerate(holders):
+        tier = offload_disk / f"holder{i}"
+        tier.mkdir()
+        args = {"global_segment_size": segment, "ssd_offload_path": str(tier)}
+        assert h.setup(m, enable_ssd_offload=True, **args) == 0
+    histories = [tmp_path / f"h{c}.jsonl" for c in range(CLIENTS)]
+    for c, path in enumerate(histories):
+        workloads.append(workload(m, c + 1, path, seed * 100 + c))
+    started = time.monotonic()
+    time.sleep(SECONDS / 3)
+    before = disk_stats(holders)
+    assert before["disk_bytes_written"] > 0, before
+    assert list(offload_disk.glob("holder*/*.bucket")), "no bucket file on the tmpfs"
+    if tight:
+        assert before["disk_bytes_read"] > 0, before
+    filler = Filler(offload_disk)
+    try:
+        full_until = time.monotonic() + DISK_FULL_FOR
+        while time.monotonic() < full_until:
+            time.sleep(0.05)
+            filler.top_up()
+        during = disk_stats(holders)
+    finally:
+        filler.remove()
+    emptied = disk_stats(holders)
+    report = check_run(workloads, histories, started, lincheck, tmp_path, eviction=tight)
+    after = disk_stats(holders)
+    gap = longest_unavailability(tmp_path / "history.jsonl")
+    print(f"\n{report.strip()}\nlongest unavailability {gap:.2f} s")
+    print(f"disk tiers: before the fill {before}, full {during}, at the end {after}")
+    assert during["disk_failed_writes"] > before["disk_failed_writes"], (before, during)
+    assert after["disk_bytes_written"] > emptied["disk_bytes_written"], (emptied, after)
+    # A fresh object is written through once the filler is gone, and no
+    # copy fails any more.
+    put = holders[0].call("put_pattern_retry", key="disk-probe", size=PROBE_SIZE, seed=3)
+    assert put == 0
+    want = after["disk_bytes_written"] + PROBE_SIZE
+    assert wait_until(lambda: disk_stats(holders)["disk_bytes_written"] >= want, 30.0), disk_stats(
+        holders
+    )
+    assert disk_stats(holders)["disk_failed_writes"] == after["disk_failed_writes"]
+
+
 def check_run(
     workloads: list[subprocess.Popen[bytes]],
     histories: list[Path],
@@ -236,16 +369,19 @@ def check_run(
     tmp_path: Path,
     eviction: bool,
     killed: frozenset[int] | set[int] = frozenset(),
-) -> None:
+) -> str:
     """Wait for the workloads (those whose pid is in ``killed`` died of
     SIGKILL), merge their histories and check them: zero anomalies (with
-    ``eviction``, a key may also read as not found)."""
+    ``eviction``, a key may also read as not found). Returns the checker's
+    report."""
     for p in workloads:
         assert p.wait(timeout=SECONDS + 60) == (-9 if p.pid in killed else 0)
     assert time.monotonic() - started >= SECONDS
     # The byte keys, and the tensor keys of client 1.
     keys = 2 * KEYS
-    check_histories(lincheck, histories, tmp_path / "history.jsonl", keys, eviction, STUCK_NS)
+    return check_histories(
+        lincheck, histories, tmp_path / "history.jsonl", keys, eviction, STUCK_NS
+    )
 
 
 def test_history_across_a_leader_kill_is_linearizable(

@@ -65,7 +65,10 @@ from typing import Any
 from mooncake.store import MooncakeDistributedStore, MooncakeHostMemAllocator
 
 # Codes after which the operation certainly did not take effect.
-DEFINITE = {-200, -600, -704, -705, -706, -1012}
+# REPLICA_IS_NOT_READY (-703) refuses a removal of a key whose first write
+# is in flight, OBJECT_REPLICA_BUSY (-714) an upsert of such a key or of one
+# whose replaced versions are all still being read: neither did anything.
+DEFINITE = {-200, -600, -703, -704, -705, -706, -714, -1012}
 NOT_FOUND = -704
 RPC_FAIL = -900
 TORN = 0

@@ -547,11 +547,15 @@ impl Client {
             self.remount_extras(conn);
             return;
         }
-        if !self.remount_with_ledger(conn, &self.desc, &self.ledger) {
+        let Some(expired) = self.remount_with_ledger(conn, &self.desc, &self.ledger) else {
             return;
-        }
+        };
         self.publish_metadata();
         if let Some(d) = &self.disk {
+            if expired {
+                // Its disk copies were dropped with it.
+                d.discard_all();
+            }
             d.announce(Some(conn));
         }
         self.remount_extras(conn);

@@ -19,6 +19,7 @@ mod eviction;
 pub mod flags;
 mod forgets;
 pub mod gate;
+mod gone_keys;
 mod groups;
 pub mod ha;
 pub mod http_meta;

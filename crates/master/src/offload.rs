@@ -294,7 +294,11 @@ impl MasterState {
     /// as disk copies the objects this master does not know, and the copies
     /// of the very versions it holds in memory without one (1 per object;
     /// 0 where it knows the key otherwise, whose copy the owner deletes). From now
-    /// on evicted replicas on that segment move to the owner's disk.
+    /// on evicted replicas on that segment move to the owner's disk. A
+    /// segment this master expired, come back, has none adopted: its disk
+    /// copies were dropped with it (the owner deletes them), and its keys
+    /// may since have been written again or removed. Nor is a copy of a
+    /// key whose object this master removed (see `gone_keys`).
     pub fn disk_tier(
         &self,
         client_id: &str,
@@ -304,15 +308,19 @@ impl MasterState {
     ) -> Result<Vec<i32>, ErrorCode> {
         let now = self.clock.now();
         let mut g = self.inner.lock();
-        let seg = match g.segments.get_mut(segment_name) {
+        let (seg, stale) = match g.segments.get_mut(segment_name) {
             Some(s) if s.client_id == client_id => {
+                let stale = s.stale_disk;
+                if done {
+                    s.stale_disk = false;
+                }
                 if done && !s.disk_tier {
                     s.disk_tier = true;
                     if !self.cfg.offloads() {
                         tracing::warn!(segment = segment_name, "the owner has a disk tier, but this master runs without --enable_offload or --root_fs_dir: evicted objects are dropped");
                     }
                 }
-                g.segments.id_of(segment_name)
+                (g.segments.id_of(segment_name), stale)
             }
             Some(_) => return Err(ErrorCode::IllegalClient),
             None => return Err(ErrorCode::SegmentNotFound),
@@ -320,10 +328,17 @@ impl MasterState {
         let Some(seg) = seg else {
             return Err(ErrorCode::SegmentNotFound);
         };
+        if stale && !objects.is_empty() {
+            tracing::warn!(
+                segment = segment_name,
+                objects = objects.len(),
+                "an expired segment's disk copies were dropped with it; not adopted"
+            );
+        }
         let codes = objects
             .into_iter()
             .map(|d| {
-                if d.key.is_empty() {
+                if d.key.is_empty() || stale {
                     return 0;
                 }
                 if let Some(o) = g.objects.get(d.key.as_str()) {
@@ -334,6 +349,10 @@ impl MasterState {
                         && o.status == ObjStatus::Complete
                         && o.disk().is_none();
                     return i32::from(same && g.objects.set_disk(d.key.as_str(), seg));
+                }
+                if g.gone.contains(d.key.as_str()) {
+                    // A leftover of an object this master removed.
+                    return 0;
                 }
                 let o = Object::complete(d.size, d.version, Replicas::new(), now, None, false)
                     .on_disk(seg);

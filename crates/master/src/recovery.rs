@@ -223,6 +223,10 @@ impl MasterState {
         g.clients.add_segment(client_id, &name);
         if g.segments.take_expired(&desc.uuid) {
             tracing::warn!(segment = %name, entries = pending.entries.len(), "an expired segment came back; its objects stay dropped");
+            // Its disk copies too (see `offload`).
+            if let Some(s) = g.segments.get_mut(&name) {
+                s.stale_disk = true;
+            }
             return Ok(Remount::Done {
                 stale: Vec::new(),
                 discard_all: true,
@@ -467,6 +471,39 @@ pub(crate) mod tests {
         st.eviction_pass();
         assert_eq!(st.inner.lock().objects.len(), 8);
         assert_eq!(st.metrics.evicted_key_count.get(), 0);
+    }
+
+    #[test]
+    fn an_expired_segment_that_comes_back_has_none_of_its_disk_copies_adopted() {
+        use mooncake_common::proto::DiskObject;
+        let st = state();
+        let copy = |key: &str, version: u64| DiskObject {
+            key: key.into(),
+            version,
+            size: 64,
+        };
+        // The segment expired (its objects, disk copies included, were
+        // dropped); it comes back, and its owner announces its disk tier.
+        st.inner.lock().segments.note_expired("ue", Instant::now());
+        let r = st.remount_segment("c1", desc("e:1", "ue"), vec![], true);
+        assert_eq!(
+            r,
+            Ok(Remount::Done {
+                stale: vec![],
+                discard_all: true
+            })
+        );
+        let part = st.disk_tier("c1", "e:1", vec![copy("x", 7)], false);
+        assert_eq!(part, Ok(vec![0]));
+        let last = st.disk_tier("c1", "e:1", vec![copy("y", 8)], true);
+        assert_eq!(last, Ok(vec![0]), "the owner deletes them");
+        assert!(!st.inner.lock().objects.contains_key("x"));
+        assert!(!st.inner.lock().objects.contains_key("y"));
+        // Copies it announces later (to this master after a restart of the
+        // owner, say) are its own again.
+        let again = st.disk_tier("c1", "e:1", vec![copy("z", 9)], true);
+        assert_eq!(again, Ok(vec![1]));
+        assert!(st.inner.lock().objects.contains_key("z"));
     }
 
     #[test]

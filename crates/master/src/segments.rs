@@ -48,6 +48,9 @@ pub(crate) struct SegmentEntry {
     pub ledger: Arc<OwnerQueue>,
     /// The owner has a disk tier: evicted replicas here move to it.
     pub disk_tier: bool,
+    /// The segment came back after this master expired it: the disk copies
+    /// its owner announces next were dropped with it, and are not adopted.
+    pub stale_disk: bool,
 }
 
 impl SegmentEntry {
@@ -61,6 +64,7 @@ impl SegmentEntry {
             client_id: client_id.to_string(),
             ledger: Arc::new(OwnerQueue::default()),
             disk_tier: false,
+            stale_disk: false,
         }
     }
 }

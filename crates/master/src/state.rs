@@ -81,6 +81,9 @@ pub(crate) struct Inner {
     /// How long after its start a discarded write's space stays allocated
     /// while its writer may still copy (`put_start_release_timeout_sec`).
     pub discard_release: Duration,
+    /// Keys whose objects this master removed (recent ones): their disk
+    /// copies are not adopted again.
+    pub gone: crate::gone_keys::GoneKeys,
 }
 
 /// A promotion in flight: the owner of the disk copy reads it back into

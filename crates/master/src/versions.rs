@@ -210,6 +210,7 @@ impl Inner {
         release: Duration,
         bulk: bool,
     ) -> Waits {
+        self.gone.note(&key);
         self.forget_disk(&key, &o);
         self.discard_upserts(&mut o, release);
         if o.status == ObjStatus::Complete && o.being_read(now) {

@@ -293,14 +293,16 @@ impl Client {
         }
     }
 
-    /// Report `ledger` for segment `desc` in chunks (a remount); whether
-    /// the master took it.
+    /// Report `ledger` for segment `desc` in chunks (a remount). `None`
+    /// when the master did not take it; else whether the master had
+    /// expired the segment (it dropped its objects, and the ledger was
+    /// cleared).
     pub(super) fn remount_with_ledger(
         &self,
         conn: &mut TcpStream,
         desc: &SegmentDesc,
         ledger: &Ledger,
-    ) -> bool {
+    ) -> Option<bool> {
         let entries = ledger.snapshot();
         let chunks: Vec<_> = entries.chunks(REPORT_CHUNK).collect();
         let last = chunks.len().saturating_sub(1);
@@ -323,15 +325,15 @@ impl Client {
                     } else {
                         ledger.drop_listed(&stale);
                     }
-                    return true;
+                    return Some(discard_all);
                 }
                 other => {
                     tracing::warn!(result = ?other, segment = %desc.name, "remount failed");
-                    return false;
+                    return None;
                 }
             }
         }
-        false
+        None
     }
 
     /// Stop serving every added segment (at `close`; the master drops

@@ -161,6 +161,20 @@ impl Disk {
         r
     }
 
+    /// The master had expired this client's segment and dropped its
+    /// objects, disk copies included: delete every copy in the tier.
+    /// Announced, they would bring back objects the master dropped, whose
+    /// keys may since have been written again or removed.
+    pub(crate) fn discard_all(&self) {
+        let entries = self.tier.entries();
+        for e in &entries {
+            self.tier.remove(&e.key, e.version);
+        }
+        if !entries.is_empty() {
+            tracing::warn!(dir = %self.tier.path().display(), objects = entries.len(), "the master had expired this segment: its disk copies are dropped too");
+        }
+    }
+
     /// Tell the master these disk copies are gone.
     pub(crate) fn report_dropped(&self, objects: Vec<(String, u64)>) {
         if objects.is_empty() {

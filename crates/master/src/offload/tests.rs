@@ -889,3 +889,49 @@ fn an_upsert_in_flight_when_the_disk_copy_it_replaces_is_lost_gets_its_space_bac
     assert_eq!(used(), 0);
     assert_eq!(st.exist(&k), vec![0]);
 }
+
+#[test]
+fn a_disk_copy_of_a_removed_object_announced_afterwards_is_not_adopted() {
+    // A new leader knows "k" from its owner's ledger only (memory replica,
+    // no disk copy yet) and removes it before the owner lists its tier.
+    let st = state(true, u64::MAX);
+    let v = put_with(&st, "k", 1000, &WriteConfig::default(), false);
+    assert_eq!(st.remove(&["k".to_string()], true), vec![0]);
+    let copy = DiskObject {
+        key: "k".into(),
+        version: v,
+        size: 1000,
+    };
+    let other = DiskObject {
+        key: "never-known".into(),
+        version: 3,
+        size: 10,
+    };
+    // The leftover copy is refused (the owner deletes it); a copy of a key
+    // this master never knew is adopted.
+    assert_eq!(
+        st.disk_tier("c1", "a:1", vec![copy, other], true),
+        Ok(vec![0, 1])
+    );
+    assert_eq!(st.exist(&["k".to_string()]), vec![0]);
+    assert_eq!(st.exist(&["never-known".to_string()]), vec![1]);
+}
+
+#[test]
+fn the_disk_copies_of_objects_gone_with_their_owner_come_back_with_it() {
+    // An owner restarted on its old directory: what went with its segment
+    // (not removed by anyone) is adopted again.
+    let st = state(true, u64::MAX);
+    st.disk_tier("c1", "a:1", Vec::new(), true).expect("tier");
+    let v = put_with(&st, "k", 1000, &WriteConfig::default(), false);
+    st.unmount_segment("c1", "a:1").expect("unmount");
+    assert_eq!(st.exist(&["k".to_string()]), vec![0]);
+    st.mount_segment("c2", desc("a:1", 1 << 20)).expect("mount");
+    let copy = DiskObject {
+        key: "k".into(),
+        version: v,
+        size: 1000,
+    };
+    assert_eq!(st.disk_tier("c2", "a:1", vec![copy], true), Ok(vec![1]));
+    assert_eq!(st.exist(&["k".to_string()]), vec![1]);
+}
