@@ -73,8 +73,7 @@ from helpers.lincheck import (
     pause,
     start_workload,
 )
-from helpers.tmpfs import Filler, mounted_tmpfs
-from helpers.tmpfs import unavailable_reason as tmpfs_unavailable
+from helpers.tmpfs import disk_stats, full_for, tmpfs_or_skip
 from helpers.waits import wait_until
 
 CLIENT_TTL = 2
@@ -136,10 +135,7 @@ def workloads() -> Iterator[list[subprocess.Popen[bytes]]]:
 def holder_disk(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs of DISK_SIZE for the holders' disk tiers (every host sees
     it: the namespaces share the file systems), unmounted at the end."""
-    reason = tmpfs_unavailable()
-    if reason is not None:
-        pytest.skip(f"robustness runs skipped: {reason}")
-    with mounted_tmpfs(tmp_path / "disk", DISK_SIZE) as d:
+    with tmpfs_or_skip(tmp_path / "disk", DISK_SIZE, "robustness runs") as d:
         yield d
 
 
@@ -186,34 +182,17 @@ def robust(
     )
 
 
-def disk_stats(holders: dict[str, Any]) -> dict[str, int]:
-    """The holders' disk-tier counters, summed."""
-    out = {"disk_bytes_written": 0, "disk_failed_writes": 0}
-    for h in holders.values():
-        st = h.call("stats")
-        for k in out:
-            out[k] += int(st[k])
-    return out
-
-
 def fill_disk(r: SimpleNamespace) -> None:
     """The disk-full fault: a filler file takes every free page of the
     holders' tmpfs for FAULT_FOR seconds (and those the tiers free
     meanwhile), then is deleted. Copies to disk must fail while it is there
     and succeed again once it is gone."""
-    before = disk_stats(r.holders)
-    filler = Filler(r.disk)
-    try:
-        until = time.monotonic() + FAULT_FOR
-        while time.monotonic() < until:
-            time.sleep(0.05)
-            filler.top_up()
-        during = disk_stats(r.holders)
-    finally:
-        filler.remove()
+    holders = r.holders.values()
+    before = disk_stats(holders)
+    during = full_for(r.disk, FAULT_FOR, lambda: disk_stats(holders))
     assert during["disk_failed_writes"] > before["disk_failed_writes"], (before, during)
     written = during["disk_bytes_written"]
-    again = wait_until(lambda: disk_stats(r.holders)["disk_bytes_written"] > written, 20.0)
+    again = wait_until(lambda: disk_stats(holders)["disk_bytes_written"] > written, 20.0)
     assert again, "no copy reached the disk after the filler was deleted"
 
 

@@ -2,9 +2,12 @@
 
 :func:`mounted_tmpfs` mounts a tmpfs of a given size on a fresh directory
 and unmounts it when the test ends (lazily, when a process still holds a
-file in it). :class:`Filler` fills it to its last page with a file of its
-own (every later write that needs a page fails with ``ENOSPC``), keeps it
-full while the processes writing there free pages, and deletes the file.
+file in it); :func:`tmpfs_or_skip` does the same in a fixture, skipping
+the test where no tmpfs can be mounted. :class:`Filler` fills it to its
+last page with a file of its own (every later write that needs a page
+fails with ``ENOSPC``), keeps it full while the processes writing there
+free pages (:func:`full_for`), and deletes the file. :func:`disk_stats`
+sums the disk-tier counters of store clients.
 """
 
 from __future__ import annotations
@@ -13,8 +16,14 @@ import contextlib
 import errno
 import os
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
 
 MiB = 1 << 20
 PAGE = 4096
@@ -46,6 +55,17 @@ def mounted_tmpfs(path: Path, size: int) -> Iterator[Path]:
             # A process still holds a file there: detach it now, freed
             # once the last one closes.
             subprocess.run(["umount", "-l", str(path)], check=True, capture_output=True, timeout=30)
+
+
+@contextlib.contextmanager
+def tmpfs_or_skip(path: Path, size: int, what: str) -> Iterator[Path]:
+    """:func:`mounted_tmpfs`, or the test skipped (saying ``what`` is
+    skipped and why) where no tmpfs can be mounted."""
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"{what} skipped: {reason}")
+    with mounted_tmpfs(path, size) as d:
+        yield d
 
 
 class Filler:
@@ -80,3 +100,32 @@ class Filler:
             os.close(self.fd)
             self.fd = -1
         self.path.unlink(missing_ok=True)
+
+
+def full_for(dir: Path, seconds: float, during: Callable[[], T]) -> T:
+    """Keeps the file system of ``dir`` full for ``seconds`` (a
+    :class:`Filler` topped up every 50 ms), returns what ``during()``
+    answers at the end of that time, and deletes the filler."""
+    filler = Filler(dir)
+    try:
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            time.sleep(0.05)
+            filler.top_up()
+        return during()
+    finally:
+        filler.remove()
+
+
+DISK_COUNTERS = ("disk_bytes_written", "disk_failed_writes", "disk_bytes_read")
+
+
+def disk_stats(holders: Iterable[Any]) -> dict[str, int]:
+    """The disk-tier counters of ``get_client_stats`` (:data:`DISK_COUNTERS`),
+    summed over store clients driven through ``call("stats")``."""
+    out = dict.fromkeys(DISK_COUNTERS, 0)
+    for h in holders:
+        st = h.call("stats")
+        for k in out:
+            out[k] += int(st[k])
+    return out

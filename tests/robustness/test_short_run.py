@@ -39,7 +39,7 @@ from helpers.lincheck import (
     pause,
     start_workload,
 )
-from helpers.tmpfs import Filler, mounted_tmpfs, unavailable_reason
+from helpers.tmpfs import disk_stats, full_for, tmpfs_or_skip
 from helpers.waits import wait_until
 
 CLIENTS = 3
@@ -82,10 +82,7 @@ def offload_disk(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs of DISK_SIZE for the holders' disk tiers, unmounted at the
     end (requested before the processes that write there, so they are gone
     by then)."""
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"disk-full run skipped: {reason}")
-    with mounted_tmpfs(tmp_path / "disk", DISK_SIZE) as d:
+    with tmpfs_or_skip(tmp_path / "disk", DISK_SIZE, "disk-full run") as d:
         yield d
 
 
@@ -265,16 +262,6 @@ def test_history_across_a_daemon_kill_is_linearizable(
         assert again, f"dummy {c} did not work again through the new daemon"
 
 
-def disk_stats(holders: list[Child]) -> dict[str, int]:
-    """The holders' disk-tier counters, summed."""
-    out: dict[str, int] = {}
-    for h in holders:
-        st = h.call("stats")
-        for k in ("disk_bytes_written", "disk_failed_writes", "disk_bytes_read"):
-            out[k] = out.get(k, 0) + int(st[k])
-    return out
-
-
 @pytest.mark.parametrize(
     ("segment", "seed"),
     [(64 << 20, 8), (TIGHT_SEGMENT, 9)],
@@ -333,15 +320,7 @@ def test_history_with_the_offload_disk_full_is_linearizable(
     assert list(offload_disk.glob("holder*/*.bucket")), "no bucket file on the tmpfs"
     if tight:
         assert before["disk_bytes_read"] > 0, before
-    filler = Filler(offload_disk)
-    try:
-        full_until = time.monotonic() + DISK_FULL_FOR
-        while time.monotonic() < full_until:
-            time.sleep(0.05)
-            filler.top_up()
-        during = disk_stats(holders)
-    finally:
-        filler.remove()
+    during = full_for(offload_disk, DISK_FULL_FOR, lambda: disk_stats(holders))
     emptied = disk_stats(holders)
     report = check_run(workloads, histories, started, lincheck, tmp_path, eviction=tight)
     after = disk_stats(holders)
