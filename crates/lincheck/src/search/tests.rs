@@ -292,3 +292,40 @@ fn an_indeterminate_remove_that_took_effect_explains_a_miss_among_many_unread_wr
         "{found:?}"
     );
 }
+
+#[test]
+fn indeterminate_reads_take_no_part_in_the_search() {
+    // A stale read after a completed newer write, while 40 reads and
+    // existence checks time out across the whole history: reported at
+    // once. Kept in the search, each timed-out read could be placed at
+    // every step, and proving that no order explains the stale read would
+    // try every subset of them (2^40).
+    let mut h = vec![
+        op(0, Call::Upsert(1), 0, 1, ok()),
+        op(0, Call::Upsert(2), 2, 3, ok()),
+        op(1, Call::Get, 10, 11, read(Some(1))),
+    ];
+    for i in 0..40u64 {
+        let call = if i % 2 == 0 { Call::Get } else { Call::Exists };
+        h.push(pending(2 + (i % 3) as u32, call, i));
+    }
+    let found = check(&h, STRICT, 100, 1_000).anomalies;
+    assert!(
+        matches!(found.as_slice(), [Anomaly::NotLinearizable { ops: 3, .. }]),
+        "{found:?}"
+    );
+    // And they explain nothing: an existence check that never answered
+    // does not stand in for the write a read needs.
+    let h = [
+        pending(1, Call::Exists, 0),
+        op(2, Call::Get, 5, 6, read(Some(9))),
+    ];
+    let found = check(&h, STRICT, 100, 1_000).anomalies;
+    assert!(
+        matches!(
+            found.as_slice(),
+            [Anomaly::Torn { .. }, Anomaly::NotLinearizable { .. }]
+        ),
+        "{found:?}"
+    );
+}
