@@ -29,7 +29,7 @@ indeterminate (its daemon may have done it before it died); the calls
 after it, until the dummy attached again, reached no daemon that knows the
 dummy, and their RPC_FAIL is a definite failure.
 
-The operations: ``put``, ``upsert``, ``remove``, ``get_into``,
+The operations: ``put``, ``upsert``, ``remove``, ``get_into``, ``get``,
 ``batch_put_from``, ``batch_get_into``, ``batch_remove``, ``is_exist`` and
 ``batch_is_exist`` on the byte keys (half of the removes forced past read
 leases); ``put_tensor``, ``upsert_tensor``, ``get_tensor``,
@@ -41,10 +41,10 @@ bytes that depend on both, so a read names the write it saw (its id
 ``client * 10**9 + seq``) or, when the bytes do not match that write, is
 recorded as a read of value id 0, which no write makes (torn). Codes that
 say nothing was done are definite failures; a lost connection or a timeout
-is indeterminate. Byte reads go through ``get_into``, whose code tells "not
-found" (an observation) from a read that failed (none: ``get`` answers
-empty bytes for both); ``get_tensor`` answers None for both, so a None is
-recorded as a failed read.
+is indeterminate. ``get_into``'s code tells "not found" (an observation)
+from a read that failed (none). ``get`` answers empty bytes for both, and
+``get_tensor`` None for both, so such an answer is recorded as a failed
+read (it observes nothing; no written value is empty).
 
 Before each call the client writes a ``"pending"`` line per key (one write,
 so a SIGKILL leaves it whole); the checker's merge (helpers/lincheck.py)
@@ -70,6 +70,9 @@ from mooncake.store import MooncakeDistributedStore, MooncakeHostMemAllocator
 # whose replaced versions are all still being read: neither did anything.
 DEFINITE = {-200, -600, -703, -704, -705, -706, -714, -1012}
 NOT_FOUND = -704
+# Recorded as the code of a read whose call reports none (`get` answering
+# empty bytes, `get_tensor` None).
+NO_CODE = -1
 RPC_FAIL = -900
 TORN = 0
 # The registered buffer: BATCH read slots, then BATCH write slots, each
@@ -90,7 +93,8 @@ BYTE_OPS = {
     "put": 2,
     "upsert": 3,
     "remove": 1,
-    "get": 6,
+    "get": 4,
+    "get_bytes": 2,
     "batch_put_from": 1,
     "batch_remove": 1,
     "batch_get_into": 2,
@@ -290,6 +294,9 @@ class Client:
                 else list(s.batch_remove(keys, force))
             )
             return rcs, [remove_outcome(rc) for rc in rcs]
+        if kind == "get_bytes":
+            raw = bytes(s.get(keys[0]))
+            return [len(raw) or NO_CODE], [{"ok": decode(raw)} if raw else "failed"]
         if kind == "get":
             n = s.get_into(keys[0], self.ptr, SLOT)
             return [n], [read_outcome(n, lambda: ctypes.string_at(self.ptr, n))]
@@ -315,7 +322,7 @@ class Client:
         if kind == "get_tensor":
             t = self.store.get_tensor(key)
             if t is None:
-                return [-1], ["failed"]
+                return [NO_CODE], ["failed"]
             return [0], [{"ok": decode(t.numpy().tobytes())}]
         fn = self.store.put_tensor if kind == "put_tensor" else self.store.upsert_tensor
         rc = fn(key, torch.frombuffer(bytearray(values[0]), dtype=torch.uint8))
