@@ -93,8 +93,8 @@ BYTE_OPS = {
     "put": 2,
     "upsert": 3,
     "remove": 1,
-    "get": 4,
-    "get_bytes": 2,
+    "get_into": 4,
+    "get": 2,
     "batch_put_from": 1,
     "batch_remove": 1,
     "batch_get_into": 2,
@@ -294,10 +294,10 @@ class Client:
                 else list(s.batch_remove(keys, force))
             )
             return rcs, [remove_outcome(rc) for rc in rcs]
-        if kind == "get_bytes":
+        if kind == "get":
             raw = bytes(s.get(keys[0]))
             return [len(raw) or NO_CODE], [{"ok": decode(raw)} if raw else "failed"]
-        if kind == "get":
+        if kind == "get_into":
             n = s.get_into(keys[0], self.ptr, SLOT)
             return [n], [read_outcome(n, lambda: ctypes.string_at(self.ptr, n))]
         if kind == "batch_get_into":
