@@ -49,6 +49,9 @@ def row_figure(line: str) -> tuple[tuple[str, ...], float] | None:
     prose)."""
     key: list[str] = []
     for c in cells(line):
+        if c == "|":
+            # A column separator inside a whitespace-separated row.
+            continue
         if NUMBER.match(c):
             return (tuple(key), float(c)) if key else None
         if not c or set(c) <= set("-|: "):
@@ -58,13 +61,22 @@ def row_figure(line: str) -> tuple[tuple[str, ...], float] | None:
 
 
 def figures(text: str) -> dict[tuple[str, ...], float]:
-    """Every row figure in a benchmark's output (a repeated key keeps its
-    first figure)."""
+    """Every row figure in a benchmark's output, its key led by the last
+    ``## `` heading above it when there is one (a benchmark that prints one
+    table per setting, e.g. per congestion control); a repeated key keeps
+    its first figure."""
     out: dict[tuple[str, ...], float] = {}
+    section: tuple[str, ...] = ()
     for line in text.splitlines():
+        if line.startswith("## "):
+            section = (line[3:].strip(),)
+            continue
+        if line.startswith("#"):
+            # A comment (a ceiling, a timing note), not a row.
+            continue
         got = row_figure(line)
-        if got and got[0] not in out:
-            out[got[0]] = got[1]
+        if got and section + got[0] not in out:
+            out[section + got[0]] = got[1]
     return out
 
 
