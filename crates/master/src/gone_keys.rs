@@ -11,15 +11,17 @@
 //! an owner restarted on its old directory brings its disk copies back.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
 
 /// How many removed keys are remembered.
 pub(crate) const GONE_KEYS_KEPT: usize = 1 << 16;
 
-/// The most recently removed keys, oldest first.
+/// The most recently removed keys, oldest first (one shared allocation per
+/// key: every removal and eviction notes one).
 #[derive(Debug, Default)]
 pub(crate) struct GoneKeys {
-    order: VecDeque<Box<str>>,
-    set: HashSet<Box<str>>,
+    order: VecDeque<Arc<str>>,
+    set: HashSet<Arc<str>>,
 }
 
 impl GoneKeys {
@@ -33,8 +35,8 @@ impl GoneKeys {
                 self.set.remove(&old);
             }
         }
-        let k: Box<str> = key.into();
-        self.set.insert(k.clone());
+        let k: Arc<str> = key.into();
+        self.set.insert(Arc::clone(&k));
         self.order.push_back(k);
     }
 
