@@ -26,6 +26,7 @@
 //!   `registered`, `result_pool`, `session_table`, `stats`, `wake`;
 //!   `device_staging` stages CUDA device buffers through host memory.
 
+mod caller_mem;
 mod client;
 mod config;
 pub mod device_staging;
@@ -43,6 +44,7 @@ mod store_api;
 mod tensor;
 mod wake;
 
+pub use caller_mem::{Dst, DstLists, Dsts, Mem, MemList, MemLists, Src, SrcLists, Srcs};
 pub use client::{Client, MountSource, StagedValue, HEALTHY, HEALTH_CLOSED, HEALTH_PING_FAILED};
 pub use config::{
     force_tcp, ClientConfig, ReplicateConfig, SharedEngine, WriteKind, DEFAULT_CLIENT_HTTP_PORT,

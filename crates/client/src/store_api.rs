@@ -3,7 +3,7 @@
 //! (`mooncake_standalone::setup_dummy`); the Python binding holds an
 //! `Arc<dyn StoreApi>` and does not know which one it has.
 //!
-//! The operations are listed in two macros, each calling back a macro it
+//! The operations are listed in three macros, each calling back a macro it
 //! is given with its list, so every operation is written once:
 //! - [`store_queries!`](crate::store_queries): operations whose arguments
 //!   and result are plain values (keys, sizes, flags, configs). A dummy
@@ -11,11 +11,18 @@
 //!   dispatch on the daemon and the dummy's method are generated from this
 //!   list: a new query needs its line here, its `Client` method and its
 //!   binding entry, nothing else.
-//! - [`store_calls!`](crate::store_calls): operations that move caller
-//!   memory, or that a dummy's daemon tracks (sessions), or that differ
-//!   between the two kinds of store (lifecycle); each kind implements them
-//!   with inherent methods of the same name and signature, which the trait
-//!   forwards to.
+//! - [`store_moves!`](crate::store_moves): operations that move caller
+//!   memory given as the types of `caller_mem` ([`Src`](crate::Src),
+//!   [`Dst`](crate::Dst) and their lists), with plain values beside it. A
+//!   dummy client hands that memory to its daemon as the types say, so
+//!   these too are generated from the list: the same three places.
+//! - [`store_calls!`](crate::store_calls): the rest: calls whose memory
+//!   goes in ways their types cannot say (whole values staged in the
+//!   client, two-phase reads whose sizes decide the destinations, ranges
+//!   inside registered buffers), that a dummy's daemon tracks (sessions),
+//!   or that differ between the two kinds of store (lifecycle); each kind
+//!   implements them with inherent methods of the same name and signature,
+//!   which the trait forwards to.
 //!
 //! The trait's remaining methods have a default for a store that is not
 //! an in-process client (the in-process-only methods) or not a dummy
@@ -130,51 +137,6 @@ macro_rules! store_calls {
                 fn batch_get_session_end(&self, keys: &[String]) -> $crate::Result<()>;
             }
             unsafe {
-                /// `put_from`/`upsert_from`.
-                ///
-                /// # Safety
-                /// `ptr..ptr+size` must be readable for the duration of the call.
-                fn put_from(&self, key: &str, ptr: usize, size: usize,
-                    cfg: &$crate::ReplicateConfig, upsert: bool) -> $crate::Result<()>;
-                /// `put_from_with_metadata`.
-                ///
-                /// # Safety
-                /// Both ranges must be readable for the duration of the call.
-                fn put_from_with_metadata(&self, key: &str, ptr: usize, metadata_ptr: usize,
-                    size: usize, metadata_size: usize, cfg: &$crate::ReplicateConfig)
-                    -> $crate::Result<()>;
-                /// `batch_put_from`/`batch_upsert_from`.
-                ///
-                /// # Safety
-                /// Every `ptrs[i]..+sizes[i]` must be readable for the duration of the call.
-                fn batch_put_from(&self, keys: &[String], ptrs: &[usize], sizes: &[usize],
-                    cfg: &$crate::ReplicateConfig, upsert: bool)
-                    -> $crate::Result<Vec<$crate::Result<()>>>;
-                /// `get_into`.
-                ///
-                /// # Safety
-                /// `ptr..ptr+size` must be writable for the duration of the call.
-                fn get_into(&self, key: &str, ptr: usize, size: usize) -> $crate::Result<u64>;
-                /// `batch_get_into`.
-                ///
-                /// # Safety
-                /// Every `ptrs[i]..+sizes[i]` must be writable for the duration of the call.
-                fn batch_get_into(&self, keys: &[String], ptrs: &[usize], sizes: &[usize])
-                    -> $crate::Result<Vec<$crate::Result<u64>>>;
-                /// `batch_put_from_multi_buffers`.
-                ///
-                /// # Safety
-                /// Every buffer must be readable for the duration of the call.
-                fn batch_put_from_multi_buffers(&self, keys: &[String], all_ptrs: &[Vec<usize>],
-                    all_sizes: &[Vec<usize>], cfg: &$crate::ReplicateConfig)
-                    -> $crate::Result<Vec<$crate::Result<()>>>;
-                /// `batch_get_into_multi_buffers`.
-                ///
-                /// # Safety
-                /// Every buffer must be writable for the duration of the call.
-                fn batch_get_into_multi_buffers(&self, keys: &[String], all_ptrs: &[Vec<usize>],
-                    all_sizes: &[Vec<usize>], prefer_same_node: bool)
-                    -> $crate::Result<Vec<$crate::Result<u64>>>;
                 /// `get_into_ranges`.
                 ///
                 /// # Safety
@@ -182,20 +144,6 @@ macro_rules! store_calls {
                 fn get_into_ranges(&self, buffer_ptrs: &[usize], keys: &[Vec<String>],
                     dst_offsets: &[Vec<Vec<u64>>], src_offsets: &[Vec<Vec<u64>>],
                     sizes: &[Vec<Vec<u64>>]) -> $crate::Ranges;
-                /// `batch_put_from_multi_buffer_ranges`.
-                ///
-                /// # Safety
-                /// Every buffer must be readable for the duration of the call.
-                fn batch_put_from_multi_buffer_ranges(&self, keys: &[String],
-                    all_ptrs: &[Vec<usize>], all_sizes: &[Vec<usize>],
-                    all_offsets: &[Vec<usize>]) -> $crate::Result<Vec<$crate::Result<u64>>>;
-                /// `batch_get_into_multi_buffer_ranges`.
-                ///
-                /// # Safety
-                /// Every buffer must be writable for the duration of the call.
-                fn batch_get_into_multi_buffer_ranges(&self, keys: &[String],
-                    all_ptrs: &[Vec<usize>], all_sizes: &[Vec<usize>],
-                    all_offsets: &[Vec<usize>]) -> $crate::Result<Vec<$crate::Result<u64>>>;
                 /// A batch of tensor writes.
                 ///
                 /// # Safety
@@ -220,10 +168,89 @@ macro_rules! store_calls {
     };
 }
 
+/// Call `$then!` with the store's operations that move caller memory and
+/// nothing else (see the module docs): each is `unsafe fn name(&self,
+/// args..) -> Result<T>;`, its caller memory in the argument types of
+/// [`caller_mem`](crate::Mem) (`Src`, `Dst`, `Srcs`, `Dsts`, `SrcLists`,
+/// `DstLists`), its other arguments plain values as in
+/// [`store_queries!`](crate::store_queries) or a `&[Vec<usize>]`. A dummy
+/// client hands the memory to its daemon as those types say, so the
+/// request, its dispatch on the daemon and the dummy's method are generated
+/// from this list: a new one needs its line here, its `Client` method and
+/// its binding entry, nothing else.
+#[macro_export]
+macro_rules! store_moves {
+    ($then:ident) => {
+        $then! {
+            unsafe {
+                /// `put_from`/`upsert_from`.
+                ///
+                /// # Safety
+                /// `src` must be readable for the duration of the call.
+                fn put_from(&self, key: &str, src: $crate::Src, cfg: &$crate::ReplicateConfig,
+                    upsert: bool) -> $crate::Result<()>;
+                /// `put_from_with_metadata`: `metadata`, then `src`, as one object.
+                ///
+                /// # Safety
+                /// Both ranges must be readable for the duration of the call.
+                fn put_from_with_metadata(&self, key: &str, src: $crate::Src, metadata: $crate::Src,
+                    cfg: &$crate::ReplicateConfig) -> $crate::Result<()>;
+                /// `batch_put_from`/`batch_upsert_from`.
+                ///
+                /// # Safety
+                /// Every buffer of `srcs` must be readable for the duration of the call.
+                fn batch_put_from(&self, keys: &[String], srcs: $crate::Srcs<'_>,
+                    cfg: &$crate::ReplicateConfig, upsert: bool)
+                    -> $crate::Result<Vec<$crate::Result<()>>>;
+                /// `get_into`.
+                ///
+                /// # Safety
+                /// `dst` must be writable for the duration of the call.
+                fn get_into(&self, key: &str, dst: $crate::Dst) -> $crate::Result<u64>;
+                /// `batch_get_into`.
+                ///
+                /// # Safety
+                /// Every buffer of `dsts` must be writable for the duration of the call.
+                fn batch_get_into(&self, keys: &[String], dsts: $crate::Dsts<'_>)
+                    -> $crate::Result<Vec<$crate::Result<u64>>>;
+                /// `batch_put_from_multi_buffers`.
+                ///
+                /// # Safety
+                /// Every buffer must be readable for the duration of the call.
+                fn batch_put_from_multi_buffers(&self, keys: &[String], bufs: $crate::SrcLists<'_>,
+                    cfg: &$crate::ReplicateConfig) -> $crate::Result<Vec<$crate::Result<()>>>;
+                /// `batch_get_into_multi_buffers`.
+                ///
+                /// # Safety
+                /// Every buffer must be writable for the duration of the call.
+                fn batch_get_into_multi_buffers(&self, keys: &[String], bufs: $crate::DstLists<'_>,
+                    prefer_same_node: bool) -> $crate::Result<Vec<$crate::Result<u64>>>;
+                /// `batch_put_from_multi_buffer_ranges`.
+                ///
+                /// # Safety
+                /// Every buffer must be readable for the duration of the call.
+                fn batch_put_from_multi_buffer_ranges(&self, keys: &[String],
+                    bufs: $crate::SrcLists<'_>, all_offsets: &[Vec<usize>])
+                    -> $crate::Result<Vec<$crate::Result<u64>>>;
+                /// `batch_get_into_multi_buffer_ranges`.
+                ///
+                /// # Safety
+                /// Every buffer must be writable for the duration of the call.
+                fn batch_get_into_multi_buffer_ranges(&self, keys: &[String],
+                    bufs: $crate::DstLists<'_>, all_offsets: &[Vec<usize>])
+                    -> $crate::Result<Vec<$crate::Result<u64>>>;
+            }
+        }
+    };
+}
+
 /// The trait's declarations of a listed group.
 macro_rules! declare {
     ($($(#[$m:meta])* fn $n:ident(&self $(, $a:ident: $t:ty)* $(,)?) $(-> $r:ty)?;)*) => {
         $($(#[$m])* fn $n(&self $(, $a: $t)*) $(-> $r)?;)*
+    };
+    (unsafe { $($(#[$m:meta])* fn $n:ident(&self $(, $a:ident: $t:ty)* $(,)?) $(-> $r:ty)?;)* }) => {
+        $($(#[$m])* unsafe fn $n(&self $(, $a: $t)*) $(-> $r)?;)*
     };
     (
         safe { $($(#[$sm:meta])* fn $sn:ident(&self $(, $sa:ident: $st:ty)* $(,)?) $(-> $sr:ty)?;)* }
@@ -244,6 +271,13 @@ macro_rules! store_forward_to_inherent {
     ($($(#[$m:meta])* fn $n:ident(&self $(, $a:ident: $t:ty)* $(,)?) $(-> $r:ty)?;)*) => {
         $(fn $n(&self $(, $a: $t)*) $(-> $r)? {
             Self::$n(self $(, $a)*)
+        })*
+    };
+    (unsafe { $($(#[$m:meta])* fn $n:ident(&self $(, $a:ident: $t:ty)* $(,)?) $(-> $r:ty)?;)* }) => {
+        $(unsafe fn $n(&self $(, $a: $t)*) $(-> $r)? {
+            // SAFETY: the caller's contract is the trait method's, which is
+            // the inherent method's.
+            unsafe { Self::$n(self $(, $a)*) }
         })*
     };
     (
@@ -275,6 +309,7 @@ fn in_process_only(method: &str) -> Error {
 pub trait StoreApi: Send + Sync {
     store_queries!(declare);
     store_calls!(declare);
+    store_moves!(declare);
 
     /// `get_client_stats()`: the client's counters (a dummy's are its
     /// daemon's, with its own).
@@ -323,6 +358,7 @@ pub trait StoreApi: Send + Sync {
 impl StoreApi for Client {
     store_queries!(store_forward_to_inherent);
     store_calls!(store_forward_to_inherent);
+    store_moves!(store_forward_to_inherent);
 
     fn stats(&self) -> Vec<(String, u64)> {
         Client::stats(self)
@@ -360,7 +396,7 @@ impl<S: StoreApi + ?Sized> ObjectIo for S {
 
     unsafe fn read_object_into(&self, key: &str, ptr: usize, size: usize) -> Result<u64> {
         // SAFETY: the caller's contract is `get_into`'s.
-        unsafe { self.get_into(key, ptr, size) }
+        unsafe { self.get_into(key, crate::Dst { ptr, len: size }) }
     }
 
     unsafe fn write_objects_from(
@@ -370,7 +406,11 @@ impl<S: StoreApi + ?Sized> ObjectIo for S {
         all_sizes: &[Vec<usize>],
         cfg: &crate::ReplicateConfig,
     ) -> Result<Vec<Result<()>>> {
+        let bufs = crate::SrcLists {
+            ptrs: all_ptrs,
+            sizes: all_sizes,
+        };
         // SAFETY: the caller's contract is `batch_put_from_multi_buffers`'s.
-        unsafe { self.batch_put_from_multi_buffers(keys, all_ptrs, all_sizes, cfg) }
+        unsafe { self.batch_put_from_multi_buffers(keys, bufs, cfg) }
     }
 }

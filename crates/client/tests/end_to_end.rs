@@ -1,6 +1,6 @@
 //! End-to-end: a real master RPC server (in-process) and real clients.
 
-use mooncake_client::{Client, ClientConfig, ErrorCode, ReplicateConfig};
+use mooncake_client::{Client, ClientConfig, Dst, Dsts, ErrorCode, ReplicateConfig, Src, Srcs};
 use mooncake_master::config::MasterConfig;
 use std::sync::Arc;
 
@@ -72,16 +72,22 @@ fn put_get_remove_ranges() {
     // big value, direct path
     let big: Vec<u8> = (0..(8usize << 20)).map(|i| (i % 251) as u8).collect();
     // SAFETY: `big` outlives the call.
-    let put = unsafe { a.put_from("big", big.as_ptr() as usize, big.len(), &cfg, false) };
+    let put = unsafe {
+        let src = Src::new(big.as_ptr() as usize, big.len());
+        a.put_from("big", src, &cfg, false)
+    };
     assert_eq!(put, Ok(()));
     let mut out = vec![0u8; big.len()];
     // SAFETY: `out` is writable for its length.
-    let got = unsafe { b.get_into("big", out.as_mut_ptr() as usize, out.len()) };
+    let got = unsafe {
+        let dst = Dst::new(out.as_mut_ptr() as usize, out.len());
+        b.get_into("big", dst)
+    };
     assert_eq!(got, Ok(big.len() as u64));
     assert!(out == big);
     let mut small = vec![0u8; 10];
     // SAFETY: `small` is writable for 10 bytes.
-    let got = unsafe { b.get_into("big", small.as_mut_ptr() as usize, 10) };
+    let got = unsafe { b.get_into("big", Dst::new(small.as_mut_ptr() as usize, 10)) };
     assert_eq!(code(got), -600);
     assert!(
         small.iter().all(|&x| x == 0),
@@ -156,14 +162,26 @@ fn batch_and_key_rules() {
     let buf = [7u8; 16];
     let p = buf.as_ptr() as usize;
     // SAFETY: `buf` outlives the calls; every size is within it.
-    let mismatch = unsafe { a.batch_put_from(&keys(&["a", "b"]), &[p], &[16, 16], &cfg, false) };
+    let mismatch = unsafe {
+        a.batch_put_from(
+            &keys(&["a", "b"]),
+            Srcs {
+                ptrs: &[p],
+                sizes: &[16, 16],
+            },
+            &cfg,
+            false,
+        )
+    };
     assert_eq!(code(mismatch), -600);
     // SAFETY: as above.
     let items = unsafe {
         a.batch_put_from(
             &keys(&["a", "", "c", "d2"]),
-            &[p, p, 0, p],
-            &[16, 16, 16, 0],
+            Srcs {
+                ptrs: &[p, p, 0, p],
+                sizes: &[16, 16, 16, 0],
+            },
             &cfg,
             false,
         )
@@ -174,10 +192,27 @@ fn batch_and_key_rules() {
     let mut out = [0u8; 16];
     let q = out.as_mut_ptr() as usize;
     // SAFETY: `out` is writable for 16 bytes.
-    let mismatch = unsafe { a.batch_get_into(&keys(&["a"]), &[q, q], &[16]) };
+    let mismatch = unsafe {
+        a.batch_get_into(
+            &keys(&["a"]),
+            Dsts {
+                ptrs: &[q, q],
+                sizes: &[16],
+            },
+        )
+    };
     assert_eq!(code(mismatch), -600);
     // SAFETY: as above.
-    let got = unsafe { a.batch_get_into(&keys(&["a", ""]), &[q, q], &[16, 16]) }.expect("call");
+    let got = unsafe {
+        a.batch_get_into(
+            &keys(&["a", ""]),
+            Dsts {
+                ptrs: &[q, q],
+                sizes: &[16, 16],
+            },
+        )
+    }
+    .expect("call");
     assert_eq!(got[0], Ok(16));
     assert_eq!(
         got[1].as_ref().map_err(|e| e.code()),

@@ -67,7 +67,7 @@ fn default_grant() -> u64 {
 /// held until the call is done: a region the dummy unmaps meanwhile stays
 /// mapped here until then.
 #[derive(Default)]
-struct Keep {
+pub(crate) struct Keep {
     held: Vec<(u64, Arc<Segment>)>,
     /// Index in `held` of the region found last (consecutive buffers of a
     /// call usually lie in one region).
@@ -179,7 +179,7 @@ impl OpenSessions {
 }
 
 /// One attached dummy client.
-struct Dummy {
+pub(crate) struct Dummy {
     id: String,
     pid: u32,
     regions: RwLock<HashMap<u64, Arc<Segment>>>,
@@ -198,7 +198,7 @@ fn dangling() -> usize {
 impl Dummy {
     /// The address here of `b`, checked against its region (mapped into
     /// this process's page table); `keep` holds the region for the call.
-    fn ptr(&self, b: Buf, keep: &mut Keep) -> Result<usize> {
+    pub(crate) fn ptr(&self, b: Buf, keep: &mut Keep) -> Result<usize> {
         self.locate(b, keep, Segment::map_range)
     }
 
@@ -252,7 +252,7 @@ impl Dummy {
             .collect()
     }
 
-    fn flat(&self, f: &Flat, keep: &mut Keep) -> Result<(Vec<usize>, Vec<usize>)> {
+    pub(crate) fn flat(&self, f: &Flat, keep: &mut Keep) -> Result<(Vec<usize>, Vec<usize>)> {
         let mut ptrs = Vec::with_capacity(f.ptrs);
         let mut sizes = Vec::with_capacity(f.sizes);
         for b in &f.bufs {
@@ -266,7 +266,11 @@ impl Dummy {
 
     /// Addresses and sizes of per-key lists, each as long as the caller's.
     #[allow(clippy::type_complexity)]
-    fn nested(&self, n: &Nested, keep: &mut Keep) -> Result<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
+    pub(crate) fn nested(
+        &self,
+        n: &Nested,
+        keep: &mut Keep,
+    ) -> Result<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
         let mut ptrs = Vec::with_capacity(n.ptrs.len());
         let mut sizes = Vec::with_capacity(n.sizes.len());
         for (i, &np) in n.ptrs.iter().enumerate() {
@@ -653,80 +657,14 @@ impl Shared {
                     .and_then(|vals| unsafe { cl.put_batch_prestaged(&keys, &vals, &cfg, upsert) });
                 wire::send(c, &r)
             }
-            Call::PutFrom {
-                key,
-                src,
-                cfg,
-                upsert,
-            } => {
-                // SAFETY: the range was checked against a mapped region held by `keep`.
-                let r = d
-                    .ptr(src, k)
-                    .and_then(|p| unsafe { cl.put_from(&key, p, src.len as usize, &cfg, upsert) });
-                wire::send(c, &r)
-            }
-            Call::PutFromWithMetadata {
-                key,
-                src,
-                metadata,
-                cfg,
-            } => {
-                let r = d.ptr(src, k).and_then(|p| {
-                    let m = d.ptr(metadata, k)?;
-                    let (size, msize) = (src.len as usize, metadata.len as usize);
-                    // SAFETY: both ranges were checked against mapped regions held by `keep`.
-                    unsafe { cl.put_from_with_metadata(&key, p, m, size, msize, &cfg) }
-                });
-                wire::send(c, &r)
-            }
-            Call::BatchPutFrom {
-                keys,
-                srcs,
-                cfg,
-                upsert,
-            } => {
-                // SAFETY: every range was checked against a mapped region held by `keep`.
-                let r = d
-                    .flat(&srcs, k)
-                    .and_then(|(p, s)| unsafe { cl.batch_put_from(&keys, &p, &s, &cfg, upsert) });
-                wire::send(c, &r)
-            }
-            Call::GetInto { key, dst } => {
-                // SAFETY: the range was checked against a mapped region held by `keep`.
-                let r = d
-                    .ptr(dst, k)
-                    .and_then(|p| unsafe { cl.get_into(&key, p, dst.len as usize) });
-                wire::send(c, &r)
-            }
-            Call::BatchGetInto { keys, dsts } => {
-                // SAFETY: every range was checked against a mapped region held by `keep`.
-                let r = d
-                    .flat(&dsts, k)
-                    .and_then(|(p, s)| unsafe { cl.batch_get_into(&keys, &p, &s) });
-                wire::send(c, &r)
-            }
             Call::GetValues { keys } => self.get_values(d, c, &keys),
             Call::Query { query, args } => {
                 let reply = crate::queries::serve(cl, query, &args)?;
                 c.write_all(&reply)
             }
-            Call::PutMulti { keys, bufs, cfg } => {
-                // SAFETY: every range was checked against a mapped region held by `keep`.
-                let r = d.nested(&bufs, k).and_then(|(p, s)| unsafe {
-                    cl.batch_put_from_multi_buffers(&keys, &p, &s, &cfg)
-                });
-                wire::send(c, &r)
-            }
-            Call::GetMulti {
-                keys,
-                bufs,
-                prefer_same_node,
-            } => {
-                // SAFETY: every range was checked against a mapped region held by `keep`.
-                let r = d.nested(&bufs, k).and_then(|(p, s)| unsafe {
-                    cl.batch_get_into_multi_buffers(&keys, &p, &s, prefer_same_node)
-                });
-                wire::send(c, &r)
+            Call::Move { mv, args, .. } => {
+                let reply = crate::moves::serve(cl, d, k, mv, &args)?;
+                c.write_all(&reply)
             }
             Call::GetRanges {
                 buffers,
@@ -755,22 +693,6 @@ impl Shared {
                 if let Ok(v) = &r {
                     d.put_sessions.opened(&keys, v);
                 }
-                wire::send(c, &r)
-            }
-            Call::SessionRanges {
-                write,
-                keys,
-                bufs,
-                offsets,
-            } => {
-                // SAFETY: every range was checked against a mapped region held by `keep`.
-                let r = d.nested(&bufs, k).and_then(|(p, s)| unsafe {
-                    if write {
-                        cl.batch_put_from_multi_buffer_ranges(&keys, &p, &s, &offsets)
-                    } else {
-                        cl.batch_get_into_multi_buffer_ranges(&keys, &p, &s, &offsets)
-                    }
-                });
                 wire::send(c, &r)
             }
             Call::PutSessionEnd { keys, revoke } => {

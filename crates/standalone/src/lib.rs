@@ -17,12 +17,16 @@
 //! store calls), `dummy` (the dummy client), `daemon` (the daemon's side,
 //! [`DummyServer`]), `queries` (the plain-value operations of
 //! `mooncake_client::store_queries!`: their request names, the daemon's
-//! dispatch and the dummy's methods, all generated from that list), `shm`
+//! dispatch and the dummy's methods, all generated from that list), `moves`
+//! (the same for the memory-moving operations of
+//! `mooncake_client::store_moves!`, with the caller memory handed over as
+//! their argument types say), `shm`
 //! (shared memory regions), `cli` (the `mooncake_client` command line).
 
 mod cli;
 mod daemon;
 mod dummy;
+mod moves;
 mod queries;
 mod shm;
 mod wire;

@@ -25,6 +25,9 @@ pub(crate) trait Arg<'a>: Serialize {
     /// The argument as the client's method takes it.
     fn view(owned: &'a Self::Owned) -> Self;
 
+    /// The argument as the daemon decodes it.
+    fn owned(&self) -> Self::Owned;
+
     /// How many keys this argument lists, when it is a key list.
     fn keys(&self) -> Option<usize> {
         None
@@ -33,6 +36,9 @@ pub(crate) trait Arg<'a>: Serialize {
 
 impl<'a> Arg<'a> for &'a str {
     type Owned = String;
+    fn owned(&self) -> String {
+        self.to_string()
+    }
     fn view(owned: &'a String) -> Self {
         owned
     }
@@ -40,6 +46,9 @@ impl<'a> Arg<'a> for &'a str {
 
 impl<'a> Arg<'a> for &'a [String] {
     type Owned = Vec<String>;
+    fn owned(&self) -> Vec<String> {
+        self.to_vec()
+    }
     fn view(owned: &'a Vec<String>) -> Self {
         owned
     }
@@ -50,6 +59,9 @@ impl<'a> Arg<'a> for &'a [String] {
 
 impl<'a> Arg<'a> for &'a [u64] {
     type Owned = Vec<u64>;
+    fn owned(&self) -> Vec<u64> {
+        self.to_vec()
+    }
     fn view(owned: &'a Vec<u64>) -> Self {
         owned
     }
@@ -57,6 +69,9 @@ impl<'a> Arg<'a> for &'a [u64] {
 
 impl<'a> Arg<'a> for &'a ReplicateConfig {
     type Owned = ReplicateConfig;
+    fn owned(&self) -> ReplicateConfig {
+        (*self).clone()
+    }
     fn view(owned: &'a ReplicateConfig) -> Self {
         owned
     }
@@ -64,6 +79,9 @@ impl<'a> Arg<'a> for &'a ReplicateConfig {
 
 impl Arg<'_> for bool {
     type Owned = bool;
+    fn owned(&self) -> bool {
+        *self
+    }
     fn view(owned: &bool) -> Self {
         *owned
     }
@@ -71,6 +89,9 @@ impl Arg<'_> for bool {
 
 impl Arg<'_> for u64 {
     type Owned = u64;
+    fn owned(&self) -> u64 {
+        *self
+    }
     fn view(owned: &u64) -> Self {
         *owned
     }
@@ -78,8 +99,21 @@ impl Arg<'_> for u64 {
 
 impl Arg<'_> for u128 {
     type Owned = u128;
+    fn owned(&self) -> u128 {
+        *self
+    }
     fn view(owned: &u128) -> Self {
         *owned
+    }
+}
+
+impl<'a> Arg<'a> for &'a [Vec<usize>] {
+    type Owned = Vec<Vec<usize>>;
+    fn owned(&self) -> Vec<Vec<usize>> {
+        self.to_vec()
+    }
+    fn view(owned: &'a Vec<Vec<usize>>) -> Self {
+        owned
     }
 }
 

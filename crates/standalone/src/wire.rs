@@ -21,6 +21,7 @@
 //! one reply type, named in its doc; two-phase calls (a read whose result
 //! sizes decide where it goes) exchange one more frame pair in between.
 
+use crate::moves::Move;
 use crate::queries::Query;
 use mooncake_client::{Error, ReplicateConfig, Result, WriteMode};
 use mooncake_common::framing::{decode, encode_frame, read_frame, MAX_REQUEST_FRAME};
@@ -352,31 +353,6 @@ pub(crate) enum Call {
         cfg: ReplicateConfig,
         upsert: bool,
     },
-    /// `put_from`/`upsert_from`. Reply: `Result<()>`.
-    PutFrom {
-        key: String,
-        src: Buf,
-        cfg: ReplicateConfig,
-        upsert: bool,
-    },
-    /// `put_from_with_metadata`. Reply: `Result<()>`.
-    PutFromWithMetadata {
-        key: String,
-        src: Buf,
-        metadata: Buf,
-        cfg: ReplicateConfig,
-    },
-    /// `batch_put_from`/`batch_upsert_from`. Reply: `Result<Vec<Result<()>>>`.
-    BatchPutFrom {
-        keys: Vec<String>,
-        srcs: Flat,
-        cfg: ReplicateConfig,
-        upsert: bool,
-    },
-    /// `get_into`. Reply: `Result<u64>`.
-    GetInto { key: String, dst: Buf },
-    /// `batch_get_into`. Reply: `Result<Vec<Result<u64>>>`.
-    BatchGetInto { keys: Vec<String>, dsts: Flat },
     /// Whole values (`get`, `get_batch`, `get_buffer`): the daemon answers
     /// the sizes (`Vec<Result<u64>>`), the dummy names a destination per key
     /// (`Vec<Option<Buf>>`), then the reply is `Vec<Result<u64>>`.
@@ -384,17 +360,13 @@ pub(crate) enum Call {
     /// A plain-value operation of the store (see `queries`): its
     /// arguments as encoded by the dummy. Reply: the operation's result.
     Query { query: Query, args: Vec<u8> },
-    /// `batch_put_from_multi_buffers`. Reply: `Result<Vec<Result<()>>>`.
-    PutMulti {
-        keys: Vec<String>,
-        bufs: Nested,
-        cfg: ReplicateConfig,
-    },
-    /// `batch_get_into_multi_buffers`. Reply: `Result<Vec<Result<u64>>>`.
-    GetMulti {
-        keys: Vec<String>,
-        bufs: Nested,
-        prefer_same_node: bool,
+    /// A memory-moving operation of the store (see `moves`): its carried
+    /// arguments as encoded by the dummy, which name `payload` bytes of
+    /// shared memory. Reply: the operation's result.
+    Move {
+        mv: Move,
+        args: Vec<u8>,
+        payload: u64,
     },
     /// `get_into_ranges`; each buffer is the rest of its region from the
     /// caller's pointer. Reply: `Ranges` (`Vec<Vec<Vec<Result<u64>>>>`).
@@ -410,14 +382,6 @@ pub(crate) enum Call {
         keys: Vec<String>,
         sizes: Vec<u64>,
         cfg: ReplicateConfig,
-    },
-    /// `batch_put_from_multi_buffer_ranges` (`write`) or
-    /// `batch_get_into_multi_buffer_ranges`. Reply: `Result<Vec<Result<u64>>>`.
-    SessionRanges {
-        write: bool,
-        keys: Vec<String>,
-        bufs: Nested,
-        offsets: Vec<Vec<usize>>,
     },
     /// `batch_put_session_end` (or `_revoke`). Reply: `Vec<Result<()>>`.
     PutSessionEnd { keys: Vec<String>, revoke: bool },
@@ -448,20 +412,11 @@ impl Call {
         fn sum<'a>(bufs: impl IntoIterator<Item = &'a Buf>) -> u64 {
             bufs.into_iter().map(|b| b.len).sum()
         }
-        fn nested(n: &Nested) -> u64 {
-            n.bufs.iter().map(sum).sum()
-        }
         Some(match self {
-            Call::Put { src, .. } | Call::PutFrom { src, .. } => src.len,
-            Call::PutFromWithMetadata { src, metadata, .. } => src.len + metadata.len,
+            Call::Put { src, .. } => src.len,
             Call::PutParts { parts, .. } => sum(parts),
             Call::PutBatch { values, .. } => sum(values),
-            Call::BatchPutFrom { srcs, .. } => sum(&srcs.bufs),
-            Call::GetInto { dst, .. } => dst.len,
-            Call::BatchGetInto { dsts, .. } => sum(&dsts.bufs),
-            Call::PutMulti { bufs, .. }
-            | Call::GetMulti { bufs, .. }
-            | Call::SessionRanges { bufs, .. } => nested(bufs),
+            Call::Move { payload, .. } => *payload,
             Call::Query { .. }
             | Call::PutSessionStart { .. }
             | Call::PutSessionEnd { .. }
@@ -609,27 +564,20 @@ mod tests {
             offset: 0,
             len,
         };
-        let flat = Flat {
-            bufs: vec![b(3), b(4)],
-            ptrs: 2,
-            sizes: 2,
-        };
         let keys = vec!["a".to_string(), "b".to_string()];
-        let get = Call::BatchGetInto {
+        let put = Call::PutBatch {
             keys: keys.clone(),
-            dsts: flat,
+            values: vec![b(3), b(4)],
+            cfg: ReplicateConfig::default(),
+            upsert: false,
         };
-        assert_eq!(get.payload(), Some(7));
-        let multi = Call::GetMulti {
-            keys: keys.clone(),
-            bufs: Nested {
-                bufs: vec![vec![b(1), b(2)], vec![b(5)]],
-                ptrs: vec![2, 1],
-                sizes: vec![2, 1],
-            },
-            prefer_same_node: false,
+        assert_eq!(put.payload(), Some(7));
+        let mv = Call::Move {
+            mv: Move::batch_get_into,
+            args: Vec::new(),
+            payload: 8,
         };
-        assert_eq!(multi.payload(), Some(8));
+        assert_eq!(mv.payload(), Some(8));
         let remove_all = Call::Query {
             query: Query::remove_all,
             args: mooncake_common::framing::encode(&(true,)).unwrap(),

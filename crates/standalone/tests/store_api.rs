@@ -8,6 +8,19 @@ use mooncake_master::config::MasterConfig;
 use mooncake_standalone::{setup_dummy, DummyServer};
 use std::sync::Arc;
 
+/// A master, an in-process client, a daemon serving it and a dummy client
+/// of that daemon. The daemon's port only names its socket on this host;
+/// each test of this process passes its own `n`.
+fn daemon(n: u16) -> (DummyServer, Arc<dyn StoreApi>, Arc<dyn StoreApi>) {
+    let master =
+        mooncake_master::embedded::spawn_loopback(MasterConfig::default()).expect("master");
+    let client = Client::setup(ClientConfig::loopback(&master, 64 << 20)).expect("client");
+    let port = 20_000 + n + (std::process::id() % 40_000) as u16;
+    let server = DummyServer::start(Arc::clone(&client), port).expect("daemon");
+    let dummy = setup_dummy(0, 16 << 20, &format!("127.0.0.1:{port}")).expect("setup_dummy");
+    (server, client, dummy)
+}
+
 /// The lookups among the listed queries of `s` about `keys`, rendered for
 /// comparison.
 fn queries(s: &dyn StoreApi, keys: &[String]) -> Vec<String> {
@@ -24,14 +37,7 @@ fn queries(s: &dyn StoreApi, keys: &[String]) -> Vec<String> {
 
 #[test]
 fn a_dummy_serves_every_query_through_the_trait() {
-    let master =
-        mooncake_master::embedded::spawn_loopback(MasterConfig::default()).expect("master");
-    let client = Client::setup(ClientConfig::loopback(&master, 64 << 20)).expect("client");
-    // The port only names the daemon's socket on this host.
-    let port = 20_000 + (std::process::id() % 40_000) as u16;
-    let server = DummyServer::start(Arc::clone(&client), port).expect("daemon");
-    let dummy = setup_dummy(0, 16 << 20, &format!("127.0.0.1:{port}")).expect("setup_dummy");
-    let local: Arc<dyn StoreApi> = client;
+    let (server, local, dummy) = daemon(0);
     let cfg = ReplicateConfig::default();
 
     let keys: Vec<String> = vec!["a".into(), "missing".into()];
@@ -85,6 +91,177 @@ fn a_dummy_serves_every_query_through_the_trait() {
     let per_key = dummy.batch_is_exist(&keys);
     assert_eq!(per_key.len(), keys.len());
     assert!(per_key.iter().all(Result::is_err));
+    server.stop();
+    local.close();
+}
+
+/// The listed memory-moving calls, by name.
+macro_rules! move_names {
+    (unsafe { $($(#[$m:meta])* fn $n:ident(&self $(, $a:ident: $t:ty)* $(,)?) -> $r:ty;)* }) => {
+        vec![$(stringify!($n)),*]
+    };
+}
+
+/// Every memory-moving call of the list on `s`, under keys starting with
+/// `p`: sources in `shared` (a caller buffer that lies in the dummy's
+/// shared memory when `s` is one) and in plain heap memory, destinations
+/// in both. Returns the calls made, and their results and the bytes the
+/// destinations hold, rendered for comparison.
+fn moves(s: &dyn StoreApi, p: &str, shared: &mut [u8]) -> (Vec<&'static str>, Vec<String>) {
+    use mooncake_client::{Dst, DstLists, Dsts, Src, SrcLists, Srcs};
+    let cfg = ReplicateConfig::default();
+    let k = |n: &str| format!("{p}{n}");
+    let mut made = Vec::new();
+    let mut seen = Vec::new();
+    let heap: Vec<u8> = (0..64u8).collect();
+    let (hp, sp) = (heap.as_ptr() as usize, shared.as_mut_ptr() as usize);
+    shared[..64].copy_from_slice(&[9u8; 64]);
+    let src = |ptr, len| Src { ptr, len };
+    // SAFETY: `heap` and `shared` outlive every call below and every range
+    // lies inside them; the destinations are `shared[64..]` and `out`,
+    // which nothing else uses meanwhile.
+    unsafe {
+        made.push("put_from");
+        seen.push(format!(
+            "{:?}",
+            s.put_from(&k("a"), src(hp, 10), &cfg, false)
+        ));
+        made.push("put_from_with_metadata");
+        seen.push(format!(
+            "{:?}",
+            s.put_from_with_metadata(&k("m"), src(sp, 8), src(hp, 4), &cfg)
+        ));
+        made.push("batch_put_from");
+        let srcs = Srcs {
+            ptrs: &[hp, sp, hp],
+            sizes: &[16, 24, 0],
+        };
+        seen.push(format!(
+            "{:?}",
+            s.batch_put_from(&[k("b1"), k("b2"), k("b3")], srcs, &cfg, false)
+        ));
+        let mismatch = Srcs {
+            ptrs: &[hp],
+            sizes: &[1, 2],
+        };
+        seen.push(format!(
+            "{:?}",
+            s.batch_put_from(&[k("x"), k("y")], mismatch, &cfg, false)
+        ));
+        made.push("batch_put_from_multi_buffers");
+        let bufs = SrcLists {
+            ptrs: &[vec![hp, sp], vec![sp]],
+            sizes: &[vec![5, 6], vec![7]],
+        };
+        seen.push(format!(
+            "{:?}",
+            s.batch_put_from_multi_buffers(&[k("mb1"), k("mb2")], bufs, &cfg)
+        ));
+
+        let mut out = vec![0u8; 64];
+        let op = out.as_mut_ptr() as usize;
+        made.push("get_into");
+        seen.push(format!(
+            "{:?}",
+            s.get_into(&k("m"), Dst { ptr: op, len: 64 })
+        ));
+        seen.push(format!(
+            "{:?}",
+            s.get_into(
+                &k("a"),
+                Dst {
+                    ptr: sp + 64,
+                    len: 4
+                }
+            )
+        ));
+        made.push("batch_get_into");
+        let dsts = Dsts {
+            ptrs: &[op + 16, sp + 64, op],
+            sizes: &[16, 32, 8],
+        };
+        seen.push(format!(
+            "{:?}",
+            s.batch_get_into(&[k("b1"), k("b2"), k("missing")], dsts)
+        ));
+        made.push("batch_get_into_multi_buffers");
+        let bufs = DstLists {
+            ptrs: &[vec![op + 40, sp + 100]],
+            sizes: &[vec![3, 8]],
+        };
+        seen.push(format!(
+            "{:?}",
+            s.batch_get_into_multi_buffers(&[k("mb1")], bufs, false)
+        ));
+
+        seen.push(format!(
+            "{:?}",
+            s.batch_put_session_start(&[k("s")], &[12], &cfg)
+        ));
+        made.push("batch_put_from_multi_buffer_ranges");
+        let bufs = SrcLists {
+            ptrs: &[vec![hp + 3, sp]],
+            sizes: &[vec![6, 6]],
+        };
+        let offsets = [vec![6, 0]];
+        seen.push(format!(
+            "{:?}",
+            s.batch_put_from_multi_buffer_ranges(&[k("s")], bufs, &offsets)
+        ));
+        seen.push(format!("{:?}", s.batch_put_session_end(&[k("s")])));
+        seen.push(format!("{:?}", s.batch_get_session_start(&[k("s")])));
+        made.push("batch_get_into_multi_buffer_ranges");
+        let bufs = DstLists {
+            ptrs: &[vec![op + 50, sp + 120]],
+            sizes: &[vec![4, 4]],
+        };
+        let offsets = [vec![0, 8]];
+        seen.push(format!(
+            "{:?}",
+            s.batch_get_into_multi_buffer_ranges(&[k("s")], bufs, &offsets)
+        ));
+        seen.push(format!("{:?}", s.batch_get_session_end(&[k("s")])));
+        seen.push(format!("{:?} {:?}", out, &shared[64..128]));
+    }
+    (made, seen)
+}
+
+#[test]
+fn a_dummy_serves_every_memory_moving_call_through_the_trait() {
+    let (server, local, dummy) = daemon(1);
+
+    let mut heap_shared = vec![0u8; 256];
+    let (made, seen) = moves(&*local, "local/", &mut heap_shared);
+    let size = 256u64;
+    let at = mooncake_standalone::host_alloc(size);
+    assert_ne!(at, 0, "host_alloc");
+    // SAFETY: `host_alloc` gave `size` bytes at `at`, freed below.
+    let shared = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, size as usize) };
+    shared.fill(0);
+    let (_, through_dummy) = moves(&*dummy, "dummy/", shared);
+    assert_eq!(mooncake_standalone::host_free(at), 0);
+
+    // Every listed call was made, and answered as the daemon's own client
+    // answers, with the same bytes in the destinations.
+    let mut listed: Vec<&str> = mooncake_client::store_moves!(move_names);
+    let mut made = made;
+    listed.sort_unstable();
+    made.sort_unstable();
+    assert_eq!(made, listed);
+    assert_eq!(through_dummy, seen);
+    assert_eq!(seen[0], "Ok(())");
+    assert!(
+        seen[2].contains("Err") && seen[2].starts_with("Ok(["),
+        "{}",
+        seen[2]
+    );
+    assert!(seen[3].contains("InvalidParams"), "{}", seen[3]);
+    assert_eq!(seen[5], "Ok(12)");
+    assert!(
+        seen[6].contains("InvalidParams"),
+        "a too-short destination: {}",
+        seen[6]
+    );
     server.stop();
     local.close();
 }

@@ -19,6 +19,7 @@
 //! are INVALID_PARAMS and leave the buffers untouched, more are
 //! TRANSFER_FAIL (upstream's answer); a read returns the object's size.
 
+use crate::caller_mem::{DstLists, MemLists, SrcLists};
 use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
@@ -69,15 +70,17 @@ impl Client {
     /// on this client's own segment first and needs `replica_num` 1.
     ///
     /// # Safety
-    /// Every `all_ptrs[i][j]..+all_sizes[i][j]` must be readable for the
-    /// duration of the call.
+    /// Every buffer of `bufs` must be readable for the duration of the call.
     pub unsafe fn batch_put_from_multi_buffers(
         &self,
         keys: &[String],
-        all_ptrs: &[Vec<usize>],
-        all_sizes: &[Vec<usize>],
+        bufs: SrcLists<'_>,
         cfg: &ReplicateConfig,
     ) -> Result<Vec<Result<()>>> {
+        let MemLists {
+            ptrs: all_ptrs,
+            sizes: all_sizes,
+        } = bufs;
         check_lists(keys.len(), all_ptrs.len(), all_sizes.len())?;
         if let Some(i) = (0..keys.len()).find(|&i| all_ptrs[i].len() != all_sizes[i].len()) {
             return Err(Error::invalid(format!(
@@ -145,15 +148,17 @@ impl Client {
     /// path order (own process, same host, remote), one request per owner.
     ///
     /// # Safety
-    /// Every `all_ptrs[i][j]..+all_sizes[i][j]` must be writable for the
-    /// duration of the call.
+    /// Every buffer of `bufs` must be writable for the duration of the call.
     pub unsafe fn batch_get_into_multi_buffers(
         &self,
         keys: &[String],
-        all_ptrs: &[Vec<usize>],
-        all_sizes: &[Vec<usize>],
+        bufs: DstLists<'_>,
         prefer_same_node: bool,
     ) -> Result<Vec<Result<u64>>> {
+        let MemLists {
+            ptrs: all_ptrs,
+            sizes: all_sizes,
+        } = bufs;
         let _ = prefer_same_node;
         check_lists(keys.len(), all_ptrs.len(), all_sizes.len())?;
         if keys.is_empty() {

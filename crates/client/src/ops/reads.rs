@@ -7,6 +7,7 @@
 //! destination smaller than the object fails with INVALID_PARAMS and stays
 //! untouched; a copy that ends after the lease ran out is LEASE_EXPIRED.
 
+use crate::caller_mem::{Dst, Dsts, MemList};
 use crate::client::{Client, StagedValue};
 use crate::error::{Error, Result};
 use crate::ops::only;
@@ -290,15 +291,19 @@ impl Client {
         (out, reservations)
     }
 
-    /// Read `key` into caller memory; the object size. A `size` smaller
+    /// Read `key` into caller memory; the object size. A `dst` shorter
     /// than the object is INVALID_PARAMS (the buffer stays untouched).
     ///
     /// # Safety
-    /// `ptr..ptr+size` must be writable for the duration of the call.
-    pub unsafe fn get_into(&self, key: &str, ptr: usize, size: usize) -> Result<u64> {
+    /// `dst` must be writable for the duration of the call.
+    pub unsafe fn get_into(&self, key: &str, dst: Dst) -> Result<u64> {
         check_key(key)?;
+        let dsts = Dsts {
+            ptrs: &[dst.ptr],
+            sizes: &[dst.len],
+        };
         // SAFETY: forwarded from the caller.
-        only(unsafe { self.batch_get_into(&[key.to_string()], &[ptr], &[size])? })
+        only(unsafe { self.batch_get_into(&[key.to_string()], dsts)? })
     }
 
     /// Batch read into caller memory; per item as [`Client::get_into`].
@@ -306,13 +311,13 @@ impl Client {
     /// TCP owner travel in one request.
     ///
     /// # Safety
-    /// Every `ptrs[i]..+sizes[i]` must be writable for the duration of the call.
+    /// Every buffer of `dsts` must be writable for the duration of the call.
     pub unsafe fn batch_get_into(
         &self,
         keys: &[String],
-        ptrs: &[usize],
-        sizes: &[usize],
+        dsts: Dsts<'_>,
     ) -> Result<Vec<Result<u64>>> {
+        let MemList { ptrs, sizes } = dsts;
         if keys.len() != ptrs.len() || keys.len() != sizes.len() {
             return Err(Error::invalid(
                 "keys, buffer_ptrs and sizes differ in length",

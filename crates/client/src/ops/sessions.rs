@@ -39,6 +39,7 @@
 //! (the master refuses an upsert of it and a non-forced remove answers
 //! OBJECT_HAS_LEASE until the lease runs out).
 
+use crate::caller_mem::{DstLists, MemLists, SrcLists};
 use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
@@ -256,15 +257,17 @@ impl Client {
     /// failure; see the module doc for the rules.
     ///
     /// # Safety
-    /// Every `all_ptrs[i][j]..+all_sizes[i][j]` must be readable for the
-    /// duration of the call.
+    /// Every buffer of `bufs` must be readable for the duration of the call.
     pub unsafe fn batch_put_from_multi_buffer_ranges(
         &self,
         keys: &[String],
-        all_ptrs: &[Vec<usize>],
-        all_sizes: &[Vec<usize>],
+        bufs: SrcLists<'_>,
         all_offsets: &[Vec<usize>],
     ) -> Result<Vec<Result<u64>>> {
+        let MemLists {
+            ptrs: all_ptrs,
+            sizes: all_sizes,
+        } = bufs;
         check_lists(keys, all_ptrs, all_sizes, all_offsets, "all_dst_offsets")?;
         let mut out: Vec<Result<u64>> = Vec::with_capacity(keys.len());
         // Per range: its source piece, where it lands, the key's session.
@@ -436,15 +439,17 @@ impl Client {
     /// see the module doc for the rules.
     ///
     /// # Safety
-    /// Every `all_ptrs[i][j]..+all_sizes[i][j]` must be writable for the
-    /// duration of the call.
+    /// Every buffer of `bufs` must be writable for the duration of the call.
     pub unsafe fn batch_get_into_multi_buffer_ranges(
         &self,
         keys: &[String],
-        all_ptrs: &[Vec<usize>],
-        all_sizes: &[Vec<usize>],
+        bufs: DstLists<'_>,
         all_offsets: &[Vec<usize>],
     ) -> Result<Vec<Result<u64>>> {
+        let MemLists {
+            ptrs: all_ptrs,
+            sizes: all_sizes,
+        } = bufs;
         check_lists(keys, all_ptrs, all_sizes, all_offsets, "all_src_offsets")?;
         let now = Instant::now();
         let mut out: Vec<Result<u64>> = Vec::with_capacity(keys.len());

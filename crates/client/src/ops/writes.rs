@@ -14,6 +14,7 @@
 //! write needs local-buffer room for its bytes. The config is checked by
 //! [`ReplicateConfig::write_config`].
 
+use crate::caller_mem::{Mem, MemList, Src, Srcs};
 use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
@@ -395,21 +396,21 @@ impl Client {
         first_failure(&batch_keys, results)
     }
 
-    /// Direct write of `size` bytes at `ptr` (`put_from`/`upsert_from`;
-    /// no staging). An empty key or an invalid config is INVALID_PARAMS;
-    /// then `size == 0` stores nothing and succeeds (upstream), and a null
-    /// `ptr` is INVALID_PARAMS.
+    /// Direct write of the bytes of `src` (`put_from`/`upsert_from`; no
+    /// staging). An empty key or an invalid config is INVALID_PARAMS; then
+    /// a length of 0 stores nothing and succeeds (upstream), and a null
+    /// address is INVALID_PARAMS.
     ///
     /// # Safety
-    /// `ptr..ptr+size` must be readable for the duration of the call.
+    /// `src` must be readable for the duration of the call.
     pub unsafe fn put_from(
         &self,
         key: &str,
-        ptr: usize,
-        size: usize,
+        src: Src,
         cfg: &ReplicateConfig,
         upsert: bool,
     ) -> Result<()> {
+        let Mem { ptr, len: size } = src;
         check_key(key)?;
         let wire = cfg.write_config(WriteKind::Bytes, &[key])?;
         if size == 0 {
@@ -423,24 +424,28 @@ impl Client {
         only(unsafe { self.put_items(&[key.to_string()], &[pieces], &wire, upsert, false) })
     }
 
-    /// `put_from_with_metadata`: one object made of `metadata_size` bytes
-    /// at `metadata_ptr` followed by `size` bytes at `ptr` (no staging).
-    /// An empty key or an invalid config is INVALID_PARAMS; then `size == 0`
-    /// stores nothing and succeeds (upstream, which warns), and a null
-    /// pointer under a non-zero size is INVALID_PARAMS.
+    /// `put_from_with_metadata`: one object made of the bytes of
+    /// `metadata` followed by those of `src` (no staging). An empty key or
+    /// an invalid config is INVALID_PARAMS; then an empty `src` stores
+    /// nothing and succeeds (upstream, which warns), and a null address
+    /// under a non-zero length is INVALID_PARAMS.
     ///
     /// # Safety
-    /// `ptr..ptr+size` and `metadata_ptr..metadata_ptr+metadata_size` must
-    /// be readable for the duration of the call.
+    /// `src` and `metadata` must be readable for the duration of the call.
     pub unsafe fn put_from_with_metadata(
         &self,
         key: &str,
-        ptr: usize,
-        metadata_ptr: usize,
-        size: usize,
-        metadata_size: usize,
+        src: Src,
+        metadata: Src,
         cfg: &ReplicateConfig,
     ) -> Result<()> {
+        let (
+            Mem { ptr, len: size },
+            Mem {
+                ptr: metadata_ptr,
+                len: metadata_size,
+            },
+        ) = (src, metadata);
         check_key(key)?;
         let wire = cfg.write_config(WriteKind::Bytes, &[key])?;
         if size == 0 {
@@ -464,15 +469,15 @@ impl Client {
     /// item with INVALID_PARAMS.
     ///
     /// # Safety
-    /// Every `ptrs[i]..+sizes[i]` must be readable for the duration of the call.
+    /// Every buffer of `srcs` must be readable for the duration of the call.
     pub unsafe fn batch_put_from(
         &self,
         keys: &[String],
-        ptrs: &[usize],
-        sizes: &[usize],
+        srcs: Srcs<'_>,
         cfg: &ReplicateConfig,
         upsert: bool,
     ) -> Result<Vec<Result<()>>> {
+        let MemList { ptrs, sizes } = srcs;
         if keys.len() != ptrs.len() || keys.len() != sizes.len() {
             return Err(Error::invalid(
                 "keys, buffer_ptrs and sizes differ in length",

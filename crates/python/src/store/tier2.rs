@@ -10,7 +10,7 @@ use crate::args::UInt;
 use crate::family::method_family;
 use crate::report::Call;
 use mooncake_client::device_staging::{check_cuda_dest, read_tensor_into_device, CudaTensorDest};
-use mooncake_client::{Client, ClientConfig, Error, MountSource, Result};
+use mooncake_client::{Client, ClientConfig, Dst, Error, MountSource, Result, Src};
 use mooncake_tensor::{DType, ReadOutput};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -216,14 +216,9 @@ impl MooncakeDistributedStore {
         let cfg = options(config);
         // SAFETY: the caller vouches for both ranges (upstream contract).
         let r = self.run(py, |s| unsafe {
-            s.put_from_with_metadata(
-                &key,
-                buffer_ptr.usize(),
-                metadata_buffer_ptr.usize(),
-                size.usize(),
-                metadata_size.usize(),
-                &cfg,
-            )
+            let src = Src::new(buffer_ptr.usize(), size.usize());
+            let metadata = Src::new(metadata_buffer_ptr.usize(), metadata_size.usize());
+            s.put_from_with_metadata(&key, src, metadata, &cfg)
         });
         let call = Call::new(py, "put_from_with_metadata");
         if r.is_ok() && size.0 == 0 {
@@ -277,7 +272,7 @@ impl MooncakeDistributedStore {
                         read_tensor_into_device(&d, |p, len| {
                             // SAFETY: `p..p+len` is the host buffer the
                             // reader just allocated for this object.
-                            unsafe { store.get_into(k, p, len) }
+                            unsafe { store.get_into(k, Dst::new(p, len)) }
                         })
                     })
                 })

@@ -20,7 +20,7 @@ use crate::report::{Call, IntoCode};
 use mooncake_client::device_staging::{
     get_one_staged, get_staged, host_only, nested_staged, put_staged,
 };
-use mooncake_client::ranges_failed;
+use mooncake_client::{ranges_failed, Dst, Dsts, MemLists, Src, Srcs};
 use pyo3::prelude::*;
 
 impl MooncakeDistributedStore {
@@ -35,7 +35,7 @@ impl MooncakeDistributedStore {
         // SAFETY: the caller vouches for `ptr..ptr+size` (upstream contract).
         let r = self.run(call.py(), |c| unsafe {
             put_staged(&[ptr.usize()], &[size.usize()], |p| {
-                c.put_from(&key, p[0], size.usize(), &cfg, upsert)
+                c.put_from(&key, Src::new(p[0], size.usize()), &cfg, upsert)
             })
         });
         call.code(Some(&key), r)
@@ -76,7 +76,9 @@ method_family! {
         let (ptrs, sizes) = (addrs(&buffer_ptrs), addrs(&sizes));
         // SAFETY: the caller vouches for every `ptr..ptr+size` (upstream contract).
         let r = self.run(py, |c| unsafe {
-            put_staged(&ptrs, &sizes, |p| c.batch_put_from(&keys, p, &sizes, &cfg, upsert))
+            put_staged(&ptrs, &sizes, |p| {
+                c.batch_put_from(&keys, Srcs { ptrs: p, sizes: &sizes }, &cfg, upsert)
+            })
         });
         Call::new(py, method).codes(&keys, r)
     }
@@ -101,7 +103,9 @@ method_family! {
         // SAFETY: the caller vouches for every buffer: readable for a put,
         // writable for a get (upstream contract).
         let r = self.run(py, |c| unsafe {
-            nested_staged(&ptrs, &sizes, read, |p| transfer(c, &keys, p, &sizes, extra))
+            nested_staged(&ptrs, &sizes, read, |p| {
+                transfer(c, &keys, MemLists { ptrs: p, sizes: &sizes }, extra)
+            })
         });
         Call::new(py, method).codes(&keys, r)
     }
@@ -152,7 +156,7 @@ impl MooncakeDistributedStore {
         // SAFETY: the caller vouches for `ptr..ptr+size` being writable.
         let r = self.run(py, |c| unsafe {
             get_one_staged(buffer_ptr.usize(), size.usize(), |p| {
-                c.get_into(&key, p, size.usize())
+                c.get_into(&key, Dst::new(p, size.usize()))
             })
         });
         Call::new(py, "get_into").code(Some(&key), r)
@@ -169,7 +173,15 @@ impl MooncakeDistributedStore {
         let (ptrs, sizes) = (addrs(&buffer_ptrs), addrs(&sizes));
         // SAFETY: the caller vouches for every `ptr..ptr+size` being writable.
         let r = self.run(py, |c| unsafe {
-            get_staged(&ptrs, &sizes, |p| c.batch_get_into(&keys, p, &sizes))
+            get_staged(&ptrs, &sizes, |p| {
+                c.batch_get_into(
+                    &keys,
+                    Dsts {
+                        ptrs: p,
+                        sizes: &sizes,
+                    },
+                )
+            })
         });
         Call::new(py, "batch_get_into").codes(&keys, r)
     }
