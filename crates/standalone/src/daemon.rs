@@ -10,10 +10,9 @@
 //! buffers unregistered, its regions unmapped (after any call still using
 //! them), and the other dummies are served as before.
 
-use crate::wire::{
-    self, Attached, Buf, Call, Control, Flat, Nested, Open, Service, WireDest, WireOutput,
-    WireWrite,
-};
+use crate::bufs::{Buf, Flat, Nested};
+use crate::moves::Land;
+use crate::wire::{self, Attached, Call, Control, Open, Service, WireDest, WireOutput, WireWrite};
 use mooncake_client::{Client, Error, ErrorCode, Result, TensorDest, TensorWrite};
 use mooncake_common::framing::server_handshake;
 use mooncake_common::AuthKey;
@@ -67,7 +66,7 @@ fn default_grant() -> u64 {
 /// held until the call is done: a region the dummy unmaps meanwhile stays
 /// mapped here until then.
 #[derive(Default)]
-pub(crate) struct Keep {
+struct Keep {
     held: Vec<(u64, Arc<Segment>)>,
     /// Index in `held` of the region found last (consecutive buffers of a
     /// call usually lie in one region).
@@ -179,7 +178,7 @@ impl OpenSessions {
 }
 
 /// One attached dummy client.
-pub(crate) struct Dummy {
+struct Dummy {
     id: String,
     pid: u32,
     regions: RwLock<HashMap<u64, Arc<Segment>>>,
@@ -198,7 +197,7 @@ fn dangling() -> usize {
 impl Dummy {
     /// The address here of `b`, checked against its region (mapped into
     /// this process's page table); `keep` holds the region for the call.
-    pub(crate) fn ptr(&self, b: Buf, keep: &mut Keep) -> Result<usize> {
+    fn ptr(&self, b: Buf, keep: &mut Keep) -> Result<usize> {
         self.locate(b, keep, Segment::map_range)
     }
 
@@ -252,7 +251,7 @@ impl Dummy {
             .collect()
     }
 
-    pub(crate) fn flat(&self, f: &Flat, keep: &mut Keep) -> Result<(Vec<usize>, Vec<usize>)> {
+    fn flat(&self, f: &Flat, keep: &mut Keep) -> Result<(Vec<usize>, Vec<usize>)> {
         let mut ptrs = Vec::with_capacity(f.ptrs);
         let mut sizes = Vec::with_capacity(f.sizes);
         for b in &f.bufs {
@@ -266,11 +265,7 @@ impl Dummy {
 
     /// Addresses and sizes of per-key lists, each as long as the caller's.
     #[allow(clippy::type_complexity)]
-    pub(crate) fn nested(
-        &self,
-        n: &Nested,
-        keep: &mut Keep,
-    ) -> Result<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
+    fn nested(&self, n: &Nested, keep: &mut Keep) -> Result<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
         let mut ptrs = Vec::with_capacity(n.ptrs.len());
         let mut sizes = Vec::with_capacity(n.sizes.len());
         for (i, &np) in n.ptrs.iter().enumerate() {
@@ -292,6 +287,27 @@ impl Dummy {
             sizes.push(vec![0; n.sizes[i]]);
         }
         Ok((ptrs, sizes))
+    }
+}
+
+/// A memory-moving call's buffers, checked against dummy `d`'s regions,
+/// which `keep` holds for the call.
+struct Landing<'a> {
+    d: &'a Dummy,
+    keep: &'a mut Keep,
+}
+
+impl Land for Landing<'_> {
+    fn ptr(&mut self, b: Buf) -> Result<usize> {
+        self.d.ptr(b, self.keep)
+    }
+
+    fn flat(&mut self, f: &Flat) -> Result<(Vec<usize>, Vec<usize>)> {
+        self.d.flat(f, self.keep)
+    }
+
+    fn nested(&mut self, n: &Nested) -> Result<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
+        self.d.nested(n, self.keep)
     }
 }
 
@@ -663,7 +679,7 @@ impl Shared {
                 c.write_all(&reply)
             }
             Call::Move { mv, args, .. } => {
-                let reply = crate::moves::serve(cl, d, k, mv, &args)?;
+                let reply = crate::moves::serve(cl, &mut Landing { d, keep: k }, mv, &args)?;
                 c.write_all(&reply)
             }
             Call::GetRanges {

@@ -23,12 +23,13 @@
 //! (-901): a dummy never hangs on a dead daemon, and `setup_dummy` to the
 //! new daemon makes it work again.
 
-use crate::moves::{dummy_moves, Move};
+use crate::bufs::Buf;
+use crate::moves::{dummy_moves, Hand, Move};
 use crate::queries::{dummy_queries, Query};
 use crate::shm::{self, Carver, Region};
 use crate::wire::{
-    self, Attached, Buf, Call, Control, Flat, Nested, Open, Service, WireDest, WireOutput,
-    WireRead, WireRoute, WireWrite,
+    self, Attached, Call, Control, Open, Service, WireDest, WireOutput, WireRead, WireRoute,
+    WireWrite,
 };
 use mooncake_client::{
     store_forward_to_inherent, Error, ErrorCode, OwnedValues, Ranges, ReplicateConfig, Result,
@@ -268,65 +269,6 @@ impl Handoff<'_> {
         self.place(ptr, len, keep, true)
     }
 
-    /// Caller memory of a memory-moving call: a source, or a destination
-    /// (`writes`) whose bytes the daemon leaves untouched keep their value.
-    ///
-    /// # Safety
-    /// `ptr..ptr+len` must be readable, and writable when `writes`, until
-    /// the handoff is finished.
-    pub(crate) unsafe fn mem(&mut self, ptr: usize, len: u64, writes: bool) -> Result<Buf> {
-        self.place(ptr, len, true, writes)
-    }
-
-    /// Caller buffers `ptrs[i]`/`sizes[i]` (see [`Handoff::mem`]), with
-    /// the lengths of both lists as the caller gave them.
-    ///
-    /// # Safety
-    /// As [`Handoff::mem`], for every buffer.
-    pub(crate) unsafe fn flat(
-        &mut self,
-        ptrs: &[usize],
-        sizes: &[usize],
-        writes: bool,
-    ) -> Result<Flat> {
-        let bufs = ptrs
-            .iter()
-            .zip(sizes)
-            // SAFETY: forwarded from the caller.
-            .map(|(&p, &s)| unsafe { self.mem(p, s as u64, writes) })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Flat {
-            bufs,
-            ptrs: ptrs.len(),
-            sizes: sizes.len(),
-        })
-    }
-
-    /// Per-key caller buffers (see [`Handoff::flat`]).
-    ///
-    /// # Safety
-    /// As [`Handoff::mem`], for every buffer.
-    pub(crate) unsafe fn nested(
-        &mut self,
-        ptrs: &[Vec<usize>],
-        sizes: &[Vec<usize>],
-        writes: bool,
-    ) -> Result<Nested> {
-        let none: Vec<usize> = Vec::new();
-        let bufs = ptrs
-            .iter()
-            .enumerate()
-            // SAFETY: forwarded from the caller.
-            .map(|(i, ps)| unsafe { self.flat(ps, sizes.get(i).unwrap_or(&none), writes) })
-            .map(|f| f.map(|f| f.bufs))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Nested {
-            bufs,
-            ptrs: ptrs.iter().map(Vec::len).collect(),
-            sizes: sizes.iter().map(Vec::len).collect(),
-        })
-    }
-
     /// Copy staged destinations back to the caller's memory.
     fn finish(&mut self) {
         for (ptr, at, len) in self.back.drain(..) {
@@ -335,6 +277,14 @@ impl Handoff<'_> {
             // call still holds.
             unsafe { std::ptr::copy_nonoverlapping(at as *const u8, ptr as *mut u8, len as usize) };
         }
+    }
+}
+
+/// Caller memory of a memory-moving call: a source, or a destination
+/// (`writes`) whose bytes the daemon leaves untouched keep their value.
+impl Hand for Handoff<'_> {
+    unsafe fn mem(&mut self, ptr: usize, len: u64, writes: bool) -> Result<Buf> {
+        self.place(ptr, len, true, writes)
     }
 }
 

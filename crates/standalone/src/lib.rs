@@ -13,16 +13,22 @@
 //! client: [`setup_dummy`] gives one, and the Python binding holds either
 //! as an `Arc<dyn StoreApi>`.
 //!
-//! Modules: `wire` (the protocol: connection opening, control requests,
-//! store calls), `dummy` (the dummy client), `daemon` (the daemon's side,
-//! [`DummyServer`]), `queries` (the plain-value operations of
-//! `mooncake_client::store_queries!`: their request names, the daemon's
-//! dispatch and the dummy's methods, all generated from that list), `moves`
-//! (the same for the memory-moving operations of
-//! `mooncake_client::store_moves!`, with the caller memory handed over as
-//! their argument types say), `shm`
-//! (shared memory regions), `cli` (the `mooncake_client` command line).
+//! Modules, from the top:
+//! - `cli`: the `mooncake_client` command line;
+//! - `daemon`: the daemon's side ([`DummyServer`]);
+//! - `dummy`: the dummy client;
+//! - `wire`: the protocol (connection opening, control requests, store
+//!   calls);
+//! - `queries`: the plain-value operations of
+//!   `mooncake_client::store_queries!`: their request names, the daemon's
+//!   dispatch and the dummy's methods, all generated from that list;
+//! - `moves`: the same for the memory-moving operations of
+//!   `mooncake_client::store_moves!`, with the caller memory handed over as
+//!   their argument types say;
+//! - `bufs`: how a dummy names bytes of its shared memory;
+//! - `shm`: shared memory regions.
 
+mod bufs;
 mod cli;
 mod daemon;
 mod dummy;

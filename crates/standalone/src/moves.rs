@@ -17,15 +17,80 @@
 //! operation added to the list is served to dummy clients with no code
 //! here.
 
-use crate::daemon::{Dummy, Keep};
-use crate::dummy::Handoff;
+use crate::bufs::{Buf, Flat, Nested};
 use crate::queries::Arg;
-use crate::wire::{Buf, Flat, Nested};
 use mooncake_client::{Client, Mem, MemList, MemLists, Result};
 use mooncake_common::framing::{decode, encode_frame};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::io;
+
+/// The dummy's side of a call: caller memory placed where the daemon can
+/// reach it (see the module docs); `writes`: the call writes the memory.
+pub(crate) trait Hand {
+    /// `ptr..ptr+len`.
+    ///
+    /// # Safety
+    /// The memory must be readable, and writable when `writes`, until the
+    /// call is over.
+    unsafe fn mem(&mut self, ptr: usize, len: u64, writes: bool) -> Result<Buf>;
+
+    /// Buffers `ptrs[i]`/`sizes[i]`, with the lengths of both lists.
+    ///
+    /// # Safety
+    /// As [`Hand::mem`], for every buffer.
+    unsafe fn flat(&mut self, ptrs: &[usize], sizes: &[usize], writes: bool) -> Result<Flat> {
+        let bufs = ptrs
+            .iter()
+            .zip(sizes)
+            // SAFETY: forwarded from the caller.
+            .map(|(&p, &s)| unsafe { self.mem(p, s as u64, writes) })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Flat {
+            bufs,
+            ptrs: ptrs.len(),
+            sizes: sizes.len(),
+        })
+    }
+
+    /// Per-item buffer lists (see [`Hand::flat`]).
+    ///
+    /// # Safety
+    /// As [`Hand::mem`], for every buffer.
+    unsafe fn nested(
+        &mut self,
+        ptrs: &[Vec<usize>],
+        sizes: &[Vec<usize>],
+        writes: bool,
+    ) -> Result<Nested> {
+        let none: Vec<usize> = Vec::new();
+        let bufs = ptrs
+            .iter()
+            .enumerate()
+            // SAFETY: forwarded from the caller.
+            .map(|(i, ps)| unsafe { self.flat(ps, sizes.get(i).unwrap_or(&none), writes) })
+            .map(|f| f.map(|f| f.bufs))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Nested {
+            bufs,
+            ptrs: ptrs.iter().map(Vec::len).collect(),
+            sizes: sizes.iter().map(Vec::len).collect(),
+        })
+    }
+}
+
+/// The daemon's side of a call: a dummy's buffers as addresses here, each
+/// checked against a region of the dummy's shared memory, which stays
+/// mapped until the call is over.
+pub(crate) trait Land {
+    /// The address of `b`.
+    fn ptr(&mut self, b: Buf) -> Result<usize>;
+    /// Addresses and sizes, each list as long as the caller's.
+    fn flat(&mut self, f: &Flat) -> Result<(Vec<usize>, Vec<usize>)>;
+    /// Per item, addresses and sizes, each list as long as the caller's.
+    #[allow(clippy::type_complexity)]
+    fn nested(&mut self, n: &Nested) -> Result<(Vec<Vec<usize>>, Vec<Vec<usize>>)>;
+}
 
 /// An argument of a memory-moving operation, as it crosses from a dummy
 /// to its daemon.
@@ -41,16 +106,15 @@ pub(crate) trait Carry<'a>: Sized {
     /// # Safety
     /// The caller memory the argument names must be readable (memory the
     /// call reads) or writable (memory it writes) until `h` is finished.
-    unsafe fn carry(&self, h: &mut Handoff<'_>) -> Result<Self::Wire>;
+    unsafe fn carry(&self, h: &mut dyn Hand) -> Result<Self::Wire>;
 
     /// Bytes of shared memory the carried argument names.
     fn payload(_wire: &Self::Wire) -> u64 {
         0
     }
 
-    /// The daemon's side: every buffer checked against a region of the
-    /// dummy's shared memory, which `keep` then holds for the call.
-    fn land(wire: Self::Wire, d: &Dummy, keep: &mut Keep) -> Result<Self::Landed>;
+    /// The daemon's side: every buffer checked (see [`Land`]).
+    fn land(wire: Self::Wire, l: &mut dyn Land) -> Result<Self::Landed>;
 
     /// The argument as the client's method takes it.
     fn view(landed: &'a Self::Landed) -> Self;
@@ -63,11 +127,11 @@ where
     type Wire = T::Owned;
     type Landed = T::Owned;
 
-    unsafe fn carry(&self, _h: &mut Handoff<'_>) -> Result<T::Owned> {
+    unsafe fn carry(&self, _h: &mut dyn Hand) -> Result<T::Owned> {
         Ok(self.owned())
     }
 
-    fn land(wire: T::Owned, _d: &Dummy, _keep: &mut Keep) -> Result<T::Owned> {
+    fn land(wire: T::Owned, _l: &mut dyn Land) -> Result<T::Owned> {
         Ok(wire)
     }
 
@@ -80,7 +144,7 @@ impl<const WRITES: bool> Carry<'_> for Mem<WRITES> {
     type Wire = Buf;
     type Landed = Self;
 
-    unsafe fn carry(&self, h: &mut Handoff<'_>) -> Result<Buf> {
+    unsafe fn carry(&self, h: &mut dyn Hand) -> Result<Buf> {
         // SAFETY: forwarded from the caller.
         unsafe { h.mem(self.ptr, self.len as u64, WRITES) }
     }
@@ -89,9 +153,9 @@ impl<const WRITES: bool> Carry<'_> for Mem<WRITES> {
         wire.len
     }
 
-    fn land(wire: Buf, d: &Dummy, keep: &mut Keep) -> Result<Self> {
+    fn land(wire: Buf, l: &mut dyn Land) -> Result<Self> {
         Ok(Mem {
-            ptr: d.ptr(wire, keep)?,
+            ptr: l.ptr(wire)?,
             len: wire.len as usize,
         })
     }
@@ -105,7 +169,7 @@ impl<'a, const WRITES: bool> Carry<'a> for MemList<'a, WRITES> {
     type Wire = Flat;
     type Landed = (Vec<usize>, Vec<usize>);
 
-    unsafe fn carry(&self, h: &mut Handoff<'_>) -> Result<Flat> {
+    unsafe fn carry(&self, h: &mut dyn Hand) -> Result<Flat> {
         // SAFETY: forwarded from the caller.
         unsafe { h.flat(self.ptrs, self.sizes, WRITES) }
     }
@@ -114,8 +178,8 @@ impl<'a, const WRITES: bool> Carry<'a> for MemList<'a, WRITES> {
         wire.bufs.iter().map(|b| b.len).sum()
     }
 
-    fn land(wire: Flat, d: &Dummy, keep: &mut Keep) -> Result<Self::Landed> {
-        d.flat(&wire, keep)
+    fn land(wire: Flat, l: &mut dyn Land) -> Result<Self::Landed> {
+        l.flat(&wire)
     }
 
     fn view(landed: &'a Self::Landed) -> Self {
@@ -130,7 +194,7 @@ impl<'a, const WRITES: bool> Carry<'a> for MemLists<'a, WRITES> {
     type Wire = Nested;
     type Landed = (Vec<Vec<usize>>, Vec<Vec<usize>>);
 
-    unsafe fn carry(&self, h: &mut Handoff<'_>) -> Result<Nested> {
+    unsafe fn carry(&self, h: &mut dyn Hand) -> Result<Nested> {
         // SAFETY: forwarded from the caller.
         unsafe { h.nested(self.ptrs, self.sizes, WRITES) }
     }
@@ -139,8 +203,8 @@ impl<'a, const WRITES: bool> Carry<'a> for MemLists<'a, WRITES> {
         wire.bufs.iter().flatten().map(|b| b.len).sum()
     }
 
-    fn land(wire: Nested, d: &Dummy, keep: &mut Keep) -> Result<Self::Landed> {
-        d.nested(&wire, keep)
+    fn land(wire: Nested, l: &mut dyn Land) -> Result<Self::Landed> {
+        l.nested(&wire)
     }
 
     fn view(landed: &'a Self::Landed) -> Self {
@@ -161,15 +225,13 @@ macro_rules! daemon_side {
             $($(#[$m])* $n,)*
         }
 
-        /// Serve `mv` for dummy `d` with `client`: take its arguments back
-        /// from `args`, call the client's method and return the reply's
+        /// Serve `mv` with `client`: take its arguments back from `args`
+        /// through `land`, call the client's method and return the reply's
         /// frame. Arguments that do not decode are an error (the daemon
-        /// ends the connection); a buffer outside the dummy's mapped
-        /// regions fails the call with INVALID_PARAMS.
+        /// ends the connection); a buffer `land` refuses fails the call.
         pub(crate) fn serve(
             client: &Client,
-            d: &Dummy,
-            keep: &mut Keep,
+            land: &mut dyn Land,
             mv: Move,
             args: &[u8],
         ) -> io::Result<Vec<u8>> {
@@ -177,10 +239,10 @@ macro_rules! daemon_side {
                 $(Move::$n => {
                     let ($($a,)*): ($(<$t as Carry<'_>>::Wire,)*) = decode(args)?;
                     let r: $r = (|| {
-                        $(let $a = <$t as Carry<'_>>::land($a, d, keep)?;)*
-                        // SAFETY: every buffer an argument names was checked
-                        // against a region of the dummy's shared memory, held
-                        // by `keep` until the call returns.
+                        $(let $a = <$t as Carry<'_>>::land($a, land)?;)*
+                        // SAFETY: `land` checked every buffer an argument
+                        // names against a region of the dummy's shared
+                        // memory, which stays mapped until the call is over.
                         unsafe { Client::$n(client $(, <$t as Carry<'_>>::view(&$a))*) }
                     })();
                     encode_frame(&r)

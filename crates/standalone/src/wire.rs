@@ -21,6 +21,7 @@
 //! one reply type, named in its doc; two-phase calls (a read whose result
 //! sizes decide where it goes) exchange one more frame pair in between.
 
+use crate::bufs::Buf;
 use crate::moves::Move;
 use crate::queries::Query;
 use mooncake_client::{Error, ReplicateConfig, Result, WriteMode};
@@ -48,17 +49,6 @@ pub(crate) const MAX_FRAME: usize = MAX_REQUEST_FRAME;
 /// port `port` listens on.
 pub fn socket_name(port: u16) -> String {
     format!("mooncake-rs-client-{port}")
-}
-
-/// Bytes of a dummy's shared memory: `len` bytes at `offset` of region `region`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Buf {
-    /// Region id (the dummy's numbering).
-    pub(crate) region: u64,
-    /// Offset in the region.
-    pub(crate) offset: u64,
-    /// Length.
-    pub(crate) len: u64,
 }
 
 /// First frame of a connection, after the handshake.
@@ -303,29 +293,6 @@ pub(crate) enum WireDest {
     Payload(Buf),
     /// A caller buffer: header, then payload.
     Into(Buf),
-}
-
-/// A flat list of caller buffers (`ptrs[i]`, `sizes[i]`), with the lengths
-/// of both lists as the caller gave them (the daemon's client checks them).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Flat {
-    /// One buffer per pair the two lists have in common.
-    pub(crate) bufs: Vec<Buf>,
-    /// Length of the caller's pointer list.
-    pub(crate) ptrs: usize,
-    /// Length of the caller's size list.
-    pub(crate) sizes: usize,
-}
-
-/// Per-key lists of caller buffers, with every list length as given.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Nested {
-    /// Per key, one buffer per pair its two lists have in common.
-    pub(crate) bufs: Vec<Vec<Buf>>,
-    /// Lengths of the caller's per-key pointer lists.
-    pub(crate) ptrs: Vec<usize>,
-    /// Lengths of the caller's per-key size lists.
-    pub(crate) sizes: Vec<usize>,
 }
 
 /// A store call on a joined connection, one per method of the daemon's
