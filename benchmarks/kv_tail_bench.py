@@ -23,7 +23,11 @@ max of the timed read in µs, and the ratios to upstream.
 With ``--writer``, a third process of the same side keeps writing while
 every cell is measured, as another engine of the same cache would: it puts
 16 fresh 64 KiB pages (``put`` per key, its own keys) and removes the 16 it
-put before, in a loop, into a segment of its own on the same master.
+put before, in a loop, into a segment of its own on the same master. By
+default it loops as fast as it can, so a side whose writes are faster also
+puts more load beside its reads; ``--writer-rate R`` caps it at R rounds a
+second, the same load for both sides. Each side prints the rounds a second
+its writer made.
 """
 
 from __future__ import annotations
@@ -107,7 +111,8 @@ def read_loop(s: Any, prefix: str, sizes: list[int], iters: int) -> dict[str, li
 
 def churn_main(cfg: dict[str, Any]) -> int:
     """The concurrent writer: put 16 fresh pages, remove the previous 16,
-    until stdin closes."""
+    until stdin closes; ``rate`` such rounds a second at most (0: as fast
+    as it can). Prints the rounds a second it made when it stops."""
     import threading
 
     s = new_store(cfg["rpc"], cfg["meta"], 64 * MiB, 16 * MiB)
@@ -116,7 +121,9 @@ def churn_main(cfg: dict[str, Any]) -> int:
     value = os.urandom(64 * KiB)
     prev: list[str] = []
     n = 0
+    rate = float(cfg.get("rate", 0))
     print(json.dumps({"ready": True}), flush=True)
+    start = time.perf_counter()
     while not stop.is_set():
         keys = [f"churn-{n}-{j}" for j in range(16)]
         for k in keys:
@@ -125,8 +132,22 @@ def churn_main(cfg: dict[str, Any]) -> int:
             s.remove(k)
         prev = keys
         n += 1
+        if rate > 0:
+            stop.wait(max(0.0, start + n / rate - time.perf_counter()))
+    made = n / max(time.perf_counter() - start, 1e-9)
     s.close()
+    print(json.dumps({"rounds_per_s": made}), flush=True)
     return 0
+
+
+def stop_writer(churn: subprocess.Popen[str]) -> list[float]:
+    """Stop the concurrent writer; the rounds a second it reported."""
+    if churn.stdin is not None:
+        churn.stdin.close()
+    tail = churn.stdout.read() if churn.stdout is not None else ""
+    churn.wait(timeout=60)
+    lines = [ln for ln in tail.splitlines() if ln.startswith('{"rounds_per_s"')]
+    return [json.loads(ln)["rounds_per_s"] for ln in lines]
 
 
 def reader_main(cfg: dict[str, Any]) -> int:
@@ -141,6 +162,7 @@ def side_main(args: argparse.Namespace) -> int:
     import numpy as np
 
     rows = []
+    writer_rates: list[float] = []
     for path in ("same-host", "tcp"):
         env = {"MC_FORCE_TCP": "1"} if path == "tcp" else {}
         os.environ.update(env)
@@ -151,8 +173,9 @@ def side_main(args: argparse.Namespace) -> int:
             w = new_store(rpc, meta, seg, 16 * MiB)
             churn = None
             if args.writer:
+                churn_cfg = {"rpc": rpc, "meta": meta, "rate": args.writer_rate}
                 churn = subprocess.Popen(
-                    [sys.executable, str(HERE), "--churn", json.dumps({"rpc": rpc, "meta": meta})],
+                    [sys.executable, str(HERE), "--churn", json.dumps(churn_cfg)],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                     env=dict(os.environ, **env),
                 )  # fmt: skip
@@ -188,9 +211,8 @@ def side_main(args: argparse.Namespace) -> int:
                     rows.append({"shape": shape, "who": "other-proc", "path": path,
                                  "lat": json.loads(lines[-1])["lat"]})  # fmt: skip
             finally:
-                if churn is not None and churn.stdin is not None:
-                    churn.stdin.close()
-                    churn.wait(timeout=60)
+                if churn is not None:
+                    writer_rates += stop_writer(churn)
                 w.close()
     out = []
     for r in rows:
@@ -207,14 +229,18 @@ def side_main(args: argparse.Namespace) -> int:
             else:
                 r[op] = stats
         out.append(r)
+    if writer_rates:
+        out.append({"writer_rounds_per_s": writer_rates})
     print(json.dumps({"rows": out}), flush=True)
     return 0
 
 
 def run_side(
-    name: str, python: str, master: str, iters: int, writer: bool
+    name: str, python: str, master: str, iters: int, writer: bool, rate: float
 ) -> list[dict[str, Any]] | str:
-    extra = ["--iters", str(iters)] + (["--writer"] if writer else [])
+    extra = ["--iters", str(iters)]
+    if writer:
+        extra += ["--writer", "--writer-rate", str(rate)]
     rows: list[dict[str, Any]] | str = side_rows(HERE, name, python, master, extra, 1800)
     return rows
 
@@ -223,6 +249,12 @@ def main() -> int:
     ap = comparison_parser(__doc__, side_options=("--reader", "--churn"))
     ap.add_argument("--iters", type=int, default=1000)
     ap.add_argument("--writer", action="store_true", help="a concurrent writer process")
+    ap.add_argument(
+        "--writer-rate",
+        type=float,
+        default=0.0,
+        help="the writer's rounds (16 puts, 16 removes) a second at most; 0: as fast as it can",
+    )
     args = ap.parse_args()
     if args.reader:
         return reader_main(json.loads(args.reader))
@@ -235,14 +267,23 @@ def main() -> int:
     loads: list[str] = []
     run_sides(
         sides,
-        lambda name, python, master: run_side(name, python, master, args.iters, args.writer),
+        lambda name, python, master: run_side(
+            name, python, master, args.iters, args.writer, args.writer_rate
+        ),
         res,
         loads,
     )
     if args.writer:
-        print("with a concurrent writer process (16 x 64 KiB puts and removes in a loop)")
+        pace = f"at most {args.writer_rate:g} rounds/s" if args.writer_rate > 0 else "flat out"
+        print(f"with a concurrent writer process (16 x 64 KiB puts and removes a round, {pace})")
+        for name, rows in res.items():
+            made = [
+                x for r in rows if isinstance(r, dict) for x in r.get("writer_rounds_per_s", [])
+            ]
+            if isinstance(rows, list) and made:
+                print(f"# {name}'s writer made {', '.join(f'{x:.0f}' for x in made)} rounds/s")
     keyed = {
-        name: {(r["shape"], r["who"], r["path"]): r for r in rows}
+        name: {(r["shape"], r["who"], r["path"]): r for r in rows if "shape" in r}
         for name, rows in res.items()
         if isinstance(rows, list)
     }
