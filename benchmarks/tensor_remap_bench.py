@@ -19,6 +19,10 @@ dense weights of its stage as ``[PP(w//4, 2), TP(w%4, 4)]`` and expert rank
   ep4      every expert weight as ``[EP(r, 4, split_dim=0)]``, r = 0..3
   full     every weight whole (one call)
 
+These reads are cross-process (the writers own the segments). Then the
+same reads run in one process that stored every writer's part itself, so
+they read its own segment (``inproc``).
+
 Every result is checked against torch slicing of the original tensors
 before timing. Figures: GB/s (1e9 B/s) of tensor bytes returned, the median of
 ``--repeats`` runs of all ranks of a target. Baselines on the same bytes:
@@ -105,18 +109,14 @@ def stage_of(name: str, stages: int) -> int:
     return int(name.split(".")[1]) * stages // N_DENSE
 
 
-def writer_main(args: argparse.Namespace) -> int:
-    """Child: writer ``args.rank`` stores its part and serves it until stdin closes."""
-    import torch
+def write_as(s: Any, w: int, full: dict[str, Any]) -> list[int]:
+    """Store writer ``w``'s part of ``full`` with ``s`` (see the module
+    docs); the return codes."""
     from mooncake.store import EP, PP, TP, TensorParallelism
 
-    torch.set_num_threads(1)
-    w = args.rank
     pp, tp = w // 4, w % 4
-    ws = weights(args.mib)
-    s = new_store(args.rpc, args.meta, args.mib * MiB // 8 * 2 + 64 * MiB, 64 * MiB)
     keys, tensors, pars = [], [], []
-    for name, (shape, seed) in ws.items():
+    for name, t in full.items():
         if name.startswith("dense."):
             if stage_of(name, 2) != pp:
                 continue
@@ -124,9 +124,19 @@ def writer_main(args: argparse.Namespace) -> int:
         else:
             par = TensorParallelism([EP(w, 8, expert_id=w, split_dim=0)])
         keys.append(name)
-        tensors.append(make(torch, shape, seed))
+        tensors.append(t)
         pars.append(par)
-    rc = s.batch_put_tensor_with_parallelism(keys, tensors, pars)
+    return list(s.batch_put_tensor_with_parallelism(keys, tensors, pars))
+
+
+def writer_main(args: argparse.Namespace) -> int:
+    """Child: writer ``args.rank`` stores its part and serves it until stdin closes."""
+    import torch
+
+    torch.set_num_threads(1)
+    s = new_store(args.rpc, args.meta, args.mib * MiB // 8 * 2 + 64 * MiB, 64 * MiB)
+    full = {k: make(torch, shape, seed) for k, (shape, seed) in weights(args.mib).items()}
+    rc = write_as(s, args.rank, full)
     print(json.dumps({"rc": sorted(set(rc))}), flush=True)
     sys.stdin.read()
     s.close()
@@ -396,6 +406,21 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             for proc, _ in children:
                 stop_child(proc)
+    # In-process reads: this process stores every writer's part itself and
+    # reads from its own segment.
+    with running_master(master) as (rpc, meta):
+        s = new_store(rpc, meta, total * 2 + 256 * MiB, 64 * MiB)
+        try:
+            for w in range(8):
+                rc = write_as(s, w, full)
+                if set(rc) != {0}:
+                    raise RuntimeError(f"in-process writer {w} failed: {sorted(set(rc))}")
+            for name, batches in plans(full).items():
+                res["rows"][name]["inproc_gbs"] = measure(s, batches, full, args.repeats, name)[
+                    "ours_gbs"
+                ]
+        finally:
+            s.close()
     ckpt = tempfile.mkdtemp(
         prefix="dcp-remap-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
     )
@@ -458,14 +483,15 @@ def main() -> int:
         f"state dict {res['mib']} MiB bf16, {res['tensors']} weights, written by 8 processes in {res['write_s']} s"
     )
     print(
-        f"{'target':8} {'calls':>5} {'ours GB/s':>10} {'memcpy GB/s':>12} {'memcpy-mt':>10} {'slice GB/s':>11} {'ours/memcpy':>12} {'ours/slice':>11} {'dcp GB/s':>9} {'ours/dcp':>9} {'ours/dcp-whole':>15} {'rpc/call':>9} {'rpc/call(1)':>11}"
+        f"{'target':8} {'calls':>5} {'ours GB/s':>10} {'memcpy GB/s':>12} {'memcpy-mt':>10} {'slice GB/s':>11} {'ours/memcpy':>12} {'ours/slice':>11} {'dcp GB/s':>9} {'ours/dcp':>9} {'ours/dcp-whole':>15} {'rpc/call':>9} {'rpc/call(1)':>11} {'inproc GB/s':>12} {'inproc/memcpy':>14}"
     )
     for name, r in res["rows"].items():
         print(
             f"{name:8} {r['calls']:>5} {r['ours_gbs']:>10.2f} {r['memcpy_gbs']:>12.2f} {r['memcpy_mt_gbs']:>10.2f} {r['slice_gbs']:>11.2f} "
             f"{r['ours_gbs'] / r['memcpy_gbs']:>12.2f} {r['ours_gbs'] / r['slice_gbs']:>11.2f} {r['dcp_gbs']:>9.2f} "
             f"{r['ours_gbs'] / r['dcp_gbs']:>9.1f} {r['ours_gbs'] / whole_gbs:>15.1f} "
-            f"{r['rpc_per_call']:>9} {r['rpc_per_call_1']:>11}"
+            f"{r['rpc_per_call']:>9} {r['rpc_per_call_1']:>11} "
+            f"{r['inproc_gbs']:>12.2f} {r['inproc_gbs'] / r['memcpy_gbs']:>14.2f}"
         )
     print(
         f"dcp-whole: save {res['dcp_save_s']} s, load {whole_gbs:.2f} GB/s (whole state dict, one process); "
