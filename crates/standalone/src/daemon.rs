@@ -10,7 +10,7 @@
 //! buffers unregistered, its regions unmapped (after any call still using
 //! them), and the other dummies are served as before.
 
-use crate::bufs::{Buf, Flat, Nested};
+use crate::bufs::Buf;
 use crate::moves::Land;
 use crate::wire::{self, Attached, Call, Control, Open, Service, WireDest, WireOutput, WireWrite};
 use mooncake_client::{Client, Error, ErrorCode, Result, TensorDest, TensorWrite};
@@ -243,50 +243,11 @@ impl Dummy {
         Ok(seg.base() as usize + b.offset as usize)
     }
 
-    /// Addresses and sizes of a flat list, each list as long as the caller's.
     /// (address, length) of each buffer.
     fn pieces(&self, bufs: &[Buf], keep: &mut Keep) -> Result<Vec<(usize, u64)>> {
         bufs.iter()
             .map(|b| self.ptr(*b, keep).map(|p| (p, b.len)))
             .collect()
-    }
-
-    fn flat(&self, f: &Flat, keep: &mut Keep) -> Result<(Vec<usize>, Vec<usize>)> {
-        let mut ptrs = Vec::with_capacity(f.ptrs);
-        let mut sizes = Vec::with_capacity(f.sizes);
-        for b in &f.bufs {
-            ptrs.push(self.ptr(*b, keep)?);
-            sizes.push(b.len as usize);
-        }
-        ptrs.resize(f.ptrs, 0);
-        sizes.resize(f.sizes, 0);
-        Ok((ptrs, sizes))
-    }
-
-    /// Addresses and sizes of per-key lists, each as long as the caller's.
-    #[allow(clippy::type_complexity)]
-    fn nested(&self, n: &Nested, keep: &mut Keep) -> Result<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
-        let mut ptrs = Vec::with_capacity(n.ptrs.len());
-        let mut sizes = Vec::with_capacity(n.sizes.len());
-        for (i, &np) in n.ptrs.iter().enumerate() {
-            let bufs = n.bufs.get(i).map_or(&[][..], Vec::as_slice);
-            let (p, s) = self.flat(
-                &Flat {
-                    bufs: bufs.to_vec(),
-                    ptrs: np,
-                    sizes: n.sizes.get(i).copied().unwrap_or(0),
-                },
-                keep,
-            )?;
-            ptrs.push(p);
-            if i < n.sizes.len() {
-                sizes.push(s);
-            }
-        }
-        for i in n.ptrs.len()..n.sizes.len() {
-            sizes.push(vec![0; n.sizes[i]]);
-        }
-        Ok((ptrs, sizes))
     }
 }
 
@@ -300,14 +261,6 @@ struct Landing<'a> {
 impl Land for Landing<'_> {
     fn ptr(&mut self, b: Buf) -> Result<usize> {
         self.d.ptr(b, self.keep)
-    }
-
-    fn flat(&mut self, f: &Flat) -> Result<(Vec<usize>, Vec<usize>)> {
-        self.d.flat(f, self.keep)
-    }
-
-    fn nested(&mut self, n: &Nested) -> Result<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
-        self.d.nested(n, self.keep)
     }
 }
 

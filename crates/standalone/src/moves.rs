@@ -85,11 +85,43 @@ pub(crate) trait Hand {
 pub(crate) trait Land {
     /// The address of `b`.
     fn ptr(&mut self, b: Buf) -> Result<usize>;
-    /// Addresses and sizes, each list as long as the caller's.
-    fn flat(&mut self, f: &Flat) -> Result<(Vec<usize>, Vec<usize>)>;
+
+    /// Addresses and sizes, each list as long as the caller's (the pairs
+    /// beyond the shorter list are 0).
+    fn flat(&mut self, f: &Flat) -> Result<(Vec<usize>, Vec<usize>)> {
+        let mut ptrs = Vec::with_capacity(f.ptrs);
+        let mut sizes = Vec::with_capacity(f.sizes);
+        for b in &f.bufs {
+            ptrs.push(self.ptr(*b)?);
+            sizes.push(b.len as usize);
+        }
+        ptrs.resize(f.ptrs, 0);
+        sizes.resize(f.sizes, 0);
+        Ok((ptrs, sizes))
+    }
+
     /// Per item, addresses and sizes, each list as long as the caller's.
     #[allow(clippy::type_complexity)]
-    fn nested(&mut self, n: &Nested) -> Result<(Vec<Vec<usize>>, Vec<Vec<usize>>)>;
+    fn nested(&mut self, n: &Nested) -> Result<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
+        let mut ptrs = Vec::with_capacity(n.ptrs.len());
+        let mut sizes = Vec::with_capacity(n.sizes.len());
+        for (i, &np) in n.ptrs.iter().enumerate() {
+            let bufs = n.bufs.get(i).map_or(&[][..], Vec::as_slice);
+            let (p, s) = self.flat(&Flat {
+                bufs: bufs.to_vec(),
+                ptrs: np,
+                sizes: n.sizes.get(i).copied().unwrap_or(0),
+            })?;
+            ptrs.push(p);
+            if i < n.sizes.len() {
+                sizes.push(s);
+            }
+        }
+        for i in n.ptrs.len()..n.sizes.len() {
+            sizes.push(vec![0; n.sizes[i]]);
+        }
+        Ok((ptrs, sizes))
+    }
 }
 
 /// An argument of a memory-moving operation, as it crosses from a dummy
