@@ -249,12 +249,7 @@ def main() -> int:
     ap = comparison_parser(__doc__, side_options=("--reader", "--churn"))
     ap.add_argument("--iters", type=int, default=1000)
     ap.add_argument("--writer", action="store_true", help="a concurrent writer process")
-    ap.add_argument(
-        "--writer-rate",
-        type=float,
-        default=0.0,
-        help="the writer's rounds (16 puts, 16 removes) a second at most; 0: as fast as it can",
-    )
+    ap.add_argument("--writer-rate", type=float, default=0.0, help="writer rounds/s cap; 0: none")
     args = ap.parse_args()
     if args.reader:
         return reader_main(json.loads(args.reader))
