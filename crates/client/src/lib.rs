@@ -12,8 +12,9 @@
 //!
 //! Module tree (folders are layers; each uses only what is below it):
 //! - `store_api`: [`StoreApi`], the store's operations declared once (the
-//!   lists [`store_queries!`] and [`store_calls!`]), implemented here by
-//!   `Client` and by the standalone crate's dummy client;
+//!   lists [`store_queries!`], [`store_moves!`] and [`store_calls!`]),
+//!   implemented here by `Client` and by the standalone crate's dummy
+//!   client;
 //! - `tensor/`: tensor reads and writes, tensor batch rules, safetensors IO;
 //! - `ops/`: the store operations as `Client` methods (writes, reads,
 //!   ranges, locations, multi-buffer values, sessions, `BufferPool` leases);
@@ -22,7 +23,8 @@
 //!   tier;
 //! - `master/`: the master connection, discovery, read-ticket reports,
 //!   descriptor publishing;
-//! - at the root, used by all: `config`, `error`, `parallel`, `staging`,
+//! - at the root, used by all: `caller_mem` (caller memory as the
+//!   memory-moving calls take it), `config`, `error`, `parallel`, `staging`,
 //!   `registered`, `result_pool`, `session_table`, `stats`, `wake`;
 //!   `device_staging` stages CUDA device buffers through host memory.
 

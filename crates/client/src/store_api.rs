@@ -168,8 +168,8 @@ macro_rules! store_calls {
     };
 }
 
-/// Call `$then!` with the store's operations that move caller memory and
-/// nothing else (see the module docs): each is `unsafe fn name(&self,
+/// Call `$then!` with the store's operations whose caller memory their
+/// argument types describe whole (see the module docs): each is `unsafe fn name(&self,
 /// args..) -> Result<T>;`, its caller memory in the argument types of
 /// [`caller_mem`](crate::Mem) (`Src`, `Dst`, `Srcs`, `Dsts`, `SrcLists`,
 /// `DstLists`), its other arguments plain values as in
