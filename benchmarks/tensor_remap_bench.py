@@ -292,16 +292,15 @@ def plans(full: dict[str, Any]) -> dict[str, list[tuple[list[str], list[Any]]]]:
     return out
 
 
-def measure(
+def ours_gbs(
     s: Any,
     batches: list[tuple[list[str], list[Any]]],
     full: dict[str, Any],
     repeats: int,
     name: str,
-) -> dict[str, Any]:
-    """One target's row: every result checked against torch slicing, then
-    ours, memcpy and slice timed on the same bytes, and the master RPCs of a
-    batch of every weight and of one."""
+) -> tuple[int, float]:
+    """A target's reads with ``s``: every result checked against torch
+    slicing, then timed; the bytes one pass returns and its GB/s."""
     import torch
 
     nbytes = 0
@@ -319,6 +318,21 @@ def measure(
         for keys, tgts in batches:
             s.batch_get_tensor_with_parallelism(keys, tgts)
 
+    return nbytes, nbytes / median_time(ours, repeats) / 1e9
+
+
+def measure(
+    s: Any,
+    batches: list[tuple[list[str], list[Any]]],
+    full: dict[str, Any],
+    repeats: int,
+    name: str,
+) -> dict[str, Any]:
+    """One target's row: ours (``ours_gbs``), memcpy and slice timed on the
+    same bytes, and the master RPCs of a batch of every weight and of one."""
+    import torch
+
+    nbytes, ours = ours_gbs(s, batches, full, repeats, name)
     views = [
         box(full[k], tg.parallelism.axes if tg.parallelism else [])
         for keys, tgts in batches
@@ -340,7 +354,6 @@ def measure(
     r1 = s.get_client_stats()["master_rpcs"]
     s.batch_get_tensor_with_parallelism(keys[:1], tgts[:1])
     r2 = s.get_client_stats()["master_rpcs"]
-    t_ours = median_time(ours, repeats)
     t_mem = median_time(memcpy, repeats)
     # The machine's copy ceiling: the same copies with torch's intra-op
     # threads on every core (ours spreads a batch's copies over the cores).
@@ -351,7 +364,7 @@ def measure(
     return {
         "bytes": nbytes,
         "calls": len(batches),
-        "ours_gbs": nbytes / t_ours / 1e9,
+        "ours_gbs": ours,
         "memcpy_gbs": nbytes / t_mem / 1e9,
         "memcpy_mt_gbs": nbytes / t_mem_mt / 1e9,
         "slice_gbs": nbytes / t_slice / 1e9,
@@ -416,9 +429,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                 if set(rc) != {0}:
                     raise RuntimeError(f"in-process writer {w} failed: {sorted(set(rc))}")
             for name, batches in plans(full).items():
-                res["rows"][name]["inproc_gbs"] = measure(s, batches, full, args.repeats, name)[
-                    "ours_gbs"
-                ]
+                _, res["rows"][name]["inproc_gbs"] = ours_gbs(s, batches, full, args.repeats, name)
         finally:
             s.close()
     ckpt = tempfile.mkdtemp(
