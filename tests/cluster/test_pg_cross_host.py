@@ -1,12 +1,15 @@
 """The ``mooncake-cpu`` process group between hosts (network namespaces):
 ranks that meet through ``init_method="tcp://host:port"`` alone advertise the
 address on their route to that host (not loopback), reach each other over
-TCP, and their rank links follow the data-connection congestion rule.
+TCP, and their rank links follow the data-connection congestion rule. Ranks
+in different namespaces of one machine still share its CPUs, and fit their
+compute threads to them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -84,6 +87,60 @@ def test_ranks_on_two_hosts_meet_through_init_method_and_links_avoid_pacing(
     for host, p in zip(("c1", "c2"), ranks, strict=True):
         listening = [cc for _, _, cc in tcp_sockets(net, host, p.pid, "listening")]
         assert "cubic" in listening, (host, listening)
+    for p in ranks:
+        assert p.stdin is not None
+        p.stdin.close()
+    for p in ranks:
+        assert p.wait(timeout=60) == 0, p.stderr.read() if p.stderr else ""
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs 2 CPUs: one thread per rank cannot oversubscribe one CPU",
+)
+def test_ranks_in_two_namespaces_of_one_machine_share_its_cpus(
+    net: Any, ranks: list[subprocess.Popen[str]]
+) -> None:
+    # Each rank starts with one torch thread per CPU (torch's default): two
+    # such ranks on one machine oversubscribe its cores although they are
+    # different hosts to the network, so each runs its share.
+    port = int(
+        net.exec(
+            "c1",
+            [
+                sys.executable,
+                "-c",
+                "import socket;s=socket.socket();s.bind(('',0));print(s.getsockname()[1])",
+            ],
+        ).stdout
+    )
+    init = f"tcp://{net.ip('c1')}:{port}"
+    for rank, host in enumerate(("c1", "c2")):
+        ranks.append(
+            net.popen(
+                host,
+                [sys.executable, str(HERE / "pg_rank.py"), str(rank), "2", init, "default"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={
+                    k: v
+                    for k, v in os.environ.items()
+                    if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+                },
+            )
+        )
+    share = max(1, len(os.sched_getaffinity(0)) // 2)
+    for p in ranks:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        if not line:
+            for q in ranks:
+                q.kill()
+            errs = [(q.wait(), q.stderr.read() if q.stderr else "") for q in ranks]
+            raise AssertionError(f"a rank printed no result: {errs}")
+        assert json.loads(line) == {"sum": 3.0, "all_equal": True, "threads": share}
     for p in ranks:
         assert p.stdin is not None
         p.stdin.close()

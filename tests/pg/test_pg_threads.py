@@ -97,3 +97,22 @@ def test_omp_num_threads_set_by_the_user_keeps_the_threads_and_warns() -> None:
         assert r["sum"] == [3.0] * 4
         (msg,) = r["warnings"]  # type: ignore[misc]
         assert "OMP_NUM_THREADS is set, so the threads stay" in msg
+
+
+def test_ranks_share_cpus_by_machine_and_affinity_not_by_network_namespace() -> None:
+    from mooncake.pg._host import cpu_mask, machine_identity
+    from mooncake.pg._rendezvous import shares_cpus
+
+    me, mine = machine_identity(), cpu_mask()
+    lowest = mine & -mine  # one CPU this process may run on
+    other_cpus = (1 << 4096) & ~mine  # a CPU it may not run on
+    # Same machine and overlapping affinity: shares, whatever its host
+    # (another network namespace or container).
+    assert shares_cpus({"host": "elsewhere", "machine": me, "cpus": hex(lowest)}, "here")
+    # Same machine, disjoint affinity (each pinned to its own cores): no.
+    assert not shares_cpus({"host": "here", "machine": me, "cpus": hex(other_cpus)}, "here")
+    # Another machine: no, even with the same CPU numbers.
+    assert not shares_cpus({"host": "elsewhere", "machine": me + "x", "cpus": hex(mine)}, "here")
+    # A record without the fields (an older peer) counts when its host is ours.
+    assert shares_cpus({"host": "here"}, "here")
+    assert not shares_cpus({"host": "elsewhere"}, "here")

@@ -50,16 +50,37 @@ def advertised_host(explicit: str | None = None, rendezvous: str | None = None) 
     return "127.0.0.1"
 
 
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def machine_identity() -> str:
+    """The running kernel (its boot id; the hostname where there is none):
+    processes with equal strings share one machine's CPUs, whatever their
+    network namespaces or containers."""
+    return _boot_id() or socket.gethostname()
+
+
+def cpu_mask() -> int:
+    """The CPUs this process may run on, as a bit mask (bit ``c`` for CPU
+    ``c``; every CPU where affinity is unknown)."""
+    if hasattr(os, "sched_getaffinity"):
+        cpus = os.sched_getaffinity(0)
+        if cpus:
+            return sum(1 << c for c in cpus)
+    return (1 << (os.cpu_count() or 1)) - 1
+
+
 def host_identity() -> str:
     """Hostname, boot id and network namespace: equal strings mean the same
     kernel and the same network stack, so shared memory works. Processes in
     different network namespaces count as different hosts (containers, the
     cross-host tests), as they do for the store's same-host path."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-            boot = f.read().strip()
-    except OSError:
-        boot = ""
+    boot = _boot_id()
     try:
         netns = os.readlink("/proc/self/ns/net")
     except OSError:

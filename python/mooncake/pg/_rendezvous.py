@@ -17,7 +17,7 @@ Every key lives under ``mcpg/v1/{generation}``:
 
 It also holds the process-wide state the groups share: the coordinator's
 address and the address ``set_host_ip`` chose, the spin policy (which
-depends on how many ranks share this host), and the closing handshake with
+depends on how many ranks share this rank's CPUs), and the closing handshake with
 the TCPStore of the default group when it is destroyed.
 """
 
@@ -29,13 +29,14 @@ import json
 import os
 import socket
 import warnings
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
 
 from mooncake import _native
-from mooncake.pg._host import host_identity
+from mooncake.pg._host import cpu_mask, host_identity, machine_identity
 
 PREFIX = "mcpg/v1"
 # Version of the peer record.
@@ -47,7 +48,8 @@ HOST_OVERRIDE: list[str | None] = [None]
 AUTO_SPIN_US = 30
 # Longest a rank's destroy of the default group waits for rank 0's.
 CLOSE_WAIT_S = 10.0
-# Most same-host ranks seen in any group of this process (spin policy).
+# Most ranks sharing this rank's CPUs seen in any group of this process
+# (spin policy).
 _MAX_LOCAL_RANKS = [1]
 _WARNED_THREADS = [False]
 
@@ -155,6 +157,8 @@ def meet_peers(
         "capacity": native.capacity(),
         "is_extension": is_extension,
         "shm": native.shm_name(),
+        "machine": machine_identity(),
+        "cpus": hex(cpu_mask()),
     }
     store.set(f"{key_prefix}/peer/{rank}", json.dumps(record))
     if is_extension or size == 1:
@@ -177,18 +181,35 @@ def meet_peers(
             f"{missing} to join process group '{group_id}'{why}"
         ) from e
     peers = []
+    sharing = 1
     for r, k in keys.items():
         rec = json.loads(store.get(k))
         peers.append(
             (r, rec["endpoint"], int(rec["member_id"]), rec["host"] == me_host, rec["shm"])
         )
-    local_ranks = 1 + sum(1 for p in peers if p[3])
-    set_spin(native, local_ranks)
-    fit_threads(local_ranks)
+        sharing += shares_cpus(rec, me_host)
+    set_spin(native, sharing)
+    fit_threads(sharing)
     try:
         native.connect(peers, timeout)
     except TimeoutError as e:
         raise RuntimeError(f"{name}: {e} (process group '{group_id}')") from e
+
+
+def shares_cpus(rec: dict[str, Any], me_host: str) -> bool:
+    """Whether the rank of peer record ``rec`` runs on CPUs this rank may run
+    on: the same machine (kernel) and overlapping affinity. Ranks in other
+    network namespaces or containers of this machine compete for its cores
+    as much as ranks beside this one do. A record without these fields
+    counts when its host is ours."""
+    machine, cpus = rec.get("machine"), rec.get("cpus")
+    if not isinstance(machine, str) or not isinstance(cpus, str):
+        return bool(rec.get("host") == me_host)
+    try:
+        mask = int(cpus, 16)
+    except ValueError:
+        return machine == machine_identity()
+    return machine == machine_identity() and mask & cpu_mask() != 0
 
 
 def host_cpus() -> int:
@@ -199,7 +220,8 @@ def host_cpus() -> int:
 
 
 def set_spin(native: _native.PgGroup, local_ranks: int) -> None:
-    """Short spin before sleeping only while every same-host rank can own a core.
+    """Short spin before sleeping only while every rank on this rank's CPUs
+    (``local_ranks``, this one included) can own a core.
 
     ``MOONCAKE_PG_SPIN_US`` overrides the choice.
     """
@@ -216,8 +238,8 @@ THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 def fit_threads(local_ranks: int) -> None:
     """Fits this rank's torch threads to its share of the host's CPUs when
-    the host's ranks would otherwise run more compute threads than it has
-    CPUs, and says so once per process.
+    the ``local_ranks`` ranks on those CPUs would otherwise run more compute
+    threads than it has, and says so once per process.
 
     OpenMP's idle threads spin for milliseconds between parallel regions
     (libgomp's default wait policy). While a rank waits for a collective,
@@ -241,7 +263,7 @@ def fit_threads(local_ranks: int) -> None:
         return
     _WARNED_THREADS[0] = True
     head = (
-        f"mooncake-pg: {local_ranks} ranks on this host would each run {threads} torch "
+        f"mooncake-pg: {local_ranks} ranks on the same CPUs would each run {threads} torch "
         f"threads on {cpus} CPUs, and spinning OpenMP threads would take the CPUs from "
         "compute and communication"
     )

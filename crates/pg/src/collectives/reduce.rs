@@ -8,16 +8,63 @@
 use crate::dtype::{DType, ReduceOp};
 use half::{bf16, f16};
 
-/// Elements processed per block when combining more than two sources.
-const BLOCK: usize = 2048;
+/// Elements combined per block when there are more than two sources: a
+/// block's running values stay in registers while each source is added.
+const LANES: usize = 64;
 
 /// Reduces `srcs` (each `nelem` elements of `dtype`) into `dst`, in order.
 /// `avg_div` is the divisor applied for `ReduceOp::Avg`.
+///
+/// The kernels run in blocks of [`LANES`] elements held in registers, and
+/// with AVX2 where the CPU has it (chosen at run time: the wheel targets
+/// the x86-64 baseline).
 ///
 /// # Safety
 /// Every pointer must be valid for `nelem` elements; `dst` may alias any
 /// source (the kernels read an element of every source before writing it).
 pub(crate) unsafe fn reduce(
+    dtype: DType,
+    op: ReduceOp,
+    dst: *mut u8,
+    srcs: &[*const u8],
+    nelem: usize,
+    avg_div: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked above); the rest is the
+        // caller's contract, forwarded.
+        unsafe { reduce_avx2(dtype, op, dst, srcs, nelem, avg_div) };
+        return;
+    }
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { reduce_any(dtype, op, dst, srcs, nelem, avg_div) };
+}
+
+/// [`reduce`] compiled for AVX2.
+///
+/// # Safety
+/// As [`reduce`], and the CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn reduce_avx2(
+    dtype: DType,
+    op: ReduceOp,
+    dst: *mut u8,
+    srcs: &[*const u8],
+    nelem: usize,
+    avg_div: usize,
+) {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { reduce_any(dtype, op, dst, srcs, nelem, avg_div) };
+}
+
+/// The body of [`reduce`], inlined into each instruction-set version.
+///
+/// # Safety
+/// As [`reduce`].
+#[inline(always)]
+unsafe fn reduce_any(
     dtype: DType,
     op: ReduceOp,
     dst: *mut u8,
@@ -59,18 +106,30 @@ pub(crate) unsafe fn reduce(
                 |x: f16| x.to_f32(),
                 f16::from_f32,
             ),
-            DType::BF16 => float_reduce::<bf16, f32>(
-                op,
-                dst,
-                srcs,
-                nelem,
-                avg_div,
-                |x: bf16| x.to_f32(),
-                bf16::from_f32,
-            ),
+            DType::BF16 => {
+                float_reduce::<bf16, f32>(op, dst, srcs, nelem, avg_div, bf16_to_f32, f32_to_bf16)
+            }
             DType::Raw => {}
         }
     }
+}
+
+/// A bf16 widened to f32 (exact: bf16 is the top half of an f32).
+#[inline(always)]
+fn bf16_to_f32(x: bf16) -> f32 {
+    f32::from_bits(u32::from(x.to_bits()) << 16)
+}
+
+/// An f32 rounded to bf16, to nearest with ties to even; a NaN stays a
+/// (quiet) NaN. Matches `bf16::from_f32` bit for bit, without branches, so
+/// a block of conversions vectorizes.
+#[inline(always)]
+fn f32_to_bf16(x: f32) -> bf16 {
+    let b = x.to_bits();
+    let nan = (b & 0x7FFF_FFFF) > 0x7F80_0000;
+    let rounded = b.wrapping_add(0x7FFF + ((b >> 16) & 1));
+    let quiet = b | 0x0040_0000;
+    bf16::from_bits((if nan { quiet } else { rounded } >> 16) as u16)
 }
 
 /// Integer element operations.
@@ -99,6 +158,7 @@ int_elem!(u8, i8, i16, u16, i32, u32, i64, u64);
 ///
 /// # Safety
 /// As [`reduce`], with `T` the element type.
+#[inline(always)]
 unsafe fn int_reduce<T: IntElem>(op: ReduceOp, dst: *mut u8, srcs: &[*const u8], n: usize) {
     // SAFETY: forwarded from the caller's contract.
     unsafe {
@@ -156,6 +216,7 @@ fn pick_nan<A: FloatAcc>(a: A, b: A, take_b: impl Fn(A, A) -> bool) -> A {
 /// # Safety
 /// As [`reduce`], with `T` the element type.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 unsafe fn float_reduce<T: Copy, A: FloatAcc>(
     op: ReduceOp,
     dst: *mut u8,
@@ -166,15 +227,19 @@ unsafe fn float_reduce<T: Copy, A: FloatAcc>(
     store: fn(A) -> T,
 ) {
     // NaN in either operand propagates (`b`'s first).
+    #[inline(always)]
     fn nmin<A: FloatAcc>(a: A, b: A) -> A {
         pick_nan(a, b, |a, b| b < a)
     }
+    #[inline(always)]
     fn nmax<A: FloatAcc>(a: A, b: A) -> A {
         pick_nan(a, b, |a, b| b > a)
     }
+    #[inline(always)]
     fn add<A: FloatAcc>(a: A, b: A) -> A {
         a + b
     }
+    #[inline(always)]
     fn mul<A: FloatAcc>(a: A, b: A) -> A {
         a * b
     }
@@ -261,33 +326,38 @@ unsafe fn combine<T: Copy, A: Copy + AvgDiv>(
             }
             return;
         }
-        let mut acc: Vec<A> = Vec::with_capacity(BLOCK.min(n));
+        let fin = |a: A| match avg {
+            Some(div) => a.avg_div(div),
+            None => a,
+        };
         let mut start = 0;
         while start < n {
-            let len = BLOCK.min(n - start);
-            acc.clear();
-            let s0 = std::slice::from_raw_parts((srcs[0] as *const T).add(start), len);
-            // One `extend` over a slice (not a `push` per element, which
-            // checks the capacity each time and stays scalar).
-            acc.extend(s0.iter().map(|x| load(*x)));
-            for s in &srcs[1..] {
-                let p = std::slice::from_raw_parts((*s as *const T).add(start), len);
-                for (a, x) in acc.iter_mut().zip(p) {
-                    *a = f(*a, load(*x));
-                }
-            }
-            // Every source slice of this block is gone: `dst` may alias them.
-            let d = std::slice::from_raw_parts_mut(dst.add(start), len);
-            match avg {
-                Some(div) => {
-                    for (o, a) in d.iter_mut().zip(&acc) {
-                        *o = store(a.avg_div(div));
+            let len = LANES.min(n - start);
+            if len == LANES {
+                // A full block: fixed trip counts, so the compiler keeps
+                // `acc` in registers and vectorizes each loop.
+                let mut acc: [A; LANES] = std::array::from_fn(|j| {
+                    load((srcs[0] as *const T).add(start + j).read_unaligned())
+                });
+                for s in &srcs[1..] {
+                    let p = (*s as *const T).add(start);
+                    for (j, a) in acc.iter_mut().enumerate() {
+                        *a = f(*a, load(p.add(j).read_unaligned()));
                     }
                 }
-                None => {
-                    for (o, a) in d.iter_mut().zip(&acc) {
-                        *o = store(*a);
+                // Every source element of this block is read: `dst` may
+                // alias them.
+                let d = dst.add(start);
+                for (j, a) in acc.iter().enumerate() {
+                    d.add(j).write_unaligned(store(fin(*a)));
+                }
+            } else {
+                for i in start..n {
+                    let mut a = load((srcs[0] as *const T).add(i).read_unaligned());
+                    for s in &srcs[1..] {
+                        a = f(a, load((*s as *const T).add(i).read_unaligned()));
                     }
+                    dst.add(i).write_unaligned(store(fin(a)));
                 }
             }
             start += len;
@@ -413,5 +483,224 @@ mod tests {
         assert_eq!(d, [4, 1]);
         reduce_into(DType::Bool, ReduceOp::Sum, &mut d, &[&a, &b], 2);
         assert_eq!(d[1], 1);
+    }
+
+    /// Reference reduction: element by element, sources in order, through
+    /// `half` for the 16-bit floats.
+    fn naive_f32(op: ReduceOp, srcs: &[Vec<f32>], avg: usize) -> Vec<f32> {
+        (0..srcs[0].len())
+            .map(|i| {
+                let mut a = srcs[0][i];
+                for s in &srcs[1..] {
+                    let b = s[i];
+                    a = match op {
+                        ReduceOp::Sum | ReduceOp::Avg => a + b,
+                        ReduceOp::Product => a * b,
+                        ReduceOp::Min if b.is_nan() || (!a.is_nan() && b < a) => b,
+                        ReduceOp::Max if b.is_nan() || (!a.is_nan() && b > a) => b,
+                        _ => a,
+                    };
+                }
+                if op == ReduceOp::Avg {
+                    a / avg as f32
+                } else {
+                    a
+                }
+            })
+            .collect()
+    }
+
+    /// Values with NaNs, infinities, signed zeros and ties to round.
+    fn values(n: usize, salt: u32) -> Vec<f32> {
+        (0..n as u32)
+            .map(|i| match (i * 7 + salt) % 23 {
+                0 => f32::NAN,
+                1 => f32::INFINITY,
+                2 => -0.0,
+                3 => 1.0 + f32::EPSILON * 128.0,
+                k => (k as f32 - 11.5) * 0.37 + i as f32 * 1e-3,
+            })
+            .collect()
+    }
+
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.iter()
+            .zip(b)
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+    }
+
+    #[test]
+    fn full_blocks_and_tails_match_the_element_by_element_reference() {
+        // Lengths around the block size, 1 to 5 sources, the output apart
+        // from the sources or in place over the first or a later one.
+        for n in [1, LANES - 1, LANES, LANES + 3, 3 * LANES + 17] {
+            for k in 1..=5 {
+                let srcs: Vec<Vec<f32>> = (0..k).map(|s| values(n, s as u32 * 5)).collect();
+                for op in [
+                    ReduceOp::Sum,
+                    ReduceOp::Avg,
+                    ReduceOp::Product,
+                    ReduceOp::Min,
+                    ReduceOp::Max,
+                ] {
+                    let want = naive_f32(op, &srcs, k);
+                    for alias in [None, Some(0), Some(k - 1)] {
+                        let mut bufs = srcs.clone();
+                        let mut apart = vec![0f32; n];
+                        let dst = match alias {
+                            Some(a) => bufs[a].as_mut_ptr(),
+                            None => apart.as_mut_ptr(),
+                        };
+                        let ptrs: Vec<*const u8> =
+                            bufs.iter().map(|b| b.as_ptr() as *const u8).collect();
+                        // SAFETY: every buffer holds `n` f32 values; `dst` is
+                        // one of them or a separate `n`-value buffer.
+                        unsafe { reduce(DType::F32, op, dst as *mut u8, &ptrs, n, k) };
+                        let got = match alias {
+                            Some(a) => bufs[a].clone(),
+                            None => apart,
+                        };
+                        assert!(same_bits(&got, &want), "n={n} k={k} {op:?} alias={alias:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sixteen_bit_floats_accumulate_in_f32_and_round_once() {
+        let n = 2 * LANES + 9;
+        let srcs: Vec<Vec<f32>> = (0..4).map(|s| values(n, s * 3)).collect();
+        for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max] {
+            // The reference widens each rounded input, reduces in f32 and
+            // rounds the result once.
+            let b: Vec<Vec<bf16>> = srcs
+                .iter()
+                .map(|v| v.iter().map(|&x| bf16::from_f32(x)).collect())
+                .collect();
+            let h: Vec<Vec<f16>> = srcs
+                .iter()
+                .map(|v| v.iter().map(|&x| f16::from_f32(x)).collect())
+                .collect();
+            let bw: Vec<Vec<f32>> = b
+                .iter()
+                .map(|v| v.iter().map(|x| x.to_f32()).collect())
+                .collect();
+            let hw: Vec<Vec<f32>> = h
+                .iter()
+                .map(|v| v.iter().map(|x| x.to_f32()).collect())
+                .collect();
+            let mut bd = vec![bf16::ZERO; n];
+            let mut hd = vec![f16::ZERO; n];
+            let br: Vec<&[bf16]> = b.iter().map(|v| &v[..]).collect();
+            let hr: Vec<&[f16]> = h.iter().map(|v| &v[..]).collect();
+            reduce_into(DType::BF16, op, &mut bd, &br, 4);
+            reduce_into(DType::F16, op, &mut hd, &hr, 4);
+            let bwant: Vec<f32> = naive_f32(op, &bw, 4)
+                .iter()
+                .map(|&x| bf16::from_f32(x).to_f32())
+                .collect();
+            let hwant: Vec<f32> = naive_f32(op, &hw, 4)
+                .iter()
+                .map(|&x| f16::from_f32(x).to_f32())
+                .collect();
+            let bgot: Vec<f32> = bd.iter().map(|x| x.to_f32()).collect();
+            let hgot: Vec<f32> = hd.iter().map(|x| x.to_f32()).collect();
+            assert!(same_bits(&bgot, &bwant), "bf16 {op:?}");
+            assert!(same_bits(&hgot, &hwant), "f16 {op:?}");
+        }
+    }
+
+    #[test]
+    fn bf16_conversions_match_the_half_crate_bit_for_bit() {
+        // Every non-NaN bf16 widens exactly; a NaN widens to a NaN (`half`
+        // also quiets it, which narrowing does here), and either way the
+        // round trip gives the same bits.
+        for bits in 0..=u16::MAX {
+            let x = bf16::from_bits(bits);
+            let (ours, theirs) = (bf16_to_f32(x), x.to_f32());
+            if x.is_nan() {
+                assert!(ours.is_nan());
+            } else {
+                assert_eq!(ours.to_bits(), theirs.to_bits(), "{bits:#06x}");
+            }
+            assert_eq!(f32_to_bf16(ours).to_bits(), bf16::from_f32(theirs).to_bits());
+        }
+        // Narrowing: the patterns around every rounding boundary (low 17
+        // bits near 0x8000 and 0x18000) under a spread of high halves, and
+        // NaN and infinity patterns.
+        let lows = [
+            0u32, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x1_7FFF, 0x1_8000, 0x1_8001, 0x1_FFFF,
+        ];
+        for high in (0..=u16::MAX as u32)
+            .step_by(7)
+            .chain([0x7F7F, 0x7F80, 0x7FC0, 0xFF80, 0xFFFF])
+        {
+            for &low in &lows {
+                let b = ((high << 16) & !0x1_FFFF) | low;
+                let x = f32::from_bits(b);
+                assert_eq!(
+                    f32_to_bf16(x).to_bits(),
+                    bf16::from_f32(x).to_bits(),
+                    "{b:#010x}"
+                );
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_baseline_and_avx2_kernels_agree_byte_for_byte() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let n = 5 * LANES + 3;
+        let f: Vec<Vec<f32>> = (0..4).map(|s| values(n, s * 11)).collect();
+        let cases: Vec<(DType, Vec<Vec<u8>>)> = vec![
+            (
+                DType::F32,
+                f.iter()
+                    .map(|v| v.iter().flat_map(|x| x.to_ne_bytes()).collect())
+                    .collect(),
+            ),
+            (
+                DType::BF16,
+                f.iter()
+                    .map(|v| {
+                        v.iter()
+                            .flat_map(|&x| bf16::from_f32(x).to_ne_bytes())
+                            .collect()
+                    })
+                    .collect(),
+            ),
+            (
+                DType::I32,
+                (0..4)
+                    .map(|s| {
+                        (0..n as i32)
+                            .flat_map(|i| (i * 7919 + s * 1_000_003).to_ne_bytes())
+                            .collect()
+                    })
+                    .collect(),
+            ),
+        ];
+        for (dt, srcs) in cases {
+            for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min] {
+                if dt == DType::I32 && op == ReduceOp::Avg {
+                    continue;
+                }
+                let ptrs: Vec<*const u8> = srcs.iter().map(|b| b.as_ptr()).collect();
+                let mut a = vec![0u8; srcs[0].len()];
+                let mut b = vec![0u8; srcs[0].len()];
+                let nel = srcs[0].len() / dt.size();
+                // SAFETY: every buffer holds `nel` elements of `dt`; the
+                // CPU has AVX2 (checked above).
+                unsafe {
+                    reduce_any(dt, op, a.as_mut_ptr(), &ptrs, nel, 4);
+                    reduce_avx2(dt, op, b.as_mut_ptr(), &ptrs, nel, 4);
+                }
+                assert_eq!(a, b, "{dt:?} {op:?}");
+            }
+        }
     }
 }
