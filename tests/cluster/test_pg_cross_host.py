@@ -33,10 +33,11 @@ def ranks(net: Any) -> Iterator[list[subprocess.Popen[str]]]:
         p.wait()
 
 
-def test_ranks_on_two_hosts_meet_through_init_method_and_links_avoid_pacing(
-    net: Any, default_cc: Any, ranks: list[subprocess.Popen[str]]
+def start_ranks(
+    net: Any, ranks: list[subprocess.Popen[str]], *args: str, env: dict[str, str] | None = None
 ) -> None:
-    default_cc("bbr")
+    """Starts rank 0 on host c1 and rank 1 on c2 (``pg_rank.py`` with
+    ``args`` after its own), meeting through a free port on c1."""
     port = int(
         net.exec(
             "c1",
@@ -52,13 +53,19 @@ def test_ranks_on_two_hosts_meet_through_init_method_and_links_avoid_pacing(
         ranks.append(
             net.popen(
                 host,
-                [sys.executable, str(HERE / "pg_rank.py"), str(rank), "2", init],
+                [sys.executable, str(HERE / "pg_rank.py"), str(rank), "2", init, *args],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
+                env=env,
             )
         )
+
+
+def results(ranks: list[subprocess.Popen[str]]) -> list[Any]:
+    """Each rank's JSON result line."""
+    out = []
     for p in ranks:
         assert p.stdout is not None
         line = p.stdout.readline()
@@ -67,7 +74,26 @@ def test_ranks_on_two_hosts_meet_through_init_method_and_links_avoid_pacing(
                 q.kill()
             errs = [(q.wait(), q.stderr.read() if q.stderr else "") for q in ranks]
             raise AssertionError(f"a rank printed no result: {errs}")
-        assert json.loads(line) == {"sum": 3.0, "all_equal": True}
+        out.append(json.loads(line))
+    return out
+
+
+def finish(ranks: list[subprocess.Popen[str]]) -> None:
+    """Closes the ranks' stdin (they leave the group) and checks their exits."""
+    for p in ranks:
+        assert p.stdin is not None
+        p.stdin.close()
+    for p in ranks:
+        assert p.wait(timeout=60) == 0, p.stderr.read() if p.stderr else ""
+
+
+def test_ranks_on_two_hosts_meet_through_init_method_and_links_avoid_pacing(
+    net: Any, default_cc: Any, ranks: list[subprocess.Popen[str]]
+) -> None:
+    default_cc("bbr")
+    start_ranks(net, ranks)
+    for r in results(ranks):
+        assert r == {"sum": 3.0, "all_equal": True}
     # The rank links run between the hosts' addresses, with cubic at both ends.
     peers = {
         "c1": [(loc, peer, cc) for loc, peer, cc in tcp_sockets(net, "c1", ranks[0].pid, "established")
@@ -87,11 +113,7 @@ def test_ranks_on_two_hosts_meet_through_init_method_and_links_avoid_pacing(
     for host, p in zip(("c1", "c2"), ranks, strict=True):
         listening = [cc for _, _, cc in tcp_sockets(net, host, p.pid, "listening")]
         assert "cubic" in listening, (host, listening)
-    for p in ranks:
-        assert p.stdin is not None
-        p.stdin.close()
-    for p in ranks:
-        assert p.wait(timeout=60) == 0, p.stderr.read() if p.stderr else ""
+    finish(ranks)
 
 
 @pytest.mark.skipif(
@@ -104,45 +126,9 @@ def test_ranks_in_two_namespaces_of_one_machine_share_its_cpus(
     # Each rank starts with one torch thread per CPU (torch's default): two
     # such ranks on one machine oversubscribe its cores although they are
     # different hosts to the network, so each runs its share.
-    port = int(
-        net.exec(
-            "c1",
-            [
-                sys.executable,
-                "-c",
-                "import socket;s=socket.socket();s.bind(('',0));print(s.getsockname()[1])",
-            ],
-        ).stdout
-    )
-    init = f"tcp://{net.ip('c1')}:{port}"
-    for rank, host in enumerate(("c1", "c2")):
-        ranks.append(
-            net.popen(
-                host,
-                [sys.executable, str(HERE / "pg_rank.py"), str(rank), "2", init, "default"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env={
-                    k: v
-                    for k, v in os.environ.items()
-                    if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-                },
-            )
-        )
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    start_ranks(net, ranks, "default", env=env)
     share = max(1, len(os.sched_getaffinity(0)) // 2)
-    for p in ranks:
-        assert p.stdout is not None
-        line = p.stdout.readline()
-        if not line:
-            for q in ranks:
-                q.kill()
-            errs = [(q.wait(), q.stderr.read() if q.stderr else "") for q in ranks]
-            raise AssertionError(f"a rank printed no result: {errs}")
-        assert json.loads(line) == {"sum": 3.0, "all_equal": True, "threads": share}
-    for p in ranks:
-        assert p.stdin is not None
-        p.stdin.close()
-    for p in ranks:
-        assert p.wait(timeout=60) == 0, p.stderr.read() if p.stderr else ""
+    for r in results(ranks):
+        assert r == {"sum": 3.0, "all_equal": True, "threads": share}
+    finish(ranks)

@@ -30,86 +30,106 @@ pub(crate) unsafe fn reduce(
     nelem: usize,
     avg_div: usize,
 ) {
+    let r = Reduction {
+        dtype,
+        op,
+        dst,
+        srcs,
+        nelem,
+        avg_div,
+    };
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked above); the rest is the
         // caller's contract, forwarded.
-        unsafe { reduce_avx2(dtype, op, dst, srcs, nelem, avg_div) };
+        unsafe { r.run_avx2() };
         return;
     }
     // SAFETY: forwarded from the caller's contract.
-    unsafe { reduce_any(dtype, op, dst, srcs, nelem, avg_div) };
+    unsafe { r.run() };
 }
 
-/// [`reduce`] compiled for AVX2.
-///
-/// # Safety
-/// As [`reduce`], and the CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn reduce_avx2(
+/// The arguments of one [`reduce`] call.
+struct Reduction<'a> {
     dtype: DType,
     op: ReduceOp,
     dst: *mut u8,
-    srcs: &[*const u8],
+    srcs: &'a [*const u8],
     nelem: usize,
     avg_div: usize,
-) {
-    // SAFETY: forwarded from the caller's contract.
-    unsafe { reduce_any(dtype, op, dst, srcs, nelem, avg_div) };
 }
 
-/// The body of [`reduce`], inlined into each instruction-set version.
-///
-/// # Safety
-/// As [`reduce`].
-#[inline(always)]
-unsafe fn reduce_any(
-    dtype: DType,
-    op: ReduceOp,
-    dst: *mut u8,
-    srcs: &[*const u8],
-    nelem: usize,
-    avg_div: usize,
-) {
-    if srcs.is_empty() || nelem == 0 {
-        return;
+impl Reduction<'_> {
+    /// [`Reduction::run`] compiled for AVX2.
+    ///
+    /// # Safety
+    /// As [`reduce`], and the CPU must support AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn run_avx2(&self) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { self.run() };
     }
-    // SAFETY: every kernel below reads `nelem` elements from each source and
-    // writes `nelem` to `dst`, which the caller guarantees are valid.
-    unsafe {
-        match dtype {
-            DType::U8 => int_reduce::<u8>(op, dst, srcs, nelem),
-            DType::I8 => int_reduce::<i8>(op, dst, srcs, nelem),
-            DType::I16 => int_reduce::<i16>(op, dst, srcs, nelem),
-            DType::U16 => int_reduce::<u16>(op, dst, srcs, nelem),
-            DType::I32 => int_reduce::<i32>(op, dst, srcs, nelem),
-            DType::U32 => int_reduce::<u32>(op, dst, srcs, nelem),
-            DType::I64 => int_reduce::<i64>(op, dst, srcs, nelem),
-            DType::U64 => int_reduce::<u64>(op, dst, srcs, nelem),
-            DType::Bool => {
-                let op = match op {
-                    ReduceOp::Sum | ReduceOp::Max | ReduceOp::BOr => ReduceOp::Max,
-                    ReduceOp::BXor => ReduceOp::BXor,
-                    _ => ReduceOp::Min,
-                };
-                int_reduce::<u8>(op, dst, srcs, nelem)
+
+    /// The body of [`reduce`], inlined into each instruction-set version.
+    ///
+    /// # Safety
+    /// As [`reduce`].
+    #[inline(always)]
+    unsafe fn run(&self) {
+        let &Reduction {
+            dtype,
+            op,
+            dst,
+            srcs,
+            nelem,
+            avg_div,
+        } = self;
+        if srcs.is_empty() || nelem == 0 {
+            return;
+        }
+        // SAFETY: every kernel below reads `nelem` elements from each source and
+        // writes `nelem` to `dst`, which the caller guarantees are valid.
+        unsafe {
+            match dtype {
+                DType::U8 => int_reduce::<u8>(op, dst, srcs, nelem),
+                DType::I8 => int_reduce::<i8>(op, dst, srcs, nelem),
+                DType::I16 => int_reduce::<i16>(op, dst, srcs, nelem),
+                DType::U16 => int_reduce::<u16>(op, dst, srcs, nelem),
+                DType::I32 => int_reduce::<i32>(op, dst, srcs, nelem),
+                DType::U32 => int_reduce::<u32>(op, dst, srcs, nelem),
+                DType::I64 => int_reduce::<i64>(op, dst, srcs, nelem),
+                DType::U64 => int_reduce::<u64>(op, dst, srcs, nelem),
+                DType::Bool => {
+                    let op = match op {
+                        ReduceOp::Sum | ReduceOp::Max | ReduceOp::BOr => ReduceOp::Max,
+                        ReduceOp::BXor => ReduceOp::BXor,
+                        _ => ReduceOp::Min,
+                    };
+                    int_reduce::<u8>(op, dst, srcs, nelem)
+                }
+                DType::F32 => float_reduce::<f32, f32>(op, dst, srcs, nelem, avg_div, |x| x, |x| x),
+                DType::F64 => float_reduce::<f64, f64>(op, dst, srcs, nelem, avg_div, |x| x, |x| x),
+                DType::F16 => float_reduce::<f16, f32>(
+                    op,
+                    dst,
+                    srcs,
+                    nelem,
+                    avg_div,
+                    |x: f16| x.to_f32(),
+                    f16::from_f32,
+                ),
+                DType::BF16 => float_reduce::<bf16, f32>(
+                    op,
+                    dst,
+                    srcs,
+                    nelem,
+                    avg_div,
+                    bf16_to_f32,
+                    f32_to_bf16,
+                ),
+                DType::Raw => {}
             }
-            DType::F32 => float_reduce::<f32, f32>(op, dst, srcs, nelem, avg_div, |x| x, |x| x),
-            DType::F64 => float_reduce::<f64, f64>(op, dst, srcs, nelem, avg_div, |x| x, |x| x),
-            DType::F16 => float_reduce::<f16, f32>(
-                op,
-                dst,
-                srcs,
-                nelem,
-                avg_div,
-                |x: f16| x.to_f32(),
-                f16::from_f32,
-            ),
-            DType::BF16 => {
-                float_reduce::<bf16, f32>(op, dst, srcs, nelem, avg_div, bf16_to_f32, f32_to_bf16)
-            }
-            DType::Raw => {}
         }
     }
 }
@@ -624,7 +644,10 @@ mod tests {
             } else {
                 assert_eq!(ours.to_bits(), theirs.to_bits(), "{bits:#06x}");
             }
-            assert_eq!(f32_to_bf16(ours).to_bits(), bf16::from_f32(theirs).to_bits());
+            assert_eq!(
+                f32_to_bf16(ours).to_bits(),
+                bf16::from_f32(theirs).to_bits()
+            );
         }
         // Narrowing: the patterns around every rounding boundary (low 17
         // bits near 0x8000 and 0x18000) under a spread of high halves, and
@@ -696,8 +719,24 @@ mod tests {
                 // SAFETY: every buffer holds `nel` elements of `dt`; the
                 // CPU has AVX2 (checked above).
                 unsafe {
-                    reduce_any(dt, op, a.as_mut_ptr(), &ptrs, nel, 4);
-                    reduce_avx2(dt, op, b.as_mut_ptr(), &ptrs, nel, 4);
+                    Reduction {
+                        dtype: dt,
+                        op,
+                        dst: a.as_mut_ptr(),
+                        srcs: &ptrs,
+                        nelem: nel,
+                        avg_div: 4,
+                    }
+                    .run();
+                    Reduction {
+                        dtype: dt,
+                        op,
+                        dst: b.as_mut_ptr(),
+                        srcs: &ptrs,
+                        nelem: nel,
+                        avg_div: 4,
+                    }
+                    .run_avx2();
                 }
                 assert_eq!(a, b, "{dt:?} {op:?}");
             }
