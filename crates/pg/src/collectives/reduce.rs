@@ -77,14 +77,8 @@ impl Reduction<'_> {
     /// As [`reduce`].
     #[inline(always)]
     unsafe fn run(&self) {
-        let &Reduction {
-            dtype,
-            op,
-            dst,
-            srcs,
-            nelem,
-            avg_div,
-        } = self;
+        let (dtype, op, nelem, avg_div) = (self.dtype, self.op, self.nelem, self.avg_div);
+        let (dst, srcs) = (self.dst, self.srcs);
         if srcs.is_empty() || nelem == 0 {
             return;
         }
