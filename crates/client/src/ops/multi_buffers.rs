@@ -19,7 +19,7 @@
 //! are INVALID_PARAMS and leave the buffers untouched, more are
 //! TRANSFER_FAIL (upstream's answer); a read returns the object's size.
 
-use crate::caller_mem::{DstLists, MemLists, SrcLists};
+use crate::caller_mem::{DstLists, SrcLists};
 use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
@@ -77,10 +77,7 @@ impl Client {
         bufs: SrcLists<'_>,
         cfg: &ReplicateConfig,
     ) -> Result<Vec<Result<()>>> {
-        let MemLists {
-            ptrs: all_ptrs,
-            sizes: all_sizes,
-        } = bufs;
+        let (all_ptrs, all_sizes) = (bufs.ptrs, bufs.sizes);
         check_lists(keys.len(), all_ptrs.len(), all_sizes.len())?;
         if let Some(i) = (0..keys.len()).find(|&i| all_ptrs[i].len() != all_sizes[i].len()) {
             return Err(Error::invalid(format!(
@@ -155,10 +152,7 @@ impl Client {
         bufs: DstLists<'_>,
         prefer_same_node: bool,
     ) -> Result<Vec<Result<u64>>> {
-        let MemLists {
-            ptrs: all_ptrs,
-            sizes: all_sizes,
-        } = bufs;
+        let (all_ptrs, all_sizes) = (bufs.ptrs, bufs.sizes);
         let _ = prefer_same_node;
         check_lists(keys.len(), all_ptrs.len(), all_sizes.len())?;
         if keys.is_empty() {

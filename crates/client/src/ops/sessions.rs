@@ -39,7 +39,7 @@
 //! (the master refuses an upsert of it and a non-forced remove answers
 //! OBJECT_HAS_LEASE until the lease runs out).
 
-use crate::caller_mem::{DstLists, MemLists, SrcLists};
+use crate::caller_mem::{DstLists, SrcLists};
 use crate::client::Client;
 use crate::config::{ReplicateConfig, WriteKind};
 use crate::error::{Error, Result};
@@ -264,10 +264,7 @@ impl Client {
         bufs: SrcLists<'_>,
         all_offsets: &[Vec<usize>],
     ) -> Result<Vec<Result<u64>>> {
-        let MemLists {
-            ptrs: all_ptrs,
-            sizes: all_sizes,
-        } = bufs;
+        let (all_ptrs, all_sizes) = (bufs.ptrs, bufs.sizes);
         check_lists(keys, all_ptrs, all_sizes, all_offsets, "all_dst_offsets")?;
         let mut out: Vec<Result<u64>> = Vec::with_capacity(keys.len());
         // Per range: its source piece, where it lands, the key's session.
@@ -446,10 +443,7 @@ impl Client {
         bufs: DstLists<'_>,
         all_offsets: &[Vec<usize>],
     ) -> Result<Vec<Result<u64>>> {
-        let MemLists {
-            ptrs: all_ptrs,
-            sizes: all_sizes,
-        } = bufs;
+        let (all_ptrs, all_sizes) = (bufs.ptrs, bufs.sizes);
         check_lists(keys, all_ptrs, all_sizes, all_offsets, "all_src_offsets")?;
         let now = Instant::now();
         let mut out: Vec<Result<u64>> = Vec::with_capacity(keys.len());
