@@ -106,13 +106,16 @@ def test_ranks_share_cpus_by_machine_and_affinity_not_by_network_namespace() -> 
     me, mine = machine_identity(), cpu_mask()
     lowest = mine & -mine  # one CPU this process may run on
     other_cpus = (1 << 4096) & ~mine  # a CPU it may not run on
+    here = (me, mine)
     # Same machine and overlapping affinity: shares, whatever its host
     # (another network namespace or container).
-    assert shares_cpus({"host": "elsewhere", "machine": me, "cpus": hex(lowest)}, "here")
+    assert shares_cpus({"host": "elsewhere", "machine": me, "cpus": hex(lowest)}, "here", here)
     # Same machine, disjoint affinity (each pinned to its own cores): no.
-    assert not shares_cpus({"host": "here", "machine": me, "cpus": hex(other_cpus)}, "here")
+    assert not shares_cpus({"host": "here", "machine": me, "cpus": hex(other_cpus)}, "here", here)
     # Another machine: no, even with the same CPU numbers.
-    assert not shares_cpus({"host": "elsewhere", "machine": me + "x", "cpus": hex(mine)}, "here")
+    assert not shares_cpus(
+        {"host": "elsewhere", "machine": me + "x", "cpus": hex(mine)}, "here", here
+    )
     # A record without the fields (an older peer) counts when its host is ours.
-    assert shares_cpus({"host": "here"}, "here")
-    assert not shares_cpus({"host": "elsewhere"}, "here")
+    assert shares_cpus({"host": "here"}, "here", here)
+    assert not shares_cpus({"host": "elsewhere"}, "here", here)

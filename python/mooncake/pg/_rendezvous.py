@@ -182,12 +182,13 @@ def meet_peers(
         ) from e
     peers = []
     sharing = 1
+    me_cpus = (machine_identity(), cpu_mask())
     for r, k in keys.items():
         rec = json.loads(store.get(k))
         peers.append(
             (r, rec["endpoint"], int(rec["member_id"]), rec["host"] == me_host, rec["shm"])
         )
-        sharing += shares_cpus(rec, me_host)
+        sharing += shares_cpus(rec, me_host, me_cpus)
     set_spin(native, sharing)
     fit_threads(sharing)
     try:
@@ -196,20 +197,21 @@ def meet_peers(
         raise RuntimeError(f"{name}: {e} (process group '{group_id}')") from e
 
 
-def shares_cpus(rec: dict[str, Any], me_host: str) -> bool:
+def shares_cpus(rec: dict[str, Any], me_host: str, me_cpus: tuple[str, int]) -> bool:
     """Whether the rank of peer record ``rec`` runs on CPUs this rank may run
-    on: the same machine (kernel) and overlapping affinity. Ranks in other
-    network namespaces or containers of this machine compete for its cores
-    as much as ranks beside this one do. A record without these fields
-    counts when its host is ours."""
+    on, given this rank's host and ``(machine_identity(), cpu_mask())``: the
+    same machine (kernel) and overlapping affinity. Ranks in other network
+    namespaces or containers of this machine compete for its cores as much
+    as ranks beside this one do. A record without these fields counts when
+    its host is ours."""
     machine, cpus = rec.get("machine"), rec.get("cpus")
     if not isinstance(machine, str) or not isinstance(cpus, str):
         return bool(rec.get("host") == me_host)
     try:
         mask = int(cpus, 16)
     except ValueError:
-        return machine == machine_identity()
-    return machine == machine_identity() and mask & cpu_mask() != 0
+        return machine == me_cpus[0]
+    return machine == me_cpus[0] and mask & me_cpus[1] != 0
 
 
 def host_cpus() -> int:
