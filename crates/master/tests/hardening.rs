@@ -34,31 +34,46 @@ impl Drop for Master {
     }
 }
 
+/// Starts a master on two free ports and waits until both listen. A port
+/// found free can be taken by another test before the master binds it; the
+/// master then exits, and it is started again on other ports.
 fn start_master(extra: &[&str]) -> Master {
-    let rpc_port = free_port();
-    let metrics_port = free_port();
-    let child = Command::new(BIN)
-        .arg(format!("--rpc_port={rpc_port}"))
-        .arg(format!("--metrics_port={metrics_port}"))
-        .arg("--rpc_address=127.0.0.1")
-        .arg("--metrics_host=127.0.0.1")
-        .args(extra)
-        .env_remove("MC_LOG_LEVEL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn mooncake_master");
-    let m = Master {
-        child,
-        rpc_port,
-        metrics_port,
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", metrics_port)).is_err() {
-        assert!(Instant::now() < deadline, "master never came up");
-        std::thread::sleep(Duration::from_millis(50));
+    for _ in 0..5 {
+        let rpc_port = free_port();
+        let metrics_port = free_port();
+        let child = Command::new(BIN)
+            .arg(format!("--rpc_port={rpc_port}"))
+            .arg(format!("--metrics_port={metrics_port}"))
+            .arg("--rpc_address=127.0.0.1")
+            .arg("--metrics_host=127.0.0.1")
+            .args(extra)
+            .env_remove("MC_LOG_LEVEL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn mooncake_master");
+        let mut m = Master {
+            child,
+            rpc_port,
+            metrics_port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if matches!(m.child.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            // The metrics listener is bound after the RPC one.
+            if TcpStream::connect(("127.0.0.1", m.metrics_port)).is_ok()
+                && TcpStream::connect(("127.0.0.1", m.rpc_port)).is_ok()
+                && m.child.try_wait().ok().flatten().is_none()
+            {
+                return m;
+            }
+            assert!(Instant::now() < deadline, "master never came up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
-    m
+    panic!("master exited at start 5 times (ports taken?)");
 }
 
 fn try_connect(port: u16, key: Option<&AuthKey>) -> std::io::Result<TcpStream> {
