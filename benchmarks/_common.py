@@ -179,6 +179,12 @@ def find_ours_master() -> str | None:
     return shutil.which("mooncake_master")
 
 
+def upstream_env() -> dict[str, str]:
+    """This process's environment for the upstream wheel's interpreter: without
+    ``PYTHONPATH``, which may select one of our builds and would shadow the wheel."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
 def find_upstream_master(python: Path) -> str | None:
     code = (
         "import os, mooncake\n"
@@ -188,8 +194,9 @@ def find_upstream_master(python: Path) -> str | None:
     )
     try:
         out = subprocess.run(
-            [str(python), "-c", code], capture_output=True, text=True, timeout=60, check=False
-        ).stdout.strip()
+            [str(python), "-c", code],
+            capture_output=True, text=True, timeout=60, check=False, env=upstream_env(),
+        ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out or None
@@ -319,6 +326,8 @@ def side_rows(
     (the last ``{"rows": ...}`` line of its stdout), or why there are none."""
     print(f"== {name}: {python} (master {master})", file=sys.stderr, flush=True)
     cmd = [python, str(script), "--side", name, "--master-bin", master, *extra]
+    if name == "upstream" and env is None:
+        env = upstream_env()
     try:
         r = subprocess.run(
             cmd, stdout=subprocess.PIPE, text=True, env=env, timeout=timeout, check=False

@@ -19,10 +19,11 @@
 //! that need them: a client that sends back to back (a writer storing pages
 //! in a loop) is served by the short poll and never holds one, and a client
 //! that pauses a few hundred microseconds between lookups finds one free.
-//! A connection whose last [`SLOW_WAITS`] waits each
-//! outlasted that budget (a client that calls rarely) polls only
-//! `MC_RPC_SPIN_US` too, until a request comes sooner again: polling for it
-//! would only burn the core.
+//! A connection whose last [`SLOW_WAITS`] waits beyond the short poll each
+//! outlasted that budget (a client that calls rarely, or in bursts with
+//! long pauses between them) polls only `MC_RPC_SPIN_US` too, until a
+//! request comes after the short poll but within the budget again: polling
+//! for it would only burn the core.
 
 use std::io::{self, Read};
 use std::net::TcpStream;
@@ -184,7 +185,8 @@ impl Read for ConnReader {
         // Then wait in poll(2), one tick at a time.
         loop {
             if let Some(n) = got {
-                self.slow_waits = slow_waits(self.slow_waits, start.elapsed(), self.wait_spin);
+                self.slow_waits =
+                    slow_waits(self.slow_waits, start.elapsed(), self.spin, self.wait_spin);
                 return Ok(n);
             }
             let now = Instant::now();
@@ -207,13 +209,20 @@ impl Read for ConnReader {
     }
 }
 
-/// The count of consecutive slow waits after a read that waited `waited`
-/// (slow: longer than `budget`; saturates at [`SLOW_WAITS`]).
-fn slow_waits(before: u8, waited: Duration, budget: Duration) -> u8 {
+/// The count of slow waits after a read that waited `waited`: one more when
+/// it was slow (longer than `budget`; saturates at [`SLOW_WAITS`]), back to
+/// 0 when the long poll served it or would have (longer than the short
+/// poll `spin`, within `budget`), unchanged when the short poll served it.
+/// A client that sends in bursts with long pauses between them (a writer
+/// storing a batch of pages now and then) thus stops being polled for
+/// through its pauses, although the requests of each burst come quickly.
+fn slow_waits(before: u8, waited: Duration, spin: Duration, budget: Duration) -> u8 {
     if waited > budget {
         before.saturating_add(1).min(SLOW_WAITS)
-    } else {
+    } else if waited > spin {
         0
+    } else {
+        before
     }
 }
 
@@ -325,23 +334,50 @@ mod tests {
 
     #[test]
     fn a_connection_stops_polling_long_after_consecutive_slow_waits_only() {
+        let spin = Duration::from_micros(50);
         let budget = Duration::from_millis(2);
         let slow = Duration::from_millis(30);
-        let fast = Duration::from_micros(300);
+        let mid = Duration::from_micros(300);
         let mut n = 0;
-        n = slow_waits(n, slow, budget);
+        n = slow_waits(n, slow, spin, budget);
         assert_eq!(n, 1, "one slow wait is not yet a slow client");
         assert!(n < SLOW_WAITS);
-        n = slow_waits(n, slow, budget);
+        n = slow_waits(n, slow, spin, budget);
         assert_eq!(n, SLOW_WAITS);
-        n = slow_waits(n, slow, budget);
+        n = slow_waits(n, slow, spin, budget);
         assert_eq!(n, SLOW_WAITS, "the count saturates");
-        n = slow_waits(n, fast, budget);
+        n = slow_waits(n, mid, spin, budget);
         assert_eq!(n, 0, "a request within the budget resumes long polls");
         assert_eq!(
-            slow_waits(1, budget, budget),
+            slow_waits(1, budget, spin, budget),
             0,
             "exactly the budget is not slow"
+        );
+    }
+
+    #[test]
+    fn the_quick_requests_of_a_burst_do_not_resume_long_polls() {
+        let spin = Duration::from_micros(50);
+        let budget = Duration::from_millis(2);
+        let pause = Duration::from_millis(4);
+        let quick = Duration::from_micros(10);
+        // A burst of quick requests, a pause longer than the budget, again.
+        let mut n = 0;
+        for _ in 0..3 {
+            for _ in 0..16 {
+                n = slow_waits(n, quick, spin, budget);
+            }
+            n = slow_waits(n, pause, spin, budget);
+        }
+        assert_eq!(
+            n, SLOW_WAITS,
+            "the pauses count although bursts come between"
+        );
+        assert_eq!(slow_waits(0, quick, spin, budget), 0);
+        assert_eq!(
+            slow_waits(1, spin, spin, budget),
+            1,
+            "the short poll served it"
         );
     }
 }

@@ -8,7 +8,9 @@
 //!   the connection side of server loops, and the rule for splitting one
 //!   TCP transfer over several connections.
 //! - [`segment`]: this process's shared-memory segments (`memfd`, mapped
-//!   `MAP_SHARED`) and the registry of the ones it owns.
+//!   `MAP_SHARED`) and the registry of the ones it owns; their background
+//!   page committer yields to other work by the machine's load (`cpu_load`,
+//!   the runnable threads against the CPUs).
 //! - [`Op`] (one contiguous copy, the unit every path moves), [`workers`]
 //!   (the helper threads that spread one call over several cores) and
 //!   [`hostid`] (which processes share a host).
@@ -22,6 +24,7 @@
 //! Each layer uses only layers listed before it; the two faces use the
 //! layers but not each other, and no layer uses a face.
 
+mod cpu_load;
 pub mod data_path;
 pub mod engine;
 mod fresh_gate;
