@@ -332,52 +332,48 @@ mod tests {
         assert_eq!(slots.used.load(std::sync::atomic::Ordering::Acquire), 0);
     }
 
+    /// The short poll and the long poll's budget of the slow-wait tests.
+    const SPIN: Duration = Duration::from_micros(50);
+    const BUDGET: Duration = Duration::from_millis(2);
+
+    /// The count after a series of waits, from 0.
+    fn after(waits: &[Duration]) -> u8 {
+        waits.iter().fold(0, |n, &w| slow_waits(n, w, SPIN, BUDGET))
+    }
+
     #[test]
     fn a_connection_stops_polling_long_after_consecutive_slow_waits_only() {
-        let spin = Duration::from_micros(50);
-        let budget = Duration::from_millis(2);
         let slow = Duration::from_millis(30);
         let mid = Duration::from_micros(300);
-        let mut n = 0;
-        n = slow_waits(n, slow, spin, budget);
-        assert_eq!(n, 1, "one slow wait is not yet a slow client");
-        assert!(n < SLOW_WAITS);
-        n = slow_waits(n, slow, spin, budget);
-        assert_eq!(n, SLOW_WAITS);
-        n = slow_waits(n, slow, spin, budget);
-        assert_eq!(n, SLOW_WAITS, "the count saturates");
-        n = slow_waits(n, mid, spin, budget);
-        assert_eq!(n, 0, "a request within the budget resumes long polls");
+        assert_eq!(after(&[slow]), 1, "one slow wait is not yet a slow client");
+        assert!(after(&[slow]) < SLOW_WAITS);
+        assert_eq!(after(&[slow, slow]), SLOW_WAITS);
         assert_eq!(
-            slow_waits(1, budget, spin, budget),
-            0,
-            "exactly the budget is not slow"
+            after(&[slow, slow, slow]),
+            SLOW_WAITS,
+            "the count saturates"
         );
+        assert_eq!(
+            after(&[slow, slow, mid]),
+            0,
+            "a request within the budget resumes long polls"
+        );
+        assert_eq!(after(&[slow, BUDGET]), 0, "exactly the budget is not slow");
     }
 
     #[test]
     fn the_quick_requests_of_a_burst_do_not_resume_long_polls() {
-        let spin = Duration::from_micros(50);
-        let budget = Duration::from_millis(2);
         let pause = Duration::from_millis(4);
         let quick = Duration::from_micros(10);
         // A burst of quick requests, a pause longer than the budget, again.
-        let mut n = 0;
-        for _ in 0..3 {
-            for _ in 0..16 {
-                n = slow_waits(n, quick, spin, budget);
-            }
-            n = slow_waits(n, pause, spin, budget);
-        }
+        let mut burst = vec![quick; 16];
+        burst.push(pause);
         assert_eq!(
-            n, SLOW_WAITS,
+            after(&burst.repeat(3)),
+            SLOW_WAITS,
             "the pauses count although bursts come between"
         );
-        assert_eq!(slow_waits(0, quick, spin, budget), 0);
-        assert_eq!(
-            slow_waits(1, spin, spin, budget),
-            1,
-            "the short poll served it"
-        );
+        assert_eq!(after(&[quick]), 0);
+        assert_eq!(after(&[pause, SPIN]), 1, "the short poll served it");
     }
 }

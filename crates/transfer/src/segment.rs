@@ -103,9 +103,10 @@ fn wait_for_quiet() {
 /// before it looks again.
 const BUSY_RECHECK: std::time::Duration = std::time::Duration::from_millis(2);
 
-/// Wait until the machine is mostly idle ([`cpu_load::Load::mostly_idle`]:
+/// Whether the machine is mostly idle ([`cpu_load::Load::mostly_idle`]:
 /// the runnable threads, the committer among them, fill at most half the
-/// CPUs); returns at once where the load cannot be read.
+/// CPUs); true where the load cannot be read. The background committer's
+/// gate: it commits a step only when this holds.
 ///
 /// Idle priority alone does not keep the committer out of other work's
 /// way: the scheduler places a woken thread on a CPU that runs only
@@ -114,8 +115,13 @@ const BUSY_RECHECK: std::time::Duration = std::time::Duration::from_millis(2);
 /// 2-vCPU VM, another process's `is_exist` calls to the master had a p99
 /// of 80-100 µs with spikes of 2-4 ms while a segment committed in the
 /// background, against 40-55 µs without the committer.
-fn wait_for_idle_machine() {
-    while cpu_load::now().is_some_and(|l| !l.mostly_idle()) {
+fn machine_mostly_idle() -> bool {
+    cpu_load::now().is_none_or(|l| l.mostly_idle())
+}
+
+/// Wait until `may_run` says yes, asking every [`BUSY_RECHECK`].
+fn wait_until(may_run: fn() -> bool) {
+    while !may_run() {
         std::thread::sleep(BUSY_RECHECK);
     }
 }
@@ -158,7 +164,7 @@ fn memory_to_spare() -> bool {
 /// tick (milliseconds). One call per chunk also bounds how long the
 /// process's memory-map lock is held for reading, which an `mmap` or
 /// `munmap` of another thread waits for.
-fn commit_steps(seg: std::sync::Weak<Segment>) {
+fn commit_steps(seg: std::sync::Weak<Segment>, may_run: fn() -> bool) {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sets the calling thread's scheduling policy; `param` is a
     // valid, initialised struct.
@@ -176,7 +182,7 @@ fn commit_steps(seg: std::sync::Weak<Segment>) {
             continue;
         }
         wait_for_quiet();
-        wait_for_idle_machine();
+        wait_until(may_run);
         let at = chunk * MAP_CHUNK;
         let n = MAP_CHUNK.min(s.size() - at);
         // SAFETY: `at..at+n` lies in the segment's mapping, which `s` keeps
@@ -373,10 +379,17 @@ impl Segment {
     /// the machine's memory is available. A thread that cannot be started
     /// leaves the segment lazy.
     pub fn commit_in_background(self: &Arc<Self>) {
+        self.commit_when(machine_mostly_idle);
+    }
+
+    /// [`Segment::commit_in_background`], committing each step once
+    /// `may_run` says yes (asked before each step) instead of once the
+    /// machine is mostly idle.
+    pub(crate) fn commit_when(self: &Arc<Self>, may_run: fn() -> bool) {
         let seg = Arc::downgrade(self);
         if let Err(e) = std::thread::Builder::new()
             .name("mc-seg-commit".into())
-            .spawn(move || commit_steps(seg))
+            .spawn(move || commit_steps(seg, may_run))
         {
             tracing::debug!(error = %e, "no background commit thread; the segment stays lazy");
         }
@@ -715,12 +728,33 @@ mod tests {
         assert!(!lazy.any_resident(0, len as u64));
     }
 
+    /// Waits until a committer has mapped every chunk of `s` (at most 30 s)
+    /// and checks that every page is resident; false when the machine is
+    /// short of memory, where a committer stops.
+    fn wait_committed(s: &Segment) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !(0..s.size().div_ceil(MAP_CHUNK)).all(|c| s.chunk_mapped(c)) {
+            if !memory_to_spare() {
+                return false;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "commit did not finish"
+            );
+            std::thread::yield_now();
+        }
+        assert!(every_page_resident(s));
+        true
+    }
+
     #[test]
     fn background_commit_maps_every_chunk_and_keeps_concurrent_writes() {
         // An odd size: the last word of the chunk record and the last
         // chunk are partial.
         let len = ((3 * 64 + 5) * MAP_CHUNK + 4096) as usize;
-        let s = Segment::create_with(len as u64, Prefault::Background).unwrap();
+        let s = Segment::create_with(len as u64, Prefault::Lazy).unwrap();
+        // Committing whatever the machine's load (tests run side by side).
+        s.commit_when(|| true);
         // Writes while the committer runs are kept: the advice changes no
         // byte, whether it reaches a page before or after the write.
         let src: Vec<u8> = (0..len).map(|i| (i * 13 + i / 4093) as u8).collect();
@@ -729,19 +763,9 @@ mod tests {
             // SAFETY: `at..at+n` lies in the segment; nobody else writes it.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(at), s.base().add(at), n) };
         }
-        let chunks = (len as u64).div_ceil(MAP_CHUNK);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while !(0..chunks).all(|c| s.chunk_mapped(c)) {
-            if !memory_to_spare() {
-                return; // the committer stops on a machine short of memory
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "background commit did not finish"
-            );
-            std::thread::yield_now();
+        if !wait_committed(&s) {
+            return;
         }
-        assert!(every_page_resident(&s));
         // SAFETY: the mapping is `len` bytes and nobody writes it now.
         let mem = unsafe { std::slice::from_raw_parts(s.base(), len) };
         assert!(mem == &src[..]);
@@ -754,6 +778,28 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "segment still alive");
             std::thread::yield_now();
         }
+    }
+
+    #[test]
+    fn a_committer_commits_nothing_until_its_gate_opens() {
+        static OPEN: AtomicBool = AtomicBool::new(false);
+        static ASKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        fn gate() -> bool {
+            ASKED.fetch_add(1, Ordering::SeqCst);
+            OPEN.load(Ordering::SeqCst)
+        }
+        let len = 4 * MAP_CHUNK;
+        let s = Segment::create_with(len, Prefault::Lazy).unwrap();
+        s.commit_when(gate);
+        // The gate is asked before every step: refused three times, the
+        // committer has committed nothing.
+        while ASKED.load(Ordering::SeqCst) < 3 {
+            std::thread::yield_now();
+        }
+        assert!((0..4).all(|c| !s.chunk_mapped(c)));
+        assert!(!s.any_resident(0, len));
+        OPEN.store(true, Ordering::SeqCst);
+        wait_committed(&s);
     }
 
     #[test]
