@@ -6,9 +6,11 @@ memory, registered buffers, put and get sessions) is reclaimed."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from conftest import Daemon, Dummies, DummyProc, MiB, wait_until
@@ -110,6 +112,15 @@ def test_a_dead_daemon_gives_clean_codes_then_setup_dummy_works_again(
     assert s.health_check() == 0
 
 
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped by a signal (state ``T``)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            if (task / "stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+                return False
+    return True
+
+
 def test_a_daemon_that_stops_answering_times_out(
     master_factory: Any,
     daemon_factory: Callable[..., Daemon],
@@ -128,6 +139,9 @@ def test_a_daemon_that_stops_answering_times_out(
     assert d.proc is not None
     d.proc.send_signal(signal.SIGSTOP)
     try:
+        # kill(2) returns once the signal is queued: wait until every thread
+        # of the daemon has stopped, so that none answers this call first.
+        assert wait_until(lambda: _all_threads_stopped(d.proc.pid), 10)
         caplog.set_level(logging.INFO, logger="mooncake.store")
         assert s.get_size(k) == -901  # RPC_TIMEOUT: no hang on a frozen daemon
         assert any("did not answer within 300 ms" in r.getMessage() for r in caplog.records)
