@@ -6,9 +6,10 @@
 //! A request names dummy memory as (region, offset, length); the range is
 //! checked against the region before the client reads or writes it in
 //! place. When the dummy's control connection ends (it closed, or its
-//! process died), the entry goes: its sessions are revoked or ended, its
-//! buffers unregistered, its regions unmapped (after any call still using
-//! them), and the other dummies are served as before.
+//! process died), its sessions are revoked or ended at the master, its
+//! buffers unregistered and its regions unmapped (after any call still
+//! using them); only then does the entry go, and the other dummies are
+//! served as before.
 
 use crate::bufs::Buf;
 use crate::moves::Land;
@@ -441,8 +442,10 @@ fn serve(sh: &Arc<Shared>, mut c: UnixStream) {
             if wire::send(&mut c, &Ok::<_, Error>(sh.attached())).is_ok() {
                 control_loop(sh, &d, &mut c);
             }
-            sh.dummies.lock().remove(&d.id);
+            // The entry goes only once what it held is released: a caller
+            // that sees it gone (the daemon's stats) may write its keys.
             sh.reclaim(&d);
+            sh.dummies.lock().remove(&d.id);
         }
         Open::Join { dummy } => {
             let Some(d) = sh.dummies.lock().get(&dummy).cloned() else {
