@@ -6,6 +6,13 @@ machine-load note, the lines printed around a table, and the byte units
 
 Standard library only: scripts run under the upstream venv import it too.
 Scripts import it as a sibling module (``benchmarks/`` is on ``sys.path``).
+
+Importing it sets ``OPENBLAS_NUM_THREADS=1`` (unless set otherwise) for the
+script and every process it starts, before any of them imports numpy:
+numpy's BLAS threads spin for their first 100-200 ms after the import, and
+a child process that measures right away (a reader of ``kv_tail_bench``)
+then had one of a 2-core machine's cores taken by that spin, on either
+side (read p99s of 2 ms and more). No benchmark times a BLAS call.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 UPSTREAM_VENV = Path(os.environ.get("UPSTREAM_VENV", "/work/venv-upstream"))
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
