@@ -228,7 +228,7 @@ def main() -> int:
     ap.add_argument("--page-kib", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=1000)
-    ap.add_argument("--runs", type=int, default=1, help="runs of both sides, alternating")
+    ap.add_argument("--runs", type=int, default=1, help="runs of both sides, one after the other")
     args = ap.parse_args()
     if args.writer:
         return writer_main(json.loads(args.writer))
