@@ -230,10 +230,9 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=1, help="runs of both sides, one after the other")
     args = ap.parse_args()
-    if args.writer:
-        return writer_main(json.loads(args.writer))
-    if args.reader:
-        return reader_main(json.loads(args.reader))
+    for cfg, role in ((args.writer, writer_main), (args.reader, reader_main)):
+        if cfg:
+            return role(json.loads(cfg))
     if args.side:
         return side_main(args)
     if not args.sglang_path:
