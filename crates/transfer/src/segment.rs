@@ -374,7 +374,8 @@ impl Segment {
     /// threads fill at most half the CPUs) and while this process is not
     /// moving store data (it pauses from any transfer or served request
     /// until 20 ms have passed without one), from the lowest address up,
-    /// which is where an empty segment's allocator places objects first. Parts already mapped whole are skipped; the thread
+    /// which is where an empty segment's allocator places objects first.
+    /// Parts already mapped whole are skipped; the thread
     /// stops when the segment is dropped or while less than a quarter of
     /// the machine's memory is available. A thread that cannot be started
     /// leaves the segment lazy.
