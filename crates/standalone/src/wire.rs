@@ -107,44 +107,14 @@ pub(crate) enum Control {
     Ping,
 }
 
-/// One tensor axis as the caller gave it; validated again by the daemon.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct WireAxis {
-    kind: String,
-    rank: i64,
-    size: i64,
-    split_dim: Option<i64>,
-    expert_id: Option<i64>,
-    stage_id: Option<i64>,
+/// A tensor axis list travels as the caller gave it ([`RawAxis`]) and is
+/// validated again by the daemon.
+fn axes_out(p: &Parallelism) -> Vec<RawAxis> {
+    p.raw_axes()
 }
 
-fn axes_out(p: &Parallelism) -> Vec<WireAxis> {
-    p.axes()
-        .iter()
-        .map(|a| WireAxis {
-            kind: a.kind.name().to_string(),
-            rank: i64::from(a.rank),
-            size: i64::from(a.size),
-            split_dim: a.split_dim.map(|d| d as i64),
-            expert_id: a.expert_id.map(i64::from),
-            stage_id: a.stage_id.map(i64::from),
-        })
-        .collect()
-}
-
-fn axes_in(v: &[WireAxis]) -> Result<Parallelism> {
-    let raw: Vec<RawAxis> = v
-        .iter()
-        .map(|a| RawAxis {
-            kind: a.kind.clone(),
-            rank: a.rank,
-            size: a.size,
-            split_dim: a.split_dim,
-            expert_id: a.expert_id,
-            stage_id: a.stage_id,
-        })
-        .collect();
-    Ok(Parallelism::new(&raw)?)
+fn axes_in(v: &[RawAxis]) -> Result<Parallelism> {
+    Ok(Parallelism::new(v)?)
 }
 
 /// A tensor write's route.
@@ -153,8 +123,8 @@ pub(crate) enum WireRoute {
     Full,
     Verbatim(u64),
     Writer(i64, i64, i64),
-    Parallelism(Vec<WireAxis>),
-    AllTpRanks(Vec<WireAxis>),
+    Parallelism(Vec<RawAxis>),
+    AllTpRanks(Vec<RawAxis>),
 }
 
 impl WireRoute {
@@ -217,7 +187,7 @@ impl WireWrite {
 pub(crate) struct WireRead {
     key: String,
     mode: u8,
-    parallelism: Option<Vec<WireAxis>>,
+    parallelism: Option<Vec<RawAxis>>,
     advisory_split_dim: bool,
 }
 

@@ -60,8 +60,9 @@ impl AxisKind {
 }
 
 /// One axis exactly as the caller gave it (any object with `kind`, `rank`,
-/// `size`, `split_dim`, `expert_id`, `stage_id`), before validation.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// `size`, `split_dim`, `expert_id`, `stage_id`), before validation; also
+/// the form in which an axis list travels between processes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct RawAxis {
     /// Kind, any case.
     pub kind: String,
@@ -75,6 +76,19 @@ pub struct RawAxis {
     pub expert_id: Option<i64>,
     /// Stage id (PP only).
     pub stage_id: Option<i64>,
+}
+
+impl From<&Axis> for RawAxis {
+    fn from(a: &Axis) -> RawAxis {
+        RawAxis {
+            kind: a.kind.name().to_string(),
+            rank: i64::from(a.rank),
+            size: i64::from(a.size),
+            split_dim: a.split_dim.map(|d| d as i64),
+            expert_id: a.expert_id.map(i64::from),
+            stage_id: a.stage_id.map(i64::from),
+        }
+    }
 }
 
 impl RawAxis {
@@ -340,6 +354,12 @@ impl Parallelism {
     /// The axes in the caller's order.
     pub fn axes(&self) -> &[Axis] {
         &self.axes
+    }
+
+    /// The axes as a caller would give them, in order: what
+    /// [`Parallelism::new`] turns back into this list.
+    pub fn raw_axes(&self) -> Vec<RawAxis> {
+        self.axes.iter().map(RawAxis::from).collect()
     }
 
     /// The axes in canonical order (DP, TP, EP, PP).

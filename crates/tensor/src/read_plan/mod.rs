@@ -598,17 +598,6 @@ fn peek_manifest(cx: &Cx<'_>, key: &str) -> Option<Manifest> {
     }
 }
 
-fn raw_of(a: &Axis) -> RawAxis {
-    RawAxis {
-        kind: a.kind.name().to_string(),
-        rank: i64::from(a.rank),
-        size: i64::from(a.size),
-        split_dim: a.split_dim.map(|d| d as i64),
-        expert_id: a.expert_id.map(i64::from),
-        stage_id: a.stage_id.map(i64::from),
-    }
-}
-
 /// The axis list a stored shard header names, if it is a valid request
 /// whose split dims lie inside the tensor.
 fn template_of(h: &TensorHeader) -> Option<Parallelism> {
@@ -618,7 +607,7 @@ fn template_of(h: &TensorHeader) -> Option<Parallelism> {
     let raw = h
         .axes
         .iter()
-        .map(|a: &StoredAxis| Axis::from_stored(a).map(|x| raw_of(&x)))
+        .map(|a: &StoredAxis| Axis::from_stored(a).map(|x| RawAxis::from(&x)))
         .collect::<Option<Vec<_>>>()?;
     let p = Parallelism::new(&raw).ok()?;
     p.check_split_dims(h.ndim()).ok()?;
