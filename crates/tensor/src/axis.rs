@@ -535,6 +535,24 @@ mod tests {
     }
 
     #[test]
+    fn an_axis_list_survives_its_raw_form() {
+        let raw = [
+            RawAxis::new("dp", 1, 2),
+            RawAxis::new("pp", 0, 4).stage(2),
+            RawAxis::new("ep", 1, 2).expert(7).split(0),
+            RawAxis::new("TP", 2, 3).split(1),
+        ];
+        let parsed = p(&raw).unwrap();
+        let back = parsed.raw_axes();
+        assert_eq!(back.len(), 4);
+        assert_eq!(back[0], RawAxis::new("dp", 1, 2));
+        assert_eq!(back[1], RawAxis::new("pp", 0, 4).stage(2));
+        assert_eq!(back[2], RawAxis::new("ep", 1, 2).expert(7).split(0));
+        assert_eq!(back[3], RawAxis::new("tp", 2, 3).split(1));
+        assert_eq!(p(&back).unwrap(), parsed);
+    }
+
+    #[test]
     fn valid_requests() {
         assert!(p(&[RawAxis::new("tp", 1, 2).split(0)]).is_ok());
         assert!(p(&[RawAxis::new("TP", 1, 3).split(1), RawAxis::new("Dp", 1, 2)]).is_ok());
