@@ -107,12 +107,8 @@ pub(crate) enum Control {
     Ping,
 }
 
-/// A tensor axis list travels as the caller gave it ([`RawAxis`]) and is
-/// validated again by the daemon.
-fn axes_out(p: &Parallelism) -> Vec<RawAxis> {
-    p.raw_axes()
-}
-
+/// A tensor axis list travels as the caller gave it ([`RawAxis`],
+/// from [`Parallelism::raw_axes`]) and is validated again by the daemon.
 fn axes_in(v: &[RawAxis]) -> Result<Parallelism> {
     Ok(Parallelism::new(v)?)
 }
@@ -135,8 +131,8 @@ impl WireRoute {
             WriteRoute::Writer(w) => {
                 WireRoute::Writer(i64::from(w.rank), i64::from(w.size), w.split_dim as i64)
             }
-            WriteRoute::Parallelism(p) => WireRoute::Parallelism(axes_out(p)),
-            WriteRoute::AllTpRanks(p) => WireRoute::AllTpRanks(axes_out(p)),
+            WriteRoute::Parallelism(p) => WireRoute::Parallelism(p.raw_axes()),
+            WriteRoute::AllTpRanks(p) => WireRoute::AllTpRanks(p.raw_axes()),
         }
     }
 
@@ -200,7 +196,7 @@ impl WireRead {
                 ReadMode::Shard => 1,
                 ReadMode::Full => 2,
             },
-            parallelism: r.parallelism.as_ref().map(axes_out),
+            parallelism: r.parallelism.as_ref().map(Parallelism::raw_axes),
             advisory_split_dim: r.advisory_split_dim,
         }
     }

@@ -375,10 +375,10 @@ impl Segment {
     /// moving store data (it pauses from any transfer or served request
     /// until 20 ms have passed without one), from the lowest address up,
     /// which is where an empty segment's allocator places objects first.
-    /// Parts already mapped whole are skipped; the thread
-    /// stops when the segment is dropped or while less than a quarter of
-    /// the machine's memory is available. A thread that cannot be started
-    /// leaves the segment lazy.
+    /// Parts already mapped whole are skipped; the thread stops when the
+    /// segment is dropped or while less than a quarter of the machine's
+    /// memory is available. A thread that cannot be started leaves the
+    /// segment lazy.
     pub fn commit_in_background(self: &Arc<Self>) {
         self.commit_when(machine_mostly_idle);
     }
